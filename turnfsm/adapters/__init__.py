@@ -1,0 +1,1 @@
+"""L2: the edges to the outside world: LLM providers (:mod:`.llm`) and inbound formats."""

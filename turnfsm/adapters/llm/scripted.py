@@ -1,0 +1,221 @@
+"""A scripted LLM: answers from a list, or from a handler function.
+
+The answers use the vocabulary of the replay format's ``llm`` steps
+(``shared/SCRIPT_FORMAT.md``)::
+
+    {"text": "Hello"}                                  a whole answer
+    {"chunks": ["Hel", "lo"]}                          a streamed answer
+    {"tool_calls": [{"id": "call_1", "name": "get_weather",
+                     "arguments": {"city": "London"}}]}   (with "text" or "chunks")
+    {"thinking": "...", "usage": {...}}                  reasoning content, token usage
+    {"chunks": [...], "cancel_after": 1}               a cancel request after 1 chunk
+    {"chunks": [...], "fail_after": 1, "error": {...}} the stream breaks after 1 chunk
+    {"error": {"status": 429, "retry_after": 0.5}}     this attempt fails
+    {"error": {"kind": "timeout"}}                     ... or without a status
+
+A handler gets the provider-format request like a real adapter would and
+returns one such answer (or an :class:`LLMResponse`), sync or async.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
+from ._base import LLMChunk, LLMRequest, LLMResponse, TextDelta, ThinkingDelta, ToolCallData
+
+__all__ = ["Answer", "AnswerSpec", "ErrorSpec", "Handler", "ScriptedLLM", "ToolCallSpec"]
+
+
+class ErrorSpec(BaseModel):
+    """An LLM failure: an HTTP status, or a ``kind`` of failure without one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    status: int | None = Field(default=None, ge=100, le=599)
+    kind: Literal["timeout", "connection"] | None = None
+    retry_after: float | None = Field(default=None, ge=0)
+    message: str | None = None
+
+    @model_validator(mode="after")
+    def _status_or_kind(self) -> ErrorSpec:
+        if (self.status is None) == (self.kind is None):
+            raise ValueError("give exactly one of 'status' and 'kind'")
+        return self
+
+    def to_error(self, partial_text: str = "") -> LLMError:
+        if self.status is not None:
+            err = LLMError.from_status(
+                self.status, self.message or f"HTTP {self.status}", retry_after=self.retry_after
+            )
+            err.partial_text = partial_text
+            return err
+        return TransientLLMError(
+            self.message or f"request {self.kind}",
+            kind=self.kind,
+            retry_after=self.retry_after,
+            partial_text=partial_text,
+        )
+
+
+class ToolCallSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class AnswerSpec(BaseModel):
+    """One scripted answer (an ``llm`` step's body, or an ``llm_error``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    text: str | None = None
+    chunks: list[str] | None = None
+    tool_calls: list[ToolCallSpec] | None = None
+    thinking: str | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    cancel_after: int | None = Field(default=None, ge=0)
+    fail_after: int | None = Field(default=None, ge=0)
+    error: ErrorSpec | None = None
+    expect_request: dict[str, Any] | None = None
+    """Checked by the replay runner, not here."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AnswerSpec:
+        if self.text is not None and self.chunks is not None:
+            raise ValueError("give 'text' or 'chunks', not both")
+        if self.error is None:
+            if self.fail_after is not None:
+                raise ValueError("'fail_after' needs an 'error'")
+            if self.text is None and self.chunks is None and not self.tool_calls:
+                raise ValueError("an answer needs 'text', 'chunks' or 'tool_calls'")
+        elif self.fail_after is None and (self.text is not None or self.tool_calls):
+            raise ValueError("an 'error' answer has no 'text' or 'tool_calls'")
+        if (self.cancel_after is not None or self.fail_after is not None) and self.chunks is None:
+            raise ValueError("'cancel_after' and 'fail_after' apply to 'chunks'")
+        return self
+
+    @classmethod
+    def parse(cls, answer: Mapping[str, Any]) -> AnswerSpec:
+        """Accepts an ``llm`` body or ``{"llm_error": {...}}``; raises :class:`InvalidInput`."""
+        data: Mapping[str, Any] = answer
+        if "llm_error" in answer:
+            if len(answer) != 1:
+                raise InvalidInput("answer", "'llm_error' stands alone")
+            data = {"error": answer["llm_error"]}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"]) or "answer"
+            raise InvalidInput(f"answer.{loc}" if first["loc"] else loc, first["msg"]) from exc
+
+    def response(self, model: str | None = None) -> LLMResponse:
+        text = self.text if self.text is not None else "".join(self.chunks or ())
+        return LLMResponse(
+            text=text,
+            tool_calls=tuple(
+                ToolCallData(c.id, c.name, _decode_arguments(c.arguments))
+                for c in self.tool_calls or ()
+            ),
+            thinking=self.thinking,
+            usage=self.usage,
+            finish_reason=self.finish_reason or ("tool_calls" if self.tool_calls else "stop"),
+            model=model,
+        )
+
+
+def _decode_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return decoded if isinstance(decoded, dict) else arguments
+
+
+Answer = Mapping[str, Any] | AnswerSpec | LLMResponse
+Handler = Callable[[LLMRequest], Answer | Awaitable[Answer]]
+
+
+class ScriptedLLM:
+    """An :class:`~turnfsm.adapters.llm.LLM` that plays answers from a list or a handler.
+
+    ``requests`` keeps every request it received, in order (``record=False`` turns
+    that off for long benchmarks). A call with no answer left fails permanently,
+    with a message saying so.
+    """
+
+    def __init__(self, answers: Iterable[Answer] | Handler, *, record: bool = True) -> None:
+        self._handler: Handler | None = None
+        self._answers: list[Answer] = []
+        if callable(answers):
+            self._handler = answers
+        else:
+            self._answers = list(answers)
+            for i, a in enumerate(self._answers):
+                if isinstance(a, Mapping):
+                    try:
+                        self._answers[i] = AnswerSpec.parse(a)
+                    except InvalidInput as exc:
+                        raise InvalidInput(f"answers[{i}]", str(exc)) from exc
+        self._next = 0
+        self._record = record
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        """Answers not yet played (0 for a handler)."""
+        return len(self._answers) - self._next
+
+    async def _answer(self, request: LLMRequest) -> AnswerSpec | LLMResponse:
+        if self._handler is not None:
+            got = self._handler(request)
+            answer = await got if inspect.isawaitable(got) else got
+        else:
+            if self._next >= len(self._answers):
+                raise PermanentLLMError(
+                    f"scripted LLM has no answer left for call {self._next + 1}"
+                )
+            answer = self._answers[self._next]
+            self._next += 1
+        if isinstance(answer, LLMResponse | AnswerSpec):
+            return answer
+        return AnswerSpec.parse(answer)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        if self._record:
+            self.requests.append(request)
+        answer = await self._answer(request)
+        if isinstance(answer, LLMResponse):
+            yield answer
+            return
+        if answer.error is not None and answer.fail_after is None:
+            raise answer.error.to_error()
+        if answer.chunks is None:
+            yield answer.response(request.model)
+            return
+        if answer.thinking:
+            yield ThinkingDelta(answer.thinking)
+        delivered: list[str] = []
+        for n, chunk in enumerate(answer.chunks):
+            if n == answer.fail_after and answer.error is not None:
+                raise answer.error.to_error("".join(delivered))
+            if n == answer.cancel_after:
+                request.request_cancel()
+                await anyio.lowlevel.checkpoint()
+            delivered.append(chunk)
+            yield TextDelta(chunk)
+        if answer.fail_after is not None and answer.error is not None:
+            raise answer.error.to_error("".join(delivered))
+        if answer.cancel_after is not None and answer.cancel_after >= len(answer.chunks):
+            request.request_cancel()
+            await anyio.lowlevel.checkpoint()
+        yield answer.response(request.model)

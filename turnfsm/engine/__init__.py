@@ -1,0 +1,20 @@
+"""L3: the driver. The only place that orchestrates async I/O."""
+
+from ._clock import Clock, SystemClock
+from ._engine import Engine
+from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
+from ._subscribers import Subscription
+from ._turn import StopReason, Turn
+
+__all__ = [
+    "Clock",
+    "Engine",
+    "RetryPolicy",
+    "StopReason",
+    "Subscription",
+    "SystemClock",
+    "Turn",
+    "wait_exponential",
+    "wait_fixed",
+    "wait_random_exponential",
+]

@@ -1,0 +1,1267 @@
+"""The driver: runs the work each state declares, one context's events at a time.
+
+How a call works: the public method validates its input against the stored
+context (changing nothing when it is refused), takes the trigger the table
+declares, commits, and then drives the context: while the state just entered
+declares an effect (``STATE_EFFECTS``), the effect runs (enhancers, LLM,
+policy, tools, backoff) and ends by taking exactly one trigger and
+committing it. When a resting state is reached the call returns a
+:class:`Turn`.
+
+Every committed step is durable in the store before its events are emitted.
+A store error propagates to the caller and the loaded copy of the context is
+dropped, so the next call starts again from the last committed state.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ..errors import (
+    BranchError,
+    ContextBusy,
+    EnhancerError,
+    IllegalTransition,
+    InvalidInput,
+    LLMError,
+    PermanentLLMError,
+    ToolCallNotPending,
+    UnknownToolCall,
+)
+from ..events import (
+    ContentDelta,
+    Event,
+    Failed,
+    MessageCompleted,
+    Retrying,
+    StateChanged,
+    ToolApprovalRequested,
+    ToolCallsRequested,
+    ToolResult,
+    TurnCompleted,
+)
+from ..model import (
+    ApprovalStatus,
+    Branch,
+    ChatConfig,
+    ChatContext,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    InternalMessage,
+    LLMRequest,
+    LLMResponse,
+    MessageMetadata,
+    MessageNode,
+    MessageType,
+    Role,
+    SystemPrompt,
+    TextDelta,
+    TextPart,
+    ThinkingDelta,
+    TokenUsage,
+    ToolCallRequest,
+    ToolCallResult,
+    TurnProgress,
+    to_chat_message,
+    to_chat_messages,
+)
+from ..states import (
+    RESTING,
+    STATE_EFFECTS,
+    ContextHolder,
+    Effect,
+    State,
+    Trigger,
+    TurnMachine,
+    next_state,
+)
+from ..storage import Commit, MemoryStore, StepLog, Store
+from ..tools import Approval, Tool, ToolOutcome, ToolRegistry, run_calls
+from ._clock import Clock, SystemClock
+from ._retry import RetryPolicy
+from ._subscribers import Subscription
+from ._turn import StopReason, Turn
+
+__all__ = ["Engine"]
+
+S = State
+T = Trigger
+
+_CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
+_INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
+
+
+def _uuid() -> str:
+    return uuid.uuid4().hex
+
+
+def _default_logger() -> Any:
+    """A structlog logger to stderr at the level of the stdlib ``turnfsm`` logger
+    (WARNING unless the application says otherwise). Pass ``logger=`` to use the
+    application's own structlog configuration instead."""
+    level = logging.getLogger("turnfsm").getEffectiveLevel()
+    return structlog.wrap_logger(
+        structlog.PrintLogger(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
+        ],
+    )
+
+
+@dataclass(eq=False)
+class _Runtime:
+    """A loaded context: the working copy and what the engine keeps beside it."""
+
+    ctx: ChatContext
+    holder: ContextHolder
+    chat: list[dict[str, Any]]
+    """The active branch in chat format, kept in step with ``ctx``."""
+    subscribers: list[Subscription]
+    log: Any
+    request_cancel: Callable[[], None] = lambda: None
+    seq: int = 0
+    scope: anyio.CancelScope | None = None
+    cancel_requested: bool = False
+    done: anyio.Event | None = None
+    last_turn: Turn | None = None
+    # changes not yet committed
+    appended: list[tuple[str, MessageNode]] = field(default_factory=list)
+    replaced: dict[str, MessageNode] = field(default_factory=dict)
+    branches: list[Branch] = field(default_factory=list)
+    active_changed: bool = False
+    # the running call
+    turn_states: list[State] = field(default_factory=list)
+    turn_nodes: list[MessageNode] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    request: LLMRequest | None = None
+    answer: MessageNode | None = None
+    partial: list[str] = field(default_factory=list)
+    partial_id: str | None = None
+
+
+class Engine:
+    """Drives conversations through the declared state machine.
+
+    ::
+
+        async with Engine(llm=ScriptedLLM([...]), tools=[get_weather]) as engine:
+            cid = await engine.create_context(system_prompt="You are helpful.")
+            turn = await engine.send(cid, "What's the weather in London?")
+
+    ``enhancers`` run after the built-in ones (system prompt, tool definitions,
+    and history trimming when ``tool_history_rounds`` is set). ``clock`` and
+    ``ids`` are injected so that tests and replays are deterministic.
+    """
+
+    def __init__(
+        self,
+        llm: Any = None,
+        tools: Iterable[Tool] = (),
+        store: Store | None = None,
+        enhancers: Sequence[Enhancer] = (),
+        retry: RetryPolicy | None = None,
+        max_iterations: int = 20,
+        *,
+        clock: Clock | None = None,
+        ids: Callable[[], str] | None = None,
+        tool_history_rounds: int | None = None,
+        subscriber_buffer: int = 1024,
+        logger: Any = None,
+    ) -> None:
+        if max_iterations < 1:
+            raise InvalidInput("max_iterations", "must be >= 1")
+        self.llm = llm
+        self.tools = ToolRegistry(tools)
+        self.store: Store = store if store is not None else MemoryStore()
+        self.retry_policy = retry or RetryPolicy()
+        self.max_iterations = max_iterations
+        self.clock: Clock = clock or SystemClock()
+        self._ids = ids or _uuid
+        builtin: list[Enhancer] = [
+            SystemPromptEnhancer(),
+            ToolDefinitionsEnhancer(self.tools.definitions),
+        ]
+        if tool_history_rounds is not None:
+            builtin.append(ToolHistoryTrimmer(tool_history_rounds))
+        self.enhancers: tuple[Enhancer, ...] = (*builtin, *enhancers)
+        self._subscriber_buffer = subscriber_buffer
+        self._log = logger if logger is not None else _default_logger()
+        self._machine = TurnMachine()
+        self._runtimes: dict[str, _Runtime] = {}
+        self._subscribers: dict[str, list[Subscription]] = {}
+        self._busy: set[str] = set()
+        self._effects: dict[Effect, Callable[[_Runtime], Awaitable[None]]] = {
+            Effect.PREPARE: self._prepare,
+            Effect.CALL_LLM: self._call_llm,
+            Effect.DECIDE: self._decide,
+            Effect.RUN_TOOLS: self._run_tools,
+            Effect.BACKOFF: self._backoff,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Detach every context, end every subscription, close the store."""
+        for cid in list(self._runtimes):
+            self._unload(cid)
+        for subs in self._subscribers.values():
+            for sub in subs:
+                sub.end()
+        self._subscribers.clear()
+        await self.store.aclose()
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.time(), UTC)
+
+    # ------------------------------------------------------------------ contexts
+
+    async def create_context(
+        self,
+        *,
+        system_prompt: str | None = None,
+        model: str = "scripted",
+        mode: str = "chat",
+        parameters: dict[str, Any] | None = None,
+        user_prompt: str | None = None,
+        agent_role: str = "assistant",
+        workspace_path: str | None = None,
+        parent_id: str | None = None,
+        context_id: str | None = None,
+    ) -> str:
+        """Create and store a new context in ``Idle``; returns its id."""
+        now = self._now()
+        prompt = SystemPrompt(id=self._ids(), content=system_prompt) if system_prompt else None
+        ctx = ChatContext(
+            id=context_id or self._ids(),
+            parent_id=parent_id,
+            config=ChatConfig(
+                model_id=model,
+                mode=mode,
+                parameters=dict(parameters or {}),
+                system_prompt_id=prompt.id if prompt else None,
+                agent_role=agent_role,
+                workspace_path=workspace_path,
+            ),
+            branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
+            created_at=now,
+            updated_at=now,
+        )
+        await self.store.create(ctx)
+        return ctx.id
+
+    async def get_context(self, context_id: str) -> ChatContext:
+        """A copy of the context as last committed."""
+        rt = self._runtimes.get(context_id)
+        if rt is not None and context_id not in self._busy:
+            return rt.ctx.model_copy(deep=True)
+        return await self.store.load(context_id)
+
+    def _attach(self, ctx: ChatContext) -> _Runtime:
+        holder = ContextHolder(ctx.id)
+        self._machine.attach(holder, State(ctx.current_state))
+        rt = _Runtime(
+            ctx=ctx,
+            holder=holder,
+            chat=to_chat_messages(n.message for n in ctx.history()),
+            subscribers=self._subscribers.setdefault(ctx.id, []),
+            log=self._log.bind(context_id=ctx.id),
+            seq=ctx.event_seq,
+        )
+        rt.request_cancel = functools.partial(self.request_cancel, ctx.id)
+        self._runtimes[ctx.id] = rt
+        return rt
+
+    def _unload(self, context_id: str) -> None:
+        rt = self._runtimes.pop(context_id, None)
+        if rt is not None:
+            self._machine.detach(rt.holder)
+
+    async def unload(self, context_id: str) -> None:
+        """Drop the loaded copy of a resting context (it stays in the store)."""
+        if context_id in self._busy:
+            rt = self._runtimes.get(context_id)
+            raise ContextBusy(context_id, rt.holder.state if rt else "loading")
+        self._unload(context_id)
+
+    async def _enter(self, context_id: str) -> _Runtime:
+        """Mark the context busy and return it loaded; raise ContextBusy if it is busy."""
+        if context_id in self._busy:
+            rt = self._runtimes.get(context_id)
+            raise ContextBusy(context_id, rt.holder.state if rt else "loading")
+        self._busy.add(context_id)
+        try:
+            rt = self._runtimes.get(context_id)
+            if rt is None:
+                rt = self._attach(await self.store.load(context_id))
+        except BaseException:
+            self._busy.discard(context_id)
+            raise
+        rt.turn_states = []
+        rt.turn_nodes = []
+        rt.stop_reason = None
+        rt.cancel_requested = False
+        rt.done = anyio.Event()
+        return rt
+
+    def _leave(self, rt: _Runtime) -> None:
+        self._busy.discard(rt.ctx.id)
+        rt.scope = None
+        if rt.done is not None:
+            rt.done.set()
+
+    # ------------------------------------------------------------------ public calls
+
+    async def send(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+    ) -> Turn:
+        """A user (or frontend operator) message; runs the turn until the context rests.
+
+        At ``AwaitingToolApproval`` the pending calls are first closed with
+        "superseded" results.
+        """
+        if role not in _INPUT_ROLES:
+            raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
+        parts = _content_parts(content)
+        rt = await self._enter(context_id)
+        return await self._call(rt, functools.partial(self._start_send, parts, _INPUT_ROLES[role]))
+
+    async def _start_send(self, parts: list[ContentPart], role: Role, rt: _Runtime) -> None:
+        state = self._require(rt, T.USER_MESSAGE)
+        if state is S.AWAITING_TOOL_APPROVAL:
+            self._close_open_calls(rt, "superseded", "superseded by a new user message")
+        now = self._now()
+        self._append(
+            rt, InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now))
+        )
+        rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
+        await self._step(rt, T.USER_MESSAGE)
+
+    async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
+        """Approve pending tool calls; once none is pending, the approved calls run."""
+        ids = [call_ids] if isinstance(call_ids, str) else list(call_ids)
+        if not ids:
+            raise InvalidInput("call_ids", "give at least one tool call id")
+        decisions = dict.fromkeys(ids, (ApprovalStatus.APPROVED, None))
+        rt = await self._enter(context_id)
+        return await self._call(rt, functools.partial(self._start_decide, decisions))
+
+    async def deny(self, context_id: str, call_id: str, reason: str = "") -> Turn:
+        """Deny a pending tool call: it is not run, and its result says it was denied."""
+        decisions = {call_id: (ApprovalStatus.DENIED, reason or None)}
+        rt = await self._enter(context_id)
+        return await self._call(rt, functools.partial(self._start_decide, decisions))
+
+    async def _start_decide(
+        self, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: _Runtime
+    ) -> None:
+        ctx = rt.ctx
+        pending = {c.id: c for c in ctx.pending_tool_calls()}
+        for cid in decisions:
+            if cid not in pending:
+                found = _find_call(ctx, cid)
+                if found is None:
+                    raise UnknownToolCall(ctx.id, cid)
+                raise ToolCallNotPending(ctx.id, cid, _call_status(ctx, found))
+        state = State(rt.holder.state)
+        if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
+            raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
+        self._set_decisions(
+            rt,
+            {cid: (status, "human", reason) for cid, (status, reason) in decisions.items()},
+        )
+        if ctx.pending_tool_calls():
+            rt.stop_reason = StopReason.AWAITING_APPROVAL
+            await self._commit(rt)
+            return
+        await self._step(rt, T.APPROVALS_RESOLVED)
+
+    async def retry(self, context_id: str) -> Turn:
+        """Try the failed LLM call again (from ``PermanentFailure``)."""
+        rt = await self._enter(context_id)
+        return await self._call(rt, self._start_retry)
+
+    async def _start_retry(self, rt: _Runtime) -> None:
+        self._require(rt, T.RETRY)
+        if State(rt.holder.state) is not S.PERMANENT_FAILURE:
+            raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
+        p = rt.ctx.progress
+        rt.ctx.progress = TurnProgress(iteration=max(p.iteration, 1), attempt=1)
+        await self._step(rt, T.RETRY)
+
+    async def reset(self, context_id: str) -> Turn:
+        """Abandon a failed turn (from ``PermanentFailure`` to ``Idle``)."""
+        rt = await self._enter(context_id)
+        return await self._call(rt, self._start_reset)
+
+    async def _start_reset(self, rt: _Runtime) -> None:
+        self._require(rt, T.RESET)
+        rt.ctx.progress = TurnProgress()
+        rt.stop_reason = StopReason.RESET
+        await self._step(rt, T.RESET)
+
+    async def cancel(self, context_id: str) -> Turn:
+        """Cancel the running turn, or the wait for approval.
+
+        Partial text is kept and marked cancelled; open tool calls get
+        "cancelled" results. When a call is running on the context, this waits
+        for it to wind down and returns its turn.
+        """
+        if context_id in self._busy:
+            rt = self._runtimes.get(context_id)
+            if rt is not None and rt.done is not None:
+                done = rt.done
+                self.request_cancel(context_id)
+                await done.wait()
+                assert rt.last_turn is not None
+                return rt.last_turn
+        rt = await self._enter(context_id)
+        return await self._call(rt, self._start_cancel)
+
+    async def _start_cancel(self, rt: _Runtime) -> None:
+        self._require(rt, T.CANCEL)
+        await self._cancel_in_place(rt)
+
+    def request_cancel(self, context_id: str) -> None:
+        """Ask the running call on the context to cancel; returns at once.
+
+        Does nothing when no call is running.
+        """
+        rt = self._runtimes.get(context_id)
+        if rt is None or context_id not in self._busy:
+            return
+        rt.cancel_requested = True
+        if rt.scope is not None:
+            rt.scope.cancel()
+
+    async def resume(self, context_id: str) -> Turn:
+        """Continue a context that a crash left in a non-resting state."""
+        rt = await self._enter(context_id)
+        return await self._call(rt, self._start_resume)
+
+    async def _start_resume(self, rt: _Runtime) -> None:
+        state = State(rt.holder.state)
+        if state in RESTING:
+            return
+        if (
+            state is S.EXECUTING_TOOLS
+            and rt.ctx.progress.started_call_ids
+            and await self._unknown_outcomes(rt)
+        ):
+            return
+        if state is S.STREAMING_LLM_RESPONSE:
+            err = "the stream was interrupted (the process stopped)"
+            rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": err})
+            await self._fail_llm(rt, LLMError(err, kind="interrupted"), transient=True)
+            return
+        effect = STATE_EFFECTS.get(state)
+        rt.holder.effect = effect
+
+    async def _unknown_outcomes(self, rt: _Runtime) -> bool:
+        """After a crash in ExecutingTools: started calls of tools that are not
+        idempotent go back to a human (``outcome_unknown``)."""
+        ctx = rt.ctx
+        started = set(ctx.progress.started_call_ids)
+        unknown: list[str] = []
+        for c in ctx.open_tool_calls():
+            tool = self.tools.get(c.tool_name)
+            if c.id in started and tool is not None and not tool.idempotent:
+                unknown.append(c.id)
+        if not unknown:
+            return False
+        batch = ctx.last_tool_batch()
+        assert batch is not None
+        node = batch[0]
+        assert node.message.tool_calls is not None
+        calls = [
+            c.model_copy(
+                update={
+                    "approval_status": ApprovalStatus.PENDING,
+                    "decided_by": None,
+                    "reason": "outcome unknown: it was started before the process stopped",
+                    "outcome_unknown": True,
+                }
+            )
+            if c.id in unknown
+            else c
+            for c in node.message.tool_calls
+        ]
+        message = node.message.model_copy(update={"tool_calls": calls})
+        self._replace(rt, node.model_copy(update={"message": message}))
+        ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+        rt.stop_reason = StopReason.AWAITING_APPROVAL
+        await self._step(rt, T.OUTCOME_UNKNOWN)
+        return True
+
+    async def fork(self, context_id: str, name: str, at: int) -> Turn:
+        """A new branch with the active branch's messages up to index ``at``; made active."""
+        rt = await self._enter(context_id)
+        return await self._call(rt, functools.partial(self._start_fork, name, at))
+
+    async def _start_fork(self, name: str, at: int, rt: _Runtime) -> None:
+        ctx = rt.ctx
+        self._require_branchable(rt)
+        if not name or name in ctx.branches:
+            raise BranchError(f"context {ctx.id!r} already has a branch named {name!r}")
+        source = ctx.active_branch
+        if not -1 <= at < len(source.message_ids):
+            raise BranchError(
+                f"cannot fork branch {source.name!r} after index {at}: it has "
+                f"{len(source.message_ids)} messages"
+            )
+        ids = source.message_ids[: at + 1]
+        if _has_open_calls(ctx, ids):
+            raise BranchError(
+                f"cannot fork after index {at}: the tool calls there have no results yet"
+            )
+        branch = Branch(
+            name=name,
+            message_ids=list(ids),
+            parent_message_id=ids[-1] if ids else None,
+            forked_from=source.name,
+            system_prompt=source.system_prompt,
+            user_prompt=source.user_prompt,
+        )
+        ctx.branches[name] = branch
+        rt.branches.append(branch.model_copy(deep=True))
+        self._activate(rt, name)
+        rt.stop_reason = StopReason.BRANCH
+        await self._commit(rt)
+
+    async def switch_branch(self, context_id: str, name: str) -> Turn:
+        """Make another branch active."""
+        rt = await self._enter(context_id)
+        return await self._call(rt, functools.partial(self._start_switch, name))
+
+    async def _start_switch(self, name: str, rt: _Runtime) -> None:
+        self._require_branchable(rt)
+        if name not in rt.ctx.branches:
+            raise BranchError(f"context {rt.ctx.id!r} has no branch named {name!r}")
+        self._activate(rt, name)
+        rt.stop_reason = StopReason.BRANCH
+        await self._commit(rt)
+
+    def _require_branchable(self, rt: _Runtime) -> None:
+        state = State(rt.holder.state)
+        if state not in (S.IDLE, S.PERMANENT_FAILURE):
+            raise BranchError(
+                f"context {rt.ctx.id!r} is in {state}: branches change only in Idle or "
+                "PermanentFailure (decide the pending tool calls first)"
+            )
+
+    def _activate(self, rt: _Runtime, name: str) -> None:
+        rt.ctx.active_branch_name = name
+        rt.active_changed = True
+        rt.chat = to_chat_messages(n.message for n in rt.ctx.history())
+
+    def subscribe(self, context_id: str) -> Subscription:
+        """Events of one context from now on (see :class:`Subscription`)."""
+        subs = self._subscribers.setdefault(context_id, [])
+        sub = Subscription(context_id, self._subscriber_buffer, self._drop_subscriber)
+        subs.append(sub)
+        return sub
+
+    def _drop_subscriber(self, sub: Subscription) -> None:
+        subs = self._subscribers.get(sub.context_id)
+        if subs is not None and sub in subs:
+            subs.remove(sub)
+
+    async def steps(self, context_id: str) -> list[StepLog]:
+        """Every committed transition of the context (the audit trail)."""
+        return await self.store.steps(context_id)
+
+    async def trace(self, context_id: str) -> list[State]:
+        """The states the context entered, from its initial ``Idle``."""
+        steps = await self.store.steps(context_id)
+        return [S.IDLE, *(State(s.to_state) for s in steps)]
+
+    # ------------------------------------------------------------------ the drive loop
+
+    async def _call(self, rt: _Runtime, start: Callable[[_Runtime], Awaitable[None]]) -> Turn:
+        """Run ``start`` (validation, first trigger) then the effects until rest.
+
+        On any error, a context with uncommitted changes or stopped mid-turn is
+        unloaded, so that the next call starts from the last committed state.
+        """
+        try:
+            with anyio.CancelScope() as scope:
+                rt.scope = scope
+                if rt.cancel_requested:
+                    scope.cancel()
+                await start(rt)
+                effect = rt.holder.effect
+                while effect is not None:
+                    await self._effects[effect](rt)
+                    effect = rt.holder.effect
+            rt.scope = None
+            if rt.cancel_requested and State(rt.holder.state) in _CANCELLABLE:
+                with anyio.CancelScope(shield=True):
+                    await self._cancel_in_place(rt)
+        except BaseException:
+            if (
+                rt.appended
+                or rt.replaced
+                or rt.branches
+                or rt.holder.steps
+                or State(rt.holder.state) not in RESTING
+            ):
+                self._unload(rt.ctx.id)
+            raise
+        finally:
+            rt.last_turn = self._turn(rt)
+            self._leave(rt)
+        return rt.last_turn
+
+    def _turn(self, rt: _Runtime) -> Turn:
+        ctx = rt.ctx
+        state = State(rt.holder.state)
+        pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
+        return Turn(
+            context_id=ctx.id,
+            state=state,
+            stop_reason=rt.stop_reason,
+            states=tuple(rt.turn_states),
+            messages=tuple(n.message for n in rt.turn_nodes),
+            message_ids=tuple(n.id for n in rt.turn_nodes),
+            pending_tool_calls=pending,
+            error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+        )
+
+    def _require(self, rt: _Runtime, trigger: Trigger) -> State:
+        state = State(rt.holder.state)
+        if next_state(state, trigger) is None:
+            raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
+        return state
+
+    async def _step(self, rt: _Runtime, trigger: Trigger) -> State:
+        """Take ``trigger``, commit, then tell the subscribers."""
+        holder = rt.holder
+        source = holder.state
+        dest = self._machine.fire(holder, trigger)
+        rt.turn_states.append(dest)
+        rt.ctx.current_state = dest
+        rt.log.debug(
+            "transition",
+            from_state=source,
+            trigger=trigger,
+            to_state=dest,
+            attempt=rt.ctx.progress.attempt,
+        )
+        await self._commit(rt)
+        rt.seq += 1
+        if rt.subscribers:
+            self._publish(
+                rt,
+                StateChanged(
+                    context_id=rt.ctx.id,
+                    seq=rt.seq,
+                    timestamp=self.clock.time(),
+                    from_state=source,
+                    to_state=dest,
+                    trigger=trigger,
+                ),
+            )
+        return dest
+
+    async def _commit(self, rt: _Runtime) -> None:
+        ctx = rt.ctx
+        holder = rt.holder
+        now = self._now()
+        version = ctx.version + 1
+        steps = [StepLog(version, a, t, b, now) for (a, t, b) in holder.steps]
+        commit = Commit(
+            context_id=ctx.id,
+            expected_version=ctx.version,
+            version=version,
+            state=holder.state,
+            updated_at=now,
+            progress=ctx.progress,
+            event_seq=rt.seq + (1 if steps else 0),
+            steps=steps,
+            appended=rt.appended,
+            replaced=list(rt.replaced.values()),
+            branches=rt.branches,
+            active_branch=ctx.active_branch_name if rt.active_changed else None,
+        )
+        with anyio.CancelScope(shield=True):
+            await self.store.commit(commit)
+        holder.steps.clear()
+        rt.appended = []
+        rt.replaced = {}
+        rt.branches = []
+        rt.active_changed = False
+        ctx.version = version
+        ctx.updated_at = now
+        ctx.event_seq = commit.event_seq
+
+    def _publish(self, rt: _Runtime, event: Event) -> None:
+        for sub in rt.subscribers:
+            sub.offer(event)
+
+    def _emit_turn_end(self, rt: _Runtime) -> None:
+        rt.seq += 1
+        if rt.subscribers:
+            self._publish(
+                rt,
+                TurnCompleted(
+                    context_id=rt.ctx.id,
+                    seq=rt.seq,
+                    timestamp=self.clock.time(),
+                    stop_reason=str(rt.stop_reason),
+                    state=rt.holder.state,
+                ),
+            )
+
+    # ------------------------------------------------------------------ history
+
+    def _append(
+        self, rt: _Runtime, message: InternalMessage, node_id: str | None = None
+    ) -> MessageNode:
+        ctx = rt.ctx
+        branch = ctx.active_branch
+        ids = branch.message_ids
+        node = MessageNode(
+            id=node_id or self._ids(), message=message, parent_id=ids[-1] if ids else None
+        )
+        ctx.message_pool[node.id] = node
+        ids.append(node.id)
+        rt.appended.append((branch.name, node))
+        rt.chat.append(to_chat_message(message))
+        rt.turn_nodes.append(node)
+        return node
+
+    def _replace(self, rt: _Runtime, node: MessageNode) -> None:
+        rt.ctx.message_pool[node.id] = node
+        rt.replaced[node.id] = node
+        if rt.answer is not None and rt.answer.id == node.id:
+            rt.answer = node
+
+    def _set_decisions(
+        self, rt: _Runtime, decisions: Mapping[str, tuple[ApprovalStatus, str, str | None]]
+    ) -> None:
+        """Record approval decisions on the newest tool batch (a replaced node)."""
+        batch = rt.ctx.last_tool_batch()
+        assert batch is not None
+        node = batch[0]
+        calls = node.message.tool_calls
+        assert calls is not None
+        new_calls = []
+        for c in calls:
+            d = decisions.get(c.id)
+            if d is None:
+                new_calls.append(c)
+            else:
+                status, by, reason = d
+                new_calls.append(
+                    c.model_copy(
+                        update={"approval_status": status, "decided_by": by, "reason": reason}
+                    )
+                )
+        message = node.message.model_copy(update={"tool_calls": new_calls})
+        self._replace(rt, node.model_copy(update={"message": message}))
+
+    def _add_results(
+        self, rt: _Runtime, calls: Sequence[ToolCallRequest], outcomes: Sequence[ToolOutcome]
+    ) -> None:
+        now = self._now()
+        for call, outcome in zip(calls, outcomes, strict=True):
+            node = self._append(
+                rt,
+                InternalMessage(
+                    role=Role.TOOL,
+                    tool_result=ToolCallResult(
+                        request_id=call.id, result=outcome.result, success=outcome.success
+                    ),
+                    message_type=MessageType.TOOL_RESULT,
+                    metadata=MessageMetadata(created_at=now),
+                ),
+            )
+            rt.seq += 1
+            if rt.subscribers:
+                self._publish(
+                    rt,
+                    ToolResult(
+                        context_id=rt.ctx.id,
+                        seq=rt.seq,
+                        timestamp=self.clock.time(),
+                        call_id=call.id,
+                        tool_name=call.tool_name,
+                        success=outcome.success,
+                        result=outcome.result,
+                        message_id=node.id,
+                    ),
+                )
+
+    def _close_open_calls(self, rt: _Runtime, why: str, text: str) -> None:
+        """Give every open call of the newest batch a failed result saying ``text``."""
+        open_calls = rt.ctx.open_tool_calls()
+        if not open_calls:
+            return
+        undecided = {
+            c.id: (ApprovalStatus.DENIED, "system", why)
+            for c in open_calls
+            if c.approval_status is ApprovalStatus.PENDING
+        }
+        if undecided:
+            self._set_decisions(rt, undecided)
+        self._add_results(
+            rt,
+            open_calls,
+            [ToolOutcome(False, {"error": text, "status": why}) for _ in open_calls],
+        )
+
+    # ------------------------------------------------------------------ effects
+
+    def _build_request(self, rt: _Runtime) -> LLMRequest:
+        ctx = rt.ctx
+        p = ctx.progress
+        request = LLMRequest(
+            context_id=ctx.id,
+            model=ctx.config.model_id,
+            messages=rt.chat,
+            parameters=ctx.config.parameters,
+            attempt=p.attempt,
+            iteration=p.iteration,
+            request_cancel=rt.request_cancel,
+        )
+        for enhancer in self.enhancers:
+            try:
+                request = enhancer.enhance(request, ctx)
+            except Exception as exc:
+                raise EnhancerError(type(enhancer).__name__, exc) from exc
+        if request.messages is rt.chat:  # never hand out the list we keep appending to
+            request.messages = list(rt.chat)
+        return request
+
+    async def _prepare(self, rt: _Runtime) -> None:
+        """ProcessingUserMessage: run the enhancers; ``prompt_ready`` or ``prepare_failed``."""
+        try:
+            rt.request = self._build_request(rt)
+        except EnhancerError as exc:
+            rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": str(exc)})
+            rt.stop_reason = StopReason.FAILED
+            rt.log.warning("prepare_failed", error=str(exc))
+            await self._step(rt, T.PREPARE_FAILED)
+            self._emit_failed(rt, str(exc), "")
+            self._emit_turn_end(rt)
+            return
+        await self._step(rt, T.PROMPT_READY)
+
+    async def _call_llm(self, rt: _Runtime) -> None:
+        """AwaitingLLMResponse: one attempt; the answer, or a failure."""
+        request = rt.request
+        rt.request = None
+        if request is None:
+            try:
+                request = self._build_request(rt)
+            except EnhancerError as exc:
+                await self._fail_llm(rt, PermanentLLMError(str(exc)), transient=False)
+                return
+        progress = rt.ctx.progress
+        message_id = self._ids()
+        rt.partial = partial = []
+        rt.partial_id = message_id
+        thinking: list[str] = []
+        streaming = False
+        response: LLMResponse | None = None
+        index = 0
+        try:
+            async with aclosing(self.llm.stream(request)) as chunks:
+                async for chunk in chunks:
+                    if type(chunk) is LLMResponse:
+                        response = chunk
+                        break
+                    if not streaming:
+                        streaming = True
+                        await self._step(rt, T.STREAM_STARTED)
+                    if type(chunk) is TextDelta:
+                        partial.append(chunk.text)
+                        channel: Literal["text", "thinking"] = "text"
+                    elif type(chunk) is ThinkingDelta:
+                        thinking.append(chunk.text)
+                        channel = "thinking"
+                    else:
+                        continue
+                    rt.seq += 1
+                    if rt.subscribers:
+                        self._publish(
+                            rt,
+                            ContentDelta(
+                                context_id=rt.ctx.id,
+                                seq=rt.seq,
+                                timestamp=self.clock.time(),
+                                message_id=message_id,
+                                delta=chunk.text,
+                                index=index,
+                                attempt=progress.attempt,
+                                channel=channel,
+                            ),
+                        )
+                    index += 1
+            if response is None:
+                raise PermanentLLMError("the LLM adapter ended its stream without a response")
+        except LLMError as exc:
+            if not exc.partial_text and partial:
+                exc.partial_text = "".join(partial)
+            rt.partial = []
+            await self._fail_llm(rt, exc, transient=exc.retryable)
+            return
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # a bug in an adapter is a failed call, not a crash
+            rt.partial = []
+            await self._fail_llm(
+                rt,
+                PermanentLLMError(
+                    f"LLM adapter raised {type(exc).__name__}: {exc}", partial_text="".join(partial)
+                ),
+                transient=False,
+            )
+            return
+        rt.partial = []
+        calls = [
+            ToolCallRequest(id=c.id, tool_name=c.name, arguments=c.arguments)
+            if isinstance(c.arguments, dict)
+            else ToolCallRequest(id=c.id, tool_name=c.name, raw_arguments=c.arguments)
+            for c in response.tool_calls
+        ]
+        think = (
+            response.thinking
+            if response.thinking is not None
+            else ("".join(thinking) if thinking else None)
+        )
+        message = InternalMessage(
+            role=Role.ASSISTANT,
+            content=[TextPart(text=response.text)] if response.text else [],
+            tool_calls=calls or None,
+            message_type=MessageType.TOOL_CALL if calls else MessageType.TEXT,
+            metadata=MessageMetadata(
+                created_at=self._now(),
+                model=response.model or request.model,
+                usage=TokenUsage.model_validate(response.usage) if response.usage else None,
+                attempt=progress.attempt,
+                iteration=progress.iteration,
+                finish_reason=response.finish_reason,
+            ),
+            thinking=think,
+        )
+        node = self._append(rt, message, message_id)
+        rt.answer = node
+        await self._step(rt, T.STREAM_ENDED if streaming else T.RESPONSE_RECEIVED)
+        rt.seq += 1
+        if rt.subscribers:
+            self._publish(
+                rt,
+                MessageCompleted(
+                    context_id=rt.ctx.id,
+                    seq=rt.seq,
+                    timestamp=self.clock.time(),
+                    message_id=node.id,
+                    message=message,
+                ),
+            )
+        if calls:
+            rt.seq += 1
+            if rt.subscribers:
+                self._publish(
+                    rt,
+                    ToolCallsRequested(
+                        context_id=rt.ctx.id,
+                        seq=rt.seq,
+                        timestamp=self.clock.time(),
+                        message_id=node.id,
+                        calls=calls,
+                    ),
+                )
+
+    async def _fail_llm(self, rt: _Runtime, exc: LLMError, *, transient: bool) -> None:
+        ctx = rt.ctx
+        error = exc.describe()
+        rt.log.warning("llm_failed", error=error, transient=transient, attempt=ctx.progress.attempt)
+        if not transient:
+            ctx.progress = ctx.progress.model_copy(update={"last_error": error})
+            rt.stop_reason = StopReason.FAILED
+            await self._step(rt, T.LLM_FAILED_PERMANENT)
+            self._emit_failed(rt, error, exc.partial_text)
+            self._emit_turn_end(rt)
+            return
+        attempt = ctx.progress.attempt
+        will_retry = attempt < self.retry_policy.max_attempts
+        delay = self.retry_policy.delay(attempt, exc) if will_retry else 0.0
+        ctx.progress = ctx.progress.model_copy(
+            update={
+                "last_error": error,
+                "retry_at": self.clock.time() + delay if will_retry else None,
+            }
+        )
+        await self._step(rt, T.LLM_FAILED_TRANSIENT)
+        if will_retry:
+            rt.seq += 1
+            if rt.subscribers:
+                self._publish(
+                    rt,
+                    Retrying(
+                        context_id=ctx.id,
+                        seq=rt.seq,
+                        timestamp=self.clock.time(),
+                        attempt=attempt,
+                        delay=delay,
+                        error=error,
+                        partial_text=exc.partial_text,
+                    ),
+                )
+
+    def _emit_failed(self, rt: _Runtime, error: str, partial_text: str) -> None:
+        rt.seq += 1
+        if rt.subscribers:
+            self._publish(
+                rt,
+                Failed(
+                    context_id=rt.ctx.id,
+                    seq=rt.seq,
+                    timestamp=self.clock.time(),
+                    error=error,
+                    state=rt.holder.state,
+                    partial_text=partial_text,
+                ),
+            )
+
+    async def _backoff(self, rt: _Runtime) -> None:
+        """TransientFailure: wait out the delay and ``retry``, or ``give_up``."""
+        ctx = rt.ctx
+        p = ctx.progress
+        if p.attempt >= self.retry_policy.max_attempts or p.retry_at is None:
+            rt.stop_reason = StopReason.FAILED
+            ctx.progress = p.model_copy(update={"retry_at": None})
+            await self._step(rt, T.GIVE_UP)
+            self._emit_failed(rt, p.last_error or "attempts exhausted", "")
+            self._emit_turn_end(rt)
+            return
+        wait = p.retry_at - self.clock.time()
+        if wait > 0:
+            await self.clock.sleep(wait)
+        ctx.progress = p.model_copy(update={"attempt": p.attempt + 1, "retry_at": None})
+        await self._step(rt, T.RETRY)
+
+    async def _decide(self, rt: _Runtime) -> None:
+        """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy."""
+        ctx = rt.ctx
+        node = rt.answer
+        if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
+            batch = ctx.last_tool_batch()
+            node = batch[0] if batch else None
+        calls = ctx.open_tool_calls() if node is not None else []
+        rt.answer = None
+        if not calls:
+            rt.stop_reason = StopReason.COMPLETED
+            await self._step(rt, T.TURN_COMPLETE)
+            self._emit_turn_end(rt)
+            return
+        if ctx.progress.iteration >= self.max_iterations:
+            self._set_decisions(
+                rt, {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls}
+            )
+            text = (
+                f"not executed: the limit of {self.max_iterations} LLM calls for one "
+                "user message was reached"
+            )
+            self._add_results(
+                rt,
+                calls,
+                [ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls],
+            )
+            rt.stop_reason = StopReason.MAX_ITERATIONS
+            await self._step(rt, T.TURN_COMPLETE)
+            self._emit_turn_end(rt)
+            return
+        decisions: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
+        needs_human = False
+        for c in calls:
+            if c.approval_status is not ApprovalStatus.PENDING:
+                continue
+            tool = self.tools.get(c.tool_name)
+            verdict = (
+                Approval.AUTO if tool is None or c.raw_arguments is not None else tool.decide(c)
+            )
+            if verdict is Approval.AUTO:
+                decisions[c.id] = (ApprovalStatus.APPROVED, "policy", None)
+            elif verdict is Approval.DENY:
+                decisions[c.id] = (ApprovalStatus.DENIED, "policy", "denied by policy")
+            else:
+                needs_human = True
+        if decisions:
+            self._set_decisions(rt, decisions)
+        if needs_human:
+            rt.stop_reason = StopReason.AWAITING_APPROVAL
+            await self._step(rt, T.NEEDS_APPROVAL)
+            rt.seq += 1
+            if rt.subscribers:
+                self._publish(
+                    rt,
+                    ToolApprovalRequested(
+                        context_id=ctx.id,
+                        seq=rt.seq,
+                        timestamp=self.clock.time(),
+                        calls=ctx.pending_tool_calls(),
+                    ),
+                )
+            return
+        await self._step(rt, T.TOOLS_DECIDED)
+
+    async def _run_tools(self, rt: _Runtime) -> None:
+        """ExecutingTools: run the approved calls; one result per call, in the order asked."""
+        ctx = rt.ctx
+        calls = ctx.open_tool_calls()
+        to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
+        if to_run:  # the attempt is recorded before the tools run
+            ctx.progress = ctx.progress.model_copy(
+                update={"started_call_ids": tuple(c.id for c in to_run)}
+            )
+            await self._commit(rt)
+        ran = iter(await run_calls(self.tools, to_run)) if to_run else iter(())
+        outcomes = [
+            next(ran)
+            if c.approval_status is ApprovalStatus.APPROVED
+            else ToolOutcome(
+                False,
+                {
+                    "error": f"denied: {c.reason}" if c.reason else "denied",
+                    "status": "denied",
+                },
+            )
+            for c in calls
+        ]
+        self._add_results(rt, calls, outcomes)
+        ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
+        await self._step(rt, T.TOOLS_DONE)
+
+    async def _cancel_in_place(self, rt: _Runtime) -> None:
+        """Take ``cancel``: keep partial text (marked), close open calls, go Idle."""
+        ctx = rt.ctx
+        if rt.partial:
+            self._append(
+                rt,
+                InternalMessage(
+                    role=Role.ASSISTANT,
+                    content=[TextPart(text="".join(rt.partial))],
+                    metadata=MessageMetadata(
+                        created_at=self._now(),
+                        attempt=ctx.progress.attempt,
+                        iteration=ctx.progress.iteration,
+                        cancelled=True,
+                        finish_reason="cancelled",
+                    ),
+                ),
+                rt.partial_id,
+            )
+            rt.partial = []
+        started = set(ctx.progress.started_call_ids)
+        open_calls = ctx.open_tool_calls()
+        if open_calls:
+            undecided = {
+                c.id: (ApprovalStatus.DENIED, "system", "cancelled")
+                for c in open_calls
+                if c.approval_status is ApprovalStatus.PENDING
+            }
+            if undecided:
+                self._set_decisions(rt, undecided)
+            self._add_results(
+                rt,
+                open_calls,
+                [
+                    ToolOutcome(
+                        False,
+                        {
+                            "error": "cancelled while running; the outcome is unknown"
+                            if c.id in started
+                            else "cancelled before it ran",
+                            "status": "cancelled",
+                        },
+                    )
+                    for c in open_calls
+                ],
+            )
+        ctx.progress = TurnProgress()
+        rt.request = None
+        rt.answer = None
+        rt.stop_reason = StopReason.CANCELLED
+        await self._step(rt, T.CANCEL)
+        self._emit_turn_end(rt)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _content_parts(content: str | Sequence[ContentPart]) -> list[ContentPart]:
+    if isinstance(content, str):
+        if not content:
+            raise InvalidInput("content", "a message needs some text")
+        return [TextPart(text=content)]
+    parts = list(content)
+    if not parts:
+        raise InvalidInput("content", "a message needs at least one content part")
+    for i, p in enumerate(parts):
+        if not isinstance(p, TextPart | ImagePart | FilePart):
+            raise InvalidInput(f"content[{i}]", f"not a content part: {type(p).__name__}")
+    return parts
+
+
+def _find_call(ctx: ChatContext, call_id: str) -> ToolCallRequest | None:
+    for node in ctx.message_pool.values():
+        for c in node.message.tool_calls or ():
+            if c.id == call_id:
+                return c
+    return None
+
+
+def _call_status(ctx: ChatContext, call: ToolCallRequest) -> str:
+    answered = any(
+        n.message.tool_result is not None and n.message.tool_result.request_id == call.id
+        for n in ctx.message_pool.values()
+    )
+    status = str(call.approval_status)
+    return f"{status}, already answered" if answered else status
+
+
+def _has_open_calls(ctx: ChatContext, ids: Sequence[str]) -> bool:
+    pool = ctx.message_pool
+    answered: set[str] = set()
+    for mid in reversed(ids):
+        msg = pool[mid].message
+        if msg.role is Role.TOOL and msg.tool_result is not None:
+            answered.add(msg.tool_result.request_id)
+            continue
+        if msg.role is Role.ASSISTANT and msg.tool_calls:
+            return any(c.id not in answered for c in msg.tool_calls)
+        return False
+    return False

@@ -1,0 +1,52 @@
+"""The retry policy: a frozen value read by the engine's one retry layer.
+
+This is the only module that imports ``tenacity``: its wait strategies compute
+the backoff. A delay the provider asked for (``Retry-After``,
+``retry-after-ms``, carried on the error) wins when present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tenacity
+from tenacity.wait import wait_base
+
+from ..errors import LLMError
+
+__all__ = ["RetryPolicy", "wait_exponential", "wait_fixed", "wait_random_exponential"]
+
+wait_exponential = tenacity.wait_exponential
+wait_fixed = tenacity.wait_fixed
+wait_random_exponential = tenacity.wait_random_exponential
+
+
+def _default_wait() -> wait_base:
+    return tenacity.wait_random_exponential(multiplier=0.5, max=30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How transient LLM failures are retried.
+
+    ``max_attempts`` counts LLM attempts for one request (3: the first and two
+    retries). ``wait`` is any tenacity wait strategy (exponential with full
+    jitter by default). ``max_retry_after`` caps a provider's requested delay.
+    """
+
+    max_attempts: int = 3
+    wait: wait_base = field(default_factory=_default_wait)
+    respect_retry_after: bool = True
+    max_retry_after: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+
+    def delay(self, attempt: int, error: LLMError) -> float:
+        """Seconds to wait before attempt ``attempt + 1``, after ``error`` failed ``attempt``."""
+        if self.respect_retry_after and error.retry_after is not None:
+            return min(max(error.retry_after, 0.0), self.max_retry_after)
+        state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+        state.attempt_number = attempt
+        return float(self.wait(state))

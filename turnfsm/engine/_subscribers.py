@@ -1,0 +1,90 @@
+"""Event delivery: bounded anyio memory streams, never waited on by the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..events import Event, EventsMissed
+
+__all__ = ["Subscription"]
+
+
+class Subscription:
+    """An async iterator of one context's events.
+
+    Use it as ``async with engine.subscribe(cid) as events: async for ev in events``.
+    The buffer is bounded: when it is full the engine drops events for this
+    subscriber (never waits) and, once there is room again, delivers an
+    :class:`~turnfsm.events.EventsMissed` saying how many from which ``seq``.
+    """
+
+    def __init__(self, context_id: str, buffer: int, on_close: Callable[[Subscription], None]):
+        self.context_id = context_id
+        send, receive = anyio.create_memory_object_stream[Event](buffer)
+        self._send: MemoryObjectSendStream[Event] = send
+        self._receive: MemoryObjectReceiveStream[Event] = receive
+        self._on_close = on_close
+        self._missed = 0
+        self._first_missed = 0
+        self.closed = False
+
+    def offer(self, event: Event) -> None:
+        """Deliver without waiting; count what does not fit."""
+        if self._missed:
+            note = EventsMissed(
+                context_id=self.context_id,
+                seq=self._first_missed + self._missed - 1,
+                timestamp=event.timestamp,
+                count=self._missed,
+                first_seq=self._first_missed,
+            )
+            try:
+                self._send.send_nowait(note)
+            except anyio.WouldBlock:
+                self._missed += 1
+                return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            self._missed = 0
+        try:
+            self._send.send_nowait(event)
+        except anyio.WouldBlock:
+            self._first_missed = event.seq
+            self._missed = 1
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def end(self) -> None:
+        """No more events will come (the engine closed, or the subscriber left)."""
+        self._send.close()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._on_close(self)
+            self._send.close()
+            self._receive.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

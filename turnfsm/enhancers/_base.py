@@ -1,0 +1,91 @@
+"""The enhancer interface and the built-in enhancers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..model import ChatContext, LLMRequest
+
+__all__ = ["Enhancer", "SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
+
+
+@runtime_checkable
+class Enhancer(Protocol):
+    """Shapes one request. Raising makes the turn fail (``prepare_failed``)."""
+
+    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest: ...
+
+
+class SystemPromptEnhancer:
+    """Puts the active branch's system prompt, then its user prompt, first.
+
+    The two are joined by a blank line into one ``system`` message; a branch with
+    neither gets none (or ``default``, when given).
+    """
+
+    def __init__(self, default: str | None = None) -> None:
+        self.default = default
+
+    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
+        branch = context.active_branch
+        parts = [
+            branch.system_prompt.content if branch.system_prompt else self.default,
+            branch.user_prompt,
+        ]
+        text = "\n\n".join(p for p in parts if p)
+        if text:
+            request.messages = [{"role": "system", "content": text}, *request.messages]
+        return request
+
+
+class ToolDefinitionsEnhancer:
+    """Offers the tool definitions (OpenAI ``tools`` format) to the model."""
+
+    def __init__(
+        self, definitions: Sequence[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
+    ) -> None:
+        self._definitions = definitions
+
+    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
+        defs = self._definitions
+        request.tools = defs() if callable(defs) else list(defs)
+        return request
+
+
+class ToolHistoryTrimmer:
+    """Shows the model only the last ``rounds`` tool rounds in full (seed 001).
+
+    Older rounds lose their ``tool_calls`` and ``tool`` messages from the view (an
+    assistant message left with no text is dropped too), so the view stays valid
+    for every provider. Stored history is untouched.
+    """
+
+    def __init__(self, rounds: int) -> None:
+        if rounds < 0:
+            raise ValueError("rounds must be >= 0")
+        self.rounds = rounds
+
+    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
+        messages = request.messages
+        total = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+        if total > self.rounds:
+            request.messages = _drop_old_rounds(messages, total - self.rounds)
+        return request
+
+
+def _drop_old_rounds(messages: list[dict[str, Any]], to_cut: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cut_ids: set[str] = set()
+    for msg in messages:
+        role = msg.get("role")
+        if role == "assistant" and msg.get("tool_calls") and to_cut > 0:
+            to_cut -= 1
+            cut_ids.update(c["id"] for c in msg["tool_calls"])
+            if msg.get("content"):
+                out.append({"role": "assistant", "content": msg["content"]})
+            continue
+        if role == "tool" and msg.get("tool_call_id") in cut_ids:
+            continue
+        out.append(msg)
+    return out

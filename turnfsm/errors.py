@@ -1,0 +1,222 @@
+"""Every exception turnfsm raises.
+
+The tree::
+
+    TurnFSMError
+    ├── TableError                  the declared FSM table is inconsistent (raised at import)
+    ├── IllegalTransition           an event the table does not allow in the current state
+    ├── ContextNotFound             no context with that id in the store
+    ├── ContextBusy                 a call is already running on that context
+    ├── ToolCallError
+    │   ├── UnknownToolCall         no tool call with that id in the context
+    │   └── ToolCallNotPending      the call was already decided (approved or denied)
+    ├── InvalidInput                an argument of a public call is malformed
+    ├── BranchError                 unknown branch, existing name, fork index out of range
+    ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
+    ├── EnhancerError               an enhancer raised while preparing the request
+    ├── LLMError                    the model call failed; retryability is data on the error
+    │   ├── TransientLLMError       429, 408, 409, 5xx, timeouts, connection errors
+    │   └── PermanentLLMError       400, 401, 403, 404, 422
+    └── StoreError                  the store cannot read or write
+        ├── VersionConflict         another writer committed first
+        └── SchemaVersionError      a stored record has an unknown schema version
+
+Errors of the outside world (the ``openai`` SDK, the network, a tool) are mapped
+into this tree at the boundary that meets them, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BranchError",
+    "ContextBusy",
+    "ContextNotFound",
+    "EnhancerError",
+    "IllegalTransition",
+    "InvalidInput",
+    "LLMError",
+    "PermanentLLMError",
+    "SchemaVersionError",
+    "StoreError",
+    "TableError",
+    "ToolCallError",
+    "ToolCallNotPending",
+    "ToolDefinitionError",
+    "TransientLLMError",
+    "TurnFSMError",
+    "UnknownToolCall",
+    "VersionConflict",
+]
+
+
+class TurnFSMError(Exception):
+    """Base class of every error turnfsm raises on purpose."""
+
+
+class TableError(TurnFSMError):
+    """The declared transition table breaks one of its own rules."""
+
+
+class IllegalTransition(TurnFSMError):
+    """The table has no edge for ``trigger`` from ``state``; nothing was changed."""
+
+    def __init__(self, state: str, trigger: str, *, context_id: str | None = None) -> None:
+        self.state = state
+        self.trigger = trigger
+        self.context_id = context_id
+        where = f" (context {context_id})" if context_id else ""
+        super().__init__(
+            f"event {trigger!r} is not allowed in state {state!r}{where}; nothing was changed"
+        )
+
+
+class ContextNotFound(TurnFSMError, KeyError):
+    """No context with this id exists."""
+
+    def __init__(self, context_id: str) -> None:
+        self.context_id = context_id
+        super().__init__(f"no context with id {context_id!r}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class ContextBusy(TurnFSMError):
+    """Another call is running on this context; calls run one at a time."""
+
+    def __init__(self, context_id: str, state: str) -> None:
+        self.context_id = context_id
+        self.state = state
+        super().__init__(
+            f"context {context_id!r} is busy (in state {state!r}); wait for the running call "
+            "to return, or cancel it"
+        )
+
+
+class ToolCallError(TurnFSMError):
+    """A tool call id given to approve/deny is not usable."""
+
+
+class UnknownToolCall(ToolCallError, KeyError):
+    def __init__(self, context_id: str, call_id: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        super().__init__(f"context {context_id!r} has no tool call with id {call_id!r}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ToolCallNotPending(ToolCallError):
+    def __init__(self, context_id: str, call_id: str, status: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        self.status = status
+        super().__init__(
+            f"tool call {call_id!r} of context {context_id!r} is not pending (it is {status})"
+        )
+
+
+class InvalidInput(TurnFSMError, ValueError):
+    """An argument of a public call is malformed; ``where`` names the argument."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"{where}: {reason}")
+
+
+class BranchError(TurnFSMError):
+    """A branch operation refers to something that does not exist or already does."""
+
+
+class ToolDefinitionError(TurnFSMError, TypeError):
+    """A function cannot be described as a tool (untyped parameter, bad name, ...)."""
+
+
+class EnhancerError(TurnFSMError):
+    """An enhancer raised while preparing the request; the turn fails permanently."""
+
+    def __init__(self, enhancer: str, cause: BaseException) -> None:
+        self.enhancer = enhancer
+        super().__init__(f"enhancer {enhancer} failed: {type(cause).__name__}: {cause}")
+
+
+class LLMError(TurnFSMError):
+    """A model call failed.
+
+    ``retryable`` and ``retry_after`` (seconds, from ``Retry-After`` /
+    ``retry-after-ms``) are data on the error: the engine's one retry layer reads them.
+    ``partial_text`` holds what a broken stream delivered before it broke.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        retry_after: float | None = None,
+        partial_text: str = "",
+    ) -> None:
+        self.message = message
+        self.status = status
+        self.kind = kind
+        self.retry_after = retry_after
+        self.partial_text = partial_text
+        super().__init__(message)
+
+    def describe(self) -> str:
+        """A one-line description: status or kind, then the message."""
+        if self.status is not None:
+            head = f"HTTP {self.status}"
+            return head if self.message == head else f"{head}: {self.message}"
+        if self.kind:
+            return f"{self.kind}: {self.message}"
+        return self.message
+
+    @staticmethod
+    def from_status(
+        status: int, message: str = "", *, retry_after: float | None = None
+    ) -> LLMError:
+        """The error for an HTTP status, transient or permanent as DESIGN.md section 2 says."""
+        cls: type[LLMError] = (
+            TransientLLMError if status in (408, 409, 429) or status >= 500 else PermanentLLMError
+        )
+        return cls(message or f"HTTP {status}", status=status, retry_after=retry_after)
+
+
+class TransientLLMError(LLMError):
+    retryable = True
+
+
+class PermanentLLMError(LLMError):
+    retryable = False
+
+
+class StoreError(TurnFSMError):
+    """The store cannot read or write; the context stays at its last committed state."""
+
+
+class VersionConflict(StoreError):
+    def __init__(self, context_id: str, expected: int, found: int) -> None:
+        self.context_id = context_id
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"context {context_id!r} was changed by another writer: expected version "
+            f"{expected}, store has {found}; nothing of this write was stored"
+        )
+
+
+class SchemaVersionError(StoreError):
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.where = where
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{where}: schema version {found} is newer than this turnfsm supports "
+            f"({supported}); upgrade turnfsm to read it"
+        )

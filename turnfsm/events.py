@@ -1,0 +1,184 @@
+"""The event vocabulary (DESIGN.md section 5).
+
+Events are frozen, slotted dataclasses with a ``kind`` discriminator: cheap to
+build on the streaming hot path, and (de)serialised by pydantic through
+:data:`EVENT_ADAPTER` (``EVENT_ADAPTER.dump_python(ev, mode="json")``,
+``EVENT_ADAPTER.validate_python(data)``).
+
+Every event carries the ``context_id``, a per-context ``seq`` that has no gaps,
+and a ``timestamp`` (seconds since the epoch, from the engine's clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from .model import InternalMessage, ToolCallRequest
+
+__all__ = [
+    "EVENT_ADAPTER",
+    "ContentDelta",
+    "Event",
+    "EventsMissed",
+    "Failed",
+    "Heartbeat",
+    "MessageCompleted",
+    "Retrying",
+    "StateChanged",
+    "ToolApprovalRequested",
+    "ToolCallsRequested",
+    "ToolResult",
+    "TurnCompleted",
+]
+
+_EV = {"frozen": True, "slots": True, "kw_only": True}
+
+
+@dataclass(**_EV)
+class StateChanged:
+    context_id: str
+    seq: int
+    timestamp: float
+    from_state: str
+    to_state: str
+    trigger: str
+    kind: Literal["StateChanged"] = "StateChanged"
+
+
+@dataclass(**_EV)
+class ContentDelta:
+    """A piece of streamed text (``channel="text"``) or reasoning (``"thinking"``).
+
+    ``index`` counts the deltas of one message attempt from 0; ``attempt`` is the
+    LLM attempt the delta belongs to (a failed attempt's deltas are not kept).
+    """
+
+    context_id: str
+    seq: int
+    timestamp: float
+    message_id: str
+    delta: str
+    index: int
+    attempt: int
+    channel: Literal["text", "thinking"] = "text"
+    kind: Literal["ContentDelta"] = "ContentDelta"
+
+
+@dataclass(**_EV)
+class MessageCompleted:
+    context_id: str
+    seq: int
+    timestamp: float
+    message_id: str
+    message: InternalMessage
+    kind: Literal["MessageCompleted"] = "MessageCompleted"
+
+
+@dataclass(**_EV)
+class ToolCallsRequested:
+    context_id: str
+    seq: int
+    timestamp: float
+    message_id: str
+    calls: list[ToolCallRequest]
+    kind: Literal["ToolCallsRequested"] = "ToolCallsRequested"
+
+
+@dataclass(**_EV)
+class ToolApprovalRequested:
+    context_id: str
+    seq: int
+    timestamp: float
+    calls: list[ToolCallRequest]
+    kind: Literal["ToolApprovalRequested"] = "ToolApprovalRequested"
+
+
+@dataclass(**_EV)
+class ToolResult:
+    context_id: str
+    seq: int
+    timestamp: float
+    call_id: str
+    tool_name: str
+    success: bool
+    result: Any
+    message_id: str
+    kind: Literal["ToolResult"] = "ToolResult"
+
+
+@dataclass(**_EV)
+class Retrying:
+    """A transient failure; the next attempt starts after ``delay`` seconds."""
+
+    context_id: str
+    seq: int
+    timestamp: float
+    attempt: int
+    delay: float
+    error: str
+    partial_text: str = ""
+    kind: Literal["Retrying"] = "Retrying"
+
+
+@dataclass(**_EV)
+class TurnCompleted:
+    context_id: str
+    seq: int
+    timestamp: float
+    stop_reason: str
+    state: str
+    kind: Literal["TurnCompleted"] = "TurnCompleted"
+
+
+@dataclass(**_EV)
+class Failed:
+    context_id: str
+    seq: int
+    timestamp: float
+    error: str
+    state: str
+    partial_text: str = ""
+    kind: Literal["Failed"] = "Failed"
+
+
+@dataclass(**_EV)
+class Heartbeat:
+    context_id: str
+    seq: int
+    timestamp: float
+    kind: Literal["Heartbeat"] = "Heartbeat"
+
+
+@dataclass(**_EV)
+class EventsMissed:
+    """Sent to a subscriber that fell behind: ``count`` events from ``first_seq`` on
+    were dropped for it (the engine never waits for a subscriber)."""
+
+    context_id: str
+    seq: int
+    timestamp: float
+    count: int
+    first_seq: int
+    kind: Literal["EventsMissed"] = "EventsMissed"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Event = Annotated[
+    StateChanged
+    | ContentDelta
+    | MessageCompleted
+    | ToolCallsRequested
+    | ToolApprovalRequested
+    | ToolResult
+    | Retrying
+    | TurnCompleted
+    | Failed
+    | Heartbeat
+    | EventsMissed,
+    Field(discriminator="kind"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

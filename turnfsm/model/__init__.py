@@ -1,0 +1,60 @@
+"""L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
+
+from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
+from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
+from ._llm import (
+    LLMChunk,
+    LLMRequest,
+    LLMResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallData,
+    ToolCallDelta,
+)
+from ._message import (
+    ApprovalStatus,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    InternalMessage,
+    MessageMetadata,
+    MessageNode,
+    MessageType,
+    Role,
+    TextPart,
+    TokenUsage,
+    ToolCallRequest,
+    ToolCallResult,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ApprovalStatus",
+    "Branch",
+    "ChatConfig",
+    "ChatContext",
+    "ContentPart",
+    "FilePart",
+    "ImagePart",
+    "InternalMessage",
+    "LLMChunk",
+    "LLMRequest",
+    "LLMResponse",
+    "MessageMetadata",
+    "MessageNode",
+    "MessageType",
+    "Role",
+    "SystemPrompt",
+    "TextDelta",
+    "TextPart",
+    "ThinkingDelta",
+    "TokenUsage",
+    "ToolCallData",
+    "ToolCallDelta",
+    "ToolCallRequest",
+    "ToolCallResult",
+    "TurnProgress",
+    "to_chat_message",
+    "to_chat_messages",
+    "tool_result_content",
+]

@@ -1,0 +1,94 @@
+"""Stored messages in OpenAI chat format: the provider-format view of history.
+
+:func:`to_chat_message` is pure and total: every stored message has exactly one
+chat-format form, so the engine can keep the list incrementally and a
+from-scratch build (:func:`to_chat_messages`) gives the same list.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ._message import FilePart, ImagePart, InternalMessage, Role, TextPart
+
+__all__ = ["to_chat_message", "to_chat_messages", "tool_result_content"]
+
+
+def tool_result_content(result: Any) -> str:
+    """The ``content`` of a ``tool`` message: strings as they are, the rest as JSON."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _content(msg: InternalMessage) -> str | list[dict[str, Any]]:
+    parts = msg.content
+    if all(isinstance(p, TextPart) for p in parts):
+        return "".join(p.text for p in parts)  # type: ignore[union-attr]
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        elif isinstance(p, ImagePart):
+            image: dict[str, Any] = {"url": p.url}
+            if p.detail is not None:
+                image["detail"] = p.detail
+            out.append({"type": "image_url", "image_url": image})
+        elif isinstance(p, FilePart):
+            out.append(
+                {
+                    "type": "file",
+                    "file": {
+                        "filename": p.name,
+                        "file_data": f"data:{p.mime_type};base64,{p.data}",
+                    },
+                }
+            )
+    return out
+
+
+def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
+    """One stored message as an OpenAI chat message.
+
+    A frontend operator speaks as ``user`` with ``name="frontend_operator"``; a
+    tool message carries ``tool_call_id``; an assistant message asking for tools
+    carries ``tool_calls`` (arguments as the JSON text the model sent).
+    """
+    role = msg.role
+    if role is Role.TOOL:
+        result = msg.tool_result
+        assert result is not None, "a tool message has a tool_result"
+        return {
+            "role": "tool",
+            "tool_call_id": result.request_id,
+            "content": tool_result_content(result.result),
+        }
+    if role is Role.ASSISTANT:
+        out: dict[str, Any] = {"role": "assistant", "content": msg.text or None}
+        if msg.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": c.tool_name,
+                        "arguments": c.raw_arguments
+                        if c.raw_arguments is not None
+                        else json.dumps(c.arguments, ensure_ascii=False, separators=(",", ":")),
+                    },
+                }
+                for c in msg.tool_calls
+            ]
+        elif out["content"] is None:
+            out["content"] = ""
+        return out
+    if role is Role.FRONTEND_OPERATOR:
+        return {"role": "user", "name": "frontend_operator", "content": _content(msg)}
+    return {"role": role.value, "content": _content(msg)}
+
+
+def to_chat_messages(messages: Iterable[InternalMessage]) -> list[dict[str, Any]]:
+    """A from-scratch build of the chat-format list."""
+    return [to_chat_message(m) for m in messages]

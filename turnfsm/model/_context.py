@@ -1,0 +1,132 @@
+"""The conversation context: message pool, branches, config, state (DESIGN.md section 3)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Branch",
+    "ChatConfig",
+    "ChatContext",
+    "SystemPrompt",
+    "TurnProgress",
+]
+
+SCHEMA_VERSION = 1
+"""The version of the stored context shape written by this release."""
+
+
+class SystemPrompt(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    content: str
+
+
+class Branch(BaseModel):
+    """One line of conversation: an ordered list of message ids in the pool."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    message_ids: list[str] = Field(default_factory=list)
+    parent_message_id: str | None = None
+    """The message this branch forked after (None for the first branch)."""
+    forked_from: str | None = None
+    """The branch this one forked from."""
+    system_prompt: SystemPrompt | None = None
+    user_prompt: str | None = None
+
+
+class ChatConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_id: str = "scripted"
+    mode: str = "chat"
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    system_prompt_id: str | None = None
+    agent_role: str = "assistant"
+    workspace_path: str | None = None
+
+
+class TurnProgress(BaseModel):
+    """Where the running turn is, so that a reloaded context can resume it.
+
+    ``iteration`` counts LLM calls for the current user message; ``attempt``
+    counts attempts of the current LLM call. ``retry_at`` is the clock time at
+    which a pending retry is due. ``started_call_ids`` are tool calls whose
+    attempt was recorded before they ran. Frozen: the engine replaces it when
+    it changes, so a store may keep the object it was given.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    iteration: int = 0
+    attempt: int = 0
+    retry_at: float | None = None
+    last_error: str | None = None
+    started_call_ids: tuple[str, ...] = ()
+
+
+class ChatContext(BaseModel):
+    """A whole conversation; serialisable, and owned by the engine while loaded."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    parent_id: str | None = None
+    config: ChatConfig = Field(default_factory=ChatConfig)
+    message_pool: dict[str, MessageNode] = Field(default_factory=dict)
+    branches: dict[str, Branch] = Field(default_factory=dict)
+    active_branch_name: str = "main"
+    current_state: str = "Idle"
+    created_at: datetime
+    updated_at: datetime
+    version: int = 0
+    event_seq: int = 0
+    progress: TurnProgress = Field(default_factory=TurnProgress)
+
+    @property
+    def active_branch(self) -> Branch:
+        return self.branches[self.active_branch_name]
+
+    def history(self, branch: str | None = None) -> list[MessageNode]:
+        """The messages of a branch (the active one by default), in order."""
+        pool = self.message_pool
+        ids = self.branches[branch or self.active_branch_name].message_ids
+        return [pool[i] for i in ids]
+
+    def last_tool_batch(self) -> tuple[MessageNode, list[str]] | None:
+        """The newest assistant message of the active branch, if it asked for tools.
+
+        Returns that message and the ids of its calls that already have a result
+        (the tool messages after it). Scans back only to that message.
+        """
+        pool = self.message_pool
+        answered: list[str] = []
+        for mid in reversed(self.active_branch.message_ids):
+            node = pool[mid]
+            msg = node.message
+            if msg.role is Role.TOOL and msg.tool_result is not None:
+                answered.append(msg.tool_result.request_id)
+                continue
+            if msg.role is Role.ASSISTANT and msg.tool_calls:
+                return node, answered
+            return None
+        return None
+
+    def open_tool_calls(self) -> list[ToolCallRequest]:
+        """Calls of the newest tool batch that have no result yet, in the order asked."""
+        batch = self.last_tool_batch()
+        if batch is None:
+            return []
+        node, answered = batch
+        assert node.message.tool_calls is not None
+        done = set(answered)
+        return [c for c in node.message.tool_calls if c.id not in done]
+
+    def pending_tool_calls(self) -> list[ToolCallRequest]:
+        """Open calls still waiting for a human decision."""
+        return [c for c in self.open_tool_calls() if c.approval_status is ApprovalStatus.PENDING]

@@ -1,0 +1,87 @@
+"""The LLM request view and the chunks an LLM adapter yields (plain data, no I/O).
+
+An adapter gets an :class:`LLMRequest` (the provider-format message list, OpenAI
+chat format, built by the engine and shaped by the enhancers) and yields zero or
+more deltas, then exactly one :class:`LLMResponse` with the whole answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "LLMChunk",
+    "LLMRequest",
+    "LLMResponse",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallData",
+    "ToolCallDelta",
+]
+
+
+def _no_cancel() -> None:
+    return None
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """One LLM call. ``messages`` and ``tools`` are in OpenAI chat format; adapters
+    must not mutate them (the engine keeps them incrementally)."""
+
+    context_id: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1
+    iteration: int = 1
+    request_cancel: Callable[[], None] = _no_cancel
+    """Asks the engine to cancel this turn (a UI's stop button, or a test double)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a streamed tool call (the final calls come in the response)."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallData:
+    """A tool call as the model sent it. ``arguments`` is the decoded JSON object, or
+    the raw text when it did not decode to an object."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | str
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """The whole answer of one call."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCallData, ...] = ()
+    thinking: str | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+
+
+LLMChunk = TextDelta | ThinkingDelta | ToolCallDelta | LLMResponse

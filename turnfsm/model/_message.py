@@ -1,0 +1,152 @@
+"""Messages and tool calls: the atoms of a conversation (DESIGN.md section 3)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ApprovalStatus",
+    "ContentPart",
+    "FilePart",
+    "ImagePart",
+    "InternalMessage",
+    "MessageMetadata",
+    "MessageNode",
+    "MessageType",
+    "Role",
+    "TextPart",
+    "TokenUsage",
+    "ToolCallRequest",
+    "ToolCallResult",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    FRONTEND_OPERATOR = "frontend_operator"
+    """A person operating the frontend on the user's behalf (seed 004)."""
+
+
+class MessageType(StrEnum):
+    TEXT = "Text"
+    PLAN = "Plan"
+    QUESTION = "Question"
+    TOOL_CALL = "ToolCall"
+    TOOL_RESULT = "ToolResult"
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "Pending"
+    APPROVED = "Approved"
+    DENIED = "Denied"
+
+
+class TextPart(BaseModel):
+    model_config = _FROZEN
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(BaseModel):
+    """An image, by URL (``https://…`` or a ``data:`` URL)."""
+
+    model_config = _FROZEN
+    type: Literal["image"] = "image"
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class FilePart(BaseModel):
+    """A file or other binary content, base64-encoded."""
+
+    model_config = _FROZEN
+    type: Literal["file"] = "file"
+    name: str
+    mime_type: str = "application/octet-stream"
+    data: str
+
+
+ContentPart = Annotated[TextPart | ImagePart | FilePart, Field(discriminator="type")]
+
+
+class ToolCallRequest(BaseModel):
+    """One call the assistant asked for.
+
+    ``decided_by`` says who set ``approval_status``: the tool's policy, a human, or
+    the engine itself (supersession, cancellation, iteration limit).
+    ``outcome_unknown`` marks a call that was started before a crash and has no
+    recorded outcome: a human must decide whether it runs again.
+    """
+
+    model_config = _FROZEN
+    id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    approval_status: ApprovalStatus = ApprovalStatus.PENDING
+    decided_by: Literal["policy", "human", "system"] | None = None
+    reason: str | None = None
+    outcome_unknown: bool = False
+    raw_arguments: str | None = None
+    """The argument text as the model sent it, when it was not a JSON object."""
+
+
+class ToolCallResult(BaseModel):
+    model_config = _FROZEN
+    request_id: str
+    result: Any = None
+    success: bool = True
+
+
+class TokenUsage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class MessageMetadata(BaseModel):
+    model_config = _FROZEN
+    created_at: datetime
+    model: str | None = None
+    usage: TokenUsage | None = None
+    attempt: int | None = None
+    iteration: int | None = None
+    finish_reason: str | None = None
+    cancelled: bool = False
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class InternalMessage(BaseModel):
+    """The one message shape every provider format is converted to and from."""
+
+    model_config = _FROZEN
+    role: Role
+    content: list[ContentPart] = Field(default_factory=list)
+    tool_calls: list[ToolCallRequest] | None = None
+    tool_result: ToolCallResult | None = None
+    message_type: MessageType = MessageType.TEXT
+    metadata: MessageMetadata
+    thinking: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The concatenated text parts."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class MessageNode(BaseModel):
+    """A message in the pool, with its id and the id of the message before it."""
+
+    model_config = _FROZEN
+    id: str
+    message: InternalMessage
+    parent_id: str | None = None

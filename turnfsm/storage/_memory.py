@@ -1,0 +1,99 @@
+"""The in-memory store: the default for embedding and tests.
+
+It keeps its own copy of each context's small fields and branch lists, and
+shares the (immutable) message nodes with the engine; a commit is applied all
+at once after its version check, so a refused commit leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ContextNotFound, StoreError, VersionConflict
+from ..model import Branch, ChatContext, MessageNode
+from ._base import Commit, StepLog
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Record:
+    context: ChatContext
+    """Small fields only; ``message_pool`` and ``branches`` live beside it."""
+    pool: dict[str, MessageNode]
+    branches: dict[str, Branch]
+    steps: list[StepLog] = field(default_factory=list)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._records: dict[str, _Record] = {}
+
+    async def create(self, context: ChatContext) -> None:
+        if context.id in self._records:
+            raise StoreError(f"context {context.id!r} already exists")
+        head = context.model_copy(update={"message_pool": {}, "branches": {}})
+        self._records[context.id] = _Record(
+            context=head,
+            pool=dict(context.message_pool),
+            branches={n: b.model_copy(deep=True) for n, b in context.branches.items()},
+        )
+
+    def _get(self, context_id: str) -> _Record:
+        try:
+            return self._records[context_id]
+        except KeyError:
+            raise ContextNotFound(context_id) from None
+
+    async def load(self, context_id: str) -> ChatContext:
+        rec = self._get(context_id)
+        return rec.context.model_copy(
+            update={
+                "message_pool": dict(rec.pool),
+                "branches": {n: b.model_copy(deep=True) for n, b in rec.branches.items()},
+            }
+        )
+
+    async def commit(self, commit: Commit) -> None:
+        rec = self._get(commit.context_id)
+        head = rec.context
+        if head.version != commit.expected_version:
+            raise VersionConflict(commit.context_id, commit.expected_version, head.version)
+        for node in commit.replaced:
+            if node.id not in rec.pool:
+                raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
+        for name, _ in commit.appended:
+            if name not in rec.branches and not any(b.name == name for b in commit.branches):
+                raise StoreError(f"commit appends to unknown branch {name!r}")
+        # checks passed: apply everything
+        for b in commit.branches:
+            rec.branches[b.name] = b.model_copy(deep=True)
+        pool = rec.pool
+        for name, node in commit.appended:
+            pool[node.id] = node
+            rec.branches[name].message_ids.append(node.id)
+        for node in commit.replaced:
+            pool[node.id] = node
+        rec.steps.extend(commit.steps)
+        head.version = commit.version
+        head.current_state = commit.state
+        head.updated_at = commit.updated_at
+        head.progress = commit.progress
+        head.event_seq = commit.event_seq
+        if commit.active_branch is not None:
+            head.active_branch_name = commit.active_branch
+        if commit.config is not None:
+            head.config = commit.config.model_copy(deep=True)
+
+    async def list_ids(self) -> list[str]:
+        return list(self._records)
+
+    async def delete(self, context_id: str) -> None:
+        self._get(context_id)
+        del self._records[context_id]
+
+    async def steps(self, context_id: str) -> list[StepLog]:
+        return list(self._get(context_id).steps)
+
+    async def aclose(self) -> None:
+        return None

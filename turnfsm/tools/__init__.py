@@ -1,0 +1,26 @@
+"""L2: tool specs, the registry, approval policies and the executor.
+
+Define tools with :func:`tool` (a type-annotated function) or
+:meth:`Tool.from_spec` (a hand-written JSON schema), collect them in a
+:class:`ToolRegistry`, ask :meth:`Tool.decide` whether a call needs a human, and run
+approved calls with :func:`run_calls`. Every failure of a tool — invalid arguments,
+an unknown tool, an exception, a timeout — is a :class:`ToolOutcome` with
+``success=False``, never an exception; cancellation always propagates.
+
+This package imports only :mod:`turnfsm.model`, :mod:`turnfsm.errors`, pydantic and
+anyio.
+"""
+
+from ._registry import ToolRegistry
+from ._run import run_calls
+from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome, tool
+
+__all__ = [
+    "Approval",
+    "ApprovalPolicy",
+    "Tool",
+    "ToolOutcome",
+    "ToolRegistry",
+    "run_calls",
+    "tool",
+]
