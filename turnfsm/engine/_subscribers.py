@@ -68,7 +68,7 @@ class Subscription:
     async def __anext__(self) -> Event:
         try:
             return await self._receive.receive()
-        except anyio.EndOfStream:
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:

@@ -1,0 +1,35 @@
+"""L4: the ``turnfsm`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import _demo
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnfsm",
+        description="Drive LLM conversations with an explicit, declared finite-state machine.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _demo.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
