@@ -12,7 +12,7 @@ anyio.
 """
 
 from ._registry import ToolRegistry
-from ._run import run_calls
+from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome, tool
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
+    "current_call",
     "run_calls",
     "tool",
 ]

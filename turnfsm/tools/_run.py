@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 import anyio
 
@@ -11,7 +12,18 @@ from turnfsm.model import ToolCallRequest
 from ._registry import ToolRegistry
 from ._spec import ToolOutcome
 
-__all__ = ["run_calls"]
+__all__ = ["current_call", "run_calls"]
+
+_CURRENT: ContextVar[ToolCallRequest | None] = ContextVar("turnfsm_tool_call", default=None)
+
+
+def current_call() -> ToolCallRequest | None:
+    """The tool call being run, inside a tool function (None elsewhere).
+
+    A tool that needs the call's id (for logging, or to look up a recorded
+    outcome) reads it here instead of taking it as an argument the model fills.
+    """
+    return _CURRENT.get()
 
 
 async def run_calls(registry: ToolRegistry, calls: Sequence[ToolCallRequest]) -> list[ToolOutcome]:
@@ -50,4 +62,8 @@ async def _run_one(registry: ToolRegistry, call: ToolCallRequest) -> ToolOutcome
                 "raw": call.raw_arguments,
             },
         )
-    return await found.run(call.arguments)
+    token = _CURRENT.set(call)
+    try:
+        return await found.run(call.arguments)
+    finally:
+        _CURRENT.reset(token)

@@ -16,6 +16,7 @@ Everything is computed once, when the tool is defined; a binder only validates.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import typing
@@ -192,8 +193,12 @@ def binder_from_function(
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ToolDefinitionError(f"{what}: cannot read its signature: {exc}") from exc
+    # A partial's hints are its function's; a callable object's are its __call__'s.
+    source: Any = fn.func if isinstance(fn, functools.partial) else fn
+    if not (inspect.isfunction(source) or inspect.ismethod(source) or inspect.isclass(source)):
+        source = getattr(source, "__call__", source)  # noqa: B004
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(source, include_extras=True)
     except Exception as exc:
         raise ToolDefinitionError(
             f"{what}: cannot resolve its type annotations: {type(exc).__name__}: {exc}"
@@ -225,14 +230,16 @@ def binder_from_function(
         # A field name that pydantic reserves (leading underscore, or an attribute of
         # BaseModel such as ``json`` or ``schema``) is stored under a safe name with the
         # parameter's name as its alias: the schema and validation use the alias.
+        options: dict[str, Any] = {}
+        if description is not None:
+            options["description"] = description
         if pname.startswith("_") or hasattr(BaseModel, pname):
             field_name = f"p{index}_{pname.lstrip('_')}"
             renames[field_name] = pname
-            info = Field(default, alias=pname, description=description)
+            options["alias"] = pname
         else:
             field_name = pname
-            info = Field(default, description=description)
-        fields[field_name] = (annotation, info)
+        fields[field_name] = (annotation, Field(default, **options))
 
     try:
         model: type[BaseModel] = create_model(

@@ -29,8 +29,14 @@ from pydantic import BaseModel
 from turnfsm.errors import ToolDefinitionError
 from turnfsm.model import ToolCallRequest
 
-from ._schema import Binder, InvalidArguments, binder_from_function, binder_from_spec, check_name
-from ._schema import parse_docstring as _parse_docstring
+from ._schema import (
+    Binder,
+    InvalidArguments,
+    binder_from_function,
+    binder_from_spec,
+    check_name,
+    parse_docstring,
+)
 
 __all__ = ["Approval", "ApprovalPolicy", "Tool", "ToolOutcome", "tool"]
 
@@ -73,9 +79,6 @@ class ToolOutcome:
     result: Any
 
 
-_SYNC, _ASYNC, _THREAD = 0, 1, 2
-
-
 class Tool:
     """One tool the model may call. Immutable; build it with :func:`tool` or :meth:`from_spec`.
 
@@ -99,7 +102,6 @@ class Tool:
         "_bind",
         "_definition",
         "_invoke",
-        "_mode",
         "approval",
         "blocking",
         "description",
@@ -120,7 +122,6 @@ class Tool:
     blocking: bool
     _bind: Binder
     _definition: dict[str, Any]
-    _mode: int
     _invoke: Callable[[Callable[..., Any], dict[str, Any]], Awaitable[Any]] | None
 
     def __init__(
@@ -153,8 +154,8 @@ class Tool:
             raise ToolDefinitionError(
                 f"{what}: blocking=True is for sync functions; an async function is awaited"
             )
-        mode = _ASYNC if is_async else _THREAD if blocking else _SYNC
-        invoke = _await_call if mode == _ASYNC else _thread_call if mode == _THREAD else None
+        # How the function is invoked, chosen once: None means "call it directly".
+        invoke = _await_call if is_async else _thread_call if blocking else None
         setter = object.__setattr__
         setter(self, "name", name)
         setter(self, "description", description)
@@ -165,7 +166,6 @@ class Tool:
         setter(self, "timeout", None if timeout is None else float(timeout))
         setter(self, "blocking", bool(blocking))
         setter(self, "_bind", bind)
-        setter(self, "_mode", mode)
         setter(self, "_invoke", invoke)
         setter(
             self,
@@ -325,8 +325,19 @@ class Tool:
                         return ToolOutcome(
                             False, {"error": f"tool {self.name!r} timed out after {timeout:g}s"}
                         )
-            if type(result) is not dict and isinstance(result, BaseModel):
-                result = result.model_dump(mode="json")
+            if type(result) is not dict:
+                if isinstance(result, BaseModel):
+                    result = result.model_dump(mode="json")
+                elif invoke is None and inspect.isawaitable(result):
+                    if inspect.iscoroutine(result):
+                        result.close()
+                    return ToolOutcome(
+                        False,
+                        {
+                            "error": f"tool {self.name!r} returned an awaitable from a sync "
+                            "function; declare the function async def"
+                        },
+                    )
         except Exception as exc:
             text = str(exc)
             name = type(exc).__name__
@@ -435,7 +446,7 @@ def tool(
         check_name(tool_name, f"tool function {getattr(func, '__qualname__', func)!r}")
         assert isinstance(tool_name, str)
         documented = func.func if isinstance(func, functools.partial) else func
-        summary, arg_docs = _parse_docstring(inspect.getdoc(documented))
+        summary, arg_docs = parse_docstring(inspect.getdoc(documented))
         parameters, bind = binder_from_function(func, tool_name, arg_docs)
         return Tool(
             name=tool_name,
