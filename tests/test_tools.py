@@ -65,6 +65,7 @@ def test_public_names_are_exact_and_sorted() -> None:
         "Approval",
         "ApprovalPolicy",
         "Tool",
+        "ToolError",
         "ToolOutcome",
         "ToolRegistry",
         "current_call",
@@ -966,3 +967,14 @@ async def test_current_call_is_visible_inside_the_tool_and_only_there() -> None:
     assert [o.result for o in outcomes] == [0, 1, 2]
     assert sorted(s for s in seen if s) == ["c0", "c1", "c2"]
     assert current_call() is None
+
+
+@pytest.mark.anyio
+async def test_tool_error_message_reaches_the_model_verbatim() -> None:
+    from turnfsm.tools import ToolError
+
+    def lookup(city: str) -> str:
+        raise ToolError(f"no such city: {city}")
+
+    outcome = await tool(lookup).run({"city": "Atlantis"})
+    assert outcome == ToolOutcome(False, {"error": "no such city: Atlantis"})

@@ -10,42 +10,7 @@
 
 from __future__ import annotations
 
-import anyio
-
 from .adapters.llm import AnswerSpec, ScriptedLLM
+from .engine import FakeClock, SequentialIds
 
 __all__ = ["AnswerSpec", "FakeClock", "ScriptedLLM", "SequentialIds"]
-
-
-class FakeClock:
-    """A virtual clock: ``sleep`` advances time at once (after one checkpoint).
-
-    ``sleeps`` records every requested delay, so a test can assert on backoff.
-    """
-
-    def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
-        self.now = start
-        self.sleeps: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        await anyio.lowlevel.checkpoint()
-        self.now += max(seconds, 0.0)
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class SequentialIds:
-    """Ids ``{prefix}1``, ``{prefix}2``, ... for reproducible histories."""
-
-    def __init__(self, prefix: str = "id-") -> None:
-        self.prefix = prefix
-        self.count = 0
-
-    def __call__(self) -> str:
-        self.count += 1
-        return f"{self.prefix}{self.count}"

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo
+from . import _demo, _replay
 
 __all__ = ["main"]
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _demo.add_parser(sub)
+    _replay.add_parser(sub)
     return parser
 
 

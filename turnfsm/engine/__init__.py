@@ -1,6 +1,6 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
-from ._clock import Clock, SystemClock
+from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
@@ -9,7 +9,9 @@ from ._turn import StopReason, Turn
 __all__ = [
     "Clock",
     "Engine",
+    "FakeClock",
     "RetryPolicy",
+    "SequentialIds",
     "StopReason",
     "Subscription",
     "SystemClock",

@@ -62,6 +62,15 @@ class Subscription:
         """No more events will come (the engine closed, or the subscriber left)."""
         self._send.close()
 
+    def drain(self) -> list[Event]:
+        """Every event already delivered and not yet read, without waiting."""
+        out: list[Event] = []
+        while True:
+            try:
+                out.append(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return out
+
     def __aiter__(self) -> Subscription:
         return self
 

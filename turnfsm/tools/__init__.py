@@ -13,12 +13,13 @@ anyio.
 
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
-from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome, tool
+from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
 
 __all__ = [
     "Approval",
     "ApprovalPolicy",
     "Tool",
+    "ToolError",
     "ToolOutcome",
     "ToolRegistry",
     "current_call",

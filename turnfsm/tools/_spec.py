@@ -38,9 +38,17 @@ from ._schema import (
     parse_docstring,
 )
 
-__all__ = ["Approval", "ApprovalPolicy", "Tool", "ToolOutcome", "tool"]
+__all__ = ["Approval", "ApprovalPolicy", "Tool", "ToolError", "ToolOutcome", "tool"]
 
 _log = logging.getLogger("turnfsm.tools")
+
+
+class ToolError(Exception):
+    """Raise it in a tool to fail the call with exactly this message.
+
+    Other exceptions are reported as ``"TypeName: message"``; a ``ToolError``'s
+    message reaches the model as it is (``{"error": message}``).
+    """
 
 
 class Approval(StrEnum):
@@ -338,6 +346,8 @@ class Tool:
                             "function; declare the function async def"
                         },
                     )
+        except ToolError as exc:
+            return ToolOutcome(False, {"error": str(exc) or type(exc).__name__})
         except Exception as exc:
             text = str(exc)
             name = type(exc).__name__

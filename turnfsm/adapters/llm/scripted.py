@@ -30,7 +30,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from ._base import LLMChunk, LLMRequest, LLMResponse, TextDelta, ThinkingDelta, ToolCallData
 
-__all__ = ["Answer", "AnswerSpec", "ErrorSpec", "Handler", "ScriptedLLM", "ToolCallSpec"]
+__all__ = [
+    "Answer",
+    "AnswerSpec",
+    "ErrorSpec",
+    "Handler",
+    "ScriptedLLM",
+    "ToolCallSpec",
+    "play",
+]
 
 
 class ErrorSpec(BaseModel):
@@ -197,25 +205,31 @@ class ScriptedLLM:
         if isinstance(answer, LLMResponse):
             yield answer
             return
-        if answer.error is not None and answer.fail_after is None:
-            raise answer.error.to_error()
-        if answer.chunks is None:
-            yield answer.response(request.model)
-            return
-        if answer.thinking:
-            yield ThinkingDelta(answer.thinking)
-        delivered: list[str] = []
-        for n, chunk in enumerate(answer.chunks):
-            if n == answer.fail_after and answer.error is not None:
-                raise answer.error.to_error("".join(delivered))
-            if n == answer.cancel_after:
-                request.request_cancel()
-                await anyio.lowlevel.checkpoint()
-            delivered.append(chunk)
-            yield TextDelta(chunk)
-        if answer.fail_after is not None and answer.error is not None:
+        async for chunk in play(answer, request):
+            yield chunk
+
+
+async def play(answer: AnswerSpec, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+    """Play one scripted answer as an adapter would stream it."""
+    if answer.error is not None and answer.fail_after is None:
+        raise answer.error.to_error()
+    if answer.chunks is None:
+        yield answer.response(request.model)
+        return
+    if answer.thinking:
+        yield ThinkingDelta(answer.thinking)
+    delivered: list[str] = []
+    for n, chunk in enumerate(answer.chunks):
+        if n == answer.fail_after and answer.error is not None:
             raise answer.error.to_error("".join(delivered))
-        if answer.cancel_after is not None and answer.cancel_after >= len(answer.chunks):
+        if n == answer.cancel_after:
             request.request_cancel()
             await anyio.lowlevel.checkpoint()
-        yield answer.response(request.model)
+        delivered.append(chunk)
+        yield TextDelta(chunk)
+    if answer.fail_after is not None and answer.error is not None:
+        raise answer.error.to_error("".join(delivered))
+    if answer.cancel_after is not None and answer.cancel_after >= len(answer.chunks):
+        request.request_cancel()
+        await anyio.lowlevel.checkpoint()
+    yield answer.response(request.model)

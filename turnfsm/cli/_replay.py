@@ -1,0 +1,102 @@
+"""``turnfsm replay FILE...``: run replay scripts offline and check them.
+
+Exit status: 0 every check holds; 1 a check or the tape failed (the report
+says at which step, what was expected and what the engine did); 2 a script is
+invalid (its JSON path and the reason) or cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..replay import ReplayResult, ScriptError, load_script, replay
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "replay",
+        help="replay scripts through the engine, offline, and check them",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "paths", nargs="+", metavar="FILE", help="script files (.json, .yaml) or folders of them"
+    )
+    p.add_argument(
+        "--trace-out",
+        metavar="FILE",
+        help="write what was observed: {trace, events, messages} (one script only)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON result per script")
+    p.set_defaults(run=_run)
+
+
+def _expand(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files.extend(
+                sorted(
+                    f
+                    for f in p.rglob("*")
+                    if f.suffix in (".json", ".yaml", ".yml") and f.is_file()
+                )
+            )
+        else:
+            files.append(p)
+    return files
+
+
+def _run(args: argparse.Namespace) -> int:
+    files = _expand(args.paths)
+    if args.trace_out and len(files) != 1:
+        print("turnfsm replay: --trace-out needs exactly one script", file=sys.stderr)
+        return 2
+    worst = 0
+    passed = failed = invalid = 0
+    for path in files:
+        try:
+            script = load_script(path)
+        except ScriptError as exc:
+            invalid += 1
+            worst = 2
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "name": str(path),
+                            "ok": False,
+                            "invalid": True,
+                            "problems": [{"path": p, "reason": r} for p, r in exc.problems],
+                        }
+                    )
+                )
+            else:
+                print(f"INVALID {exc}", file=sys.stderr)
+            continue
+        result: ReplayResult = anyio.run(replay, script)
+        if args.trace_out:
+            Path(args.trace_out).write_text(
+                json.dumps(result.trace_out(), indent=2, ensure_ascii=False) + "\n"
+            )
+        if result.ok:
+            passed += 1
+        else:
+            failed += 1
+            worst = max(worst, 1)
+        if args.json:
+            print(json.dumps({"file": str(path), **result.to_json()}, ensure_ascii=False))
+        else:
+            print(result.report())
+    if not args.json:
+        print(f"{passed} passed, {failed} failed, {invalid} invalid")
+    return worst

@@ -1,0 +1,343 @@
+"""The replay script model, format ``turnfsm-script/1`` (``shared/SCRIPT_FORMAT.md``).
+
+:func:`parse_script` checks a whole script before anything runs and reports
+every problem with its JSON path (``$.steps[3].llm.chunks``) and the reason,
+as one :class:`ScriptError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
+from ..errors import TurnFSMError
+from ..states import State
+
+__all__ = [
+    "FORMAT",
+    "INPUT_KEYS",
+    "OUTCOME_KEYS",
+    "Script",
+    "ScriptConfig",
+    "ScriptError",
+    "ScriptTool",
+    "Step",
+    "load_script",
+    "parse_script",
+]
+
+FORMAT = "turnfsm-script/1"
+
+INPUT_KEYS = frozenset({"user", "approve", "deny", "cancel", "retry", "reset", "branch", "switch"})
+OUTCOME_KEYS = frozenset({"llm", "llm_error", "tool"})
+CHECK_KEYS = frozenset({"expect"})
+STEP_KEYS = INPUT_KEYS | OUTCOME_KEYS | CHECK_KEYS
+
+
+class ScriptError(TurnFSMError):
+    """A script is invalid; ``problems`` lists (JSON path, reason) for each problem."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]], source: str = "script") -> None:
+        self.problems = list(problems)
+        self.source = source
+        lines = "\n".join(f"  {path}: {reason}" for path, reason in self.problems)
+        super().__init__(f"{source} is not a valid {FORMAT} script:\n{lines}")
+
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryConfig(BaseModel):
+    model_config = _STRICT
+    max_attempts: int = Field(default=3, ge=1)
+    initial_delay: float = Field(default=0.5, ge=0)
+    max_delay: float = Field(default=30.0, ge=0)
+
+
+class ScriptConfig(BaseModel):
+    model_config = _STRICT
+    model: str = "scripted"
+    system_prompt: str | None = None
+    mode: str = "chat"
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    max_iterations: int = Field(default=20, ge=1)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    tool_history_rounds: int | None = Field(default=None, ge=0)
+
+
+class ScriptTool(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    approval: Literal["auto", "required", "deny"] = "auto"
+    idempotent: bool = False
+
+
+class UserInput(BaseModel):
+    model_config = _STRICT
+    content: str = Field(min_length=1)
+    role: Literal["user", "frontend_operator"] = "user"
+
+
+class DenyInput(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1)
+    reason: str = ""
+
+
+class BranchInput(BaseModel):
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    at: int = Field(ge=-1)
+
+
+class ToolOutcomeStep(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1)
+    result: Any = None
+    error: str | None = None
+
+    @field_validator("error")
+    @classmethod
+    def _not_empty(cls, v: str | None) -> str | None:
+        if v is not None and not v:
+            raise ValueError("an error message must not be empty")
+        return v
+
+
+class LastMessage(BaseModel):
+    model_config = _STRICT
+    role: Literal["system", "user", "assistant", "tool", "frontend_operator"] | None = None
+    text: str | None = None
+
+
+class StepExpect(BaseModel):
+    model_config = _STRICT
+    state: State | None = None
+    pending: list[str] | None = None
+    last_message: LastMessage | None = None
+    message_count: int | None = Field(default=None, ge=0)
+    branch: str | None = None
+
+
+class FinalExpect(BaseModel):
+    model_config = _STRICT
+    trace: list[State] | None = None
+    final_state: State | None = None
+    message_count: int | None = Field(default=None, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of the tape: its ``kind`` (the key) and its parsed ``value``."""
+
+    index: int
+    kind: str
+    value: Any
+
+    @property
+    def is_input(self) -> bool:
+        return self.kind in INPUT_KEYS
+
+    @property
+    def is_outcome(self) -> bool:
+        return self.kind in OUTCOME_KEYS
+
+    def describe(self) -> str:
+        return f"step {self.index} ({self.kind})"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    config: ScriptConfig
+    tools: tuple[ScriptTool, ...]
+    steps: tuple[Step, ...]
+    expect: FinalExpect | None
+    raw: Mapping[str, Any]
+
+
+def _loc(base: str, loc: Sequence[int | str]) -> str:
+    path = base
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _validate(model: type[BaseModel], data: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append((_loc(path, err["loc"]), err["msg"]))
+        return None
+
+
+def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | None:
+    path = f"$.steps[{i}]"
+    if not isinstance(raw, Mapping):
+        problems.append((path, f"a step is an object with one key, not {type(raw).__name__}"))
+        return None
+    keys = list(raw)
+    if len(keys) != 1:
+        problems.append(
+            (path, f"a step has exactly one key, this one has {len(keys)}: {', '.join(keys)}")
+        )
+        return None
+    kind = keys[0]
+    value = raw[kind]
+    here = f"{path}.{kind}"
+    if kind not in STEP_KEYS:
+        problems.append((path, f"unknown step {kind!r}; known: {', '.join(sorted(STEP_KEYS))}"))
+        return None
+    parsed: Any = None
+    if kind == "user":
+        parsed = _validate(
+            UserInput, {"content": value} if isinstance(value, str) else value, here, problems
+        )
+    elif kind == "approve":
+        ids = [value] if isinstance(value, str) else value
+        if not isinstance(ids, list) or not ids or not all(isinstance(x, str) and x for x in ids):
+            problems.append((here, "a call id or a non-empty list of call ids"))
+        else:
+            parsed = tuple(ids)
+    elif kind == "deny":
+        parsed = _validate(DenyInput, value, here, problems)
+    elif kind in ("cancel", "retry", "reset"):
+        if value is not True:
+            problems.append((here, "must be true"))
+        else:
+            parsed = True
+    elif kind == "branch":
+        parsed = _validate(BranchInput, value, here, problems)
+    elif kind == "switch":
+        if not isinstance(value, str) or not value:
+            problems.append((here, "a branch name"))
+        else:
+            parsed = value
+    elif kind == "llm":
+        if isinstance(value, Mapping) and "error" in value and "fail_after" not in value:
+            problems.append((here, "an attempt that fails is an 'llm_error' step"))
+        else:
+            parsed = _validate(AnswerSpec, value, here, problems)
+    elif kind == "llm_error":
+        err = _validate(ErrorSpec, value, here, problems)
+        parsed = AnswerSpec(error=err) if err is not None else None
+    elif kind == "tool":
+        parsed = _validate(ToolOutcomeStep, value, here, problems)
+    elif kind == "expect":
+        parsed = _validate(StepExpect, value, here, problems)
+    if parsed is None:
+        return None
+    return Step(i, kind, parsed)
+
+
+def parse_script(data: Any, source: str = "script") -> Script:
+    """Check and parse a script (already decoded from JSON or YAML)."""
+    problems: list[tuple[str, str]] = []
+    if not isinstance(data, Mapping):
+        raise ScriptError([("$", f"a script is a JSON object, not {type(data).__name__}")], source)
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        why = "is missing" if fmt is None else f"is {fmt!r}"
+        raise ScriptError([("$.format", f"{why}; this runner reads {FORMAT!r}")], source)
+    known = {"format", "name", "config", "tools", "steps", "expect"}
+    for key in data:
+        if key not in known:
+            problems.append((f"$.{key}", f"unknown key; known: {', '.join(sorted(known))}"))
+    name = data.get("name", "")
+    if not isinstance(name, str):
+        problems.append(("$.name", "must be a string"))
+        name = ""
+    config = _validate(ScriptConfig, data.get("config") or {}, "$.config", problems)
+    tools: list[ScriptTool] = []
+    raw_tools = data.get("tools") or []
+    if not isinstance(raw_tools, list):
+        problems.append(("$.tools", "must be a list"))
+        raw_tools = []
+    for i, t in enumerate(raw_tools):
+        spec = _validate(ScriptTool, t, f"$.tools[{i}]", problems)
+        if spec is not None:
+            if any(s.name == spec.name for s in tools):
+                problems.append((f"$.tools[{i}].name", f"tool {spec.name!r} is defined twice"))
+            tools.append(spec)
+    raw_steps = data.get("steps")
+    steps: list[Step] = []
+    if not isinstance(raw_steps, list):
+        problems.append(("$.steps", "is required: a list of steps"))
+    else:
+        for i, raw in enumerate(raw_steps):
+            step = _parse_step(i, raw, problems)
+            if step is not None:
+                steps.append(step)
+    expect = None
+    if data.get("expect") is not None:
+        expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
+    _check_call_ids(steps, problems)
+    if problems:
+        raise ScriptError(problems, source)
+    assert config is not None
+    return Script(name or source, config, tuple(tools), tuple(steps), expect, data)
+
+
+def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> None:
+    """An id used by approve/deny/tool must be the id of a tool call some llm step asks for."""
+    ids: set[str] = set()
+    for s in steps:
+        if s.kind == "llm":
+            for c in s.value.tool_calls or ():
+                if c.id in ids:
+                    problems.append(
+                        (f"$.steps[{s.index}].llm.tool_calls", f"call id {c.id!r} is used twice")
+                    )
+                ids.add(c.id)
+    for s in steps:
+        used: list[str] = []
+        if s.kind == "approve":
+            used = list(s.value)
+        elif s.kind == "deny" or s.kind == "tool":
+            used = [s.value.id]
+        for cid in used:
+            if cid not in ids:
+                problems.append(
+                    (
+                        f"$.steps[{s.index}].{s.kind}",
+                        f"no llm step asks for a tool call with id {cid!r}",
+                    )
+                )
+
+
+def load_script(path: str | Path) -> Script:
+    """Read a script file (``.json``, or ``.yaml``/``.yml`` when PyYAML is installed)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError([("$", f"cannot read the file: {exc.strerror or exc}")], str(p)) from exc
+    if p.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ScriptError(
+                [("$", "YAML scripts need PyYAML (pip install pyyaml)")], str(p)
+            ) from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ScriptError([("$", f"not valid YAML: {exc}")], str(p)) from exc
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScriptError(
+                [("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],
+                str(p),
+            ) from exc
+    return parse_script(data, str(p))
