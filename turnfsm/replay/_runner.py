@@ -268,8 +268,9 @@ def _check_final(expect: FinalExpect, trace: list[str], ctx: ChatContext) -> lis
                 Failure(
                     "check",
                     None,
-                    f"trace differs from entry {at}: expected {want[at] if at < len(want) else 'end'}"
-                    f", observed {trace[at] if at < len(trace) else 'end'}",
+                    f"trace differs from entry {at}: expected "
+                    f"{want[at] if at < len(want) else 'end'}, observed "
+                    f"{trace[at] if at < len(trace) else 'end'}",
                     want,
                     trace,
                 )
