@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _replay
+from . import _demo, _record, _replay
 
 __all__ = ["main"]
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _demo.add_parser(sub)
     _replay.add_parser(sub)
+    _record.add_parser(sub)
     return parser
 
 

@@ -3,12 +3,14 @@
 The script format is ``turnfsm-script/1`` (``shared/SCRIPT_FORMAT.md``).
 """
 
+from ._recorder import Recorder
 from ._runner import Failure, ReplayResult, replay, run_script
 from ._script import FORMAT, Script, ScriptError, Step, load_script, parse_script
 
 __all__ = [
     "FORMAT",
     "Failure",
+    "Recorder",
     "ReplayResult",
     "Script",
     "ScriptError",

@@ -1,0 +1,159 @@
+"""A recorded conversation replays to the same trace and messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnfsm import Engine, State, tool
+from turnfsm.adapters.llm.demo import DemoLLM
+from turnfsm.replay import Recorder, replay
+from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+
+
+@tool(approval="required")
+def get_weather(city: str) -> dict[str, Any]:
+    """Current weather for a city."""
+    return {"city": city, "temp_c": 15}
+
+
+@tool
+def flaky(x: int) -> int:
+    """Fails for negative numbers."""
+    if x < 0:
+        raise ValueError("negative")
+    return x
+
+
+def _shape(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must match between a live run and its replay (ids and times aside)."""
+    out = []
+    for node in messages:
+        m = node["message"]
+        calls = [
+            (c["id"], c["tool_name"], c["arguments"], c["approval_status"])
+            for c in m["tool_calls"] or []
+        ]
+        out.append(
+            (
+                m["role"],
+                m["content"],
+                calls,
+                m["tool_result"],
+                m["thinking"],
+                m["metadata"]["cancelled"],
+            )
+        )
+    return out
+
+
+async def _live(recorder: Recorder, drive: Any) -> tuple[dict[str, Any], list[Any]]:
+    async with Engine(
+        llm=recorder.llm, tools=recorder.tools, clock=FakeClock(), ids=SequentialIds()
+    ) as engine:
+        cid = await recorder.start(engine, system_prompt="Be brief.")
+        await drive(recorder)
+        script = await recorder.script()
+        ctx = await engine.get_context(cid)
+        return script, [n.model_dump(mode="json") for n in ctx.history()]
+
+
+@pytest.mark.anyio
+async def test_demo_conversation_round_trips() -> None:
+    async def drive(rec: Recorder) -> None:
+        turn = await rec.send("What's the weather in Paris?")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        await rec.approve(turn.pending_tool_calls[0].id)
+        turn = await rec.send("And the weather in Oslo?")
+        await rec.deny(turn.pending_tool_calls[0].id, reason="not now")
+
+    script, live = await _live(Recorder(DemoLLM(), tools=[get_weather]), drive)
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert result.trace == script["expect"]["trace"]
+    assert _shape(result.messages) == _shape(live)
+
+
+@pytest.mark.anyio
+async def test_errors_thinking_and_tool_failures_round_trip() -> None:
+    llm = ScriptedLLM(
+        [
+            {"error": {"status": 503, "retry_after": 0.25}},
+            {
+                "chunks": ["Let ", "me see"],
+                "thinking": "use the tool",
+                "tool_calls": [{"id": "c1", "name": "flaky", "arguments": {"x": -1}}],
+            },
+            {"chunks": ["par", "tial"], "fail_after": 1, "error": {"kind": "timeout"}},
+            {
+                "text": "It failed.",
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            },
+        ]
+    )
+
+    async def drive(rec: Recorder) -> None:
+        turn = await rec.send("go")
+        assert turn.state is State.IDLE
+
+    script, live = await _live(Recorder(llm, tools=[flaky]), drive)
+    kinds = [next(iter(s)) for s in script["steps"]]
+    assert kinds == ["user", "llm_error", "llm", "tool", "llm", "llm"]
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert _shape(result.messages) == _shape(live)
+
+
+@pytest.mark.anyio
+async def test_cancel_mid_stream_round_trips() -> None:
+    async def handler(request: Any) -> dict[str, Any]:
+        return {"chunks": ["one ", "two ", "three"], "cancel_after": 2}
+
+    async def drive(rec: Recorder) -> None:
+        turn = await rec.send("count")
+        assert turn.stop_reason == "cancelled"
+
+    script, live = await _live(Recorder(ScriptedLLM(handler)), drive)
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert _shape(result.messages) == _shape(live)
+    assert live[-1]["message"]["metadata"]["cancelled"] is True
+
+
+def test_record_command_writes_a_script_that_replays(tmp_path: Path) -> None:
+    out = tmp_path / "rec.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnfsm",
+            "record",
+            "--out",
+            str(out),
+            "--message",
+            "What's the weather in Rome?",
+            "--message",
+            "thanks",
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    assert data["expect"]["final_state"] == "Idle"
+    again = subprocess.run(
+        [sys.executable, "-m", "turnfsm", "replay", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -1,0 +1,97 @@
+"""``turnfsm record --out FILE``: record a conversation as a replay script.
+
+Talks to the demo model (no key, no network) with the demo weather tool. Type
+messages at the prompt (an empty line or end of input stops), or give
+``--message TEXT`` for one turn. The script written replays to the same trace
+and messages with ``turnfsm replay FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+
+from ..adapters.llm.demo import DemoLLM
+from ..engine import Engine, Turn
+from ..replay import Recorder
+from ..states import State
+from ._demo import get_weather
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "record",
+        help="record a conversation as a replay script",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write the script")
+    p.add_argument(
+        "--message",
+        action="append",
+        metavar="TEXT",
+        help="a user message to send (repeatable); without it, read from the terminal",
+    )
+    p.add_argument(
+        "--approve",
+        choices=("all", "none", "ask"),
+        default=None,
+        help="tool approvals: all, none, or ask (default: ask on a terminal, else all)",
+    )
+    p.add_argument("--system-prompt", default="You are a helpful weather assistant.")
+    p.add_argument("--name", default="recorded conversation", help="the script's name")
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    approve = args.approve or ("ask" if sys.stdin.isatty() else "all")
+    return anyio.run(_record, args, approve)
+
+
+def _messages(args: argparse.Namespace) -> Any:
+    if args.message:
+        yield from args.message
+        return
+    while True:
+        print("user> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            return
+        yield line.strip()
+
+
+async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
+    while turn.state is State.AWAITING_TOOL_APPROVAL:
+        call = turn.pending_tool_calls[0]
+        shown = f"{call.tool_name}({json.dumps(call.arguments)})"
+        yes = approve == "all"
+        if approve == "ask":
+            print(f"approve {shown}? [y/N] ", end="", flush=True)
+            yes = sys.stdin.readline().strip().lower() in ("y", "yes")
+        if yes:
+            turn = await recorder.approve(call.id)
+        else:
+            turn = await recorder.deny(call.id, reason="the user said no")
+    return turn
+
+
+async def _record(args: argparse.Namespace, approve: str) -> int:
+    recorder = Recorder(DemoLLM(), tools=[get_weather], name=args.name, model="demo")
+    async with Engine(llm=recorder.llm, tools=recorder.tools) as engine:
+        await recorder.start(engine, system_prompt=args.system_prompt)
+        for text in _messages(args):
+            turn = await _decide(recorder, await recorder.send(text), approve)
+            print(f"assistant> {turn.text}")
+            print(f"  states: {' -> '.join(turn.states)}")
+        data = await recorder.save(args.out)
+    print(
+        f"wrote {args.out}: {len(data['steps'])} steps, trace of "
+        f"{len(data['expect']['trace'])} states"
+    )
+    return 0
