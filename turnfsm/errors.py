@@ -61,6 +61,8 @@ class IllegalTransition(TurnFSMError):
     """The table has no edge for ``trigger`` from ``state``; nothing was changed."""
 
     def __init__(self, state: str, trigger: str, *, context_id: str | None = None) -> None:
+        state = str(state)  # the exact names, also when given the enums
+        trigger = str(trigger)
         self.state = state
         self.trigger = trigger
         self.context_id = context_id

@@ -154,6 +154,10 @@ class _Runtime:
     answer: MessageNode | None = None
     partial: list[str] = field(default_factory=list)
     partial_id: str | None = None
+    outbox: list[tuple[Callable[..., Event], int, float, dict[str, Any]]] = field(
+        default_factory=list
+    )
+    """Events waiting for the next commit: (kind, seq, timestamp, fields)."""
 
 
 class Engine:
@@ -404,6 +408,7 @@ class Engine:
             rt.stop_reason = StopReason.AWAITING_APPROVAL
             await self._commit(rt)
             return
+        self._mark_started(rt)
         await self._step(rt, T.APPROVALS_RESOLVED)
 
     async def retry(self, context_id: str) -> Turn:
@@ -664,7 +669,13 @@ class Engine:
         return state
 
     async def _step(self, rt: _Runtime, trigger: Trigger) -> State:
-        """Take ``trigger``, commit, then tell the subscribers."""
+        """Take ``trigger`` and commit it (then its events go out)."""
+        dest = self._fire(rt, trigger)
+        await self._commit(rt)
+        return dest
+
+    def _fire(self, rt: _Runtime, trigger: Trigger) -> State:
+        """Take ``trigger`` on the machine; its StateChanged waits for the commit."""
         holder = rt.holder
         source = holder.state
         dest = self._machine.fire(holder, trigger)
@@ -677,21 +688,18 @@ class Engine:
             to_state=dest,
             attempt=rt.ctx.progress.attempt,
         )
-        await self._commit(rt)
+        self._later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
+        return dest
+
+    def _later(self, rt: _Runtime, kind: Callable[..., Event], **fields: Any) -> None:
+        """Give the next ``seq`` to an event that goes out after the next commit.
+
+        The seq is reserved now (and stored by that commit) even when nobody
+        listens, so seqs have no gaps and are never reused after a reload.
+        """
         rt.seq += 1
         if rt.subscribers:
-            self._publish(
-                rt,
-                StateChanged(
-                    context_id=rt.ctx.id,
-                    seq=rt.seq,
-                    timestamp=self.clock.time(),
-                    from_state=source,
-                    to_state=dest,
-                    trigger=trigger,
-                ),
-            )
-        return dest
+            rt.outbox.append((kind, rt.seq, self.clock.time(), fields))
 
     async def _commit(self, rt: _Runtime) -> None:
         ctx = rt.ctx
@@ -706,7 +714,7 @@ class Engine:
             state=holder.state,
             updated_at=now,
             progress=ctx.progress,
-            event_seq=rt.seq + (1 if steps else 0),
+            event_seq=rt.seq,
             steps=steps,
             appended=rt.appended,
             replaced=list(rt.replaced.values()),
@@ -723,24 +731,19 @@ class Engine:
         ctx.version = version
         ctx.updated_at = now
         ctx.event_seq = commit.event_seq
+        if rt.outbox:
+            outbox = rt.outbox
+            rt.outbox = []
+            cid = ctx.id
+            for kind, seq, at, fields in outbox:
+                self._publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **fields))
 
     def _publish(self, rt: _Runtime, event: Event) -> None:
         for sub in rt.subscribers:
             sub.offer(event)
 
-    def _emit_turn_end(self, rt: _Runtime) -> None:
-        rt.seq += 1
-        if rt.subscribers:
-            self._publish(
-                rt,
-                TurnCompleted(
-                    context_id=rt.ctx.id,
-                    seq=rt.seq,
-                    timestamp=self.clock.time(),
-                    stop_reason=str(rt.stop_reason),
-                    state=rt.holder.state,
-                ),
-            )
+    def _end_turn(self, rt: _Runtime) -> None:
+        self._later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
 
     # ------------------------------------------------------------------ history
 
@@ -806,21 +809,15 @@ class Engine:
                     metadata=MessageMetadata(created_at=now),
                 ),
             )
-            rt.seq += 1
-            if rt.subscribers:
-                self._publish(
-                    rt,
-                    ToolResult(
-                        context_id=rt.ctx.id,
-                        seq=rt.seq,
-                        timestamp=self.clock.time(),
-                        call_id=call.id,
-                        tool_name=call.tool_name,
-                        success=outcome.success,
-                        result=outcome.result,
-                        message_id=node.id,
-                    ),
-                )
+            self._later(
+                rt,
+                ToolResult,
+                call_id=call.id,
+                tool_name=call.tool_name,
+                success=outcome.success,
+                result=outcome.result,
+                message_id=node.id,
+            )
 
     def _close_open_calls(self, rt: _Runtime, why: str, text: str) -> None:
         """Give every open call of the newest batch a failed result saying ``text``."""
@@ -871,9 +868,10 @@ class Engine:
             rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": str(exc)})
             rt.stop_reason = StopReason.FAILED
             rt.log.warning("prepare_failed", error=str(exc))
-            await self._step(rt, T.PREPARE_FAILED)
-            self._emit_failed(rt, str(exc), "")
-            self._emit_turn_end(rt)
+            self._fire(rt, T.PREPARE_FAILED)
+            self._failed(rt, str(exc), "")
+            self._end_turn(rt)
+            await self._commit(rt)
             return
         await self._step(rt, T.PROMPT_READY)
 
@@ -977,32 +975,11 @@ class Engine:
         )
         node = self._append(rt, message, message_id)
         rt.answer = node
-        await self._step(rt, T.STREAM_ENDED if streaming else T.RESPONSE_RECEIVED)
-        rt.seq += 1
-        if rt.subscribers:
-            self._publish(
-                rt,
-                MessageCompleted(
-                    context_id=rt.ctx.id,
-                    seq=rt.seq,
-                    timestamp=self.clock.time(),
-                    message_id=node.id,
-                    message=message,
-                ),
-            )
+        self._fire(rt, T.STREAM_ENDED if streaming else T.RESPONSE_RECEIVED)
+        self._later(rt, MessageCompleted, message_id=node.id, message=message)
         if calls:
-            rt.seq += 1
-            if rt.subscribers:
-                self._publish(
-                    rt,
-                    ToolCallsRequested(
-                        context_id=rt.ctx.id,
-                        seq=rt.seq,
-                        timestamp=self.clock.time(),
-                        message_id=node.id,
-                        calls=calls,
-                    ),
-                )
+            self._later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
+        await self._commit(rt)
 
     async def _fail_llm(self, rt: _Runtime, exc: LLMError, *, transient: bool) -> None:
         ctx = rt.ctx
@@ -1011,9 +988,10 @@ class Engine:
         if not transient:
             ctx.progress = ctx.progress.model_copy(update={"last_error": error})
             rt.stop_reason = StopReason.FAILED
-            await self._step(rt, T.LLM_FAILED_PERMANENT)
-            self._emit_failed(rt, error, exc.partial_text)
-            self._emit_turn_end(rt)
+            self._fire(rt, T.LLM_FAILED_PERMANENT)
+            self._failed(rt, error, exc.partial_text)
+            self._end_turn(rt)
+            await self._commit(rt)
             return
         attempt = ctx.progress.attempt
         will_retry = attempt < self.retry_policy.max_attempts
@@ -1024,37 +1002,20 @@ class Engine:
                 "retry_at": self.clock.time() + delay if will_retry else None,
             }
         )
-        await self._step(rt, T.LLM_FAILED_TRANSIENT)
+        self._fire(rt, T.LLM_FAILED_TRANSIENT)
         if will_retry:
-            rt.seq += 1
-            if rt.subscribers:
-                self._publish(
-                    rt,
-                    Retrying(
-                        context_id=ctx.id,
-                        seq=rt.seq,
-                        timestamp=self.clock.time(),
-                        attempt=attempt,
-                        delay=delay,
-                        error=error,
-                        partial_text=exc.partial_text,
-                    ),
-                )
-
-    def _emit_failed(self, rt: _Runtime, error: str, partial_text: str) -> None:
-        rt.seq += 1
-        if rt.subscribers:
-            self._publish(
+            self._later(
                 rt,
-                Failed(
-                    context_id=rt.ctx.id,
-                    seq=rt.seq,
-                    timestamp=self.clock.time(),
-                    error=error,
-                    state=rt.holder.state,
-                    partial_text=partial_text,
-                ),
+                Retrying,
+                attempt=attempt,
+                delay=delay,
+                error=error,
+                partial_text=exc.partial_text,
             )
+        await self._commit(rt)
+
+    def _failed(self, rt: _Runtime, error: str, partial_text: str) -> None:
+        self._later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
 
     async def _backoff(self, rt: _Runtime) -> None:
         """TransientFailure: wait out the delay and ``retry``, or ``give_up``."""
@@ -1063,9 +1024,10 @@ class Engine:
         if p.attempt >= self.retry_policy.max_attempts or p.retry_at is None:
             rt.stop_reason = StopReason.FAILED
             ctx.progress = p.model_copy(update={"retry_at": None})
-            await self._step(rt, T.GIVE_UP)
-            self._emit_failed(rt, p.last_error or "attempts exhausted", "")
-            self._emit_turn_end(rt)
+            self._fire(rt, T.GIVE_UP)
+            self._failed(rt, p.last_error or "attempts exhausted", "")
+            self._end_turn(rt)
+            await self._commit(rt)
             return
         wait = p.retry_at - self.clock.time()
         if wait > 0:
@@ -1084,8 +1046,9 @@ class Engine:
         rt.answer = None
         if not calls:
             rt.stop_reason = StopReason.COMPLETED
-            await self._step(rt, T.TURN_COMPLETE)
-            self._emit_turn_end(rt)
+            self._fire(rt, T.TURN_COMPLETE)
+            self._end_turn(rt)
+            await self._commit(rt)
             return
         if ctx.progress.iteration >= self.max_iterations:
             self._set_decisions(
@@ -1101,8 +1064,9 @@ class Engine:
                 [ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls],
             )
             rt.stop_reason = StopReason.MAX_ITERATIONS
-            await self._step(rt, T.TURN_COMPLETE)
-            self._emit_turn_end(rt)
+            self._fire(rt, T.TURN_COMPLETE)
+            self._end_turn(rt)
+            await self._commit(rt)
             return
         decisions: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
         needs_human = False
@@ -1123,30 +1087,32 @@ class Engine:
             self._set_decisions(rt, decisions)
         if needs_human:
             rt.stop_reason = StopReason.AWAITING_APPROVAL
-            await self._step(rt, T.NEEDS_APPROVAL)
-            rt.seq += 1
-            if rt.subscribers:
-                self._publish(
-                    rt,
-                    ToolApprovalRequested(
-                        context_id=ctx.id,
-                        seq=rt.seq,
-                        timestamp=self.clock.time(),
-                        calls=ctx.pending_tool_calls(),
-                    ),
-                )
+            self._fire(rt, T.NEEDS_APPROVAL)
+            self._later(rt, ToolApprovalRequested, calls=ctx.pending_tool_calls())
+            await self._commit(rt)
             return
+        self._mark_started(rt)
         await self._step(rt, T.TOOLS_DECIDED)
+
+    def _mark_started(self, rt: _Runtime) -> None:
+        """Record the approved calls as started, in the commit that enters
+        ExecutingTools: the attempt is durable before any tool runs. (A crash
+        between that commit and the run sends non-idempotent calls to a human,
+        which is the safe side.)"""
+        ctx = rt.ctx
+        ids = tuple(
+            c.id for c in ctx.open_tool_calls() if c.approval_status is ApprovalStatus.APPROVED
+        )
+        ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
 
     async def _run_tools(self, rt: _Runtime) -> None:
         """ExecutingTools: run the approved calls; one result per call, in the order asked."""
         ctx = rt.ctx
         calls = ctx.open_tool_calls()
         to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
-        if to_run:  # the attempt is recorded before the tools run
-            ctx.progress = ctx.progress.model_copy(
-                update={"started_call_ids": tuple(c.id for c in to_run)}
-            )
+        ids = tuple(c.id for c in to_run)
+        if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
+            ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
             await self._commit(rt)
         ran = iter(await run_calls(self.tools, to_run)) if to_run else iter(())
         outcomes = [
@@ -1215,8 +1181,9 @@ class Engine:
         rt.request = None
         rt.answer = None
         rt.stop_reason = StopReason.CANCELLED
-        await self._step(rt, T.CANCEL)
-        self._emit_turn_end(rt)
+        self._fire(rt, T.CANCEL)
+        self._end_turn(rt)
+        await self._commit(rt)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -60,6 +60,7 @@ class ContextHolder:
         self.context_id = context_id
         self.effect: Effect | None = None
         self.steps: list[StepRecord] = []
+        self.attached = False
 
     def trigger(self, name: str) -> bool:  # replaced by the machine in add_model
         raise RuntimeError(f"context {self.context_id} is not attached to the machine")
@@ -121,10 +122,12 @@ class TurnMachine:
         """``add_model`` at the stored state (no enter callbacks run)."""
         self._machine.add_model(holder, initial=state.value)
         holder.effect = None
+        holder.attached = True
 
     def detach(self, holder: ContextHolder) -> None:
-        if holder in self._machine.models:
+        if holder.attached:
             self._machine.remove_model(holder)
+            holder.attached = False
 
     @property
     def attached(self) -> int:
@@ -133,6 +136,8 @@ class TurnMachine:
     def fire(self, holder: ContextHolder, trigger: Trigger) -> State:
         """Take ``trigger``; raise :class:`IllegalTransition` (changing nothing) if the
         table has no edge for it from the holder's state."""
+        if not holder.attached:
+            raise RuntimeError(f"context {holder.context_id} is not attached to the machine")
         dest = next_state(_STATES[holder.state], trigger)
         if dest is None:
             raise IllegalTransition(holder.state, trigger, context_id=holder.context_id)
