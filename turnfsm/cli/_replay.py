@@ -46,9 +46,7 @@ def _expand(paths: list[str]) -> list[Path]:
         if p.is_dir():
             files.extend(
                 sorted(
-                    f
-                    for f in p.rglob("*")
-                    if f.suffix in (".json", ".yaml", ".yml") and f.is_file()
+                    f for f in p.iterdir() if f.suffix in (".json", ".yaml", ".yml") and f.is_file()
                 )
             )
         else:

@@ -109,11 +109,12 @@ def _uuid() -> str:
     return uuid.uuid4().hex
 
 
-def _default_logger() -> Any:
-    """A structlog logger to stderr at the level of the stdlib ``turnfsm`` logger
-    (WARNING unless the application says otherwise). Pass ``logger=`` to use the
-    application's own structlog configuration instead."""
-    level = logging.getLogger("turnfsm").getEffectiveLevel()
+def _default_logger(level: int | None = None) -> Any:
+    """A structlog logger to stderr at ``level``, by default the level of the stdlib
+    ``turnfsm`` logger (WARNING unless the application says otherwise). Pass
+    ``logger=`` to the engine to use the application's own structlog configuration."""
+    if level is None:
+        level = logging.getLogger("turnfsm").getEffectiveLevel()
     return structlog.wrap_logger(
         structlog.PrintLogger(sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -656,7 +657,8 @@ class Engine:
             state=state,
             stop_reason=rt.stop_reason,
             states=tuple(rt.turn_states),
-            messages=tuple(n.message for n in rt.turn_nodes),
+            # the pool holds the latest version of each (decisions replace nodes)
+            messages=tuple(ctx.message_pool[n.id].message for n in rt.turn_nodes),
             message_ids=tuple(n.id for n in rt.turn_nodes),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
@@ -845,7 +847,7 @@ class Engine:
         request = LLMRequest(
             context_id=ctx.id,
             model=ctx.config.model_id,
-            messages=rt.chat,
+            messages=list(rt.chat),  # a fresh list: enhancers may replace or extend it
             parameters=ctx.config.parameters,
             attempt=p.attempt,
             iteration=p.iteration,
@@ -856,8 +858,6 @@ class Engine:
                 request = enhancer.enhance(request, ctx)
             except Exception as exc:
                 raise EnhancerError(type(enhancer).__name__, exc) from exc
-        if request.messages is rt.chat:  # never hand out the list we keep appending to
-            request.messages = list(rt.chat)
         return request
 
     async def _prepare(self, rt: _Runtime) -> None:

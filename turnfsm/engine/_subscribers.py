@@ -30,22 +30,26 @@ class Subscription:
         self._on_close = on_close
         self._missed = 0
         self._first_missed = 0
+        self._missed_at = 0.0
         self.closed = False
+
+    def _note(self) -> EventsMissed:
+        return EventsMissed(
+            context_id=self.context_id,
+            seq=self._first_missed + self._missed - 1,
+            timestamp=self._missed_at,
+            count=self._missed,
+            first_seq=self._first_missed,
+        )
 
     def offer(self, event: Event) -> None:
         """Deliver without waiting; count what does not fit."""
         if self._missed:
-            note = EventsMissed(
-                context_id=self.context_id,
-                seq=self._first_missed + self._missed - 1,
-                timestamp=event.timestamp,
-                count=self._missed,
-                first_seq=self._first_missed,
-            )
             try:
-                self._send.send_nowait(note)
+                self._send.send_nowait(self._note())
             except anyio.WouldBlock:
                 self._missed += 1
+                self._missed_at = event.timestamp
                 return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
@@ -55,8 +59,17 @@ class Subscription:
         except anyio.WouldBlock:
             self._first_missed = event.seq
             self._missed = 1
+            self._missed_at = event.timestamp
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
+
+    def _take_missed(self) -> EventsMissed | None:
+        """The note for what was dropped, once the reader has emptied the buffer."""
+        if not self._missed:
+            return None
+        note = self._note()
+        self._missed = 0
+        return note
 
     def end(self) -> None:
         """No more events will come (the engine closed, or the subscriber left)."""
@@ -69,12 +82,26 @@ class Subscription:
             try:
                 out.append(self._receive.receive_nowait())
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                note = self._take_missed()
+                if note is not None:
+                    out.append(note)
                 return out
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Event:
+        try:
+            return self._receive.receive_nowait()
+        except anyio.WouldBlock:
+            note = self._take_missed()
+            if note is not None:
+                return note
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            note = self._take_missed()
+            if note is not None:
+                return note
+            raise StopAsyncIteration from None
         try:
             return await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):

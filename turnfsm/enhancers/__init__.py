@@ -2,9 +2,10 @@
 
 An enhancer shapes the request view the LLM will see; it never changes stored
 history. Each gets the request built so far and the context, and returns the
-request to send: it may assign new values to the request's fields (the request
-object is fresh for every call) but must never mutate the lists it was given,
-which the engine keeps incrementally.
+request to send. The request and its ``messages`` list are fresh for every
+call: an enhancer may change the list (insert, drop, replace entries). The
+message dicts in it are the engine's own, kept incrementally across calls:
+never edit one in place; put a new dict in its slot instead.
 """
 
 from ._base import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer

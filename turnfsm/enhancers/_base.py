@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import InvalidInput
 from ..model import ChatContext, LLMRequest
 
 __all__ = ["Enhancer", "SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
@@ -63,7 +64,7 @@ class ToolHistoryTrimmer:
 
     def __init__(self, rounds: int) -> None:
         if rounds < 0:
-            raise ValueError("rounds must be >= 0")
+            raise InvalidInput("rounds", f"must be >= 0, not {rounds}")
         self.rounds = rounds
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
@@ -85,7 +86,10 @@ def _drop_old_rounds(messages: list[dict[str, Any]], to_cut: int) -> list[dict[s
             if msg.get("content"):
                 out.append({"role": "assistant", "content": msg["content"]})
             continue
-        if role == "tool" and msg.get("tool_call_id") in cut_ids:
-            continue
+        if role == "tool":
+            if msg.get("tool_call_id") in cut_ids:
+                continue
+        else:
+            cut_ids = set()  # a round's results follow it directly; ids may be reused later
         out.append(msg)
     return out

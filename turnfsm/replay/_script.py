@@ -112,6 +112,17 @@ class ToolOutcomeStep(BaseModel):
         return v
 
 
+class ExpectRequest(BaseModel):
+    """Checks on the request the engine sent for one LLM call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    message_count: int | None = Field(default=None, ge=0)
+    roles: list[str] | None = None
+    system_contains: str | None = None
+    tools: list[str] | None = None
+    last_user_contains: str | None = None
+
+
 class LastMessage(BaseModel):
     model_config = _STRICT
     role: Literal["system", "user", "assistant", "tool", "frontend_operator"] | None = None
@@ -227,6 +238,12 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
             problems.append((here, "an attempt that fails is an 'llm_error' step"))
         else:
             parsed = _validate(AnswerSpec, value, here, problems)
+            if parsed is not None and parsed.expect_request is not None:
+                checks = _validate(
+                    ExpectRequest, parsed.expect_request, f"{here}.expect_request", problems
+                )
+                if checks is None:
+                    parsed = None
     elif kind == "llm_error":
         err = _validate(ErrorSpec, value, here, problems)
         parsed = AnswerSpec(error=err) if err is not None else None

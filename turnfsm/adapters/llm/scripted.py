@@ -103,8 +103,18 @@ class AnswerSpec(BaseModel):
                 raise ValueError("'fail_after' needs an 'error'")
             if self.text is None and self.chunks is None and not self.tool_calls:
                 raise ValueError("an answer needs 'text', 'chunks' or 'tool_calls'")
-        elif self.fail_after is None and (self.text is not None or self.tool_calls):
-            raise ValueError("an 'error' answer has no 'text' or 'tool_calls'")
+        elif self.fail_after is None and (
+            self.text is not None or self.tool_calls or self.chunks is not None
+        ):
+            raise ValueError(
+                "an 'error' answer has no 'text', 'chunks' or 'tool_calls' (a stream that "
+                "breaks gives 'chunks', 'fail_after' and 'error')"
+            )
+        if self.chunks is not None:
+            for key in ("fail_after", "cancel_after"):
+                n = getattr(self, key)
+                if n is not None and n > len(self.chunks):
+                    raise ValueError(f"'{key}' is {n}, but there are {len(self.chunks)} chunks")
         if (self.cancel_after is not None or self.fail_after is not None) and self.chunks is None:
             raise ValueError("'cancel_after' and 'fail_after' apply to 'chunks'")
         return self
@@ -113,7 +123,8 @@ class AnswerSpec(BaseModel):
     def parse(cls, answer: Mapping[str, Any]) -> AnswerSpec:
         """Accepts an ``llm`` body or ``{"llm_error": {...}}``; raises :class:`InvalidInput`."""
         data: Mapping[str, Any] = answer
-        if "llm_error" in answer:
+        as_error = "llm_error" in answer
+        if as_error:
             if len(answer) != 1:
                 raise InvalidInput("answer", "'llm_error' stands alone")
             data = {"error": answer["llm_error"]}
@@ -121,8 +132,10 @@ class AnswerSpec(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "answer"
-            raise InvalidInput(f"answer.{loc}" if first["loc"] else loc, first["msg"]) from exc
+            loc = [str(p) for p in first["loc"]]
+            if as_error and loc and loc[0] == "error":
+                loc[0] = "llm_error"  # name the key the caller wrote
+            raise InvalidInput(".".join(["answer", *loc]), first["msg"]) from exc
 
     def response(self, model: str | None = None) -> LLMResponse:
         text = self.text if self.text is not None else "".join(self.chunks or ())

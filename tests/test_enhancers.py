@@ -1,0 +1,325 @@
+"""The built-in enhancers (turnfsm.enhancers): they shape the request view only."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from turnfsm.enhancers import (
+    Enhancer,
+    SystemPromptEnhancer,
+    ToolDefinitionsEnhancer,
+    ToolHistoryTrimmer,
+)
+from turnfsm.errors import InvalidInput
+from turnfsm.model import Branch, ChatContext, LLMRequest, SystemPrompt
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def context(system: str | None = None, user_prompt: str | None = None) -> ChatContext:
+    ctx = ChatContext(id="ctx", created_at=T0, updated_at=T0)
+    ctx.branches["main"] = Branch(
+        name="main",
+        system_prompt=SystemPrompt(id="sp", content=system) if system is not None else None,
+        user_prompt=user_prompt,
+    )
+    return ctx
+
+
+def request(messages: list[dict[str, Any]] | None = None) -> LLMRequest:
+    return LLMRequest(
+        context_id="ctx",
+        model="m",
+        messages=messages if messages is not None else [{"role": "user", "content": "hi"}],
+    )
+
+
+@pytest.mark.parametrize(
+    "enhancer",
+    [SystemPromptEnhancer(), ToolDefinitionsEnhancer([]), ToolHistoryTrimmer(1)],
+    ids=lambda e: type(e).__name__,
+)
+def test_builtins_satisfy_the_protocol(enhancer: object) -> None:
+    assert isinstance(enhancer, Enhancer)
+
+
+# --- SystemPromptEnhancer -----------------------------------------------------------------
+
+
+def test_system_prompt_and_user_prompt_are_joined_first() -> None:
+    original = [{"role": "user", "content": "hi"}]
+    req = request(original)
+    out = SystemPromptEnhancer().enhance(req, context("You help.", "The user is Ada."))
+    assert out.messages == [
+        {"role": "system", "content": "You help.\n\nThe user is Ada."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert original == [{"role": "user", "content": "hi"}]  # the given list is not mutated
+
+
+def test_system_prompt_only() -> None:
+    out = SystemPromptEnhancer().enhance(request(), context("You help."))
+    assert out.messages[0] == {"role": "system", "content": "You help."}
+    assert len(out.messages) == 2
+
+
+def test_user_prompt_only() -> None:
+    out = SystemPromptEnhancer().enhance(request(), context(user_prompt="Ada"))
+    assert out.messages[0] == {"role": "system", "content": "Ada"}
+
+
+def test_no_prompt_leaves_the_request_unchanged() -> None:
+    original = [{"role": "user", "content": "hi"}]
+    req = request(original)
+    out = SystemPromptEnhancer().enhance(req, context())
+    assert out.messages is original
+    assert out.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_empty_prompts_count_as_none() -> None:
+    original = [{"role": "user", "content": "hi"}]
+    out = SystemPromptEnhancer().enhance(request(original), context("", ""))
+    assert out.messages == original
+
+
+def test_default_is_used_when_the_branch_has_no_system_prompt() -> None:
+    out = SystemPromptEnhancer(default="Default.").enhance(request(), context(user_prompt="Ada"))
+    assert out.messages[0] == {"role": "system", "content": "Default.\n\nAda"}
+
+
+def test_branch_system_prompt_wins_over_default() -> None:
+    out = SystemPromptEnhancer(default="Default.").enhance(request(), context("Mine."))
+    assert out.messages[0] == {"role": "system", "content": "Mine."}
+
+
+def test_system_prompt_of_the_active_branch_is_used() -> None:
+    ctx = context("main prompt")
+    ctx.branches["alt"] = Branch(name="alt", system_prompt=SystemPrompt(id="s2", content="alt"))
+    ctx.active_branch_name = "alt"
+    out = SystemPromptEnhancer().enhance(request(), ctx)
+    assert out.messages[0] == {"role": "system", "content": "alt"}
+
+
+def test_system_prompt_enhancer_leaves_the_context_alone() -> None:
+    ctx = context("You help.", "Ada")
+    before = ctx.model_dump_json()
+    SystemPromptEnhancer().enhance(request(), ctx)
+    assert ctx.model_dump_json() == before
+
+
+# --- ToolDefinitionsEnhancer ---------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+NOW = {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}
+
+
+def test_tool_definitions_are_offered() -> None:
+    defs = [WEATHER, NOW]
+    out = ToolDefinitionsEnhancer(defs).enhance(request(), context())
+    assert out.tools == [WEATHER, NOW]
+    assert out.tools is not defs  # a copy: the request may be changed later
+    assert out.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_tool_definitions_from_a_tuple() -> None:
+    out = ToolDefinitionsEnhancer((NOW,)).enhance(request(), context())
+    assert out.tools == [NOW]
+
+
+def test_tool_definitions_from_a_callable_are_read_per_call() -> None:
+    current: list[dict[str, Any]] = [WEATHER]
+    enhancer = ToolDefinitionsEnhancer(lambda: list(current))
+    assert enhancer.enhance(request(), context()).tools == [WEATHER]
+    current.append(NOW)
+    assert enhancer.enhance(request(), context()).tools == [WEATHER, NOW]
+
+
+def test_no_tool_definitions() -> None:
+    assert ToolDefinitionsEnhancer([]).enhance(request(), context()).tools == []
+
+
+def test_tool_definitions_enhancer_does_not_mutate_its_source() -> None:
+    defs = [WEATHER]
+    snapshot = copy.deepcopy(defs)
+    out = ToolDefinitionsEnhancer(defs).enhance(request(), context())
+    out.tools.append(NOW)
+    assert defs == snapshot
+
+
+# --- ToolHistoryTrimmer --------------------------------------------------------------------
+
+
+def tc(cid: str, name: str = "get_weather") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def round_(n: int, *, text: str | None = None, calls: int = 1) -> list[dict[str, Any]]:
+    ids = [f"r{n}c{i}" for i in range(calls)]
+    out: list[dict[str, Any]] = [
+        {"role": "assistant", "content": text, "tool_calls": [tc(i) for i in ids]}
+    ]
+    out += [{"role": "tool", "tool_call_id": i, "content": f"result {i}"} for i in ids]
+    return out
+
+
+def history(rounds: int, *, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    texts = texts or {}
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+    ]
+    for n in range(rounds):
+        out += round_(n, text=texts.get(n), calls=1 + n % 3)
+    out.append({"role": "assistant", "content": "final"})
+    return out
+
+
+def assert_valid(messages: list[dict[str, Any]]) -> None:
+    """Every tool message answers a call of the assistant message right before its
+    run of tool messages; every call is answered before the next non-tool message."""
+    open_ids: set[str] = set()
+    for i, m in enumerate(messages):
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_ids, f"message {i}: tool message with no open call"
+            open_ids.remove(m["tool_call_id"])
+            continue
+        assert not open_ids, f"message {i}: calls {open_ids} left without a result"
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            open_ids = {c["id"] for c in m["tool_calls"]}
+            assert len(open_ids) == len(m["tool_calls"])
+    assert not open_ids
+
+
+def rounds_in(messages: list[dict[str, Any]]) -> list[list[str]]:
+    return [
+        [c["id"] for c in m["tool_calls"]]
+        for m in messages
+        if m["role"] == "assistant" and m.get("tool_calls")
+    ]
+
+
+def test_negative_rounds_are_refused() -> None:
+    with pytest.raises(ValueError, match="rounds"):
+        ToolHistoryTrimmer(-1)
+
+
+def test_negative_rounds_raise_invalid_input() -> None:
+    with pytest.raises(InvalidInput):
+        ToolHistoryTrimmer(-1)
+
+
+@pytest.mark.parametrize("keep", [0, 1, 2, 3, 5])
+def test_keeps_the_last_n_rounds(keep: int) -> None:
+    msgs = history(5)
+    out = ToolHistoryTrimmer(keep).enhance(request(msgs), context()).messages
+    assert rounds_in(out) == (rounds_in(msgs)[-keep:] if keep else [])
+    assert_valid(out)
+    kept_ids = {cid for r in rounds_in(out) for cid in r}
+    tool_ids = {m["tool_call_id"] for m in out if m["role"] == "tool"}
+    assert tool_ids == kept_ids
+
+
+def test_kept_rounds_are_untouched_and_in_order() -> None:
+    msgs = history(4)
+    out = ToolHistoryTrimmer(2).enhance(request(msgs), context()).messages
+    tail_start = next(
+        i for i, m in enumerate(msgs) if m.get("tool_calls") and m["tool_calls"][0]["id"] == "r2c0"
+    )
+    assert out[-len(msgs[tail_start:]) :] == msgs[tail_start:]
+    assert out[:2] == msgs[:2]
+
+
+def test_older_rounds_keep_their_assistant_text_only() -> None:
+    msgs = history(3, texts={0: "let me look", 2: "again"})
+    out = ToolHistoryTrimmer(1).enhance(request(msgs), context()).messages
+    assert out == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "let me look"},
+        *round_(2, text="again", calls=3),
+        {"role": "assistant", "content": "final"},
+    ]
+    assert_valid(out)
+
+
+def test_older_rounds_without_text_disappear() -> None:
+    msgs = history(3)
+    out = ToolHistoryTrimmer(0).enhance(request(msgs), context()).messages
+    assert out == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "final"},
+    ]
+
+
+def test_the_input_list_is_not_mutated() -> None:
+    msgs = history(4, texts={0: "t0", 1: "t1"})
+    snapshot = copy.deepcopy(msgs)
+    req = request(msgs)
+    out = ToolHistoryTrimmer(1).enhance(req, context())
+    assert msgs == snapshot
+    assert out.messages is not msgs
+    # the kept dicts may be shared, but changing the output list does not reach back
+    out.messages.append({"role": "user", "content": "x"})
+    assert msgs == snapshot
+
+
+def test_nothing_to_trim_returns_the_same_list() -> None:
+    msgs = history(2)
+    out = ToolHistoryTrimmer(2).enhance(request(msgs), context()).messages
+    assert out is msgs
+    out = ToolHistoryTrimmer(10).enhance(request(msgs), context()).messages
+    assert out is msgs
+
+
+def test_no_tool_rounds_at_all() -> None:
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert ToolHistoryTrimmer(0).enhance(request(msgs), context()).messages == msgs
+
+
+def test_call_ids_reused_across_rounds() -> None:
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [tc("call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "first"},
+        {"role": "assistant", "content": None, "tool_calls": [tc("call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "second"},
+        {"role": "assistant", "content": "done"},
+    ]
+    out = ToolHistoryTrimmer(1).enhance(request(msgs), context()).messages
+    assert out == [msgs[0], *msgs[3:]]
+    assert_valid(out)
+
+
+def test_trimmed_view_is_valid_for_many_shapes() -> None:
+    for total in range(6):
+        for keep in range(7):
+            texts = {n: f"text {n}" for n in range(total) if n % 2}
+            msgs = history(total, texts=texts)
+            snapshot = copy.deepcopy(msgs)
+            out = ToolHistoryTrimmer(keep).enhance(request(msgs), context()).messages
+            assert msgs == snapshot
+            assert_valid(out)
+            assert len(rounds_in(out)) == min(total, keep)
+            # no assistant text is ever lost
+            texts_in = [m["content"] for m in msgs if m["role"] == "assistant" and m["content"]]
+            texts_out = [m["content"] for m in out if m["role"] == "assistant" and m["content"]]
+            assert texts_out == texts_in
+
+
+def test_trimmer_leaves_the_context_alone() -> None:
+    ctx = context("sys")
+    before = ctx.model_dump_json()
+    ToolHistoryTrimmer(0).enhance(request(history(3)), ctx)
+    assert ctx.model_dump_json() == before

@@ -1,0 +1,329 @@
+"""Pins for the behaviour of the ``transitions`` library that turnfsm relies on.
+
+See shared/CONVENTIONS.md, "Using transitions safely". If an upgrade of
+``transitions`` changes one of these, this file fails before the engine does.
+Only this test file and turnfsm/states/_machine.py may import ``transitions``
+(tests/test_layering.py checks it).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from typing import Any
+
+import pytest
+import transitions
+from transitions import EventData, Machine, MachineError
+
+STATES = ["Idle", "Busy", "Done"]
+EDGES = [
+    {"trigger": "go", "source": "Idle", "dest": "Busy"},
+    {"trigger": "finish", "source": "Busy", "dest": "Done"},
+    {"trigger": "reset", "source": ["Busy", "Done"], "dest": "Idle"},
+]
+
+
+class Holder:
+    """A model that declares only ``trigger`` (like turnfsm's ContextHolder)."""
+
+    state: str
+
+    def __init__(self) -> None:
+        self.log: list[Any] = []
+
+    def trigger(self, name: str) -> bool:  # replaced by the machine
+        raise RuntimeError("not attached")
+
+
+def safe_machine(**overrides: Any) -> Machine:
+    """A machine with the flags turnfsm uses (DESIGN.md "How callbacks run")."""
+    kwargs: dict[str, Any] = {
+        "model": [],
+        "states": STATES,
+        "transitions": EDGES,
+        "initial": "Idle",
+        "auto_transitions": False,
+        "ignore_invalid_triggers": False,
+        "queued": False,
+        "model_override": True,
+        "send_event": True,
+    }
+    kwargs.update(overrides)
+    return Machine(**kwargs)
+
+
+def test_installed_version_is_in_the_pinned_range() -> None:
+    v = version("transitions")
+    major, minor, patch = (int(re.match(r"\d+", p).group()) for p in v.split(".")[:3])  # type: ignore[union-attr]
+    assert (0, 9, 3) <= (major, minor, patch) < (0, 10, 0), v
+    assert transitions.__version__ == v
+
+
+# --- auto_transitions -------------------------------------------------------------------
+
+
+def test_auto_transitions_false_adds_no_to_state_methods() -> None:
+    m = safe_machine(model_override=False)
+    h = Holder()
+    m.add_model(h)
+    for s in STATES:
+        assert not hasattr(h, f"to_{s}")
+    assert "to_Idle" not in m.events
+    assert set(m.events) == {"go", "finish", "reset"}
+
+
+def test_auto_transitions_true_would_bypass_the_table() -> None:
+    # The contrast: the default adds to_<state> from every state.
+    m = safe_machine(model_override=False, auto_transitions=True)
+    h = Holder()
+    m.add_model(h)
+    h.to_Done()  # type: ignore[attr-defined]
+    assert h.state == "Done"
+
+
+# --- invalid triggers -------------------------------------------------------------------
+
+
+def test_invalid_trigger_raises_machine_error_and_keeps_state() -> None:
+    m = safe_machine()
+    h = Holder()
+    m.add_model(h)
+    with pytest.raises(MachineError, match="finish"):
+        h.trigger("finish")
+    assert h.state == "Idle"
+    with pytest.raises(MachineError):
+        m.events["finish"].trigger(h)
+    assert h.state == "Idle"
+
+
+def test_ignore_invalid_triggers_true_would_hide_the_error() -> None:
+    m = safe_machine(ignore_invalid_triggers=True)
+    h = Holder()
+    m.add_model(h)
+    assert h.trigger("finish") is False
+    assert h.state == "Idle"
+
+
+def test_machine_error_is_an_exception_with_a_value() -> None:
+    assert issubclass(MachineError, Exception)
+    err = MachineError("boom")
+    assert err.value == "boom"
+
+
+# --- model_override -------------------------------------------------------------------
+
+
+def test_model_override_binds_only_declared_methods() -> None:
+    m = safe_machine()
+    h = Holder()
+    m.add_model(h)
+    # declared: replaced by the machine
+    assert h.trigger("go") is True
+    assert h.state == "Busy"
+    # not declared: not added
+    for name in ["go", "finish", "reset", "is_Idle", "is_Busy", "may_go", "may_trigger"]:
+        assert not hasattr(h, name), name
+
+
+def test_model_override_replaces_a_declared_trigger_method() -> None:
+    class WithGo(Holder):
+        def go(self) -> bool:
+            raise RuntimeError("placeholder")
+
+    m = safe_machine()
+    h = WithGo()
+    m.add_model(h)
+    assert h.go() is True
+    assert h.state == "Busy"
+    assert not hasattr(h, "finish")
+
+
+def test_without_model_override_the_model_is_decorated() -> None:
+    m = safe_machine(model_override=False)
+    h = Holder()
+    m.add_model(h)
+    assert hasattr(h, "is_Idle")
+    assert hasattr(h, "go")
+    assert hasattr(h, "may_go")
+
+
+# --- callbacks: no rollback, EventData ----------------------------------------------------
+
+
+def test_after_callback_raising_leaves_the_new_state() -> None:
+    class Boom(Holder):
+        def explode(self, event: EventData) -> None:
+            raise ValueError("after")
+
+    m = safe_machine(after_state_change="explode")
+    h = Boom()
+    m.add_model(h)
+    with pytest.raises(ValueError, match="after"):
+        h.trigger("go")
+    assert h.state == "Busy"  # no rollback
+
+
+def test_on_enter_callback_raising_leaves_the_new_state() -> None:
+    class Boom(Holder):
+        def on_enter_busy(self, event: EventData) -> None:
+            raise ValueError("enter")
+
+    states: list[Any] = [
+        "Idle",
+        {"name": "Busy", "on_enter": ["on_enter_busy"]},
+        "Done",
+    ]
+    m = safe_machine(states=states)
+    h = Boom()
+    m.add_model(h)
+    with pytest.raises(ValueError, match="enter"):
+        h.trigger("go")
+    assert h.state == "Busy"  # no rollback
+    # ... and the machine keeps working from there
+    assert h.trigger("finish") is True
+    assert h.state == "Done"
+
+
+def test_send_event_passes_one_event_data() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    class Rec(Holder):
+        def note(self, *args: Any, **kwargs: Any) -> None:
+            seen.append((args, kwargs))
+
+    m = safe_machine(after_state_change="note")
+    h = Rec()
+    m.add_model(h)
+    h.trigger("go")
+    assert len(seen) == 1
+    args, kwargs = seen[0]
+    assert kwargs == {}
+    assert len(args) == 1
+    event = args[0]
+    assert isinstance(event, EventData)
+    assert event.model is h
+    assert event.machine is m
+    assert event.event is not None and event.event.name == "go"
+    assert event.transition is not None
+    assert event.transition.source == "Idle"
+    assert event.transition.dest == "Busy"
+    # In after_state_change, event.state is already the *new* state: read the
+    # source from event.transition (as ContextHolder.after_step does).
+    assert event.state is not None and event.state.name == "Busy"
+
+
+def test_after_state_change_is_not_called_for_a_refused_trigger() -> None:
+    calls: list[str] = []
+
+    class Rec(Holder):
+        def note(self, event: EventData) -> None:
+            calls.append(event.event.name)  # type: ignore[union-attr]
+
+    m = safe_machine(after_state_change="note")
+    h = Rec()
+    m.add_model(h)
+    with pytest.raises(MachineError):
+        h.trigger("reset")
+    assert calls == []
+
+
+# --- add_model(initial=...) ------------------------------------------------------------
+
+
+def test_add_model_with_initial_runs_no_on_enter_callback() -> None:
+    entered: list[str] = []
+
+    class Rec(Holder):
+        def on_enter_busy(self, event: EventData) -> None:
+            entered.append(event.state.name)  # type: ignore[union-attr]
+
+    states: list[Any] = ["Idle", {"name": "Busy", "on_enter": ["on_enter_busy"]}, "Done"]
+    m = safe_machine(states=states)
+    h = Rec()
+    m.add_model(h, initial="Busy")
+    assert h.state == "Busy"
+    assert entered == []
+    # entering it through a transition does run it
+    h2 = Rec()
+    m.add_model(h2)
+    h2.trigger("go")
+    assert entered == ["Busy"]
+
+
+def test_remove_model_keeps_bound_methods_and_state() -> None:
+    m = safe_machine()
+    h = Holder()
+    m.add_model(h)
+    h.trigger("go")
+    m.remove_model(h)
+    assert h not in m.models
+    assert h.state == "Busy"
+    # "The model will still contain all previously added triggers" -- the reason
+    # TurnMachine must not rely on remove_model to stop a stale holder.
+    assert h.trigger("finish") is True
+
+
+def test_models_share_one_machine_independently() -> None:
+    m = safe_machine()
+    a, b = Holder(), Holder()
+    m.add_model(a)
+    m.add_model(b, initial="Done")
+    a.trigger("go")
+    assert (a.state, b.state) == ("Busy", "Done")
+    b.trigger("reset")
+    assert (a.state, b.state) == ("Busy", "Idle")
+
+
+# --- queued=False ------------------------------------------------------------------------
+
+
+def _nested_order(queued: bool) -> tuple[list[str], Any]:
+    order: list[str] = []
+
+    class Rec(Holder):
+        def after(self, event: EventData) -> None:
+            name = event.event.name  # type: ignore[union-attr]
+            order.append(f"after {name} begins")
+            if name == "go":
+                self.trigger("finish")
+            order.append(f"after {name} ends")
+
+    m = safe_machine(queued=queued, after_state_change="after")
+    h = Rec()
+    m.add_model(h)
+    result = h.trigger("go")
+    order.append(f"returned in {h.state}")
+    return order, result
+
+
+def test_queued_false_runs_a_trigger_synchronously_and_nested() -> None:
+    order, result = _nested_order(queued=False)
+    assert result is True
+    assert order == [
+        "after go begins",
+        "after finish begins",
+        "after finish ends",
+        "after go ends",
+        "returned in Done",
+    ]
+
+
+def test_queued_true_would_defer_the_nested_trigger() -> None:
+    order, result = _nested_order(queued=True)
+    assert result is True
+    assert order == [
+        "after go begins",
+        "after go ends",
+        "after finish begins",
+        "after finish ends",
+        "returned in Done",
+    ]
+
+
+def test_queued_false_trigger_returns_after_state_changed() -> None:
+    m = safe_machine()
+    h = Holder()
+    m.add_model(h)
+    assert h.trigger("go") is True
+    assert h.state == "Busy"
