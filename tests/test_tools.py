@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Optional
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import BaseModel, Field
 
@@ -952,7 +953,7 @@ async def test_current_call_is_visible_inside_the_tool_and_only_there() -> None:
     async def echo(x: int) -> int:
         call = current_call()
         seen.append(call.id if call else None)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return x
 
     reg = ToolRegistry(

@@ -138,6 +138,9 @@ class _Runtime:
     log: Any
     request_cancel: Callable[[], None] = lambda: None
     seq: int = 0
+    """The last seq reserved."""
+    sent_seq: int = 0
+    """The last seq that went out (stored, or a ContentDelta sent between commits)."""
     scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
     done: anyio.Event | None = None
@@ -212,6 +215,7 @@ class Engine:
         self._runtimes: dict[str, _Runtime] = {}
         self._subscribers: dict[str, list[Subscription]] = {}
         self._busy: set[str] = set()
+        self._seq_marks: dict[str, int] = {}
         self._effects: dict[Effect, Callable[[_Runtime], Awaitable[None]]] = {
             Effect.PREPARE: self._prepare,
             Effect.CALL_LLM: self._call_llm,
@@ -298,8 +302,10 @@ class Engine:
             chat=to_chat_messages(n.message for n in ctx.history()),
             subscribers=self._subscribers.setdefault(ctx.id, []),
             log=self._log.bind(context_id=ctx.id),
-            seq=ctx.event_seq,
+            # after a failed commit the stored seq may lag what subscribers saw
+            seq=max(ctx.event_seq, self._seq_marks.pop(ctx.id, 0)),
         )
+        rt.sent_seq = rt.seq
         rt.request_cancel = functools.partial(self.request_cancel, ctx.id)
         self._runtimes[ctx.id] = rt
         return rt
@@ -308,6 +314,8 @@ class Engine:
         rt = self._runtimes.pop(context_id, None)
         if rt is not None:
             self._machine.detach(rt.holder)
+            if rt.sent_seq > rt.ctx.event_seq:  # seqs seen but not stored: never reuse them
+                self._seq_marks[context_id] = rt.sent_seq
 
     async def unload(self, context_id: str) -> None:
         """Drop the loaded copy of a resting context (it stays in the store)."""
@@ -732,7 +740,7 @@ class Engine:
         rt.active_changed = False
         ctx.version = version
         ctx.updated_at = now
-        ctx.event_seq = commit.event_seq
+        ctx.event_seq = rt.sent_seq = commit.event_seq
         if rt.outbox:
             outbox = rt.outbox
             rt.outbox = []
@@ -911,6 +919,7 @@ class Engine:
                     else:
                         continue
                     rt.seq += 1
+                    rt.sent_seq = rt.seq
                     if rt.subscribers:
                         self._publish(
                             rt,
@@ -1089,6 +1098,7 @@ class Engine:
             rt.stop_reason = StopReason.AWAITING_APPROVAL
             self._fire(rt, T.NEEDS_APPROVAL)
             self._later(rt, ToolApprovalRequested, calls=ctx.pending_tool_calls())
+            self._end_turn(rt)
             await self._commit(rt)
             return
         self._mark_started(rt)

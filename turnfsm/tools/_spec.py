@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias, overload
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from turnfsm.errors import ToolDefinitionError
 from turnfsm.model import ToolCallRequest
@@ -352,10 +353,22 @@ class Tool:
             text = str(exc)
             name = type(exc).__name__
             return ToolOutcome(False, {"error": f"{name}: {text}" if text else name})
+        if type(result) not in _JSON_SCALARS:
+            try:  # stored history is JSON: a datetime or a tuple must not survive as one
+                result = to_jsonable_python(result)
+            except Exception as exc:
+                return ToolOutcome(
+                    False,
+                    {
+                        "error": f"tool {self.name!r} returned a value that is not JSON data: "
+                        f"{type(exc).__name__}: {exc}"
+                    },
+                )
         return ToolOutcome(True, result)
 
 
 _APPROVAL_VALUES = frozenset(Approval)
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _normalise_policy(policy: object, what: str) -> ApprovalPolicy:

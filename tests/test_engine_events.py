@@ -1,0 +1,439 @@
+"""Events (DESIGN.md section 5): kinds and order, gap-free ``seq``, deltas, slow subscribers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from turnfsm import (
+    ContentDelta,
+    Engine,
+    Event,
+    EventsMissed,
+    Failed,
+    MemoryStore,
+    MessageCompleted,
+    RetryPolicy,
+    StateChanged,
+    StoreError,
+    Subscription,
+    ToolApprovalRequested,
+    ToolCallsRequested,
+    ToolResult,
+    TurnCompleted,
+    tool,
+)
+from turnfsm.events import EVENT_ADAPTER
+from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def get_weather(city: str) -> dict[str, Any]:
+    """Current weather for a city."""
+    return {"city": city, "temp_c": 15}
+
+
+@tool(approval="required")
+def book(city: str) -> str:
+    """Book a trip."""
+    return f"booked {city}"
+
+
+STREAMED_TOOL_TURN = [
+    {
+        "chunks": ["Let me ", "check."],
+        "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
+    },
+    {"chunks": ["It is ", "15 C", "."]},
+]
+
+
+def make_engine(answers: Any, **kwargs: Any) -> tuple[Engine, ScriptedLLM, FakeClock]:
+    llm = ScriptedLLM(answers)
+    clock = kwargs.pop("clock", None) or FakeClock()
+    engine = Engine(llm=llm, tools=[get_weather, book], clock=clock, ids=SequentialIds(), **kwargs)
+    return engine, llm, clock
+
+
+async def drain(sub: Subscription, *, until: type | None = TurnCompleted) -> list[Event]:
+    """Read events until one of type ``until`` (or until nothing more comes)."""
+    got: list[Event] = []
+    with anyio.fail_after(2):
+        async for ev in sub:
+            got.append(ev)
+            if until is not None and isinstance(ev, until):
+                break
+    return got
+
+
+def covered_seqs(events: list[Event]) -> list[int]:
+    """The seqs a subscriber saw, with each EventsMissed standing for what it covers."""
+    out: list[int] = []
+    for ev in events:
+        if isinstance(ev, EventsMissed):
+            out.extend(range(ev.first_seq, ev.first_seq + ev.count))
+        else:
+            out.append(ev.seq)
+    return out
+
+
+async def test_streamed_tool_turn_events() -> None:
+    engine, _, clock = make_engine(STREAMED_TOOL_TURN)
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            turn = await engine.send(cid, "Weather in Oslo?")
+            events = await drain(sub)
+        kinds = [ev.kind for ev in events]
+        assert kinds == [
+            "StateChanged",  # -> ProcessingUserMessage
+            "StateChanged",  # -> AwaitingLLMResponse
+            "StateChanged",  # -> StreamingLLMResponse
+            "ContentDelta",
+            "ContentDelta",
+            "StateChanged",  # -> ProcessingLLMResponse
+            "MessageCompleted",
+            "ToolCallsRequested",
+            "StateChanged",  # -> ExecutingTools
+            "ToolResult",
+            "StateChanged",  # -> AwaitingLLMResponse
+            "StateChanged",  # -> StreamingLLMResponse
+            "ContentDelta",
+            "ContentDelta",
+            "ContentDelta",
+            "StateChanged",  # -> ProcessingLLMResponse
+            "MessageCompleted",
+            "StateChanged",  # -> Idle
+            "TurnCompleted",
+        ]
+        # seq: gap-free and increasing from 1; one context, one clock
+        assert [ev.seq for ev in events] == list(range(1, len(events) + 1))
+        assert all(ev.context_id == cid for ev in events)
+        assert all(ev.timestamp == clock.time() for ev in events)
+
+        # StateChanged: the turn's states, chained from Idle, with declared triggers
+        changes = [ev for ev in events if isinstance(ev, StateChanged)]
+        assert [c.to_state for c in changes] == list(turn.states)
+        assert [c.from_state for c in changes] == ["Idle", *turn.states[:-1]]
+        steps = await engine.steps(cid)
+        assert [c.trigger for c in changes] == [s.trigger for s in steps]
+
+        # ContentDelta: index counts within one message, from 0; ids are the stored ones
+        ctx = await engine.get_context(cid)
+        history = ctx.history()
+        first_answer, second_answer = history[1], history[3]
+        deltas = [ev for ev in events if isinstance(ev, ContentDelta)]
+        by_message: dict[str, list[ContentDelta]] = {}
+        for d in deltas:
+            by_message.setdefault(d.message_id, []).append(d)
+        assert list(by_message) == [first_answer.id, second_answer.id]
+        for mid, ds in by_message.items():
+            assert [d.index for d in ds] == list(range(len(ds)))
+            assert all(d.attempt == 1 and d.channel == "text" for d in ds)
+            assert "".join(d.delta for d in ds) == ctx.message_pool[mid].message.text
+        assert [d.delta for d in by_message[second_answer.id]] == ["It is ", "15 C", "."]
+
+        completed = [ev for ev in events if isinstance(ev, MessageCompleted)]
+        assert [c.message_id for c in completed] == [first_answer.id, second_answer.id]
+        assert completed[1].message.text == "It is 15 C."
+        (requested,) = [ev for ev in events if isinstance(ev, ToolCallsRequested)]
+        assert requested.message_id == first_answer.id
+        assert [c.id for c in requested.calls] == ["call_1"]
+        (result,) = [ev for ev in events if isinstance(ev, ToolResult)]
+        assert (result.call_id, result.tool_name, result.success) == ("call_1", "get_weather", True)
+        assert result.result == {"city": "Oslo", "temp_c": 15}
+        assert result.message_id == history[2].id
+        end = events[-1]
+        assert isinstance(end, TurnCompleted)
+        assert (end.stop_reason, end.state) == ("completed", "Idle")
+
+
+async def test_events_serialise() -> None:
+    engine, _, _ = make_engine(STREAMED_TOOL_TURN)
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            await engine.send(cid, "Weather?")
+            events = await drain(sub)
+        for ev in events:
+            data = EVENT_ADAPTER.dump_python(ev, mode="json")
+            assert data["kind"] == ev.kind
+            assert EVENT_ADAPTER.validate_python(data) == ev
+
+
+async def test_approval_events() -> None:
+    engine, _, _ = make_engine(
+        [
+            {"tool_calls": [{"id": "c1", "name": "book", "arguments": {"city": "Rome"}}]},
+            {"text": "booked"},
+        ]
+    )
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            await engine.send(cid, "book")
+            first = await drain(sub, until=ToolApprovalRequested)
+            end_of_first = await drain(sub)
+            await engine.approve(cid, "c1")
+            second = await drain(sub)
+        assert [ev.kind for ev in first][-3:] == [
+            "ToolCallsRequested",
+            "StateChanged",
+            "ToolApprovalRequested",
+        ]
+        assert first[-2].to_state == "AwaitingToolApproval"  # type: ignore[union-attr]
+        approval = first[-1]
+        assert isinstance(approval, ToolApprovalRequested)
+        assert [c.id for c in approval.calls] == ["c1"]
+        # the call that stopped for approval ends its turn with a TurnCompleted
+        assert [ev.kind for ev in end_of_first] == ["TurnCompleted"]
+        assert end_of_first[0].stop_reason == "awaiting_approval"  # type: ignore[union-attr]
+        assert second[0].kind == "StateChanged"
+        assert second[0].to_state == "ExecutingTools"  # type: ignore[union-attr]
+        assert second[-1].stop_reason == "completed"  # type: ignore[union-attr]
+        seqs = [ev.seq for ev in first + end_of_first + second]
+        assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_retry_and_failure_events() -> None:
+    engine, _, _ = make_engine(
+        [
+            {"llm_error": {"status": 429, "retry_after": 0.5}},
+            {"chunks": ["par", "tial", "!"], "fail_after": 2, "error": {"kind": "connection"}},
+            {"llm_error": {"status": 503}},
+        ],
+        retry=RetryPolicy(max_attempts=3),
+    )
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            turn = await engine.send(cid, "Hi")
+            events = await drain(sub)
+        assert turn.state == "PermanentFailure"
+        retrying = [ev for ev in events if ev.kind == "Retrying"]
+        first_retry = retrying[0]
+        assert (first_retry.attempt, first_retry.delay) == (1, 0.5)  # type: ignore[union-attr]
+        assert "429" in retrying[0].error  # type: ignore[union-attr]
+        assert len(retrying) == 2
+        assert retrying[1].partial_text == "partial"  # type: ignore[union-attr]
+        deltas = [ev for ev in events if isinstance(ev, ContentDelta)]
+        assert [(d.attempt, d.index, d.delta) for d in deltas] == [(2, 0, "par"), (2, 1, "tial")]
+        failed = [ev for ev in events if isinstance(ev, Failed)]
+        assert len(failed) == 1
+        assert failed[0].state == "PermanentFailure"
+        assert "503" in failed[0].error
+        assert events[-1].kind == "TurnCompleted"
+        assert events[-1].stop_reason == "failed"  # type: ignore[union-attr]
+        assert [ev.seq for ev in events] == list(range(1, len(events) + 1))
+        ctx = await engine.get_context(cid)
+        assert all("partial" not in n.message.text for n in ctx.message_pool.values())
+
+
+async def test_seq_continues_across_turns_and_late_subscribers() -> None:
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}])
+    async with engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")  # 6 events nobody hears
+        async with engine.subscribe(cid) as sub:
+            await engine.send(cid, "second")
+            events = await drain(sub)
+        assert [ev.seq for ev in events] == list(range(7, 13))
+
+
+async def test_two_subscribers_see_the_same_events() -> None:
+    engine, _, _ = make_engine([{"chunks": ["a", "b"]}])
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as one, engine.subscribe(cid) as two:
+            await engine.send(cid, "Hi")
+            assert await drain(one) == await drain(two)
+
+
+async def test_closed_subscription_gets_nothing_and_engine_goes_on() -> None:
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}])
+    async with engine:
+        cid = await engine.create_context()
+        sub = engine.subscribe(cid)
+        await sub.aclose()
+        await engine.send(cid, "first")
+        assert [ev async for ev in sub] == []
+        turn = await engine.send(cid, "second")
+        assert turn.text == "two"
+
+
+async def test_engine_close_ends_subscriptions() -> None:
+    engine, _, _ = make_engine([{"text": "one"}])
+    cid = await engine.create_context()
+    sub = engine.subscribe(cid)
+    await engine.send(cid, "first")
+    await engine.aclose()
+    with anyio.fail_after(2):
+        events = [ev async for ev in sub]
+    assert events[-1].kind == "TurnCompleted"
+    await sub.aclose()
+
+
+# --------------------------------------------------------------------------- slow subscribers
+
+
+async def test_slow_subscriber_does_not_block_the_engine() -> None:
+    engine, _, _ = make_engine(STREAMED_TOOL_TURN, subscriber_buffer=2)
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as slow, engine.subscribe(cid):
+            with anyio.fail_after(2):
+                turn = await engine.send(cid, "Weather?")
+            assert turn.state == "Idle"
+            got = [await slow.__anext__(), await slow.__anext__()]
+        assert [ev.seq for ev in got] == [1, 2]
+
+
+async def test_slow_subscriber_is_told_what_it_missed_on_the_next_event() -> None:
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}], subscriber_buffer=2)
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as slow:
+            await engine.send(cid, "first")  # 6 events; the buffer holds 2
+            seen = [await slow.__anext__(), await slow.__anext__()]
+            await engine.send(cid, "second")  # room again: the note comes first
+            seen += [await slow.__anext__(), await slow.__anext__()]
+        assert [ev.kind for ev in seen] == [
+            "StateChanged",
+            "StateChanged",
+            "EventsMissed",
+            "StateChanged",
+        ]
+        missed = seen[2]
+        assert isinstance(missed, EventsMissed)
+        assert (missed.first_seq, missed.count) == (3, 4)
+        assert seen[3].seq == 7
+        assert covered_seqs(seen) == list(range(1, 8))
+
+
+async def test_slow_subscriber_gets_events_missed_after_the_turn() -> None:
+    engine, _, _ = make_engine(STREAMED_TOOL_TURN, subscriber_buffer=2)
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as slow:
+            turn = await engine.send(cid, "Weather?")  # never read during the turn
+            assert turn.state == "Idle"
+            seen: list[Event] = []
+            with anyio.fail_after(0.5):
+                for _ in range(3):
+                    seen.append(await slow.__anext__())
+        total = 19  # events of this turn (see test_streamed_tool_turn_events)
+        assert [ev.seq for ev in seen[:2]] == [1, 2]
+        missed = seen[2]
+        assert isinstance(missed, EventsMissed)
+        assert (missed.first_seq, missed.count) == (3, total - 2)
+        assert covered_seqs(seen) == list(range(1, total + 1))
+
+
+# --------------------------------------------------------------------------- seq across reloads
+
+
+async def test_seq_is_not_reused_after_reload() -> None:
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}])
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            await engine.send(cid, "first")
+            first = await drain(sub)
+            await engine.unload(cid)  # the next call loads it from the store
+            await engine.send(cid, "second")
+            second = await drain(sub)
+        seqs = [ev.seq for ev in first + second]
+        assert seqs == list(range(1, len(seqs) + 1))
+
+
+# --------------------------------------------------------------------------- durability order
+
+
+class FailOnToolResults(MemoryStore):
+    """A store that cannot write the commit carrying tool results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = True
+
+    async def commit(self, commit: Any) -> None:
+        if self.failing and any(n.message.tool_result is not None for _, n in commit.appended):
+            raise StoreError("disk full")
+        await super().commit(commit)
+
+
+async def test_store_error_propagates_and_context_stays_committed() -> None:
+    store = FailOnToolResults()
+    engine, _, _ = make_engine(
+        [
+            {"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "a"}}]},
+            {"text": "done"},
+        ],
+        store=store,
+    )
+    async with engine:
+        cid = await engine.create_context()
+        with pytest.raises(StoreError):
+            await engine.send(cid, "go")
+        ctx = await engine.get_context(cid)
+        assert ctx.current_state == "ExecutingTools"
+        assert ctx.progress.started_call_ids == ("c1",)
+        assert all(n.message.tool_result is None for n in ctx.message_pool.values())
+
+
+async def test_tool_result_event_only_after_its_message_is_durable() -> None:
+    store = FailOnToolResults()
+    engine, _, _ = make_engine(
+        [{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "a"}}]}],
+        store=store,
+    )
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            with pytest.raises(StoreError):
+                await engine.send(cid, "go")
+            events: list[Event] = []
+            with anyio.move_on_after(0.2):
+                async for ev in sub:
+                    events.append(ev)
+        stored = (await engine.get_context(cid)).message_pool
+        announced = [ev.message_id for ev in events if isinstance(ev, ToolResult)]
+        assert all(mid in stored for mid in announced), announced
+
+
+class FailOnAnswer(MemoryStore):
+    """A store that cannot write the commit carrying the assistant's answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = True
+
+    async def commit(self, commit: Any) -> None:
+        if self.failing and any(n.message.role == "assistant" for _, n in commit.appended):
+            raise StoreError("disk full")
+        await super().commit(commit)
+
+
+async def test_seq_is_not_reused_after_a_failed_commit_mid_stream() -> None:
+    store = FailOnAnswer()
+    engine, _, _ = make_engine(
+        [{"chunks": ["a", "b"]}, {"text": "after resume"}],
+        store=store,
+    )
+    async with engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            with pytest.raises(StoreError):
+                await engine.send(cid, "go")
+            assert (await engine.get_context(cid)).current_state == "StreamingLLMResponse"
+            store.failing = False
+            turn = await engine.resume(cid)
+            assert turn.state == "Idle"
+            events = await drain(sub)
+        assert [ev.kind for ev in events][3:5] == ["ContentDelta", "ContentDelta"]
+        seqs = [ev.seq for ev in events]
+        assert seqs == list(range(1, len(seqs) + 1)), seqs
