@@ -1,7 +1,7 @@
 """The event vocabulary (DESIGN.md section 5).
 
-Events are frozen, slotted dataclasses with a ``kind`` discriminator: cheap to
-build on the streaming hot path, and (de)serialised by pydantic through
+Events are slotted dataclasses (immutable by convention) with a ``kind``
+discriminator: cheap to build on the streaming hot path, and (de)serialised by pydantic through
 :data:`EVENT_ADAPTER` (``EVENT_ADAPTER.dump_python(ev, mode="json")``,
 ``EVENT_ADAPTER.validate_python(data)``).
 
@@ -34,7 +34,10 @@ __all__ = [
     "TurnCompleted",
 ]
 
-_EV = {"frozen": True, "slots": True, "kw_only": True}
+# Not frozen: a frozen dataclass sets each field through object.__setattr__,
+# which triples the cost of the ContentDelta sent for every streamed chunk.
+# Treat events as immutable all the same.
+_EV = {"slots": True, "kw_only": True}
 
 
 @dataclass(**_EV)

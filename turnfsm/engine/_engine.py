@@ -16,6 +16,7 @@ dropped, so the next call starts again from the last committed state.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import sys
 import uuid
@@ -105,8 +106,31 @@ _CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
-def _uuid() -> str:
-    return uuid.uuid4().hex
+def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
+    """A store's synchronous commit, when it has one that stands for its
+    ``commit`` (both defined by the same class: a subclass that overrides
+    ``commit`` is always called through it)."""
+    fn: Callable[[Commit], None] | None = getattr(store, "commit_nowait", None)
+    if fn is None:
+        return None
+    mro = type(store).__mro__
+    owner = next((k for k in mro if "commit" in vars(k)), None)
+    owner_nowait = next((k for k in mro if "commit_nowait" in vars(k)), None)
+    return fn if owner is owner_nowait else None
+
+
+class _Ids:
+    """Default ids: a random 64-bit prefix per engine and a counter (unique across
+    engines and processes, and far cheaper than a uuid4 per message)."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._next = itertools.count(1).__next__
+
+    def __call__(self) -> str:
+        return f"{self._prefix}-{self._next():x}"
 
 
 def _default_logger(level: int | None = None) -> Any:
@@ -198,10 +222,11 @@ class Engine:
         self.llm = llm
         self.tools = ToolRegistry(tools)
         self.store: Store = store if store is not None else MemoryStore()
+        self._commit_nowait = _commit_nowait(self.store)
         self.retry_policy = retry or RetryPolicy()
         self.max_iterations = max_iterations
         self.clock: Clock = clock or SystemClock()
-        self._ids = ids or _uuid
+        self._ids = ids or _Ids()
         builtin: list[Enhancer] = [
             SystemPromptEnhancer(),
             ToolDefinitionsEnhancer(self.tools.definitions),
@@ -209,6 +234,7 @@ class Engine:
         if tool_history_rounds is not None:
             builtin.append(ToolHistoryTrimmer(tool_history_rounds))
         self.enhancers: tuple[Enhancer, ...] = (*builtin, *enhancers)
+        self._builtin_count = len(builtin)
         self._subscriber_buffer = subscriber_buffer
         self._log = logger if logger is not None else _default_logger()
         self._machine = TurnMachine()
@@ -731,8 +757,11 @@ class Engine:
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
         )
-        with anyio.CancelScope(shield=True):
-            await self.store.commit(commit)
+        if self._commit_nowait is not None:  # a store that never waits needs no shield
+            self._commit_nowait(commit)
+        else:
+            with anyio.CancelScope(shield=True):
+                await self.store.commit(commit)
         holder.steps.clear()
         rt.appended = []
         rt.replaced = {}
@@ -855,17 +884,27 @@ class Engine:
         request = LLMRequest(
             context_id=ctx.id,
             model=ctx.config.model_id,
-            messages=list(rt.chat),  # a fresh list: enhancers may replace or extend it
+            messages=rt.chat,
             parameters=ctx.config.parameters,
             attempt=p.attempt,
             iteration=p.iteration,
             request_cancel=rt.request_cancel,
         )
-        for enhancer in self.enhancers:
+        copied = False
+        for i, enhancer in enumerate(self.enhancers):
+            if not copied and i == self._builtin_count:
+                # the built-in enhancers never change the list they are given; from
+                # here on, the request must own its list (the engine keeps appending
+                # to rt.chat, and an adapter may keep the request)
+                if request.messages is rt.chat:
+                    request.messages = list(rt.chat)
+                copied = True
             try:
                 request = enhancer.enhance(request, ctx)
             except Exception as exc:
                 raise EnhancerError(type(enhancer).__name__, exc) from exc
+        if request.messages is rt.chat:
+            request.messages = list(rt.chat)
         return request
 
     async def _prepare(self, rt: _Runtime) -> None:

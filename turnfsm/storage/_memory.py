@@ -55,6 +55,11 @@ class MemoryStore:
         )
 
     async def commit(self, commit: Commit) -> None:
+        self.commit_nowait(commit)
+
+    def commit_nowait(self, commit: Commit) -> None:
+        """:meth:`commit` without an await: the engine calls it directly, since a
+        store in memory never waits."""
         rec = self._get(commit.context_id)
         head = rec.context
         if head.version != commit.expected_version:
