@@ -16,7 +16,18 @@ from typing import Protocol, runtime_checkable
 
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
-__all__ = ["Commit", "StepLog", "Store"]
+__all__ = ["Commit", "ContextSummary", "StepLog", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSummary:
+    """What ``list_contexts`` tells of each stored context, without loading it."""
+
+    id: str
+    state: str
+    version: int
+    updated_at: datetime
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,10 @@ class Store(Protocol):
         ...
 
     async def list_ids(self) -> list[str]: ...
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        """Every stored context, oldest first."""
+        ...
 
     async def delete(self, context_id: str) -> None: ...
 

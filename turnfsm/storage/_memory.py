@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ContextNotFound, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
-from ._base import Commit, StepLog
+from ._base import Commit, ContextSummary, StepLog
 
 __all__ = ["MemoryStore"]
 
@@ -92,6 +92,18 @@ class MemoryStore:
 
     async def list_ids(self) -> list[str]:
         return list(self._records)
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        return [
+            ContextSummary(
+                id=r.context.id,
+                state=r.context.current_state,
+                version=r.context.version,
+                updated_at=r.context.updated_at,
+                parent_id=r.context.parent_id,
+            )
+            for r in self._records.values()
+        ]
 
     async def delete(self, context_id: str) -> None:
         self._get(context_id)
