@@ -1,0 +1,354 @@
+"""The file store: the directory layout of seed 002.
+
+::
+
+    {root}/contexts/{context-id}/
+        metadata.json        config, branches (with their message ids), state, version, ...
+        message_index.json   {"messages": [{id, role, message_type, created_at, branch}]}
+        messages/{msg-id}.json
+        steps.jsonl          the audit trail: one committed transition a line
+
+Every file is written atomically (a temporary file in the same folder, fsync,
+rename, fsync of the folder), so a crash leaves the old or the new file, never
+a torn one. A commit writes in an order that makes ``metadata.json`` its
+commit point: new and changed message files first, then the steps, then the
+index, then the metadata. A crash before the metadata is written leaves files
+that the metadata does not name (a message file, an index entry, a step of a
+version the metadata has not reached): they are ignored on load and
+overwritten by the next commit. A commit holds an exclusive ``flock`` on the
+context's ``.lock`` file and checks the version in ``metadata.json`` under
+it, so two processes never both win.
+
+The layout keeps every message id in ``metadata.json`` and every message in
+``message_index.json``, as the seed does: those two files are rewritten on each
+commit and grow with the history. The SQLite store is the append-only default
+for long conversations.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from ..errors import ContextNotFound, SchemaVersionError, StoreError, VersionConflict
+from ..model import SCHEMA_VERSION, ChatContext, MessageNode
+from ._base import Commit, ContextSummary, StepLog
+
+__all__ = ["FilesStore"]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, indent=2, default=str).encode() + b"\n"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from exc
+
+
+def _check_version(data: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object")
+    found = data.get("schema_version", 1)
+    if not isinstance(found, int) or found < 1:
+        raise StoreError(f"{path}: schema_version must be a positive integer, not {found!r}")
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
+    return data
+
+
+class FilesStore:
+    """Contexts as files under ``root`` (``files:///dir``)."""
+
+    def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self._contexts = self.root / "contexts"
+        self._contexts.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._limiter = anyio.CapacityLimiter(1)
+
+    def _dir(self, context_id: str) -> Path:
+        if not context_id or "/" in context_id or context_id.startswith("."):
+            raise StoreError(f"{context_id!r} cannot be a context folder name")
+        return self._contexts / context_id
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    @contextmanager
+    def _locked(self, folder: Path) -> Iterator[None]:
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ metadata
+
+    @staticmethod
+    def _metadata(ctx: ChatContext, steps_bytes: int) -> dict[str, Any]:
+        data = ctx.model_dump(mode="json", exclude={"message_pool"})
+        # steps_bytes: how much of steps.jsonl belongs to committed versions
+        return {"schema_version": SCHEMA_VERSION, **data, "steps_bytes": steps_bytes}
+
+    @staticmethod
+    def _index_entry(node: MessageNode, branch: str) -> dict[str, Any]:
+        msg = node.message
+        return {
+            "id": node.id,
+            "role": str(msg.role),
+            "message_type": str(msg.message_type),
+            "created_at": msg.metadata.created_at.isoformat(),
+            "branch": branch,
+        }
+
+    def _write_message(self, folder: Path, node: MessageNode) -> None:
+        data = {"schema_version": SCHEMA_VERSION, **node.model_dump(mode="json")}
+        _write_atomic(folder / "messages" / f"{node.id}.json", _dumps(data))
+
+    # ------------------------------------------------------------------ Store
+
+    async def create(self, context: ChatContext) -> None:
+        await self._run(self._create, context)
+
+    def _create(self, ctx: ChatContext) -> None:
+        folder = self._dir(ctx.id)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            raise StoreError(f"context {ctx.id!r} already exists ({folder})") from None
+        (folder / "messages").mkdir()
+        with self._locked(folder):
+            index = []
+            for name, branch in ctx.branches.items():
+                for mid in branch.message_ids:
+                    node = ctx.message_pool[mid]
+                    self._write_message(folder, node)
+                    index.append(self._index_entry(node, name))
+            _write_atomic(folder / "message_index.json", _dumps({"messages": index}))
+            _write_atomic(folder / "metadata.json", _dumps(self._metadata(ctx, 0)))
+
+    async def load(self, context_id: str) -> ChatContext:
+        result: ChatContext = await self._run(self._load, context_id)
+        return result
+
+    def _read_metadata(self, folder: Path, context_id: str) -> dict[str, Any]:
+        path = folder / "metadata.json"
+        try:
+            data = _read_json(path)
+        except FileNotFoundError:
+            raise ContextNotFound(context_id) from None
+        return _check_version(data, path)
+
+    def _load(self, context_id: str) -> ChatContext:
+        return self._load_with_steps(context_id)[0]
+
+    def _load_with_steps(self, context_id: str) -> tuple[ChatContext, int]:
+        folder = self._dir(context_id)
+        meta = self._read_metadata(folder, context_id)
+        steps_bytes = meta.pop("steps_bytes", 0)
+        pool: dict[str, Any] = {}
+        for branch in meta.get("branches", {}).values():
+            for mid in branch.get("message_ids", []):
+                if mid in pool:
+                    continue
+                path = folder / "messages" / f"{mid}.json"
+                try:
+                    data = _check_version(_read_json(path), path)
+                except FileNotFoundError:
+                    raise StoreError(f"{path}: missing, but metadata.json names it") from None
+                data.pop("schema_version", None)
+                pool[mid] = data
+        meta["schema_version"] = SCHEMA_VERSION
+        meta["message_pool"] = pool
+        try:
+            return ChatContext.model_validate(meta), int(steps_bytes)
+        except ValueError as exc:
+            raise StoreError(f"{folder / 'metadata.json'}: not a valid context: {exc}") from exc
+
+    async def commit(self, commit: Commit) -> None:
+        await self._run(self._commit, commit)
+
+    def _commit(self, commit: Commit) -> None:
+        folder = self._dir(commit.context_id)
+        if not (folder / "metadata.json").exists():
+            raise ContextNotFound(commit.context_id)
+        with self._locked(folder):
+            ctx, steps_bytes = self._load_with_steps(commit.context_id)
+            if ctx.version != commit.expected_version:
+                raise VersionConflict(commit.context_id, commit.expected_version, ctx.version)
+            for b in commit.branches:
+                ctx.branches[b.name] = b.model_copy(deep=True)
+            for name, _ in commit.appended:
+                if name not in ctx.branches:
+                    raise StoreError(f"commit appends to unknown branch {name!r}")
+            for node in commit.replaced:
+                if node.id not in ctx.message_pool:
+                    raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
+            # 1. message files (new ones are not named by metadata.json yet)
+            for _, node in commit.appended:
+                self._write_message(folder, node)
+            for node in commit.replaced:
+                self._write_message(folder, node)
+            # 2. the audit steps, after the committed part of steps.jsonl (what a
+            #    crashed commit appended past it is cut off first)
+            if commit.steps:
+                lines = "".join(
+                    json.dumps(
+                        {
+                            "version": s.version,
+                            "from": s.from_state,
+                            "trigger": s.trigger,
+                            "to": s.to_state,
+                            "at": s.at.isoformat(),
+                        }
+                    )
+                    + "\n"
+                    for s in commit.steps
+                ).encode()
+                with open(folder / "steps.jsonl", "ab") as f:
+                    f.truncate(steps_bytes)
+                    f.write(lines)
+                    f.flush()
+                    if self._fsync:
+                        os.fsync(f.fileno())
+                steps_bytes += len(lines)
+            # 3. the new context head, then the index, then metadata.json (the commit point)
+            for name, node in commit.appended:
+                ctx.message_pool[node.id] = node
+                ctx.branches[name].message_ids.append(node.id)
+            for node in commit.replaced:
+                ctx.message_pool[node.id] = node
+            ctx.version = commit.version
+            ctx.current_state = commit.state
+            ctx.updated_at = commit.updated_at
+            ctx.progress = commit.progress
+            ctx.event_seq = commit.event_seq
+            if commit.active_branch is not None:
+                ctx.active_branch_name = commit.active_branch
+            if commit.config is not None:
+                ctx.config = commit.config.model_copy(deep=True)
+            index = [
+                self._index_entry(ctx.message_pool[mid], name)
+                for name, branch in ctx.branches.items()
+                for mid in branch.message_ids
+            ]
+            _write_atomic(folder / "message_index.json", _dumps({"messages": index}))
+            _write_atomic(folder / "metadata.json", _dumps(self._metadata(ctx, steps_bytes)))
+
+    async def list_ids(self) -> list[str]:
+        return [s.id for s in await self.list_contexts()]
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        result: list[ContextSummary] = await self._run(self._list)
+        return result
+
+    def _list(self) -> list[ContextSummary]:
+        out = []
+        for folder in self._contexts.iterdir():
+            path = folder / "metadata.json"
+            if not folder.is_dir() or not path.exists():
+                continue
+            meta = _check_version(_read_json(path), path)
+            out.append(
+                ContextSummary(
+                    id=meta["id"],
+                    state=meta["current_state"],
+                    version=meta["version"],
+                    updated_at=datetime.fromisoformat(meta["updated_at"]),
+                    parent_id=meta.get("parent_id"),
+                )
+            )
+        out.sort(key=lambda s: (s.updated_at, s.id))
+        return out
+
+    async def delete(self, context_id: str) -> None:
+        await self._run(self._delete, context_id)
+
+    def _delete(self, context_id: str) -> None:
+        folder = self._dir(context_id)
+        if not (folder / "metadata.json").exists():
+            raise ContextNotFound(context_id)
+        with self._locked(folder):
+            # metadata first: from then on the context does not exist
+            (folder / "metadata.json").unlink()
+            for path in sorted(folder.rglob("*"), reverse=True):
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+        folder.rmdir()
+
+    async def steps(self, context_id: str) -> list[StepLog]:
+        result: list[StepLog] = await self._run(self._steps, context_id)
+        return result
+
+    def _steps(self, context_id: str) -> list[StepLog]:
+        folder = self._dir(context_id)
+        meta = self._read_metadata(folder, context_id)
+        size = int(meta.get("steps_bytes", 0))
+        path = folder / "steps.jsonl"
+        if not size:
+            return []
+        with open(path, "rb") as f:
+            raw = f.read(size)
+        out = []
+        for n, line in enumerate(raw.decode().splitlines(), 1):
+            try:
+                row = json.loads(line)
+                out.append(
+                    StepLog(
+                        row["version"],
+                        row["from"],
+                        row["trigger"],
+                        row["to"],
+                        datetime.fromisoformat(row["at"]),
+                    )
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StoreError(f"{path}: line {n} is not a step ({exc})") from exc
+        return out
+
+    async def aclose(self) -> None:
+        return None
