@@ -1,0 +1,276 @@
+"""The turnfsm side: the same workloads, driven by ``turnfsm.Engine``.
+
+The engine runs with its defaults (in-memory store, system clock, uuid ids,
+its default structlog logger at the stdlib ``turnfsm`` level, WARNING), the
+``@tool`` decorator and ``ScriptedLLM`` with a handler that behaves exactly
+like the floor's fake LLM. W2 uses a tiny adapter (an object with an async
+generator ``stream``) so that the scripted LLM's answer parsing is not timed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from _common import (
+    TEXT_ANSWER,
+    TOOL_NAME,
+    TOOL_RESULT_TEMP,
+    W1_TURNS,
+    W2_CHUNKS,
+    W2_CHUNKS_PER_ANSWER,
+    W2_TEXT,
+    W2_TURNS,
+    W3_CONVERSATIONS,
+    W3_TURNS,
+    W6_TURNS,
+    CheckFailed,
+    Timed,
+    check,
+    current_rss_mib,
+    expected_w1_history,
+    expected_w2_history,
+    figure,
+    peak_rss_mib,
+)
+
+# Nothing per transition: the engine's default logger filters at this level
+# (WARNING is also the default; it is set here so an environment cannot lower it).
+logging.getLogger("turnfsm").setLevel(logging.WARNING)
+
+from turnfsm import (  # noqa: E402
+    ApprovalStatus,
+    ContentDelta,
+    Engine,
+    EventsMissed,
+    LLMRequest,
+    LLMResponse,
+    State,
+    StopReason,
+    TextDelta,
+    ToolCallData,
+    TurnCompleted,
+    tool,
+)
+from turnfsm.model import to_chat_messages  # noqa: E402
+from turnfsm.testing import ScriptedLLM  # noqa: E402
+
+IDLE = State.IDLE
+AWAITING = State.AWAITING_TOOL_APPROVAL
+COMPLETED = StopReason.COMPLETED
+
+
+# --------------------------------------------------------------------- the fake LLM and tool
+
+
+def _weather(city: str) -> dict[str, Any]:
+    """Get the current weather in a city.
+
+    Args:
+        city: the city's name.
+    """
+    return {"city": city, "temp_c": TOOL_RESULT_TEMP}
+
+
+get_weather = tool(_weather, name=TOOL_NAME)
+get_weather_approval = tool(_weather, name=TOOL_NAME, approval="required")
+
+
+class Handler:
+    """The floor's fake LLM, as a ScriptedLLM handler: reads ``len(messages)`` of
+    the provider-format list, checks the last role, answers at once."""
+
+    __slots__ = ("calls", "last")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last: list[dict[str, Any]] | None = None
+
+    def __call__(self, request: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        messages = request.messages
+        self.last = messages
+        n = len(messages)
+        role = messages[-1]["role"]
+        if role == "user":
+            if n % 4 != 1 or not request.tools:
+                raise CheckFailed(f"call 1 got {n} messages / {len(request.tools)} tools")
+            return LLMResponse(
+                tool_calls=(ToolCallData(f"call_{n // 4 + 1}", TOOL_NAME, {"city": "London"}),),
+                finish_reason="tool_calls",
+            )
+        if role == "tool":
+            if n % 4 != 3:
+                raise CheckFailed(f"call 2 got {n} messages")
+            return LLMResponse(text=TEXT_ANSWER, finish_reason="stop")
+        raise CheckFailed(f"unexpected last role {role!r}")
+
+
+_DELTAS = tuple(TextDelta(c) for c in W2_CHUNKS)
+
+
+class StreamingLLM:
+    """W2's adapter: 100 deltas of 4 characters, then the whole response."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
+        self.calls += 1
+        messages = request.messages
+        n = len(messages)
+        if messages[-1]["role"] != "user" or n % 2 != 1:
+            raise CheckFailed(f"stream call got {n} messages")
+        for delta in _DELTAS:
+            yield delta
+        yield LLMResponse(text=W2_TEXT, finish_reason="stop")
+
+
+# --------------------------------------------------------------------- checks
+
+
+async def _check_history(engine: Engine, cid: str, expected: list[dict[str, Any]]) -> None:
+    ctx = await engine.get_context(cid)
+    check(ctx.current_state == IDLE, f"final state {ctx.current_state}")
+    history = ctx.history()
+    check(len(history) == len(expected), f"{len(history)} messages, expected {len(expected)}")
+    check(
+        to_chat_messages(n.message for n in history) == expected,
+        "history differs from a fresh build",
+    )
+
+
+# --------------------------------------------------------------------- workloads
+
+
+async def w1() -> dict[str, Any]:
+    handler = Handler()
+    async with Engine(llm=ScriptedLLM(handler, record=False), tools=[get_weather]) as engine:
+        cid = await engine.create_context()
+        send = engine.send
+        rss0 = current_rss_mib()
+        tm = Timed.start()
+        for i in range(1, W1_TURNS + 1):
+            turn = await send(cid, f"turn {i}")
+            if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                raise CheckFailed(f"turn {i}: {turn.state} {turn.stop_reason} {turn.error}")
+        wall = tm.stop()
+        peak = peak_rss_mib()
+        check(len(turn.messages) == 4 and turn.text == TEXT_ANSWER, "last turn's messages")
+        check(handler.calls == 2 * W1_TURNS, f"{handler.calls} LLM calls")
+        expected = expected_w1_history(W1_TURNS)
+        check(handler.last == expected[:-1], "the last request's messages differ")
+        await _check_history(engine, cid, expected)
+    return figure(tm, wall, W1_TURNS, "us/turn", peak, rss0)
+
+
+async def w2() -> dict[str, Any]:
+    llm = StreamingLLM()
+    total = W2_TURNS * W2_CHUNKS_PER_ANSWER
+    received: list[str] = []
+    missed = 0
+    # room for every event of the run: the driver never waits for a subscriber
+    async with Engine(llm=llm, subscriber_buffer=4 * total) as engine:
+        cid = await engine.create_context()
+        sub = engine.subscribe(cid)
+
+        async def subscriber() -> None:
+            nonlocal missed
+            turns = 0
+            append = received.append
+            async with sub:
+                async for ev in sub:
+                    kind = type(ev)
+                    if kind is ContentDelta:
+                        append(ev.delta)
+                    elif kind is TurnCompleted:
+                        turns += 1
+                        if turns == W2_TURNS:
+                            break
+                    elif kind is EventsMissed:
+                        missed += ev.count
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(subscriber)
+            await anyio.lowlevel.checkpoint()  # the subscriber waits before the clock starts
+            rss0 = current_rss_mib()
+            tm = Timed.start()
+            for i in range(1, W2_TURNS + 1):
+                turn = await engine.send(cid, f"turn {i}")
+                if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                    raise CheckFailed(f"turn {i}: {turn.state} {turn.stop_reason} {turn.error}")
+        wall = tm.stop()  # the subscriber has had every event
+        peak = peak_rss_mib()
+        check(missed == 0, f"the subscriber missed {missed} events")
+        check(len(received) == total, f"subscriber got {len(received)} chunks, expected {total}")
+        check("".join(received) == W2_TEXT * W2_TURNS, "subscriber's chunks differ")
+        check(llm.calls == W2_TURNS, f"{llm.calls} LLM calls")
+        await _check_history(engine, cid, expected_w2_history(W2_TURNS))
+    return figure(tm, wall, total, "us/chunk", peak, rss0)
+
+
+async def w3() -> dict[str, Any]:
+    handler = Handler()
+    cids: list[str] = []
+    async with Engine(llm=ScriptedLLM(handler, record=False), tools=[get_weather]) as engine:
+
+        async def one(k: int) -> None:
+            cid = await engine.create_context()
+            cids.append(cid)
+            for i in range(1, W3_TURNS + 1):
+                turn = await engine.send(cid, f"turn {i}")
+                if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                    raise CheckFailed(f"conversation {k} turn {i}: {turn.state} {turn.error}")
+
+        rss0 = current_rss_mib()
+        tm = Timed.start()
+        async with anyio.create_task_group() as tg:
+            for k in range(W3_CONVERSATIONS):
+                tg.start_soon(one, k)
+        wall = tm.stop()
+        peak = peak_rss_mib()  # before the checks, which copy contexts
+        check(len(set(cids)) == W3_CONVERSATIONS, f"{len(set(cids))} conversations")
+        check(handler.calls == 2 * W3_TURNS * W3_CONVERSATIONS, f"{handler.calls} LLM calls")
+        expected = expected_w1_history(W3_TURNS)
+        for cid in cids:
+            await _check_history(engine, cid, expected)
+    return figure(tm, wall, W3_CONVERSATIONS, "s", peak, rss0)
+
+
+async def w6() -> dict[str, Any]:
+    handler = Handler()
+    llm = ScriptedLLM(handler, record=False)
+    async with Engine(llm=llm, tools=[get_weather_approval]) as engine:
+        cid = await engine.create_context()
+        rss0 = current_rss_mib()
+        tm = Timed.start()
+        for i in range(1, W6_TURNS + 1):
+            turn = await engine.send(cid, f"turn {i}")
+            if turn.state is not AWAITING or len(turn.pending_tool_calls) != 1:
+                raise CheckFailed(f"turn {i} did not stop for approval: {turn.state} {turn.error}")
+            call_id = turn.pending_tool_calls[0].id  # what a UI would show
+            turn = await engine.approve(cid, call_id)
+            if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                raise CheckFailed(f"turn {i} after approval: {turn.state} {turn.error}")
+        wall = tm.stop()
+        peak = peak_rss_mib()
+        check(handler.calls == 2 * W6_TURNS, f"{handler.calls} LLM calls")
+        await _check_history(engine, cid, expected_w1_history(W6_TURNS))
+        ctx = await engine.get_context(cid)
+        for node in ctx.history():
+            for c in node.message.tool_calls or ():
+                check(
+                    c.approval_status is ApprovalStatus.APPROVED and c.decided_by == "human",
+                    f"call {c.id}: {c.approval_status} by {c.decided_by}",
+                )
+    return figure(tm, wall, W6_TURNS, "us/turn", peak, rss0)
+
+
+WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W6": w6}
+
+
+def run(workload: str) -> dict[str, Any]:
+    return anyio.run(WORKLOADS[workload])
