@@ -1,0 +1,40 @@
+"""L2: inbound formats: the chat request bodies of seed 004 (:mod:`._request`) and
+conversations kept in other formats, imported into a ChatContext (:mod:`._legacy`)."""
+
+from ._legacy import (
+    IMPORT_FORMATS,
+    MISSING_RESULT,
+    ImportFormat,
+    count_tool_calls,
+    detect_format,
+    import_context,
+    import_conversation_entries,
+    import_openai_messages,
+    import_request_body,
+    import_session_records,
+)
+from ._request import (
+    InboundFormat,
+    InboundMessage,
+    InboundRequest,
+    format_error_path,
+    parse_request,
+)
+
+__all__ = [
+    "IMPORT_FORMATS",
+    "MISSING_RESULT",
+    "ImportFormat",
+    "InboundFormat",
+    "InboundMessage",
+    "InboundRequest",
+    "count_tool_calls",
+    "detect_format",
+    "format_error_path",
+    "import_context",
+    "import_conversation_entries",
+    "import_openai_messages",
+    "import_request_body",
+    "import_session_records",
+    "parse_request",
+]

@@ -1,0 +1,278 @@
+"""The inbound chat request bodies of seed 004, parsed into one internal structure.
+
+Two wire formats are accepted:
+
+- the ``contextManagement`` body: ``{"contextManagement": {"currentMessage": {...},
+  "conversationContext": [...]}, "userLanguage": "en", "userTimezone": "..."}``,
+  whose current message comes from a ``user`` or a ``frontend_operator``;
+- the legacy ``messages`` body: ``{"messages": [...], "userLanguage": ...,
+  "userTimezone": ...}`` (at least one message; the last one is the current
+  message, the ones before it are the conversation context).
+
+Both are validated by one pydantic union (:data:`_BODY`), tagged with the format
+names, and normalised into :class:`InboundRequest`. A body that fits neither is
+refused with :class:`~turnfsm.errors.InvalidInput` whose message lists, for each
+format, every problem with its JSON path (``contextManagement.currentMessage.role:
+Input should be 'user' or 'frontend_operator'``, ``messages: Field required``).
+
+Decisions (seed 004 is silent on them):
+
+- **Unknown keys are refused, at every level** (``extra="forbid"``). A misspelt
+  ``userTimeZone`` or ``messageID`` would otherwise be dropped without a word
+  while its value is silently replaced by the default; a body that carries both
+  ``contextManagement`` and ``messages`` is ambiguous and fits neither format.
+- ``conversationContext`` may be left out (a first message has no context);
+  ``userLanguage`` defaults to ``"en"``; ``null`` is not accepted for it.
+- Context messages may have the roles ``user``, ``assistant``, ``system`` and
+  ``frontend_operator``; the current message (in the legacy format: the last
+  one) must be from a ``user`` or a ``frontend_operator`` and have some text.
+- Timestamps are ISO 8601 (or Unix seconds); one without an offset is taken as UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from ...errors import InvalidInput
+from ...model import InternalMessage, MessageMetadata, Role, TextPart
+
+__all__ = [
+    "InboundFormat",
+    "InboundMessage",
+    "InboundRequest",
+    "format_error_path",
+    "parse_request",
+]
+
+InboundFormat = Literal["context_management", "legacy"]
+
+_FORMAT_LABELS: dict[str, str] = {
+    "context_management": "as a contextManagement body",
+    "legacy": "as a legacy messages body",
+}
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+_Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
+_ContextRole = Literal["user", "assistant", "system", "frontend_operator"]
+_CurrentRole = Literal["user", "frontend_operator"]
+_WIRE = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- the wire formats ---------------------------------------------------------------------
+
+
+class _ContextMessage(BaseModel):
+    model_config = _WIRE
+    role: _ContextRole
+    content: str
+    timestamp: _Timestamp | None = None
+    message_id: str | None = Field(default=None, alias="messageId")
+
+
+class _CurrentMessage(BaseModel):
+    model_config = _WIRE
+    role: _CurrentRole
+    content: str = Field(min_length=1)
+    timestamp: _Timestamp | None = None
+    message_id: str | None = Field(default=None, alias="messageId")
+
+
+class _ContextManagement(BaseModel):
+    model_config = _WIRE
+    current_message: _CurrentMessage = Field(alias="currentMessage")
+    conversation_context: list[_ContextMessage] = Field(
+        default_factory=list, alias="conversationContext"
+    )
+
+
+class _ContextManagementBody(BaseModel):
+    model_config = _WIRE
+    context_management: _ContextManagement = Field(alias="contextManagement")
+    user_language: str = Field(default="en", alias="userLanguage")
+    user_timezone: str | None = Field(default=None, alias="userTimezone")
+
+    def to_inbound(self) -> InboundRequest:
+        cm = self.context_management
+        return InboundRequest(
+            current=InboundMessage.of(cm.current_message),
+            history=[InboundMessage.of(m) for m in cm.conversation_context],
+            user_language=self.user_language,
+            user_timezone=self.user_timezone,
+            format="context_management",
+        )
+
+
+class _LegacyBody(BaseModel):
+    model_config = _WIRE
+    messages: list[_ContextMessage] = Field(min_length=1)
+    user_language: str = Field(default="en", alias="userLanguage")
+    user_timezone: str | None = Field(default=None, alias="userTimezone")
+
+    @field_validator("messages")
+    @classmethod
+    def _last_is_current(cls, messages: list[_ContextMessage]) -> list[_ContextMessage]:
+        last = messages[-1]
+        where = f"messages[{len(messages) - 1}]"
+        if last.role not in ("user", "frontend_operator"):
+            raise PydanticCustomError(
+                "current_message_role",
+                "the last message is the current one: its role must be 'user' or "
+                "'frontend_operator', not '{role}' ({where}.role)",
+                {"role": last.role, "where": where},
+            )
+        if not last.content:
+            raise PydanticCustomError(
+                "current_message_empty",
+                "the last message is the current one: it needs some text ({where}.content)",
+                {"where": where},
+            )
+        return messages
+
+    def to_inbound(self) -> InboundRequest:
+        *history, current = self.messages
+        return InboundRequest(
+            current=InboundMessage.of(current),
+            history=[InboundMessage.of(m) for m in history],
+            user_language=self.user_language,
+            user_timezone=self.user_timezone,
+            format="legacy",
+        )
+
+
+_BODY: TypeAdapter[_ContextManagementBody | _LegacyBody] = TypeAdapter(
+    Annotated[_ContextManagementBody, Tag("context_management")]
+    | Annotated[_LegacyBody, Tag("legacy")]
+)
+
+
+# --- the internal structure ---------------------------------------------------------------
+
+
+class InboundMessage(BaseModel):
+    """One message of an inbound request, whichever format it came in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    role: Role
+    content: str
+    timestamp: datetime | None = None
+    message_id: str | None = None
+
+    @classmethod
+    def of(cls, wire: _ContextMessage | _CurrentMessage) -> InboundMessage:
+        return cls(
+            role=Role(wire.role),
+            content=wire.content,
+            timestamp=wire.timestamp,
+            message_id=wire.message_id,
+        )
+
+    def to_message(self, now: datetime, extra: dict[str, Any] | None = None) -> InternalMessage:
+        """This message as stored: its timestamp (else ``now``), its id in ``metadata.extra``."""
+        info: dict[str, Any] = {}
+        if self.message_id is not None:
+            info["message_id"] = self.message_id
+        info.update(extra or {})
+        return InternalMessage(
+            role=self.role,
+            content=[TextPart(text=self.content)] if self.content else [],
+            metadata=MessageMetadata(created_at=self.timestamp or now, extra=info),
+        )
+
+
+class InboundRequest(BaseModel):
+    """A chat request, normalised from either format of seed 004.
+
+    ``current`` is the message to answer now (role ``user`` or
+    ``frontend_operator``); ``history`` is the conversation context before it,
+    oldest first; ``format`` says which wire format the body used.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    current: InboundMessage
+    history: list[InboundMessage] = Field(default_factory=list)
+    user_language: str = "en"
+    user_timezone: str | None = None
+    format: InboundFormat
+
+    def to_messages(self, *, now: datetime | None = None) -> list[InternalMessage]:
+        """The history, then the current message, as stored messages.
+
+        Each message keeps its role (a frontend operator stays
+        ``Role.FRONTEND_OPERATOR``; the chat format view speaks for it as a named
+        user), its timestamp (else ``now``, by default the current UTC time) and
+        its ``messageId`` as ``metadata.extra["message_id"]``. The current
+        message is flagged with ``metadata.extra["current"] = True`` and carries
+        ``user_language`` (and ``user_timezone`` when given) in ``metadata.extra``.
+
+        Seed 004's ``[CURRENT MESSAGE FROM USER/FRONTEND_OPERATOR]:`` prefix is
+        *not* written into the stored content: telling the model which message is
+        the current one is a prompt-shaping concern (an enhancer can read the
+        flag), and stored history stays what was said.
+        """
+        at = now if now is not None else datetime.now(UTC)
+        out = [m.to_message(at) for m in self.history]
+        flags: dict[str, Any] = {"current": True, "user_language": self.user_language}
+        if self.user_timezone is not None:
+            flags["user_timezone"] = self.user_timezone
+        out.append(self.current.to_message(at, flags))
+        return out
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def format_error_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a JSON path: ``messages[2].role``; ``$`` for the root."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "$"
+
+
+def _describe(errors: list[ErrorDetails]) -> str:
+    by_format: dict[str, list[str]] = {name: [] for name in _FORMAT_LABELS}
+    for err in errors:
+        tag, *rest = err["loc"]
+        msg = "Input should be an object" if err["type"] == "model_type" else err["msg"]
+        by_format.setdefault(str(tag), []).append(f"{format_error_path(tuple(rest))}: {msg}")
+    parts = [
+        f"{_FORMAT_LABELS.get(tag, tag)}: [" + "; ".join(problems) + "]"
+        for tag, problems in by_format.items()
+        if problems
+    ]
+    return "fits neither format; " + "; ".join(parts)
+
+
+def parse_request(body: Any) -> InboundRequest:
+    """Parse a request body of either format of seed 004 into an :class:`InboundRequest`.
+
+    ``body`` is the decoded JSON (a dict). Raises :class:`InvalidInput` (``where``
+    is ``"request body"``) listing what is wrong with the body in each format.
+    """
+    if not isinstance(body, dict):
+        raise InvalidInput("request body", f"must be a JSON object, not {type(body).__name__}")
+    try:
+        parsed = _BODY.validate_python(body)
+    except ValidationError as exc:
+        raise InvalidInput("request body", _describe(exc.errors())) from exc
+    return parsed.to_inbound()
