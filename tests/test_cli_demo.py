@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,9 +32,11 @@ APPROVED_TRACE = [
 ]
 
 
-def test_demo_command_runs_without_a_terminal() -> None:
+def test_demo_command_runs_without_a_terminal(tmp_path: Path) -> None:
+    env = {**os.environ, "TURNFSM_STORE": f"sqlite:///{tmp_path / 'demo.db'}"}
     out = subprocess.run(
         [sys.executable, "-m", "turnfsm", "demo", "--json", "--delay", "0"],
+        env=env,
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -62,3 +66,45 @@ async def test_demo_asks_and_honours_a_denial(monkeypatch: pytest.MonkeyPatch) -
     text = buf.getvalue()
     assert "approve get_weather" in text
     assert "could not get the weather (denied: the user said no)" in text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnfsm", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_demo_keeps_its_conversation_in_the_store_and_contexts_shows_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kept.db'}"
+    assert _cli("demo", "--json", "--delay", "0", "--store", url).returncode == 0
+    listed = _cli("contexts", "list", "--json", "--store", url)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert row["state"] == "Idle"
+    shown = _cli("contexts", "show", row["id"], "--store", url)
+    data = json.loads(shown.stdout)
+    assert [s["to"] for s in data["steps"]] == APPROVED_TRACE[1:]
+    out = tmp_path / "export.json"
+    assert _cli("contexts", "export", row["id"], "--store", url, "--out", str(out)).returncode == 0
+    assert json.loads(out.read_text())["id"] == row["id"]
+    assert _cli("contexts", "delete", row["id"], "--store", url).returncode == 0
+    assert _cli("contexts", "list", "--store", url).stdout == ""
+    missing = _cli("contexts", "show", row["id"], "--store", url)
+    assert missing.returncode == 1
+    assert "no context with id" in missing.stderr
+
+
+def test_replay_can_keep_its_conversation_in_a_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'replayed.db'}"
+    script = Path(__file__).parent / "scripts" / "weather_with_approval.json"
+    assert _cli("replay", str(script), "--store", url).returncode == 0
+    listed = _cli("contexts", "list", "--json", "--store", url)
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    shown = json.loads(_cli("contexts", "show", row["id"], "--store", url).stdout)
+    trace = ["Idle", *(s["to"] for s in shown["steps"])]
+    assert trace == json.loads(script.read_text())["expect"]["trace"]

@@ -40,6 +40,7 @@ EXPECTED_ALL = {
     "EventsMissed",
     "Failed",
     "FilePart",
+    "FilesStore",
     "Heartbeat",
     "IllegalTransition",
     "ImagePart",
@@ -57,6 +58,7 @@ EXPECTED_ALL = {
     "RetryPolicy",
     "Retrying",
     "Role",
+    "SQLiteStore",
     "SchemaVersionError",
     "State",
     "StateChanged",
@@ -96,6 +98,7 @@ EXPECTED_ALL = {
     "UnknownToolCall",
     "VersionConflict",
     "__version__",
+    "open_store",
     "tool",
 }
 

@@ -67,7 +67,7 @@ from .model import (
     ToolCallResult,
 )
 from .states import RESTING, TRANSITIONS, State, Transition, Trigger
-from .storage import MemoryStore, Store
+from .storage import FilesStore, MemoryStore, SQLiteStore, Store, open_store
 from .tools import Approval, Tool, ToolOutcome, ToolRegistry, tool
 
 __version__ = "0.1.0"
@@ -94,6 +94,7 @@ __all__ = [
     "EventsMissed",
     "Failed",
     "FilePart",
+    "FilesStore",
     "Heartbeat",
     "IllegalTransition",
     "ImagePart",
@@ -111,6 +112,7 @@ __all__ = [
     "RetryPolicy",
     "Retrying",
     "Role",
+    "SQLiteStore",
     "SchemaVersionError",
     "State",
     "StateChanged",
@@ -150,5 +152,6 @@ __all__ = [
     "UnknownToolCall",
     "VersionConflict",
     "__version__",
+    "open_store",
     "tool",
 ]

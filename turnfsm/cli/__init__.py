@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo, _record, _replay
+from . import _contexts, _demo, _import, _record, _replay
 
 __all__ = ["main"]
 
@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     _demo.add_parser(sub)
     _replay.add_parser(sub)
     _record.add_parser(sub)
+    _contexts.add_parser(sub)
+    _import.add_parser(sub)
     return parser
 
 

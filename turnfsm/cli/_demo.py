@@ -20,6 +20,7 @@ from ..engine import Engine, Turn
 from ..events import ContentDelta, StateChanged, ToolResult
 from ..states import RESTING, State
 from ..tools import tool
+from ._store import add_store_option, default_store_url
 
 __all__ = ["add_parser", "run_demo"]
 
@@ -56,12 +57,14 @@ def add_parser(sub: Any) -> None:
         help="seconds between streamed chunks (default 0.02; 0 for none)",
     )
     p.add_argument("--json", action="store_true", help="print the turns as JSON lines")
+    add_store_option(p)
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty() and not args.yes
-    return anyio.run(run_demo, interactive, args.delay, args.json, sys.stdout)
+    store = args.store or default_store_url()
+    return anyio.run(run_demo, interactive, args.delay, args.json, sys.stdout, store)
 
 
 def _ask(console: Console, question: str) -> bool:
@@ -70,10 +73,12 @@ def _ask(console: Console, question: str) -> bool:
     return answer in ("y", "yes")
 
 
-async def run_demo(interactive: bool, delay: float, as_json: bool, out: TextIO) -> int:
+async def run_demo(
+    interactive: bool, delay: float, as_json: bool, out: TextIO, store: str = "memory://"
+) -> int:
     console = Console(file=out, highlight=False, soft_wrap=True)
     trace: list[State] = [State.IDLE]
-    async with Engine(llm=DemoLLM(delay=delay), tools=[get_weather]) as engine:
+    async with Engine(llm=DemoLLM(delay=delay), tools=[get_weather], store=store) as engine:
         cid = await engine.create_context(
             system_prompt="You are a helpful weather assistant.", model="demo"
         )
@@ -102,6 +107,7 @@ async def run_demo(interactive: bool, delay: float, as_json: bool, out: TextIO) 
             events.end()
     if not as_json:
         console.print("\n[bold]trace:[/bold] " + " -> ".join(trace))
+        console.print(f"[dim]context {cid} kept in {store}[/dim]")
     else:
         console.out(json.dumps({"trace": list(trace)}), highlight=False)
     return 0 if trace[-1] is State.IDLE else 1

@@ -36,6 +36,12 @@ def add_parser(sub: Any) -> None:
         help="write what was observed: {trace, events, messages} (one script only)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON result per script")
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="keep the replayed conversations in this store (default: in memory)",
+    )
     p.set_defaults(run=_run)
 
 
@@ -52,6 +58,14 @@ def _expand(paths: list[str]) -> list[Path]:
         else:
             files.append(p)
     return files
+
+
+async def _replay_in(script: Any, store_url: str | None) -> ReplayResult:
+    if store_url is None:
+        return await replay(script)
+    from ..storage import open_store
+
+    return await replay(script, store=open_store(store_url))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 print(f"INVALID {exc}", file=sys.stderr)
             continue
-        result: ReplayResult = anyio.run(replay, script)
+        result: ReplayResult = anyio.run(_replay_in, script, args.store)
         if args.trace_out:
             Path(args.trace_out).write_text(
                 json.dumps(result.trace_out(), indent=2, ensure_ascii=False) + "\n"

@@ -206,7 +206,7 @@ class Engine:
         self,
         llm: Any = None,
         tools: Iterable[Tool] = (),
-        store: Store | None = None,
+        store: Store | str | None = None,
         enhancers: Sequence[Enhancer] = (),
         retry: RetryPolicy | None = None,
         max_iterations: int = 20,
@@ -221,6 +221,10 @@ class Engine:
             raise InvalidInput("max_iterations", "must be >= 1")
         self.llm = llm
         self.tools = ToolRegistry(tools)
+        if isinstance(store, str):
+            from ..storage import open_store
+
+            store = open_store(store)
         self.store: Store = store if store is not None else MemoryStore()
         self._commit_nowait = _commit_nowait(self.store)
         self.retry_policy = retry or RetryPolicy()
@@ -508,6 +512,15 @@ class Engine:
         """Continue a context that a crash left in a non-resting state."""
         rt = await self._enter(context_id)
         return await self._call(rt, self._start_resume)
+
+    async def recover(self) -> list[Turn]:
+        """Resume every context of the store that a crash left busy (in a
+        non-resting state); returns their turns, in the store's order."""
+        turns = []
+        for summary in await self.store.list_contexts():
+            if State(summary.state) not in RESTING and summary.id not in self._busy:
+                turns.append(await self.resume(summary.id))
+        return turns
 
     async def _start_resume(self, rt: _Runtime) -> None:
         state = State(rt.holder.state)

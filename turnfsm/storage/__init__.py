@@ -1,6 +1,22 @@
-"""L2: persistence. The :class:`Store` interface and its backends."""
+"""L2: persistence. The :class:`Store` interface and its backends.
+
+:func:`open_store` opens a store from a URL: ``memory://``,
+``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``.
+"""
 
 from ._base import Commit, ContextSummary, StepLog, Store
+from ._files import FilesStore
 from ._memory import MemoryStore
+from ._sqlite import SQLiteStore
+from ._url import open_store
 
-__all__ = ["Commit", "ContextSummary", "MemoryStore", "StepLog", "Store"]
+__all__ = [
+    "Commit",
+    "ContextSummary",
+    "FilesStore",
+    "MemoryStore",
+    "SQLiteStore",
+    "StepLog",
+    "Store",
+    "open_store",
+]

@@ -39,9 +39,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import ContextNotFound, SchemaVersionError, StoreError, VersionConflict
+from ..errors import ContextNotFound, StoreError, VersionConflict
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
 from ._base import Commit, ContextSummary, StepLog
+from ._schema import check_version, upcast_branch, upcast_context, upcast_message
 
 __all__ = ["FilesStore"]
 
@@ -86,15 +87,12 @@ def _read_json(path: Path) -> Any:
         raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from exc
 
 
-def _check_version(data: Any, path: Path) -> dict[str, Any]:
+def _record(data: Any, path: Path) -> tuple[dict[str, Any], int]:
+    """A stored JSON object and its schema version (refused when newer)."""
     if not isinstance(data, dict):
         raise StoreError(f"{path}: expected a JSON object")
-    found = data.get("schema_version", 1)
-    if not isinstance(found, int) or found < 1:
-        raise StoreError(f"{path}: schema_version must be a positive integer, not {found!r}")
-    if found > SCHEMA_VERSION:
-        raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
-    return data
+    version = check_version(data.pop("schema_version", None), where=str(path))
+    return data, version
 
 
 class FilesStore:
@@ -129,8 +127,15 @@ class FilesStore:
     @staticmethod
     def _metadata(ctx: ChatContext, steps_bytes: int) -> dict[str, Any]:
         data = ctx.model_dump(mode="json", exclude={"message_pool"})
-        # steps_bytes: how much of steps.jsonl belongs to committed versions
-        return {"schema_version": SCHEMA_VERSION, **data, "steps_bytes": steps_bytes}
+        on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            **data,
+            # pool messages no branch names (the pool is kept whole)
+            "detached_message_ids": [m for m in ctx.message_pool if m not in on_branches],
+            # how much of steps.jsonl belongs to committed versions
+            "steps_bytes": steps_bytes,
+        }
 
     @staticmethod
     def _index_entry(node: MessageNode, branch: str) -> dict[str, Any]:
@@ -160,12 +165,13 @@ class FilesStore:
             raise StoreError(f"context {ctx.id!r} already exists ({folder})") from None
         (folder / "messages").mkdir()
         with self._locked(folder):
-            index = []
-            for name, branch in ctx.branches.items():
-                for mid in branch.message_ids:
-                    node = ctx.message_pool[mid]
-                    self._write_message(folder, node)
-                    index.append(self._index_entry(node, name))
+            for node in ctx.message_pool.values():
+                self._write_message(folder, node)
+            index = [
+                self._index_entry(ctx.message_pool[mid], name)
+                for name, branch in ctx.branches.items()
+                for mid in branch.message_ids
+            ]
             _write_atomic(folder / "message_index.json", _dumps({"messages": index}))
             _write_atomic(folder / "metadata.json", _dumps(self._metadata(ctx, 0)))
 
@@ -174,12 +180,21 @@ class FilesStore:
         return result
 
     def _read_metadata(self, folder: Path, context_id: str) -> dict[str, Any]:
+        """metadata.json at the current schema version (upcast when older)."""
         path = folder / "metadata.json"
         try:
-            data = _read_json(path)
+            raw = _read_json(path)
         except FileNotFoundError:
             raise ContextNotFound(context_id) from None
-        return _check_version(data, path)
+        data, version = _record(raw, path)
+        if version != SCHEMA_VERSION:
+            branches = data.get("branches") or {}
+            data["branches"] = {
+                name: upcast_branch(b, version, where=f"{path}: branch {name}")
+                for name, b in branches.items()
+            }
+            data = upcast_context(data, version, where=str(path))
+        return data
 
     def _load(self, context_id: str) -> ChatContext:
         return self._load_with_steps(context_id)[0]
@@ -188,18 +203,18 @@ class FilesStore:
         folder = self._dir(context_id)
         meta = self._read_metadata(folder, context_id)
         steps_bytes = meta.pop("steps_bytes", 0)
+        detached = meta.pop("detached_message_ids", [])
         pool: dict[str, Any] = {}
-        for branch in meta.get("branches", {}).values():
-            for mid in branch.get("message_ids", []):
-                if mid in pool:
-                    continue
-                path = folder / "messages" / f"{mid}.json"
-                try:
-                    data = _check_version(_read_json(path), path)
-                except FileNotFoundError:
-                    raise StoreError(f"{path}: missing, but metadata.json names it") from None
-                data.pop("schema_version", None)
-                pool[mid] = data
+        named = [m for b in meta.get("branches", {}).values() for m in b.get("message_ids", [])]
+        for mid in [*named, *detached]:
+            if mid in pool:
+                continue
+            path = folder / "messages" / f"{mid}.json"
+            try:
+                data, version = _record(_read_json(path), path)
+            except FileNotFoundError:
+                raise StoreError(f"{path}: missing, but metadata.json names it") from None
+            pool[mid] = upcast_message(data, version, where=str(path))
         meta["schema_version"] = SCHEMA_VERSION
         meta["message_pool"] = pool
         try:
@@ -286,11 +301,13 @@ class FilesStore:
 
     def _list(self) -> list[ContextSummary]:
         out = []
+        created: dict[str, str] = {}
         for folder in self._contexts.iterdir():
             path = folder / "metadata.json"
             if not folder.is_dir() or not path.exists():
                 continue
-            meta = _check_version(_read_json(path), path)
+            meta = self._read_metadata(folder, folder.name)
+            created[meta["id"]] = meta["created_at"]
             out.append(
                 ContextSummary(
                     id=meta["id"],
@@ -300,7 +317,7 @@ class FilesStore:
                     parent_id=meta.get("parent_id"),
                 )
             )
-        out.sort(key=lambda s: (s.updated_at, s.id))
+        out.sort(key=lambda s: (datetime.fromisoformat(created[s.id]), s.id))  # oldest first
         return out
 
     async def delete(self, context_id: str) -> None:

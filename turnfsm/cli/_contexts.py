@@ -1,0 +1,96 @@
+"""``turnfsm contexts list|show|export|delete --store URL``: the stored conversations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+
+from ..errors import TurnFSMError
+from ._store import add_store_option, default_store_url
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "contexts", help="list, show, export or delete stored conversations", description=__doc__
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    ls = verbs.add_parser("list", help="one line per context: id, state, version, updated")
+    add_store_option(ls)
+    ls.add_argument("--json", action="store_true", help="one JSON object per context")
+    for name, text in (
+        ("show", "the context as JSON, with its audit steps"),
+        ("export", "the context as JSON (what turnfsm import reads back)"),
+    ):
+        q = verbs.add_parser(name, help=text)
+        q.add_argument("context_id", metavar="ID")
+        add_store_option(q)
+        if name == "export":
+            q.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    rm = verbs.add_parser("delete", help="delete a context and everything stored of it")
+    rm.add_argument("context_id", metavar="ID")
+    add_store_option(rm)
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return anyio.run(_main, args)
+    except TurnFSMError as exc:
+        print(f"turnfsm contexts: {exc}", file=sys.stderr)
+        return 2 if "no context with id" not in str(exc) else 1
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from ..storage import open_store
+
+    store = open_store(args.store or default_store_url())
+    try:
+        if args.verb == "list":
+            for s in await store.list_contexts():
+                if args.json:
+                    print(
+                        json.dumps(
+                            {
+                                "id": s.id,
+                                "state": s.state,
+                                "version": s.version,
+                                "updated_at": s.updated_at.isoformat(),
+                                "parent_id": s.parent_id,
+                            }
+                        )
+                    )
+                else:
+                    print(f"{s.id}  {s.state:<22} v{s.version:<5} {s.updated_at.isoformat()}")
+            return 0
+        if args.verb == "delete":
+            await store.delete(args.context_id)
+            print(f"deleted {args.context_id}")
+            return 0
+        ctx = await store.load(args.context_id)
+        data: dict[str, Any] = ctx.model_dump(mode="json")
+        if args.verb == "show":
+            data["steps"] = [
+                {
+                    "version": st.version,
+                    "from": st.from_state,
+                    "trigger": st.trigger,
+                    "to": st.to_state,
+                    "at": st.at.isoformat(),
+                }
+                for st in await store.steps(args.context_id)
+            ]
+        text = json.dumps(data, indent=2, ensure_ascii=False)
+        if getattr(args, "out", None):
+            await anyio.Path(args.out).write_text(text + "\n")
+            print(f"wrote {args.out}")
+        else:
+            print(text)
+        return 0
+    finally:
+        await store.aclose()

@@ -1,0 +1,148 @@
+"""``turnfsm import FILE``: import a conversation kept in another format.
+
+Formats (``--format``, detected by default): ``session`` (session records:
+MessageRecord / ToolCallRecord), ``entries`` (alternating user/assistant
+entries), ``openai`` (an OpenAI chat ``messages`` list), ``request`` (a
+``contextManagement`` or legacy ``messages`` request body). The conversation
+becomes a context in state Idle; with ``--store URL`` it is stored there.
+
+Prints the new context's id, then a one-line summary; with ``--json``, the
+whole context as JSON instead.
+
+Exit status: 0 imported; 1 the store refused it; 2 the file cannot be read, is
+not JSON, or cannot be converted (one line on stderr with the JSON path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..adapters.inbound import (
+    IMPORT_FORMATS,
+    ImportFormat,
+    count_tool_calls,
+    detect_format,
+    import_context,
+)
+from ..errors import InvalidInput, TurnFSMError
+from ..model import ChatContext
+
+__all__ = ["add_parser", "summary"]
+
+_PROG = "turnfsm import"
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "import",
+        help="import a conversation from another format into a context",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="a JSON file ('-' reads standard input)")
+    p.add_argument(
+        "--format",
+        choices=("auto", *IMPORT_FORMATS),
+        default="auto",
+        help="the file's format (default: auto, detected from its shape)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="store the context there (sqlite:///path.db, files:///dir, ...); "
+        "without it, nothing is stored",
+    )
+    p.add_argument("--json", action="store_true", help="print the whole context as JSON")
+    p.set_defaults(run=_run)
+
+
+def summary(ctx: ChatContext, fmt: str) -> str:
+    """``session: 7 messages, 2 tool calls, 1 branch``."""
+    n_msg = len(ctx.message_pool)
+    n_calls = count_tool_calls(ctx)
+    n_branches = len(ctx.branches)
+    return (
+        f"{fmt}: {n_msg} message{'s' * (n_msg != 1)}, "
+        f"{n_calls} tool call{'s' * (n_calls != 1)}, "
+        f"{n_branches} branch{'es' * (n_branches != 1)}"
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"{_PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+def _read(name: str) -> Any:
+    text = sys.stdin.read() if name == "-" else Path(name).read_text("utf-8")
+    return json.loads(text)
+
+
+def _run(args: argparse.Namespace) -> int:
+    name: str = args.file
+    try:
+        data = _read(name)
+    except OSError as exc:
+        return _fail(f"{name}: cannot read: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        return _fail(f"{name}: not UTF-8 text: {exc.reason} at byte {exc.start}")
+    except json.JSONDecodeError as exc:
+        return _fail(f"{name}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    try:
+        fmt: ImportFormat = detect_format(data) if args.format == "auto" else args.format
+        ctx = import_context(data, fmt)
+    except InvalidInput as exc:
+        return _fail(f"{name}: {exc}".replace("\n", " "))
+    if args.store:
+        try:
+            anyio.run(_store, args.store, ctx)
+        except _NoStore as exc:
+            return _fail(str(exc))
+        except ValueError as exc:  # a malformed URL (InvalidInput is one too)
+            return _fail(f"{args.store}: {exc}")
+        except (TurnFSMError, OSError) as exc:
+            print(f"{_PROG}: {args.store}: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(ctx.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return 0
+    print(ctx.id)
+    where = f"; stored in {args.store}" if args.store else " (not stored: give --store URL)"
+    print(summary(ctx, fmt) + where)
+    return 0
+
+
+class _NoStore(Exception):
+    pass
+
+
+async def _store(url: str, ctx: ChatContext) -> None:
+    """Store ``ctx`` through ``turnfsm.storage.open_store(url)``, looked up when
+    called (the function may return the store or an awaitable of it), then close
+    the store if it can be closed."""
+    storage = importlib.import_module("turnfsm.storage")
+    open_store = getattr(storage, "open_store", None)
+    if open_store is None:
+        raise _NoStore("--store needs turnfsm.storage.open_store, which this build lacks")
+    store = open_store(url)
+    if inspect.isawaitable(store):
+        store = await store
+    try:
+        await store.create(ctx)
+    finally:
+        for closer in ("aclose", "close"):
+            fn = getattr(store, closer, None)
+            if callable(fn):
+                done = fn()
+                if inspect.isawaitable(done):
+                    await done
+                break

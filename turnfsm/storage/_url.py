@@ -1,0 +1,144 @@
+"""Store URLs: :func:`open_store`.
+
+=====================================  ===================================================
+``memory://``                          :class:`~turnfsm.storage.MemoryStore` (nothing kept)
+``sqlite:///relative/path.db``         :class:`~turnfsm.storage.SQLiteStore`; three
+                                       slashes: a path relative to the working directory
+``sqlite:////absolute/path.db``        four slashes: an absolute path
+``sqlite:///chats.db?synchronous=NORMAL&busy_timeout=10``
+                                       options of the SQLite store
+``files:///dir``, ``files:////dir``    the file store (seed 002 layout), same path rule;
+                                       ``?fsync=false`` turns its fsyncs off
+``postgresql://...``                   not available yet (a clear StoreError)
+=====================================  ===================================================
+
+The path rule is SQLAlchemy's: what follows ``scheme:///`` is the path as
+written, so ``sqlite:///data/chats.db`` is ``data/chats.db`` and
+``sqlite:////var/lib/chats.db`` is ``/var/lib/chats.db``. A host part
+(``sqlite://host/...``) is refused. Percent-escapes in the path are decoded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ..errors import InvalidInput, StoreError
+from ._base import Store
+from ._memory import MemoryStore
+from ._sqlite import SQLiteStore
+
+__all__ = ["SCHEMES", "open_store"]
+
+SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql:// (later)")
+"""The URL forms :func:`open_store` knows, for error messages."""
+
+_SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
+_FILES_OPTIONS = {"fsync"}
+
+
+def open_store(url: str) -> Store:
+    """The store a URL names (see the module docstring for the forms).
+
+    Raises :class:`~turnfsm.errors.InvalidInput` for a malformed URL or an
+    unknown scheme, and :class:`~turnfsm.errors.StoreError` when the store
+    cannot be opened (a damaged file, a backend not available).
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidInput("url", f"{url!r} is not a store URL; use one of {', '.join(SCHEMES)}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "memory":
+        if url.split("://", 1)[1]:
+            raise InvalidInput("url", f"{url!r}: a memory:// store takes no path or options")
+        return MemoryStore()
+    if scheme == "sqlite":
+        path, options = _path_and_options(url)
+        unknown = set(options) - _SQLITE_OPTIONS
+        if unknown:
+            raise InvalidInput(
+                "url",
+                f"{url!r}: unknown sqlite option(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(_SQLITE_OPTIONS))}",
+            )
+        kwargs: dict[str, Any] = {}
+        if "synchronous" in options:
+            kwargs["synchronous"] = options["synchronous"]
+        if "busy_timeout" in options:
+            try:
+                kwargs["busy_timeout"] = float(options["busy_timeout"])
+            except ValueError:
+                raise InvalidInput(
+                    "url", f"{url!r}: busy_timeout must be a number of seconds"
+                ) from None
+        return SQLiteStore(path, **kwargs)
+    if scheme == "files":
+        path, options = _path_and_options(url)
+        return _files_store(url, path, options)
+    if scheme in ("postgresql", "postgres"):
+        raise StoreError(
+            f"{scheme}:// stores are not available yet in this turnfsm; use sqlite:///path.db "
+            "(or files:///dir) for now"
+        )
+    raise InvalidInput(
+        "url", f"{url!r}: unknown store scheme {scheme!r}; use one of {', '.join(SCHEMES)}"
+    )
+
+
+def _path_and_options(url: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(url)
+    if parts.netloc:
+        raise InvalidInput(
+            "url",
+            f"{url!r}: a {parts.scheme}:// URL has no host; write {parts.scheme}:///relative/path "
+            f"or {parts.scheme}:////absolute/path",
+        )
+    if parts.fragment:
+        raise InvalidInput("url", f"{url!r}: a store URL has no #fragment")
+    path = unquote(parts.path)
+    path = path[1:] if path.startswith("/") else path
+    if not path:
+        raise InvalidInput("url", f"{url!r}: the URL names no path")
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise InvalidInput("url", f"{url!r}: malformed query {parts.query!r}") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key in options:
+            raise InvalidInput("url", f"{url!r}: option {key!r} is given twice")
+        options[key] = value
+    return path, options
+
+
+def _flag(url: str, key: str, value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise InvalidInput("url", f"{url!r}: {key} must be true or false, not {value!r}")
+
+
+def _files_store(url: str, path: str, options: dict[str, str]) -> Store:
+    name = f"{__package__}._files"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise StoreError(
+            f"{url!r}: the files:// store is not available in this build ({name} is missing)"
+        ) from exc
+    factory = getattr(module, "FilesStore", None)
+    if factory is None:
+        raise StoreError(f"{url!r}: {name} defines no FilesStore")
+    unknown = set(options) - _FILES_OPTIONS
+    if unknown:
+        raise InvalidInput(
+            "url",
+            f"{url!r}: unknown files option(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(_FILES_OPTIONS))}",
+        )
+    kwargs = {key: _flag(url, key, value) for key, value in options.items()}
+    return cast(Store, factory(path, **kwargs))
