@@ -108,3 +108,22 @@ def test_replay_can_keep_its_conversation_in_a_store(tmp_path: Path) -> None:
     shown = json.loads(_cli("contexts", "show", row["id"], "--store", url).stdout)
     trace = ["Idle", *(s["to"] for s in shown["steps"])]
     assert trace == json.loads(script.read_text())["expect"]["trace"]
+
+
+def test_an_exported_context_imports_back_into_another_store(tmp_path: Path) -> None:
+    first = f"sqlite:///{tmp_path / 'a.db'}"
+    second = f"files:///{tmp_path / 'b'}"
+    assert _cli("demo", "--json", "--delay", "0", "--store", first).returncode == 0
+    (row,) = [
+        json.loads(x)
+        for x in _cli("contexts", "list", "--json", "--store", first).stdout.splitlines()
+    ]
+    out = tmp_path / "ctx.json"
+    assert (
+        _cli("contexts", "export", row["id"], "--store", first, "--out", str(out)).returncode == 0
+    )
+    imported = _cli("import", str(out), "--store", second)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[0] == row["id"]
+    again = json.loads(_cli("contexts", "export", row["id"], "--store", second).stdout)
+    assert again == json.loads(out.read_text())

@@ -3,7 +3,9 @@
 Formats (``--format``, detected by default): ``session`` (session records:
 MessageRecord / ToolCallRecord), ``entries`` (alternating user/assistant
 entries), ``openai`` (an OpenAI chat ``messages`` list), ``request`` (a
-``contextManagement`` or legacy ``messages`` request body). The conversation
+``contextManagement`` or legacy ``messages`` request body), ``context`` (a
+context as ``turnfsm contexts export`` writes it; older schema versions are
+upgraded). The conversation
 becomes a context in state Idle; with ``--store URL`` it is stored there.
 
 Prints the new context's id, then a one-line summary; with ``--json``, the
@@ -32,8 +34,9 @@ from ..adapters.inbound import (
     detect_format,
     import_context,
 )
-from ..errors import InvalidInput, TurnFSMError
+from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
+from ..storage._schema import context_from_document
 
 __all__ = ["add_parser", "summary"]
 
@@ -50,7 +53,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("file", metavar="FILE", help="a JSON file ('-' reads standard input)")
     p.add_argument(
         "--format",
-        choices=("auto", *IMPORT_FORMATS),
+        choices=("auto", *IMPORT_FORMATS, "context"),
         default="auto",
         help="the file's format (default: auto, detected from its shape)",
     )
@@ -82,6 +85,11 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _is_context(data: Any) -> bool:
+    """A context exported by ``turnfsm contexts export``."""
+    return isinstance(data, dict) and {"message_pool", "branches", "schema_version"} <= set(data)
+
+
 def _read(name: str) -> Any:
     text = sys.stdin.read() if name == "-" else Path(name).read_text("utf-8")
     return json.loads(text)
@@ -98,9 +106,15 @@ def _run(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail(f"{name}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     try:
-        fmt: ImportFormat = detect_format(data) if args.format == "auto" else args.format
-        ctx = import_context(data, fmt)
-    except InvalidInput as exc:
+        fmt: str
+        if args.format == "context" or (args.format == "auto" and _is_context(data)):
+            fmt = "context"
+            ctx = context_from_document(data, where=name)
+        else:
+            known: ImportFormat = detect_format(data) if args.format == "auto" else args.format
+            fmt = known
+            ctx = import_context(data, known)
+    except (InvalidInput, StoreError) as exc:
         return _fail(f"{name}: {exc}".replace("\n", " "))
     if args.store:
         try:
