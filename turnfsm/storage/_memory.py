@@ -80,11 +80,14 @@ class MemoryStore:
         for node in commit.replaced:
             pool[node.id] = node
         rec.steps.extend(commit.steps)
-        head.version = commit.version
-        head.current_state = commit.state
-        head.updated_at = commit.updated_at
-        head.progress = commit.progress
-        head.event_seq = commit.event_seq
+        # plain field writes on the store's own copy (no validation is due:
+        # the values come typed from the commit)
+        fields = head.__dict__
+        fields["version"] = commit.version
+        fields["current_state"] = commit.state
+        fields["updated_at"] = commit.updated_at
+        fields["progress"] = commit.progress
+        fields["event_seq"] = commit.event_seq
         if commit.active_branch is not None:
             head.active_branch_name = commit.active_branch
         if commit.config is not None:
