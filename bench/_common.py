@@ -6,8 +6,14 @@ RSS is the floor's own).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import resource
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 # --------------------------------------------------------------------- sizes (WORKLOADS.md)
@@ -19,6 +25,18 @@ W2_CHUNK_CHARS = 4
 W3_CONVERSATIONS = 1_000
 W3_TURNS = 5
 W6_TURNS = 50
+W4_TURNS = W1_TURNS
+W5_TURNS = 1_250
+"""W5's stored conversation: 1,250 W1 turns, 5,000 messages; the timed turn is the 1,251st."""
+BYTES_AT = (25, W5_TURNS)
+"""The ``bytes`` measurement: bytes written per turn with 100 and with 5,000 stored messages."""
+BYTES_TURNS = 100
+"""Turns measured at each size (after one turn, not counted, that loads the context)."""
+BYTES_CHECKPOINT_EVERY = 25
+"""The measured turns are checkpointed every 25 turns, about as often as SQLite's
+default (every 1,000 WAL pages) does it here."""
+SYNCHRONOUS = ("FULL", "NORMAL")
+"""SQLite's ``synchronous`` settings run.py offers for W4, W5 and ``bytes`` (FULL by default)."""
 
 # --------------------------------------------------------------------- the fake LLM's answers
 
@@ -171,8 +189,14 @@ class Timed:
 
 def figure(tm: Timed, wall: float, count: int, unit: str, peak: float, rss0: float) -> dict:
     """One measurement's result: ``value`` in ``unit`` (wall time per ``count`` items in
-    microseconds for ``us/...`` units, else wall seconds), and the same from CPU time."""
-    scale = 1e6 / count if unit.startswith("us/") else 1.0
+    microseconds for ``us/...`` units, milliseconds for ``ms``, else wall seconds), and
+    the same from CPU time."""
+    if unit.startswith("us/"):
+        scale = 1e6 / count
+    elif unit == "ms":
+        scale = 1e3 / count
+    else:
+        scale = 1.0
     return {
         "value": wall * scale,
         "cpu_value": tm.cpu * scale,
@@ -182,3 +206,166 @@ def figure(tm: Timed, wall: float, count: int, unit: str, peak: float, rss0: flo
         "peak_rss_mib": peak,
         "rss_start_mib": rss0,
     }
+
+
+# --------------------------------------------------------------------- SQLite files (W4, W5, bytes)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN_PY = os.path.join(HERE, "run.py")
+
+
+def work_dir() -> str:
+    """A fresh directory for one run's database files (under ``$TMPDIR``, which must
+    be a real disk, not a tmpfs, for ``synchronous=FULL`` to cost what it costs)."""
+    return tempfile.mkdtemp(prefix="turnfsm-bench-")
+
+
+def remove_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def turnfsm_fingerprint() -> str | None:
+    """A short hash of turnfsm's source files (found without importing it), so that
+    a run can tell when the engine changed under it (e.g. an edit mid-run)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("turnfsm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = next(iter(spec.submodule_search_locations))
+    h = hashlib.sha1()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:12]
+
+
+PREPARED_FORMAT = "1"
+"""Bumped when what a prepared file holds changes in a way the hashes below miss."""
+
+
+def prepared_path(system: str, name: str) -> str:
+    """Where the prepared database ``name`` (``W5``) of ``system`` is cached: a file
+    under ``$TMPDIR/turnfsm-bench-cache`` whose name carries a hash of everything
+    that decides its content (turnfsm's source for turnfsm, the bench's own files,
+    the sizes), so that a changed engine or bench never reuses a stale file."""
+    h = hashlib.sha1(f"{PREPARED_FORMAT}/{name}/{W5_TURNS}/{system}".encode())
+    if system == "turnfsm":
+        h.update(str(turnfsm_fingerprint()).encode())
+    own = "turnfsm_side.py" if system == "turnfsm" else "floor.py"
+    for fname in ("_common.py", own):
+        with open(os.path.join(HERE, fname), "rb") as f:
+            h.update(f.read())
+    cache = os.path.join(tempfile.gettempdir(), "turnfsm-bench-cache")
+    return os.path.join(cache, f"{name.lower()}-{system}-{h.hexdigest()[:12]}.db")
+
+
+def ensure_prepared(system: str, name: str) -> tuple[str, dict]:
+    """The cached prepared file and its metadata; when missing it is built by a setup
+    process (``run.py --prepare``), so the measuring process stays fresh."""
+    path = prepared_path(system, name)
+    if not (os.path.exists(path) and os.path.exists(path + ".json")):
+        cmd = [sys.executable, RUN_PY, "--prepare", name, "--system", system, "--dest", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if proc.returncode != 0 or not os.path.exists(path + ".json"):
+            raise CheckFailed(f"preparing {name} for {system} failed:\n{proc.stderr.strip()}")
+    with open(path + ".json", encoding="utf-8") as f:
+        return path, json.load(f)
+
+
+def publish_prepared(built: str, dest: str, meta: dict) -> None:
+    """Move a finished database into the cache, then its metadata (the marker that
+    the file is complete). ``built`` must be closed, with no ``-wal`` left."""
+    check(not os.path.exists(built + "-wal"), f"{built}: a WAL file is left beside it")
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    os.replace(built, dest)
+    tmp = f"{dest}.json.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    os.replace(tmp, dest + ".json")
+
+
+def copy_prepared(src: str, directory: str, name: str = "resume.db") -> str:
+    """A private copy of a prepared file to run on (the cached one stays untouched)."""
+    dest = os.path.join(directory, name)
+    shutil.copyfile(src, dest)
+    return dest
+
+
+# --------------------------------------------------------------------- bytes written
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def bytes_written() -> int | None:
+    """Bytes this process has passed to write() so far (``wchar`` of /proc/self/io,
+    all threads), or None where that is not available."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class WriteMeter:
+    """Bytes written to one WAL-mode database over spans of turns.
+
+    The owner turns automatic checkpoints off on its connection and checkpoints
+    (``TRUNCATE``) before the first :meth:`start`. For each span,
+    :meth:`start` ... :meth:`stop` adds to ``wal`` the growth of the ``-wal`` file
+    (every page each commit changed, as SQLite appends it) and to
+    ``write_calls`` the bytes the process passed to write() meanwhile (the same
+    WAL frames, cross-checked); :meth:`checkpointed` then adds to ``checkpoint``
+    what a ``TRUNCATE`` checkpoint of that span writes into the database file
+    (which also empties the WAL for the next span).
+    """
+
+    def __init__(self, db_path: str) -> None:
+        self.wal_path = db_path + "-wal"
+        self.wal0 = self.wchar0 = 0
+        self.wal = 0
+        self.write_calls: int | None = 0 if bytes_written() is not None else None
+        self.checkpoint: int | None = 0 if self.write_calls is not None else None
+
+    def start(self) -> None:
+        self.wal0 = file_size(self.wal_path)
+        self.wchar0 = bytes_written() or 0
+
+    def stop(self) -> None:
+        self.wal += file_size(self.wal_path) - self.wal0
+        w = bytes_written()
+        if self.write_calls is not None and w is not None:
+            self.write_calls += w - self.wchar0
+
+    def checkpointed(self, run_checkpoint) -> None:  # type: ignore[no-untyped-def]
+        w0 = bytes_written()
+        run_checkpoint()
+        w1 = bytes_written()
+        if self.checkpoint is not None and w0 is not None and w1 is not None:
+            self.checkpoint += w1 - w0
+
+    def per_turn(self, turns: int, messages: int) -> dict:
+        total = (self.write_calls if self.write_calls is not None else self.wal) + (
+            self.checkpoint or 0
+        )
+        return {
+            "messages": messages,
+            "turns": turns,
+            "wal": self.wal / turns,
+            "write_calls": None if self.write_calls is None else self.write_calls / turns,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint / turns,
+            "total": total / turns,
+        }

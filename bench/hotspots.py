@@ -5,6 +5,7 @@
     python bench/hotspots.py W1                       # cProfile, 20 repeats, top 30
     python bench/hotspots.py W2 --tool pyinstrument   # sampling profile (needs pyinstrument)
     python bench/hotspots.py W1 --out /tmp/w1.prof    # keep the cProfile stats (snakeviz, pstats)
+    python bench/hotspots.py W4 --synchronous NORMAL --repeat 3   # + the store's worker thread
 
 The workload runs ``--repeat`` times in this one process (a fresh engine each
 time) and only the timed region is profiled (``_common.Timed``), so setup and
@@ -12,6 +13,14 @@ the correctness checks are left out. cProfile inflates code that makes many
 small calls; use its numbers for *where* the time goes and the benchmark
 itself (run.py) for *how much*. pyinstrument samples, so its shares are closer
 to the truth but it cannot see sub-millisecond regions: raise ``--repeat``.
+
+W4 and W5 on turnfsm: ``SQLiteStore`` runs each transaction in a worker thread,
+which the main thread's profile shows only as time waiting in ``select``. So
+with cProfile the store's ``_call`` is wrapped (in this process only) to
+profile the worker thread too, and the report adds where a commit's time goes:
+the transaction in the worker (``_commit_tx`` / ``_load_tx``), the rest of the
+awaited ``store.commit`` / ``store.load`` (the thread hop), and the engine. W5
+repeats run warm (the first run is the fresh-process case run.py measures).
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import cProfile
 import os
 import pstats
 import sys
+import time
 from collections import defaultdict
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -62,12 +73,120 @@ def _label(func: tuple[str, int, str]) -> str:
     return f"{norm}:{line}:{name}"
 
 
-def _cprofile(workload: str, side, repeat: int, top: int, out: str | None) -> None:
+class _StoreProbe:
+    """Wraps ``SQLiteStore`` (class attributes, this process only) to time its calls
+    from both sides of the thread hop and to profile the worker thread."""
+
+    def __init__(self) -> None:
+        from turnfsm.storage import SQLiteStore
+
+        self.cls = SQLiteStore
+        self.saved = {n: getattr(SQLiteStore, n) for n in ("_call", "commit", "load")}
+        self.worker = cProfile.Profile()
+        self.on = False  # only inside the timed region
+        self.t: dict[str, float] = defaultdict(float)
+        self.n: dict[str, int] = defaultdict(int)
+        probe = self
+        call, commit, load = self.saved["_call"], self.saved["commit"], self.saved["load"]
+
+        def _call(store: Any, fn: Any, write: bool = False) -> Any:
+            if not probe.on:
+                return call(store, fn, write)
+            probe.worker.enable()
+            t0 = time.perf_counter()
+            try:
+                return call(store, fn, write)
+            finally:
+                probe.t["tx"] += time.perf_counter() - t0
+                probe.n["tx"] += 1
+                probe.worker.disable()
+
+        async def timed(kind: str, orig: Any, store: Any, arg: Any) -> Any:
+            if not probe.on:
+                return await orig(store, arg)
+            t0 = time.perf_counter()
+            try:
+                return await orig(store, arg)
+            finally:
+                probe.t[kind] += time.perf_counter() - t0
+                probe.n[kind] += 1
+
+        async def commit_(store: Any, c: Any) -> None:
+            await timed("commit", commit, store, c)
+
+        async def load_(store: Any, cid: str) -> Any:
+            return await timed("load", load, store, cid)
+
+        SQLiteStore._call = _call  # type: ignore[method-assign]
+        SQLiteStore.commit = commit_  # type: ignore[method-assign]
+        SQLiteStore.load = load_  # type: ignore[method-assign]
+
+    def restore(self) -> None:
+        for name, fn in self.saved.items():
+            setattr(self.cls, name, fn)
+
+
+class _Both:
+    """The profiler hook of ``_common``: the main thread's profile, and the probe."""
+
+    def __init__(self, main: cProfile.Profile, probe: _StoreProbe) -> None:
+        self.main, self.probe, self.wall, self.t0 = main, probe, 0.0, 0.0
+
+    def enable(self) -> None:
+        self.probe.on = True
+        self.t0 = time.perf_counter()
+        self.main.enable()
+
+    def disable(self) -> None:
+        self.main.disable()
+        self.wall += time.perf_counter() - self.t0
+        self.probe.on = False
+
+
+def _store_report(probe: _StoreProbe, wall: float, repeat: int, top: int) -> None:
+    t, n = probe.t, probe.n
+    print(f"\nthe store (wall time, timed regions only: {wall / repeat * 1e3:.1f} ms per repeat)")
+    awaited = t["commit"] + t["load"]
+    for kind in ("commit", "load"):
+        if n[kind]:
+            print(
+                f"  {kind:<7} {n[kind] / repeat:8.0f} calls/rep  {t[kind] / n[kind] * 1e6:8.0f} us "
+                f"awaited per call  ({t[kind] / wall:.1%} of the wall)"
+            )
+    if n["tx"]:
+        print(
+            f"  in the worker thread (the transaction itself): "
+            f"{t['tx'] / n['tx'] * 1e6:.0f} us per call, {t['tx'] / wall:.1%} of the wall"
+        )
+        print(
+            f"  the hop (awaited minus worker): {(awaited - t['tx']) / n['tx'] * 1e6:.0f} us per "
+            f"call, {(awaited - t['tx']) / wall:.1%} of the wall"
+        )
+        print(f"  the rest (the engine, the fake LLM and tool): {(wall - awaited) / wall:.1%}")
+    stats = pstats.Stats(probe.worker)
+    raw = stats.stats  # type: ignore[attr-defined]
+    total = sum(tt for (_cc, _nc, tt, _ct, _callers) in raw.values()) or 1.0
+    print(f"\ntop {top} functions of the worker thread by self time (cProfile)")
+    print(f"  {'self':>6} {'cum':>6} {'calls/rep':>10}  function")
+    for func, (_cc, nc, tt, ct, _callers) in sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]:
+        print(f"  {tt / total:6.1%} {ct / total:6.1%} {nc / repeat:10.0f}  {_label(func)}")
+
+
+def _cprofile(
+    workload: str, side, repeat: int, top: int, out: str | None, synchronous: str, system: str
+) -> None:
     prof = cProfile.Profile()
-    _common.profiler = prof
+    probe = None
+    if system == "turnfsm" and workload in ("W4", "W5"):
+        probe = _StoreProbe()
+        _common.profiler = hook = _Both(prof, probe)
+    else:
+        _common.profiler = prof
     for _ in range(repeat):
-        side.run(workload)
+        side.run(workload, synchronous)
     _common.profiler = None
+    if probe is not None:
+        probe.restore()
     if out:
         prof.dump_stats(out)
     stats = pstats.Stats(prof)
@@ -93,6 +212,8 @@ def _cprofile(workload: str, side, repeat: int, top: int, out: str | None) -> No
     print(f"  {'cum':>6} {'self':>6} {'calls/rep':>10}  function")
     for func, (_cc, nc, tt, ct, _callers) in sorted(own, key=lambda kv: -kv[1][3])[:top]:
         print(f"  {ct / total:6.1%} {tt / total:6.1%} {nc / repeat:10.0f}  {_label(func)}")
+    if probe is not None:
+        _store_report(probe, hook.wall, repeat, top)
 
 
 class _PyinstrumentAdapter:
@@ -115,7 +236,9 @@ class _PyinstrumentAdapter:
             self.running = False
 
 
-def _pyinstrument(workload: str, side, repeat: int, out: str | None, interval: float) -> None:
+def _pyinstrument(
+    workload: str, side, repeat: int, out: str | None, interval: float, synchronous: str
+) -> None:
     try:
         from pyinstrument import Profiler
         from pyinstrument.session import Session
@@ -125,7 +248,7 @@ def _pyinstrument(workload: str, side, repeat: int, out: str | None, interval: f
     for _ in range(repeat):
         adapter = _PyinstrumentAdapter(interval)
         _common.profiler = adapter
-        side.run(workload)
+        side.run(workload, synchronous)
         _common.profiler = None
         if adapter.profiler.last_session is not None:
             sessions.append(adapter.profiler.last_session)
@@ -145,22 +268,27 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("workload", choices=("W1", "W2", "W3", "W6"))
+    p.add_argument("workload", type=str.upper, choices=("W1", "W2", "W3", "W4", "W5", "W6"))
     p.add_argument("--system", choices=("turnfsm", "floor"), default="turnfsm")
     p.add_argument("--tool", choices=("cprofile", "pyinstrument"), default="cprofile")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--interval", type=float, default=0.0001, help="pyinstrument sampling interval")
     p.add_argument("--out", help="cProfile: .prof stats file; pyinstrument: HTML file")
+    p.add_argument(
+        "--synchronous", type=str.upper, choices=_common.SYNCHRONOUS, default="FULL", help="W4, W5"
+    )
     args = p.parse_args()
     if args.system == "floor":
         import floor as side
     else:
         import turnfsm_side as side  # type: ignore[no-redef]
     if args.tool == "cprofile":
-        _cprofile(args.workload, side, args.repeat, args.top, args.out)
+        _cprofile(
+            args.workload, side, args.repeat, args.top, args.out, args.synchronous, args.system
+        )
     else:
-        _pyinstrument(args.workload, side, args.repeat, args.out, args.interval)
+        _pyinstrument(args.workload, side, args.repeat, args.out, args.interval, args.synchronous)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,18 @@
     python bench/run.py --workload W1                 # both systems, median of 5 runs
     python bench/run.py --workload all --runs 3 --json
     python bench/run.py --one W1 --system turnfsm     # one measurement, this process
+    python bench/run.py --workload W4 --synchronous NORMAL   # SQLite's setting (default FULL)
+    python bench/run.py --workload bytes              # bytes written per turn, 100 vs 5,000
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
 floor's median measured in the same invocation. Runs of the two systems are
 interleaved (floor, turnfsm, floor, ...) so that drift on a shared machine
 hits both alike. One JSON line per (system, workload) goes to stdout.
+
+W5 (and ``bytes``) run on a conversation of 5,000 stored messages, prepared
+once by a setup process (``--prepare W5``) and cached under
+``$TMPDIR/turnfsm-bench-cache`` per source version; see bench/README.md.
 """
 
 from __future__ import annotations
@@ -28,51 +34,42 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-IMPLEMENTED = ("W1", "W2", "W3", "W6")
-NOT_YET = {
-    "W4": "W4 (durable: every step persisted to the system's own SQLite store)",
-    "W5": "W5 (resume long: load 5,000 stored messages from SQLite, run one more turn)",
-}
+from _common import SYNCHRONOUS, ensure_prepared, turnfsm_fingerprint  # noqa: E402
+
+IMPLEMENTED = ("W1", "W2", "W3", "W4", "W5", "W6", "BYTES")
+DURABLE = ("W4", "W5", "BYTES")
+"""On SQLite: they take ``--synchronous`` and report it."""
+PREPARED = ("W5", "BYTES")
+"""They run on W5's prepared file (built once per source version, then cached)."""
 SYSTEMS = ("floor", "turnfsm")
-TARGETS = {"W1": 10.0, "W2": 4.0, "W3": 10.0, "W6": 10.0}
-"""The issue's targets, as ratios to the floor (W3: wall; peak RSS <= 2x)."""
+TARGETS = {"W1": 10.0, "W2": 4.0, "W3": 10.0, "W4": 1.5, "W5": 2.0, "W6": 10.0}
+"""The issues' targets, as ratios to the floor (W3: wall; peak RSS <= 2x). W4 and W5
+are compared with the floor at the same ``synchronous`` setting."""
 W3_RSS_TARGET = 2.0
 
 
-def _one(workload: str, system: str) -> dict[str, Any]:
+def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
     """One measurement in this process (imports only the system measured)."""
     if system == "floor":
         import floor as side
     else:
         import turnfsm_side as side  # type: ignore[no-redef]
-    result = side.run(workload)
+    result = side.run(workload, synchronous)
     return {"system": system, "workload": workload, **result}
 
 
-def _turnfsm_fingerprint() -> str | None:
-    """A short hash of turnfsm's source files (found without importing it), so that
-    a run can tell when the engine changed under it (e.g. an edit mid-run)."""
-    import hashlib
-    import importlib.util
-
-    spec = importlib.util.find_spec("turnfsm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = next(iter(spec.submodule_search_locations))
-    h = hashlib.sha1()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                h.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
-    return h.hexdigest()[:12]
+def _prepare(name: str, system: str, dest: str | None) -> None:
+    """Build the cached prepared file (a setup process, never the measuring one)."""
+    if system == "floor":
+        import floor as side
+    else:
+        import turnfsm_side as side  # type: ignore[no-redef]
+    side.prepare(name, dest)
 
 
-def _spawn(workload: str, system: str) -> dict[str, Any]:
+def _spawn(workload: str, system: str, synchronous: str) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", workload, "--system", system]
+    cmd += ["--synchronous", synchronous]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if proc.stderr.strip():
         # the engine must print nothing per transition; anything here is worth seeing
@@ -93,15 +90,38 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return float(f"{x:.{digits}g}") if abs(x) < 1 else round(x, digits)
 
 
+def _prepare_files(workload: str, systems: tuple[str, ...], quiet: bool) -> None:
+    """Make sure W5's prepared files exist before any measurement (built by a setup
+    process the first time for a given source; cached under $TMPDIR after that)."""
+    if workload not in PREPARED:
+        return
+    for system in systems:
+        t0 = time.perf_counter()
+        try:
+            path, meta = ensure_prepared(system, "W5")
+        except AssertionError as exc:
+            raise RuntimeError(str(exc)) from exc
+        if not quiet:
+            print(
+                f"  {workload} {system:<7} prepared file: {meta['messages']} messages, "
+                f"{os.path.getsize(path) / 2**20:.1f} MiB ({time.perf_counter() - t0:.1f}s) "
+                f"{path}",
+                file=sys.stderr,
+            )
+
+
 def _measure(
-    workload: str, systems: tuple[str, ...], runs: int, quiet: bool
+    workload: str, systems: tuple[str, ...], runs: int, quiet: bool, synchronous: str
 ) -> list[dict[str, Any]]:
-    source_before = _turnfsm_fingerprint() if "turnfsm" in systems else None
+    source_before = turnfsm_fingerprint() if "turnfsm" in systems else None
+    _prepare_files(workload, systems, quiet)
+    if workload == "BYTES":
+        return _measure_bytes(systems, quiet, synchronous, source_before)
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for r in range(runs):
         for system in systems:
             t0 = time.perf_counter()
-            res = _spawn(workload, system)
+            res = _spawn(workload, system, synchronous)
             samples[system].append(res)
             if not quiet:
                 print(
@@ -117,13 +137,7 @@ def _measure(
             "peak": statistics.median(r["peak_rss_mib"] for r in rs),
             "growth": statistics.median(r["peak_rss_mib"] - r["rss_start_mib"] for r in rs),
         }
-    source_after = _turnfsm_fingerprint() if "turnfsm" in systems else None
-    if source_before != source_after:
-        print(
-            f"warning: turnfsm's source changed while {workload} ran "
-            f"({source_before} -> {source_after}); its runs mix two versions",
-            file=sys.stderr,
-        )
+    source_after = _source_after(workload, systems, source_before)
     floor = med.get("floor")
     out = []
     for system, rs in samples.items():
@@ -136,6 +150,8 @@ def _measure(
             "peak_rss_mib": round(m["peak"], 1),
             "ratio_to_floor": _round(m["value"] / floor["value"], 3) if floor else None,
         }
+        if workload in DURABLE:
+            line["synchronous"] = synchronous
         if workload == "W3":
             line["peak_rss_ratio_to_floor"] = (
                 _round(m["peak"] / floor["peak"], 3) if floor else None
@@ -148,6 +164,60 @@ def _measure(
         line["cpu_value"] = _round(m["cpu"], 4)
         line["cpu_ratio_to_floor"] = _round(m["cpu"] / floor["cpu"], 3) if floor else None
         line["runs"] = [_round(r["value"], 4) for r in rs]
+        # W4, W5: what each side reports beside its figure (medians over the runs)
+        for key in rs[0].get("extra", {}):
+            line[key] = _round(statistics.median(r["extra"][key] for r in rs), 4)
+        if system == "turnfsm":
+            line["turnfsm_src"] = source_after if source_before == source_after else "changed"
+        out.append(line)
+    return out
+
+
+def _source_after(workload: str, systems: tuple[str, ...], before: str | None) -> str | None:
+    after = turnfsm_fingerprint() if "turnfsm" in systems else None
+    if before != after:
+        print(
+            f"warning: turnfsm's source changed while {workload} ran "
+            f"({before} -> {after}); its runs mix two versions",
+            file=sys.stderr,
+        )
+    return after
+
+
+def _measure_bytes(
+    systems: tuple[str, ...], quiet: bool, synchronous: str, source_before: str | None
+) -> list[dict[str, Any]]:
+    """Bytes written per turn at 100 and at 5,000 stored messages: one run per system
+    (the figure is a count of bytes, not a time: it does not vary between runs)."""
+    results = {}
+    for system in systems:
+        t0 = time.perf_counter()
+        results[system] = _spawn("BYTES", system, synchronous)
+        if not quiet:
+            print(f"  BYTES {system:<7} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    source_after = _source_after("BYTES", systems, source_before)
+    out = []
+    for system, res in results.items():
+        small, large = res["at_100"], res["at_5000"]
+        line: dict[str, Any] = {
+            "system": system,
+            "workload": "bytes",
+            "value": round(large["total"]),
+            "unit": "B/turn",
+            "synchronous": synchronous,
+            "bytes_per_turn_at_100": round(small["total"]),
+            "bytes_per_turn_at_5000": round(large["total"]),
+            "growth_100_to_5000": _round(large["total"] / small["total"], 3),
+            "wal_bytes_per_turn_at_100": round(small["wal"]),
+            "wal_bytes_per_turn_at_5000": round(large["wal"]),
+            "checkpoint_bytes_per_turn_at_100": _round(small["checkpoint"], 5),
+            "checkpoint_bytes_per_turn_at_5000": _round(large["checkpoint"], 5),
+            "commits_per_turn": large["commits_per_turn"],
+            "wal_bytes_per_commit_at_5000": round(large["wal"] / large["commits_per_turn"]),
+            "turns_measured": large["turns"],
+        }
+        if "floor" in results and system != "floor":
+            line["ratio_to_floor"] = _round(large["total"] / results["floor"]["at_5000"]["total"])
         if system == "turnfsm":
             line["turnfsm_src"] = source_after if source_before == source_after else "changed"
         out.append(line)
@@ -160,7 +230,17 @@ def _summary(lines: list[dict[str, Any]]) -> str:
         f"{'workload':<9}{'system':<9}{'median':>12} {'unit':<9}{'peak RSS':>10}"
         f"{'ratio':>9}{'target':>9}",
     ]
+    floor_w4 = next((x for x in lines if x["workload"] == "W4" and x["system"] == "floor"), None)
     for ln in lines:
+        if ln["workload"] == "bytes":
+            rows.append(
+                f"{'bytes':<9}{ln['system']:<9}{ln['bytes_per_turn_at_100']:>9} B/turn at 100 "
+                f"messages, {ln['bytes_per_turn_at_5000']} at 5,000 "
+                f"({ln['growth_100_to_5000']:.2f}x; {ln['commits_per_turn']:g} commits/turn, "
+                f"WAL {ln['wal_bytes_per_turn_at_5000']} + checkpoint "
+                f"{ln['checkpoint_bytes_per_turn_at_5000']:.0f})"
+            )
+            continue
         ratio = ln["ratio_to_floor"]
         target = TARGETS.get(ln["workload"]) if ln["system"] == "turnfsm" else None
         verdict = ""
@@ -171,6 +251,15 @@ def _summary(lines: list[dict[str, Any]]) -> str:
             f"{ln['peak_rss_mib']:>7.1f} MiB"
             f"{'' if ratio is None else f'{ratio:>8.2f}x'} {verdict}"
         )
+        if ln["workload"] in DURABLE:
+            rows[-1] += f"  [synchronous={ln['synchronous']}]"
+        if ln["workload"] == "W4" and ln["system"] == "turnfsm" and floor_w4:
+            f4, ft = floor_w4["value_4_commits"], floor_w4["value_thread_hop"]
+            rows.append(
+                f"{'':<18}(the floor with 4 commits/turn: {f4:.4g} us, turnfsm "
+                f"{ln['value'] / f4:.2f}x that; the floor's 7 commits each through a thread "
+                f"hop: {ft:.4g} us, turnfsm {ln['value'] / ft:.2f}x that)"
+            )
         if ln["workload"] == "W3" and ln["system"] == "turnfsm" and ln["peak_rss_ratio_to_floor"]:
             pr = ln["peak_rss_ratio_to_floor"]
             gr = ln["rss_growth_ratio_to_floor"]
@@ -186,29 +275,34 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", help="W1, W2, W3, W6 or all (W4, W5: not implemented yet)")
+    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, bytes or all")
     p.add_argument("--system", choices=("turnfsm", "floor", "both"), default="both")
     p.add_argument("--runs", type=int, default=5, help="fresh processes per figure (median)")
     p.add_argument("--json", action="store_true", help="only the JSON lines, nothing on stderr")
+    p.add_argument(
+        "--synchronous",
+        type=str.upper,
+        choices=SYNCHRONOUS,
+        default="FULL",
+        help="SQLite's synchronous setting for W4, W5 and bytes, on both sides (default FULL)",
+    )
     p.add_argument("--one", metavar="W", help=argparse.SUPPRESS)  # internal: one measurement
+    p.add_argument("--prepare", metavar="W", help=argparse.SUPPRESS)  # internal: setup process
+    p.add_argument("--dest", help=argparse.SUPPRESS)  # internal: where --prepare writes
     args = p.parse_args(argv)
 
-    if args.one:
+    if args.one or args.prepare:
         if args.system == "both":
-            p.error("--one needs --system turnfsm or --system floor")
-        print(json.dumps(_one(args.one.upper(), args.system)))
+            p.error("--one and --prepare need --system turnfsm or --system floor")
+        if args.prepare:
+            _prepare(args.prepare.upper(), args.system, args.dest)
+            return 0
+        print(json.dumps(_one(args.one.upper(), args.system, args.synchronous)))
         return 0
 
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W6|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|bytes|all")
     wanted = args.workload.upper()
-    if wanted in NOT_YET:
-        print(
-            f"{NOT_YET[wanted]} is not implemented yet: it needs turnfsm's SQLite "
-            "persistence, which does not exist yet.",
-            file=sys.stderr,
-        )
-        return 2
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")
     if args.runs < 1:
@@ -219,9 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     all_lines: list[dict[str, Any]] = []
     for w in workloads:
         if not args.json:
-            print(f"{w}: {args.runs} run(s) of {' + '.join(systems)}", file=sys.stderr)
+            runs = 1 if w == "BYTES" else args.runs
+            sync = f" (synchronous={args.synchronous})" if w in DURABLE else ""
+            print(f"{w}: {runs} run(s) of {' + '.join(systems)}{sync}", file=sys.stderr)
         try:
-            lines = _measure(w, systems, args.runs, quiet=args.json)
+            lines = _measure(w, systems, args.runs, quiet=args.json, synchronous=args.synchronous)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -10,12 +10,17 @@ generator ``stream``) so that the scripted LLM's answer parsing is not timed.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 from _common import (
+    BYTES_AT,
+    BYTES_CHECKPOINT_EVERY,
+    BYTES_TURNS,
     TEXT_ANSWER,
     TOOL_NAME,
     TOOL_RESULT_TEMP,
@@ -26,15 +31,24 @@ from _common import (
     W2_TURNS,
     W3_CONVERSATIONS,
     W3_TURNS,
+    W4_TURNS,
+    W5_TURNS,
     W6_TURNS,
     CheckFailed,
     Timed,
+    WriteMeter,
     check,
+    copy_prepared,
     current_rss_mib,
+    ensure_prepared,
     expected_w1_history,
     expected_w2_history,
     figure,
     peak_rss_mib,
+    prepared_path,
+    publish_prepared,
+    remove_dir,
+    work_dir,
 )
 
 # Nothing per transition: the engine's default logger filters at this level
@@ -56,6 +70,7 @@ from turnfsm import (  # noqa: E402
     tool,
 )
 from turnfsm.model import to_chat_messages  # noqa: E402
+from turnfsm.storage import SQLiteStore  # noqa: E402
 from turnfsm.testing import ScriptedLLM  # noqa: E402
 
 IDLE = State.IDLE
@@ -269,8 +284,185 @@ async def w6() -> dict[str, Any]:
     return figure(tm, wall, W6_TURNS, "us/turn", peak, rss0)
 
 
+# --------------------------------------------------------------------- durable (W4, W5, bytes)
+#
+# The engine on ``SQLiteStore(path, synchronous=S)``: one commit per state change
+# (7 per W1 turn, counted below from the context's version), each one transaction.
+
+
+async def _check_stored(path: str, cid: str, expected: list[dict[str, Any]], version: int) -> None:
+    """Reload from the file with a fresh store: what was written is all there."""
+    store = SQLiteStore(path)
+    try:
+        ctx = await store.load(cid)
+        check(ctx.current_state == IDLE, f"stored state {ctx.current_state}")
+        history = ctx.history()
+        check(len(history) == len(expected), f"{len(history)} stored messages")
+        check(
+            to_chat_messages(n.message for n in history) == expected,
+            "the reloaded history differs from a fresh build",
+        )
+        check(ctx.version == version, f"stored version {ctx.version}, expected {version}")
+        steps = await store.steps(cid)
+        check(len(steps) == version, f"{len(steps)} steps stored, {version} commits")
+        check(steps[-1].to_state == IDLE, f"last step {steps[-1]}")
+        problems = await store.integrity_check()
+        check(not problems, f"integrity_check: {problems}")
+    finally:
+        await store.aclose()
+
+
+async def w4(synchronous: str) -> dict[str, Any]:
+    d = work_dir()
+    try:
+        path = os.path.join(d, "w4.db")
+        handler = Handler()
+        store = SQLiteStore(path, synchronous=synchronous)
+        llm = ScriptedLLM(handler, record=False)
+        async with Engine(llm=llm, tools=[get_weather], store=store) as engine:
+            cid = await engine.create_context()
+            v0 = (await engine.get_context(cid)).version
+            send = engine.send
+            rss0 = current_rss_mib()
+            tm = Timed.start()
+            for i in range(1, W4_TURNS + 1):
+                turn = await send(cid, f"turn {i}")
+                if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                    raise CheckFailed(f"turn {i}: {turn.state} {turn.stop_reason} {turn.error}")
+            wall = tm.stop()
+            peak = peak_rss_mib()
+            check(handler.calls == 2 * W4_TURNS, f"{handler.calls} LLM calls")
+            expected = expected_w1_history(W4_TURNS)
+            check(handler.last == expected[:-1], "the last request's messages differ")
+            await _check_history(engine, cid, expected)
+            version = (await engine.get_context(cid)).version
+        await _check_stored(path, cid, expected, version)
+    finally:
+        remove_dir(d)
+    result = figure(tm, wall, W4_TURNS, "us/turn", peak, rss0)
+    result["extra"] = {"commits_per_turn": (version - v0) / W4_TURNS}
+    return result
+
+
+async def _build(path: str, turns: int) -> str:
+    """A store holding one conversation of ``turns`` W1 turns, driven by the engine
+    (synchronous OFF: the file is the same, it is built faster). Returns its id."""
+    handler = Handler()
+    store = SQLiteStore(path, synchronous="OFF")
+    async with Engine(
+        llm=ScriptedLLM(handler, record=False), tools=[get_weather], store=store
+    ) as engine:
+        cid = await engine.create_context()
+        for i in range(1, turns + 1):
+            turn = await engine.send(cid, f"turn {i}")
+            if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                raise CheckFailed(f"turn {i}: {turn.state} {turn.stop_reason} {turn.error}")
+    return cid
+
+
+async def prepare_w5(path: str) -> dict[str, Any]:
+    cid = await _build(path, W5_TURNS)
+    await _check_stored(path, cid, expected_w1_history(W5_TURNS), 7 * W5_TURNS)
+    return {"context_id": cid, "turns": W5_TURNS, "messages": 4 * W5_TURNS}
+
+
+async def w5(synchronous: str) -> dict[str, Any]:
+    src, meta = ensure_prepared("turnfsm", "W5")
+    cid = meta["context_id"]
+    d = work_dir()
+    try:
+        path = copy_prepared(src, d)
+        handler = Handler()
+        llm = ScriptedLLM(handler, record=False)
+        tools = [get_weather]
+        rss0 = current_rss_mib()
+        tm = Timed.start()
+        t0 = time.perf_counter()
+        engine = Engine(llm=llm, tools=tools, store=SQLiteStore(path, synchronous=synchronous))
+        t1 = time.perf_counter()
+        turn = await engine.send(cid, f"turn {W5_TURNS + 1}")  # loads the context first
+        t2 = time.perf_counter()
+        wall = tm.stop()
+        peak = peak_rss_mib()
+        try:
+            if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                raise CheckFailed(f"the turn: {turn.state} {turn.stop_reason} {turn.error}")
+            check(len(turn.messages) == 4 and turn.text == TEXT_ANSWER, "the turn's messages")
+            check(handler.calls == 2, f"{handler.calls} LLM calls")
+            expected = expected_w1_history(W5_TURNS + 1)
+            check(handler.last == expected[:-1], "the last request's messages differ")
+            await _check_history(engine, cid, expected)
+        finally:
+            await engine.aclose()
+        await _check_stored(path, cid, expected, 7 * (W5_TURNS + 1))
+    finally:
+        remove_dir(d)
+    result = figure(tm, wall, 1, "ms", peak, rss0)
+    result["extra"] = {"open_ms": (t1 - t0) * 1e3, "load_and_turn_ms": (t2 - t1) * 1e3}
+    return result
+
+
+async def _bytes_at(path: str, cid: str, turns_done: int, synchronous: str) -> dict[str, Any]:
+    handler = Handler()
+    store = SQLiteStore(path, synchronous=synchronous)
+    # bench only: the store's own connection, to switch automatic checkpoints off
+    conn = store._conn
+    assert conn is not None
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    llm = ScriptedLLM(handler, record=False)
+    async with Engine(llm=llm, tools=[get_weather], store=store) as engine:
+        turn_no = turns_done + 1
+        await engine.send(cid, f"turn {turn_no}")  # loads the context; not measured
+        v0 = (await engine.get_context(cid)).version
+        meter = WriteMeter(path)
+        for _span in range(BYTES_TURNS // BYTES_CHECKPOINT_EVERY):
+            meter.start()
+            for _ in range(BYTES_CHECKPOINT_EVERY):
+                turn_no += 1
+                turn = await engine.send(cid, f"turn {turn_no}")
+                if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                    raise CheckFailed(f"turn {turn_no}: {turn.state} {turn.error}")
+            meter.stop()
+            meter.checkpointed(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        version = (await engine.get_context(cid)).version
+        await _check_history(engine, cid, expected_w1_history(turn_no))
+    out = meter.per_turn(BYTES_TURNS, 4 * (turns_done + 1))
+    out["commits_per_turn"] = (version - v0) / BYTES_TURNS
+    return out
+
+
+async def bytes_per_turn(synchronous: str) -> dict[str, Any]:
+    d = work_dir()
+    try:
+        out: dict[str, Any] = {}
+        for turns in BYTES_AT:
+            if turns == W5_TURNS:
+                src, meta = ensure_prepared("turnfsm", "W5")
+                path, cid = copy_prepared(src, d, f"bytes-{turns}.db"), meta["context_id"]
+            else:
+                path = os.path.join(d, f"bytes-{turns}.db")
+                cid = await _build(path, turns)
+            out[f"at_{4 * turns}"] = await _bytes_at(path, cid, turns, synchronous)
+    finally:
+        remove_dir(d)
+    return out
+
+
 WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W6": w6}
+DURABLE = {"W4": w4, "W5": w5, "BYTES": bytes_per_turn}
 
 
-def run(workload: str) -> dict[str, Any]:
+def run(workload: str, synchronous: str = "FULL") -> dict[str, Any]:
+    if workload in DURABLE:
+        return anyio.run(DURABLE[workload], synchronous)
     return anyio.run(WORKLOADS[workload])
+
+
+def prepare(name: str, dest: str | None = None) -> None:
+    """Build the cached file of ``name`` (W5) for ``ensure_prepared`` (a setup process)."""
+    dest = dest or prepared_path("turnfsm", name)
+    built = f"{dest}.{os.getpid()}.building"
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    meta = anyio.run(prepare_w5, built)
+    publish_prepared(built, dest, meta)
