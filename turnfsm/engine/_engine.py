@@ -103,6 +103,11 @@ S = State
 T = Trigger
 
 _CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
+_WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
+"""Effects that wait on the outside world (the LLM, tools, the clock). What was
+taken before them is committed first; the steps between two waits (a user
+message and its prepared request; an answer and the policy's decision on its
+calls) share one commit, and each keeps its own audit step."""
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
@@ -408,7 +413,7 @@ class Engine:
             rt, InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now))
         )
         rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
-        await self._step(rt, T.USER_MESSAGE)
+        self._fire(rt, T.USER_MESSAGE)
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
         """Approve pending tool calls; once none is pending, the approved calls run."""
@@ -445,10 +450,9 @@ class Engine:
         )
         if ctx.pending_tool_calls():
             rt.stop_reason = StopReason.AWAITING_APPROVAL
-            await self._commit(rt)
             return
         self._mark_started(rt)
-        await self._step(rt, T.APPROVALS_RESOLVED)
+        self._fire(rt, T.APPROVALS_RESOLVED)
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
@@ -461,7 +465,7 @@ class Engine:
             raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
         p = rt.ctx.progress
         rt.ctx.progress = TurnProgress(iteration=max(p.iteration, 1), attempt=1)
-        await self._step(rt, T.RETRY)
+        self._fire(rt, T.RETRY)
 
     async def reset(self, context_id: str) -> Turn:
         """Abandon a failed turn (from ``PermanentFailure`` to ``Idle``)."""
@@ -472,7 +476,7 @@ class Engine:
         self._require(rt, T.RESET)
         rt.ctx.progress = TurnProgress()
         rt.stop_reason = StopReason.RESET
-        await self._step(rt, T.RESET)
+        self._fire(rt, T.RESET)
 
     async def cancel(self, context_id: str) -> Turn:
         """Cancel the running turn, or the wait for approval.
@@ -573,7 +577,7 @@ class Engine:
         self._replace(rt, node.model_copy(update={"message": message}))
         ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
         rt.stop_reason = StopReason.AWAITING_APPROVAL
-        await self._step(rt, T.OUTCOME_UNKNOWN)
+        self._fire(rt, T.OUTCOME_UNKNOWN)
         return True
 
     async def fork(self, context_id: str, name: str, at: int) -> Turn:
@@ -609,7 +613,6 @@ class Engine:
         rt.branches.append(branch.model_copy(deep=True))
         self._activate(rt, name)
         rt.stop_reason = StopReason.BRANCH
-        await self._commit(rt)
 
     async def switch_branch(self, context_id: str, name: str) -> Turn:
         """Make another branch active."""
@@ -622,7 +625,6 @@ class Engine:
             raise BranchError(f"context {rt.ctx.id!r} has no branch named {name!r}")
         self._activate(rt, name)
         rt.stop_reason = StopReason.BRANCH
-        await self._commit(rt)
 
     def _require_branchable(self, rt: _Runtime) -> None:
         state = State(rt.holder.state)
@@ -674,8 +676,13 @@ class Engine:
                 await start(rt)
                 effect = rt.holder.effect
                 while effect is not None:
+                    if effect in _WAITS and self._dirty(rt):
+                        # durable before the engine waits on the outside world
+                        await self._commit(rt)
                     await self._effects[effect](rt)
                     effect = rt.holder.effect
+                if self._dirty(rt):  # ... and before the call returns
+                    await self._commit(rt)
             rt.scope = None
             if rt.cancel_requested and State(rt.holder.state) in _CANCELLABLE:
                 with anyio.CancelScope(shield=True):
@@ -717,8 +724,15 @@ class Engine:
             raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
         return state
 
+    @staticmethod
+    def _dirty(rt: _Runtime) -> bool:
+        """Changes not yet committed."""
+        return bool(
+            rt.holder.steps or rt.appended or rt.replaced or rt.branches or rt.active_changed
+        )
+
     async def _step(self, rt: _Runtime, trigger: Trigger) -> State:
-        """Take ``trigger`` and commit it (then its events go out)."""
+        """Take ``trigger`` and commit it at once (then its events go out)."""
         dest = self._fire(rt, trigger)
         await self._commit(rt)
         return dest
@@ -756,6 +770,16 @@ class Engine:
         now = self._now()
         version = ctx.version + 1
         steps = [StepLog(version, a, t, b, now) for (a, t, b) in holder.steps]
+        appended = rt.appended
+        replaced = list(rt.replaced.values())
+        if replaced and appended:
+            # a message added and then changed (decided) in this same commit is
+            # stored once, as it is now
+            new = {node.id: i for i, (_, node) in enumerate(appended)}
+            for node in [n for n in replaced if n.id in new]:
+                i = new[node.id]
+                appended[i] = (appended[i][0], node)
+            replaced = [n for n in replaced if n.id not in new]
         commit = Commit(
             context_id=ctx.id,
             expected_version=ctx.version,
@@ -765,8 +789,8 @@ class Engine:
             progress=ctx.progress,
             event_seq=rt.seq,
             steps=steps,
-            appended=rt.appended,
-            replaced=list(rt.replaced.values()),
+            appended=appended,
+            replaced=replaced,
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
         )
@@ -935,9 +959,8 @@ class Engine:
             self._fire(rt, T.PREPARE_FAILED)
             self._failed(rt, str(exc), "")
             self._end_turn(rt)
-            await self._commit(rt)
             return
-        await self._step(rt, T.PROMPT_READY)
+        self._fire(rt, T.PROMPT_READY)
 
     async def _call_llm(self, rt: _Runtime) -> None:
         """AwaitingLLMResponse: one attempt; the answer, or a failure."""
@@ -1044,7 +1067,6 @@ class Engine:
         self._later(rt, MessageCompleted, message_id=node.id, message=message)
         if calls:
             self._later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
-        await self._commit(rt)
 
     async def _fail_llm(self, rt: _Runtime, exc: LLMError, *, transient: bool) -> None:
         ctx = rt.ctx
@@ -1056,7 +1078,6 @@ class Engine:
             self._fire(rt, T.LLM_FAILED_PERMANENT)
             self._failed(rt, error, exc.partial_text)
             self._end_turn(rt)
-            await self._commit(rt)
             return
         attempt = ctx.progress.attempt
         will_retry = attempt < self.retry_policy.max_attempts
@@ -1077,7 +1098,6 @@ class Engine:
                 error=error,
                 partial_text=exc.partial_text,
             )
-        await self._commit(rt)
 
     def _failed(self, rt: _Runtime, error: str, partial_text: str) -> None:
         self._later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
@@ -1092,13 +1112,12 @@ class Engine:
             self._fire(rt, T.GIVE_UP)
             self._failed(rt, p.last_error or "attempts exhausted", "")
             self._end_turn(rt)
-            await self._commit(rt)
             return
         wait = p.retry_at - self.clock.time()
         if wait > 0:
             await self.clock.sleep(wait)
         ctx.progress = p.model_copy(update={"attempt": p.attempt + 1, "retry_at": None})
-        await self._step(rt, T.RETRY)
+        self._fire(rt, T.RETRY)
 
     async def _decide(self, rt: _Runtime) -> None:
         """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy."""
@@ -1113,7 +1132,6 @@ class Engine:
             rt.stop_reason = StopReason.COMPLETED
             self._fire(rt, T.TURN_COMPLETE)
             self._end_turn(rt)
-            await self._commit(rt)
             return
         if ctx.progress.iteration >= self.max_iterations:
             self._set_decisions(
@@ -1131,7 +1149,6 @@ class Engine:
             rt.stop_reason = StopReason.MAX_ITERATIONS
             self._fire(rt, T.TURN_COMPLETE)
             self._end_turn(rt)
-            await self._commit(rt)
             return
         decisions: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
         needs_human = False
@@ -1155,10 +1172,9 @@ class Engine:
             self._fire(rt, T.NEEDS_APPROVAL)
             self._later(rt, ToolApprovalRequested, calls=ctx.pending_tool_calls())
             self._end_turn(rt)
-            await self._commit(rt)
             return
         self._mark_started(rt)
-        await self._step(rt, T.TOOLS_DECIDED)
+        self._fire(rt, T.TOOLS_DECIDED)
 
     def _mark_started(self, rt: _Runtime) -> None:
         """Record the approved calls as started, in the commit that enters
@@ -1195,7 +1211,7 @@ class Engine:
         ]
         self._add_results(rt, calls, outcomes)
         ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
-        await self._step(rt, T.TOOLS_DONE)
+        self._fire(rt, T.TOOLS_DONE)
 
     async def _cancel_in_place(self, rt: _Runtime) -> None:
         """Take ``cancel``: keep partial text (marked), close open calls, go Idle."""
