@@ -55,6 +55,7 @@ EXPECTED_ALL = {
     "MessageNode",
     "MessageType",
     "PermanentLLMError",
+    "RenderError",
     "RetryPolicy",
     "Retrying",
     "Role",

@@ -17,9 +17,10 @@ The tree::
     ├── LLMError                    the model call failed; retryability is data on the error
     │   ├── TransientLLMError       429, 408, 409, 5xx, timeouts, connection errors
     │   └── PermanentLLMError       400, 401, 403, 404, 422
-    └── StoreError                  the store cannot read or write
-        ├── VersionConflict         another writer committed first
-        └── SchemaVersionError      a stored record has an unknown schema version
+    ├── StoreError                  the store cannot read or write
+    │   ├── VersionConflict         another writer committed first
+    │   └── SchemaVersionError      a stored record has an unknown schema version
+    └── RenderError                 a diagram, trace or audit log cannot be made or read
 
 Errors of the outside world (the ``openai`` SDK, the network, a tool) are mapped
 into this tree at the boundary that meets them, with ``raise ... from exc``.
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "PermanentLLMError",
+    "RenderError",
     "SchemaVersionError",
     "StoreError",
     "TableError",
@@ -222,3 +224,8 @@ class SchemaVersionError(StoreError):
             f"{where}: schema version {found} is newer than this turnfsm supports "
             f"({supported}); upgrade turnfsm to read it"
         )
+
+
+class RenderError(TurnFSMError):
+    """A diagram, trace or audit log cannot be rendered or read (Graphviz's ``dot``
+    is missing or failed, or a file is not a trace or a log); the message says why."""

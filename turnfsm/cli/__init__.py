@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _contexts, _demo, _import, _record, _replay
+from . import _audit, _contexts, _demo, _diagram, _import, _record, _replay
 
 __all__ = ["main"]
 
@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     _record.add_parser(sub)
     _contexts.add_parser(sub)
     _import.add_parser(sub)
+    _diagram.add_parser(sub)
+    _audit.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Tests of turnfsm.render and of the ``turnfsm diagram`` / ``turnfsm audit`` commands."""

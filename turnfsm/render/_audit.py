@@ -1,0 +1,581 @@
+"""Audit logs: a context's committed transitions as JSON Lines, and their check.
+
+One record per committed step, in order (:func:`audit_records`,
+:func:`audit_jsonl`)::
+
+    {"seq": 1, "context_id": "id-2", "version": 1,
+     "timestamp": "2026-01-01T00:00:00+00:00",
+     "from": "Idle", "trigger": "user_message", "to": "ProcessingUserMessage",
+     "actor": "user", "attempt": 1,
+     "message_ids": ["id-3"], "tool_calls": [], "tool_results": []}
+
+``seq`` counts the steps from 1; ``version`` is the store commit that holds
+the step (one commit can hold several steps); ``timestamp`` is that commit's
+time.
+
+**actor** is who caused the step. It follows from the trigger alone (and, for
+``retry``, its source state), as :data:`ACTORS` says: ``user`` for what a
+person sends (``user_message`` — a frontend operator's message too —,
+``cancel``, ``reset``, and ``retry`` out of PermanentFailure), ``llm`` for what
+the model's answer or failure causes (``stream_started``, ``response_received``,
+``stream_ended``, ``llm_failed_transient``, ``llm_failed_permanent``), ``tool``
+for ``tools_done``, ``approver`` (the human approver) for
+``approvals_resolved``, and ``system`` for the engine's own decisions
+(``prompt_ready``, ``prepare_failed``, ``needs_approval``, ``tools_decided``,
+``turn_complete``, ``outcome_unknown``, ``give_up``, and ``retry`` after the
+backoff).
+
+**attempt** is the LLM attempt the context's progress counts after the step,
+as the engine keeps it: 1 after ``user_message``, ``tools_done`` and a user's
+``retry``; one more after each ``retry`` out of TransientFailure; 0 after
+``reset`` and ``cancel``; unchanged otherwise.
+
+**message_ids** are the messages the step added or changed, in order;
+**tool_calls** the ids of the calls the step's LLM answer asked for;
+**tool_results** the ids of the calls the step gave a result. Steps do not
+name their messages in the store, so they are derived: the history is taken
+in creation order (stable by ``created_at``; SQLite and memory stores keep
+append order) and each trigger takes what the engine appends for it:
+
+- ``user_message``: the results closing still-open calls (superseded), and the
+  decision on their batch, then the user's message;
+- ``response_received`` / ``stream_ended``: the assistant's answer (its calls
+  are then open);
+- ``needs_approval``, ``tools_decided``, ``approvals_resolved``,
+  ``outcome_unknown``: the open batch's assistant message (decisions change it);
+- ``tools_done``: one result per open call;
+- ``turn_complete``: with open calls (the iteration limit), the batch and one
+  result per call;
+- ``cancel``: the cancelled partial answer, if any, and the results closing
+  open calls.
+
+Messages that precede the first step (an imported history) are skipped. The
+file store lists messages branch by branch: with equal timestamps (a virtual
+clock), a conversation that went back to an older branch and went on there can
+be attributed out of order.
+
+:func:`verify_audit_log` checks a log against the declared table (see there).
+It cannot tell a truncated log (last lines cut) from a shorter conversation,
+and a forger who rewrites every later line consistently is not detected:
+the log is not signed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from ..model import MessageNode, Role
+from ..states import INITIAL, State, Trigger, allowed_triggers, next_state
+from ._errors import RenderError
+from ._path import PathStep
+
+__all__ = [
+    "ACTORS",
+    "TOOL_CYCLE",
+    "Actor",
+    "AuditRecord",
+    "VerifyResult",
+    "actor_of",
+    "audit_jsonl",
+    "audit_records",
+    "creation_order",
+    "records_from_audit_lines",
+    "verify_audit_log",
+]
+
+S = State
+T = Trigger
+
+
+class Actor(StrEnum):
+    USER = "user"
+    LLM = "llm"
+    TOOL = "tool"
+    APPROVER = "approver"
+    """The human who approves or denies tool calls."""
+    SYSTEM = "system"
+    """The engine itself: policy, enhancers, backoff, limits."""
+
+
+ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
+    (None, T.USER_MESSAGE): Actor.USER,
+    (None, T.PROMPT_READY): Actor.SYSTEM,
+    (None, T.PREPARE_FAILED): Actor.SYSTEM,
+    (None, T.STREAM_STARTED): Actor.LLM,
+    (None, T.RESPONSE_RECEIVED): Actor.LLM,
+    (None, T.STREAM_ENDED): Actor.LLM,
+    (None, T.NEEDS_APPROVAL): Actor.SYSTEM,
+    (None, T.TOOLS_DECIDED): Actor.SYSTEM,
+    (None, T.TURN_COMPLETE): Actor.SYSTEM,
+    (None, T.APPROVALS_RESOLVED): Actor.APPROVER,
+    (None, T.TOOLS_DONE): Actor.TOOL,
+    (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
+    (None, T.LLM_FAILED_TRANSIENT): Actor.LLM,
+    (None, T.LLM_FAILED_PERMANENT): Actor.LLM,
+    (S.TRANSIENT_FAILURE, T.RETRY): Actor.SYSTEM,
+    (S.PERMANENT_FAILURE, T.RETRY): Actor.USER,
+    (None, T.GIVE_UP): Actor.SYSTEM,
+    (None, T.RESET): Actor.USER,
+    (None, T.CANCEL): Actor.USER,
+}
+"""Who causes each step: by (source state, trigger), else by trigger (source None)."""
+
+TOOL_CYCLE: frozenset[State] = frozenset(
+    {S.PROCESSING_LLM_RESPONSE, S.AWAITING_TOOL_APPROVAL, S.EXECUTING_TOOLS}
+)
+"""The states in which a requested tool call may still lack its result."""
+
+_ANSWER = frozenset({T.RESPONSE_RECEIVED, T.STREAM_ENDED})
+_DECISION = frozenset({T.NEEDS_APPROVAL, T.TOOLS_DECIDED, T.APPROVALS_RESOLVED, T.OUTCOME_UNKNOWN})
+_INPUT_ROLES = frozenset({Role.USER, Role.FRONTEND_OPERATOR})
+
+
+def actor_of(source: State, trigger: Trigger) -> Actor:
+    """Who causes ``trigger`` taken from ``source`` (see :data:`ACTORS`)."""
+    found = ACTORS.get((source, trigger)) or ACTORS.get((None, trigger))
+    if found is None:  # pragma: no cover - a test keeps ACTORS complete
+        raise KeyError(f"no actor declared for {trigger} from {source}")
+    return found
+
+
+def _next_attempt(attempt: int, source: State, trigger: Trigger) -> int:
+    if trigger in (T.USER_MESSAGE, T.TOOLS_DONE):
+        return 1
+    if trigger is T.RETRY:
+        return attempt + 1 if source is S.TRANSIENT_FAILURE else 1
+    if trigger in (T.RESET, T.CANCEL):
+        return 0
+    return attempt
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    seq: int
+    context_id: str
+    version: int | None
+    timestamp: datetime | None
+    from_state: str
+    trigger: str
+    to_state: str
+    actor: str
+    attempt: int
+    message_ids: tuple[str, ...] = ()
+    tool_calls: tuple[str, ...] = ()
+    tool_results: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "context_id": self.context_id,
+            "version": self.version,
+            "timestamp": self.timestamp.isoformat() if self.timestamp is not None else None,
+            "from": self.from_state,
+            "trigger": self.trigger,
+            "to": self.to_state,
+            "actor": self.actor,
+            "attempt": self.attempt,
+            "message_ids": list(self.message_ids),
+            "tool_calls": list(self.tool_calls),
+            "tool_results": list(self.tool_results),
+        }
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def creation_order(messages: Iterable[MessageNode]) -> list[MessageNode]:
+    """Messages in the order they were created: stable by ``created_at``."""
+    return sorted(messages, key=lambda n: _aware(n.message.metadata.created_at))
+
+
+@dataclass(slots=True)
+class _Touch:
+    message_ids: list[str] = field(default_factory=list)
+    tool_calls: list[str] = field(default_factory=list)
+    tool_results: list[str] = field(default_factory=list)
+
+
+class _Walk:
+    """Gives each step the messages it appended or changed (see the module doc).
+
+    ``strict``: a message expected at the head of the unconsumed history must be
+    there, else the walk fails (``failed``) and another start is tried.
+    """
+
+    def __init__(self, ordered: Sequence[MessageNode], start: int, strict: bool) -> None:
+        self.ordered = ordered
+        self.pos = start
+        self.strict = strict
+        self.consumed: set[str] = {n.id for n in ordered[:start]}
+        self.results: dict[str, MessageNode] = {}
+        for n in ordered[start:]:
+            tr = n.message.tool_result
+            if n.message.role is Role.TOOL and tr is not None:
+                self.results.setdefault(tr.request_id, n)
+        self.batch: MessageNode | None = None
+        self.open: list[str] = []
+        self.failed = False
+
+    def head(self) -> MessageNode | None:
+        while self.pos < len(self.ordered) and self.ordered[self.pos].id in self.consumed:
+            self.pos += 1
+        return self.ordered[self.pos] if self.pos < len(self.ordered) else None
+
+    def take_head(self, want: str) -> MessageNode | None:
+        node = self.head()
+        ok = node is not None and _matches(node, want)
+        if not ok:
+            if self.strict and want != "cancelled":
+                self.failed = True
+            return None
+        assert node is not None
+        self.consumed.add(node.id)
+        return node
+
+    def close_open(self, touch: _Touch) -> None:
+        still = []
+        for call in self.open:
+            node = self.results.get(call)
+            if node is None or node.id in self.consumed:
+                if self.strict:
+                    self.failed = True
+                still.append(call)
+                continue
+            self.consumed.add(node.id)
+            touch.message_ids.append(node.id)
+            touch.tool_results.append(call)
+        self.open = still
+        if not still:
+            self.batch = None
+
+    def step(self, trigger: str) -> _Touch:
+        touch = _Touch()
+        if trigger == T.USER_MESSAGE:
+            if self.open:
+                if self.batch is not None:
+                    touch.message_ids.append(self.batch.id)
+                self.close_open(touch)
+            node = self.take_head("input")
+            if node is not None:
+                touch.message_ids.append(node.id)
+        elif trigger in _ANSWER:
+            node = self.take_head("answer")
+            if node is not None:
+                touch.message_ids.append(node.id)
+                calls = [c.id for c in node.message.tool_calls or ()]
+                if calls:
+                    touch.tool_calls = calls
+                    self.batch, self.open = node, list(calls)
+        elif trigger in _DECISION:
+            if self.batch is not None:
+                touch.message_ids.append(self.batch.id)
+        elif trigger == T.TOOLS_DONE:
+            self.close_open(touch)
+        elif trigger in (T.TURN_COMPLETE, T.CANCEL):
+            if trigger == T.CANCEL:
+                node = self.take_head("cancelled")
+                if node is not None:
+                    touch.message_ids.append(node.id)
+            if self.open:
+                if self.batch is not None:
+                    touch.message_ids.append(self.batch.id)
+                self.close_open(touch)
+        return touch
+
+    def done(self) -> bool:
+        return not self.failed and self.head() is None
+
+
+def _matches(node: MessageNode, want: str) -> bool:
+    msg = node.message
+    if want == "input":
+        return msg.role in _INPUT_ROLES
+    if want == "answer":
+        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled
+    return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
+
+
+def _attribute(steps: Sequence[PathStep], ordered: Sequence[MessageNode]) -> list[_Touch]:
+    # The log's messages are the newest ones; a history imported before the
+    # first step comes first. Take the first start at which every message
+    # after it is accounted for; failing that (a history the walk cannot
+    # explain, e.g. the active branch only), attribute what fits from 0.
+    for start in range(len(ordered) + 1):
+        walk = _Walk(ordered, start, strict=True)
+        touches = []
+        for s in steps:
+            touches.append(walk.step(s.trigger))
+            if walk.failed:
+                break
+        if walk.done():
+            return touches
+        if not steps:
+            break
+    walk = _Walk(ordered, 0, strict=False)
+    return [walk.step(s.trigger) for s in steps]
+
+
+def audit_records(
+    context_id: str, steps: Sequence[PathStep], messages: Iterable[MessageNode]
+) -> list[AuditRecord]:
+    """The audit records of a context: its steps (in order) and its messages (any order).
+
+    Pass every message of the pool (``ctx.message_pool.values()``), not one
+    branch: a step may have added messages to a branch that is not active now.
+    """
+    touches = _attribute(steps, creation_order(messages))
+    out: list[AuditRecord] = []
+    attempt = 0
+    for i, (step, touch) in enumerate(zip(steps, touches, strict=True), 1):
+        try:
+            source, trigger = State(step.from_state), Trigger(step.trigger)
+        except ValueError:
+            actor = "unknown"
+        else:
+            actor = str(actor_of(source, trigger))
+            attempt = _next_attempt(attempt, source, trigger)
+        out.append(
+            AuditRecord(
+                seq=i,
+                context_id=context_id,
+                version=step.version,
+                timestamp=step.at,
+                from_state=step.from_state,
+                trigger=step.trigger,
+                to_state=step.to_state,
+                actor=actor,
+                attempt=attempt,
+                message_ids=tuple(touch.message_ids),
+                tool_calls=tuple(touch.tool_calls),
+                tool_results=tuple(touch.tool_results),
+            )
+        )
+    return out
+
+
+def records_from_audit_lines(lines: Iterable[str]) -> list[AuditRecord]:
+    """Read an audit log back (blank lines skipped). Not a check: see :func:`verify_audit_log`."""
+    out: list[AuditRecord] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            stamp = r.get("timestamp")
+            out.append(
+                AuditRecord(
+                    seq=int(r.get("seq", len(out) + 1)),
+                    context_id=str(r.get("context_id", "")),
+                    version=r.get("version"),
+                    timestamp=datetime.fromisoformat(stamp) if stamp else None,
+                    from_state=str(r["from"]),
+                    trigger=str(r["trigger"]),
+                    to_state=str(r["to"]),
+                    actor=str(r.get("actor", "")),
+                    attempt=int(r.get("attempt", 0)),
+                    message_ids=tuple(str(m) for m in r.get("message_ids") or ()),
+                    tool_calls=tuple(str(m) for m in r.get("tool_calls") or ()),
+                    tool_results=tuple(str(m) for m in r.get("tool_results") or ()),
+                )
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RenderError(f"line {n} is not an audit record: {exc!r}") from None
+    return out
+
+
+def audit_jsonl(records: Iterable[AuditRecord]) -> str:
+    """JSON Lines: one compact object per record, keys in a fixed order."""
+    return "".join(
+        json.dumps(r.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n" for r in records
+    )
+
+
+# ---------------------------------------------------------------------- verify
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """The outcome of :func:`verify_audit_log`: ``line`` and ``reason`` of the
+    first offence (None when the log holds)."""
+
+    steps: int
+    line: int | None = None
+    reason: str | None = None
+    final_state: str = str(INITIAL)
+    tool_calls: int = 0
+    """How many tool calls the log requested."""
+    open_calls: tuple[str, ...] = ()
+    """Calls still without a result at the end (the log ends in the tool cycle)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.line is None
+
+
+class _Offence(Exception):
+    pass
+
+
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "seq": (int,),
+    "context_id": (str,),
+    "timestamp": (str,),
+    "from": (str,),
+    "trigger": (str,),
+    "to": (str,),
+    "actor": (str,),
+    "attempt": (int,),
+    "message_ids": (list,),
+    "tool_calls": (list,),
+    "tool_results": (list,),
+}
+
+
+def _record(line: str) -> dict[str, Any]:
+    try:
+        rec = json.loads(line)
+    except ValueError as exc:
+        raise _Offence(f"not valid JSON ({exc})") from None
+    if not isinstance(rec, dict):
+        raise _Offence("not a JSON object")
+    for key, types in _FIELDS.items():
+        if key not in rec:
+            raise _Offence(f"missing field {key!r}")
+        value = rec[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise _Offence(f"field {key!r} has the wrong type ({type(value).__name__})")
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            raise _Offence(f"field {key!r} must be a list of ids (strings)")
+    version = rec.get("version")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise _Offence("field 'version' must be an integer or null")
+    return rec
+
+
+def verify_audit_log(lines: Sequence[str]) -> VerifyResult:
+    """Check an audit log (its lines, without line ends) against the declared table.
+
+    The first offending line (counted from 1) and why, checking in this order:
+
+    - the line is a JSON object with every field, of the right type;
+    - ``seq`` is gap-free: 1 on the first line, one more on each next one;
+    - one ``context_id`` throughout;
+    - continuity: each step starts where the last one ended, the first in Idle;
+    - the edge (from, trigger, to) is declared in the table;
+    - ``timestamp`` (ISO 8601) and ``version`` never go back;
+    - ``actor`` and ``attempt`` are what the trigger implies (see the module doc);
+    - tool calls: a call is requested once, only by an LLM answer; a result names
+      a call that is open; and a context never leaves the tool cycle
+      (ProcessingLLMResponse, AwaitingToolApproval, ExecutingTools) with a
+      call that has no result.
+
+    An empty log holds (a context that never moved).
+    """
+    prev_to = str(INITIAL)
+    context_id: str | None = None
+    last_time: datetime | None = None
+    last_version: int | None = None
+    attempt = 0
+    requested: dict[str, int] = {}
+    open_calls: dict[str, int] = {}
+    n = 0
+    for n, line in enumerate(lines, 1):
+        try:
+            if not line.strip():
+                raise _Offence("empty line")
+            rec = _record(line)
+            if rec["seq"] != n:
+                raise _Offence(
+                    f"seq {rec['seq']} where {n} was expected (a line is missing, added, "
+                    "moved or renumbered)"
+                )
+            if context_id is None:
+                context_id = rec["context_id"]
+            elif rec["context_id"] != context_id:
+                raise _Offence(
+                    f"context_id {rec['context_id']!r} differs from {context_id!r} of line 1"
+                )
+            src, trig, dst = rec["from"], rec["trigger"], rec["to"]
+            if src != prev_to:
+                if n == 1:
+                    raise _Offence(f"the first step starts in {src}, not in {prev_to}")
+                raise _Offence(f"starts in {src}, but line {n - 1} ended in {prev_to}")
+            try:
+                source = State(src)
+            except ValueError:
+                raise _Offence(f"{src!r} is not a declared state") from None
+            try:
+                trigger = Trigger(trig)
+            except ValueError:
+                raise _Offence(f"{trig!r} is not a declared trigger") from None
+            dest = next_state(source, trigger)
+            if dest is None or str(dest) != dst:
+                allowed = ", ".join(
+                    f"{t} -> {next_state(source, t)}" for t in sorted(allowed_triggers(source))
+                )
+                raise _Offence(
+                    f"{src} --{trig}--> {dst} is not a declared edge (from {src} the table "
+                    f"allows: {allowed})"
+                )
+            try:
+                at = _aware(datetime.fromisoformat(rec["timestamp"]))
+            except ValueError:
+                raise _Offence(f"timestamp {rec['timestamp']!r} is not ISO 8601") from None
+            if last_time is not None and at < last_time:
+                raise _Offence(f"timestamp {rec['timestamp']} is earlier than the line before")
+            last_time = at
+            version = rec.get("version")
+            if version is not None and last_version is not None and version < last_version:
+                raise _Offence(f"version {version} is lower than {last_version} before it")
+            if version is not None:
+                last_version = version
+            want_actor = actor_of(source, trigger)
+            if rec["actor"] != want_actor:
+                raise _Offence(f"actor {rec['actor']!r}, but {trig} is taken by {want_actor}")
+            attempt = _next_attempt(attempt, source, trigger)
+            if rec["attempt"] != attempt:
+                raise _Offence(f"attempt {rec['attempt']}, but the steps so far imply {attempt}")
+            _check_calls(rec, n, trigger, dest, requested, open_calls)
+        except _Offence as exc:
+            return VerifyResult(
+                steps=n - 1, line=n, reason=str(exc), final_state=prev_to, tool_calls=len(requested)
+            )
+        prev_to = dst
+    return VerifyResult(
+        steps=n, final_state=prev_to, tool_calls=len(requested), open_calls=tuple(open_calls)
+    )
+
+
+def _check_calls(
+    rec: Mapping[str, Any],
+    n: int,
+    trigger: Trigger,
+    dest: State,
+    requested: dict[str, int],
+    open_calls: dict[str, int],
+) -> None:
+    calls: list[str] = rec["tool_calls"]
+    if calls and trigger not in _ANSWER:
+        raise _Offence(f"tool calls {calls} on a {trigger} step: only an LLM answer asks for tools")
+    for call in calls:
+        if call in requested:
+            raise _Offence(f"tool call {call!r} was already requested on line {requested[call]}")
+        requested[call] = n
+        open_calls[call] = n
+    for call in rec["tool_results"]:
+        if call not in requested:
+            raise _Offence(f"a result for tool call {call!r}, which no line requested")
+        if call not in open_calls:
+            raise _Offence(f"a second result for tool call {call!r}")
+        del open_calls[call]
+    if open_calls and dest not in TOOL_CYCLE:
+        call, line = next(iter(open_calls.items()))
+        raise _Offence(
+            f"enters {dest} while tool call {call!r} (requested on line {line}) has no result"
+        )
