@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _audit, _contexts, _demo, _diagram, _import, _record, _replay
+from . import _audit, _chat, _contexts, _demo, _diagram, _import, _record, _replay
 
 __all__ = ["main"]
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _demo.add_parser(sub)
+    _chat.add_parser(sub)
     _replay.add_parser(sub)
     _record.add_parser(sub)
     _contexts.add_parser(sub)

@@ -1,0 +1,662 @@
+"""``turnfsm chat``: a chat on the terminal with any OpenAI-compatible endpoint.
+
+The OpenAI API by default (``OPENAI_API_KEY``), or any OpenAI-compatible server
+(vLLM, Ollama, LM Studio, OpenRouter, ...) with ``--base-url`` (or
+``OPENAI_BASE_URL``). The text streams as it arrives; tool calls are shown and,
+for tools that need it, approved or denied (``--approve``). Built-in demo
+tools: ``clock`` (the time in a timezone), ``calculator`` (arithmetic only,
+parsed, never ``eval``'d) and ``read_file`` (a text file under the working
+directory; each call needs approval; no path escapes it).
+
+For scripts: ``--message TEXT`` runs one turn and exits, ``--json`` prints
+the turn as JSON, ``--store URL`` keeps the conversation and ``--context ID``
+resumes it. ``--demo`` uses the built-in demo model (no key, no network).
+
+Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
+reason on stderr); 2 a usage or setup problem, said in one line: no API key,
+a server that cannot be reached or refuses the key, a bad store URL, an
+unknown context. With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
+key is sent (local servers need none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import json
+import logging
+import math
+import operator
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TextIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import anyio
+import anyio.to_thread
+import structlog
+from rich.console import Console
+from rich.markup import escape
+
+from ..adapters.llm import LLMChunk, LLMRequest
+from ..engine import Engine, RetryPolicy, Turn
+from ..errors import ContextNotFound, InvalidInput, LLMError, StoreError, TurnFSMError
+from ..events import (
+    ContentDelta,
+    Event,
+    MessageCompleted,
+    Retrying,
+    ToolCallsRequested,
+    ToolResult,
+)
+from ..model import InternalMessage, Role, ToolCallRequest
+from ..states import State
+from ..storage import Store, open_store
+from ..tools import Tool, ToolError, tool
+from ._store import add_store_option, default_store_url
+
+__all__ = ["add_parser", "builtin_tools", "calculate", "run_chat"]
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_SYSTEM = (
+    "You are a helpful assistant in a terminal. You can tell the time, do arithmetic "
+    "and read text files in the user's working directory with your tools."
+)
+PLACEHOLDER_KEY = "not-needed"
+"""Sent with ``--base-url`` when no ``OPENAI_API_KEY`` is set (local servers need none)."""
+
+ApproveMode = Literal["all", "none", "ask"]
+
+
+# ---------------------------------------------------------------------- the demo tools
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+_MAX_EXPRESSION = 200
+_MAX_EXPONENT = 1000
+_MAX_INT_BITS = 4096
+
+
+def calculate(expression: str) -> int | float:
+    """Evaluate arithmetic: numbers, ``+ - * / // % **``, unary signs, parentheses.
+
+    The expression is parsed (``ast``), never evaluated as code; anything else
+    (names, calls, attributes, strings) is refused, as are exponents above
+    1000 and integers above 4096 bits. Raises :class:`~turnfsm.tools.ToolError`.
+    """
+    text = expression.strip()
+    if not text:
+        raise ToolError("give an arithmetic expression, e.g. '2 * (3 + 4)'")
+    if len(text) > _MAX_EXPRESSION:
+        raise ToolError(f"the expression is longer than {_MAX_EXPRESSION} characters")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ToolError(f"not an arithmetic expression: {exc.msg}") from None
+
+    def ev(node: ast.AST) -> int | float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            assert isinstance(node.value, int | float)
+            return node.value
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _check(_UNARY[type(node.op)](ev(node.operand)))
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+                raise ToolError(f"exponents above {_MAX_EXPONENT} are not allowed")
+            return _check(_BINARY[type(node.op)](left, right))
+        raise ToolError(
+            f"only numbers and + - * / // % ** ( ) are allowed, not {type(node).__name__}"
+        )
+
+    try:
+        return ev(tree)
+    except ZeroDivisionError:
+        raise ToolError("division by zero") from None
+    except OverflowError:
+        raise ToolError("the result is too large") from None
+
+
+def _check(value: Any) -> int | float:
+    if isinstance(value, complex):
+        raise ToolError("the result is not a real number")
+    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+        raise ToolError("the result is too large")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError("the result is too large")
+    result: int | float = value
+    return result
+
+
+def builtin_tools(root: Path | None = None) -> list[Tool]:
+    """The chat's demo tools; ``read_file`` reads under ``root`` (default: the
+    working directory) and needs approval for every call."""
+    base = (root or Path.cwd()).resolve()
+
+    @tool
+    def clock(timezone: str = "UTC") -> dict[str, str]:
+        """The current date and time in a timezone.
+
+        Args:
+            timezone: An IANA timezone name, e.g. "Europe/Paris" (default UTC).
+        """
+        try:
+            zone = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ToolError(f"unknown timezone {timezone!r}; use an IANA name") from None
+        now = datetime.now(zone)
+        return {
+            "timezone": timezone,
+            "iso": now.isoformat(timespec="seconds"),
+            "weekday": now.strftime("%A"),
+        }
+
+    @tool
+    def calculator(expression: str) -> dict[str, Any]:
+        """Evaluate an arithmetic expression exactly (no variables or functions).
+
+        Args:
+            expression: Numbers with + - * / // % ** and parentheses, e.g. "2 * (3 + 4)".
+        """
+        return {"expression": expression, "result": calculate(expression)}
+
+    @tool(approval="required", blocking=True)
+    def read_file(path: str, max_bytes: int = 20_000) -> dict[str, Any]:
+        """Read a text file in the user's working directory.
+
+        Args:
+            path: The file's path, relative to the working directory.
+            max_bytes: Read at most this many bytes (up to 100000).
+        """
+        target = (base / path).resolve()
+        if not target.is_relative_to(base):
+            raise ToolError(f"{path!r} is outside the working directory")
+        if not target.is_file():
+            raise ToolError(f"{path!r} is not a file in the working directory")
+        limit = max(1, min(max_bytes, 100_000))
+        with target.open("rb") as f:
+            data = f.read(limit + 1)
+        return {
+            "path": target.relative_to(base).as_posix(),
+            "content": data[:limit].decode("utf-8", "replace"),
+            "truncated": len(data) > limit,
+        }
+
+    return [clock, calculator, read_file]
+
+
+# ---------------------------------------------------------------------- the command
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "chat",
+        help="chat with an OpenAI-compatible model on the terminal",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
+        "(default: $OPENAI_BASE_URL, else the OpenAI API)",
+    )
+    p.add_argument(
+        "--model", metavar="NAME", help=f"the model (default {DEFAULT_MODEL}, or the context's)"
+    )
+    p.add_argument("--message", "-m", metavar="TEXT", help="send one message, print, exit")
+    p.add_argument(
+        "--approve",
+        choices=["all", "none", "ask"],
+        help="tool calls that need approval: approve all, deny all, or ask "
+        "(default: ask on a terminal, none otherwise)",
+    )
+    p.add_argument("--json", action="store_true", help="print each turn as one JSON object")
+    add_store_option(p)
+    p.add_argument("--context", metavar="ID", help="resume this stored conversation")
+    p.add_argument("--system", metavar="TEXT", help="the system prompt of a new conversation")
+    p.add_argument(
+        "--responses", action="store_true", help="use the Responses API (default: Chat Completions)"
+    )
+    p.add_argument(
+        "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
+    )
+    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="seconds per request (60)"
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="attempts per model call, retries included (3)",
+    )
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return anyio.run(run_chat, args)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class _Watched:
+    """The LLM, remembering the last error it raised (to tell setup problems apart)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.last_error: LLMError | None = None
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        self.last_error = None
+        inner = self.llm.stream(request)
+        try:
+            async for chunk in inner:
+                yield chunk
+        except LLMError as exc:
+            self.last_error = exc
+            raise
+        finally:
+            close = getattr(inner, "aclose", None)
+            if close is not None:
+                await close()
+
+
+@dataclass
+class _Setup:
+    llm: Any
+    endpoint: str
+    tools: list[Tool]
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
+    tools = builtin_tools()
+    if args.demo:
+        from ..adapters.llm.demo import DemoLLM
+        from ._demo import get_weather
+
+        return _Setup(DemoLLM(delay=0.0), "the demo model", [*tools, get_weather])
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = os.environ.get("OPENAI_API_KEY") or None
+    if base_url is None and key is None:
+        raise _Exit(
+            2,
+            "no OPENAI_API_KEY is set and no --base-url was given; without a key, try the "
+            "demo model: `turnfsm chat --demo` (or `turnfsm demo`), or a local server: "
+            "`turnfsm chat --base-url http://localhost:11434/v1 --model llama3.2`",
+        )
+    from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
+    cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
+    try:
+        llm = cls(
+            base_url=base_url,
+            api_key=key or PLACEHOLDER_KEY,
+            model=args.model,
+            timeout=args.timeout,
+            stream=not args.no_stream,
+        )
+    except InvalidInput as exc:
+        raise _Exit(2, str(exc)) from None
+    return _Setup(llm, llm.base_url, tools)
+
+
+def _fatal(error: LLMError | None, endpoint: str) -> str | None:
+    """A failure that is a setup problem (exit 2), said in one line."""
+    if error is None:
+        return None
+    if error.kind == "connection" and not error.partial_text:
+        return f"cannot reach {endpoint}: {error.message}"
+    if error.status in (401, 403):
+        return (
+            f"{endpoint} refused the API key ({error.describe()}); "
+            "check OPENAI_API_KEY (or --base-url)"
+        )
+    return None
+
+
+async def run_chat(
+    args: argparse.Namespace,
+    *,
+    stdin: TextIO | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """The command, with its streams injectable (tests)."""
+    stdin = stdin or sys.stdin
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        return await _Chat(args, stdin, out, err).main()
+    except _Exit as exc:
+        print(f"turnfsm chat: {exc}", file=err)
+        return exc.code
+    except TurnFSMError as exc:  # the store failed, a bad input: one line, no traceback
+        print(f"turnfsm chat: {exc}", file=err)
+        return 2
+
+
+class _Chat:
+    def __init__(self, args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -> None:
+        self.args = args
+        self.stdin = stdin
+        self.out = out
+        self.err = err
+        self.tty = stdin.isatty()
+        self.approve: ApproveMode = args.approve or ("ask" if self.tty else "none")
+        self.console = Console(file=out, highlight=False, soft_wrap=True)
+        self.as_json: bool = args.json
+        self.streamed: set[str] = set()
+        """Messages whose text was shown as it streamed."""
+        self.channel: tuple[str, str] | None = None
+        """The (message, channel) the open line belongs to."""
+        self.line_open = False
+
+    async def main(self) -> int:
+        if self.args.max_attempts < 1:
+            raise _Exit(2, "--max-attempts must be at least 1")
+        setup = _setup(self.args)
+        self.endpoint = setup.endpoint
+        self.watched = _Watched(setup.llm)
+        url = self.args.store or default_store_url()
+        try:
+            try:
+                store: Store = open_store(url)
+            except (InvalidInput, StoreError) as exc:
+                raise _Exit(2, f"--store: {exc}") from None
+            async with Engine(
+                llm=self.watched,
+                tools=setup.tools,
+                store=store,
+                retry=RetryPolicy(max_attempts=self.args.max_attempts),
+                logger=_quiet_logger(self.err),
+            ) as engine:
+                self.engine = engine
+                cid = await self._open_context(url)
+                async with engine.subscribe(cid) as events:
+                    self.events = events
+                    if self.args.message is not None:
+                        return await self._one(cid, self.args.message)
+                    return await self._loop(cid)
+        finally:
+            close = getattr(setup.llm, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _open_context(self, url: str) -> str:
+        engine = self.engine
+        if self.args.context:
+            try:
+                ctx = await engine.get_context(self.args.context)
+            except ContextNotFound as exc:
+                raise _Exit(2, f"{exc} in {url}") from None
+            if not self.as_json:
+                self._note(
+                    f"resumed context {ctx.id}: {len(ctx.history())} messages, "
+                    f"{ctx.current_state}; {self.endpoint}"
+                )
+            return ctx.id
+        cid = await engine.create_context(
+            system_prompt=self.args.system or DEFAULT_SYSTEM,
+            model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
+        )
+        if not self.as_json:
+            self._note(f"context {cid} in {url}; {self.endpoint} (resume with --context {cid})")
+        return cid
+
+    # ------------------------------------------------------------------ turns
+
+    async def _one(self, cid: str, text: str) -> int:
+        turn, states = await self._turn(cid, text)
+        if self.as_json:
+            await self._json(turn, states)
+        if turn.state is State.PERMANENT_FAILURE:
+            self._fail_line(turn)
+            return 1
+        return 0
+
+    async def _loop(self, cid: str) -> int:
+        ctx = await self.engine.get_context(cid)
+        if ctx.pending_tool_calls():
+            turn = await self._settle(cid, None, ctx.pending_tool_calls())
+            if turn is not None and self.as_json:
+                await self._json(turn, list(turn.states))
+        while True:
+            line = await self._read("you> ")
+            if line is None:
+                if self.tty:
+                    self.console.print()
+                return 0
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                return 0
+            turn, states = await self._turn(cid, text)
+            if self.as_json:
+                await self._json(turn, states)
+            if turn.state is State.PERMANENT_FAILURE:
+                self._fail_line(turn, to_console=True)
+
+    async def _turn(self, cid: str, text: str) -> tuple[Turn, list[State]]:
+        """Send ``text``, settle the approvals, return the last turn and every state."""
+        turn = await self._call(lambda: self.engine.send(cid, text))
+        states = list(turn.states)
+        settled = await self._settle(cid, turn, turn.pending_tool_calls)
+        if settled is not None:
+            states.extend(settled.states)
+            turn = _merged(turn, settled)
+        return turn, states
+
+    async def _settle(
+        self, cid: str, turn: Turn | None, pending: Sequence[ToolCallRequest]
+    ) -> Turn | None:
+        """Decide every pending call (per ``--approve``); the turns that followed."""
+        last: Turn | None = None
+        while pending:
+            call = pending[0]
+            shown = f"{call.tool_name}({json.dumps(call.arguments, ensure_ascii=False)})"
+            if self.approve == "all":
+                approved, reason = True, ""
+            elif self.approve == "none":
+                approved, reason = False, "--approve none"
+            else:
+                answer = await self._read(f"approve {shown}? [y/N] ", to=self.err)
+                approved = (answer or "").strip().lower() in ("y", "yes")
+                reason = "" if approved else "the user said no"
+            if not self.as_json:
+                self._note(f"{'approved' if approved else 'denied'} {shown}")
+            if approved:
+                nxt = await self._call(functools.partial(self.engine.approve, cid, call.id))
+            else:
+                nxt = await self._call(functools.partial(self.engine.deny, cid, call.id, reason))
+            last = nxt if last is None else _merged(last, nxt)
+            pending = nxt.pending_tool_calls
+        return last
+
+    async def _call(self, fn: Callable[[], Awaitable[Turn]]) -> Turn:
+        """Run one engine call while its events are shown as they arrive."""
+        box: list[Turn] = []
+        failures: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                try:
+                    box.append(await fn())
+                except Exception as exc:
+                    failures.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(run)
+            async for event in self.events:
+                self._show(event)
+        for event in self.events.drain():
+            self._show(event)
+        self._end_line()
+        if failures:
+            raise failures[0]
+        turn = box[0]
+        if turn.state is State.PERMANENT_FAILURE:
+            fatal = _fatal(self.watched.last_error, self.endpoint)
+            if fatal:
+                raise _Exit(2, fatal)
+        return turn
+
+    # ------------------------------------------------------------------ output
+
+    def _show(self, ev: Event) -> None:
+        if self.as_json:
+            return
+        c = self.console
+        if isinstance(ev, ContentDelta):
+            thinking = ev.channel == "thinking"
+            if self.channel != (ev.message_id, ev.channel) or not self.line_open:
+                self._end_line()
+                self.channel = (ev.message_id, ev.channel)
+                c.print("[dim]thinking>[/dim] " if thinking else "[bold]assistant>[/bold] ", end="")
+                self.line_open = True
+            if not thinking:
+                self.streamed.add(ev.message_id)
+            c.print(ev.delta, end="", markup=False, style="dim italic" if thinking else "")
+            c.file.flush()
+        elif isinstance(ev, MessageCompleted):
+            msg = ev.message
+            if msg.role is Role.ASSISTANT and ev.message_id not in self.streamed and msg.text:
+                c.print("[bold]assistant>[/bold] ", end="")
+                c.print(msg.text, markup=False)
+            self._end_line()
+        elif isinstance(ev, ToolCallsRequested):
+            self._end_line()
+            for call in ev.calls:
+                args = call.arguments if call.raw_arguments is None else call.raw_arguments
+                shown = f"{call.tool_name}({json.dumps(args, ensure_ascii=False)})"
+                c.print(f"[cyan]tool call>[/cyan] {escape(shown)}")
+        elif isinstance(ev, ToolResult):
+            self._end_line()
+            text = json.dumps(ev.result, ensure_ascii=False, default=str)
+            if len(text) > 300:
+                text = text[:297] + "..."
+            colour = "green" if ev.success else "red"
+            c.print(f"[{colour}]tool result>[/{colour}] {escape(ev.tool_name)}: {escape(text)}")
+        elif isinstance(ev, Retrying):
+            self._end_line()
+            self._note(f"retrying in {ev.delay:.1f}s (attempt {ev.attempt} failed: {ev.error})")
+
+    def _end_line(self) -> None:
+        if self.line_open:
+            self.console.print()
+            self.line_open = False
+
+    def _note(self, text: str) -> None:
+        self.console.print(f"[dim]{escape(text)}[/dim]")
+
+    def _fail_line(self, turn: Turn, *, to_console: bool = False) -> None:
+        line = f"the model call failed: {turn.error or 'unknown error'}"
+        if to_console and not self.as_json:
+            self.console.print(f"[red]{escape(line)}[/red]")
+        else:
+            print(f"turnfsm chat: {line}", file=self.err)
+
+    async def _json(self, turn: Turn, states: Sequence[State]) -> None:
+        ctx = await self.engine.get_context(turn.context_id)
+        decided = {  # the messages of a turn are as first written: calls still Pending
+            c.id: c for n in ctx.history() for c in n.message.tool_calls or ()
+        }
+        doc = {
+            "context_id": turn.context_id,
+            "state": str(turn.state),
+            "stop_reason": str(turn.stop_reason) if turn.stop_reason else None,
+            "states": [str(s) for s in states],
+            "text": turn.text,
+            "error": turn.error,
+            "messages": [_message_json(m, decided) for m in turn.messages],
+        }
+        self.out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        self.out.flush()
+
+    async def _read(self, prompt: str, *, to: TextIO | None = None) -> str | None:
+        """One line from stdin (``None`` at its end); the prompt only on a terminal,
+        or for approvals (to stderr)."""
+        target = to if to is not None else (self.out if self.tty else None)
+        if target is not None:
+            target.write(prompt)
+            target.flush()
+        line = await anyio.to_thread.run_sync(self.stdin.readline)
+        return line.rstrip("\n") if line else None
+
+
+def _quiet_logger(err: TextIO) -> Any:
+    """The engine's log, errors only: failed attempts are shown as they happen, and
+    a failed turn ends in one line."""
+    return structlog.wrap_logger(
+        structlog.PrintLogger(err),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.KeyValueRenderer(key_order=["level", "event"]),
+        ],
+    )
+
+
+def _merged(first: Turn, then: Turn) -> Turn:
+    return Turn(
+        context_id=then.context_id,
+        state=then.state,
+        stop_reason=then.stop_reason,
+        states=(*first.states, *then.states),
+        messages=(*first.messages, *then.messages),
+        message_ids=(*first.message_ids, *then.message_ids),
+        pending_tool_calls=then.pending_tool_calls,
+        error=then.error,
+    )
+
+
+def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": str(msg.role), "text": msg.text}
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "name": c.tool_name,
+                "arguments": c.arguments if c.raw_arguments is None else c.raw_arguments,
+                "approval": str(decided.get(c.id, c).approval_status),
+            }
+            for c in msg.tool_calls
+        ]
+    if msg.tool_result is not None:
+        out["tool_call_id"] = msg.tool_result.request_id
+        out["success"] = msg.tool_result.success
+        out["result"] = msg.tool_result.result
+    if msg.thinking:
+        out["thinking"] = msg.thinking
+    if msg.metadata.usage is not None:
+        out["usage"] = msg.metadata.usage.model_dump()
+    return out
