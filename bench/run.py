@@ -254,10 +254,10 @@ def _summary(lines: list[dict[str, Any]]) -> str:
         if ln["workload"] in DURABLE:
             rows[-1] += f"  [synchronous={ln['synchronous']}]"
         if ln["workload"] == "W4" and ln["system"] == "turnfsm" and floor_w4:
-            f4, ft = floor_w4["value_4_commits"], floor_w4["value_thread_hop"]
+            f7, ft = floor_w4["value_7_commits"], floor_w4["value_thread_hop"]
             rows.append(
-                f"{'':<18}(the floor with 4 commits/turn: {f4:.4g} us, turnfsm "
-                f"{ln['value'] / f4:.2f}x that; the floor's 7 commits each through a thread "
+                f"{'':<18}(the floor with 7 commits/turn: {f7:.4g} us, turnfsm "
+                f"{ln['value'] / f7:.2f}x that; those 7 commits each through a thread "
                 f"hop: {ft:.4g} us, turnfsm {ln['value'] / ft:.2f}x that)"
             )
         if ln["workload"] == "W3" and ln["system"] == "turnfsm" and ln["peak_rss_ratio_to_floor"]:
