@@ -282,6 +282,40 @@ class _OpenAIAdapter:
     ) -> None:
         await self.aclose()
 
+    def request_body(self, request: LLMRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _whole(self, data: object) -> LLMResponse:
+        """A non-streamed answer's body as one response."""
+        raise NotImplementedError
+
+    def _assembler(self) -> ChatStreamAssembler | ResponsesStreamAssembler:
+        """What turns this API's stream into deltas and one final response."""
+        raise NotImplementedError
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        body = self.request_body(request)
+        if not self.streaming:
+            data = await self._post(body)
+            try:
+                response = self._whole(data)
+            except (MalformedChunk, StreamErrorEvent) as exc:
+                raise map_openai_error(exc) from exc
+            yield response
+            return
+        assembler = self._assembler()
+        items = await self._open_stream(body)
+        final: LLMResponse
+        async with items:
+            try:
+                async for item in items:
+                    for delta in assembler.feed(item):
+                        yield delta
+                final = assembler.finish()
+            except Exception as exc:
+                raise map_openai_error(exc, assembler.text) from exc
+        yield final
+
     async def _post(self, body: dict[str, Any]) -> object:
         try:
             return await self.client.post(
@@ -328,28 +362,11 @@ class OpenAIChatAdapter(_OpenAIAdapter):
             request, stream=self.streaming, model=self.model, extra_body=self.extra_body
         )
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
-        body = self.request_body(request)
-        if not self.streaming:
-            data = await self._post(body)
-            try:
-                response = chat_completion_response(data, self._new_id)
-            except MalformedChunk as exc:
-                raise map_openai_error(exc) from exc
-            yield response
-            return
-        assembler = ChatStreamAssembler(self._new_id)
-        chunks = await self._open_stream(body)
-        final: LLMResponse
-        async with chunks:
-            try:
-                async for chunk in chunks:
-                    for delta in assembler.feed(chunk):
-                        yield delta
-                final = assembler.finish()
-            except Exception as exc:
-                raise map_openai_error(exc, assembler.text) from exc
-        yield final
+    def _whole(self, data: object) -> LLMResponse:
+        return chat_completion_response(data, self._new_id)
+
+    def _assembler(self) -> ChatStreamAssembler:
+        return ChatStreamAssembler(self._new_id)
 
 
 class OpenAIResponsesAdapter(_OpenAIAdapter):
@@ -366,25 +383,8 @@ class OpenAIResponsesAdapter(_OpenAIAdapter):
             request, stream=self.streaming, model=self.model, extra_body=self.extra_body
         )
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
-        body = self.request_body(request)
-        if not self.streaming:
-            data = await self._post(body)
-            try:
-                response = responses_response(data, self._new_id)
-            except (MalformedChunk, StreamErrorEvent) as exc:
-                raise map_openai_error(exc) from exc
-            yield response
-            return
-        assembler = ResponsesStreamAssembler(self._new_id)
-        events = await self._open_stream(body)
-        final: LLMResponse
-        async with events:
-            try:
-                async for event in events:
-                    for delta in assembler.feed(event):
-                        yield delta
-                final = assembler.finish()
-            except Exception as exc:
-                raise map_openai_error(exc, assembler.text) from exc
-        yield final
+    def _whole(self, data: object) -> LLMResponse:
+        return responses_response(data, self._new_id)
+
+    def _assembler(self) -> ResponsesStreamAssembler:
+        return ResponsesStreamAssembler(self._new_id)
