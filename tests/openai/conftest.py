@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+# tests/canonical.py (what the canonical-trace tests share) is imported by name
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openai_loopback import LoopbackServer
 
 

@@ -17,55 +17,37 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from canonical import (
+    ALR,
+    ATA,
+    EXT,
+    IDLE,
+    PF,
+    PLR,
+    PUM,
+    SLR,
+    TF,
+    WEATHER_CALLS,
+    assert_recorded,
+    get_weather,
+    get_weather_approved,
+    trace_of,
+)
 from openai_loopback import LoopbackServer, Reply, error_body
 from openai_samples import completion, text_stream, tool_call_stream
 
 from turnfsm import (
-    TRANSITIONS,
     ApprovalStatus,
     Engine,
     Role,
     State,
     StopReason,
-    Turn,
-    tool,
 )
 from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.events import Failed, Retrying
 from turnfsm.testing import FakeClock, SequentialIds
 
 pytestmark = pytest.mark.anyio
-
-IDLE = "Idle"
-PUM = "ProcessingUserMessage"
-ALR = "AwaitingLLMResponse"
-SLR = "StreamingLLMResponse"
-PLR = "ProcessingLLMResponse"
-ATA = "AwaitingToolApproval"
-EXT = "ExecutingTools"
-TF = "TransientFailure"
-PF = "PermanentFailure"
-
-EDGES = {(src, t.trigger, t.dest) for t in TRANSITIONS for src in t.sources}
-WEATHER_CALLS: list[dict[str, Any]] = []
-
-
-@tool
-def get_weather(city: str) -> dict[str, Any]:
-    """Current weather for a city.
-
-    Args:
-        city: the city name.
-    """
-    WEATHER_CALLS.append({"city": city})
-    return {"city": city, "temp_c": 15}
-
-
-@tool(name="get_weather", approval="required")
-def get_weather_approved(city: str) -> dict[str, Any]:
-    """Current weather for a city (a human approves each call)."""
-    WEATHER_CALLS.append({"city": city})
-    return {"city": city, "temp_c": 15}
 
 
 @pytest.fixture(autouse=True)
@@ -81,27 +63,6 @@ async def llm(loopback: LoopbackServer) -> AsyncIterator[OpenAIChatAdapter]:
 
 def make_engine(llm: OpenAIChatAdapter, **kwargs: Any) -> Engine:
     return Engine(llm=llm, clock=kwargs.pop("clock", FakeClock()), ids=SequentialIds(), **kwargs)
-
-
-def trace_of(*turns: Turn) -> list[State]:
-    out: list[State] = [State.IDLE]
-    for turn in turns:
-        out.extend(turn.states)
-    return out
-
-
-async def assert_recorded(engine: Engine, cid: str, expected: list[str]) -> None:
-    """The store's trace equals ``expected``; every step is a declared, chained edge."""
-    assert await engine.trace(cid) == expected
-    steps = await engine.steps(cid)
-    assert [s.to_state for s in steps] == expected[1:]
-    prev = IDLE
-    for s in steps:
-        assert s.from_state == prev
-        assert (s.from_state, s.trigger, s.to_state) in EDGES
-        prev = s.to_state
-    ctx = await engine.get_context(cid)
-    assert ctx.current_state == expected[-1]
 
 
 def weather_call(call_id: str, city: str) -> Reply:
