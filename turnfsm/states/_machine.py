@@ -35,8 +35,11 @@ from ._table import (
 __all__ = ["ContextHolder", "StepRecord", "TurnMachine"]
 
 # transitions logs one warning per method it does not bind under the model
-# override policy (by design here: a holder declares only what it wants).
-logging.getLogger("transitions.core").setLevel(logging.ERROR)
+# override policy (by design here: a holder declares only what it wants), about
+# forty on every add_model. Quiet them unless the application set a level itself.
+_transitions_log = logging.getLogger("transitions.core")
+if _transitions_log.level == logging.NOTSET:
+    _transitions_log.setLevel(logging.ERROR)
 
 StepRecord = tuple[State, Trigger, State]
 """One committed step: (from, trigger, to)."""
