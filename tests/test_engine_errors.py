@@ -397,3 +397,28 @@ async def test_every_refusal_is_a_turnfsm_error() -> None:
         ):
             with pytest.raises(TurnFSMError):
                 await action()
+
+
+async def test_a_failed_switch_leaves_the_loaded_context_as_stored() -> None:
+    """A store error on switch_branch: the next call sees the branch the store has."""
+    from turnfsm import MemoryStore, StoreError
+
+    class FailingStore(MemoryStore):
+        failing = False
+
+        async def commit(self, commit: Any) -> None:
+            if self.failing:
+                raise StoreError("disk full")
+            await super().commit(commit)
+
+    store = FailingStore()
+    engine = Engine(llm=ScriptedLLM([{"text": "hello"}]), store=store)
+    async with engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "hi")
+        await engine.fork(cid, "alt", at=0)
+        store.failing = True
+        with pytest.raises(StoreError):
+            await engine.switch_branch(cid, "main")
+        store.failing = False
+        assert (await engine.get_context(cid)).active_branch_name == "alt"

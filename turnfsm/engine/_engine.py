@@ -688,13 +688,7 @@ class Engine:
                 with anyio.CancelScope(shield=True):
                     await self._cancel_in_place(rt)
         except BaseException:
-            if (
-                rt.appended
-                or rt.replaced
-                or rt.branches
-                or rt.holder.steps
-                or State(rt.holder.state) not in RESTING
-            ):
+            if self._dirty(rt) or State(rt.holder.state) not in RESTING:
                 self._unload(rt.ctx.id)
             raise
         finally:
