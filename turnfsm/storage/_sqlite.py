@@ -421,9 +421,16 @@ class SQLiteStore:
             data["message_ids"] = positions.get(name, [])
             branches[name] = self._validate(Branch, data, where)
         pool: dict[str, MessageNode] = {}
+        validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
         ):
+            if version == _V:  # the common case, parsed straight from the text
+                try:
+                    pool[mid] = validate(body)
+                    continue
+                except ValueError:
+                    pass  # reported below, with where it was found
             pool[mid] = message_from_record(
                 body, version, where=self._where(context_id, f", message {mid!r}")
             )
