@@ -1246,3 +1246,18 @@ async def test_context_json_round_trip_after_tools() -> None:
         assert first_answer.thinking == "let me see"
         assert first_answer.metadata.usage is not None
         assert first_answer.metadata.usage.total_tokens == 15
+
+
+async def test_least_recently_used_contexts_are_unloaded_and_load_again() -> None:
+    llm = ScriptedLLM(lambda request: {"text": f"{len(request.messages)} messages"})
+    async with Engine(llm=llm, max_loaded=2) as engine:
+        a, b, c = [await engine.create_context() for _ in range(3)]
+        await engine.send(a, "one")
+        await engine.send(b, "one")
+        await engine.send(a, "two")  # a is now the most recently used
+        await engine.send(c, "one")
+        assert engine.loaded_contexts == [a, c]
+        turn = await engine.send(b, "two")  # b loads again, with its history
+        assert turn.text == "3 messages"
+        assert engine.loaded_contexts == [c, b]
+        assert (await engine.trace(b))[-1] == "Idle"

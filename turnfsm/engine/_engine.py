@@ -204,7 +204,9 @@ class Engine:
 
     ``enhancers`` run after the built-in ones (system prompt, tool definitions,
     and history trimming when ``tool_history_rounds`` is set). ``clock`` and
-    ``ids`` are injected so that tests and replays are deterministic.
+    ``ids`` are injected so that tests and replays are deterministic. At most
+    ``max_loaded`` contexts are held in memory; the least recently used resting
+    ones are unloaded beyond that and load again from the store when called.
     """
 
     def __init__(
@@ -220,10 +222,14 @@ class Engine:
         ids: Callable[[], str] | None = None,
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
+        max_loaded: int = 4096,
         logger: Any = None,
     ) -> None:
         if max_iterations < 1:
             raise InvalidInput("max_iterations", "must be >= 1")
+        if max_loaded < 1:
+            raise InvalidInput("max_loaded", "must be >= 1")
+        self.max_loaded = max_loaded
         self.llm = llm
         self.tools = ToolRegistry(tools)
         if isinstance(store, str):
@@ -366,9 +372,11 @@ class Engine:
             raise ContextBusy(context_id, rt.holder.state if rt else "loading")
         self._busy.add(context_id)
         try:
-            rt = self._runtimes.get(context_id)
+            rt = self._runtimes.pop(context_id, None)
             if rt is None:
                 rt = self._attach(await self.store.load(context_id))
+            else:
+                self._runtimes[context_id] = rt  # most recently used last
         except BaseException:
             self._busy.discard(context_id)
             raise
@@ -384,6 +392,20 @@ class Engine:
         rt.scope = None
         if rt.done is not None:
             rt.done.set()
+        if len(self._runtimes) > self.max_loaded:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Unload the least recently used resting contexts beyond ``max_loaded``
+        (they stay in the store and load again on their next call)."""
+        excess = len(self._runtimes) - self.max_loaded
+        for cid in [c for c in self._runtimes if c not in self._busy][:excess]:
+            self._unload(cid)
+
+    @property
+    def loaded_contexts(self) -> list[str]:
+        """The ids of the contexts held in memory, least recently used first."""
+        return list(self._runtimes)
 
     # ------------------------------------------------------------------ public calls
 
