@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 import tenacity
+from canonical import ALR, ATA, EXT, IDLE, PF, PLR, PUM, SLR, TF, trace_of
 
 import turnfsm.model
 from turnfsm import (
@@ -38,16 +39,6 @@ from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 pytestmark = pytest.mark.anyio
 
-IDLE = "Idle"
-PUM = "ProcessingUserMessage"
-ALR = "AwaitingLLMResponse"
-SLR = "StreamingLLMResponse"
-PLR = "ProcessingLLMResponse"
-ATA = "AwaitingToolApproval"
-EXT = "ExecutingTools"
-TF = "TransientFailure"
-PF = "PermanentFailure"
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -61,11 +52,22 @@ def make_engine(
     return engine, llm, clock
 
 
-def trace_of(*turns: Turn) -> list[State]:
-    out: list[State] = [State.IDLE]
-    for turn in turns:
-        out.extend(turn.states)
-    return out
+async def cancel_while_running(
+    engine: Engine, cid: str, text: str, ready: anyio.Event
+) -> tuple[Turn, list[Turn]]:
+    """Send ``text`` in a task, wait for ``ready``, cancel from this task; return
+    the turn ``cancel`` gave and what the interrupted ``send`` returned."""
+    sent: list[Turn] = []
+
+    async def run() -> None:
+        sent.append(await engine.send(cid, text))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await ready.wait()
+            turn = await engine.cancel(cid)
+    return turn, sent
 
 
 def call(cid: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -499,16 +501,7 @@ async def test_cancel_from_another_task_while_llm_blocks() -> None:
     engine, _, _ = make_engine(handler)
     async with engine:
         cid = await engine.create_context()
-        sent: list[Turn] = []
-
-        async def run() -> None:
-            sent.append(await engine.send(cid, "Hi"))
-
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await entered.wait()
-                turn = await engine.cancel(cid)
+        turn, sent = await cancel_while_running(engine, cid, "Hi", entered)
         assert turn.stop_reason == StopReason.CANCELLED
         assert turn.state == State.IDLE
         assert list(turn.states) == [PUM, ALR, IDLE]
@@ -534,16 +527,7 @@ async def test_cancel_during_backoff() -> None:
     engine, llm, _ = make_engine([{"llm_error": {"status": 503}}, {"text": "never"}], clock=clock)
     async with engine:
         cid = await engine.create_context()
-        sent: list[Turn] = []
-
-        async def run() -> None:
-            sent.append(await engine.send(cid, "Hi"))
-
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await clock.sleeping.wait()
-                turn = await engine.cancel(cid)
+        turn, _sent = await cancel_while_running(engine, cid, "Hi", clock.sleeping)
         assert turn.stop_reason == StopReason.CANCELLED
         assert await engine.trace(cid) == [IDLE, PUM, ALR, TF, IDLE]
         assert len(llm.requests) == 1
@@ -574,16 +558,7 @@ async def test_cancel_while_tools_run() -> None:
     )
     async with engine:
         cid = await engine.create_context()
-        sent: list[Turn] = []
-
-        async def run() -> None:
-            sent.append(await engine.send(cid, "start the job"))
-
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await started.wait()
-                turn = await engine.cancel(cid)
+        turn, sent = await cancel_while_running(engine, cid, "start the job", started)
         assert sent == [turn]
         assert turn.stop_reason == StopReason.CANCELLED
         assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, EXT, IDLE]

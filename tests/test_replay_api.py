@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from canonical import ALR, ATA, EXT, IDLE, PF, PLR, PUM, SLR
 
 from turnfsm import TRANSITIONS
 from turnfsm.replay import (
@@ -40,15 +41,6 @@ GOLDEN = sorted(name for name, e in EXPECTED.items() if e["exit"] == 0)
 EDGES = {(src.value, t.trigger.value, t.dest.value) for t in TRANSITIONS for src in t.sources}
 PAIRS = {(a, b) for a, _, b in EDGES}
 
-IDLE = "Idle"
-PUM = "ProcessingUserMessage"
-ALR = "AwaitingLLMResponse"
-SLR = "StreamingLLMResponse"
-PLR = "ProcessingLLMResponse"
-ATA = "AwaitingToolApproval"
-EXT = "ExecutingTools"
-TF = "TransientFailure"
-PF = "PermanentFailure"
 
 APPROVAL_SCRIPT: dict[str, Any] = {
     "format": FORMAT,

@@ -482,7 +482,7 @@ class Engine:
         return await self._call(rt, self._start_retry)
 
     async def _start_retry(self, rt: _Runtime) -> None:
-        self._require(rt, T.RETRY)
+        # the table also has retry from TransientFailure: that one is the engine's own
         if State(rt.holder.state) is not S.PERMANENT_FAILURE:
             raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
         p = rt.ctx.progress
@@ -1319,14 +1319,10 @@ def _call_status(ctx: ChatContext, call: ToolCallRequest) -> str:
 
 
 def _has_open_calls(ctx: ChatContext, ids: Sequence[str]) -> bool:
-    pool = ctx.message_pool
-    answered: set[str] = set()
-    for mid in reversed(ids):
-        msg = pool[mid].message
-        if msg.role is Role.TOOL and msg.tool_result is not None:
-            answered.add(msg.tool_result.request_id)
-            continue
-        if msg.role is Role.ASSISTANT and msg.tool_calls:
-            return any(c.id not in answered for c in msg.tool_calls)
+    """Whether the history ``ids`` ends inside a tool batch some call of which has
+    no result yet."""
+    batch = ctx.last_tool_batch(ids)
+    if batch is None:
         return False
-    return False
+    node, answered = batch
+    return any(c.id not in answered for c in node.message.tool_calls or ())

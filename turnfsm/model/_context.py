@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -98,15 +99,19 @@ class ChatContext(BaseModel):
         ids = self.branches[branch or self.active_branch_name].message_ids
         return [pool[i] for i in ids]
 
-    def last_tool_batch(self) -> tuple[MessageNode, list[str]] | None:
-        """The newest assistant message of the active branch, if it asked for tools.
+    def last_tool_batch(
+        self, message_ids: Sequence[str] | None = None
+    ) -> tuple[MessageNode, list[str]] | None:
+        """The newest assistant message of the active branch (or of the history
+        ``message_ids``), if it asked for tools.
 
         Returns that message and the ids of its calls that already have a result
         (the tool messages after it). Scans back only to that message.
         """
         pool = self.message_pool
         answered: list[str] = []
-        for mid in reversed(self.active_branch.message_ids):
+        ids = self.active_branch.message_ids if message_ids is None else message_ids
+        for mid in reversed(ids):
             node = pool[mid]
             msg = node.message
             if msg.role is Role.TOOL and msg.tool_result is not None:
