@@ -2,6 +2,16 @@
 
 from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
 from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
+from ._json import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    JSONProblem,
+    check_json,
+    check_text,
+    clean_json,
+    clean_text,
+    has_lone_surrogate,
+)
 from ._llm import (
     LLMChunk,
     LLMRequest,
@@ -28,6 +38,8 @@ from ._message import (
 )
 
 __all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
     "SCHEMA_VERSION",
     "ApprovalStatus",
     "Branch",
@@ -37,6 +49,7 @@ __all__ = [
     "FilePart",
     "ImagePart",
     "InternalMessage",
+    "JSONProblem",
     "LLMChunk",
     "LLMRequest",
     "LLMResponse",
@@ -54,6 +67,11 @@ __all__ = [
     "ToolCallRequest",
     "ToolCallResult",
     "TurnProgress",
+    "check_json",
+    "check_text",
+    "clean_json",
+    "clean_text",
+    "has_lone_surrogate",
     "to_chat_message",
     "to_chat_messages",
     "tool_result_content",

@@ -1,0 +1,162 @@
+"""What a stored payload may hold: one set of rules for every store.
+
+Tool arguments, tool results, message metadata and every text that enters
+from outside end up as JSON in a store. JSON cannot hold everything Python
+can, and a store that accepts what it cannot load back strands the
+conversation. So every payload is checked (or, for output of a model or a
+tool, converted visibly) before it is committed:
+
+- depth: at most :data:`MAX_JSON_DEPTH` nested containers;
+- size: at most :data:`MAX_JSON_BYTES` bytes as UTF-8 JSON;
+- keys: strings; ``int``/``float``/``bool``/``None`` keys become their JSON
+  text (as :func:`json.dumps` would, but recorded); any other key is refused;
+- numbers: finite; ``nan``/``inf``/``-inf`` become the strings ``"NaN"``,
+  ``"Infinity"``, ``"-Infinity"`` (recorded);
+- text: no lone surrogates (they cannot be encoded as UTF-8); from a model or
+  a tool each becomes U+FFFD (recorded); from an API caller it is refused;
+- values: ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``/``tuple``
+  and ``dict``; a pydantic model or dataclass is not converted here.
+
+:func:`check_json` refuses (for input from callers); :func:`clean_json`
+converts and returns notes saying what changed and where (for output of a
+model or a tool). Both name the place by a JSON path (``$.a[2].b``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "JSONProblem",
+    "check_json",
+    "check_text",
+    "clean_json",
+    "clean_text",
+    "has_lone_surrogate",
+]
+
+MAX_JSON_DEPTH = 64
+"""Nested lists and objects allowed in one payload (the payload itself is depth 1)."""
+
+MAX_JSON_BYTES = 16 * 1024 * 1024
+"""Largest payload, as UTF-8 JSON text."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+class JSONProblem(ValueError):
+    """A payload breaks one of the rules above; ``path`` says where."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """True if ``text`` holds a code point that UTF-8 cannot encode."""
+    return _SURROGATE.search(text) is not None
+
+
+def check_text(text: str, path: str = "$") -> None:
+    """Refuse a text with a lone surrogate (input from a caller)."""
+    m = _SURROGATE.search(text)
+    if m is not None:
+        raise JSONProblem(
+            path, f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
+        )
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """``text`` with each lone surrogate replaced by U+FFFD, and how many were."""
+    return _SURROGATE.subn("\ufffd", text)
+
+
+def _key_text(key: Any) -> str | None:
+    if isinstance(key, bool) or key is None:
+        return json.dumps(key)
+    if isinstance(key, int):
+        return str(key)
+    if isinstance(key, float):
+        return _NON_FINITE.get(key, "NaN" if key != key else repr(key))
+    return None
+
+
+def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
+    """Check (``notes is None``) or convert ``value``; returns the converted value."""
+    if isinstance(value, str):
+        if notes is None:
+            check_text(value, path)
+            return value
+        cleaned, n = clean_text(value)
+        if n:
+            notes.append(f"{path}: {n} lone surrogate(s) replaced by U+FFFD")
+        return cleaned
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        text = "NaN" if value != value else _NON_FINITE[value]
+        if notes is None:
+            raise JSONProblem(path, f"{text} is not a JSON number")
+        notes.append(f"{path}: {text} stored as the string {text!r}")
+        return text
+    if isinstance(value, list | tuple | dict):
+        if depth >= MAX_JSON_DEPTH:
+            raise JSONProblem(path, f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    name = key
+                    if notes is None:
+                        check_text(key, f"{path} (a key)")
+                    else:
+                        name, n = clean_text(key)
+                        if n:
+                            notes.append(f"{path}: a key's lone surrogate(s) replaced by U+FFFD")
+                else:
+                    key_text = _key_text(key)
+                    if key_text is None or notes is None:
+                        raise JSONProblem(
+                            path, f"key {key!r} ({type(key).__name__}) is not a string"
+                        )
+                    notes.append(f"{path}: key {key!r} stored as the string {key_text!r}")
+                    name = key_text
+                if name in out:
+                    raise JSONProblem(path, f"two keys become the same string {name!r}")
+                out[name] = _walk(item, f"{path}.{name}", depth + 1, notes)
+            return out
+        return [_walk(item, f"{path}[{i}]", depth + 1, notes) for i, item in enumerate(value)]
+    raise JSONProblem(path, f"a {type(value).__name__} is not a JSON value")
+
+
+def _check_size(value: Any, path: str) -> None:
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > MAX_JSON_BYTES:
+        raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {MAX_JSON_BYTES}")
+
+
+def check_json(value: Any, path: str = "$") -> None:
+    """Raise :class:`JSONProblem` unless ``value`` can be stored as it is."""
+    _walk(value, path, 0, None)
+    _check_size(value, path)
+
+
+def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
+    """``value`` converted to storable JSON, with a note per conversion.
+
+    Raises :class:`JSONProblem` for what has no visible conversion (a key
+    that is not a scalar, an object with no JSON form, too deep, too large).
+    """
+    notes: list[str] = []
+    converted = _walk(value, path, 0, notes)
+    _check_size(converted, path)
+    return converted, notes
