@@ -21,7 +21,6 @@ import logging
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -73,10 +72,11 @@ from ..model import (
     TextDelta,
     TextPart,
     ThinkingDelta,
-    TokenUsage,
+    ToolCallDelta,
     ToolCallRequest,
     ToolCallResult,
     TurnProgress,
+    clean_text,
     to_chat_message,
     to_chat_messages,
 )
@@ -92,6 +92,15 @@ from ..states import (
 )
 from ..storage import Commit, MemoryStore, StepLog, Store
 from ..tools import Approval, Tool, ToolOutcome, ToolRegistry, run_calls
+from ._answer import (
+    adapter_failure,
+    build_answer,
+    close_stream,
+    delta_text,
+    invalid_answer,
+    open_stream,
+    storable_error,
+)
 from ._clock import Clock, SystemClock
 from ._retry import RetryPolicy
 from ._subscribers import Subscription
@@ -207,6 +216,18 @@ class Engine:
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
+
+    What the LLM adapter answers is checked where it enters (the rules are in
+    :mod:`turnfsm.engine._answer`): whatever it returns or raises, apart from
+    cancellation, ends in a declared edge. An ``LLMError`` is the failure it
+    says; any other exception, or an answer or chunk of the wrong type, fails
+    the call permanently (kinds ``adapter_error`` / ``invalid_answer``; the
+    ``Failed`` event and :attr:`Turn.error` say why, and :meth:`retry` works
+    from there). Lone surrogates in model text become U+FFFD, tool arguments
+    that cannot be stored are kept as text and answered with an error result,
+    and tool call ids are made unique in the context (a repeated or missing id
+    is renamed, the model's id kept as ``provider_id``); each such change is
+    noted in the message's ``metadata.extra["conversions"]``.
     """
 
     def __init__(
@@ -979,7 +1000,13 @@ class Engine:
         self._fire(rt, T.PROMPT_READY)
 
     async def _call_llm(self, rt: _Runtime) -> None:
-        """AwaitingLLMResponse: one attempt; the answer, or a failure."""
+        """AwaitingLLMResponse: one attempt; the answer, or a failure.
+
+        Whatever the adapter returns or raises ends in a declared trigger (see
+        :mod:`turnfsm.engine._answer` for the rules); only cancellation and other
+        ``BaseException`` propagate. Only the adapter's own code runs under the
+        ``except`` clauses: an error of the store still propagates.
+        """
         request = rt.request
         rt.request = None
         if request is None:
@@ -990,93 +1017,124 @@ class Engine:
                 return
         progress = rt.ctx.progress
         message_id = self._ids()
-        rt.partial = partial = []
+        partial: list[str] = []
+        rt.partial = partial
         rt.partial_id = message_id
         thinking: list[str] = []
+        thinking_fixed = 0
         streaming = False
-        response: LLMResponse | None = None
+        response: object = None
+        failure: LLMError | None = None
         index = 0
         try:
-            async with aclosing(self.llm.stream(request)) as chunks:
-                async for chunk in chunks:
-                    if type(chunk) is LLMResponse:
-                        response = chunk
+            chunks = open_stream(self.llm.stream(request))
+        except Exception as exc:
+            await self._fail_llm(rt, adapter_failure(exc))
+            return
+        try:
+            next_chunk = chunks.__anext__
+            while True:
+                try:
+                    chunk = await next_chunk()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    failure = adapter_failure(exc, "".join(partial))
+                    break
+                kind = type(chunk)
+                if kind is LLMResponse:
+                    response = chunk
+                    break
+                if kind is TextDelta:
+                    channel: Literal["text", "thinking"] | None = "text"
+                elif kind is ThinkingDelta:
+                    channel = "thinking"
+                elif kind is ToolCallDelta:
+                    channel = None
+                elif isinstance(chunk, LLMResponse):
+                    response = chunk
+                    break
+                elif isinstance(chunk, TextDelta):
+                    channel = "text"
+                elif isinstance(chunk, ThinkingDelta):
+                    channel = "thinking"
+                elif isinstance(chunk, ToolCallDelta):
+                    channel = None
+                else:
+                    failure = invalid_answer(
+                        f"the stream yielded a {type(chunk).__name__}, not a TextDelta, "
+                        "ThinkingDelta, ToolCallDelta or LLMResponse",
+                        "".join(partial),
+                    )
+                    break
+                if channel is not None:
+                    try:
+                        text, fixed = delta_text(chunk, kind.__name__)
+                    except LLMError as exc:
+                        exc.partial_text = "".join(partial)
+                        failure = exc
                         break
-                    if not streaming:
-                        streaming = True
-                        await self._step(rt, T.STREAM_STARTED)
-                    if type(chunk) is TextDelta:
-                        partial.append(chunk.text)
-                        channel: Literal["text", "thinking"] = "text"
-                    elif type(chunk) is ThinkingDelta:
-                        thinking.append(chunk.text)
-                        channel = "thinking"
-                    else:
-                        continue
-                    rt.seq += 1
-                    rt.sent_seq = rt.seq
-                    if rt.subscribers:
-                        self._publish(
-                            rt,
-                            ContentDelta(
-                                context_id=rt.ctx.id,
-                                seq=rt.seq,
-                                timestamp=self.clock.time(),
-                                message_id=message_id,
-                                delta=chunk.text,
-                                index=index,
-                                attempt=progress.attempt,
-                                channel=channel,
-                            ),
-                        )
-                    index += 1
-            if response is None:
-                raise PermanentLLMError("the LLM adapter ended its stream without a response")
-        except LLMError as exc:
-            if not exc.partial_text and partial:
-                exc.partial_text = "".join(partial)
-            rt.partial = []
-            await self._fail_llm(rt, exc, transient=exc.retryable)
-            return
-        except anyio.get_cancelled_exc_class():
+                if not streaming:
+                    streaming = True
+                    await self._step(rt, T.STREAM_STARTED)
+                if channel is None:
+                    continue
+                if channel == "text":
+                    partial.append(text)
+                else:
+                    thinking.append(text)
+                    thinking_fixed += fixed
+                rt.seq += 1
+                rt.sent_seq = rt.seq
+                if rt.subscribers:
+                    self._publish(
+                        rt,
+                        ContentDelta(
+                            context_id=rt.ctx.id,
+                            seq=rt.seq,
+                            timestamp=self.clock.time(),
+                            message_id=message_id,
+                            delta=text,
+                            index=index,
+                            attempt=progress.attempt,
+                            channel=channel,
+                        ),
+                    )
+                index += 1
+        except BaseException:
+            await close_stream(chunks)
             raise
-        except Exception as exc:  # a bug in an adapter is a failed call, not a crash
-            rt.partial = []
-            await self._fail_llm(
-                rt,
-                PermanentLLMError(
-                    f"LLM adapter raised {type(exc).__name__}: {exc}", partial_text="".join(partial)
-                ),
-                transient=False,
-            )
-            return
+        closed = await close_stream(chunks)
+        if failure is None and closed is not None:
+            failure = adapter_failure(closed, "".join(partial))
+        if failure is None and response is None:
+            failure = invalid_answer("the stream ended without a response", "".join(partial))
+        message: InternalMessage | None = None
+        calls: list[ToolCallRequest] = []
+        if failure is None:
+            try:
+                message, calls = build_answer(
+                    response,
+                    taken_ids=functools.partial(_call_ids, rt.ctx),
+                    streamed_thinking="".join(thinking) if thinking else None,
+                    thinking_fixed=thinking_fixed,
+                    created_at=self._now(),
+                    model=request.model,
+                    attempt=progress.attempt,
+                    iteration=progress.iteration,
+                )
+            except LLMError as exc:
+                failure = exc
+            except Exception as exc:  # an answer object whose attributes raise
+                failure = invalid_answer(f"reading it raised {type(exc).__name__}: {exc}")
         rt.partial = []
-        calls = [
-            ToolCallRequest(id=c.id, tool_name=c.name, arguments=c.arguments)
-            if isinstance(c.arguments, dict)
-            else ToolCallRequest(id=c.id, tool_name=c.name, raw_arguments=c.arguments)
-            for c in response.tool_calls
-        ]
-        think = (
-            response.thinking
-            if response.thinking is not None
-            else ("".join(thinking) if thinking else None)
-        )
-        message = InternalMessage(
-            role=Role.ASSISTANT,
-            content=[TextPart(text=response.text)] if response.text else [],
-            tool_calls=calls or None,
-            message_type=MessageType.TOOL_CALL if calls else MessageType.TEXT,
-            metadata=MessageMetadata(
-                created_at=self._now(),
-                model=response.model or request.model,
-                usage=TokenUsage.model_validate(response.usage) if response.usage else None,
-                attempt=progress.attempt,
-                iteration=progress.iteration,
-                finish_reason=response.finish_reason,
-            ),
-            thinking=think,
-        )
+        if failure is not None or message is None:
+            if failure is None:  # pragma: no cover - build_answer returns a message
+                failure = invalid_answer("no message")
+            if not failure.partial_text and partial:
+                failure.partial_text = "".join(partial)
+            await self._fail_llm(rt, failure)
+            return
         node = self._append(rt, message, message_id)
         rt.answer = node
         self._fire(rt, T.STREAM_ENDED if streaming else T.RESPONSE_RECEIVED)
@@ -1084,9 +1142,22 @@ class Engine:
         if calls:
             self._later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
 
-    async def _fail_llm(self, rt: _Runtime, exc: LLMError, *, transient: bool) -> None:
+    async def _fail_llm(
+        self, rt: _Runtime, exc: LLMError, *, transient: bool | None = None
+    ) -> None:
+        """Take the failure edge for ``exc``: transient (``retryable``, unless
+        ``transient`` says otherwise) or permanent."""
+        storable_error(exc)
+        if transient is None:
+            transient = exc.retryable is True
         ctx = rt.ctx
-        error = exc.describe()
+        try:
+            error = exc.describe()
+            if not isinstance(error, str):
+                raise TypeError("describe() did not return a str")
+        except Exception:  # an adapter's subclass overrode it
+            error = f"{type(exc).__name__}: {exc.message}"
+        error = clean_text(error)[0]
         rt.log.warning("llm_failed", error=error, transient=transient, attempt=ctx.progress.attempt)
         if not transient:
             ctx.progress = ctx.progress.model_copy(update={"last_error": error})
@@ -1136,7 +1207,13 @@ class Engine:
         self._fire(rt, T.RETRY)
 
     async def _decide(self, rt: _Runtime) -> None:
-        """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy."""
+        """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy.
+
+        A call to a tool that is not registered is let through (by policy) to
+        get its "unknown tool" result; a call whose arguments are unusable is
+        let through by the system (``decided_by="system"``), not by the tool's
+        policy, to get its "invalid arguments" result. Neither runs anything.
+        """
         ctx = rt.ctx
         node = rt.answer
         if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
@@ -1172,9 +1249,11 @@ class Engine:
             if c.approval_status is not ApprovalStatus.PENDING:
                 continue
             tool = self.tools.get(c.tool_name)
-            verdict = (
-                Approval.AUTO if tool is None or c.raw_arguments is not None else tool.decide(c)
-            )
+            if tool is not None and c.raw_arguments is not None:
+                # not the policy's call: it cannot run, and its result says why
+                decisions[c.id] = (ApprovalStatus.APPROVED, "system", "invalid arguments")
+                continue
+            verdict = Approval.AUTO if tool is None else tool.decide(c)
             if verdict is Approval.AUTO:
                 decisions[c.id] = (ApprovalStatus.APPROVED, "policy", None)
             elif verdict is Approval.DENY:
@@ -1299,6 +1378,11 @@ def _content_parts(content: str | Sequence[ContentPart]) -> list[ContentPart]:
         if not isinstance(p, TextPart | ImagePart | FilePart):
             raise InvalidInput(f"content[{i}]", f"not a content part: {type(p).__name__}")
     return parts
+
+
+def _call_ids(ctx: ChatContext) -> set[str]:
+    """Every tool call id used in the context (all branches)."""
+    return {c.id for n in ctx.message_pool.values() for c in n.message.tool_calls or ()}
 
 
 def _find_call(ctx: ChatContext, call_id: str) -> ToolCallRequest | None:

@@ -27,6 +27,10 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class Role(StrEnum):
     SYSTEM = "system"
     USER = "user"
@@ -85,6 +89,15 @@ class ToolCallRequest(BaseModel):
     the engine itself (supersession, cancellation, iteration limit).
     ``outcome_unknown`` marks a call that was started before a crash and has no
     recorded outcome: a human must decide whether it runs again.
+
+    ``id`` is unique in its context. The engine keeps a model's id when it is
+    new; a call without an id gets ``call_<n>`` (its position in the answer,
+    from 1), and an id already used (earlier in the same answer, or anywhere in
+    the context's history: many local models send ``call_0`` every turn) gets
+    ``<id>-<n>`` with the smallest ``n`` from 2 that is free. ``provider_id``
+    then holds what the model sent (``""`` for a missing id); it is ``None``,
+    and left out of the stored JSON, when the id was kept. The provider sees
+    the new id on the call and on its result alike.
     """
 
     model_config = _FROZEN
@@ -96,7 +109,14 @@ class ToolCallRequest(BaseModel):
     reason: str | None = None
     outcome_unknown: bool = False
     raw_arguments: str | None = None
-    """The argument text as the model sent it, when it was not a JSON object."""
+    """The argument text as the model sent it, when it was not a JSON object
+    (or could not be stored: too deep, too large, no JSON form); a long text
+    is cut to its first 8192 characters (the cut is marked)."""
+    arguments_error: str | None = Field(default=None, exclude_if=_is_none)
+    """Why the arguments were not usable, when it is more than "not a JSON
+    object" (the tool's error result says it); left out of the JSON when ``None``."""
+    provider_id: str | None = Field(default=None, exclude_if=_is_none)
+    """The id the model sent, when the engine gave the call another (see above)."""
 
 
 class ToolCallResult(BaseModel):

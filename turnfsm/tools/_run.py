@@ -58,7 +58,8 @@ async def _run_one(registry: ToolRegistry, call: ToolCallRequest) -> ToolOutcome
         return ToolOutcome(
             False,
             {
-                "error": f"invalid arguments for tool {call.tool_name!r}: not a JSON object",
+                "error": f"invalid arguments for tool {call.tool_name!r}: "
+                + (call.arguments_error or "not a JSON object"),
                 "raw": call.raw_arguments,
             },
         )

@@ -1,0 +1,358 @@
+"""What an LLM adapter hands the engine, checked where it enters.
+
+An adapter is code the engine does not control; whatever it returns or raises
+ends as one of the declared outcomes of an LLM call, never as a crash that
+leaves the context waiting for an answer that will not come:
+
+- An :class:`~turnfsm.errors.LLMError` is the failure it says (transient or
+  permanent), with its fields made storable (text cleaned, a ``retry_after``
+  that is not a finite number of seconds >= 0 dropped).
+- Any other exception (cancellation and other ``BaseException`` aside, which
+  propagate) is a permanent failure of kind ``adapter_error`` naming the
+  exception's type and message: a bug does not heal by retrying.
+- ``stream()`` that does not give an async iterator, a chunk that is not a
+  :class:`TextDelta`, :class:`ThinkingDelta`, :class:`ToolCallDelta` or
+  :class:`LLMResponse`, a delta whose text is not a ``str``, a stream that ends
+  without a response, and a response whose fields do not have their declared
+  types (text, thinking, finish reason, model, usage, tool calls) are a
+  permanent failure of kind ``invalid_answer``.
+
+What is kept is made storable, and every change is recorded in the assistant
+message's ``metadata.extra["conversions"]`` (a list of notes):
+
+- texts (answer, thinking, deltas as published, tool names and ids, model,
+  finish reason): each lone surrogate becomes U+FFFD;
+- usage and tool arguments go through :func:`~turnfsm.model.clean_json`;
+  arguments that cannot be stored (too deep, too large, no JSON form) or are
+  not a JSON object are kept as text (``raw_arguments``, cut to
+  :data:`RAW_ARGUMENTS_LIMIT` characters, with ``arguments_error`` saying what
+  and where): the call gets an error result the model can act on;
+- tool call ids are made unique in the context, as
+  :class:`~turnfsm.model.ToolCallRequest` describes (``provider_id`` keeps what
+  the model sent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import LLMError, PermanentLLMError
+from ..model import (
+    InternalMessage,
+    JSONProblem,
+    LLMResponse,
+    MessageMetadata,
+    MessageType,
+    Role,
+    TextPart,
+    TokenUsage,
+    ToolCallData,
+    ToolCallRequest,
+    clean_json,
+    clean_text,
+)
+
+__all__ = [
+    "ADAPTER_ERROR",
+    "INVALID_ANSWER",
+    "RAW_ARGUMENTS_LIMIT",
+    "adapter_failure",
+    "build_answer",
+    "close_stream",
+    "invalid_answer",
+    "open_stream",
+    "storable_error",
+]
+
+INVALID_ANSWER = "invalid_answer"
+ADAPTER_ERROR = "adapter_error"
+RAW_ARGUMENTS_LIMIT = 8192
+"""Characters of unusable argument text kept on a call."""
+
+
+def _type(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def invalid_answer(what: str, partial_text: str = "") -> PermanentLLMError:
+    """The failure for an answer or chunk that does not have the declared shape."""
+    return PermanentLLMError(
+        f"the LLM adapter's answer is malformed: {clean_text(what)[0]}",
+        kind=INVALID_ANSWER,
+        partial_text=partial_text,
+    )
+
+
+def adapter_failure(exc: Exception, partial_text: str = "") -> LLMError:
+    """The failure for whatever an adapter raised (an exception, not a cancellation)."""
+    if isinstance(exc, LLMError):
+        storable_error(exc)
+        if not exc.partial_text and partial_text:
+            exc.partial_text = partial_text
+        return exc
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message cannot be read)"
+    return PermanentLLMError(
+        f"the LLM adapter raised {type(exc).__name__}: {clean_text(text)[0]}",
+        kind=ADAPTER_ERROR,
+        partial_text=partial_text,
+    )
+
+
+def _text_or(value: object, default: str | None) -> str | None:
+    if isinstance(value, str):
+        return clean_text(value)[0]
+    return default
+
+
+def storable_error(exc: LLMError) -> LLMError:
+    """Make an adapter's LLMError safe to describe, store and act on (in place)."""
+    message = _text_or(getattr(exc, "message", None), None)
+    if message is None:
+        try:
+            message = clean_text(str(exc))[0]
+        except Exception:
+            message = type(exc).__name__
+    exc.message = message
+    kind = getattr(exc, "kind", None)
+    exc.kind = _text_or(kind, None if kind is None else repr(kind))
+    status = getattr(exc, "status", None)
+    if not (type(status) is int and 100 <= status <= 599):
+        exc.status = None
+    after = getattr(exc, "retry_after", None)
+    if after is not None and not (
+        isinstance(after, int | float)
+        and not isinstance(after, bool)
+        and math.isfinite(after)
+        and after >= 0
+    ):
+        exc.retry_after = None
+    exc.partial_text = _text_or(getattr(exc, "partial_text", ""), "") or ""
+    return exc
+
+
+def open_stream(stream: object) -> AsyncIterator[Any]:
+    """The async iterator of what ``stream()`` returned, or an invalid_answer failure."""
+    if hasattr(stream, "__anext__"):
+        return stream  # type: ignore[return-value]
+    close = getattr(stream, "close", None)
+    if hasattr(stream, "__await__") and callable(close):
+        close()  # a coroutine never awaited would warn when collected
+        raise invalid_answer(
+            "stream() returned a coroutine, not an async iterator (an `async def` "
+            "that returns instead of yielding?)"
+        )
+    if hasattr(stream, "__aiter__"):
+        it = stream.__aiter__()
+        if hasattr(it, "__anext__"):
+            return it  # type: ignore[no-any-return]
+    raise invalid_answer(f"stream() returned a {_type(stream)}, not an async iterator")
+
+
+async def close_stream(it: object) -> Exception | None:
+    """Close an adapter's stream (async generators have ``aclose``); what it raised."""
+    try:
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def delta_text(chunk: Any, kind: str) -> tuple[str, int]:
+    """A delta's text, cleaned, and how many lone surrogates were replaced."""
+    text = chunk.text
+    if type(text) is not str and not isinstance(text, str):
+        raise invalid_answer(f"a {kind}'s text is a {_type(text)}, not a str")
+    return clean_text(text)
+
+
+def _cut(text: str) -> str:
+    if len(text) <= RAW_ARGUMENTS_LIMIT:
+        return text
+    return f"{text[:RAW_ARGUMENTS_LIMIT]}… [cut: {len(text)} characters in all]"
+
+
+def _as_text(value: object) -> str:
+    """Some text form of an argument value that cannot be stored as it is."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except Exception:
+        pass
+    try:
+        return repr(value)
+    except Exception:
+        return f"(a {_type(value)} with no text form)"
+
+
+def _arguments(
+    value: object, where: str, notes: list[str]
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """(arguments, raw_arguments, arguments_error) for one call's arguments."""
+    if isinstance(value, str):
+        raw, n = clean_text(value)
+        if n:
+            notes.append(f"{where}: {n} lone surrogate(s) replaced by U+FFFD")
+        if len(raw) > RAW_ARGUMENTS_LIMIT:
+            notes.append(f"{where}: {len(raw)} characters of text, cut to {RAW_ARGUMENTS_LIMIT}")
+        return {}, _cut(raw), None
+    if isinstance(value, Mapping):
+        try:
+            cleaned, found = clean_json(dict(value))
+        except JSONProblem as problem:
+            error = f"{problem} (the arguments were not used)"
+            notes.append(f"{where}: {problem}; kept as text")
+            return {}, _cut(clean_text(_as_text(value))[0]), error
+        except RecursionError:
+            error = "$: nested too deeply to read (the arguments were not used)"
+            notes.append(f"{where}: nested too deeply to read; kept as text")
+            return {}, "(too deeply nested to show)", error
+        notes.extend(f"{where}{note[1:]}" for note in found)
+        return cleaned, None, None
+    notes.append(f"{where}: a {_type(value)}, not a JSON object; kept as text")
+    return {}, _cut(clean_text(_as_text(value))[0]), f"a {_type(value)} is not a JSON object"
+
+
+def _field(response: Any, name: str, notes: list[str]) -> str | None:
+    value = getattr(response, name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_answer(f"its {name} is a {_type(value)}, not a str or None")
+    cleaned, n = clean_text(value)
+    if n:
+        notes.append(f"{name}: {n} lone surrogate(s) replaced by U+FFFD")
+    return cleaned
+
+
+def _usage(value: object) -> TokenUsage | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise invalid_answer(f"its usage is a {_type(value)}, not a dict or None")
+    if not value:
+        return None
+    try:
+        cleaned, _ = clean_json(dict(value), "usage")
+        return TokenUsage.model_validate(cleaned)
+    except JSONProblem as problem:
+        raise invalid_answer(str(problem)) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise invalid_answer(f"usage.{where}: {first['msg']}") from None
+
+
+def _calls(
+    value: object, taken_ids: Callable[[], set[str]], notes: list[str]
+) -> list[ToolCallRequest]:
+    if not isinstance(value, tuple | list):
+        raise invalid_answer(f"its tool_calls is a {_type(value)}, not a tuple")
+    if not value:
+        return []
+    taken = set(taken_ids())
+    calls = []
+    for i, c in enumerate(value):
+        where = f"tool_calls[{i}]"
+        if not isinstance(c, ToolCallData):
+            raise invalid_answer(f"{where} is a {_type(c)}, not a ToolCallData")
+        name = c.name
+        if not isinstance(name, str):
+            raise invalid_answer(f"{where}.name is a {_type(name)}, not a str")
+        name, n = clean_text(name)
+        if n:
+            notes.append(f"{where}.name: {n} lone surrogate(s) replaced by U+FFFD")
+        sent = c.id
+        if sent is None:
+            sent = ""
+        elif not isinstance(sent, str):
+            raise invalid_answer(f"{where}.id is a {_type(sent)}, not a str")
+        sent, n = clean_text(sent)
+        if n:
+            notes.append(f"{where}.id: {n} lone surrogate(s) replaced by U+FFFD")
+        base = sent or f"call_{i + 1}"
+        new, k = base, 2
+        while new in taken:
+            new, k = f"{base}-{k}", k + 1
+        taken.add(new)
+        provider_id = None
+        if new != sent:
+            provider_id = sent
+            said = f"the id {sent!r} was already used" if sent else "it had no id"
+            notes.append(f"{where}.id: {said}; the call is {new!r}")
+        arguments, raw, error = _arguments(c.arguments, f"{where}.arguments", notes)
+        calls.append(
+            ToolCallRequest(
+                id=new,
+                tool_name=name,
+                arguments=arguments,
+                raw_arguments=raw,
+                arguments_error=error,
+                provider_id=provider_id,
+            )
+        )
+    return calls
+
+
+def build_answer(
+    response: object,
+    *,
+    taken_ids: Callable[[], set[str]],
+    streamed_thinking: str | None,
+    thinking_fixed: int,
+    created_at: datetime,
+    model: str,
+    attempt: int,
+    iteration: int,
+) -> tuple[InternalMessage, list[ToolCallRequest]]:
+    """The assistant message for an adapter's final chunk, or an invalid_answer failure.
+
+    ``taken_ids`` gives the call ids already used in the context (asked only
+    when the answer has tool calls); ``streamed_thinking`` is the thinking
+    deltas' text (already cleaned, ``thinking_fixed`` replacements) used when
+    the response has none.
+    """
+    if not isinstance(response, LLMResponse):
+        raise invalid_answer(f"it is a {_type(response)}, not an LLMResponse")
+    notes: list[str] = []
+    text = response.text
+    if not isinstance(text, str):
+        raise invalid_answer(f"its text is a {_type(text)}, not a str")
+    text, n = clean_text(text)
+    if n:
+        notes.append(f"text: {n} lone surrogate(s) replaced by U+FFFD")
+    thinking = _field(response, "thinking", notes)
+    if thinking is None and streamed_thinking is not None:
+        thinking = streamed_thinking
+        if thinking_fixed:
+            notes.append(f"thinking: {thinking_fixed} lone surrogate(s) replaced by U+FFFD")
+    finish_reason = _field(response, "finish_reason", notes)
+    model_name = _field(response, "model", notes)
+    usage = _usage(response.usage)
+    calls = _calls(response.tool_calls, taken_ids, notes)
+    message = InternalMessage(
+        role=Role.ASSISTANT,
+        content=[TextPart(text=text)] if text else [],
+        tool_calls=calls or None,
+        message_type=MessageType.TOOL_CALL if calls else MessageType.TEXT,
+        metadata=MessageMetadata(
+            created_at=created_at,
+            model=model_name or model,
+            usage=usage,
+            attempt=attempt,
+            iteration=iteration,
+            finish_reason=finish_reason,
+            extra={"conversions": notes} if notes else {},
+        ),
+        thinking=thinking,
+    )
+    return message, calls
