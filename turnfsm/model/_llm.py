@@ -3,6 +3,11 @@
 An adapter gets an :class:`LLMRequest` (the provider-format message list, OpenAI
 chat format, built by the engine and shaped by the enhancers) and yields zero or
 more deltas, then exactly one :class:`LLMResponse` with the whole answer.
+
+These are plain dataclasses: nothing checks their fields when an adapter builds
+them. The engine checks them where they enter; a chunk or answer whose fields
+do not have the types written here fails the call permanently (kind
+``invalid_answer``).
 """
 
 from __future__ import annotations
@@ -65,7 +70,11 @@ class ToolCallDelta:
 @dataclass(frozen=True, slots=True)
 class ToolCallData:
     """A tool call as the model sent it. ``arguments`` is the decoded JSON object, or
-    the raw text when it did not decode to an object."""
+    the raw text when it did not decode to an object.
+
+    ``id`` may be empty when the model sent none: the engine gives such a call
+    an id, and renames an id already used in the context (see
+    :class:`~turnfsm.model.ToolCallRequest`)."""
 
     id: str
     name: str

@@ -109,7 +109,7 @@ def decode_arguments(raw: str) -> dict[str, Any] | str:
         return {}
     try:
         decoded = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for the parser
         return raw
     return decoded if isinstance(decoded, dict) else raw
 

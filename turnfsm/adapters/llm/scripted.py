@@ -157,7 +157,7 @@ def _decode_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
         return arguments
     try:
         decoded = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for the parser
         return arguments
     return decoded if isinstance(decoded, dict) else arguments
 
