@@ -686,3 +686,98 @@ async def test_a_long_argument_text_is_cut(tmp_path: Path) -> None:
         assert call.raw_arguments.startswith("{yyy")
         assert call.raw_arguments.endswith("[cut: 50001 characters in all]")
         assert call.arguments_error is None
+
+
+async def test_ids_stay_unique_when_a_new_name_is_itself_taken(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        [
+            answer(
+                ("d1", "lookup", {"city": "A"}),
+                ("d1", "lookup", {"city": "B"}),
+                ("d1-2", "book", {"city": "C"}),
+                ("d1", "book", {"city": "D"}),
+            ),
+            {"text": "done"},
+        ]
+    )
+    db = tmp_path / "c.db"
+    async with engine_on(db, llm) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+        assert turn.state == State.AWAITING_TOOL_APPROVAL
+        assert [c.id for c in turn.pending_tool_calls] == ["d1-2-2", "d1-3"]
+        assert [c.provider_id for c in turn.pending_tool_calls] == ["d1-2", "d1"]
+    async with engine_on(db, llm, "b-") as engine:
+        turn = await engine.deny(cid, "d1-3", "not D")
+        assert turn.state == State.AWAITING_TOOL_APPROVAL
+        turn = await engine.approve(cid, "d1-2-2")
+        assert turn.state == State.IDLE
+        ctx = await engine.get_context(cid)
+        assert [c.id for c in calls_of(ctx)] == ["d1", "d1-2", "d1-2-2", "d1-3"]
+        assert [(c.approval_status, c.decided_by) for c in calls_of(ctx)] == [
+            (ApprovalStatus.APPROVED, "policy"),
+            (ApprovalStatus.APPROVED, "policy"),
+            (ApprovalStatus.APPROVED, "human"),
+            (ApprovalStatus.DENIED, "human"),
+        ]
+        assert_every_call_answered_once(ctx)
+        assert sorted(RUNS) == [("book", "C"), ("lookup", "A"), ("lookup", "B")]
+        assert "denied: not D" in results_of(ctx)["d1-3"][0].result["error"]
+        assert_chat_pairs_ids(llm.requests[-1])
+
+
+async def test_usage_is_cleaned_and_noted(tmp_path: Path) -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "x\ud800": 1.5}
+    usage["ratio"] = float("inf")
+    db = tmp_path / "c.db"
+    async with engine_on(db, ScriptedLLM([LLMResponse(text="hi", usage=usage)])) as engine:
+        cid = await engine.create_context()
+        assert (await engine.send(cid, "hi")).state == State.IDLE
+    async with engine_on(db, ScriptedLLM([]), "b-") as engine:
+        msg = (await engine.get_context(cid)).history()[-1].message
+        assert msg.metadata.usage is not None
+        assert msg.metadata.usage.total_tokens == 5
+        extra = msg.metadata.usage.model_dump()
+        assert extra["x\ufffd"] == 1.5
+        assert extra["ratio"] == "Infinity"
+        notes = msg.metadata.extra["conversions"]
+        assert any(n.startswith("usage: a key's lone surrogate") for n in notes)
+        assert any(n.startswith("usage.ratio: Infinity") for n in notes)
+
+
+class CloseFails(PlainIterator):
+    async def aclose(self) -> None:
+        raise RuntimeError("connection already closed")
+
+
+async def test_an_adapter_whose_close_raises_fails_the_call(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    adapter = Adapter(lambda r: CloseFails([LLMResponse(text="Hi")]))
+    async with engine_on(db, adapter) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "hi")
+        assert turn.state == State.PERMANENT_FAILURE
+        assert turn.error == (
+            "adapter_error: the LLM adapter raised RuntimeError: connection already closed"
+        )
+        await assert_recorded(engine, cid, [IDLE, PUM, ALR, PF])
+    await continue_after_failure(db, cid, [IDLE, PUM, ALR, PF])
+
+
+async def test_argument_text_nested_too_deeply_to_decode_is_an_error_result(
+    tmp_path: Path,
+) -> None:
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"id": "c1", "name": "lookup", "arguments": deep}]}, {"text": "ok"}]
+    )
+    async with engine_on(tmp_path / "c.db", llm) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+        assert turn.state == State.IDLE
+        ctx = await engine.get_context(cid)
+        (call,) = calls_of(ctx)
+        assert call.raw_arguments is not None
+        assert call.raw_arguments.startswith('{"a":{"a":')
+        assert results_of(ctx)["c1"][0].success is False
+        assert RUNS == []

@@ -234,7 +234,7 @@ def _field(response: Any, name: str, notes: list[str]) -> str | None:
     return cleaned
 
 
-def _usage(value: object) -> TokenUsage | None:
+def _usage(value: object, notes: list[str]) -> TokenUsage | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -242,14 +242,16 @@ def _usage(value: object) -> TokenUsage | None:
     if not value:
         return None
     try:
-        cleaned, _ = clean_json(dict(value), "usage")
-        return TokenUsage.model_validate(cleaned)
+        cleaned, found = clean_json(dict(value), "usage")
+        usage = TokenUsage.model_validate(cleaned)
     except JSONProblem as problem:
         raise invalid_answer(str(problem)) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise invalid_answer(f"usage.{where}: {first['msg']}") from None
+    notes.extend(found)
+    return usage
 
 
 def _calls(
@@ -337,7 +339,7 @@ def build_answer(
             notes.append(f"thinking: {thinking_fixed} lone surrogate(s) replaced by U+FFFD")
     finish_reason = _field(response, "finish_reason", notes)
     model_name = _field(response, "model", notes)
-    usage = _usage(response.usage)
+    usage = _usage(response.usage, notes)
     calls = _calls(response.tool_calls, taken_ids, notes)
     message = InternalMessage(
         role=Role.ASSISTANT,
