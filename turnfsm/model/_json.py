@@ -11,7 +11,8 @@ tool, converted visibly) before it is committed:
 - keys: strings; ``int``/``float``/``bool``/``None`` keys become their JSON
   text (as :func:`json.dumps` would, but recorded); any other key is refused;
 - numbers: finite; ``nan``/``inf``/``-inf`` become the strings ``"NaN"``,
-  ``"Infinity"``, ``"-Infinity"`` (recorded);
+  ``"Infinity"``, ``"-Infinity"`` (recorded); an integer has at most
+  :data:`MAX_INT_DIGITS` digits (Python refuses to print or parse longer ones);
 - text: no lone surrogates (they cannot be encoded as UTF-8); from a model or
   a tool each becomes U+FFFD (recorded); from an API caller it is refused;
 - values: ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``/``tuple``
@@ -30,6 +31,7 @@ import re
 from typing import Any
 
 __all__ = [
+    "MAX_INT_DIGITS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "JSONProblem",
@@ -46,6 +48,10 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 16 * 1024 * 1024
 """Largest payload, as UTF-8 JSON text."""
 
+MAX_INT_DIGITS = 4300
+"""Longest integer, in decimal digits (Python's default limit for int/str conversion)."""
+
+_MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))  # every int of this many bits prints
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
@@ -98,7 +104,11 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
         if n:
             notes.append(f"{path}: {n} lone surrogate(s) replaced by U+FFFD")
         return cleaned
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise JSONProblem(path, f"an integer of more than {MAX_INT_DIGITS} digits")
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -138,16 +148,21 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
     raise JSONProblem(path, f"a {type(value).__name__} is not a JSON value")
 
 
-def _check_size(value: Any, path: str) -> None:
+def _check_size(value: Any, path: str, limit: int = MAX_JSON_BYTES) -> None:
     size = len(json.dumps(value, ensure_ascii=False).encode())
-    if size > MAX_JSON_BYTES:
-        raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {MAX_JSON_BYTES}")
+    if size > limit:
+        raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {limit}")
 
 
-def check_json(value: Any, path: str = "$") -> None:
-    """Raise :class:`JSONProblem` unless ``value`` can be stored as it is."""
+def check_json(value: Any, path: str = "$", *, max_bytes: int | None = MAX_JSON_BYTES) -> None:
+    """Raise :class:`JSONProblem` unless ``value`` can be stored as it is.
+
+    ``max_bytes=None`` skips the size check (for a whole document that holds
+    many payloads, such as an imported conversation).
+    """
     _walk(value, path, 0, None)
-    _check_size(value, path)
+    if max_bytes is not None:
+        _check_size(value, path, max_bytes)
 
 
 def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
