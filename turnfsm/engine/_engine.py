@@ -981,7 +981,9 @@ class Engine:
                         request_id=call.id, result=outcome.result, success=outcome.success
                     ),
                     message_type=MessageType.TOOL_RESULT,
-                    metadata=MessageMetadata(created_at=now),
+                    metadata=MessageMetadata(created_at=now, extra=_conversions(outcome))
+                    if outcome.notes
+                    else MessageMetadata(created_at=now),
                 ),
             )
             self._later(
@@ -1368,6 +1370,11 @@ class Engine:
 
 def _content_parts(content: str | Sequence[ContentPart]) -> list[ContentPart]:
     return check_content("content", content)
+
+
+def _conversions(outcome: ToolOutcome) -> dict[str, Any]:
+    """What was converted to store a tool's result (see the tools module docstring)."""
+    return {"conversions": list(outcome.notes)}
 
 
 def _find_call(ctx: ChatContext, call_id: str) -> ToolCallRequest | None:
