@@ -23,12 +23,12 @@ The rules (see ``docs/`` for the user-facing description):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidInput
 from ..model import (
+    MAX_ID_LENGTH,
     MAX_JSON_BYTES,
     FilePart,
     ImagePart,
@@ -36,6 +36,7 @@ from ..model import (
     TextPart,
     check_json,
     has_lone_surrogate,
+    id_problem,
 )
 
 __all__ = [
@@ -48,11 +49,6 @@ __all__ = [
     "check_parameters",
     "check_text",
 ]
-
-MAX_ID_LENGTH = 200
-"""Longest context id, branch name, model name, mode or agent role, in characters."""
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _kind(value: object) -> str:
@@ -68,21 +64,10 @@ def _surrogate_reason(text: str) -> str | None:
 
 def check_id(where: str, value: Any) -> str:
     """A context id or branch name (see the module docstring)."""
-    if not isinstance(value, str):
-        raise InvalidInput(where, f"must be a string, not {_kind(value)}")
-    if not value:
-        raise InvalidInput(where, "must not be empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidInput(where, f"is {len(value)} characters long; at most {MAX_ID_LENGTH}")
-    m = _CONTROL.search(value)
-    if m is not None:
-        raise InvalidInput(
-            where, f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
-        )
-    reason = _surrogate_reason(value)
+    reason = id_problem(value)
     if reason is not None:
         raise InvalidInput(where, reason)
-    return value
+    return value  # type: ignore[no-any-return]
 
 
 def check_name(where: str, value: Any) -> str:

@@ -21,6 +21,11 @@ tool, converted visibly) before it is committed:
 :func:`check_json` refuses (for input from callers); :func:`clean_json`
 converts and returns notes saying what changed and where (for output of a
 model or a tool). Both name the place by a JSON path (``$.a[2].b``).
+
+Ids (context ids, message ids, branch names) are keys in every store, so
+they have a rule of their own, :func:`id_problem`: a ``str`` of 1 to
+:data:`MAX_ID_LENGTH` characters with no control character (Unicode
+category Cc) and no lone surrogate.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import re
 from typing import Any
 
 __all__ = [
+    "MAX_ID_LENGTH",
     "MAX_INT_DIGITS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
@@ -40,6 +46,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "has_lone_surrogate",
+    "id_problem",
 ]
 
 MAX_JSON_DEPTH = 64
@@ -52,6 +59,10 @@ MAX_INT_DIGITS = 4300
 """Longest integer, in decimal digits (Python's default limit for int/str conversion)."""
 
 _MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))  # every int of this many bits prints
+MAX_ID_LENGTH = 200
+"""Longest id or branch name, in characters."""
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
@@ -77,6 +88,23 @@ def check_text(text: str, path: str = "$") -> None:
         raise JSONProblem(
             path, f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
         )
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` is not a usable id or branch name, or None if it is."""
+    if not isinstance(value, str):
+        return f"must be a string, not {'None' if value is None else type(value).__name__}"
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_ID_LENGTH:
+        return f"is {len(value)} characters long; at most {MAX_ID_LENGTH}"
+    m = _CONTROL.search(value)
+    if m is not None:
+        return f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
+    m = _SURROGATE.search(value)
+    if m is not None:
+        return f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
+    return None
 
 
 def clean_text(text: str) -> tuple[str, int]:
