@@ -23,7 +23,7 @@ The rules (see ``docs/`` for the user-facing description):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InvalidInput
@@ -94,9 +94,9 @@ def check_text(where: str, value: Any, *, optional: bool = False, empty: bool = 
 
 
 def check_call_ids(where: str, value: Any) -> list[str]:
-    """One tool call id or a sequence of them; at least one."""
+    """One tool call id or a list (any iterable but a mapping) of them; at least one."""
     ids = [value] if isinstance(value, str) else value
-    if not isinstance(ids, Sequence) or isinstance(ids, bytes | bytearray):
+    if not isinstance(ids, Iterable) or isinstance(ids, bytes | bytearray | Mapping):
         raise InvalidInput(where, f"must be a tool call id or a list of them, not {_kind(value)}")
     ids = list(ids)
     if not ids:
@@ -139,11 +139,12 @@ _PART_FIELDS: dict[type, tuple[str, ...]] = {
 
 
 def check_content(where: str, content: Any) -> list[Any]:
-    """A message: a non-empty text, or a non-empty sequence of content parts."""
+    """A message: a non-empty text, or a non-empty list (any iterable but a
+    mapping) of content parts."""
     if isinstance(content, str):
         check_text(where, content, empty=False)
         return [TextPart(text=content)]
-    if not isinstance(content, Sequence) or isinstance(content, bytes | bytearray):
+    if not isinstance(content, Iterable) or isinstance(content, bytes | bytearray | Mapping):
         raise InvalidInput(
             where, f"must be a text or a list of content parts, not {_kind(content)}"
         )
