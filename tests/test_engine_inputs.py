@@ -628,3 +628,69 @@ def test_request_body_with_a_lone_surrogate() -> None:
     with pytest.raises(InvalidInput) as info:
         parse_request({"messages": [{"role": "user", "content": "\ud800"}]})
     assert info.value.where == "$.messages[0].content"
+
+
+# --------------------------------------------------------------------------- error texts
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+class _Raising:
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def enhance(self, request: Any, context: Any) -> Any:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (ValueError("bad \ud800"), "enhancer _Raising failed: ValueError: bad \ufffd"),
+        (
+            _Unprintable(),
+            "enhancer _Raising failed: _Unprintable: <the message could not be printed>",
+        ),
+    ],
+)
+async def test_an_enhancer_error_is_stored_as_text(
+    store_url: str | None, exc: Exception, error: str
+) -> None:
+    engine = Engine(llm=ScriptedLLM([{"text": "x"}]), enhancers=[_Raising(exc)], store=store_url)
+    h = Harness(store_url, [], [])
+    h.engine = engine
+    async with engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+        assert turn.state == "PermanentFailure"
+        assert (await h.stored(cid)).progress.last_error == error
+
+
+async def test_a_tool_exception_that_cannot_be_printed(store_url: str | None) -> None:
+    @tool
+    def broken() -> str:
+        """Raise something odd."""
+        raise _Unprintable()
+
+    h = Harness(store_url, [{"tool_calls": [call("c1", "broken")]}, {"text": "ok"}], [broken])
+    async with h.engine:
+        cid = await h.engine.create_context()
+        await h.engine.send(cid, "go")
+        msg = tool_message(await h.stored(cid))
+    assert msg.tool_result.success is False
+    assert msg.tool_result.result == {"error": "_Unprintable: <_Unprintable could not be printed>"}
+
+
+def test_other_constructors_refuse_bad_numbers() -> None:
+    from turnfsm.enhancers import ToolHistoryTrimmer
+
+    for bad in ["3", True, -1, None]:
+        with pytest.raises(InvalidInput) as info:
+            ToolHistoryTrimmer(bad)
+        assert info.value.where == "rounds"
+    with pytest.raises(InvalidInput) as info2:
+        Engine(clock=object())  # type: ignore[arg-type]
+    assert info2.value.where == "clock"

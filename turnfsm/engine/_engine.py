@@ -224,6 +224,15 @@ class Engine:
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
+
+    Every public method checks its arguments before it loads or stores
+    anything, and refuses a malformed one with :class:`InvalidInput` whose
+    ``where`` names it (``content[0].text``, ``parameters.a.b``). Context ids
+    and branch names are ``str`` of 1 to 200 characters with no control
+    character and no lone surrogate (the ids the engine makes, and those an
+    ``ids`` factory returns, are held to the same rule); texts must be valid
+    Unicode; counts are ``int`` (not ``bool``). What a tool returns is stored
+    by the conversion rules of :mod:`turnfsm.tools`.
     """
 
     def __init__(
@@ -262,6 +271,10 @@ class Engine:
                 raise InvalidInput(
                     f"enhancers[{i}]", f"not an enhancer (no enhance method): {enhancer!r}"
                 )
+        if clock is not None and not (
+            callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
+        ):
+            raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
         if ids is not None and not callable(ids):
             raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
         self.max_loaded = max_loaded
@@ -344,8 +357,10 @@ class Engine:
         """Create and store a new context in ``Idle``; returns its id.
 
         Every argument is checked first (:class:`InvalidInput` names the one
-        refused; nothing is stored): ids by the id rule of ``docs/``, texts for
-        valid Unicode, ``parameters`` by the JSON payload rules.
+        refused; nothing is stored): ``context_id`` and ``parent_id`` by the id
+        rule (1 to 200 characters, no control character, no lone surrogate),
+        texts for valid Unicode, ``parameters`` by the JSON payload rules of
+        :mod:`turnfsm.model` (depth, size, string keys, finite numbers).
         """
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)

@@ -5,7 +5,7 @@ the argument (and, inside a JSON payload or a list of content parts, the
 path: ``parameters.a.b``, ``content[0].text``). Nothing is changed when an
 argument is refused.
 
-The rules (see ``docs/`` for the user-facing description):
+The rules:
 
 - **ids** (context ids, branch names): a ``str`` of 1 to :data:`MAX_ID_LENGTH`
   characters, with no control character (Unicode category Cc, e.g. ``\\n``,
