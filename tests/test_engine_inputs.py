@@ -694,3 +694,13 @@ def test_other_constructors_refuse_bad_numbers() -> None:
     with pytest.raises(InvalidInput) as info2:
         Engine(clock=object())  # type: ignore[arg-type]
     assert info2.value.where == "clock"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "where"),
+    [({"format": ["openai"]}, "format"), ({"now": "2024-01-01"}, "now"), ({"ids": 5}, "ids")],
+)
+def test_import_arguments(kwargs: dict[str, Any], where: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        import_context([{"role": "user", "content": "hi"}], **kwargs)
+    assert info.value.where == where

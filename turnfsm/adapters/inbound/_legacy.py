@@ -271,6 +271,8 @@ def _check_source(data: Any) -> None:
 
 
 def _new_id(ids: Ids) -> str:
+    if not callable(ids):
+        raise InvalidInput("ids", f"must be a callable returning ids, not {_kind(ids)}")
     value = ids()
     reason = id_problem(value)
     if reason is not None:
@@ -279,6 +281,8 @@ def _new_id(ids: Ids) -> str:
 
 
 def _now(now: datetime | None) -> datetime:
+    if now is not None and not isinstance(now, datetime):
+        raise InvalidInput("now", f"must be a datetime or None, not {_kind(now)}")
     return _utc(now) if now is not None else datetime.now(UTC)
 
 
@@ -1223,7 +1227,7 @@ def import_context(
 ) -> ChatContext:
     """Import ``data`` in the given format (``"auto"``: :func:`detect_format`)."""
     fmt = detect_format(data) if format == "auto" else format
-    importer = _IMPORTERS.get(fmt)
+    importer = _IMPORTERS.get(fmt) if isinstance(fmt, str) else None
     if importer is None:
         raise InvalidInput(
             "format", f"must be 'auto' or one of {', '.join(IMPORT_FORMATS)}, not {fmt!r}"
