@@ -35,7 +35,7 @@ from turnfsm import (
     tool,
 )
 from turnfsm.adapters.inbound import import_context, parse_request
-from turnfsm.model import MAX_ID_LENGTH, MAX_JSON_DEPTH
+from turnfsm.model import MAX_ID_LENGTH, MAX_JSON_BYTES, MAX_JSON_DEPTH
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 from turnfsm.tools import ToolError
 
@@ -704,3 +704,12 @@ def test_import_arguments(kwargs: dict[str, Any], where: str) -> None:
     with pytest.raises(InvalidInput) as info:
         import_context([{"role": "user", "content": "hi"}], **kwargs)
     assert info.value.where == where
+
+
+async def test_a_message_over_the_size_limit(idle: tuple[Harness, str]) -> None:
+    h, cid = idle
+    half = "é" * (MAX_JSON_BYTES // 4 + 1)  # each part under the limit, both over it
+    parts = [TextPart(text=half), TextPart(text=half)]
+    err = await h.refused(cid, lambda: h.engine.send(cid, parts), "content")
+    assert "over the limit" in err.reason
+    await h.refused(cid, lambda: h.engine.send(cid, "x" * (MAX_JSON_BYTES + 1)), "content")

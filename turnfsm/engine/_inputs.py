@@ -151,19 +151,19 @@ def check_content(where: str, content: Any) -> list[Any]:
     parts = list(content)
     if not parts:
         raise InvalidInput(where, "a message needs at least one content part")
-    size = 0
+    texts: list[str] = []
     for i, part in enumerate(parts):
         fields = next((f for k, f in _PART_FIELDS.items() if isinstance(part, k)), None)
         if fields is None:
             raise InvalidInput(f"{where}[{i}]", f"not a content part: {_kind(part)}")
         for name in fields:
-            text: str = check_text(f"{where}[{i}].{name}", getattr(part, name, None))
-            size += len(text)
+            texts.append(check_text(f"{where}[{i}].{name}", getattr(part, name, None)))
         detail = getattr(part, "detail", None)
         if isinstance(part, ImagePart) and detail not in (None, "auto", "low", "high"):
             raise InvalidInput(
                 f"{where}[{i}].detail", f"must be 'auto', 'low', 'high' or None, not {detail!r}"
             )
-    if size > MAX_JSON_BYTES:
-        raise InvalidInput(where, f"is over the limit of {MAX_JSON_BYTES} bytes")
+    chars = sum(map(len, texts))
+    if chars * 4 > MAX_JSON_BYTES and sum(len(t.encode()) for t in texts) > MAX_JSON_BYTES:
+        raise InvalidInput(where, f"is over the limit of {MAX_JSON_BYTES} bytes as UTF-8")
     return parts
