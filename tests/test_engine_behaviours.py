@@ -25,6 +25,7 @@ from turnfsm import (
     Engine,
     FilePart,
     ImagePart,
+    InvalidInput,
     LLMRequest,
     RetryPolicy,
     Role,
@@ -984,22 +985,24 @@ async def test_branch_changes_refused_at_approval() -> None:
 
 
 @pytest.mark.parametrize(
-    ("op", "args"),
+    ("op", "args", "error"),
     [
-        ("fork", ("main", 0)),  # existing name
-        ("fork", ("alt", 5)),  # out of range
-        ("fork", ("alt", -2)),
-        ("fork", ("", 0)),
-        ("switch_branch", ("nope",)),
+        ("fork", ("main", 0), BranchError),  # existing name
+        ("fork", ("alt", 5), BranchError),  # out of range
+        ("fork", ("alt", -2), BranchError),
+        ("fork", ("", 0), InvalidInput),  # not a branch name: an argument error
+        ("switch_branch", ("nope",), BranchError),
     ],
 )
-async def test_bad_branch_operations(op: str, args: tuple[Any, ...]) -> None:
+async def test_bad_branch_operations(
+    op: str, args: tuple[Any, ...], error: type[Exception]
+) -> None:
     engine, _, _ = make_engine([{"text": "A1"}])
     async with engine:
         cid = await engine.create_context()
         await engine.send(cid, "Q1")
         before = await engine.get_context(cid)
-        with pytest.raises(BranchError):
+        with pytest.raises(error):
             await getattr(engine, op)(cid, *args)
         after = await engine.get_context(cid)
         assert after == before

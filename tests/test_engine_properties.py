@@ -45,6 +45,7 @@ from turnfsm import (
     Engine,
     Event,
     IllegalTransition,
+    InvalidInput,
     LLMRequest,
     RetryPolicy,
     Role,
@@ -459,6 +460,8 @@ class EngineMachine(RuleBasedStateMachine):
             assert after.active_branch_name == name
             assert after.active_branch.message_ids == ctx.active_branch.message_ids[: at + 1]
             assert after.history(ctx.active_branch_name) == ctx.history()
+        elif not name:  # not a branch name at all: refused as an argument
+            self.refused(InvalidInput, self.engine.fork, self.cid, name, at)
         else:
             self.refused(BranchError, self.engine.fork, self.cid, name, at)
 

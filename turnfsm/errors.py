@@ -143,7 +143,17 @@ class EnhancerError(TurnFSMError):
 
     def __init__(self, enhancer: str, cause: BaseException) -> None:
         self.enhancer = enhancer
-        super().__init__(f"enhancer {enhancer} failed: {type(cause).__name__}: {cause}")
+        super().__init__(f"enhancer {enhancer} failed: {type(cause).__name__}: {_text(cause)}")
+
+
+def _text(cause: BaseException) -> str:
+    """``str(cause)`` as text a store can hold (it is kept as the turn's error):
+    a broken ``__str__`` gives a placeholder, lone surrogates become U+FFFD."""
+    try:
+        text = str(cause)
+    except Exception:
+        return "<the message could not be printed>"
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class LLMError(TurnFSMError):

@@ -59,8 +59,6 @@ from ..model import (
     ChatConfig,
     ChatContext,
     ContentPart,
-    FilePart,
-    ImagePart,
     InternalMessage,
     LLMRequest,
     LLMResponse,
@@ -102,6 +100,15 @@ from ._answer import (
     storable_error,
 )
 from ._clock import Clock, SystemClock
+from ._inputs import (
+    check_call_ids,
+    check_content,
+    check_count,
+    check_id,
+    check_name,
+    check_parameters,
+    check_text,
+)
 from ._retry import RetryPolicy
 from ._subscribers import Subscription
 from ._turn import StopReason, Turn
@@ -145,6 +152,16 @@ class _Ids:
 
     def __call__(self) -> str:
         return f"{self._prefix}-{self._next():x}"
+
+
+def _checked_id(ids: Callable[[], object]) -> str:
+    """An id from the application's ``ids`` factory, held to the id rule
+    (a context, message or system prompt id must load back from every store)."""
+    value = ids()
+    try:
+        return check_id("ids", value)
+    except InvalidInput as exc:
+        raise InvalidInput("ids", f"the id factory returned {value!r}: {exc.reason}") from None
 
 
 def _default_logger(level: int | None = None) -> Any:
@@ -217,6 +234,15 @@ class Engine:
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
 
+    Every public method checks its arguments before it loads or stores
+    anything, and refuses a malformed one with :class:`InvalidInput` whose
+    ``where`` names it (``content[0].text``, ``parameters.a.b``). Context ids
+    and branch names are ``str`` of 1 to 200 characters with no control
+    character and no lone surrogate (the ids the engine makes, and those an
+    ``ids`` factory returns, are held to the same rule); texts must be valid
+    Unicode; counts are ``int`` (not ``bool``). What a tool returns is stored
+    by the conversion rules of :mod:`turnfsm.tools`.
+
     What the LLM adapter answers is checked where it enters (the rules are in
     :mod:`turnfsm.engine._answer`): whatever it returns or raises, apart from
     cancellation, ends in a declared edge. An ``LLMError`` is the failure it
@@ -246,10 +272,32 @@ class Engine:
         max_loaded: int = 4096,
         logger: Any = None,
     ) -> None:
-        if max_iterations < 1:
-            raise InvalidInput("max_iterations", "must be >= 1")
-        if max_loaded < 1:
-            raise InvalidInput("max_loaded", "must be >= 1")
+        check_count("max_iterations", max_iterations, minimum=1)
+        check_count("max_loaded", max_loaded, minimum=1)
+        check_count("subscriber_buffer", subscriber_buffer, minimum=1)
+        check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidInput(
+                "retry", f"must be a RetryPolicy or None, not {type(retry).__name__}"
+            )
+        if store is not None and not isinstance(store, str) and not hasattr(store, "commit"):
+            raise InvalidInput(
+                "store", f"must be a Store, a store URL or None, not {type(store).__name__}"
+            )
+        if isinstance(enhancers, str | bytes) or not isinstance(enhancers, Iterable):
+            raise InvalidInput("enhancers", "must be a sequence of enhancers")
+        enhancers = tuple(enhancers)
+        for i, enhancer in enumerate(enhancers):
+            if not callable(getattr(enhancer, "enhance", None)):
+                raise InvalidInput(
+                    f"enhancers[{i}]", f"not an enhancer (no enhance method): {enhancer!r}"
+                )
+        if clock is not None and not (
+            callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
+        ):
+            raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
+        if ids is not None and not callable(ids):
+            raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
         self.max_loaded = max_loaded
         self.llm = llm
         self.tools = ToolRegistry(tools)
@@ -262,7 +310,7 @@ class Engine:
         self.retry_policy = retry or RetryPolicy()
         self.max_iterations = max_iterations
         self.clock: Clock = clock or SystemClock()
-        self._ids = ids or _Ids()
+        self._ids = _Ids() if ids is None else functools.partial(_checked_id, ids)
         builtin: list[Enhancer] = [
             SystemPromptEnhancer(),
             ToolDefinitionsEnhancer(self.tools.definitions),
@@ -327,16 +375,36 @@ class Engine:
         parent_id: str | None = None,
         context_id: str | None = None,
     ) -> str:
-        """Create and store a new context in ``Idle``; returns its id."""
+        """Create and store a new context in ``Idle``; returns its id.
+
+        Every argument is checked first (:class:`InvalidInput` names the one
+        refused; nothing is stored): ``context_id`` and ``parent_id`` by the id
+        rule (1 to 200 characters, no control character, no lone surrogate),
+        texts for valid Unicode, ``parameters`` by the JSON payload rules of
+        :mod:`turnfsm.model` (depth, size, string keys, finite numbers).
+        """
+        check_text("system_prompt", system_prompt, optional=True)
+        check_name("model", model)
+        check_name("mode", mode)
+        params = check_parameters("parameters", parameters)
+        check_text("user_prompt", user_prompt, optional=True)
+        check_name("agent_role", agent_role)
+        check_text("workspace_path", workspace_path, optional=True)
+        if workspace_path is not None and "\x00" in workspace_path:
+            raise InvalidInput("workspace_path", "holds a NUL character")
+        if parent_id is not None:
+            check_id("parent_id", parent_id)
+        if context_id is not None:
+            check_id("context_id", context_id)
         now = self._now()
         prompt = SystemPrompt(id=self._ids(), content=system_prompt) if system_prompt else None
         ctx = ChatContext(
-            id=context_id or self._ids(),
+            id=context_id if context_id is not None else self._ids(),
             parent_id=parent_id,
             config=ChatConfig(
                 model_id=model,
                 mode=mode,
-                parameters=dict(parameters or {}),
+                parameters=params,
                 system_prompt_id=prompt.id if prompt else None,
                 agent_role=agent_role,
                 workspace_path=workspace_path,
@@ -350,6 +418,7 @@ class Engine:
 
     async def get_context(self, context_id: str) -> ChatContext:
         """A copy of the context as last committed."""
+        check_id("context_id", context_id)
         rt = self._runtimes.get(context_id)
         if rt is not None and context_id not in self._busy:
             return rt.ctx.model_copy(deep=True)
@@ -381,6 +450,7 @@ class Engine:
 
     async def unload(self, context_id: str) -> None:
         """Drop the loaded copy of a resting context (it stays in the store)."""
+        check_id("context_id", context_id)
         if context_id in self._busy:
             rt = self._runtimes.get(context_id)
             raise ContextBusy(context_id, rt.holder.state if rt else "loading")
@@ -441,7 +511,8 @@ class Engine:
         At ``AwaitingToolApproval`` the pending calls are first closed with
         "superseded" results.
         """
-        if role not in _INPUT_ROLES:
+        check_id("context_id", context_id)
+        if not isinstance(role, str) or role not in _INPUT_ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = _content_parts(content)
         rt = await self._enter(context_id)
@@ -460,16 +531,21 @@ class Engine:
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
         """Approve pending tool calls; once none is pending, the approved calls run."""
-        ids = [call_ids] if isinstance(call_ids, str) else list(call_ids)
-        if not ids:
-            raise InvalidInput("call_ids", "give at least one tool call id")
+        check_id("context_id", context_id)
+        ids = check_call_ids("call_ids", call_ids)
         decisions = dict.fromkeys(ids, (ApprovalStatus.APPROVED, None))
         rt = await self._enter(context_id)
         return await self._call(rt, functools.partial(self._start_decide, decisions))
 
-    async def deny(self, context_id: str, call_id: str, reason: str = "") -> Turn:
-        """Deny a pending tool call: it is not run, and its result says it was denied."""
-        decisions = {call_id: (ApprovalStatus.DENIED, reason or None)}
+    async def deny(
+        self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
+    ) -> Turn:
+        """Deny pending tool calls: they are not run, and each result says it was
+        denied (with ``reason``). ``call_id`` is one id or a list of them."""
+        check_id("context_id", context_id)
+        ids = check_call_ids("call_id", call_id)
+        check_text("reason", reason, optional=True)
+        decisions = dict.fromkeys(ids, (ApprovalStatus.DENIED, reason or None))
         rt = await self._enter(context_id)
         return await self._call(rt, functools.partial(self._start_decide, decisions))
 
@@ -499,6 +575,7 @@ class Engine:
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
+        check_id("context_id", context_id)
         rt = await self._enter(context_id)
         return await self._call(rt, self._start_retry)
 
@@ -512,6 +589,7 @@ class Engine:
 
     async def reset(self, context_id: str) -> Turn:
         """Abandon a failed turn (from ``PermanentFailure`` to ``Idle``)."""
+        check_id("context_id", context_id)
         rt = await self._enter(context_id)
         return await self._call(rt, self._start_reset)
 
@@ -528,6 +606,7 @@ class Engine:
         "cancelled" results. When a call is running on the context, this waits
         for it to wind down and returns its turn.
         """
+        check_id("context_id", context_id)
         if context_id in self._busy:
             rt = self._runtimes.get(context_id)
             if rt is not None and rt.done is not None:
@@ -548,6 +627,7 @@ class Engine:
 
         Does nothing when no call is running.
         """
+        check_id("context_id", context_id)
         rt = self._runtimes.get(context_id)
         if rt is None or context_id not in self._busy:
             return
@@ -557,6 +637,7 @@ class Engine:
 
     async def resume(self, context_id: str) -> Turn:
         """Continue a context that a crash left in a non-resting state."""
+        check_id("context_id", context_id)
         rt = await self._enter(context_id)
         return await self._call(rt, self._start_resume)
 
@@ -624,7 +705,15 @@ class Engine:
         return True
 
     async def fork(self, context_id: str, name: str, at: int) -> Turn:
-        """A new branch with the active branch's messages up to index ``at``; made active."""
+        """A new branch with the active branch's messages up to index ``at``; made active.
+
+        ``name`` follows the id rule; ``at`` is an ``int`` (-1 forks before the
+        first message).
+        """
+        check_id("context_id", context_id)
+        check_id("name", name)
+        if isinstance(at, bool) or not isinstance(at, int):
+            raise InvalidInput("at", f"must be an integer, not {type(at).__name__}")
         rt = await self._enter(context_id)
         return await self._call(rt, functools.partial(self._start_fork, name, at))
 
@@ -659,6 +748,8 @@ class Engine:
 
     async def switch_branch(self, context_id: str, name: str) -> Turn:
         """Make another branch active."""
+        check_id("context_id", context_id)
+        check_id("name", name)
         rt = await self._enter(context_id)
         return await self._call(rt, functools.partial(self._start_switch, name))
 
@@ -684,6 +775,7 @@ class Engine:
 
     def subscribe(self, context_id: str) -> Subscription:
         """Events of one context from now on (see :class:`Subscription`)."""
+        check_id("context_id", context_id)
         subs = self._subscribers.setdefault(context_id, [])
         sub = Subscription(context_id, self._subscriber_buffer, self._drop_subscriber)
         subs.append(sub)
@@ -696,10 +788,12 @@ class Engine:
 
     async def steps(self, context_id: str) -> list[StepLog]:
         """Every committed transition of the context (the audit trail)."""
+        check_id("context_id", context_id)
         return await self.store.steps(context_id)
 
     async def trace(self, context_id: str) -> list[State]:
         """The states the context entered, from its initial ``Idle``."""
+        check_id("context_id", context_id)
         steps = await self.store.steps(context_id)
         return [S.IDLE, *(State(s.to_state) for s in steps)]
 
@@ -923,7 +1017,9 @@ class Engine:
                         request_id=call.id, result=outcome.result, success=outcome.success
                     ),
                     message_type=MessageType.TOOL_RESULT,
-                    metadata=MessageMetadata(created_at=now),
+                    metadata=MessageMetadata(created_at=now, extra=_conversions(outcome))
+                    if outcome.notes
+                    else MessageMetadata(created_at=now),
                 ),
             )
             self._later(
@@ -1367,17 +1463,12 @@ class Engine:
 
 
 def _content_parts(content: str | Sequence[ContentPart]) -> list[ContentPart]:
-    if isinstance(content, str):
-        if not content:
-            raise InvalidInput("content", "a message needs some text")
-        return [TextPart(text=content)]
-    parts = list(content)
-    if not parts:
-        raise InvalidInput("content", "a message needs at least one content part")
-    for i, p in enumerate(parts):
-        if not isinstance(p, TextPart | ImagePart | FilePart):
-            raise InvalidInput(f"content[{i}]", f"not a content part: {type(p).__name__}")
-    return parts
+    return check_content("content", content)
+
+
+def _conversions(outcome: ToolOutcome) -> dict[str, Any]:
+    """What was converted to store a tool's result (see the tools module docstring)."""
+    return {"conversions": list(outcome.notes)}
 
 
 def _call_ids(ctx: ChatContext) -> set[str]:

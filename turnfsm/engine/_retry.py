@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import tenacity
 from tenacity.wait import wait_base
 
-from ..errors import LLMError
+from ..errors import InvalidInput, LLMError
 
 __all__ = ["RetryPolicy", "wait_exponential", "wait_fixed", "wait_random_exponential"]
 
@@ -40,8 +40,14 @@ class RetryPolicy:
     max_retry_after: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
+        n = self.max_attempts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidInput("max_attempts", f"must be an integer >= 1, not {n!r}")
+        if not callable(self.wait):
+            raise InvalidInput("wait", f"must be a tenacity wait strategy, not {self.wait!r}")
+        cap = self.max_retry_after
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap >= 0:
+            raise InvalidInput("max_retry_after", f"must be a number >= 0, not {cap!r}")
 
     def delay(self, attempt: int, error: LLMError) -> float:
         """Seconds to wait before attempt ``attempt + 1``, after ``error`` failed ``attempt``."""

@@ -63,8 +63,8 @@ class ToolHistoryTrimmer:
     """
 
     def __init__(self, rounds: int) -> None:
-        if rounds < 0:
-            raise InvalidInput("rounds", f"must be >= 0, not {rounds}")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise InvalidInput("rounds", f"must be an integer >= 0, not {rounds!r}")
         self.rounds = rounds
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:

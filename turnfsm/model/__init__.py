@@ -3,6 +3,7 @@
 from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
 from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
 from ._json import (
+    MAX_ID_LENGTH,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     JSONProblem,
@@ -11,6 +12,7 @@ from ._json import (
     clean_json,
     clean_text,
     has_lone_surrogate,
+    id_problem,
 )
 from ._llm import (
     LLMChunk,
@@ -38,6 +40,7 @@ from ._message import (
 )
 
 __all__ = [
+    "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "SCHEMA_VERSION",
@@ -72,6 +75,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "has_lone_surrogate",
+    "id_problem",
     "to_chat_message",
     "to_chat_messages",
     "tool_result_content",

@@ -11,7 +11,8 @@ tool, converted visibly) before it is committed:
 - keys: strings; ``int``/``float``/``bool``/``None`` keys become their JSON
   text (as :func:`json.dumps` would, but recorded); any other key is refused;
 - numbers: finite; ``nan``/``inf``/``-inf`` become the strings ``"NaN"``,
-  ``"Infinity"``, ``"-Infinity"`` (recorded);
+  ``"Infinity"``, ``"-Infinity"`` (recorded); an integer has at most
+  :data:`MAX_INT_DIGITS` digits (Python refuses to print or parse longer ones);
 - text: no lone surrogates (they cannot be encoded as UTF-8); from a model or
   a tool each becomes U+FFFD (recorded); from an API caller it is refused;
 - values: ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``/``tuple``
@@ -20,6 +21,11 @@ tool, converted visibly) before it is committed:
 :func:`check_json` refuses (for input from callers); :func:`clean_json`
 converts and returns notes saying what changed and where (for output of a
 model or a tool). Both name the place by a JSON path (``$.a[2].b``).
+
+Ids (context ids, message ids, branch names) are keys in every store, so
+they have a rule of their own, :func:`id_problem`: a ``str`` of 1 to
+:data:`MAX_ID_LENGTH` characters with no control character (Unicode
+category Cc) and no lone surrogate.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import re
 from typing import Any
 
 __all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_INT_DIGITS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "JSONProblem",
@@ -38,6 +46,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "has_lone_surrogate",
+    "id_problem",
 ]
 
 MAX_JSON_DEPTH = 64
@@ -46,6 +55,14 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 16 * 1024 * 1024
 """Largest payload, as UTF-8 JSON text."""
 
+MAX_INT_DIGITS = 4300
+"""Longest integer, in decimal digits (Python's default limit for int/str conversion)."""
+
+_MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))  # every int of this many bits prints
+MAX_ID_LENGTH = 200
+"""Longest id or branch name, in characters."""
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
@@ -73,6 +90,23 @@ def check_text(text: str, path: str = "$") -> None:
         )
 
 
+def id_problem(value: object) -> str | None:
+    """Why ``value`` is not a usable id or branch name, or None if it is."""
+    if not isinstance(value, str):
+        return f"must be a string, not {'None' if value is None else type(value).__name__}"
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_ID_LENGTH:
+        return f"is {len(value)} characters long; at most {MAX_ID_LENGTH}"
+    m = _CONTROL.search(value)
+    if m is not None:
+        return f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
+    m = _SURROGATE.search(value)
+    if m is not None:
+        return f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
+    return None
+
+
 def clean_text(text: str) -> tuple[str, int]:
     """``text`` with each lone surrogate replaced by U+FFFD, and how many were."""
     return _SURROGATE.subn("\ufffd", text)
@@ -98,7 +132,11 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
         if n:
             notes.append(f"{path}: {n} lone surrogate(s) replaced by U+FFFD")
         return cleaned
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise JSONProblem(path, f"an integer of more than {MAX_INT_DIGITS} digits")
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -138,16 +176,21 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
     raise JSONProblem(path, f"a {type(value).__name__} is not a JSON value")
 
 
-def _check_size(value: Any, path: str) -> None:
+def _check_size(value: Any, path: str, limit: int = MAX_JSON_BYTES) -> None:
     size = len(json.dumps(value, ensure_ascii=False).encode())
-    if size > MAX_JSON_BYTES:
-        raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {MAX_JSON_BYTES}")
+    if size > limit:
+        raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {limit}")
 
 
-def check_json(value: Any, path: str = "$") -> None:
-    """Raise :class:`JSONProblem` unless ``value`` can be stored as it is."""
+def check_json(value: Any, path: str = "$", *, max_bytes: int | None = MAX_JSON_BYTES) -> None:
+    """Raise :class:`JSONProblem` unless ``value`` can be stored as it is.
+
+    ``max_bytes=None`` skips the size check (for a whole document that holds
+    many payloads, such as an imported conversation).
+    """
     _walk(value, path, 0, None)
-    _check_size(value, path)
+    if max_bytes is not None:
+        _check_size(value, path, max_bytes)
 
 
 def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:

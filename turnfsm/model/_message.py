@@ -120,6 +120,19 @@ class ToolCallRequest(BaseModel):
 
 
 class ToolCallResult(BaseModel):
+    """The one result of a tool call.
+
+    ``result`` is JSON data. What a tool returned is converted by visible
+    rules before it is stored: a pydantic model or dataclass becomes its JSON
+    form; ``int``/``float``/``bool``/``None`` dict keys become their JSON text;
+    ``nan``/``inf``/``-inf`` become ``"NaN"``/``"Infinity"``/``"-Infinity"``;
+    lone surrogates become U+FFFD. Each conversion is listed, with its JSON
+    path, in the tool message's ``metadata.extra["conversions"]``. A value
+    with no visible conversion (a tuple key, a set, an object with no JSON
+    form, too deep, too large) is stored as a failed result (``success`` false)
+    whose ``"error"`` says what and where.
+    """
+
     model_config = _FROZEN
     request_id: str
     result: Any = None

@@ -51,11 +51,11 @@ async def _run_one(registry: ToolRegistry, call: ToolCallRequest) -> ToolOutcome
     found = registry.get(call.tool_name)
     if found is None:
         available = ", ".join(registry.names) or "(none)"
-        return ToolOutcome(
+        return ToolOutcome.of(
             False, {"error": f"unknown tool {call.tool_name!r}; available tools: {available}"}
         )
     if call.raw_arguments is not None:
-        return ToolOutcome(
+        return ToolOutcome.of(
             False,
             {
                 "error": f"invalid arguments for tool {call.tool_name!r}: "

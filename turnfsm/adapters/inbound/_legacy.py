@@ -36,6 +36,10 @@ Nothing is dropped silently:
   top-level keys) go to ``metadata.extra["source"]`` of the first message;
 - what cannot be converted raises :class:`~turnfsm.errors.InvalidInput`, whose
   ``where`` is the JSON path of the offending value (``$.records[3].role``);
+- the source must hold only what a store can load back (the rules of
+  :mod:`turnfsm.model._json`: nesting depth, string keys, finite numbers,
+  valid Unicode text), and so must tool arguments given as JSON text; what
+  breaks them is refused the same way, with its JSON path;
 - an empty source (no record, entry or message) is refused: there would be
   nothing to import.
 
@@ -88,6 +92,7 @@ from ...model import (
     FilePart,
     ImagePart,
     InternalMessage,
+    JSONProblem,
     MessageMetadata,
     MessageNode,
     MessageType,
@@ -96,6 +101,8 @@ from ...model import (
     TextPart,
     ToolCallRequest,
     ToolCallResult,
+    check_json,
+    id_problem,
 )
 from ...states import State
 from ._request import parse_request
@@ -242,13 +249,40 @@ def _arguments(value: Any, path: str) -> tuple[dict[str, Any], str | None]:
     if isinstance(value, str):
         try:
             decoded = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}, value
-        return (decoded, None) if isinstance(decoded, dict) else ({}, value)
+        if not isinstance(decoded, dict):
+            return {}, value
+        try:
+            check_json(decoded, path)
+        except JSONProblem as exc:
+            raise InvalidInput(exc.path, f"{exc.reason} (in the JSON text of {path})") from None
+        return decoded, None
     raise InvalidInput(path, f"must be an object or a JSON string, not {_kind(value)}")
 
 
+def _check_source(data: Any) -> None:
+    """Refuse a source that holds what a store cannot load back (the size of the
+    whole source is not limited: it holds many payloads)."""
+    try:
+        check_json(data, "$", max_bytes=None)
+    except JSONProblem as exc:
+        raise InvalidInput(exc.path, exc.reason) from None
+
+
+def _new_id(ids: Ids) -> str:
+    if not callable(ids):
+        raise InvalidInput("ids", f"must be a callable returning ids, not {_kind(ids)}")
+    value = ids()
+    reason = id_problem(value)
+    if reason is not None:
+        raise InvalidInput("ids", f"the id factory returned {value!r}: {reason}")
+    return value
+
+
 def _now(now: datetime | None) -> datetime:
+    if now is not None and not isinstance(now, datetime):
+        raise InvalidInput("now", f"must be a datetime or None, not {_kind(now)}")
     return _utc(now) if now is not None else datetime.now(UTC)
 
 
@@ -400,13 +434,15 @@ def _context(
     updated_at: datetime | None = None,
     model: str | None = None,
 ) -> ChatContext:
-    ctx_id = ids()
-    prompt = SystemPrompt(id=ids(), content=system_prompt) if system_prompt is not None else None
+    ctx_id = _new_id(ids)
+    prompt = (
+        SystemPrompt(id=_new_id(ids), content=system_prompt) if system_prompt is not None else None
+    )
     pool: dict[str, MessageNode] = {}
     order: list[str] = []
     parent: str | None = None
     for msg in messages:
-        mid = ids()
+        mid = _new_id(ids)
         if mid in pool or mid == ctx_id:
             raise InvalidInput("ids", f"the id factory returned {mid!r} twice")
         pool[mid] = MessageNode(id=mid, message=msg, parent_id=parent)
@@ -590,6 +626,7 @@ def import_session_records(
     its ``id``, ``title`` and any other field go to ``metadata.extra["source"]``
     of the first message.
     """
+    _check_source(data)
     at = _now(now)
     source: dict[str, Any] = {}
     created = updated = None
@@ -830,6 +867,7 @@ def import_conversation_entries(
     too: they go to that message's content). Assistant messages have no
     timestamp in this format, so they get ``now``.
     """
+    _check_source(data)
     at = _now(now)
     source: dict[str, Any] = {}
     if isinstance(data, list):
@@ -1069,6 +1107,7 @@ def import_openai_messages(
     ``file_data``). Messages carry no timestamps, so all get ``now``. In the
     object form, ``model`` becomes the context's model id.
     """
+    _check_source(data)
     at = _now(now)
     source: dict[str, Any] = {}
     model: str | None = None
@@ -1111,6 +1150,7 @@ def import_request_body(
     request's language and time zone). The current message is left unanswered:
     the context rests in ``Idle`` with a user (or frontend operator) message last.
     """
+    _check_source(data)
     at = _now(now)
     request = parse_request(data)
     return _context(request.to_messages(now=at), now=at, ids=ids or _uuid_hex)
@@ -1187,7 +1227,7 @@ def import_context(
 ) -> ChatContext:
     """Import ``data`` in the given format (``"auto"``: :func:`detect_format`)."""
     fmt = detect_format(data) if format == "auto" else format
-    importer = _IMPORTERS.get(fmt)
+    importer = _IMPORTERS.get(fmt) if isinstance(fmt, str) else None
     if importer is None:
         raise InvalidInput(
             "format", f"must be 'auto' or one of {', '.join(IMPORT_FORMATS)}, not {fmt!r}"

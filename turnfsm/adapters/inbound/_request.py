@@ -47,7 +47,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ...errors import InvalidInput
-from ...model import InternalMessage, MessageMetadata, Role, TextPart
+from ...model import InternalMessage, JSONProblem, MessageMetadata, Role, TextPart, check_json
 
 __all__ = [
     "InboundFormat",
@@ -271,6 +271,10 @@ def parse_request(body: Any) -> InboundRequest:
     """
     if not isinstance(body, dict):
         raise InvalidInput("request body", f"must be a JSON object, not {type(body).__name__}")
+    try:  # what a store could not load back is refused here, with its JSON path
+        check_json(body, "$", max_bytes=None)
+    except JSONProblem as exc:
+        raise InvalidInput(exc.path, exc.reason) from None
     try:
         parsed = _BODY.validate_python(body)
     except ValidationError as exc:

@@ -1,0 +1,241 @@
+"""The payload rules of turnfsm.model._json: what check_json refuses, what
+clean_json converts (and notes), and the id rule."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from turnfsm.model import (
+    MAX_ID_LENGTH,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    JSONProblem,
+    check_json,
+    check_text,
+    clean_json,
+    clean_text,
+    has_lone_surrogate,
+    id_problem,
+)
+from turnfsm.model._json import MAX_INT_DIGITS
+
+
+def nested(levels: int) -> Any:
+    """``levels`` nested lists around a 1 (``nested(1) == [1]``)."""
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+# --------------------------------------------------------------------------- check_json
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -(10**300),
+        1.5,
+        "",
+        "héllo 😀",
+        [],
+        {},
+        {"a": [1, 2.5, None, {"b": "c"}]},
+        (1, 2),
+        nested(MAX_JSON_DEPTH),
+    ],
+)
+def test_check_json_accepts_storable_values(value: Any) -> None:
+    check_json(value)  # no error
+    assert clean_json(value)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "words"),
+    [
+        ({"a": {"b": "x\ud800"}}, "$.a.b", "lone surrogate U+D800"),
+        (["\udfff"], "$[0]", "lone surrogate U+DFFF"),
+        ({"k\udc00": 1}, "$ (a key)", "lone surrogate"),
+        ({"a": math.nan}, "$.a", "NaN"),
+        ([1, math.inf], "$[1]", "Infinity"),
+        ([-math.inf], "$[0]", "-Infinity"),
+        ({1: "x"}, "$", "key 1 (int)"),
+        ({None: "x"}, "$", "key None"),
+        ({(1, 2): "x"}, "$", "key (1, 2) (tuple)"),
+        ({"a": {1, 2}}, "$.a", "set"),
+        ({"a": object()}, "$.a", "object"),
+        ({"a": b"bytes"}, "$.a", "bytes"),
+        ({"a": [10**MAX_INT_DIGITS]}, "$.a[0]", "digits"),
+        (nested(MAX_JSON_DEPTH + 1), "$" + "[0]" * MAX_JSON_DEPTH, "deeper than"),
+    ],
+)
+def test_check_json_refuses_with_the_path(value: Any, path: str, words: str) -> None:
+    with pytest.raises(JSONProblem) as info:
+        check_json(value)
+    assert info.value.path == path
+    assert words in info.value.reason
+    assert isinstance(info.value, ValueError)
+
+
+def test_check_json_names_the_root_it_is_given() -> None:
+    with pytest.raises(JSONProblem) as info:
+        check_json({"a": {"b": math.nan}}, "parameters")
+    assert info.value.path == "parameters.a.b"
+    assert str(info.value).startswith("parameters.a.b: ")
+
+
+def test_a_cycle_is_refused_by_depth_not_by_recursion() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(JSONProblem, match="deeper than"):
+        check_json(loop)
+    with pytest.raises(JSONProblem, match="deeper than"):
+        clean_json(loop)
+
+
+def test_size_limit_and_its_opt_out() -> None:
+    big = "x" * (MAX_JSON_BYTES + 1)
+    with pytest.raises(JSONProblem, match="over the limit"):
+        check_json({"t": big})
+    check_json({"t": big}, max_bytes=None)
+    with pytest.raises(JSONProblem, match="over the limit of 10"):
+        check_json("a" * 20, max_bytes=10)
+    with pytest.raises(JSONProblem, match="over the limit"):
+        clean_json([big])
+
+
+def test_size_counts_utf8_bytes_not_characters() -> None:
+    text = "é" * 8  # 16 bytes as UTF-8, 18 as JSON with its quotes
+    check_json(text, max_bytes=18)
+    with pytest.raises(JSONProblem):
+        check_json(text, max_bytes=17)
+
+
+def test_a_long_int_is_refused_before_json_dumps_would_fail() -> None:
+    check_json(10 ** (MAX_INT_DIGITS - 1))  # 4300 digits: json.dumps prints it
+    assert len(json.dumps(10 ** (MAX_INT_DIGITS - 1))) == MAX_INT_DIGITS
+    with pytest.raises(JSONProblem, match="digits"):
+        clean_json({"n": 10**5000})
+
+
+# --------------------------------------------------------------------------- clean_json
+
+
+def test_clean_json_converts_visibly() -> None:
+    value = {
+        "nan": math.nan,
+        "inf": [math.inf, -math.inf],
+        7: "seven",
+        2.5: "half",
+        True: "yes",
+        None: "nothing",
+        "text": "a\ud800b",
+        "k\udfff": 0,
+        "tuple": (1, 2),
+    }
+    cleaned, notes = clean_json(value)
+    assert cleaned == {
+        "nan": "NaN",
+        "inf": ["Infinity", "-Infinity"],
+        "7": "seven",
+        "2.5": "half",
+        "true": "yes",
+        "null": "nothing",
+        "text": "a\ufffdb",
+        "k\ufffd": 0,
+        "tuple": [1, 2],
+    }
+    assert json.loads(json.dumps(cleaned)) == cleaned
+    assert notes == [
+        "$.nan: NaN stored as the string 'NaN'",
+        "$.inf[0]: Infinity stored as the string 'Infinity'",
+        "$.inf[1]: -Infinity stored as the string '-Infinity'",
+        "$: key 7 stored as the string '7'",
+        "$: key 2.5 stored as the string '2.5'",
+        "$: key True stored as the string 'true'",
+        "$: key None stored as the string 'null'",
+        "$.text: 1 lone surrogate(s) replaced by U+FFFD",
+        "$: a key's lone surrogate(s) replaced by U+FFFD",
+    ]
+    check_json(cleaned)  # what clean_json gives passes check_json
+
+
+def test_clean_json_key_text_is_what_json_dumps_would_write() -> None:
+    for key in (1, -3, 2.5, 1e100, True, False, None, math.nan, math.inf):
+        cleaned, _ = clean_json({key: 0})
+        assert list(cleaned) == list(json.loads(json.dumps({key: 0})))
+
+
+def test_clean_json_refuses_what_has_no_visible_conversion() -> None:
+    for value, path in [
+        ({"a": {(1, 2): 3}}, "$.a"),
+        ({"a": [{1, 2}]}, "$.a[0]"),
+        ({"a": object()}, "$.a"),
+        (nested(MAX_JSON_DEPTH + 1), "$" + "[0]" * MAX_JSON_DEPTH),
+    ]:
+        with pytest.raises(JSONProblem) as info:
+            clean_json(value)
+        assert info.value.path == path
+
+
+def test_clean_json_refuses_keys_that_collide() -> None:
+    with pytest.raises(JSONProblem, match="same string '1'"):
+        clean_json({1: "int", "1": "str"})
+
+
+def test_clean_json_does_not_change_its_input() -> None:
+    value = {"a": [math.nan], 1: "x"}
+    clean_json(value)
+    assert 1 in value and math.isnan(value["a"][0])
+
+
+# --------------------------------------------------------------------------- text
+
+
+def test_text_helpers() -> None:
+    assert has_lone_surrogate("a\ud83db")
+    assert not has_lone_surrogate("a😀b")
+    assert clean_text("\ud800x\udc00") == ("\ufffdx\ufffd", 2)
+    assert clean_text("fine") == ("fine", 0)
+    check_text("fine")
+    with pytest.raises(JSONProblem) as info:
+        check_text("ab\ud800", "content[0].text")
+    assert info.value.path == "content[0].text"
+    assert "offset 2" in info.value.reason
+
+
+# --------------------------------------------------------------------------- ids
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a", "id-1", "x" * MAX_ID_LENGTH, "ünïcode ok", "0123abcd-1f", "with space"],
+)
+def test_id_rule_accepts(value: str) -> None:
+    assert id_problem(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (None, "must be a string, not None"),
+        (12, "must be a string, not int"),
+        (b"id", "must be a string, not bytes"),
+        ("", "must not be empty"),
+        ("x" * (MAX_ID_LENGTH + 1), f"at most {MAX_ID_LENGTH}"),
+        ("a\nb", "control character U+000A"),
+        ("a\x00", "control character U+0000"),
+        ("a\x85", "control character U+0085"),
+        ("a\ud800", "lone surrogate U+D800"),
+    ],
+)
+def test_id_rule_refuses(value: Any, words: str) -> None:
+    reason = id_problem(value)
+    assert reason is not None and words in reason

@@ -1,0 +1,169 @@
+"""Checks of the engine's public arguments, made before anything is loaded or stored.
+
+Each check raises :class:`~turnfsm.errors.InvalidInput` whose ``where`` names
+the argument (and, inside a JSON payload or a list of content parts, the
+path: ``parameters.a.b``, ``content[0].text``). Nothing is changed when an
+argument is refused.
+
+The rules:
+
+- **ids** (context ids, branch names): a ``str`` of 1 to :data:`MAX_ID_LENGTH`
+  characters, with no control character (Unicode category Cc, e.g. ``\\n``,
+  ``\\x00``) and no lone surrogate. The ids the engine makes itself pass.
+- **tool call ids**: a non-empty ``str`` with no lone surrogate (they are only
+  looked up; the model chose them).
+- **names** (model, mode, agent role): a ``str`` of at most
+  :data:`MAX_ID_LENGTH` characters, no control character, no lone surrogate.
+- **text** (messages, prompts, reasons, paths): a ``str`` with no lone
+  surrogate, at most :data:`~turnfsm.model.MAX_JSON_BYTES` bytes as UTF-8.
+- **JSON payloads** (``parameters``): the rules of :mod:`turnfsm.model._json`
+  (depth, size, string keys, finite numbers, valid text).
+- **counts**: an ``int`` (``bool`` is not one) within the stated range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import InvalidInput
+from ..model import (
+    MAX_ID_LENGTH,
+    MAX_JSON_BYTES,
+    FilePart,
+    ImagePart,
+    JSONProblem,
+    TextPart,
+    check_json,
+    has_lone_surrogate,
+    id_problem,
+)
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "check_call_ids",
+    "check_content",
+    "check_count",
+    "check_id",
+    "check_name",
+    "check_parameters",
+    "check_text",
+]
+
+
+def _kind(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _surrogate_reason(text: str) -> str | None:
+    if not has_lone_surrogate(text):
+        return None
+    i = next(i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF)
+    return f"lone surrogate U+{ord(text[i]):04X} at offset {i} (not valid Unicode)"
+
+
+def check_id(where: str, value: Any) -> str:
+    """A context id or branch name (see the module docstring)."""
+    reason = id_problem(value)
+    if reason is not None:
+        raise InvalidInput(where, reason)
+    return value  # type: ignore[no-any-return]
+
+
+def check_name(where: str, value: Any) -> str:
+    """A model name, mode or agent role: like an id, but it may be empty."""
+    if isinstance(value, str) and not value:
+        return value
+    return check_id(where, value)
+
+
+def check_text(where: str, value: Any, *, optional: bool = False, empty: bool = True) -> Any:
+    """A text (see the module docstring); ``optional`` allows ``None``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(where, f"must be a string, not {_kind(value)}")
+    if not value and not empty:
+        raise InvalidInput(where, "must not be empty")
+    reason = _surrogate_reason(value)
+    if reason is not None:
+        raise InvalidInput(where, reason)
+    if len(value) * 4 > MAX_JSON_BYTES and len(value.encode()) > MAX_JSON_BYTES:
+        raise InvalidInput(where, f"is over the limit of {MAX_JSON_BYTES} bytes as UTF-8")
+    return value
+
+
+def check_call_ids(where: str, value: Any) -> list[str]:
+    """One tool call id or a list (any iterable but a mapping) of them; at least one."""
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, Iterable) or isinstance(ids, bytes | bytearray | Mapping):
+        raise InvalidInput(where, f"must be a tool call id or a list of them, not {_kind(value)}")
+    ids = list(ids)
+    if not ids:
+        raise InvalidInput(where, "give at least one tool call id")
+    for i, item in enumerate(ids):
+        at = where if isinstance(value, str) else f"{where}[{i}]"
+        check_text(at, item, empty=False)
+    return ids
+
+
+def check_count(where: str, value: Any, *, minimum: int, optional: bool = False) -> Any:
+    """An ``int`` (not a ``bool``) of at least ``minimum``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(where, f"must be an integer, not {_kind(value)}")
+    if value < minimum:
+        raise InvalidInput(where, f"must be >= {minimum}, not {value}")
+    return value
+
+
+def check_parameters(where: str, value: Any) -> dict[str, Any]:
+    """A JSON object (or ``None`` for an empty one) that a store can hold."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(where, f"must be a dict (a JSON object), not {_kind(value)}")
+    try:
+        check_json(value, where)
+    except JSONProblem as exc:
+        raise InvalidInput(exc.path, exc.reason) from None
+    return dict(value)
+
+
+_PART_FIELDS: dict[type, tuple[str, ...]] = {
+    TextPart: ("text",),
+    ImagePart: ("url",),
+    FilePart: ("name", "mime_type", "data"),
+}
+
+
+def check_content(where: str, content: Any) -> list[Any]:
+    """A message: a non-empty text, or a non-empty list (any iterable but a
+    mapping) of content parts."""
+    if isinstance(content, str):
+        check_text(where, content, empty=False)
+        return [TextPart(text=content)]
+    if not isinstance(content, Iterable) or isinstance(content, bytes | bytearray | Mapping):
+        raise InvalidInput(
+            where, f"must be a text or a list of content parts, not {_kind(content)}"
+        )
+    parts = list(content)
+    if not parts:
+        raise InvalidInput(where, "a message needs at least one content part")
+    texts: list[str] = []
+    for i, part in enumerate(parts):
+        fields = next((f for k, f in _PART_FIELDS.items() if isinstance(part, k)), None)
+        if fields is None:
+            raise InvalidInput(f"{where}[{i}]", f"not a content part: {_kind(part)}")
+        for name in fields:
+            texts.append(check_text(f"{where}[{i}].{name}", getattr(part, name, None)))
+        detail = getattr(part, "detail", None)
+        if isinstance(part, ImagePart) and detail not in (None, "auto", "low", "high"):
+            raise InvalidInput(
+                f"{where}[{i}].detail", f"must be 'auto', 'low', 'high' or None, not {detail!r}"
+            )
+    chars = sum(map(len, texts))
+    if chars * 4 > MAX_JSON_BYTES and sum(len(t.encode()) for t in texts) > MAX_JSON_BYTES:
+        raise InvalidInput(where, f"is over the limit of {MAX_JSON_BYTES} bytes as UTF-8")
+    return parts
