@@ -4,6 +4,10 @@ Talks to the demo model (no key, no network) with the demo weather tool. Type
 messages at the prompt (an empty line or end of input stops), or give
 ``--message TEXT`` for one turn. The script written replays to the same trace
 and messages with ``turnfsm replay FILE``.
+
+A tool call that needs approval is put to you on a terminal; without one it
+is denied unless --approve all is given. An empty --message is refused before
+anything runs.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from ..adapters.llm.demo import DemoLLM
 from ..engine import Engine, Turn
 from ..replay import Recorder
 from ..states import State
+from ._chat import check_message
 from ._demo import get_weather
+from ._store import approval_mode
 
 __all__ = ["add_parser"]
 
@@ -34,6 +40,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="where to write the script")
     p.add_argument(
         "--message",
+        "-m",
         action="append",
         metavar="TEXT",
         help="a user message to send (repeatable); without it, read from the terminal",
@@ -42,16 +49,24 @@ def add_parser(sub: Any) -> None:
         "--approve",
         choices=("all", "none", "ask"),
         default=None,
-        help="tool approvals: all, none, or ask (default: ask on a terminal, else all)",
+        help="tool calls that need approval: approve all, deny all, or ask "
+        "(default: ask on a terminal, none otherwise)",
     )
-    p.add_argument("--system-prompt", default="You are a helpful weather assistant.")
+    p.add_argument(
+        "--system-prompt",
+        metavar="TEXT",
+        default="You are a helpful weather assistant.",
+        help="the system prompt of the conversation",
+    )
+    p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # chat's old name
     p.add_argument("--name", default="recorded conversation", help="the script's name")
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    approve = args.approve or ("ask" if sys.stdin.isatty() else "all")
-    return anyio.run(_record, args, approve)
+    for text in args.message or ():
+        check_message(text, "--message")
+    return anyio.run(_record, args, approval_mode(args.approve))
 
 
 def _messages(args: argparse.Namespace) -> Any:
