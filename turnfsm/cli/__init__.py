@@ -74,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    prog = f"turnfsm {args.command}"
-    code: int = run_guarded(prog, lambda: args.run(args))
+    code: int = run_guarded(f"turnfsm {args.command}", lambda: args.run(args))
     return code
 
 

@@ -30,6 +30,7 @@ import anyio
 from ..render import audit_jsonl, audit_records, path_from_steps, verify_audit_log
 from ..storage import Store
 from ._diagram import read_text, split_lines
+from ._errors import guarded
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "export_log"]
@@ -49,7 +50,7 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     ve = verbs.add_parser("verify", help="check an audit log against the declared table")
     ve.add_argument("file", metavar="FILE", help="the log (- for stdin)")
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm audit", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -58,7 +58,7 @@ from ..events import (
 from ..model import InternalMessage, Role, ToolCallRequest
 from ..states import RESTING, State
 from ..tools import Tool, ToolError, tool
-from ._errors import CLIError, count, seconds
+from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_model_options", "add_parser", "builtin_tools", "calculate", "run_chat"]
@@ -223,7 +223,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # the old name
     add_model_options(p)
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm chat", _run))
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:

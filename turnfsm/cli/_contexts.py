@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 
+from ._errors import guarded
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser"]
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
     rm = verbs.add_parser("delete", help="delete a context and everything stored of it")
     rm.add_argument("context_id", metavar="ID")
     add_store_option(rm)
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm contexts", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

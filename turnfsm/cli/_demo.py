@@ -26,7 +26,7 @@ from ..events import ContentDelta, StateChanged, ToolResult
 from ..states import RESTING, State
 from ..storage import Store
 from ..tools import tool
-from ._errors import seconds
+from ._errors import guarded, seconds
 from ._store import add_store_option, approval_mode, open_cli_store
 
 __all__ = ["add_parser", "run_demo"]
@@ -75,7 +75,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the turns as JSON lines")
     add_store_option(p)
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm demo", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -61,7 +61,7 @@ from ..render import (
     sequence_diagram,
     svg_digest,
 )
-from ._errors import CLIError, count
+from ._errors import CLIError, count, guarded
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "read_text", "regenerate", "split_lines"]
@@ -114,7 +114,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="with --regenerate: write nothing; exit 1 if a generated file is stale",
     )
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm diagram", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

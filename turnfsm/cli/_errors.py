@@ -29,6 +29,7 @@ __all__ = [
     "CLIError",
     "Parser",
     "count",
+    "guarded",
     "run_guarded",
     "seconds",
 ]
@@ -133,6 +134,15 @@ def _quiet_stdout() -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+
+
+def guarded(prog: str, run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """A command's ``run`` that ends as :func:`run_guarded` says, however it is called."""
+
+    def guarded_run(args: argparse.Namespace) -> int:
+        return run_guarded(prog, lambda: run(args))
+
+    return guarded_run
 
 
 def run_guarded(prog: str, run: Callable[[], int]) -> int:

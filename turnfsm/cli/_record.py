@@ -25,6 +25,7 @@ from ..replay import Recorder
 from ..states import State
 from ._chat import check_message
 from ._demo import get_weather
+from ._errors import guarded
 from ._store import approval_mode
 
 __all__ = ["add_parser"]
@@ -60,7 +61,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # chat's old name
     p.add_argument("--name", default="recorded conversation", help="the script's name")
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm record", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

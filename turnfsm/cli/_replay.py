@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from ..replay import ReplayResult, ScriptError, load_script, replay
-from ._errors import CLIError
+from ._errors import CLIError, guarded
 from ._store import open_cli_store
 
 __all__ = ["add_parser"]
@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="keep the replayed conversations in this store (default: in memory)",
     )
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm replay", _run))
 
 
 SUFFIXES = (".json", ".yaml", ".yml")

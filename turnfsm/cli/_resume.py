@@ -27,6 +27,7 @@ import anyio
 from ..engine import Turn
 from ..states import State
 from ._chat import _Chat, add_model_options
+from ._errors import guarded
 
 __all__ = ["add_parsers", "recovery_lines"]
 
@@ -40,7 +41,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("context_id", metavar="ID", help="the context to continue")
     add_model_options(p)
-    p.set_defaults(run=_run_resume)
+    p.set_defaults(run=guarded("turnfsm resume", _run_resume))
     r: argparse.ArgumentParser = sub.add_parser(
         "recover",
         help="continue every interrupted conversation of a store",
@@ -48,7 +49,7 @@ def add_parsers(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_options(r)
-    r.set_defaults(run=_run_recover)
+    r.set_defaults(run=guarded("turnfsm recover", _run_recover))
 
 
 def _run_resume(args: argparse.Namespace) -> int:
