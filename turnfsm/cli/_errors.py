@@ -149,7 +149,9 @@ def run_guarded(prog: str, run: Callable[[], int]) -> int:
     """Run a command; every way it can end becomes an exit code and at most one line."""
     debug = bool(os.environ.get(DEBUG_ENV))
     try:
-        return run()
+        code = run()
+        sys.stdout.flush()  # a reader that went away shows here, while it can be handled
+        return code
     except KeyboardInterrupt:
         _say(prog, "interrupted")
         return EXIT_INTERRUPTED
