@@ -332,3 +332,59 @@ def test_without_a_terminal_tool_calls_are_denied_everywhere(cli: Cli, tmp_path:
     assert '"approve"' not in script.read_text() and '"deny"' in script.read_text()
     ran = cli("demo", "--delay", "0", "--json", "--yes", "--store", "memory://")
     assert "The weather in London is 15 C and cloudy." in ran.out
+
+
+# ---------------------------------------------------------------------- other inputs
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [(b"\xff\xfe", "not UTF-8"), (b"[" * 100_000 + b"]" * 100_000, "nested too deeply")],
+    ids=["latin", "deep"],
+)
+def test_unreadable_files_elsewhere_are_one_line_too(
+    cli: Cli, tmp_path: Path, content: bytes, named: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    for argv in (
+        ["import", str(bad)],
+        ["diagram", "--trace", str(bad)],
+        ["audit", "verify", str(bad)],
+    ):
+        ran = cli(*argv)
+        assert ran.code == 2, (argv, ran.out, ran.err)
+        line = ran.one_line()
+        assert line.startswith(f"turnfsm {argv[0]}: ") and named in line, line
+
+
+def test_chat_on_an_interrupted_context_points_to_resume(cli: Cli, tmp_path: Path) -> None:
+    import anyio
+
+    from turnfsm.adapters.llm.demo import DemoLLM
+    from turnfsm.engine import Engine
+    from turnfsm.events import ContentDelta
+    from turnfsm.storage import open_store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+
+    async def interrupt() -> str:
+        async with Engine(llm=DemoLLM(delay=0.3), store=open_store(url)) as engine:
+            cid = await engine.create_context(model="demo")
+            async with engine.subscribe(cid) as events, anyio.create_task_group() as tg:
+                tg.start_soon(engine.send, cid, "Who are you?")
+                async for ev in events:
+                    if isinstance(ev, ContentDelta):
+                        tg.cancel_scope.cancel()
+                        break
+        return cid
+
+    cid = anyio.run(interrupt)
+    ran = cli("chat", "--demo", "--context", cid, "-m", "hello?", "--store", url)
+    assert ran.code == 2
+    assert ran.one_line() == (
+        f"turnfsm chat: context {cid} was interrupted in StreamingLLMResponse; "
+        f"continue it with: turnfsm resume {cid} --store {url}"
+    )
+    assert cli("resume", cid, "--demo", "--store", url).code == 0
+    assert cli("chat", "--demo", "--context", cid, "-m", "hello?", "--store", url).code == 0

@@ -38,8 +38,8 @@ exit status, the same for every command:
 tool approvals: on a terminal the commands ask; without one (piped, in CI) a tool
 call that needs approval is denied unless --approve all (demo: --yes) is given.
 
-read-only commands (contexts list/show/export, audit export, diagram --context)
-never create a store: a store that does not exist is an error.
+commands on stored conversations (contexts, audit export, diagram --context,
+resume, recover, chat --context) never create a store: a missing one is an error.
 """
 
 

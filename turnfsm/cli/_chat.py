@@ -466,6 +466,11 @@ class _Chat:
                 ctx = await engine.get_context(self.args.context)
             except ContextNotFound as exc:
                 raise CLIError(f"{exc} in {url}") from None
+            if ctx.current_state not in RESTING:
+                raise CLIError(
+                    f"context {ctx.id} was interrupted in {ctx.current_state}; continue it "
+                    f"with: turnfsm resume {ctx.id} --store {url}"
+                )
             if not self.as_json:
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "

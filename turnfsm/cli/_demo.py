@@ -26,7 +26,7 @@ from ..events import ContentDelta, StateChanged, ToolResult
 from ..states import RESTING, State
 from ..storage import Store
 from ..tools import tool
-from ._errors import guarded, seconds
+from ._errors import guarded, read_line, seconds
 from ._store import add_store_option, approval_mode, open_cli_store
 
 __all__ = ["add_parser", "run_demo"]
@@ -95,9 +95,10 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
-def _ask(console: Console, question: str) -> bool:
+async def _ask(console: Console, question: str) -> bool:
     console.print(question, end=" ", markup=False)
-    answer = sys.stdin.readline().strip().lower()
+    console.file.flush()
+    answer = (await read_line()).strip().lower()
     return answer in ("y", "yes")
 
 
@@ -133,7 +134,7 @@ async def run_demo(
                 while turn.state is State.AWAITING_TOOL_APPROVAL:
                     call = turn.pending_tool_calls[0]
                     shown = f"{call.tool_name}({json.dumps(call.arguments)})"
-                    if interactive and not _ask(console, f"approve {shown}? [y/N]"):
+                    if interactive and not await _ask(console, f"approve {shown}? [y/N]"):
                         turn = await engine.deny(cid, call.id, reason="the user said no")
                     elif not interactive and deny:
                         if not as_json:

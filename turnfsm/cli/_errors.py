@@ -19,6 +19,9 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
+import anyio
+import anyio.to_thread
+
 from ..errors import TurnFSMError
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "Parser",
     "count",
     "guarded",
+    "read_line",
     "run_guarded",
     "seconds",
 ]
@@ -103,6 +107,12 @@ def count(minimum: int, maximum: int) -> Callable[[str], int]:
 
     parse.__name__ = "number"
     return parse
+
+
+async def read_line() -> str:
+    """A line of stdin ("" at its end), read in a worker thread that Ctrl-C
+    abandons, so that an interrupt at a prompt ends the command at once."""
+    return await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
 
 
 def _one_line(text: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -25,7 +25,7 @@ from ..replay import Recorder
 from ..states import State
 from ._chat import check_message
 from ._demo import get_weather
-from ._errors import guarded
+from ._errors import guarded, read_line
 from ._store import approval_mode
 
 __all__ = ["add_parser"]
@@ -70,13 +70,14 @@ def _run(args: argparse.Namespace) -> int:
     return anyio.run(_record, args, approval_mode(args.approve))
 
 
-def _messages(args: argparse.Namespace) -> Any:
+async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:
     if args.message:
-        yield from args.message
+        for text in args.message:
+            yield text
         return
     while True:
         print("user> ", end="", flush=True)
-        line = sys.stdin.readline()
+        line = await read_line()
         if not line.strip():
             return
         yield line.strip()
@@ -89,7 +90,7 @@ async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
         yes = approve == "all"
         if approve == "ask":
             print(f"approve {shown}? [y/N] ", end="", flush=True)
-            yes = sys.stdin.readline().strip().lower() in ("y", "yes")
+            yes = (await read_line()).strip().lower() in ("y", "yes")
         if yes:
             turn = await recorder.approve(call.id)
         else:
@@ -101,7 +102,7 @@ async def _record(args: argparse.Namespace, approve: str) -> int:
     recorder = Recorder(DemoLLM(), tools=[get_weather], name=args.name, model="demo")
     async with Engine(llm=recorder.llm, tools=recorder.tools) as engine:
         await recorder.start(engine, system_prompt=args.system_prompt)
-        for text in _messages(args):
+        async for text in _messages(args):
             turn = await _decide(recorder, await recorder.send(text), approve)
             print(f"assistant> {turn.text}")
             print(f"  states: {' -> '.join(turn.states)}")
