@@ -35,7 +35,7 @@ APPROVED_TRACE = [
 def test_demo_command_runs_without_a_terminal(tmp_path: Path) -> None:
     env = {**os.environ, "TURNFSM_STORE": f"sqlite:///{tmp_path / 'demo.db'}"}
     out = subprocess.run(
-        [sys.executable, "-m", "turnfsm", "demo", "--json", "--delay", "0"],
+        [sys.executable, "-m", "turnfsm", "demo", "--json", "--delay", "0", "--yes"],
         env=env,
         capture_output=True,
         text=True,
@@ -95,7 +95,7 @@ def test_demo_keeps_its_conversation_in_the_store_and_contexts_shows_it(tmp_path
     assert _cli("contexts", "delete", row["id"], "--store", url).returncode == 0
     assert _cli("contexts", "list", "--store", url).stdout == ""
     missing = _cli("contexts", "show", row["id"], "--store", url)
-    assert missing.returncode == 1
+    assert missing.returncode == 2
     assert "no context with id" in missing.stderr
 
 

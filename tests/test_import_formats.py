@@ -1326,14 +1326,15 @@ def test_cli_store_creates_the_context(
     assert summary == "entries: 12 messages, 3 tool calls, 1 branch; stored in fake://x"
 
 
-def test_cli_store_refusal_exits_1(
+def test_cli_store_refusal_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = FakeStore(fail=True)
     monkeypatch.setattr(turnfsm.storage, "open_store", lambda url: store, raising=False)
-    assert run_cli([str(FIXTURES / "entries.json"), "--store", "fake://x"]) == 1
+    assert run_cli([str(FIXTURES / "entries.json"), "--store", "fake://x"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "already exists" in err and store.closed
+    assert err.count("\n") == 1
 
 
 def test_cli_store_without_open_store_exits_2(

@@ -266,7 +266,7 @@ def test_audit_export_to_stdout_and_file(
 
 
 def test_audit_export_of_a_missing_context(stored: Run, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["audit", "export", "nope", "--store", stored.store_url]) == 1
+    assert run_cli(["audit", "export", "nope", "--store", stored.store_url]) == 2
     assert "no context with id 'nope'" in capsys.readouterr().err
 
 

@@ -12,9 +12,10 @@
       first in Idle), declared edges only, time never going back, the actor and
       attempt each trigger implies, every tool call resolved
 
-Exit status: export 0 written, 1 no such context, 2 the store cannot be read;
-verify 0 the log holds, 1 it does not (the first offending line and why),
-2 the file cannot be read (missing, not UTF-8; ``-`` reads stdin).
+Exit status: export 0 written, 2 no such context or the store cannot be read
+(a missing store is not created); verify 0 the log holds, 1 it does not (the
+first offending line and why), 2 the file cannot be read (missing, not UTF-8;
+- reads stdin).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 
 import anyio
 
-from ..errors import ContextNotFound, TurnFSMError
-from ..render import RenderError, audit_jsonl, audit_records, path_from_steps, verify_audit_log
+from ..render import audit_jsonl, audit_records, path_from_steps, verify_audit_log
+from ..storage import Store
 from ._diagram import read_text, split_lines
-from ._store import add_store_option, default_store_url
+from ._errors import guarded
+from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "export_log"]
 
@@ -48,37 +50,34 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     ve = verbs.add_parser("verify", help="check an audit log against the declared table")
     ve.add_argument("file", metavar="FILE", help="the log (- for stdin)")
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm audit", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.verb == "verify":
         return _verify(args.file)
-    try:
-        text = anyio.run(export_log, args.store or default_store_url(), args.context_id)
-    except ContextNotFound as exc:
-        print(f"turnfsm audit: {exc}", file=sys.stderr)
-        return 1
-    except TurnFSMError as exc:
-        print(f"turnfsm audit: {exc}", file=sys.stderr)
-        return 2
+    text = anyio.run(_export, args.store, args.context_id)
     if args.out:
-        try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            print(f"turnfsm audit: cannot write {args.out}: {exc}", file=sys.stderr)
-            return 2
+        Path(args.out).write_text(text, encoding="utf-8")
         print(f"wrote {args.out} ({text.count(chr(10))} steps)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
 
 
+async def _export(store_url: str | None, context_id: str) -> str:
+    store, _ = open_cli_store(store_url, create=False)
+    return await _log_of(store, context_id)
+
+
 async def export_log(store_url: str, context_id: str) -> str:
     """The audit log (JSON Lines) of one stored context."""
     from ..storage import open_store
 
-    store = open_store(store_url)
+    return await _log_of(open_store(store_url), context_id)
+
+
+async def _log_of(store: Store, context_id: str) -> str:
     try:
         ctx = await store.load(context_id)
         steps = await store.steps(context_id)
@@ -89,11 +88,7 @@ async def export_log(store_url: str, context_id: str) -> str:
 
 
 def _verify(file: str) -> int:
-    try:
-        lines = split_lines(read_text(Path(file)))
-    except RenderError as exc:
-        print(f"turnfsm audit verify: {exc}", file=sys.stderr)
-        return 2
+    lines = split_lines(read_text(Path(file)))
     result = verify_audit_log(lines)
     if not result.ok:
         print(f"{file}:{result.line}: {result.reason}")

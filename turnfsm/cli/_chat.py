@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import json
 import logging
@@ -34,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
@@ -45,7 +46,7 @@ from rich.markup import escape
 
 from ..adapters.llm import LLMChunk, LLMRequest
 from ..engine import Engine, RetryPolicy, Turn
-from ..errors import ContextNotFound, InvalidInput, LLMError, StoreError, TurnFSMError
+from ..errors import ContextNotFound, InvalidInput, LLMError, TurnFSMError
 from ..events import (
     ContentDelta,
     Event,
@@ -55,18 +56,20 @@ from ..events import (
     ToolResult,
 )
 from ..model import InternalMessage, Role, ToolCallRequest
-from ..states import State
-from ..storage import Store, open_store
+from ..states import RESTING, State
 from ..tools import Tool, ToolError, tool
-from ._store import add_store_option, default_store_url
+from ._errors import CLIError, count, guarded, seconds
+from ._store import add_store_option, open_cli_store
 
-__all__ = ["add_parser", "builtin_tools", "calculate", "run_chat"]
+__all__ = ["add_model_options", "add_parser", "builtin_tools", "calculate", "run_chat"]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_SYSTEM = (
     "You are a helpful assistant in a terminal. You can tell the time, do arithmetic "
     "and read text files in the user's working directory with your tools."
 )
+MAX_TIMEOUT = 3600.0
+MAX_ATTEMPTS = 100
 PLACEHOLDER_KEY = "not-needed"
 """Sent with ``--base-url`` when no ``OPENAI_API_KEY`` is set (local servers need none)."""
 
@@ -213,6 +216,18 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--message", "-m", metavar="TEXT", help="send one message, print, exit")
+    p.add_argument("--context", metavar="ID", help="resume this stored conversation")
+    p.add_argument(
+        "--system-prompt", metavar="TEXT", help="the system prompt of a new conversation"
+    )
+    p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # the old name
+    add_model_options(p)
+    p.set_defaults(run=guarded("turnfsm chat", _run))
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose and drive the model (chat, resume, recover)."""
     p.add_argument(
         "--base-url",
         metavar="URL",
@@ -222,7 +237,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model", metavar="NAME", help=f"the model (default {DEFAULT_MODEL}, or the context's)"
     )
-    p.add_argument("--message", "-m", metavar="TEXT", help="send one message, print, exit")
     p.add_argument(
         "--approve",
         choices=["all", "none", "ask"],
@@ -231,8 +245,6 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print each turn as one JSON object")
     add_store_option(p)
-    p.add_argument("--context", metavar="ID", help="resume this stored conversation")
-    p.add_argument("--system", metavar="TEXT", help="the system prompt of a new conversation")
     p.add_argument(
         "--responses", action="store_true", help="use the Responses API (default: Chat Completions)"
     )
@@ -241,30 +253,30 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
     p.add_argument(
-        "--timeout", type=float, default=60.0, metavar="S", help="seconds per request (60)"
+        "--timeout",
+        type=seconds(MAX_TIMEOUT),
+        default=60.0,
+        metavar="S",
+        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
     )
     p.add_argument(
         "--max-attempts",
-        type=int,
+        type=count(1, MAX_ATTEMPTS),
         default=3,
         metavar="N",
-        help="attempts per model call, retries included (3)",
+        help=f"attempts per model call, retries included (3; 1 to {MAX_ATTEMPTS})",
     )
-    p.set_defaults(run=_run)
+
+
+def check_message(text: str, where: str) -> str:
+    """A message to send: refused when empty or only whitespace."""
+    if not text.strip():
+        raise CLIError(f"{where}: the message is empty")
+    return text
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        return anyio.run(run_chat, args)
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-
-
-class _Exit(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        self.code = code
-        super().__init__(message)
+    return anyio.run(run_chat, args)
 
 
 class _Watched:
@@ -306,8 +318,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
     key = os.environ.get("OPENAI_API_KEY") or None
     if base_url is None and key is None:
-        raise _Exit(
-            2,
+        raise CLIError(
             "no OPENAI_API_KEY is set and no --base-url was given; without a key, try the "
             "demo model: `turnfsm chat --demo` (or `turnfsm demo`), or a local server: "
             "`turnfsm chat --base-url http://localhost:11434/v1 --model llama3.2`",
@@ -324,7 +335,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
             stream=not args.no_stream,
         )
     except InvalidInput as exc:
-        raise _Exit(2, str(exc)) from None
+        raise CLIError(str(exc)) from None
     return _Setup(llm, llm.base_url, tools)
 
 
@@ -355,7 +366,7 @@ async def run_chat(
     err = err or sys.stderr
     try:
         return await _Chat(args, stdin, out, err).main()
-    except _Exit as exc:
+    except CLIError as exc:
         print(f"turnfsm chat: {exc}", file=err)
         return exc.code
     except TurnFSMError as exc:  # the store failed, a bad input: one line, no traceback
@@ -364,13 +375,21 @@ async def run_chat(
 
 
 class _Chat:
-    def __init__(self, args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        stdin: TextIO,
+        out: TextIO,
+        err: TextIO,
+        prog: str = "turnfsm chat",
+    ) -> None:
         self.args = args
+        self.prog = prog
         self.stdin = stdin
         self.out = out
         self.err = err
         self.tty = stdin.isatty()
-        self.approve: ApproveMode = args.approve or ("ask" if self.tty else "none")
+        self.approve = cast(ApproveMode, args.approve or ("ask" if self.tty else "none"))
         self.console = Console(file=out, highlight=False, soft_wrap=True)
         self.as_json: bool = args.json
         self.streamed: set[str] = set()
@@ -380,17 +399,25 @@ class _Chat:
         self.line_open = False
 
     async def main(self) -> int:
-        if self.args.max_attempts < 1:
-            raise _Exit(2, "--max-attempts must be at least 1")
+        if self.args.message is not None:
+            check_message(self.args.message, "--message")  # before anything is created
+        # resuming (--context) needs a store that exists: never make one for it
+        async with self.session(create=not self.args.context) as (engine, url):
+            cid = await self._open_context(url)
+            async with engine.subscribe(cid) as events:
+                self.events = events
+                if self.args.message is not None:
+                    return await self._one(cid, self.args.message)
+                return await self._loop(cid)
+
+    @contextlib.asynccontextmanager
+    async def session(self, *, create: bool) -> AsyncIterator[tuple[Engine, str]]:
+        """The engine on the model and the store the options name, and the store's URL."""
         setup = _setup(self.args)
         self.endpoint = setup.endpoint
         self.watched = _Watched(setup.llm)
-        url = self.args.store or default_store_url()
         try:
-            try:
-                store: Store = open_store(url)
-            except (InvalidInput, StoreError) as exc:
-                raise _Exit(2, f"--store: {exc}") from None
+            store, url = open_cli_store(self.args.store, create=create)
             async with Engine(
                 llm=self.watched,
                 tools=setup.tools,
@@ -399,16 +426,38 @@ class _Chat:
                 logger=_quiet_logger(self.err),
             ) as engine:
                 self.engine = engine
-                cid = await self._open_context(url)
-                async with engine.subscribe(cid) as events:
-                    self.events = events
-                    if self.args.message is not None:
-                        return await self._one(cid, self.args.message)
-                    return await self._loop(cid)
+                yield engine, url
         finally:
             close = getattr(setup.llm, "aclose", None)
             if close is not None:
                 await close()
+
+    async def resume(self, cid: str) -> int:
+        """Continue a context left in a non-resting state, showing it as a turn."""
+        async with self.session(create=False) as (engine, url):
+            try:
+                ctx = await engine.get_context(cid)
+            except ContextNotFound as exc:
+                raise CLIError(f"{exc} in {url}") from None
+            if ctx.current_state in RESTING:
+                self._note(f"context {cid} is at rest in {ctx.current_state}: nothing to resume")
+                return 0
+            async with engine.subscribe(cid) as events:
+                self.events = events
+                turn = await self._call(functools.partial(engine.resume, cid))
+                states = list(turn.states)
+                settled = await self._settle(cid, turn, turn.pending_tool_calls)
+                if settled is not None:
+                    states.extend(settled.states)
+                    turn = _merged(turn, settled)
+            if self.as_json:
+                await self._json(turn, states)
+            else:
+                self._note(f"context {cid}: {' -> '.join(states)}")
+            if turn.state is State.PERMANENT_FAILURE:
+                self._fail_line(turn)
+                return 1
+            return 0
 
     async def _open_context(self, url: str) -> str:
         engine = self.engine
@@ -416,7 +465,12 @@ class _Chat:
             try:
                 ctx = await engine.get_context(self.args.context)
             except ContextNotFound as exc:
-                raise _Exit(2, f"{exc} in {url}") from None
+                raise CLIError(f"{exc} in {url}") from None
+            if ctx.current_state not in RESTING:
+                raise CLIError(
+                    f"context {ctx.id} was interrupted in {ctx.current_state}; continue it "
+                    f"with: turnfsm resume {ctx.id} --store {url}"
+                )
             if not self.as_json:
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "
@@ -424,7 +478,7 @@ class _Chat:
                 )
             return ctx.id
         cid = await engine.create_context(
-            system_prompt=self.args.system or DEFAULT_SYSTEM,
+            system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
             model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
         )
         if not self.as_json:
@@ -527,7 +581,7 @@ class _Chat:
         if turn.state is State.PERMANENT_FAILURE:
             fatal = _fatal(self.watched.last_error, self.endpoint)
             if fatal:
-                raise _Exit(2, fatal)
+                raise CLIError(fatal)
         return turn
 
     # ------------------------------------------------------------------ output
@@ -583,7 +637,7 @@ class _Chat:
         if to_console and not self.as_json:
             self.console.print(f"[red]{escape(line)}[/red]")
         else:
-            print(f"turnfsm chat: {line}", file=self.err)
+            print(f"{self.prog}: {line}", file=self.err)
 
     async def _json(self, turn: Turn, states: Sequence[State]) -> None:
         ctx = await self.engine.get_context(turn.context_id)
@@ -609,7 +663,8 @@ class _Chat:
         if target is not None:
             target.write(prompt)
             target.flush()
-        line = await anyio.to_thread.run_sync(self.stdin.readline)
+        # abandoned on Ctrl-C: the blocked read must not hold the exit up
+        line = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
         return line.rstrip("\n") if line else None
 
 

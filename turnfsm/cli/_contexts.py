@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import anyio
 
-from ..errors import TurnFSMError
-from ._store import add_store_option, default_store_url
+from ._errors import guarded
+from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser"]
 
@@ -35,21 +34,16 @@ def add_parser(sub: Any) -> None:
     rm = verbs.add_parser("delete", help="delete a context and everything stored of it")
     rm.add_argument("context_id", metavar="ID")
     add_store_option(rm)
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm contexts", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        return anyio.run(_main, args)
-    except TurnFSMError as exc:
-        print(f"turnfsm contexts: {exc}", file=sys.stderr)
-        return 2 if "no context with id" not in str(exc) else 1
+    return anyio.run(_main, args)
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from ..storage import open_store
-
-    store = open_store(args.store or default_store_url())
+    # every verb works on a store that exists: none of them makes one
+    store, _ = open_cli_store(args.store, create=False)
     try:
         if args.verb == "list":
             for s in await store.list_contexts():

@@ -3,11 +3,16 @@
 A weather question, a tool that needs approval, a streamed answer; the text is
 printed as it arrives and the states the context passed through after each
 turn. No API key and no network: the model is the scripted demo model.
+
+On a terminal the tool call is put to you; without one it is denied unless
+--yes (or --approve all) is given. Ctrl-C stops it (exit 130) with the
+conversation kept: continue it with turnfsm resume ID --store URL.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from typing import Any, TextIO
@@ -19,11 +24,14 @@ from ..adapters.llm.demo import DemoLLM
 from ..engine import Engine, Turn
 from ..events import ContentDelta, StateChanged, ToolResult
 from ..states import RESTING, State
+from ..storage import Store
 from ..tools import tool
-from ._store import add_store_option, default_store_url
+from ._errors import guarded, read_line, seconds
+from ._store import add_store_option, approval_mode, open_cli_store
 
 __all__ = ["add_parser", "run_demo"]
 
+MAX_DELAY = 10.0
 QUESTIONS = ("What's the weather in London?", "Thanks! Who are you?")
 
 
@@ -45,38 +53,69 @@ def add_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
+        "--approve",
+        choices=("all", "none", "ask"),
+        help="tool calls that need approval: approve all, deny all, or ask "
+        "(default: ask on a terminal, none otherwise)",
+    )
+    p.add_argument(
         "--yes",
         "-y",
-        action="store_true",
-        help="approve tool calls without asking (the default when not on a terminal)",
+        dest="approve",
+        action="store_const",
+        const="all",
+        help="approve tool calls without asking (same as --approve all)",
     )
     p.add_argument(
         "--delay",
-        type=float,
+        type=seconds(MAX_DELAY),
         default=0.02,
-        help="seconds between streamed chunks (default 0.02; 0 for none)",
+        metavar="S",
+        help=f"seconds between streamed chunks (default 0.02; 0 for none; at most {MAX_DELAY:g})",
     )
     p.add_argument("--json", action="store_true", help="print the turns as JSON lines")
     add_store_option(p)
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm demo", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
-    interactive = sys.stdin.isatty() and not args.yes
-    store = args.store or default_store_url()
-    return anyio.run(run_demo, interactive, args.delay, args.json, sys.stdout, store)
+    approve = approval_mode(args.approve)
+    store, url = open_cli_store(args.store)
+    return anyio.run(
+        functools.partial(
+            run_demo,
+            approve == "ask",
+            args.delay,
+            args.json,
+            sys.stdout,
+            store,
+            url=url,
+            deny=approve == "none",
+        )
+    )
 
 
-def _ask(console: Console, question: str) -> bool:
+async def _ask(console: Console, question: str) -> bool:
     console.print(question, end=" ", markup=False)
-    answer = sys.stdin.readline().strip().lower()
+    console.file.flush()
+    answer = (await read_line()).strip().lower()
     return answer in ("y", "yes")
 
 
 async def run_demo(
-    interactive: bool, delay: float, as_json: bool, out: TextIO, store: str = "memory://"
+    interactive: bool,
+    delay: float,
+    as_json: bool,
+    out: TextIO,
+    store: str | Store = "memory://",
+    *,
+    url: str | None = None,
+    deny: bool = False,
 ) -> int:
+    """Play the demo; ``interactive`` asks about each tool call, else ``deny``
+    decides (approve by default)."""
     console = Console(file=out, highlight=False, soft_wrap=True)
+    url = url or (store if isinstance(store, str) else repr(store))
     trace: list[State] = [State.IDLE]
     async with Engine(llm=DemoLLM(delay=delay), tools=[get_weather], store=store) as engine:
         cid = await engine.create_context(
@@ -95,8 +134,12 @@ async def run_demo(
                 while turn.state is State.AWAITING_TOOL_APPROVAL:
                     call = turn.pending_tool_calls[0]
                     shown = f"{call.tool_name}({json.dumps(call.arguments)})"
-                    if interactive and not _ask(console, f"approve {shown}? [y/N]"):
+                    if interactive and not await _ask(console, f"approve {shown}? [y/N]"):
                         turn = await engine.deny(cid, call.id, reason="the user said no")
+                    elif not interactive and deny:
+                        if not as_json:
+                            console.print(f"[dim]denied {shown} (no terminal to ask)[/dim]")
+                        turn = await engine.deny(cid, call.id, reason="--approve none")
                     else:
                         if not as_json:
                             console.print(f"[dim]approved {shown}[/dim]")
@@ -107,7 +150,7 @@ async def run_demo(
             events.end()
     if not as_json:
         console.print("\n[bold]trace:[/bold] " + " -> ".join(trace))
-        console.print(f"[dim]context {cid} kept in {store}[/dim]")
+        console.print(f"[dim]context {cid} kept in {url}[/dim]")
     else:
         console.out(json.dumps({"trace": list(trace)}), highlight=False)
     return 0 if trace[-1] is State.IDLE else 1

@@ -18,9 +18,10 @@
   turnfsm diagram --regenerate [--root DIR] [--check]
       rewrite diagrams/fsm.{mmd,dot,svg,png} and docs/states.md from the table
 
-Exit status: 0 done (``--diff``: the traces are the same); 1 ``--diff``: they
-differ, ``--regenerate --check``: a generated file is stale; 2 an error (no
-such context or file, Graphviz missing, unreadable input).
+Exit status: 0 done (--diff: the traces are the same); 1 --diff: they
+differ, --regenerate --check: a generated file is stale; 2 an error (no
+such context, store or file, Graphviz missing, unreadable input, --format png
+to a terminal). --context never creates a store.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from typing import Any
 
 import anyio
 
-from ..errors import TurnFSMError
 from ..model import MessageNode
 from ..render import (
     GENERATED,
@@ -61,7 +61,8 @@ from ..render import (
     sequence_diagram,
     svg_digest,
 )
-from ._store import add_store_option, default_store_url
+from ._errors import CLIError, count, guarded
+from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "read_text", "regenerate", "split_lines"]
 
@@ -100,7 +101,10 @@ def add_parser(sub: Any) -> None:
         help="with --context/--trace: a Mermaid sequenceDiagram of one turn",
     )
     p.add_argument(
-        "--turn", type=int, metavar="N", help="with --sequence: turn N (from 1; default: last)"
+        "--turn",
+        type=count(1, 1_000_000),
+        metavar="N",
+        help="with --sequence: turn N (from 1; default: last)",
     )
     p.add_argument(
         "--root", metavar="DIR", default=".", help="with --regenerate: the repository root"
@@ -110,15 +114,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="with --regenerate: write nothing; exit 1 if a generated file is stale",
     )
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm diagram", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        return _dispatch(args)
-    except (TurnFSMError, OSError) as exc:
-        print(f"turnfsm diagram: {exc}", file=sys.stderr)
-        return 2
+    return _dispatch(args)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -126,6 +126,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return regenerate(Path(args.root), check=args.check)
     if args.check:
         raise RenderError("--check goes with --regenerate")
+    if not args.out and args.format == "png" and sys.stdout.isatty():
+        raise CLIError("a PNG is binary: give --out FILE, or redirect the output to a file")
     if args.diff:
         return _diff(*args.diff)
     if args.sequence or args.turn is not None:
@@ -178,12 +180,8 @@ class _Run:
 
 
 def _load_context(args: argparse.Namespace) -> _Run:
-    url = args.store or default_store_url()
-
     async def load() -> _Run:
-        from ..storage import open_store
-
-        store = open_store(url)
+        store, _ = open_cli_store(args.store, create=False)
         try:
             ctx = await store.load(args.context)
             steps = await store.steps(args.context)

@@ -11,8 +11,9 @@ becomes a context in state Idle; with ``--store URL`` it is stored there.
 Prints the new context's id, then a one-line summary; with ``--json``, the
 whole context as JSON instead.
 
-Exit status: 0 imported; 1 the store refused it; 2 the file cannot be read, is
-not JSON, or cannot be converted (one line on stderr with the JSON path).
+Exit status: 0 imported; 2 the file cannot be read, is not JSON, cannot be
+converted (one line on stderr with the JSON path), or the store refused it
+(a bad store URL, the context already stored).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..adapters.inbound import (
 from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
 from ..storage._schema import context_from_document
+from ._errors import guarded
 
 __all__ = ["add_parser", "summary"]
 
@@ -65,7 +67,7 @@ def add_parser(sub: Any) -> None:
         "without it, nothing is stored",
     )
     p.add_argument("--json", action="store_true", help="print the whole context as JSON")
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm import", _run))
 
 
 def summary(ctx: ChatContext, fmt: str) -> str:
@@ -123,9 +125,8 @@ def _run(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         except ValueError as exc:  # a malformed URL (InvalidInput is one too)
             return _fail(f"{args.store}: {exc}")
-        except (TurnFSMError, OSError) as exc:
-            print(f"{_PROG}: {args.store}: {exc}", file=sys.stderr)
-            return 1
+        except (TurnFSMError, OSError) as exc:  # refused, e.g. the id is already stored
+            return _fail(f"{args.store}: {exc}")
     if args.json:
         print(json.dumps(ctx.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return 0

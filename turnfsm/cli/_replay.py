@@ -1,8 +1,15 @@
 """``turnfsm replay FILE...``: run replay scripts offline and check them.
 
+Scripts are .json, .yaml or .yml files, named one by one or found in the
+folders given (not their subfolders). With --store URL each replay is kept
+there as its own context: when the store already holds contexts, the replay's
+ids get a run prefix (r2-id-1, ...), so replaying again never collides.
+
 Exit status: 0 every check holds; 1 a check or the tape failed (the report
 says at which step, what was expected and what the engine did); 2 a script is
-invalid (its JSON path and the reason) or cannot be read.
+invalid (its JSON path and the reason) or cannot be read (missing, not UTF-8,
+nested too deeply), a path does not exist, a folder holds no script, or the
+store URL is bad.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from typing import Any
 import anyio
 
 from ..replay import ReplayResult, ScriptError, load_script, replay
+from ._errors import CLIError, guarded
+from ._store import open_cli_store
 
 __all__ = ["add_parser"]
 
@@ -42,19 +51,33 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="keep the replayed conversations in this store (default: in memory)",
     )
-    p.set_defaults(run=_run)
+    p.set_defaults(run=guarded("turnfsm replay", _run))
+
+
+SUFFIXES = (".json", ".yaml", ".yml")
+"""What a script file's name ends with, in a folder or named on its own."""
+
+
+def _is_script(p: Path) -> bool:
+    return p.suffix.lower() in SUFFIXES
 
 
 def _expand(paths: list[str]) -> list[Path]:
+    """The script files: every path must exist, a file must be a script, and a
+    folder must hold at least one (so a mistyped path never passes)."""
+    kinds = ", ".join(SUFFIXES)
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            files.extend(
-                sorted(
-                    f for f in p.iterdir() if f.suffix in (".json", ".yaml", ".yml") and f.is_file()
-                )
-            )
+            found = sorted(f for f in p.iterdir() if _is_script(f) and f.is_file())
+            if not found:
+                raise CLIError(f"{raw}: the folder holds no script ({kinds})")
+            files.extend(found)
+        elif not p.exists():
+            raise CLIError(f"{raw}: no such file or folder")
+        elif not _is_script(p):
+            raise CLIError(f"{raw}: not a script file (a script ends in {kinds})")
         else:
             files.append(p)
     return files
@@ -63,16 +86,14 @@ def _expand(paths: list[str]) -> list[Path]:
 async def _replay_in(script: Any, store_url: str | None) -> ReplayResult:
     if store_url is None:
         return await replay(script)
-    from ..storage import open_store
-
-    return await replay(script, store=open_store(store_url))
+    store, _ = open_cli_store(store_url)
+    return await replay(script, store=store)
 
 
 def _run(args: argparse.Namespace) -> int:
     files = _expand(args.paths)
     if args.trace_out and len(files) != 1:
-        print("turnfsm replay: --trace-out needs exactly one script", file=sys.stderr)
-        return 2
+        raise CLIError("--trace-out needs exactly one script")
     worst = 0
     passed = failed = invalid = 0
     for path in files:
@@ -93,7 +114,10 @@ def _run(args: argparse.Namespace) -> int:
                     )
                 )
             else:
-                print(f"INVALID {exc}", file=sys.stderr)
+                problems = "; ".join(
+                    f"{where}: {' '.join(str(reason).split())}" for where, reason in exc.problems
+                )
+                print(f"INVALID {exc.source}: {problems}", file=sys.stderr)
             continue
         result: ReplayResult = anyio.run(_replay_in, script, args.store)
         if args.trace_out:

@@ -5,19 +5,53 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["add_store_option", "default_store_url"]
+from ..errors import InvalidInput, StoreError
+from ..storage import Store, open_store
+from ._errors import CLIError
+
+__all__ = ["add_store_option", "approval_mode", "default_store_url", "open_cli_store"]
 
 
-def default_store_url() -> str:
+def approval_mode(given: str | None) -> str:
+    """``--approve`` as given, else the rule every command shares: ask on a
+    terminal, deny when there is no one to ask (piped input, CI)."""
+    if given:
+        return given
+    return "ask" if sys.stdin is not None and sys.stdin.isatty() else "none"
+
+
+def default_store_url(*, create: bool = True) -> str:
+    """``$TURNFSM_STORE``, else the SQLite file in the user's data folder (whose
+    folder is made only when ``create``)."""
     env = os.environ.get("TURNFSM_STORE")
     if env:
         return env
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     folder = base / "turnfsm"
-    folder.mkdir(parents=True, exist_ok=True)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'turnfsm.db'}"
+
+
+def open_cli_store(url: str | None, *, create: bool = True) -> tuple[Store, str]:
+    """The store of ``--store`` (or the default) and its URL; a bad, missing
+    (read-only commands: ``create=False``) or unavailable store is a one-line
+    usage error naming the URL."""
+    where = url or default_store_url(create=create)
+    try:
+        return open_store(where, create=create), where
+    except InvalidInput as exc:
+        message = exc.reason
+    except StoreError as exc:
+        message = str(exc)
+    except OSError as exc:
+        message = f"{exc.filename or where}: {exc.strerror or exc}"
+    if where not in message:
+        message = f"{where}: {message}"
+    raise CLIError(f"--store: {message}")
 
 
 def add_store_option(p: argparse.ArgumentParser, *, default: str | None = None) -> None:

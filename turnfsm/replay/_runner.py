@@ -3,9 +3,10 @@
 The engine is the ordinary :class:`~turnfsm.engine.Engine`; only its edges are
 scripted: the LLM and the tools take their outcomes from the tape, the clock
 is virtual (backoff never sleeps) and ids are sequential, so the same script
-always gives byte-identical output.
+always gives byte-identical output (into a store that already holds contexts,
+the ids get a run prefix so that they do not collide).
 
-The tape is strict (``shared/SCRIPT_FORMAT.md``): when the engine calls the
+The tape is strict: when the engine calls the
 LLM the next step must be ``llm`` or ``llm_error``; when it runs a tool, the
 next steps must hold a ``tool`` step for that call (any order within one
 batch); when the engine rests, the next step must be an input, a check, or
@@ -294,7 +295,9 @@ def _check_final(expect: FinalExpect, trace: list[str], ctx: ChatContext) -> lis
     return failures
 
 
-def build_engine(script: Script, tape: _Tape, store: Store | None = None) -> Engine:
+def build_engine(
+    script: Script, tape: _Tape, store: Store | None = None, ids_prefix: str = "id-"
+) -> Engine:
     cfg = script.config
     tools = [
         Tool.from_spec(
@@ -319,7 +322,7 @@ def build_engine(script: Script, tape: _Tape, store: Store | None = None) -> Eng
         retry=retry,
         max_iterations=cfg.max_iterations,
         clock=FakeClock(),
-        ids=SequentialIds(),
+        ids=SequentialIds(ids_prefix),
         tool_history_rounds=cfg.tool_history_rounds,
         subscriber_buffer=1 << 30,
         logger=_QUIET,
@@ -362,7 +365,8 @@ async def replay(
     tape = _Tape(script.steps)
     result = ReplayResult(script.name)
     events: list[Event] = []
-    async with build_engine(script, tape, store) as engine:
+    prefix = await _ids_prefix(store) if store is not None else "id-"
+    async with build_engine(script, tape, store, prefix) as engine:
         cfg = script.config
         cid = await engine.create_context(
             system_prompt=cfg.system_prompt,
@@ -410,6 +414,19 @@ async def replay(
     result.events = [EVENT_ADAPTER.dump_python(e, mode="json") for e in events]
     result.messages = [n.model_dump(mode="json") for n in ctx.history()]
     return result
+
+
+async def _ids_prefix(store: Store) -> str:
+    """Sequential ids as always (``id-1``, ...) in an empty store; in one that
+    already holds contexts (an earlier replay, say), a run prefix no stored id
+    has (``r2-id-1``, ...), so each replay is kept as its own context."""
+    taken = [s.id for s in await store.list_contexts()]
+    if not taken:
+        return "id-"
+    run = len(taken) + 1
+    while any(cid.startswith(f"r{run}-") for cid in taken):
+        run += 1
+    return f"r{run}-id-"
 
 
 def run_script(

@@ -1,4 +1,4 @@
-"""The replay script model, format ``turnfsm-script/1`` (``shared/SCRIPT_FORMAT.md``).
+"""The replay script model, format ``turnfsm-script/1``.
 
 :func:`parse_script` checks a whole script before anything runs and reports
 every problem with its JSON path (``$.steps[3].llm.chunks``) and the reason,
@@ -338,7 +338,20 @@ def load_script(path: str | Path) -> Script:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScriptError([("$", f"cannot read the file: {exc.strerror or exc}")], str(p)) from exc
-    if p.suffix in (".yaml", ".yml"):
+    except UnicodeDecodeError as exc:
+        raise ScriptError(
+            [("$", f"not UTF-8 text ({exc.reason} at byte {exc.start})")], str(p)
+        ) from None
+    if "\x00" in text:
+        raise ScriptError([("$", "not a text file (it holds NUL bytes)")], str(p))
+    try:
+        return _parse_text(p, text)
+    except RecursionError:
+        raise ScriptError([("$", "nested too deeply to read")], str(p)) from None
+
+
+def _parse_text(p: Path, text: str) -> Script:
+    if p.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -7,10 +7,14 @@
 ``sqlite:////absolute/path.db``        four slashes: an absolute path
 ``sqlite:///chats.db?synchronous=NORMAL&busy_timeout=10``
                                        options of the SQLite store
-``files:///dir``, ``files:////dir``    the file store (seed 002 layout), same path rule;
+``files:///dir``, ``files:////dir``    the file store, same path rule;
                                        ``?fsync=false`` turns its fsyncs off
 ``postgresql://...``                   not available yet (a clear StoreError)
 =====================================  ===================================================
+
+``open_store(url, create=False)`` opens only a store that exists: a missing
+SQLite file or files folder is a :class:`~turnfsm.errors.StoreError` and
+nothing is created (for read-only uses).
 
 The path rule is SQLAlchemy's: what follows ``scheme:///`` is the path as
 written, so ``sqlite:///data/chats.db`` is ``data/chats.db`` and
@@ -21,6 +25,7 @@ written, so ``sqlite:///data/chats.db`` is ``data/chats.db`` and
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -38,15 +43,22 @@ _SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
 _FILES_OPTIONS = {"fsync"}
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """The store a URL names (see the module docstring for the forms).
+
+    With ``create=False`` the store must already exist; nothing is created.
 
     Raises :class:`~turnfsm.errors.InvalidInput` for a malformed URL or an
     unknown scheme, and :class:`~turnfsm.errors.StoreError` when the store
     cannot be opened (a damaged file, a backend not available).
     """
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidInput("url", f"{url!r} is not a store URL; use one of {', '.join(SCHEMES)}")
+        hint = ""
+        if isinstance(url, str) and url.strip():
+            hint = f" (for a SQLite file: sqlite:///{url})"
+        raise InvalidInput(
+            "url", f"{url!r} is not a store URL; use one of {', '.join(SCHEMES)}{hint}"
+        )
     scheme = url.split("://", 1)[0].lower()
     if scheme == "memory":
         if url.split("://", 1)[1]:
@@ -71,9 +83,13 @@ def open_store(url: str) -> Store:
                 raise InvalidInput(
                     "url", f"{url!r}: busy_timeout must be a number of seconds"
                 ) from None
+        if not create:
+            _must_exist(url, path, folder=False)
         return SQLiteStore(path, **kwargs)
     if scheme == "files":
         path, options = _path_and_options(url)
+        if not create:
+            _must_exist(url, path, folder=True)
         return _files_store(url, path, options)
     if scheme in ("postgresql", "postgres"):
         raise StoreError(
@@ -83,6 +99,14 @@ def open_store(url: str) -> Store:
     raise InvalidInput(
         "url", f"{url!r}: unknown store scheme {scheme!r}; use one of {', '.join(SCHEMES)}"
     )
+
+
+def _must_exist(url: str, path: str, *, folder: bool) -> None:
+    p = Path(path)
+    if folder and not (p / "contexts").is_dir():
+        raise StoreError(f"{url!r}: no files store at {path} (it is not created here)")
+    if not folder and not p.is_file():
+        raise StoreError(f"{url!r}: no SQLite store at {path} (it is not created here)")
 
 
 def _path_and_options(url: str) -> tuple[str, dict[str, str]]:
@@ -141,4 +165,7 @@ def _files_store(url: str, path: str, options: dict[str, str]) -> Store:
             f"known: {', '.join(sorted(_FILES_OPTIONS))}",
         )
     kwargs = {key: _flag(url, key, value) for key, value in options.items()}
-    return cast(Store, factory(path, **kwargs))
+    try:
+        return cast(Store, factory(path, **kwargs))
+    except OSError as exc:
+        raise StoreError(f"{url!r}: cannot open the folder: {exc.strerror or exc}") from exc

@@ -1,0 +1,86 @@
+"""``turnfsm resume ID`` and ``turnfsm recover``: continue conversations that
+were interrupted (Ctrl-C, a crash) in a non-resting state.
+
+  turnfsm resume ID --store URL [model options, as for chat]
+      continue one context, e.g. one stopped while the answer streamed: the
+      interrupted call is retried and the turn finishes as chat shows it
+
+  turnfsm recover --store URL [model options]
+      resume every such context of the store, one line per context
+
+The model options are chat's (--demo for the built-in demo model, --base-url,
+--model, ...). The store must exist; it is never created here. A context at
+rest has nothing to resume (exit 0).
+
+Exit status: 0 done; 1 a resumed turn failed for good; 2 no such context or
+store, bad options; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import anyio
+
+from ..engine import Turn
+from ..states import State
+from ._chat import _Chat, add_model_options
+from ._errors import guarded
+
+__all__ = ["add_parsers", "recovery_lines"]
+
+
+def add_parsers(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "resume",
+        help="continue a conversation that was interrupted mid-turn",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("context_id", metavar="ID", help="the context to continue")
+    add_model_options(p)
+    p.set_defaults(run=guarded("turnfsm resume", _run_resume))
+    r: argparse.ArgumentParser = sub.add_parser(
+        "recover",
+        help="continue every interrupted conversation of a store",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_options(r)
+    r.set_defaults(run=guarded("turnfsm recover", _run_recover))
+
+
+def _run_resume(args: argparse.Namespace) -> int:
+    chat = _Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm resume")
+    return anyio.run(chat.resume, args.context_id)
+
+
+def _run_recover(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        chat = _Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm recover")
+        async with chat.session(create=False) as (engine, url):
+            result = await engine.recover()
+        lines, failed = recovery_lines(result)
+        for line in lines or [f"nothing to recover in {url}: every context is at rest"]:
+            print(line)
+        return 1 if failed else 0
+
+    return anyio.run(go)
+
+
+def recovery_lines(result: Any) -> tuple[list[str], bool]:
+    """One line per context :meth:`Engine.recover` dealt with, and whether one failed.
+
+    The engine returns the resumed turns (a list of :class:`Turn`).
+    """
+    lines: list[str] = []
+    failed = False
+    turns: list[Turn] = list(result)
+    for turn in turns:
+        path = " -> ".join(turn.states)
+        lines.append(f"{turn.context_id}: resumed, now {turn.state} ({path})")
+        if turn.state is State.PERMANENT_FAILURE:
+            failed = True
+    return lines, failed
