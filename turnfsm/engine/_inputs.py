@@ -139,10 +139,12 @@ _PART_FIELDS: dict[type, tuple[str, ...]] = {
 
 
 def check_content(where: str, content: Any) -> list[Any]:
-    """A message: a non-empty text, or a non-empty list (any iterable but a
-    mapping) of content parts."""
+    """A message: a text with something in it besides white space, or a
+    non-empty list (any iterable but a mapping) of content parts."""
     if isinstance(content, str):
         check_text(where, content, empty=False)
+        if content.isspace():
+            raise InvalidInput(where, "a message needs some text, not only white space")
         return [TextPart(text=content)]
     if not isinstance(content, Iterable) or isinstance(content, bytes | bytearray | Mapping):
         raise InvalidInput(
