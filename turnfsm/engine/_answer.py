@@ -261,7 +261,8 @@ def _calls(
         raise invalid_answer(f"its tool_calls is a {_type(value)}, not a tuple")
     if not value:
         return []
-    taken = set(taken_ids())
+    taken = taken_ids()  # read-only: the context's ids
+    fresh: set[str] = set()  # this answer's
     calls = []
     for i, c in enumerate(value):
         where = f"tool_calls[{i}]"
@@ -283,9 +284,9 @@ def _calls(
             notes.append(f"{where}.id: {n} lone surrogate(s) replaced by U+FFFD")
         base = sent or f"call_{i + 1}"
         new, k = base, 2
-        while new in taken:
+        while new in taken or new in fresh:
             new, k = f"{base}-{k}", k + 1
-        taken.add(new)
+        fresh.add(new)
         provider_id = None
         if new != sent:
             provider_id = sent

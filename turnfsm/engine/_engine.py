@@ -217,6 +217,10 @@ class _Runtime:
         default_factory=list
     )
     """Events waiting for the next commit: (kind, seq, timestamp, fields)."""
+    call_ids: set[str] | None = None
+    """Every tool call id in the context, built on first need and kept up to
+    date as answers are appended, so that making an answer's ids unique does
+    not scan the history on every call."""
 
 
 class Engine:
@@ -1211,7 +1215,7 @@ class Engine:
             try:
                 message, calls = build_answer(
                     response,
-                    taken_ids=functools.partial(_call_ids, rt.ctx),
+                    taken_ids=functools.partial(_call_ids, rt),
                     streamed_thinking="".join(thinking) if thinking else None,
                     thinking_fixed=thinking_fixed,
                     created_at=self._now(),
@@ -1232,6 +1236,8 @@ class Engine:
             await self._fail_llm(rt, failure)
             return
         node = self._append(rt, message, message_id)
+        if calls and rt.call_ids is not None:
+            rt.call_ids.update(c.id for c in calls)
         rt.answer = node
         self._fire(rt, T.STREAM_ENDED if streaming else T.RESPONSE_RECEIVED)
         self._later(rt, MessageCompleted, message_id=node.id, message=message)
@@ -1471,9 +1477,12 @@ def _conversions(outcome: ToolOutcome) -> dict[str, Any]:
     return {"conversions": list(outcome.notes)}
 
 
-def _call_ids(ctx: ChatContext) -> set[str]:
-    """Every tool call id used in the context (all branches)."""
-    return {c.id for n in ctx.message_pool.values() for c in n.message.tool_calls or ()}
+def _call_ids(rt: _Runtime) -> set[str]:
+    """Every tool call id used in the context (all branches); read-only."""
+    if rt.call_ids is None:
+        pool = rt.ctx.message_pool.values()
+        rt.call_ids = {c.id for n in pool for c in n.message.tool_calls or ()}
+    return rt.call_ids
 
 
 def _find_call(ctx: ChatContext, call_id: str) -> ToolCallRequest | None:

@@ -122,9 +122,14 @@ def _key_text(key: Any) -> str | None:
     return None
 
 
-def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
-    """Check (``notes is None``) or convert ``value``; returns the converted value."""
+def _walk(value: Any, path: str, depth: int, notes: list[str] | None, size: list[int]) -> Any:
+    """Check (``notes is None``) or convert ``value``; returns the converted value.
+
+    ``size[0]`` grows by an upper bound of each value's bytes as JSON, so
+    that the exact size is only measured when the bound is over the limit.
+    """
     if isinstance(value, str):
+        size[0] += 6 * len(value) + 3  # "\uXXXX" is the longest form of one character
         if notes is None:
             check_text(value, path)
             return value
@@ -132,11 +137,14 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
         if n:
             notes.append(f"{path}: {n} lone surrogate(s) replaced by U+FFFD")
         return cleaned
+    size[0] += 32  # a scalar, and the separator before it
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         if value.bit_length() > _MAX_INT_BITS:
             raise JSONProblem(path, f"an integer of more than {MAX_INT_DIGITS} digits")
+        if value.bit_length() > 64:
+            size[0] += len(str(value))
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -153,6 +161,7 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
             out: dict[str, Any] = {}
             for key, item in value.items():
                 if isinstance(key, str):
+                    size[0] += 6 * len(key) + 4
                     name = key
                     if notes is None:
                         check_text(key, f"{path} (a key)")
@@ -168,15 +177,18 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None) -> Any:
                         )
                     notes.append(f"{path}: key {key!r} stored as the string {key_text!r}")
                     name = key_text
+                    size[0] += 6 * len(name) + 4
                 if name in out:
                     raise JSONProblem(path, f"two keys become the same string {name!r}")
-                out[name] = _walk(item, f"{path}.{name}", depth + 1, notes)
+                out[name] = _walk(item, f"{path}.{name}", depth + 1, notes, size)
             return out
-        return [_walk(item, f"{path}[{i}]", depth + 1, notes) for i, item in enumerate(value)]
+        return [_walk(item, f"{path}[{i}]", depth + 1, notes, size) for i, item in enumerate(value)]
     raise JSONProblem(path, f"a {type(value).__name__} is not a JSON value")
 
 
-def _check_size(value: Any, path: str, limit: int = MAX_JSON_BYTES) -> None:
+def _check_size(value: Any, path: str, bound: int, limit: int = MAX_JSON_BYTES) -> None:
+    if bound <= limit:
+        return
     size = len(json.dumps(value, ensure_ascii=False).encode())
     if size > limit:
         raise JSONProblem(path, f"{size} bytes as JSON, over the limit of {limit}")
@@ -188,9 +200,10 @@ def check_json(value: Any, path: str = "$", *, max_bytes: int | None = MAX_JSON_
     ``max_bytes=None`` skips the size check (for a whole document that holds
     many payloads, such as an imported conversation).
     """
-    _walk(value, path, 0, None)
+    size = [0]
+    _walk(value, path, 0, None, size)
     if max_bytes is not None:
-        _check_size(value, path, max_bytes)
+        _check_size(value, path, size[0], max_bytes)
 
 
 def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
@@ -200,6 +213,7 @@ def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
     that is not a scalar, an object with no JSON form, too deep, too large).
     """
     notes: list[str] = []
-    converted = _walk(value, path, 0, notes)
-    _check_size(converted, path)
+    size = [0]
+    converted = _walk(value, path, 0, notes, size)
+    _check_size(converted, path, size[0])
     return converted, notes
