@@ -704,9 +704,13 @@ class FilesStore:
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     _unlink(Path(entry.path))
-            _write_atomic(folder / JOURNAL, journal, self._fsync)
-            self._sync_dir(folder)  # the commit point
+            self._write_journal(folder, journal)
             self._apply(folder, files, steps)
+
+    def _write_journal(self, folder: Path, journal: bytes) -> None:
+        """Put the journal in place: the commit point."""
+        _write_atomic(folder / JOURNAL, journal, self._fsync)
+        self._sync_dir(folder)
 
     async def list_ids(self) -> list[str]:
         return [s.id for s in await self.list_contexts()]
