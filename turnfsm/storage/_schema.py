@@ -159,7 +159,7 @@ def message_from_record(body: str | bytes, version: int, *, where: str) -> Messa
         data = _json_object(body, where=where)
         return MessageNode.model_validate(upcast_message(data, v, where=where))
     except ValidationError as exc:
-        raise StoreError(f"{where}: not a valid message record: {exc}") from exc
+        raise StoreError(f"{where}: not a valid message record: {validation_problem(exc)}") from exc
 
 
 def context_from_document(document: str | bytes | dict[str, Any], *, where: str) -> ChatContext:
@@ -189,7 +189,7 @@ def context_from_document(document: str | bytes | dict[str, Any], *, where: str)
     try:
         return ChatContext.model_validate(data)
     except ValidationError as exc:
-        raise StoreError(f"{where}: not a valid context record: {exc}") from exc
+        raise StoreError(f"{where}: not a valid context record: {validation_problem(exc)}") from exc
 
 
 def _json_object(text: str | bytes, *, where: str) -> dict[str, Any]:

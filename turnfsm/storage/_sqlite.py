@@ -53,6 +53,17 @@ malformed``) is raised as a :class:`~turnfsm.errors.StoreError` naming the
 file, with the transaction rolled back; from then on that store object refuses
 to write (reads go on, for what is still sound).
 :meth:`SQLiteStore.integrity_check` runs ``PRAGMA integrity_check``.
+
+Damaged rows are refused the same way. SQLite lets any column hold any value,
+so every column read is checked (a NULL, a number stored as text, a blob where
+text belongs), the JSON columns are validated strictly by the models, and the
+context as a whole must hold together (a known state, an active branch that
+exists, every message a branch names stored, every parent message and source
+branch known). The :class:`~turnfsm.errors.StoreError` names the file, the
+table, the row and the column, and the JSON path inside a JSON column
+(``table contexts, row (context 'c1'), column config: $.parameters: ...``);
+nothing is changed. ``list_contexts`` leaves out a row whose summary columns
+cannot be read (``load`` of it raises) and lists the others.
 """
 
 from __future__ import annotations
