@@ -590,3 +590,15 @@ def test_helpers_are_honest(tmp_path: Path) -> None:
     path.write_text(json.dumps({"a": {"b": [1, 2]}}))
     edit_json(path, set_key("a", "b", 1, value="z"))
     assert json.loads(path.read_text()) == {"a": {"b": [1, "z"]}}
+
+
+@pytest.mark.parametrize("name", ["../x.json", "steps.jsonl", ".lock", "messages/../metadata.json"])
+async def test_a_journal_naming_another_file_is_refused(tmp_path: Path, name: str) -> None:
+    from turnfsm.storage._files import _journal_bytes
+
+    store = FilesStore(tmp_path)
+    rich = await two_contexts(store)
+    folder = tmp_path / "contexts" / "rich"
+    journal = _journal_bytes("rich", rich.version, rich.version + 1, [(name, b"{}")], None)
+    (folder / "commit.journal").write_bytes(journal)
+    await check_refused(store, folder, "commit.journal", repr(name), listed=True)

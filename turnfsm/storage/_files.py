@@ -399,6 +399,14 @@ class _JournalHeader(BaseModel):
     crc32: int
 
 
+def _journal_file_name(name: str) -> bool:
+    """What a journal may write: the two head files and message files."""
+    if name in ("metadata.json", "message_index.json"):
+        return True
+    folder, _, file = name.partition("/")
+    return folder == "messages" and file.endswith(".json") and _safe_name(file)
+
+
 def _parse_journal(
     raw: bytes, path: Path
 ) -> tuple[_JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None]:
@@ -414,8 +422,7 @@ def _parse_journal(
     files = []
     at = 0
     for name, n in header.files:
-        parts = name.split("/")
-        if not all(_safe_name(p) for p in parts) or len(parts) > 2:
+        if not _journal_file_name(name):
             raise StoreError(f"{path}: a damaged commit journal (file name {name!r})")
         files.append((name, body[at : at + n]))
         at += n
