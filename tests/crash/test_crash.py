@@ -1,8 +1,13 @@
-"""The crash harness in CI: a reduced matrix, and its planted-bug control.
+"""The crash harnesses in CI: reduced matrices by default, the whole of them
+behind the ``crash_full`` marker, and their planted-bug controls.
 
-The full matrix (every persistence boundary, before and after each commit,
-and inside each file write of the file store) and random kill points run with
-``python tests/crash/harness.py --store sqlite|files [--random N]``.
+    pytest -m crash_full tests/crash          # the full matrices (minutes)
+
+Two harnesses: ``matrix.py`` kills a process between every two steps (file
+operations, SQL statements) of each kind of change and checks the store a fresh
+process finds; ``harness.py`` kills a whole conversation at commit boundaries
+and checks that resuming it loses and repeats nothing. Both run by hand too
+(``python tests/crash/matrix.py --help``, ``python tests/crash/harness.py --help``).
 """
 
 from __future__ import annotations
@@ -15,8 +20,73 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness
+import matrix
+
+full = pytest.mark.crash_full
+
+# ---------------------------------------------------------------------- matrix.py
 
 
+def test_every_kind_of_change_survives_a_few_kill_points_on_both_stores() -> None:
+    pairs = [(s, k) for s in matrix.STORES for k in matrix.KINDS]
+    result = matrix.run_matrix(pairs, matrix.a_few)
+    assert result.failures == []
+    assert result.cases >= 2 * len(pairs)
+
+
+def test_the_matrix_catches_a_torn_files_commit() -> None:
+    """The control: a file store that writes a commit's files without the journal
+    (as the store once did) leaves, when killed between two of them, a decided
+    call in a context still waiting for it, with nothing pending."""
+    result = matrix.run_matrix([("files-torn", "approve")], matrix.a_few)
+    text = "\n".join(result.failures)
+    assert "a state that no commit made" in text, text
+    assert "AwaitingToolApproval with nothing pending" in text, text
+
+
+@full
+@pytest.mark.parametrize("store", matrix.STORES)
+@pytest.mark.parametrize("kind", matrix.KINDS)
+def test_every_kill_point_of_every_kind_of_change(store: str, kind: str) -> None:
+    result = matrix.run_matrix([(store, kind)])
+    assert result.failures == []
+    assert result.cases >= 2
+
+
+@full
+@pytest.mark.parametrize("kind", ["send", "approve", "deny", "cancel", "fork", "switch"])
+def test_the_full_matrix_catches_a_torn_files_commit(kind: str) -> None:
+    result = matrix.run_matrix([("files-torn", kind)])
+    assert any("a state that no commit made" in f for f in result.failures), result.failures
+
+
+# ---------------------------------------------------------------------- harness.py
+
+
+@full
+def test_a_conversation_survives_a_kill_after_a_commit_and_inside_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = harness.main(["--store", "sqlite", "--case", "after:4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1 passed, 0 failed" in out
+    code = harness.main(["--store", "files", "--case", "write:30"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1 passed, 0 failed" in out
+
+
+def test_the_planted_bug_is_caught_at_one_kill_point(capsys: pytest.CaptureFixture[str]) -> None:
+    """The harness's control, reduced: a store that acknowledges a commit before
+    writing it loses acknowledged work when killed after that commit."""
+    code = harness.main(["--store", "sqlite", "--case", "before:13", "--plant", "early-ack"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "acknowledged messages lost" in out or "never marked" in out, out
+
+
+@full
 def test_sqlite_survives_a_kill_at_every_other_commit(capsys: pytest.CaptureFixture[str]) -> None:
     code = harness.main(["--store", "sqlite", "--every", "2"])
     out = capsys.readouterr().out
@@ -24,6 +94,7 @@ def test_sqlite_survives_a_kill_at_every_other_commit(capsys: pytest.CaptureFixt
     assert "0 failed" in out
 
 
+@full
 def test_files_survive_kills_between_and_inside_commits(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -33,6 +104,7 @@ def test_files_survive_kills_between_and_inside_commits(
     assert "0 failed" in out
 
 
+@full
 @pytest.mark.parametrize("store", ["sqlite", "files"])
 def test_the_planted_bug_is_caught(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A store that acknowledges a commit before writing it must fail the harness,

@@ -10,6 +10,7 @@ Files in ``--dir``:
                   ToolResult events and finished turns, fsynced line by line
     runs.jsonl    one line per tool run (the tools' side effects), fsynced
     commits.txt   how many commits this run made (written at a clean exit)
+    file_ops.txt  how many file operations the file store made (at a clean exit)
 """
 
 from __future__ import annotations
@@ -84,20 +85,20 @@ class CrashingStore:
         return getattr(self.inner, name)
 
 
-def _crash_on_file_write(at: int) -> None:
-    """For the file store: SIGKILL before its ``at``-th atomic file write, i.e.
-    in the middle of a commit that writes several files."""
-    original = files_module._write_atomic
-    count = 0
+class FileOps:
+    """For the file store: counts its file operations (a write, rename or
+    removal) and SIGKILLs the process before the ``at``-th (0: never), i.e. in
+    the middle of a commit that changes several files."""
 
-    def write(path: Path, data: bytes) -> None:
-        nonlocal count
-        count += 1
-        if count == at:
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.count = 0
+        files_module.op_hook = self
+
+    def __call__(self, kind: str, path: Path) -> None:
+        self.count += 1
+        if self.count == self.at:
             _die()
-        original(path, data)
-
-    files_module._write_atomic = write  # type: ignore[assignment]
 
 
 def make_tools(workdir: Path) -> list[Any]:
@@ -141,8 +142,8 @@ async def run(args: argparse.Namespace) -> int:
     workdir = Path(args.dir)
     acks = workdir / "acks.jsonl"
     inner = open_store(args.store)
+    ops = FileOps(args.crash_at if args.crash_phase == "write" else 0)
     if args.crash_phase == "write":
-        _crash_on_file_write(args.crash_at)
         store: Any = CrashingStore(inner, 0, "none", args.plant)
     else:
         store = CrashingStore(inner, args.crash_at, args.crash_phase, args.plant)
@@ -179,6 +180,7 @@ async def run(args: argparse.Namespace) -> int:
                 _append_line(acks, {"turn": i, "state": str(state)})
             tg.cancel_scope.cancel()
     (workdir / "commits.txt").write_text(str(store.count))
+    (workdir / "file_ops.txt").write_text(str(ops.count))
     return 0
 
 

@@ -1103,7 +1103,7 @@ class StoreContract(abc.ABC):
                         make_commit(
                             "c",
                             v,
-                            state=f"S{v}",
+                            state=("ProcessingUserMessage", "Idle")[v % 2],  # a known state
                             steps=[("x", f"by{i}", f"S{v}")],
                             appended=[("main", msg(f"v{v}-by{i}", text=f"{v}/{i}"))],
                         ),

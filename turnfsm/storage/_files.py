@@ -1,4 +1,4 @@
-"""The file store: the directory layout of seed 002.
+"""The file store: the session directory layout.
 
 ::
 
@@ -7,59 +7,177 @@
         message_index.json   {"messages": [{id, role, message_type, created_at, branch}]}
         messages/{msg-id}.json
         steps.jsonl          the audit trail: one committed transition a line
+        commit.journal       only while a commit is being applied (or after a crash)
+        .lock                the context's lock (``flock``)
 
-Every file is written atomically (a temporary file in the same folder, fsync,
-rename, fsync of the folder), so a crash leaves the old or the new file, never
-a torn one. A commit writes in an order that makes ``metadata.json`` its
-commit point: new and changed message files first, then the steps, then the
-index, then the metadata. A crash before the metadata is written leaves files
-that the metadata does not name (a message file, an index entry, a step of a
-version the metadata has not reached): they are ignored on load and
-overwritten by the next commit. A commit holds an exclusive ``flock`` on the
-context's ``.lock`` file and checks the version in ``metadata.json`` under
-it, so two processes never both win.
+**Every change is all-or-nothing as seen after a crash.**
+
+* A commit first writes its whole result (the final content of every file it
+  changes, and the lines it appends to ``steps.jsonl``) into one journal file,
+  ``commit.journal``, atomically (a temporary file, fsync, rename, fsync of the
+  folder): that rename is the commit point. It then applies the journal file
+  by file (each file written atomically, ``metadata.json`` last) and removes
+  it. A journal left by a crash is applied again (idempotently) before the
+  context is next read or changed, under the context's exclusive lock; a
+  journal whose versions do not match ``metadata.json`` is damage and is
+  refused, never applied.
+* ``create`` builds the whole folder under a temporary name
+  (``contexts/.creating-...``) and renames it into place; ``delete`` renames the
+  folder to a tombstone (``contexts/.deleted-...``) and then removes it. Both
+  renames are atomic, so a context is either complete or absent. Folders under
+  a dot-name are never contexts: they are removed once no create or delete is
+  running (``contexts/.lock``), when the store is opened and on
+  ``list_contexts``. A context folder without ``metadata.json`` (what an older
+  release could leave after a crash inside ``create`` or ``delete``) is absent
+  to every call; ``create`` of its id replaces it.
+* Readers take the context's lock shared, writers exclusive, so a reader never
+  sees a commit half applied.
+
+**Damaged data is refused, never repaired or rewritten on read.** Every file is
+validated as it is read (UTF-8, JSON, the types of every field, with the
+models' own rules, strictly: ``"3"`` is not a version), and then the context as
+a whole (a known state, an active branch that exists, every message a branch
+names stored, every parent message and source branch known). Damage is a
+:class:`~turnfsm.errors.StoreError` naming the file and the JSON path of the
+field (``.../metadata.json: $.branches.main.message_ids: Input should be a
+valid list``). ``load`` and ``commit`` read the whole context; ``steps`` reads
+``steps.jsonl`` (``load`` does not). ``list_contexts`` lists a context whose
+summary (id, state, version, timestamps, parent) can be read, even when
+other parts of it are damaged, and silently leaves out one whose summary cannot
+be read: one damaged context never hides the others; ``load`` of it raises.
 
 The layout keeps every message id in ``metadata.json`` and every message in
-``message_index.json``, as the seed does: those two files are rewritten on each
-commit and grow with the history. The SQLite store is the append-only default
-for long conversations.
+``message_index.json``: those two files are rewritten on each commit and grow
+with the history. The SQLite store is the append-only default for long
+conversations.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import secrets
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ContextNotFound, StoreError, VersionConflict
+from ..errors import ContextNotFound, SchemaVersionError, StoreError, VersionConflict
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
 from ._base import Commit, ContextSummary, StepLog
-from ._schema import check_version, upcast_branch, upcast_context, upcast_message
+from ._schema import (
+    check_version,
+    context_problems,
+    json_path,
+    upcast_branch,
+    upcast_context,
+    upcast_message,
+    validation_problem,
+)
 
 __all__ = ["FilesStore"]
 
+JOURNAL = "commit.journal"
+_JOURNAL_FORMAT = 1
+_CREATING = ".creating-"
+_DELETED = ".deleted-"
+_M = TypeVar("_M", bound=BaseModel)
 
-def _write_atomic(path: Path, data: bytes) -> None:
+# ---------------------------------------------------------------------- file operations
+#
+# Every change to the disk goes through the functions below, one call a step
+# that a crash can fall between. ``op_hook`` (None in use) is called before
+# each step with its kind and path: the crash tests set it to kill the process
+# at the n-th step.
+
+op_hook: Callable[[str, Path], None] | None = None
+
+
+def _op(kind: str, path: Path) -> None:
+    if op_hook is not None:
+        op_hook(kind, path)
+
+
+def _write_temp(path: Path, data: bytes, fsync: bool) -> Path:
+    """``data`` in a new temporary file beside ``path`` (not yet in place)."""
+    _op("write", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+            if fsync:
+                os.fsync(f.fileno())
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    return Path(tmp)
+
+
+def _rename(src: Path, dst: Path) -> None:
+    _op("rename", dst)
+    os.replace(src, dst)
+
+
+def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
+    _rename(_write_temp(path, data, fsync), path)
+
+
+def _write_new(path: Path, data: bytes, fsync: bool) -> None:
+    """A file in a folder nobody reads yet (a context being created)."""
+    _op("write", path)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+
+
+def _mkdir(path: Path) -> None:
+    _op("mkdir", path)
+    path.mkdir()
+
+
+def _unlink(path: Path) -> None:
+    _op("unlink", path)
+    with suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _write_steps(path: Path, offset: int, data: bytes, fsync: bool) -> None:
+    """``data`` at ``offset`` of ``path``, cutting off whatever followed it."""
+    _op("steps", path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, offset)
+        os.pwrite(fd, data, offset)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a folder that no reader looks at (a tombstone, a stale temporary)."""
+    with suppress(FileNotFoundError):
+        for dirpath, dirnames, filenames in os.walk(path, topdown=False):
+            for name in filenames:
+                _unlink(Path(dirpath) / name)
+            for name in dirnames:
+                _op("rmdir", Path(dirpath) / name)
+                with suppress(FileNotFoundError):
+                    os.rmdir(Path(dirpath) / name)
+        _op("rmdir", path)
+        os.rmdir(path)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -74,29 +192,253 @@ def _dumps(data: Any) -> bytes:
     return json.dumps(data, ensure_ascii=False, indent=2, default=str).encode() + b"\n"
 
 
-def _read_json(path: Path) -> Any:
+# ---------------------------------------------------------------------- reading
+
+
+class _Metadata(ChatContext):
+    """``metadata.json``: the context without its messages, and two fields of the layout."""
+
+    detached_message_ids: list[str] = Field(default_factory=list)
+    """Pool messages no branch names (the pool is kept whole)."""
+    steps_bytes: int = Field(default=0, ge=0)
+    """How much of ``steps.jsonl`` belongs to committed versions."""
+
+
+class _MessageFile(MessageNode):
+    """``messages/{id}.json``: a message node and its schema version."""
+
+    schema_version: int
+
+
+class _StepLine(BaseModel):
+    """One line of ``steps.jsonl``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    version: int
+    from_: str = Field(alias="from")
+    trigger: str
+    to: str
+    at: datetime
+
+
+class _Summary(BaseModel):
+    """What ``list_contexts`` reads of ``metadata.json``."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    current_state: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    parent_id: str | None = None
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         raise
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _json_document(raw: bytes, path: Path | str) -> Any:
     try:
-        return json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StoreError(
+            f"{path}: not UTF-8 text (byte {exc.start}); the file is left as it is"
+        ) from None
+    try:
+        return json.loads(text)
     except ValueError as exc:
-        raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from exc
+        raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from None
 
 
-def _record(data: Any, path: Path) -> tuple[dict[str, Any], int]:
+def _validated(model: type[_M], raw: bytes, path: Path | str) -> _M:
+    """``raw`` as ``model``, strictly, or a StoreError naming the file and the field."""
+    try:
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            _json_document(raw, path)  # says why (not UTF-8, not JSON)
+        raise StoreError(f"{path}: {validation_problem(exc)}; the file is left as it is") from None
+
+
+def _record_version(raw: bytes, path: Path) -> tuple[dict[str, Any], int]:
     """A stored JSON object and its schema version (refused when newer)."""
+    data = _json_document(raw, path)
     if not isinstance(data, dict):
-        raise StoreError(f"{path}: expected a JSON object")
-    version = check_version(data.pop("schema_version", None), where=str(path))
+        raise StoreError(f"{path}: $: expected a JSON object, found {type(data).__name__}")
+    version = check_version(data.pop("schema_version", None), where=f"{path}: $.schema_version")
     return data, version
 
 
+def _safe_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\x00" not in name and name not in (".", "..")
+
+
+def _node_of(file: _MessageFile) -> MessageNode:
+    return MessageNode.model_construct(
+        _fields_set=file.model_fields_set - {"schema_version"},
+        **{name: getattr(file, name) for name in MessageNode.model_fields},
+    )
+
+
+def _read_message(path: Path, mid: str, named_at: str) -> MessageNode:
+    try:
+        raw = _read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise StoreError(f"{path}: missing, but metadata.json names it at {named_at}") from None
+    try:
+        file: _MessageFile | None = _MessageFile.model_validate_json(raw, strict=True)
+    except ValidationError:
+        file = None
+    if file is None or file.schema_version != SCHEMA_VERSION:
+        data, version = _record_version(raw, path)
+        if version == SCHEMA_VERSION:
+            _validated(_MessageFile, raw, path)  # raises, naming the field
+        data = upcast_message(data, version, where=str(path))
+        data["schema_version"] = SCHEMA_VERSION
+        file = _validated(_MessageFile, json.dumps(data, default=str).encode(), path)
+    if file.id != mid:
+        raise StoreError(f"{path}: $.id: the message is {file.id!r}, the file is named {mid!r}")
+    return _node_of(file)
+
+
+def _read_metadata(path: Path) -> _Metadata:
+    """metadata.json at the current schema version (upcast when older), validated."""
+    raw = _read_bytes(path)
+    try:
+        meta: _Metadata | None = _Metadata.model_validate_json(raw, strict=True)
+    except ValidationError:
+        meta = None
+    if meta is None or meta.schema_version != SCHEMA_VERSION:
+        data, version = _record_version(raw, path)
+        if version == SCHEMA_VERSION:
+            _validated(_Metadata, raw, path)  # raises, naming the field
+        branches = data.get("branches")
+        if isinstance(branches, dict):
+            data["branches"] = {
+                name: upcast_branch(b, version, where=f"{path}: {json_path(('branches', name))}")
+                if isinstance(b, dict)
+                else b
+                for name, b in branches.items()
+            }
+        data = upcast_context(data, version, where=str(path))
+        data["schema_version"] = SCHEMA_VERSION
+        meta = _validated(_Metadata, json.dumps(data, default=str).encode(), path)
+    return meta
+
+
+def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, int]:
+    """The whole context in ``folder`` and the committed length of its steps, validated."""
+    path = folder / "metadata.json"
+    try:
+        meta = _read_metadata(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ContextNotFound(context_id) from None
+    if meta.id != context_id:
+        raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
+    pool: dict[str, MessageNode] = {}
+    named: list[tuple[str, tuple[str | int, ...]]] = [
+        (mid, ("branches", name, "message_ids", i))
+        for name, b in meta.branches.items()
+        for i, mid in enumerate(b.message_ids)
+    ]
+    named += [(mid, ("detached_message_ids", i)) for i, mid in enumerate(meta.detached_message_ids)]
+    messages = folder / "messages"
+    for mid, loc in named:
+        if mid in pool:
+            continue
+        if not _safe_name(mid):
+            raise StoreError(f"{path}: {json_path(loc)}: {mid!r} cannot be a message file name")
+        pool[mid] = _read_message(messages / f"{mid}.json", mid, json_path(loc))
+    fields = {name: getattr(meta, name) for name in ChatContext.model_fields}
+    fields["message_pool"] = pool
+    ctx = ChatContext.model_construct(_fields_set=set(ChatContext.model_fields), **fields)
+    problems = context_problems(ctx)
+    if problems:
+        loc, problem = problems[0]
+        raise StoreError(f"{path}: {json_path(loc)}: {problem}; the file is left as it is")
+    return ctx, meta.steps_bytes
+
+
+# ---------------------------------------------------------------------- the journal
+
+
+def _journal_bytes(
+    context_id: str,
+    from_version: int,
+    to_version: int,
+    files: list[tuple[str, bytes]],
+    steps: tuple[int, bytes] | None,
+) -> bytes:
+    """A header line (JSON), then the bodies: every file's content, then the steps."""
+    body = b"".join(data for _, data in files) + (steps[1] if steps else b"")
+    header = {
+        "turnfsm_journal": _JOURNAL_FORMAT,
+        "context": context_id,
+        "from_version": from_version,
+        "to_version": to_version,
+        "files": [[name, len(data)] for name, data in files],
+        "steps": [steps[0], len(steps[1])] if steps else None,
+        "crc32": zlib.crc32(body),
+    }
+    return json.dumps(header).encode() + b"\n" + body
+
+
+class _JournalHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turnfsm_journal: int
+    context: str
+    from_version: int
+    to_version: int
+    files: list[tuple[str, int]]
+    steps: tuple[int, int] | None
+    crc32: int
+
+
+def _journal_file_name(name: str) -> bool:
+    """What a journal may write: the two head files and message files."""
+    if name in ("metadata.json", "message_index.json"):
+        return True
+    folder, _, file = name.partition("/")
+    return folder == "messages" and file.endswith(".json") and _safe_name(file)
+
+
+def _parse_journal(
+    raw: bytes, path: Path
+) -> tuple[_JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None]:
+    head, sep, body = raw.partition(b"\n")
+    if not sep:
+        raise StoreError(f"{path}: a damaged commit journal (no header line); left as it is")
+    header = _validated(_JournalHeader, head, path)
+    if header.turnfsm_journal != _JOURNAL_FORMAT:
+        raise SchemaVersionError(f"{path} (journal format)", header.turnfsm_journal, 1)
+    size = sum(n for _, n in header.files) + (header.steps[1] if header.steps else 0)
+    if len(body) != size or zlib.crc32(body) != header.crc32:
+        raise StoreError(f"{path}: a damaged commit journal (its body does not match its header)")
+    files = []
+    at = 0
+    for name, n in header.files:
+        if not _journal_file_name(name):
+            raise StoreError(f"{path}: a damaged commit journal (file name {name!r})")
+        files.append((name, body[at : at + n]))
+        at += n
+    steps = (header.steps[0], body[at:]) if header.steps else None
+    return header, files, steps
+
+
+# ---------------------------------------------------------------------- the store
+
+
 class FilesStore:
-    """Contexts as files under ``root`` (``files:///dir``)."""
+    """Contexts as files under ``root`` (``files:///dir``).
+
+    ``fsync=False`` skips every fsync: a crash of the process still leaves each
+    change whole, a power cut may not.
+    """
 
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
@@ -104,25 +446,117 @@ class FilesStore:
         self._contexts.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._limiter = anyio.CapacityLimiter(1)
+        self._collect()
 
     def _dir(self, context_id: str) -> Path:
-        if not context_id or "/" in context_id or context_id.startswith("."):
+        if not _safe_name(context_id) or context_id.startswith("."):
             raise StoreError(f"{context_id!r} cannot be a context folder name")
         return self._contexts / context_id
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
+    def _sync_dir(self, path: Path) -> None:
+        if self._fsync:
+            _fsync_dir(path)
+
+    # ------------------------------------------------------------------ locks
+
     @contextmanager
-    def _locked(self, folder: Path) -> Iterator[None]:
-        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _maintenance(self, exclusive: bool = False) -> Iterator[bool]:
+        """``contexts/.lock``: shared while a create or delete has a dot-folder
+        under way; exclusive (without waiting) to remove abandoned dot-folders.
+        Yields whether the lock was taken."""
+        fd = os.open(self._contexts / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
         finally:
             os.close(fd)
 
-    # ------------------------------------------------------------------ metadata
+    def _collect(self) -> None:
+        """Remove the dot-folders of creates and deletes that a crash interrupted."""
+        with self._maintenance(exclusive=True) as free:
+            if not free:
+                return
+            for entry in os.scandir(self._contexts):
+                if entry.name.startswith((_CREATING, _DELETED)) and entry.is_dir():
+                    _remove_tree(Path(entry.path))
+
+    @contextmanager
+    def _context(
+        self, folder: Path, context_id: str, *, exclusive: bool = True, recover: bool = True
+    ) -> Iterator[None]:
+        """Hold the context's lock (exclusive to write, shared to read), after
+        applying a journal a crash left (unless ``recover`` is false: a delete
+        removes it, damaged or not). ContextNotFound when it does not exist."""
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        while True:
+            try:
+                fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except (FileNotFoundError, NotADirectoryError):
+                raise ContextNotFound(context_id) from None
+            try:
+                fcntl.flock(fd, mode)
+                try:
+                    now = os.stat(folder / ".lock")
+                except FileNotFoundError:
+                    raise ContextNotFound(context_id) from None
+                held = os.fstat(fd)
+                if (held.st_ino, held.st_dev) != (now.st_ino, now.st_dev):
+                    continue  # deleted (and perhaps created again) while we waited
+                if not (folder / "metadata.json").is_file():
+                    raise ContextNotFound(context_id)
+                if recover and (folder / JOURNAL).exists():
+                    if mode != fcntl.LOCK_EX:
+                        mode = fcntl.LOCK_EX
+                        continue
+                    self._recover(folder, context_id)
+                yield
+                return
+            finally:
+                os.close(fd)
+
+    def _recover(self, folder: Path, context_id: str) -> None:
+        """Apply the journal a crashed commit left (under the exclusive lock)."""
+        path = folder / JOURNAL
+        header, files, steps = _parse_journal(_read_bytes(path), path)
+        meta = folder / "metadata.json"
+        data = _json_document(_read_bytes(meta), meta)
+        version = data.get("version") if isinstance(data, dict) else None
+        if header.context != context_id or version not in (
+            header.from_version,
+            header.to_version,
+        ):
+            raise StoreError(
+                f"{path}: a commit journal of context {header.context!r} from version "
+                f"{header.from_version} to {header.to_version}, but {meta} holds context "
+                f"{context_id!r} at version {version!r}; both are left as they are"
+            )
+        for entry in os.scandir(folder / "messages"):  # temporaries of the interrupted apply
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                _unlink(Path(entry.path))
+        self._apply(folder, files, steps)
+
+    def _apply(
+        self, folder: Path, files: list[tuple[str, bytes]], steps: tuple[int, bytes] | None
+    ) -> None:
+        """Put a journal's content in place (any number of times), then remove it."""
+        messages = folder / "messages"
+        if steps is not None:
+            _write_steps(folder / "steps.jsonl", steps[0], steps[1], self._fsync)
+        for name, data in files:
+            _write_atomic(folder / name, data, self._fsync)
+        if any(name.startswith("messages/") for name, _ in files):
+            self._sync_dir(messages)
+        self._sync_dir(folder)
+        _unlink(folder / JOURNAL)
+
+    # ------------------------------------------------------------------ writing
 
     @staticmethod
     def _metadata(ctx: ChatContext, steps_bytes: int) -> dict[str, Any]:
@@ -131,26 +565,33 @@ class FilesStore:
         return {
             "schema_version": SCHEMA_VERSION,
             **data,
-            # pool messages no branch names (the pool is kept whole)
             "detached_message_ids": [m for m in ctx.message_pool if m not in on_branches],
-            # how much of steps.jsonl belongs to committed versions
             "steps_bytes": steps_bytes,
         }
 
     @staticmethod
-    def _index_entry(node: MessageNode, branch: str) -> dict[str, Any]:
-        msg = node.message
-        return {
-            "id": node.id,
-            "role": str(msg.role),
-            "message_type": str(msg.message_type),
-            "created_at": msg.metadata.created_at.isoformat(),
-            "branch": branch,
-        }
+    def _index(ctx: ChatContext) -> bytes:
+        entries = []
+        for name, branch in ctx.branches.items():
+            for mid in branch.message_ids:
+                msg = ctx.message_pool[mid].message
+                entries.append(
+                    {
+                        "id": mid,
+                        "role": str(msg.role),
+                        "message_type": str(msg.message_type),
+                        "created_at": msg.metadata.created_at.isoformat(),
+                        "branch": name,
+                    }
+                )
+        return _dumps({"messages": entries})
 
-    def _write_message(self, folder: Path, node: MessageNode) -> None:
+    @staticmethod
+    def _message(node: MessageNode) -> tuple[str, bytes]:
+        if not _safe_name(node.id):
+            raise StoreError(f"message id {node.id!r} cannot be a file name")
         data = {"schema_version": SCHEMA_VERSION, **node.model_dump(mode="json")}
-        _write_atomic(folder / "messages" / f"{node.id}.json", _dumps(data))
+        return f"messages/{node.id}.json", _dumps(data)
 
     # ------------------------------------------------------------------ Store
 
@@ -158,81 +599,64 @@ class FilesStore:
         await self._run(self._create, context)
 
     def _create(self, ctx: ChatContext) -> None:
-        folder = self._dir(ctx.id)
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            raise StoreError(f"context {ctx.id!r} already exists ({folder})") from None
-        (folder / "messages").mkdir()
-        with self._locked(folder):
-            for node in ctx.message_pool.values():
-                self._write_message(folder, node)
-            index = [
-                self._index_entry(ctx.message_pool[mid], name)
-                for name, branch in ctx.branches.items()
-                for mid in branch.message_ids
-            ]
-            _write_atomic(folder / "message_index.json", _dumps({"messages": index}))
-            _write_atomic(folder / "metadata.json", _dumps(self._metadata(ctx, 0)))
+        final = self._dir(ctx.id)
+        if (final / "metadata.json").exists():
+            raise StoreError(f"context {ctx.id!r} already exists ({final})")
+        files = [self._message(node) for node in ctx.message_pool.values()]
+        files.append(("message_index.json", self._index(ctx)))
+        files.append(("metadata.json", _dumps(self._metadata(ctx, 0))))
+        with self._maintenance():
+            tmp = self._contexts / f"{_CREATING}{ctx.id}-{secrets.token_hex(4)}"
+            try:
+                _mkdir(tmp)
+                _mkdir(tmp / "messages")
+                for name, data in files:
+                    _write_new(tmp / name, data, self._fsync)
+                self._sync_dir(tmp / "messages")
+                self._sync_dir(tmp)
+                self._place(tmp, final, ctx.id)
+            except BaseException:
+                _remove_tree(tmp)
+                raise
+        self._sync_dir(self._contexts)
+
+    def _place(self, tmp: Path, final: Path, context_id: str) -> None:
+        """Rename the built folder into place: the moment the context exists."""
+        for _ in range(2):
+            try:
+                _rename(tmp, final)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise StoreError(f"{final}: cannot create the context: {exc}") from exc
+            if (final / "metadata.json").exists():
+                break
+            # a folder without metadata.json holds no context: set it aside
+            tomb = self._contexts / f"{_DELETED}{context_id}-{secrets.token_hex(4)}"
+            with suppress(FileNotFoundError):
+                _rename(final, tomb)
+            _remove_tree(tomb)
+        raise StoreError(f"context {context_id!r} already exists ({final})")
 
     async def load(self, context_id: str) -> ChatContext:
         result: ChatContext = await self._run(self._load, context_id)
         return result
 
-    def _read_metadata(self, folder: Path, context_id: str) -> dict[str, Any]:
-        """metadata.json at the current schema version (upcast when older)."""
-        path = folder / "metadata.json"
-        try:
-            raw = _read_json(path)
-        except FileNotFoundError:
-            raise ContextNotFound(context_id) from None
-        data, version = _record(raw, path)
-        if version != SCHEMA_VERSION:
-            branches = data.get("branches") or {}
-            data["branches"] = {
-                name: upcast_branch(b, version, where=f"{path}: branch {name}")
-                for name, b in branches.items()
-            }
-            data = upcast_context(data, version, where=str(path))
-        return data
-
     def _load(self, context_id: str) -> ChatContext:
-        return self._load_with_steps(context_id)[0]
-
-    def _load_with_steps(self, context_id: str) -> tuple[ChatContext, int]:
         folder = self._dir(context_id)
-        meta = self._read_metadata(folder, context_id)
-        steps_bytes = meta.pop("steps_bytes", 0)
-        detached = meta.pop("detached_message_ids", [])
-        pool: dict[str, Any] = {}
-        named = [m for b in meta.get("branches", {}).values() for m in b.get("message_ids", [])]
-        for mid in [*named, *detached]:
-            if mid in pool:
-                continue
-            path = folder / "messages" / f"{mid}.json"
-            try:
-                data, version = _record(_read_json(path), path)
-            except FileNotFoundError:
-                raise StoreError(f"{path}: missing, but metadata.json names it") from None
-            pool[mid] = upcast_message(data, version, where=str(path))
-        meta["schema_version"] = SCHEMA_VERSION
-        meta["message_pool"] = pool
-        try:
-            return ChatContext.model_validate(meta), int(steps_bytes)
-        except ValueError as exc:
-            raise StoreError(f"{folder / 'metadata.json'}: not a valid context: {exc}") from exc
+        with self._context(folder, context_id, exclusive=False):
+            return _read_context(folder, context_id)[0]
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
 
     def _commit(self, commit: Commit) -> None:
-        folder = self._dir(commit.context_id)
-        if not (folder / "metadata.json").exists():
-            raise ContextNotFound(commit.context_id)
-        with self._locked(folder):
-            ctx, steps_bytes = self._load_with_steps(commit.context_id)
+        cid = commit.context_id
+        folder = self._dir(cid)
+        with self._context(folder, cid, exclusive=True):
+            ctx, steps_bytes = _read_context(folder, cid)
             if ctx.version != commit.expected_version:
-                raise VersionConflict(commit.context_id, commit.expected_version, ctx.version)
+                raise VersionConflict(cid, commit.expected_version, ctx.version)
             for b in commit.branches:
                 ctx.branches[b.name] = b.model_copy(deep=True)
             for name, _ in commit.appended:
@@ -241,14 +665,17 @@ class FilesStore:
             for node in commit.replaced:
                 if node.id not in ctx.message_pool:
                     raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
-            # 1. message files (new ones are not named by metadata.json yet)
-            for _, node in commit.appended:
-                self._write_message(folder, node)
-            for node in commit.replaced:
-                self._write_message(folder, node)
-            # 2. the audit steps, after the committed part of steps.jsonl (what a
-            #    crashed commit appended past it is cut off first)
+            files = [self._message(node) for _, node in commit.appended]
+            files += [self._message(node) for node in commit.replaced]
+            steps = None
             if commit.steps:
+                path = folder / "steps.jsonl"
+                size = path.stat().st_size if path.exists() else 0
+                if size < steps_bytes:
+                    raise StoreError(
+                        f"{path}: {size} bytes, but metadata.json's $.steps_bytes says "
+                        f"{steps_bytes} are committed; the file is left as it is"
+                    )
                 lines = "".join(
                     json.dumps(
                         {
@@ -262,14 +689,8 @@ class FilesStore:
                     + "\n"
                     for s in commit.steps
                 ).encode()
-                with open(folder / "steps.jsonl", "ab") as f:
-                    f.truncate(steps_bytes)
-                    f.write(lines)
-                    f.flush()
-                    if self._fsync:
-                        os.fsync(f.fileno())
+                steps = (steps_bytes, lines)
                 steps_bytes += len(lines)
-            # 3. the new context head, then the index, then metadata.json (the commit point)
             for name, node in commit.appended:
                 ctx.message_pool[node.id] = node
                 ctx.branches[name].message_ids.append(node.id)
@@ -284,13 +705,19 @@ class FilesStore:
                 ctx.active_branch_name = commit.active_branch
             if commit.config is not None:
                 ctx.config = commit.config.model_copy(deep=True)
-            index = [
-                self._index_entry(ctx.message_pool[mid], name)
-                for name, branch in ctx.branches.items()
-                for mid in branch.message_ids
-            ]
-            _write_atomic(folder / "message_index.json", _dumps({"messages": index}))
-            _write_atomic(folder / "metadata.json", _dumps(self._metadata(ctx, steps_bytes)))
+            files.append(("message_index.json", self._index(ctx)))
+            files.append(("metadata.json", _dumps(self._metadata(ctx, steps_bytes))))
+            journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)
+            for entry in os.scandir(folder):  # temporaries of a crashed commit
+                if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                    _unlink(Path(entry.path))
+            self._write_journal(folder, journal)
+            self._apply(folder, files, steps)
+
+    def _write_journal(self, folder: Path, journal: bytes) -> None:
+        """Put the journal in place: the commit point."""
+        _write_atomic(folder / JOURNAL, journal, self._fsync)
+        self._sync_dir(folder)
 
     async def list_ids(self) -> list[str]:
         return [s.id for s in await self.list_contexts()]
@@ -300,42 +727,45 @@ class FilesStore:
         return result
 
     def _list(self) -> list[ContextSummary]:
-        out = []
-        created: dict[str, str] = {}
-        for folder in self._contexts.iterdir():
-            path = folder / "metadata.json"
-            if not folder.is_dir() or not path.exists():
+        self._collect()
+        found: list[_Summary] = []
+        for entry in os.scandir(self._contexts):
+            if entry.name.startswith(".") or not entry.is_dir():
                 continue
-            meta = self._read_metadata(folder, folder.name)
-            created[meta["id"]] = meta["created_at"]
-            out.append(
-                ContextSummary(
-                    id=meta["id"],
-                    state=meta["current_state"],
-                    version=meta["version"],
-                    updated_at=datetime.fromisoformat(meta["updated_at"]),
-                    parent_id=meta.get("parent_id"),
-                )
+            folder = Path(entry.path)
+            path = folder / "metadata.json"
+            try:
+                try:
+                    with self._context(folder, entry.name, exclusive=False):
+                        summary = _validated(_Summary, _read_bytes(path), path)
+                except StoreError:  # a damaged journal: the summary as stored, if readable
+                    summary = _validated(_Summary, _read_bytes(path), path)
+            except (ContextNotFound, StoreError, FileNotFoundError, NotADirectoryError):
+                continue  # absent, or a summary that cannot be read (load raises)
+            if summary.id == entry.name:
+                found.append(summary)
+        found.sort(key=lambda s: (s.created_at, s.id))  # oldest first
+        return [
+            ContextSummary(
+                id=s.id,
+                state=s.current_state,
+                version=s.version,
+                updated_at=s.updated_at,
+                parent_id=s.parent_id,
             )
-        out.sort(key=lambda s: (datetime.fromisoformat(created[s.id]), s.id))  # oldest first
-        return out
+            for s in found
+        ]
 
     async def delete(self, context_id: str) -> None:
         await self._run(self._delete, context_id)
 
     def _delete(self, context_id: str) -> None:
         folder = self._dir(context_id)
-        if not (folder / "metadata.json").exists():
-            raise ContextNotFound(context_id)
-        with self._locked(folder):
-            # metadata first: from then on the context does not exist
-            (folder / "metadata.json").unlink()
-            for path in sorted(folder.rglob("*"), reverse=True):
-                if path.is_dir():
-                    path.rmdir()
-                else:
-                    path.unlink()
-        folder.rmdir()
+        with self._maintenance(), self._context(folder, context_id, recover=False):
+            tomb = self._contexts / f"{_DELETED}{context_id}-{secrets.token_hex(4)}"
+            _rename(folder, tomb)  # from here on the context does not exist
+            self._sync_dir(self._contexts)
+            _remove_tree(tomb)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         result: list[StepLog] = await self._run(self._steps, context_id)
@@ -343,28 +773,27 @@ class FilesStore:
 
     def _steps(self, context_id: str) -> list[StepLog]:
         folder = self._dir(context_id)
-        meta = self._read_metadata(folder, context_id)
-        size = int(meta.get("steps_bytes", 0))
-        path = folder / "steps.jsonl"
-        if not size:
-            return []
-        with open(path, "rb") as f:
-            raw = f.read(size)
-        out = []
-        for n, line in enumerate(raw.decode().splitlines(), 1):
+        with self._context(folder, context_id, exclusive=False):
+            size = _read_metadata(folder / "metadata.json").steps_bytes
+            path = folder / "steps.jsonl"
+            if not size:
+                return []
             try:
-                row = json.loads(line)
-                out.append(
-                    StepLog(
-                        row["version"],
-                        row["from"],
-                        row["trigger"],
-                        row["to"],
-                        datetime.fromisoformat(row["at"]),
-                    )
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                raise StoreError(f"{path}: line {n} is not a step ({exc})") from exc
+                with open(path, "rb") as f:
+                    raw = f.read(size)
+            except FileNotFoundError:
+                raw = b""
+        if len(raw) < size:
+            raise StoreError(
+                f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
+                "are committed; the file is left as it is"
+            )
+        out = []
+        for n, line in enumerate(raw.split(b"\n")[:-1], 1):
+            step = _validated(_StepLine, line, f"{path}: line {n}")
+            out.append(StepLog(step.version, step.from_, step.trigger, step.to, step.at))
+        if not raw.endswith(b"\n"):
+            raise StoreError(f"{path}: the committed part does not end with a whole line")
         return out
 
     async def aclose(self) -> None:

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from ..errors import SchemaVersionError, StoreError
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
+from ..states import State
 
 __all__ = [
     "BRANCH_UPCASTERS",
@@ -47,10 +48,13 @@ __all__ = [
     "UpcasterChain",
     "check_version",
     "context_from_document",
+    "context_problems",
+    "json_path",
     "message_from_record",
     "upcast_branch",
     "upcast_context",
     "upcast_message",
+    "validation_problem",
 ]
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -155,7 +159,7 @@ def message_from_record(body: str | bytes, version: int, *, where: str) -> Messa
         data = _json_object(body, where=where)
         return MessageNode.model_validate(upcast_message(data, v, where=where))
     except ValidationError as exc:
-        raise StoreError(f"{where}: not a valid message record: {exc}") from exc
+        raise StoreError(f"{where}: not a valid message record: {validation_problem(exc)}") from exc
 
 
 def context_from_document(document: str | bytes | dict[str, Any], *, where: str) -> ChatContext:
@@ -185,7 +189,7 @@ def context_from_document(document: str | bytes | dict[str, Any], *, where: str)
     try:
         return ChatContext.model_validate(data)
     except ValidationError as exc:
-        raise StoreError(f"{where}: not a valid context record: {exc}") from exc
+        raise StoreError(f"{where}: not a valid context record: {validation_problem(exc)}") from exc
 
 
 def _json_object(text: str | bytes, *, where: str) -> dict[str, Any]:
@@ -196,3 +200,70 @@ def _json_object(text: str | bytes, *, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise StoreError(f"{where}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+# ---------------------------------------------------------------------- damage
+
+_STATES = frozenset(s.value for s in State)
+_PLAIN_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def json_path(loc: tuple[str | int, ...] | list[str | int]) -> str:
+    """A pydantic error location (or any key path) as a JSON path:
+    ``$.branches.main.message_ids[2]``."""
+    out = "$"
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part and set(part) <= _PLAIN_KEY:
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out
+
+
+def validation_problem(exc: ValidationError, limit: int = 3) -> str:
+    """The first errors of a pydantic ``ValidationError`` as ``$.path: message``, one per
+    place (what a :class:`StoreError` says of a damaged record)."""
+    errors = exc.errors(include_url=False)
+    parts = []
+    for err in errors[:limit]:
+        found = repr(err.get("input"))
+        found = found if len(found) <= 60 else found[:57] + "..."
+        where = json_path(err["loc"])
+        parts.append(
+            f"{where}: {err['msg']}" + ("" if err["type"] == "missing" else f" (found {found})")
+        )
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more")
+    return "; ".join(parts)
+
+
+def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]]:
+    """What makes a well-typed context unusable, as (key path, problem): an unknown
+    state, an active branch that does not exist, a branch stored under another
+    name, or a branch naming a message, a parent message or a source branch that
+    the context does not hold. Empty when the context is sound."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    if ctx.current_state not in _STATES:
+        out.append((("current_state",), f"unknown state {ctx.current_state!r}"))
+    if ctx.active_branch_name not in ctx.branches:
+        out.append(
+            (("active_branch_name",), f"no branch named {ctx.active_branch_name!r} is stored")
+        )
+    pool = ctx.message_pool
+    for name, branch in ctx.branches.items():
+        if branch.name != name:
+            out.append((("branches", name, "name"), f"the branch is stored as {name!r}"))
+        for i, mid in enumerate(branch.message_ids):
+            if mid not in pool:
+                out.append((("branches", name, "message_ids", i), f"no message {mid!r} is stored"))
+        parent = branch.parent_message_id
+        if parent is not None and parent not in pool:
+            out.append(
+                (("branches", name, "parent_message_id"), f"no message {parent!r} is stored")
+            )
+        source = branch.forked_from
+        if source is not None and source not in ctx.branches:
+            out.append((("branches", name, "forked_from"), f"no branch {source!r} is stored"))
+    return out

@@ -53,6 +53,17 @@ malformed``) is raised as a :class:`~turnfsm.errors.StoreError` naming the
 file, with the transaction rolled back; from then on that store object refuses
 to write (reads go on, for what is still sound).
 :meth:`SQLiteStore.integrity_check` runs ``PRAGMA integrity_check``.
+
+Damaged rows are refused the same way. SQLite lets any column hold any value,
+so every column read is checked (a NULL, a number stored as text, a blob where
+text belongs), the JSON columns are validated strictly by the models, and the
+context as a whole must hold together (a known state, an active branch that
+exists, every message a branch names stored, every parent message and source
+branch known). The :class:`~turnfsm.errors.StoreError` names the file, the
+table, the row and the column, and the JSON path inside a JSON column
+(``table contexts, row (context 'c1'), column config: $.parameters: ...``);
+nothing is changed. ``list_contexts`` leaves out a row whose summary columns
+cannot be read (``load`` of it raises) and lists the others.
 """
 
 from __future__ import annotations
@@ -77,9 +88,17 @@ from ..errors import (
     StoreError,
     VersionConflict,
 )
-from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
+from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 from ._base import Commit, ContextSummary, StepLog
-from ._schema import check_version, message_from_record, upcast_branch, upcast_context
+from ._schema import (
+    check_version,
+    context_problems,
+    json_path,
+    message_from_record,
+    upcast_branch,
+    upcast_context,
+    validation_problem,
+)
 
 __all__ = ["STORE_FORMAT", "SQLiteStore"]
 
@@ -154,6 +173,18 @@ _HEAD_COLUMNS = (
 
 def _ts(value: datetime) -> str:
     return value.isoformat()
+
+
+_COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
+
+
+def _column(row: str, column: str, value: object, kind: type | tuple[type, ...]) -> None:
+    """Refuse a column holding NULL or a value of another type (SQLite lets any
+    column hold anything) with a StoreError naming the row and the column."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        names = (kind,) if isinstance(kind, type) else kind
+        want = " or ".join("NULL" if k is type(None) else k.__name__ for k in names)
+        raise StoreError(f"{row}, column {column}: expected {want}, found {value!r}")
 
 
 def check_database_file(path: Path) -> None:
@@ -401,11 +432,14 @@ class SQLiteStore:
         seq = head[0]
         ctx = self._context_of(head)
         positions: dict[str, list[str]] = {}
-        for branch, mid, version in conn.execute(
-            "SELECT branch, message_id, schema_version FROM branch_messages WHERE ctx = ? "
+        for branch, pos, mid, version in conn.execute(
+            "SELECT branch, pos, message_id, schema_version FROM branch_messages WHERE ctx = ? "
             "ORDER BY branch, pos",
             (seq,),
         ):
+            row = self._row(context_id, "branch_messages", f"branch {branch!r}, pos {pos!r}")
+            _column(row, "message_id", mid, str)
+            _column(row, "schema_version", version, int)
             if version != _V:
                 check_version(version, where=self._where(context_id, f", branch {branch!r}"))
             positions.setdefault(branch, []).append(mid)
@@ -414,52 +448,112 @@ class SQLiteStore:
             "SELECT name, schema_version, body FROM branches WHERE ctx = ? ORDER BY rowid",
             (seq,),
         ):
+            row = self._row(context_id, "branches", f"name {name!r}")
+            _column(row, "name", name, str)
+            _column(row, "schema_version", version, int)
+            _column(row, "body", body, str)
             where = self._where(context_id, f", branch {name!r}")
-            data = self._json(body, where)
+            data = self._json(body, f"{row}, column body")
             if version != _V:
                 data = upcast_branch(data, version, where=where)
             data["message_ids"] = positions.get(name, [])
-            branches[name] = self._validate(Branch, data, where)
+            branches[name] = self._validate(Branch, data, f"{row}, column body")
         pool: dict[str, MessageNode] = {}
         validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
         ):
+            row = self._row(context_id, "messages", f"id {mid!r}")
+            _column(row, "id", mid, str)
+            _column(row, "schema_version", version, int)
+            _column(row, "body", body, str)
             if version == _V:  # the common case, parsed straight from the text
                 try:
-                    pool[mid] = validate(body)
-                    continue
-                except ValueError:
-                    pass  # reported below, with where it was found
-            pool[mid] = message_from_record(
-                body, version, where=self._where(context_id, f", message {mid!r}")
-            )
+                    node = validate(body, strict=True)
+                except ValidationError as exc:
+                    raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
+            else:
+                node = message_from_record(
+                    body, version, where=self._where(context_id, f", message {mid!r}")
+                )
+            if node.id != mid:
+                raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
+            pool[mid] = node
         conn.execute("COMMIT")
         ctx.branches = branches
         ctx.message_pool = pool
+        problems = context_problems(ctx)
+        if problems:
+            loc, problem = problems[0]
+            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
         return ctx
+
+    def _row(self, context_id: str, table: str, key: str = "") -> str:
+        """Where a row is, for an error: the file, the table, the row."""
+        key = f", {key}" if key else ""
+        return f"{self.path}: table {table}, row (context {context_id!r}{key})"
+
+    def _place(self, context_id: str, loc: tuple[str | int, ...]) -> str:
+        """Where a field of the context (a key path) is stored."""
+        if loc[0] == "current_state":
+            return f"{self._row(context_id, 'contexts')}, column state"
+        if loc[0] == "active_branch_name":
+            return f"{self._row(context_id, 'contexts')}, column active_branch"
+        if loc[0] == "branches" and len(loc) > 2 and loc[2] == "message_ids":
+            row = self._row(context_id, "branch_messages", f"branch {loc[1]!r}")
+            return f"{row}, column message_id, {json_path(loc)}"
+        if loc[0] == "branches" and len(loc) > 2:
+            row = self._row(context_id, "branches", f"name {loc[1]!r}")
+            return f"{row}, column body, {json_path(loc[2:])}"
+        return f"{self._row(context_id, 'contexts')}, {json_path(loc)}"
 
     def _context_of(self, head: tuple[Any, ...]) -> ChatContext:
         """The context (without messages and branches) of a ``contexts`` row."""
         (_, version, cid, parent_id, config, active, state, created, updated, ver, seq, prog) = head
+        row = self._row(str(cid), "contexts")
+        for column, value, kind in (
+            ("id", cid, str),
+            ("schema_version", version, int),
+            ("parent_id", parent_id, (str, type(None))),
+            ("config", config, str),
+            ("active_branch", active, str),
+            ("state", state, str),
+            ("created_at", created, str),
+            ("updated_at", updated, str),
+            ("version", ver, int),
+            ("event_seq", seq, int),
+            ("progress", prog, str),
+        ):
+            _column(row, column, value, kind)
         where = self._where(cid)
         data: dict[str, Any] = {
             "schema_version": version,
             "id": cid,
             "parent_id": parent_id,
-            "config": self._json(config, where),
+            "config": self._json(config, f"{row}, column config"),
             "active_branch_name": active,
             "current_state": state,
             "created_at": created,
             "updated_at": updated,
             "version": ver,
             "event_seq": seq,
-            "progress": self._json(prog, where),
+            "progress": self._json(prog, f"{row}, column progress"),
         }
         if version != _V:
             data = upcast_context(data, version, where=where)
             data["schema_version"] = _V
-        return self._validate(ChatContext, data, where)
+        for column, model in (("config", ChatConfig), ("progress", TurnProgress)):
+            try:  # strictly: a number stored as text is damage, not a number
+                data[column] = model.model_validate_json(json.dumps(data[column]), strict=True)
+            except ValidationError as exc:
+                raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
+        try:
+            return ChatContext.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            field = str(err["loc"][0]) if err["loc"] else ""
+            column = _COLUMN_OF.get(field, field)
+            raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
 
     async def commit(self, commit: Commit) -> None:
         await self._run(lambda conn: self._commit_tx(conn, commit), write=True)
@@ -606,16 +700,26 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT id, state, version, updated_at, parent_id FROM contexts ORDER BY seq"
             ).fetchall()
-            return [
-                ContextSummary(
-                    id=cid,
-                    state=state,
-                    version=version,
-                    updated_at=datetime.fromisoformat(updated),
-                    parent_id=parent,
+            out = []
+            for cid, state, version, updated, parent in rows:
+                try:  # a row whose summary cannot be read is left out (load raises)
+                    for column, value, kind in (
+                        ("id", cid, str),
+                        ("state", state, str),
+                        ("version", version, int),
+                        ("updated_at", updated, str),
+                        ("parent_id", parent, (str, type(None))),
+                    ):
+                        _column("", column, value, kind)
+                    at = datetime.fromisoformat(updated)
+                except (StoreError, ValueError):
+                    continue
+                out.append(
+                    ContextSummary(
+                        id=cid, state=state, version=version, updated_at=at, parent_id=parent
+                    )
                 )
-                for cid, state, version, updated, parent in rows
-            ]
+            return out
 
         return await self._run(read)
 
@@ -644,9 +748,23 @@ class SQLiteStore:
                 "WHERE ctx = ? ORDER BY rowid",
                 row,
             ):
+                row = self._row(context_id, "steps", f"version {version!r}")
+                _column(row, "schema_version", schema_version, int)
                 if schema_version != _V:
                     check_version(schema_version, where=self._where(context_id, ", steps"))
-                out.append(StepLog(version, a, t, b, datetime.fromisoformat(at)))
+                for column, value, kind in (
+                    ("version", version, int),
+                    ("from_state", a, str),
+                    ("trigger", t, str),
+                    ("to_state", b, str),
+                    ("at", at, str),
+                ):
+                    _column(row, column, value, kind)
+                try:
+                    when = datetime.fromisoformat(at)
+                except ValueError:
+                    raise StoreError(f"{row}, column at: not a timestamp: {at!r}") from None
+                out.append(StepLog(version, a, t, b, when))
             conn.execute("COMMIT")
             return out
 
@@ -683,9 +801,9 @@ class SQLiteStore:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise StoreError(f"{where}: a stored field is not valid JSON: {exc}") from exc
+            raise StoreError(f"{where}: not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise StoreError(f"{where}: a stored field is not a JSON object")
+            raise StoreError(f"{where}: $: expected a JSON object, found {type(data).__name__}")
         return data
 
     @staticmethod
@@ -693,4 +811,6 @@ class SQLiteStore:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise StoreError(f"{where}: not a valid {model.__name__} record: {exc}") from exc
+            raise StoreError(
+                f"{where}: not a valid {model.__name__} record: {validation_problem(exc)}"
+            ) from exc

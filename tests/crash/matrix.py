@@ -1,0 +1,516 @@
+"""The commit-kind crash matrix: kill a process between every two steps of each
+kind of change, and check what a fresh process finds.
+
+For each store (``files``: the file store's file operations; ``sqlite``: the
+SQL statements that change the database) and each kind of change (create,
+send, approve, deny, cancel, fork, switch, delete):
+
+1. a clean run of the change, from a prepared store, records the state after
+   each commit and where each commit starts and ends in the count of steps;
+2. for each ``n`` from 0 until the change completes, a process makes the change
+   again from the same prepared store and is killed (``os._exit``) just before
+   its step ``n``;
+3. a fresh process opens the store and checks that the context is in exactly
+   the state before or after the commit the kill fell in (its messages, fields
+   and audit steps), that ``list_contexts``, ``load`` and ``delete`` agree on
+   whether it exists, and that a fresh engine brings it to rest (resuming the
+   turn, approving what waits for approval).
+
+Every process is forked from a server that has imported turnfsm once, so a
+case costs milliseconds, not an interpreter start. Stores run without fsync: a
+killed process loses nothing the kernel already has, so fsync changes nothing
+here (it matters for power loss, which this cannot simulate).
+
+    python tests/crash/matrix.py                     # the full matrix, both stores
+    python tests/crash/matrix.py --store files --kind approve
+    python tests/crash/matrix.py --store files-torn  # the control: must FAIL
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from turnfsm import Engine, LLMResponse, ToolCallData, tool
+from turnfsm.errors import ContextNotFound
+from turnfsm.storage import FilesStore, SQLiteStore, Store
+from turnfsm.storage import _files as files_module
+from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+
+KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete")
+STORES = ("files", "sqlite")
+CID = "c"
+RESTING = ("Idle",)
+
+
+class TornFilesStore(FilesStore):
+    """The control: a file store that applies a commit's files without writing
+    the journal first (as the store once did), so a kill between two files
+    leaves half a commit. The matrix must catch it."""
+
+    def _write_journal(self, folder: Path, journal: bytes) -> None:
+        return None
+
+
+def open_test_store(kind: str, workdir: Path) -> Store:
+    if kind == "files":
+        return FilesStore(workdir / "files", fsync=False)
+    if kind == "files-torn":
+        return TornFilesStore(workdir / "files", fsync=False)
+    return SQLiteStore(workdir / "store.db", synchronous="OFF")
+
+
+# ---------------------------------------------------------------------- the conversation
+
+
+@tool(approval="required")
+def book(city: str) -> dict[str, Any]:
+    """Books a trip; a human approves each call."""
+    return {"booked": city}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or () if isinstance(p, dict))
+
+
+def answer(request: Any) -> Any:
+    messages = request.messages
+    last = messages[-1]
+    if last["role"] == "tool":
+        return {"text": "Booked."}
+    turn = sum(1 for m in messages if m["role"] == "user")
+    if "book" in _text(last):
+        return LLMResponse(tool_calls=(ToolCallData(f"call-{turn}", "book", {"city": "Oslo"}),))
+    return {"text": f"Answer {turn}."}
+
+
+def engine_for(store: Store, prefix: str) -> Engine:
+    return Engine(
+        llm=ScriptedLLM(answer, record=False),
+        tools=[book],
+        store=store,
+        clock=FakeClock(),
+        ids=SequentialIds(prefix),
+    )
+
+
+async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
+    """The store as it is before the change ``kind``."""
+    store = open_test_store(store_kind, workdir)
+    async with engine_for(store, "pre-") as engine:
+        if kind == "create":
+            return
+        await engine.create_context(context_id=CID, system_prompt="Be brief.")
+        await engine.send(CID, "hello")
+        if kind in ("approve", "deny", "cancel"):
+            turn = await engine.send(CID, "please book Oslo")
+            assert str(turn.state) == "AwaitingToolApproval", turn.state
+        if kind == "switch":
+            await engine.fork(CID, "alt", 0)
+
+
+async def change(kind: str, store: Store) -> None:
+    """The change itself (one or more commits)."""
+    async with engine_for(store, "op-") as engine:
+        if kind == "create":
+            await engine.create_context(context_id=CID, system_prompt="Be brief.")
+        elif kind == "send":
+            await engine.send(CID, "how are you?")
+        elif kind == "approve":
+            await engine.approve(CID, "call-2")
+        elif kind == "deny":
+            await engine.deny(CID, "call-2", "not today")
+        elif kind == "cancel":
+            await engine.cancel(CID)
+        elif kind == "fork":
+            await engine.fork(CID, "alt", 0)
+        elif kind == "switch":
+            await engine.switch_branch(CID, "main")
+        elif kind == "delete":
+            await store.delete(CID)
+        else:
+            raise ValueError(kind)
+
+
+async def snapshot(store: Store) -> str | None:
+    """The context as stored, with its audit steps (None: it does not exist)."""
+    try:
+        ctx = await store.load(CID)
+    except ContextNotFound:
+        return None
+    steps = [(s.version, s.from_state, s.trigger, s.to_state) for s in await store.steps(CID)]
+    return json.dumps([ctx.model_dump(mode="json"), steps], sort_keys=True)
+
+
+# ---------------------------------------------------------------------- kill points
+
+
+class Steps:
+    """Counts the steps that change the disk; calls ``at_step(n)`` before step n."""
+
+    def __init__(self, at_step: Callable[[int], None] | None = None) -> None:
+        self.count = 0
+        self.labels: list[str] = []
+        self.at_step = at_step
+        self.paused = False
+
+    def __call__(self, label: str) -> None:
+        if self.paused:
+            return
+        if self.at_step is not None:
+            self.at_step(self.count)
+        self.labels.append(label)
+        self.count += 1
+
+    def install(self, store: Store) -> None:
+        inner = getattr(store, "inner", store)
+        if isinstance(inner, FilesStore):
+            files_module.op_hook = lambda kind, path: self(f"{kind} {path.name}")
+        else:
+            conn = inner._conn  # type: ignore[attr-defined]
+            assert isinstance(conn, sqlite3.Connection)
+
+            def trace(sql: str) -> None:
+                head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+                if head not in ("SELECT", "PRAGMA", "BEGIN"):
+                    self(sql.strip()[:40])
+
+            conn.set_trace_callback(trace)
+
+
+class Recording:
+    """A store wrapper that notes, for each commit, the step count at its start
+    and end and the state it left (read by a second store object)."""
+
+    def __init__(self, inner: Store, steps: Steps, reader: Callable[[], Store]) -> None:
+        self.inner = inner
+        self.steps = steps
+        self.reader = reader
+        self.commits: list[tuple[int, int, str | None]] = []
+
+    async def _note(self, fn: Any, *args: Any) -> None:
+        start = self.steps.count
+        await fn(*args)
+        end = self.steps.count
+        self.steps.paused = True
+        try:
+            reader = self.reader()
+            state = await snapshot(reader)
+            await reader.aclose()
+        finally:
+            self.steps.paused = False
+        self.commits.append((start, end, state))
+
+    async def create(self, context: Any) -> None:
+        await self._note(self.inner.create, context)
+
+    async def commit(self, commit: Any) -> None:
+        await self._note(self.inner.commit, commit)
+
+    async def delete(self, context_id: str) -> None:
+        await self._note(self.inner.delete, context_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+# ---------------------------------------------------------------------- the processes
+
+
+def _clean_run(store_kind: str, kind: str, workdir: str) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        store = open_test_store(store_kind, Path(workdir))
+        before = await snapshot(store)
+        steps = Steps()
+        steps.install(store)
+        rec = Recording(store, steps, lambda: open_test_store(store_kind, Path(workdir)))
+        await change(kind, rec)  # type: ignore[arg-type]
+        return {"before": before, "commits": rec.commits, "labels": steps.labels}
+
+    return anyio.run(go)
+
+
+def _killed_run(store_kind: str, kind: str, workdir: str, n: int) -> None:
+    def at_step(i: int) -> None:
+        if i == n:
+            os._exit(9)
+
+    async def go() -> None:
+        store = open_test_store(store_kind, Path(workdir))
+        Steps(at_step).install(store)
+        await change(kind, store)
+
+    anyio.run(go)
+    os._exit(0)  # completed: step n was never reached
+
+
+def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) -> list[str]:
+    """What a fresh process finds wrong with the store after the kill."""
+
+    async def go() -> list[str]:
+        problems: list[str] = []
+        store = open_test_store(store_kind, Path(workdir))
+        try:
+            state = await snapshot(store)
+        except Exception as exc:
+            return [f"load failed: {type(exc).__name__}: {exc}"]
+        if state not in allowed:
+            problems.append(f"a state that no commit made: {_diff(state, allowed)}")
+        listed = CID in {s.id for s in await store.list_contexts()}
+        if listed != (state is not None):
+            problems.append(f"list_contexts says exists={listed}, load says {state is not None}")
+        if state is None:
+            try:
+                await store.delete(CID)
+                problems.append("delete found a context that load does not")
+            except ContextNotFound:
+                pass
+            if kind == "create":  # absent means absent: it can be created now
+                async with engine_for(open_test_store(store_kind, Path(workdir)), "x-") as e:
+                    await e.create_context(context_id=CID)
+                    if (await e.get_context(CID)).version != 0:
+                        problems.append("a created context is not new")
+            await store.aclose()
+            return problems
+        async with engine_for(store, "rest-") as engine:
+            try:
+                for turn in await engine.recover():
+                    del turn
+                ctx = await engine.get_context(CID)
+                for _ in range(5):
+                    if ctx.current_state != "AwaitingToolApproval":
+                        break
+                    pending = [c.id for c in ctx.pending_tool_calls()]
+                    if not pending:
+                        problems.append("AwaitingToolApproval with nothing pending")
+                        break
+                    await engine.approve(CID, pending)
+                    ctx = await engine.get_context(CID)
+                if ctx.current_state not in RESTING:
+                    problems.append(f"did not come to rest: {ctx.current_state}")
+            except Exception as exc:
+                problems.append(f"resuming failed: {type(exc).__name__}: {exc}")
+            await engine.store.delete(CID)
+            try:
+                await engine.store.load(CID)
+                problems.append("load finds a deleted context")
+            except ContextNotFound:
+                pass
+            if CID in {s.id for s in await engine.store.list_contexts()}:
+                problems.append("list_contexts shows a deleted context")
+        return problems
+
+    return anyio.run(go)
+
+
+def _diff(state: str | None, allowed: list[str | None]) -> str:
+    if state is None:
+        return "absent"
+    got = json.loads(state)[0]
+    for want in allowed:
+        if want is None:
+            continue
+        ref = json.loads(want)[0]
+        keys = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
+        return f"state {got.get('current_state')} v{got.get('version')}, differs in {keys}"
+    return f"state {got.get('current_state')} v{got.get('version')}"
+
+
+# ---------------------------------------------------------------------- the matrix
+
+
+@dataclass
+class Result:
+    cases: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _pool() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    preload = ["turnfsm", "turnfsm.storage", "turnfsm.testing", "anyio", "pydantic"]
+    ctx.set_forkserver_preload([*preload, *([__name__] if __name__ != "__main__" else [])])
+    return ctx
+
+
+def _call(mp: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in a fresh process; its result, or None when killed."""
+    parent, child = mp.Pipe(duplex=False)
+    proc = mp.Process(target=_child, args=(child, fn, args))
+    proc.start()
+    child.close()
+    try:
+        result = parent.recv() if parent.poll(120) else ("error", "timed out")
+    except EOFError:
+        result = None
+    proc.join(60)
+    if result is not None and result[0] == "error":
+        raise RuntimeError(result[1])
+    return None if result is None else result[1]
+
+
+def _child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        value = fn(*args)
+    except BaseException as exc:  # reported to the parent, which raises
+        import traceback
+
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    else:
+        conn.send(("ok", value))
+    conn.close()
+
+
+def allowed_states(clean: dict[str, Any], n: int) -> list[str | None]:
+    """The states a kill before step ``n`` may leave: before or after the commit
+    it fell in, or the state between two commits."""
+    states: list[str | None] = [clean["before"]]
+    for start, end, state in clean["commits"]:
+        if end <= n:
+            states = [state]
+        elif start <= n:
+            states = [states[-1], state]
+            break
+        else:
+            break
+    return states
+
+
+Case = tuple[str, str, str, int]
+"""(store, kind, work folder, kill before this step)."""
+
+
+def _clean_all(runs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """The clean run of each (store, kind, folder), each in a process forked from this one."""
+    out = []
+    for store_kind, kind, workdir in runs:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                data = json.dumps(_clean_run(store_kind, kind, workdir)).encode()
+                with os.fdopen(write, "wb") as f:
+                    f.write(data)
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            raw = f.read()
+        os.waitpid(pid, 0)
+        if not raw:
+            raise RuntimeError(f"the clean run of {store_kind} {kind} failed")
+        out.append(json.loads(raw))
+    return out
+
+
+def _kill_all(cases: list[Case]) -> list[int]:
+    """Each case in its own process, forked from this one: exit codes (9: killed)."""
+    codes = []
+    for store_kind, kind, workdir, n in cases:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _killed_run(store_kind, kind, workdir, n)
+            finally:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        codes.append(os.waitstatus_to_exitcode(status))
+    return codes
+
+
+def _check_all(cases: list[tuple[str, str, str, list[str | None]]]) -> list[list[str]]:
+    return [_check(store_kind, kind, w, allowed) for store_kind, kind, w, allowed in cases]
+
+
+def run_matrix(
+    pairs: list[tuple[str, str]],
+    points: Callable[[dict[str, Any]], list[int]] | None = None,
+) -> Result:
+    """Every kill point (or those ``points`` picks from the clean run) of each
+    (store, kind). Three processes do the work: one makes the clean runs, one
+    forks a process per kill, and a fresh one checks every store left."""
+    mp = _pool()
+    result = Result()
+    base = Path(tempfile.mkdtemp(prefix="crash-matrix-"))
+    try:
+        templates = {}
+        for store_kind, kind in pairs:
+            template = base / f"{store_kind}-{kind}"
+            template.mkdir()
+            real = "files" if store_kind == "files-torn" else store_kind
+            anyio.run(prepare, real, kind, template)
+            shutil.copytree(template, base / f"{store_kind}-{kind}-clean")
+            templates[store_kind, kind] = template
+        runs = [(s, k, str(base / f"{s}-{k}-clean")) for s, k in pairs]
+        cleans = dict(zip(pairs, _call(mp, _clean_all, runs), strict=True))
+        cases: list[Case] = []
+        for (store_kind, kind), clean in cleans.items():
+            total = len(clean["labels"])
+            for n in list(range(total + 1)) if points is None else points(clean):
+                work = base / f"{store_kind}-{kind}-kill-{n}"
+                shutil.copytree(templates[store_kind, kind], work)
+                cases.append((store_kind, kind, str(work), n))
+        codes = _call(mp, _kill_all, cases)
+        checks = [(s, k, w, allowed_states(cleans[s, k], n)) for s, k, w, n in cases]
+        found = _call(mp, _check_all, checks)
+        for (store_kind, kind, _, n), code, problems in zip(cases, codes, found, strict=True):
+            clean = cleans[store_kind, kind]
+            total = len(clean["labels"])
+            result.cases += 1
+            label = clean["labels"][n] if n < total else "(completed)"
+            if code != (0 if n >= total else 9):
+                problems = [f"the run exited with {code}", *problems]
+            result.failures += [
+                f"{store_kind} {kind} kill before step {n} [{label}]: {p}" for p in problems
+            ]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def a_few(clean: dict[str, Any]) -> list[int]:
+    """The reduced matrix: inside the first commit (its middle; for the file
+    store, the step after its journal is in place) and before the last step."""
+    total = len(clean["labels"])
+    start, end, _ = clean["commits"][0]
+    points = {(start + end) // 2, total - 1}
+    for i, label in enumerate(clean["labels"]):
+        if label == f"rename {files_module.JOURNAL}":
+            points.add(i + 1)
+            break
+    return sorted(p for p in points if 0 <= p <= total)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--store", choices=(*STORES, "files-torn"), action="append")
+    p.add_argument("--kind", choices=KINDS, action="append")
+    p.add_argument("--reduced", action="store_true", help="a few kill points per kind")
+    args = p.parse_args(argv)
+    pairs = [(s, k) for s in args.store or STORES for k in args.kind or KINDS]
+    r = run_matrix(pairs, a_few if args.reduced else None)
+    for line in r.failures:
+        print(f"FAIL {line}")
+    print(f"{r.cases} kill points, {len(r.failures)} problems")
+    return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
