@@ -27,7 +27,7 @@ import anyio
 import pytest
 
 from turnfsm import Engine, State, tool
-from turnfsm.errors import InvalidInput, StoreError, TurnFSMError
+from turnfsm.errors import ContextNotFound, InvalidInput, StoreError, TurnFSMError
 from turnfsm.model import LLMResponse, TextDelta, ThinkingDelta, ToolCallData, ToolCallDelta
 from turnfsm.storage import FilesStore, SQLiteStore
 from turnfsm.testing import ScriptedLLM
@@ -551,7 +551,9 @@ FILES_DAMAGE: dict[str, Callable[[Path], None]] = {
     "version null": lambda d: _json_edit(d / "metadata.json", _set("version", None)),
     "config wrong type": lambda d: _json_edit(d / "metadata.json", _set("config", "x")),
     "schema too new": lambda d: _json_edit(d / "metadata.json", _set("schema_version", 999)),
-    "index garbage": lambda d: (d / "message_index.json").write_bytes(b"{{{"),
+    "steps unknown state": lambda d: (d / "steps.jsonl").write_text(
+        (d / "steps.jsonl").read_text().replace("Idle", "Nowhere", 1)
+    ),
     "steps garbage": lambda d: (d / "steps.jsonl").write_bytes(b"not json\n\xff\n"),
     "steps wrong shape": lambda d: (d / "steps.jsonl").write_text('{"version": "x"}\n'),
     "message file garbage": lambda d: next((d / "messages").glob("*.json")).write_bytes(b"\xff"),
@@ -570,8 +572,11 @@ async def test_damaged_files_store(case: str, tmp_path: Path) -> None:
     FILES_DAMAGE[case](folder)
     damaged = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     store = FilesStore(root)
+    # A folder without metadata.json is no context at all (it is what a
+    # create cut short left behind): absent, not damaged.
+    refused = (StoreError, ContextNotFound) if case == "metadata missing" else StoreError
     with anyio.fail_after(DEADLINE):
-        with pytest.raises(StoreError) as info:
+        with pytest.raises(refused) as info:
             await store.load(bad)
             await store.steps(bad)
         assert str(info.value)

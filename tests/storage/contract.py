@@ -1104,7 +1104,7 @@ class StoreContract(abc.ABC):
                             "c",
                             v,
                             state=("ProcessingUserMessage", "Idle")[v % 2],  # a known state
-                            steps=[("x", f"by{i}", f"S{v}")],
+                            steps=[("Idle", f"by{i}", "ProcessingUserMessage")],
                             appended=[("main", msg(f"v{v}-by{i}", text=f"{v}/{i}"))],
                         ),
                     )

@@ -217,7 +217,10 @@ async def test_exactly_one_thread_hop_per_store_call(
                 make_commit(
                     "c",
                     7,
-                    steps=[("A", "t", "B"), ("B", "u", "C")],
+                    steps=[
+                        ("Idle", "t", "ExecutingTools"),
+                        ("ExecutingTools", "u", "PermanentFailure"),
+                    ],
                     appended=[("main", msg("n1", text="1")), ("alt", msg("n2", text="2"))],
                     replaced=[msg("m1", text="new")],
                 )
@@ -283,7 +286,7 @@ def measure_thread_hop(path: Path, n: int = 400, synchronous: str = "NORMAL") ->
                 return make_commit(
                     cid,
                     v,
-                    steps=[("A", "t", "B")],
+                    steps=[("Idle", "t", "ExecutingTools")],
                     appended=[("main", msg(f"{cid}-{v}", Role.USER, "hello world"))],
                 )
 
@@ -351,7 +354,10 @@ def measure_commit_cost(
                     node = msg(f"t{count}", Role.ASSISTANT, "y" * 200)
                     await store.commit(
                         make_commit(
-                            "c", version, steps=[("A", "t", "B")], appended=[("main", node)]
+                            "c",
+                            version,
+                            steps=[("Idle", "t", "ExecutingTools")],
+                            appended=[("main", node)],
                         )
                     )
                     version += 1

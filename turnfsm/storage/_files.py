@@ -77,6 +77,7 @@ from ._schema import (
     check_version,
     context_problems,
     json_path,
+    step_problem,
     upcast_branch,
     upcast_context,
     upcast_message,
@@ -791,6 +792,9 @@ class FilesStore:
         out = []
         for n, line in enumerate(raw.split(b"\n")[:-1], 1):
             step = _validated(_StepLine, line, f"{path}: line {n}")
+            problem = step_problem(step.from_, step.to)
+            if problem is not None:
+                raise StoreError(f"{path}: line {n}: {problem}")
             out.append(StepLog(step.version, step.from_, step.trigger, step.to, step.at))
         if not raw.endswith(b"\n"):
             raise StoreError(f"{path}: the committed part does not end with a whole line")

@@ -205,6 +205,19 @@ def _json_object(text: str | bytes, *, where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------- damage
 
 _STATES = frozenset(s.value for s in State)
+
+
+def step_problem(from_state: str, to_state: str) -> str | None:
+    """What is wrong with a stored step's states (``None`` when both are known).
+
+    Triggers are not checked: the audit trail keeps them as they were named
+    when the step was taken."""
+    for field, value in (("from_state", from_state), ("to_state", to_state)):
+        if value not in _STATES:
+            return f"{field}: {value!r} is not a known state"
+    return None
+
+
 _PLAIN_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 

@@ -95,6 +95,7 @@ from ._schema import (
     context_problems,
     json_path,
     message_from_record,
+    step_problem,
     upcast_branch,
     upcast_context,
     validation_problem,
@@ -764,6 +765,9 @@ class SQLiteStore:
                     when = datetime.fromisoformat(at)
                 except ValueError:
                     raise StoreError(f"{row}, column at: not a timestamp: {at!r}") from None
+                problem = step_problem(a, b)
+                if problem is not None:
+                    raise StoreError(f"{row}, column {problem}")
                 out.append(StepLog(version, a, t, b, when))
             conn.execute("COMMIT")
             return out
