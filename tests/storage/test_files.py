@@ -1,4 +1,4 @@
-"""The contract suite for the file store (the layout of seed 002)."""
+"""The contract suite for the file store (the session directory layout)."""
 
 from __future__ import annotations
 
