@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-# --------------------------------------------------------------------- sizes (WORKLOADS.md)
+# --------------------------------------------------------------------- sizes (docs/benchmarks.md)
 
 W1_TURNS = 200
 W2_TURNS = 50

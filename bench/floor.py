@@ -3,7 +3,7 @@
 A plain asyncio loop over dicts and lists that keeps the provider-format
 message list incrementally (one list per conversation, appended to, handed
 as is to the fake LLM). This is the physical limit for Python on the machine
-that the other systems are compared to (WORKLOADS.md, "Rules").
+that the other systems are compared to (docs/benchmarks.md).
 
 Imports nothing from turnfsm.
 """

@@ -1,4 +1,4 @@
-"""Run the benchmark workloads (shared/bench/WORKLOADS.md) on turnfsm and on the floor.
+"""Run the benchmark workloads (docs/benchmarks.md) on turnfsm and on the floor.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Engine behaviours of DESIGN.md section 2, through the public API.
+"""Engine behaviours of docs/architecture.md ("The table"), through the public API.
 
 Retries, the iteration limit, cancellation, supersession, denial and approval
 policies, tool failures as results, branches, the request the LLM gets, and the

@@ -1,8 +1,9 @@
 """Refused calls: each raises its typed error and changes nothing that is stored.
 
-"An event the table does not allow raises a typed error and changes nothing"
-(DESIGN.md section 2). After every refusal the stored context is compared with
-the one before: same version, same state, same messages (in fact: equal).
+"An event with no row for the current state raises `IllegalTransition` and
+changes nothing" (docs/architecture.md, "The table"). After every refusal the
+stored context is compared with the one before: same version, same state, same
+messages (in fact: equal).
 """
 
 from __future__ import annotations

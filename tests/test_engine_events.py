@@ -1,4 +1,4 @@
-"""Events (DESIGN.md section 5): kinds and order, gap-free ``seq``, deltas, slow subscribers."""
+"""Events (docs/events.md): kinds and order, gap-free ``seq``, deltas, slow subscribers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The canonical traces of DESIGN.md section 2, through the public API.
+"""The canonical traces of docs/architecture.md, through the public API.
 
 Each test asserts the exact state sequence twice: as the calls return it
 (``[Idle, *turn.states, ...]``) and as the store recorded it
@@ -180,7 +180,7 @@ async def test_one_transient_error_then_success() -> None:
 
 
 async def test_script_format_example_trace() -> None:
-    """The example of SCRIPT_FORMAT.md: approval, then a streamed answer."""
+    """The replay format's weather example: approval, then a streamed answer."""
     engine, _ = make_engine(
         [
             {

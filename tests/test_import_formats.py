@@ -1,4 +1,5 @@
-"""Importing conversations kept in other formats (seeds 001, 003, 004 and OpenAI
+"""Importing conversations kept in other formats (the session JSON format,
+alternating conversation entries, the contextManagement request body and OpenAI
 messages) into a ChatContext, and the ``turnfsm import`` command."""
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def test_a_naive_now_is_taken_as_utc() -> None:
     assert ctx.created_at == utc(2030, 1, 1, 12)
 
 
-# --- seed 001: session records ------------------------------------------------------------
+# --- the session JSON format: session records ---------------------------------------------
 
 
 def test_session_sample_messages_and_roles() -> None:
@@ -293,7 +294,7 @@ def test_binary_content_forms() -> None:
     assert "binary_content" not in msg.metadata.extra
 
 
-# --- seed 003: conversation entries -------------------------------------------------------
+# --- alternating conversation entries -----------------------------------------------------
 
 
 def test_entries_sample_order_and_roles() -> None:
@@ -585,7 +586,7 @@ def test_openai_annotated_first_system_message_stays_a_message() -> None:
     assert messages(ctx)[0].metadata.extra == {"name": "policy"}
 
 
-# --- seed 004: request bodies -------------------------------------------------------------
+# --- the contextManagement request body (and the legacy messages body) -------------------
 
 
 def test_request_body_context_management() -> None:

@@ -1,4 +1,5 @@
-"""The inbound request bodies of seed 004: both formats, one internal structure,
+"""The inbound request bodies (the contextManagement body and the legacy messages
+body): both formats, one internal structure,
 and descriptive errors for bodies that fit neither."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN.md section 1: imports go downward only, third-party imports stay in one place.
+"""docs/architecture.md, "Layers": imports go downward only, third-party imports stay in one place.
 
 Every module under turnfsm/ is parsed with ``ast`` (nothing is imported), so a
 violation in a module that is never imported is caught too. Layers::
@@ -48,7 +48,7 @@ LAYER: dict[str, int] = {
     "cli": 4,
     "testing": 4,
     "__main__": 4,  # ``python -m turnfsm``: the CLI's entry point
-    "pytest_plugin": 4,  # not in DESIGN.md: the test kit's pytest plugin, beside testing.py
+    "pytest_plugin": 4,  # the test kit's pytest plugin, beside testing.py
 }
 L0 = {c for c, n in LAYER.items() if n == 0}
 L1 = {c for c, n in LAYER.items() if n == 1}
@@ -188,7 +188,7 @@ def violations(imports: Iterable[Import]) -> list[str]:
             if dst == "<root>" and imp.target == "turnfsm" and src == "<root>":
                 continue
             if dst not in LAYER and dst != "<root>":
-                out.append(f"{imp}: '{dst}' is not a layer of DESIGN.md section 1")
+                out.append(f"{imp}: '{dst}' is not a layer of docs/architecture.md")
             elif dst not in ALLOWED.get(src, set()):
                 out.append(
                     f"{imp}: {src} (L{LAYER.get(src, '-')}) may not import "
@@ -226,7 +226,7 @@ def test_the_package_has_the_layered_modules() -> None:
 
 def test_every_module_belongs_to_a_declared_layer() -> None:
     stray = [m for m in package_modules() if component(m) not in LAYER and m != "turnfsm"]
-    assert not stray, "modules outside the layers of DESIGN.md section 1:\n" + "\n".join(stray)
+    assert not stray, "modules outside the layers of docs/architecture.md:\n" + "\n".join(stray)
 
 
 def test_imports_respect_the_layering() -> None:

@@ -82,7 +82,7 @@ def test_effect_is_noted_per_entered_state(machine: TurnMachine) -> None:
 
 
 def test_a_canonical_trace_is_recorded_in_steps(machine: TurnMachine) -> None:
-    # DESIGN.md: "auto-approved tool"
+    # docs/architecture.md, canonical traces: "auto-approved tool"
     h = _attached(machine, State.IDLE)
     try:
         for trigger in [

@@ -1,4 +1,4 @@
-"""The public surface (CONVENTIONS.md 14): an explicit, sorted ``__all__``, pinned here.
+"""The public surface (docs/architecture.md): an explicit, sorted ``__all__``, pinned here.
 
 ``__all__`` follows ruff's RUF022 "isort-style" order, case-sensitive, as it is
 written in turnfsm/__init__.py: SCREAMING_CASE names first, then CamelCase,

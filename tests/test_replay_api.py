@@ -1,4 +1,4 @@
-"""The replay runner as a Python API (``shared/SCRIPT_FORMAT.md``, last bullet).
+"""The replay runner as a Python API (docs/script-format.md, "From Python").
 
 Scripts built in code, failure reports, the parser's list of problems, and
 what the observed trace (``ReplayResult.trace_out()``, the content of

@@ -42,7 +42,7 @@ async def collect_until_error(
     return got, info.value
 
 
-# --- AnswerSpec.parse: every form of SCRIPT_FORMAT.md ---------------------------------------
+# --- AnswerSpec.parse: every form of docs/script-format.md ----------------------------------
 
 TOOL_CALL = {"id": "call_1", "name": "get_weather", "arguments": {"city": "London"}}
 

@@ -1,7 +1,7 @@
-"""The declared transition table (turnfsm.states._table) against DESIGN.md section 2.
+"""The declared transition table (turnfsm.states._table) against docs/architecture.md.
 
 The expected states, resting states and edges are written out here literally,
-from DESIGN.md, independently of the code: a change to the table must change
+from docs/architecture.md, independently of the code: a change to the table must change
 this file too.
 """
 
@@ -29,7 +29,7 @@ from turnfsm.states import (
     validate,
 )
 
-# --- DESIGN.md section 2, copied by hand -------------------------------------------------
+# --- docs/architecture.md, "The table", copied by hand -------------------------------------
 
 DESIGN_STATES = [
     "Idle",

@@ -1,6 +1,6 @@
 """Pins for the behaviour of the ``transitions`` library that turnfsm relies on.
 
-See shared/CONVENTIONS.md, "Using transitions safely". If an upgrade of
+See docs/architecture.md, "Using transitions safely". If an upgrade of
 ``transitions`` changes one of these, this file fails before the engine does.
 Only this test file and turnfsm/states/_machine.py may import ``transitions``
 (tests/test_layering.py checks it).
@@ -37,7 +37,7 @@ class Holder:
 
 
 def safe_machine(**overrides: Any) -> Machine:
-    """A machine with the flags turnfsm uses (DESIGN.md "How callbacks run")."""
+    """A machine with the flags turnfsm uses (docs/architecture.md, "How callbacks run")."""
     kwargs: dict[str, Any] = {
         "model": [],
         "states": STATES,

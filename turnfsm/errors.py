@@ -195,7 +195,8 @@ class LLMError(TurnFSMError):
     def from_status(
         status: int, message: str = "", *, retry_after: float | None = None
     ) -> LLMError:
-        """The error for an HTTP status, transient or permanent as DESIGN.md section 2 says."""
+        """The error for an HTTP status: transient for 408, 409, 429 and 5xx, else permanent
+        (docs/architecture.md, "The table")."""
         cls: type[LLMError] = (
             TransientLLMError if status in (408, 409, 429) or status >= 500 else PermanentLLMError
         )

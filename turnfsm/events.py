@@ -1,4 +1,4 @@
-"""The event vocabulary (DESIGN.md section 5).
+"""The event vocabulary (docs/events.md).
 
 Events are slotted dataclasses (immutable by convention) with a ``kind``
 discriminator: cheap to build on the streaming hot path, and (de)serialised by pydantic through

@@ -6,7 +6,7 @@ a fresh process, and check that nothing acknowledged was lost.
     python tests/crash/harness.py --store sqlite --random 200 --seed 7   # longer: random points
     python tests/crash/harness.py --store sqlite --plant early-ack       # the control: must FAIL
 
-Checks after each kill and resume:
+Checks after each kill and resume (docs/storage.md, "Crashes and resuming"):
 - no acknowledged message is lost (every message id the engine announced, and
   every message of a turn that returned, is stored);
 - no message is duplicated (each user turn once, ids unique);

@@ -1,6 +1,6 @@
 """The engine driving ``OpenAIChatAdapter`` against the loopback server.
 
-The canonical traces of DESIGN.md section 2 (the same assertions as
+The canonical traces of docs/architecture.md (the same assertions as
 tests/test_engine_traces.py makes with the scripted LLM), then the full turn
 loop with approval, retries with the provider's delay on the FakeClock, a
 stream that breaks mid-way, invalid tool arguments and a permanent error.

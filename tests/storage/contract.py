@@ -1,4 +1,4 @@
-"""The contract every :class:`~turnfsm.storage.Store` backend passes (issue 4, DESIGN.md section 4).
+"""The contract every :class:`~turnfsm.storage.Store` backend passes (docs/storage.md).
 
 How a backend uses it
 ---------------------

@@ -1,4 +1,4 @@
-"""The conversation context: message pool, branches, config, state (DESIGN.md section 3)."""
+"""The conversation context: message pool, branches, config, state (see docs/architecture.md)."""
 
 from __future__ import annotations
 

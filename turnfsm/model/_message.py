@@ -1,4 +1,4 @@
-"""Messages and tool calls: the atoms of a conversation (DESIGN.md section 3)."""
+"""Messages and tool calls: the atoms of a conversation (see docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
     TOOL = "tool"
     FRONTEND_OPERATOR = "frontend_operator"
-    """A person operating the frontend on the user's behalf (seed 004)."""
+    """A person operating the frontend on the user's behalf (the contextManagement
+    request body's ``frontend_operator``)."""
 
 
 class MessageType(StrEnum):

@@ -1,6 +1,6 @@
 """L3: replay scripted conversations through the real engine, and record them.
 
-The script format is ``turnfsm-script/1`` (``shared/SCRIPT_FORMAT.md``).
+The script format is ``turnfsm-script/1`` (docs/script-format.md).
 """
 
 from ._recorder import Recorder

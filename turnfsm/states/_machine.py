@@ -1,10 +1,10 @@
 """The runtime machine: one shared ``transitions.Machine`` built from the table.
 
 This is the only module of turnfsm that imports ``transitions``. The flags are
-the safe ones (see ``shared/CONVENTIONS.md``): no auto transitions, no queue
-(which is shared by every model), model override (a holder is only given the
-methods it declares), events passed to callbacks, no ``on_exception`` (which
-would swallow errors, cancellation included).
+the safe ones (docs/architecture.md, "Using transitions safely"): no auto
+transitions, no queue (which is shared by every model), model override (a
+holder is only given the methods it declares), events passed to callbacks, no
+``on_exception`` (which would swallow errors, cancellation included).
 
 Each loaded context gets a small :class:`ContextHolder` (never the pydantic
 model), attached with ``add_model(initial=stored_state)`` and detached with

@@ -1,6 +1,6 @@
 """The declared state machine: every transition of turnfsm lives in this table.
 
-Rules (DESIGN.md section 2):
+Rules (docs/architecture.md, "The table"):
 
 1. Everything that moves a context from one state to another is a row of
    :data:`TRANSITIONS`. Nothing else changes ``current_state``; the runtime
@@ -256,7 +256,7 @@ def validate(
     initial: State = INITIAL,
     resting: frozenset[State] = RESTING,
 ) -> None:
-    """Check the graph rules of DESIGN.md section 2.
+    """Check the graph rules (rule 4 of this module's docstring).
 
     Raises :class:`TableError` naming the first rule the table breaks.
     """

@@ -8,8 +8,8 @@ so :meth:`Tool.run` only validates, calls and wraps.
 
 :meth:`Tool.run` never raises for a tool's own failure: invalid arguments, an
 exception from the function, a timeout and a missing implementation are all
-:class:`ToolOutcome` values with ``success=False`` (DESIGN.md section 2: tool
-errors are results, not FSM failures). Cancellation always propagates.
+:class:`ToolOutcome` values with ``success=False`` (tool errors are results, not
+state changes: docs/architecture.md, "The table"). Cancellation always propagates.
 
 What a tool returns is stored as JSON, and nothing is changed silently
 (the rules of :mod:`turnfsm.model._json`):
