@@ -16,6 +16,8 @@ import pytest
 import transitions
 from transitions import EventData, Machine, MachineError
 
+from turnfsm.states._machine import LeanMachine
+
 STATES = ["Idle", "Busy", "Done"]
 EDGES = [
     {"trigger": "go", "source": "Idle", "dest": "Busy"},
@@ -36,6 +38,18 @@ class Holder:
         raise RuntimeError("not attached")
 
 
+MACHINES: dict[str, type[Machine]] = {"stock": Machine, "lean": LeanMachine}
+_machine_cls: type[Machine] = Machine
+
+
+@pytest.fixture(autouse=True, params=sorted(MACHINES))
+def machine_kind(request: pytest.FixtureRequest) -> str:
+    """Every pin holds for the stock classes and for the engine's lean ones."""
+    global _machine_cls
+    _machine_cls = MACHINES[request.param]
+    return str(request.param)
+
+
 def safe_machine(**overrides: Any) -> Machine:
     """A machine with the flags turnfsm uses (docs/architecture.md, "How callbacks run")."""
     kwargs: dict[str, Any] = {
@@ -50,7 +64,7 @@ def safe_machine(**overrides: Any) -> Machine:
         "send_event": True,
     }
     kwargs.update(overrides)
-    return Machine(**kwargs)
+    return _machine_cls(**kwargs)
 
 
 def test_installed_version_is_in_the_pinned_range() -> None:
@@ -327,3 +341,85 @@ def test_queued_false_trigger_returns_after_state_changed() -> None:
     m.add_model(h)
     assert h.trigger("go") is True
     assert h.state == "Busy"
+
+
+class Recorder(Holder):
+    """Notes every callback transitions runs, by name."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith(("cb_", "cond_")):
+            passes = not name.startswith("cond_no")
+
+            def callback(event: EventData) -> bool:
+                self.log.append(name)
+                return passes
+
+            return callback
+        raise AttributeError(name)
+
+
+def test_callbacks_run_in_transitions_order(machine_kind: str) -> None:
+    states = [
+        {"name": "Idle", "on_exit": ["cb_exit"]},
+        {"name": "Busy", "on_enter": ["cb_enter"]},
+        "Done",
+    ]
+    edges = [
+        {
+            "trigger": "go",
+            "source": "Idle",
+            "dest": "Busy",
+            "prepare": "cb_prepare",
+            "conditions": "cond_yes",
+            "before": "cb_before",
+            "after": "cb_after",
+        },
+        {"trigger": "stay", "source": "Busy", "dest": "Done", "conditions": "cond_no"},
+    ]
+    m = safe_machine(
+        states=states,
+        transitions=edges,
+        prepare_event="cb_prepare_event",
+        before_state_change="cb_before_state_change",
+        after_state_change="cb_after_state_change",
+        finalize_event="cb_finalize_event",
+    )
+    assert type(m) is MACHINES[machine_kind]
+    r = Recorder()
+    m.add_model(r)
+    assert r.trigger("go") is True
+    assert r.log == [
+        "cb_prepare_event",
+        "cb_prepare",
+        "cond_yes",
+        "cb_before_state_change",
+        "cb_before",
+        "cb_exit",
+        "cb_enter",
+        "cb_after",
+        "cb_after_state_change",
+        "cb_finalize_event",
+    ]
+    assert r.state == "Busy"
+    r.log.clear()
+    assert r.trigger("stay") is False  # a failed condition: no change, finalize still runs
+    assert r.log == ["cb_prepare_event", "cond_no", "cb_finalize_event"]
+    assert r.state == "Busy"
+
+
+def test_on_exception_receives_the_error_instead_of_raising(machine_kind: str) -> None:
+    seen: list[BaseException | None] = []
+
+    class Model(Holder):
+        def explode(self, event: EventData) -> None:
+            raise ValueError("boom")
+
+        def handle(self, event: EventData) -> None:
+            seen.append(event.error)
+
+    m = safe_machine(after_state_change="explode", on_exception="handle")
+    model = Model()
+    m.add_model(model)
+    model.trigger("go")
+    assert len(seen) == 1 and isinstance(seen[0], ValueError)
+    assert model.state == "Busy"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from transitions import EventData, Machine
+from transitions import Event, EventData, Machine, Transition
+from transitions import State as _State
 
 from ..errors import IllegalTransition
 from ._table import (
@@ -32,7 +33,15 @@ from ._table import (
     next_state,
 )
 
-__all__ = ["ContextHolder", "StepRecord", "TurnMachine"]
+__all__ = [
+    "ContextHolder",
+    "LeanEvent",
+    "LeanMachine",
+    "LeanState",
+    "LeanTransition",
+    "StepRecord",
+    "TurnMachine",
+]
 
 # transitions logs one warning per method it does not bind under the model
 # override policy (by design here: a holder declares only what it wants), about
@@ -90,6 +99,128 @@ class ContextHolder:
         self.steps.append((_STATES[t.source], _TRIGGERS[event.event.name], _STATES[t.dest]))
 
 
+# ---------------------------------------------------------------- lean classes
+#
+# transitions' documented extension points (``state_cls``, ``transition_cls``,
+# ``event_cls`` and a ``Machine`` subclass) with the per-trigger work the engine
+# does not use taken out: the debug/info log calls on every step, the
+# ``functools.partial`` and queue check around an unqueued trigger, and the
+# name lookups of the source and destination State objects. Every trigger
+# still runs through these Event, Transition and State objects and the
+# callbacks declared with the table, in transitions' order: prepare,
+# conditions, before_state_change/before, exit, set the state, enter,
+# after/after_state_change, finalize_event. tests/test_transitions_pins.py
+# pins that order and the raising behaviour for both the stock and the lean
+# classes.
+
+
+class LeanState(_State):
+    """A State whose enter/exit run their callbacks without the log calls."""
+
+    def enter(self, event_data: EventData) -> None:
+        if self.on_enter:
+            event_data.machine.callbacks(self.on_enter, event_data)
+
+    def exit(self, event_data: EventData) -> None:
+        if self.on_exit:
+            event_data.machine.callbacks(self.on_exit, event_data)
+
+
+class LeanTransition(Transition):
+    """A Transition that looks its State objects up once and skips the log calls."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.source_state: _State | None = None
+        self.dest_state: _State | None = None
+
+    def execute(self, event_data: EventData) -> bool:
+        machine = event_data.machine
+        if self.prepare:
+            machine.callbacks(self.prepare, event_data)
+        if self.conditions and not self._eval_conditions(event_data):
+            return False
+        if machine.before_state_change or self.before:
+            machine.callbacks([*machine.before_state_change, *self.before], event_data)
+        if self.dest:  # None: an internal transition, no change of state
+            self._change_state(event_data)
+        machine.callbacks([*self.after, *machine.after_state_change], event_data)
+        return True
+
+    def _change_state(self, event_data: EventData) -> None:
+        machine = event_data.machine
+        source, dest = self.source_state, self.dest_state
+        if source is None or dest is None:
+            assert self.dest is not None
+            source = self.source_state = machine.get_state(self.source)
+            dest = self.dest_state = machine.get_state(self.dest)
+        source.exit(event_data)
+        setattr(event_data.model, machine.model_attribute, dest.value)
+        event_data.state = dest
+        dest.enter(event_data)
+        if dest.final:
+            machine.callbacks(machine.on_final, event_data)
+
+
+class LeanEvent(Event):
+    """An Event whose trigger runs at once (the machine has no queue)."""
+
+    def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
+        machine = self.machine
+        if machine.has_queue:  # pragma: no cover - the engine's machine is unqueued
+            return bool(super().trigger(model, *args, **kwargs))
+        result: bool = self._trigger(EventData(None, self, machine, model, args, kwargs))
+        return result
+
+    def _trigger(self, event_data: EventData) -> bool:
+        machine = self.machine
+        state = machine.states[getattr(event_data.model, machine.model_attribute)]
+        event_data.state = state
+        try:
+            if self._is_valid_source(state):
+                self._process(event_data)
+        except BaseException as err:
+            event_data.error = err  # type: ignore[assignment]  # as transitions does
+            if not machine.on_exception:
+                raise
+            machine.callbacks(machine.on_exception, event_data)
+        finally:
+            if machine.finalize_event:
+                try:
+                    machine.callbacks(machine.finalize_event, event_data)
+                except BaseException as err:  # as transitions does: logged, not raised
+                    _transitions_log.error(
+                        "While executing finalize callbacks a %s occurred: %s.",
+                        type(err).__name__,
+                        err,
+                    )
+        return bool(event_data.result)
+
+    def _process(self, event_data: EventData) -> bool:
+        machine = self.machine
+        if machine.prepare_event:
+            machine.callbacks(machine.prepare_event, event_data)
+        for trans in self.transitions[event_data.state.name]:
+            event_data.transition = trans
+            if trans.execute(event_data):
+                event_data.result = True
+                break
+        return bool(event_data.result)
+
+
+class LeanMachine(Machine):
+    """``transitions.Machine`` with the lean classes, and callbacks run
+    without a log call each."""
+
+    state_cls = LeanState
+    transition_cls = LeanTransition
+    event_cls = LeanEvent
+
+    def callbacks(self, funcs: Any, event_data: EventData) -> None:
+        for func in funcs:
+            self.callback(func, event_data)
+
+
 class TurnMachine:
     """The one ``transitions.Machine`` every context shares, built from the table."""
 
@@ -106,7 +237,7 @@ class TurnMachine:
             }
             for t in TRANSITIONS
         ]
-        self._machine = Machine(
+        self._machine = LeanMachine(
             model=[],
             states=states,
             transitions=transitions,
