@@ -7,6 +7,8 @@
         message_index.json   {"messages": [{id, role, message_type, created_at, branch}]}
         messages/{msg-id}.json
         steps.jsonl          the audit trail: one committed transition a line
+        lease.json           who runs a call on the context: owner (null once
+                             released), fencing token, expiry
 
 Every file is written atomically (a temporary file in the same folder, fsync,
 rename, fsync of the folder), so a crash leaves the old or the new file, never
@@ -39,9 +41,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import ContextNotFound, StoreError, VersionConflict
+from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import check_version, upcast_branch, upcast_context, upcast_message
 
 __all__ = ["FilesStore"]
@@ -233,6 +235,8 @@ class FilesStore:
             ctx, steps_bytes = self._load_with_steps(commit.context_id)
             if ctx.version != commit.expected_version:
                 raise VersionConflict(commit.context_id, commit.expected_version, ctx.version)
+            if commit.lease_token is not None:
+                self._check_fence(folder, commit.context_id, commit.lease_token)
             for b in commit.branches:
                 ctx.branches[b.name] = b.model_copy(deep=True)
             for name, _ in commit.appended:
@@ -369,3 +373,105 @@ class FilesStore:
 
     async def aclose(self) -> None:
         return None
+
+    # ------------------------------------------------------------------ leases
+    #
+    # ``lease.json`` in the context's folder, read and written under the
+    # context's ``.lock`` (the one commits hold), written atomically.
+
+    @staticmethod
+    def _read_lease(folder: Path) -> dict[str, Any] | None:
+        path = folder / "lease.json"
+        try:
+            data = _read_json(path)
+        except FileNotFoundError:
+            return None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("token"), int)
+            or not isinstance(data.get("expires_at"), int | float)
+            or not isinstance(data.get("owner"), str | None)
+        ):
+            raise StoreError(f"{path}: not a lease record")
+        return data
+
+    def _check_fence(self, folder: Path, context_id: str, token: int) -> None:
+        data = self._read_lease(folder)
+        current = data["token"] if data is not None else None
+        if current != token:
+            raise LeaseLost(context_id, token, current)
+
+    def _existing(self, context_id: str) -> Path:
+        folder = self._dir(context_id)
+        if not (folder / "metadata.json").exists():
+            raise ContextNotFound(context_id)
+        return folder
+
+    @staticmethod
+    def _write_lease(folder: Path, owner: str | None, token: int, expires_at: float) -> None:
+        data = {"owner": owner, "token": token, "expires_at": expires_at}
+        _write_atomic(folder / "lease.json", _dumps(data))
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        def acquire() -> Lease | None:
+            folder = self._existing(context_id)
+            with self._locked(folder):
+                old = self._read_lease(folder)
+                if (
+                    old is not None
+                    and old["owner"] is not None
+                    and old["owner"] != owner
+                    and now < old["expires_at"]
+                    and old["token"] != take_over
+                ):
+                    return None
+                lease = Lease(context_id, owner, (old["token"] if old else 0) + 1, now + ttl)
+                self._write_lease(folder, owner, lease.token, lease.expires_at)
+                return lease
+
+        result: Lease | None = await self._run(acquire)
+        return result
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        def renew() -> Lease:
+            folder = self._existing(lease.context_id)
+            with self._locked(folder):
+                old = self._read_lease(folder)
+                if old is None or old["token"] != lease.token or old["owner"] is None:
+                    raise LeaseLost(lease.context_id, lease.token, old["token"] if old else None)
+                renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
+                self._write_lease(folder, lease.owner, lease.token, renewed.expires_at)
+                return renewed
+
+        result: Lease = await self._run(renew)
+        return result
+
+    async def release_lease(self, lease: Lease) -> None:
+        def release() -> None:
+            folder = self._dir(lease.context_id)
+            if not (folder / "metadata.json").exists():
+                return
+            with self._locked(folder):
+                old = self._read_lease(folder)
+                if old is not None and old["token"] == lease.token and old["owner"] is not None:
+                    self._write_lease(folder, None, lease.token, old["expires_at"])
+
+        await self._run(release)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        def read() -> Lease | None:
+            data = self._read_lease(self._dir(context_id))
+            if data is None or data["owner"] is None:
+                return None
+            return Lease(context_id, data["owner"], data["token"], float(data["expires_at"]))
+
+        result: Lease | None = await self._run(read)
+        return result
