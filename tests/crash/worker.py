@@ -167,7 +167,11 @@ async def run(args: argparse.Namespace) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(listen)
             await anyio.lowlevel.checkpoint()
-            for turn in await engine.recover():
+            recovery = await engine.recover()
+            # the killed run's lease names a process that is gone: taken over at once
+            if recovery.skipped or recovery.failed:
+                raise SystemExit(f"recover did not take every context: {recovery}")
+            for turn in recovery.resumed.values():
                 await _finish(engine, cid, turn.state)
             ctx = await engine.get_context(cid)
             await _finish(engine, cid, State(ctx.current_state))

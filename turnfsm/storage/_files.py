@@ -232,11 +232,11 @@ class FilesStore:
         if not (folder / "metadata.json").exists():
             raise ContextNotFound(commit.context_id)
         with self._locked(folder):
+            if commit.lease_token is not None:
+                self._check_fence(folder, commit.context_id, commit.lease_token)
             ctx, steps_bytes = self._load_with_steps(commit.context_id)
             if ctx.version != commit.expected_version:
                 raise VersionConflict(commit.context_id, commit.expected_version, ctx.version)
-            if commit.lease_token is not None:
-                self._check_fence(folder, commit.context_id, commit.lease_token)
             for b in commit.branches:
                 ctx.branches[b.name] = b.model_copy(deep=True)
             for name, _ in commit.appended:

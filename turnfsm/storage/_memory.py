@@ -64,10 +64,10 @@ class MemoryStore:
         store in memory never waits."""
         rec = self._get(commit.context_id)
         head = rec.context
-        if head.version != commit.expected_version:
-            raise VersionConflict(commit.context_id, commit.expected_version, head.version)
         if commit.lease_token is not None:
             self._check_fence(commit.context_id, commit.lease_token)
+        if head.version != commit.expected_version:
+            raise VersionConflict(commit.context_id, commit.expected_version, head.version)
         for node in commit.replaced:
             if node.id not in rec.pool:
                 raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
