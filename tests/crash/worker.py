@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,10 @@ class CrashingStore:
         if self.count == self.at and self.phase == "before":
             _die()
         if self.plant == "early-ack":
-            previous, self._deferred = self._deferred, commit
+            # the deferred write lands during a later call, under a later lease:
+            # it goes unfenced, so that the bug stays the one it stands for
+            # (acknowledged work not yet stored), not a refused stale write
+            previous, self._deferred = self._deferred, replace(commit, lease_token=None)
             if previous is not None:
                 await self.inner.commit(previous)
         else:
