@@ -209,9 +209,11 @@ async def test_one_bad_context_does_not_stop_recovery_of_the_others(tmp_path: Pa
         assert summaries[bad] == "NoSuchState"  # left as it was
 
 
-async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path) -> None:
-    """The heartbeat renews in real time (ttl/3): with a tiny ttl it beats while
-    the LLM is blocked; the fake clock is moved so each renewal is visible."""
+@pytest.mark.parametrize("entered", [True, False], ids=["async-with", "bare"])
+async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path, entered: bool) -> None:
+    """The heartbeat renews in real time (every ttl/3): with a tiny ttl it beats
+    while the LLM is blocked; the fake clock is moved so a renewal is visible.
+    An engine in ``async with`` has one heartbeat task; a bare one, one per call."""
     renewed = anyio.Event()
     seen: list[Lease] = []
 
@@ -226,7 +228,9 @@ async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path) -> None:
     blocking = Blocking()
     store = Watching(tmp_path / "chats.db")
     engine = Engine(llm=ScriptedLLM(blocking), store=store, clock=clock, lease_ttl=0.03)
-    async with engine:
+    if entered:
+        await engine.__aenter__()
+    try:
         cid = await engine.create_context()
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
@@ -240,6 +244,18 @@ async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path) -> None:
         assert seen[0].token == first.token
         assert seen[0].expires_at > first.expires_at
         assert await store.lease(cid) is None
+    finally:
+        if entered:
+            await engine.__aexit__(None, None, None)
+        else:
+            await engine.aclose()
+
+
+async def test_an_error_inside_async_with_engine_stays_unwrapped() -> None:
+    """The entered engine's heartbeat task group does not wrap the body's errors."""
+    with pytest.raises(KeyError):
+        async with Engine(llm=ScriptedLLM([])):
+            raise KeyError("mine")
 
 
 def test_lease_ttl_must_be_positive() -> None:

@@ -298,6 +298,7 @@ class Engine:
         self._subscribers: dict[str, list[Subscription]] = {}
         self._busy: set[str] = set()
         self._seq_marks: dict[str, int] = {}
+        self._beats: anyio.abc.TaskGroup | None = None
         self._effects: dict[Effect, Callable[[_Runtime], Awaitable[None]]] = {
             Effect.PREPARE: self._prepare,
             Effect.CALL_LLM: self._call_llm,
@@ -309,6 +310,13 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Engine:
+        if self._beats is None:
+            # one heartbeat task for every call of this engine while it is entered
+            # (an engine used without ``async with`` starts one per call instead)
+            beats = anyio.create_task_group()
+            await beats.__aenter__()
+            beats.start_soon(self._heartbeat_all)
+            self._beats = beats
         return self
 
     async def __aexit__(
@@ -317,6 +325,10 @@ class Engine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        beats, self._beats = self._beats, None
+        if beats is not None:
+            beats.cancel_scope.cancel()
+            await beats.__aexit__(None, None, None)  # the body's error stays its own
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -677,43 +689,59 @@ class Engine:
                     "lease_release_failed", context_id=lease.context_id, error=str(exc)
                 )
 
+    async def _renew(self, rt: _Runtime) -> bool:
+        """Renew the running call's lease; False once it is lost (the next commit
+        is then refused with LeaseLost). Never raises."""
+        lease = rt.lease
+        if lease is None:
+            return False
+        try:
+            renewed = await self.store.renew_lease(lease, self.lease_ttl, now=self.clock.time())
+        except LeaseLost as exc:
+            if rt.lease is lease and rt.ctx.id in self._busy:  # not just released
+                rt.log.warning("lease_lost", token=lease.token, current=exc.current)
+            return False
+        except Exception as exc:  # a store's failure; the next beat tries again
+            rt.log.warning("lease_renew_failed", error=str(exc))
+            return True
+        if rt.lease is lease:  # the call may have returned meanwhile
+            rt.lease = renewed
+        return True
+
     async def _heartbeat(self, rt: _Runtime) -> None:
-        """Renew the running call's lease every third of its ttl, in real time
+        """Renew one call's lease every third of its ttl, in real time
         (``anyio.sleep``: the engine's clock may be a test's, which only moves
-        when told). Stops when the lease is lost: the next commit is refused."""
+        when told), until the lease is lost or the call returns."""
         interval = self.lease_ttl / 3
         while True:
             await anyio.sleep(interval)
-            lease = rt.lease
-            if lease is None:
+            if not await self._renew(rt):
                 return
-            try:
-                rt.lease = await self.store.renew_lease(
-                    lease, self.lease_ttl, now=self.clock.time()
-                )
-            except LeaseLost as exc:
-                rt.log.warning("lease_lost", token=lease.token, current=exc.current)
-                return
-            except StoreError as exc:
-                rt.log.warning("lease_renew_failed", error=str(exc))
+
+    async def _heartbeat_all(self) -> None:
+        """The entered engine's heartbeat: every third of the ttl, renew the lease
+        of every call running then."""
+        interval = self.lease_ttl / 3
+        while True:
+            await anyio.sleep(interval)
+            for cid in list(self._busy):
+                rt = self._runtimes.get(cid)
+                if rt is not None and rt.lease is not None:
+                    await self._renew(rt)
 
     async def _drive(self, rt: _Runtime) -> None:
-        """Run the effects until the context rests, the lease renewed meanwhile.
-
-        The heartbeat is a task beside the effects; an error of the effects
-        leaves the task group as itself (not wrapped in an ExceptionGroup).
-        """
+        """Run the effects until the context rests, the lease renewed meanwhile:
+        by the entered engine's heartbeat, or else by a task of this call's own
+        (an error of the effects then leaves its task group as itself, not
+        wrapped in an ExceptionGroup)."""
+        if self._beats is not None:
+            await self._effects_until_rest(rt)
+            return
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, rt)
             try:
-                effect = rt.holder.effect
-                while effect is not None:
-                    if effect in _WAITS and self._dirty(rt):
-                        # durable before the engine waits on the outside world
-                        await self._commit(rt)
-                    await self._effects[effect](rt)
-                    effect = rt.holder.effect
+                await self._effects_until_rest(rt)
             except BaseException as exc:
                 error = exc
             finally:
@@ -723,6 +751,15 @@ class Engine:
                 raise error
             finally:
                 error = None
+
+    async def _effects_until_rest(self, rt: _Runtime) -> None:
+        effect = rt.holder.effect
+        while effect is not None:
+            if effect in _WAITS and self._dirty(rt):
+                # durable before the engine waits on the outside world
+                await self._commit(rt)
+            await self._effects[effect](rt)
+            effect = rt.holder.effect
 
     async def _start_resume(self, rt: _Runtime) -> None:
         state = State(rt.holder.state)
