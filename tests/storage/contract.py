@@ -72,7 +72,13 @@ What the suite requires beyond the docstrings of ``Store``
 * a refused commit (stale or future version, unknown branch, unknown replaced
   message, newer schema version) stores nothing: messages, steps, state,
   counters all as before;
-* ``aclose`` twice is harmless.
+* ``aclose`` twice is harmless;
+* leases: ``acquire_lease`` gives token 1, then one more on every successful
+  acquire (also the same owner's, also after a release); another owner gets
+  ``None`` until ``now`` reaches the expiry (or it names the held token in
+  ``take_over``); ``renew_lease`` and a commit naming an older token (or any
+  token when the context has no lease) raise ``LeaseLost`` and store nothing;
+  two store objects on the same data see one lease.
 
 Every test asserts something that a wrong backend would fail; the helpers
 below (``msg``, ``make_commit``, ``rich_context``, ``drive_engine``) are module

@@ -242,6 +242,13 @@ class Engine:
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
+
+    One owner per running call: a call takes its context's lease in the store
+    (for ``lease_ttl`` seconds, 30 by default, on ``clock``), a heartbeat renews
+    it every ``lease_ttl / 3`` seconds of real time while the call runs, and the
+    call releases it when it returns. A call on a context whose lease another
+    engine holds raises :class:`~turnfsm.errors.ContextLeased`; ``owner`` is
+    this engine's name on its leases (``host:pid:random``).
     """
 
     def __init__(
