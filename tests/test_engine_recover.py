@@ -216,12 +216,14 @@ async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path, entered: b
     An engine in ``async with`` has one heartbeat task; a bare one, one per call."""
     renewed = anyio.Event()
     seen: list[Lease] = []
+    after: list[float] = []  # the expiry a renewal must pass to count
 
     class Watching(SQLiteStore):
         async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
             out = await super().renew_lease(lease, ttl, now=now)
-            seen.append(out)
-            renewed.set()
+            if after and out.expires_at > after[0]:
+                seen.append(out)
+                renewed.set()
             return out
 
     clock = FakeClock()
@@ -238,11 +240,12 @@ async def test_the_lease_is_renewed_while_a_call_runs(tmp_path: Path, entered: b
                 await blocking.entered.wait()
                 first = await store.lease(cid)
                 assert first is not None
+                after.append(first.expires_at)
                 clock.advance(5)
-                await renewed.wait()
+                await renewed.wait()  # a heartbeat that never renews fails at fail_after
                 blocking.release.set()
-        assert seen[0].token == first.token
-        assert seen[0].expires_at > first.expires_at
+        assert seen[0].token == first.token and seen[0].owner == engine.owner
+        assert seen[0].expires_at > first.expires_at + 4
         assert await store.lease(cid) is None
     finally:
         if entered:
