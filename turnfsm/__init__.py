@@ -5,15 +5,26 @@ is private. See ``README.md`` for a tour.
 """
 
 from .adapters.llm import LLM
-from .engine import Clock, Engine, RetryPolicy, StopReason, Subscription, SystemClock, Turn
+from .engine import (
+    Clock,
+    Engine,
+    Recovery,
+    RetryPolicy,
+    StopReason,
+    Subscription,
+    SystemClock,
+    Turn,
+)
 from .enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
 from .errors import (
     BranchError,
     ContextBusy,
+    ContextLeased,
     ContextNotFound,
     EnhancerError,
     IllegalTransition,
     InvalidInput,
+    LeaseLost,
     LLMError,
     PermanentLLMError,
     RenderError,
@@ -87,6 +98,7 @@ __all__ = [
     "ContentDelta",
     "ContentPart",
     "ContextBusy",
+    "ContextLeased",
     "ContextNotFound",
     "Engine",
     "Enhancer",
@@ -104,12 +116,14 @@ __all__ = [
     "LLMError",
     "LLMRequest",
     "LLMResponse",
+    "LeaseLost",
     "MemoryStore",
     "MessageCompleted",
     "MessageMetadata",
     "MessageNode",
     "MessageType",
     "PermanentLLMError",
+    "Recovery",
     "RenderError",
     "RetryPolicy",
     "Retrying",

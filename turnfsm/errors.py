@@ -7,6 +7,7 @@ The tree::
     ├── IllegalTransition           an event the table does not allow in the current state
     ├── ContextNotFound             no context with that id in the store
     ├── ContextBusy                 a call is already running on that context
+    │   └── ContextLeased           ... in another engine, which holds the context's lease
     ├── ToolCallError
     │   ├── UnknownToolCall         no tool call with that id in the context
     │   └── ToolCallNotPending      the call was already decided (approved or denied)
@@ -19,6 +20,7 @@ The tree::
     │   └── PermanentLLMError       400, 401, 403, 404, 422
     ├── StoreError                  the store cannot read or write
     │   ├── VersionConflict         another writer committed first
+    │   ├── LeaseLost               the writer's lease on the context was taken over
     │   └── SchemaVersionError      a stored record has an unknown schema version
     └── RenderError                 a diagram, trace or audit log cannot be made or read
 
@@ -28,14 +30,18 @@ into this tree at the boundary that meets them, with ``raise ... from exc``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 __all__ = [
     "BranchError",
     "ContextBusy",
+    "ContextLeased",
     "ContextNotFound",
     "EnhancerError",
     "IllegalTransition",
     "InvalidInput",
     "LLMError",
+    "LeaseLost",
     "PermanentLLMError",
     "RenderError",
     "SchemaVersionError",
@@ -94,6 +100,25 @@ class ContextBusy(TurnFSMError):
         super().__init__(
             f"context {context_id!r} is busy (in state {state!r}); wait for the running call "
             "to return, or cancel it"
+        )
+
+
+class ContextLeased(ContextBusy):
+    """Another engine (another process, or another :class:`Engine` object) holds the
+    context's lease: it is running a call on it until the lease is released or
+    expires. ``owner`` names that engine, ``expires_at`` is the lease's expiry
+    (seconds since the epoch, on the engine's clock)."""
+
+    def __init__(self, context_id: str, owner: str, expires_at: float) -> None:
+        self.context_id = context_id
+        self.state = "leased"
+        self.owner = owner
+        self.expires_at = expires_at
+        until = datetime.fromtimestamp(expires_at, UTC).isoformat()
+        TurnFSMError.__init__(
+            self,
+            f"context {context_id!r} is leased by {owner} until {until}: another engine is "
+            "running a call on it; try again when it returns (or when the lease expires)",
         )
 
 
@@ -223,6 +248,21 @@ class VersionConflict(StoreError):
         super().__init__(
             f"context {context_id!r} was changed by another writer: expected version "
             f"{expected}, store has {found}; nothing of this write was stored"
+        )
+
+
+class LeaseLost(StoreError):
+    """A write, or a lease renewal, by an owner whose lease on the context was taken
+    over by another (a larger fencing token): nothing of it was stored."""
+
+    def __init__(self, context_id: str, token: int, current: int | None) -> None:
+        self.context_id = context_id
+        self.token = token
+        self.current = current
+        now = "no lease" if current is None else f"lease token {current}"
+        super().__init__(
+            f"context {context_id!r}: the lease with token {token} was lost (the store has "
+            f"{now}: another owner took the context over); nothing of this write was stored"
         )
 
 

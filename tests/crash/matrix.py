@@ -289,8 +289,9 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
             return problems
         async with engine_for(store, "rest-") as engine:
             try:
-                for turn in await engine.recover():
-                    del turn
+                recovery = await engine.recover()
+                for cid, why in {**recovery.skipped, **recovery.failed}.items():
+                    problems.append(f"recover did not take {cid}: {why}")
                 ctx = await engine.get_context(CID)
                 for _ in range(5):
                     if ctx.current_state != "AwaitingToolApproval":

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,10 @@ class CrashingStore:
         if self.count == self.at and self.phase == "before":
             _die()
         if self.plant == "early-ack":
-            previous, self._deferred = self._deferred, commit
+            # the deferred write lands during a later call, under a later lease:
+            # it goes unfenced, so that the bug stays the one it stands for
+            # (acknowledged work not yet stored), not a refused stale write
+            previous, self._deferred = self._deferred, replace(commit, lease_token=None)
             if previous is not None:
                 await self.inner.commit(previous)
         else:
@@ -168,7 +172,11 @@ async def run(args: argparse.Namespace) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(listen)
             await anyio.lowlevel.checkpoint()
-            for turn in await engine.recover():
+            recovery = await engine.recover()
+            # the killed run's lease names a process that is gone: taken over at once
+            if recovery.skipped or recovery.failed:
+                raise SystemExit(f"recover did not take every context: {recovery}")
+            for turn in recovery.resumed.values():
                 await _finish(engine, cid, turn.state)
             ctx = await engine.get_context(cid)
             await _finish(engine, cid, State(ctx.current_state))

@@ -72,7 +72,13 @@ What the suite requires beyond the docstrings of ``Store``
 * a refused commit (stale or future version, unknown branch, unknown replaced
   message, newer schema version) stores nothing: messages, steps, state,
   counters all as before;
-* ``aclose`` twice is harmless.
+* ``aclose`` twice is harmless;
+* leases: ``acquire_lease`` gives token 1, then one more on every successful
+  acquire (also the same owner's, also after a release); another owner gets
+  ``None`` until ``now`` reaches the expiry (or it names the held token in
+  ``take_over``); ``renew_lease`` and a commit naming an older token (or any
+  token when the context has no lease) raise ``LeaseLost`` and store nothing;
+  two store objects on the same data see one lease.
 
 Every test asserts something that a wrong backend would fail; the helpers
 below (``msg``, ``make_commit``, ``rich_context``, ``drive_engine``) are module
@@ -93,7 +99,13 @@ import anyio
 import pytest
 
 from turnfsm import Engine, State, tool
-from turnfsm.errors import ContextNotFound, SchemaVersionError, StoreError, VersionConflict
+from turnfsm.errors import (
+    ContextNotFound,
+    LeaseLost,
+    SchemaVersionError,
+    StoreError,
+    VersionConflict,
+)
 from turnfsm.model import (
     SCHEMA_VERSION,
     ApprovalStatus,
@@ -114,7 +126,7 @@ from turnfsm.model import (
     ToolCallResult,
     TurnProgress,
 )
-from turnfsm.storage import Commit, ContextSummary, StepLog, Store
+from turnfsm.storage import Commit, ContextSummary, Lease, StepLog, Store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 __all__ = [
@@ -128,6 +140,8 @@ __all__ = [
 ]
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = T0.timestamp()
+"""Lease times, in seconds since the epoch (stores never read a clock)."""
 X = TypeVar("X")
 
 
@@ -1181,8 +1195,129 @@ class StoreContract(abc.ABC):
         assert not isinstance(info.value, SchemaVersionError)
         assert where in str(info.value)
 
+    # --------------------------------------------------------------------------- helpers
 
-# --------------------------------------------------------------------------- helpers
+    # ------------------------------------------------------------------ leases
+
+    async def test_acquire_gives_a_lease_and_the_store_tells_it(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        assert await store.lease("c") is None
+        lease = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert lease == Lease("c", "engine-a", 1, NOW + 30.0)
+        assert await store.lease("c") == lease
+        assert not lease.expired(NOW + 29.9) and lease.expired(NOW + 30.0)
+
+    async def test_acquire_on_an_unknown_context(self, store: Store) -> None:
+        with pytest.raises(ContextNotFound):
+            await store.acquire_lease("nope", "engine-a", 30.0, now=NOW)
+
+    async def test_another_owner_cannot_acquire_an_unexpired_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        held = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 29.0) is None
+        assert await store.acquire_lease("c", "engine-b", 30.0, now=NOW, take_over=7) is None
+        assert await store.lease("c") == held
+
+    async def test_takeover_after_expiry_gets_a_larger_token(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        b = await store.acquire_lease("c", "engine-b", 10.0, now=NOW + 30.0)
+        assert b is not None
+        assert b.owner == "engine-b" and b.token > a.token and b.expires_at == NOW + 40.0
+        assert await store.lease("c") == b
+        with pytest.raises(LeaseLost) as info:
+            await store.renew_lease(a, 30.0, now=NOW + 31.0)
+        assert (info.value.token, info.value.current) == (a.token, b.token)
+
+    async def test_take_over_names_the_lease_of_a_gone_owner(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0, take_over=a.token)
+        assert b is not None and b.token == a.token + 1
+
+    async def test_the_same_owner_acquires_again_with_a_new_token(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        again = await store.acquire_lease("c", "engine-a", 30.0, now=NOW + 1.0)
+        assert a is not None and again is not None and again.token == a.token + 1
+
+    async def test_renew_extends_the_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        renewed = await store.renew_lease(a, 30.0, now=NOW + 20.0)
+        assert renewed == Lease("c", "engine-a", a.token, NOW + 50.0)
+        assert await store.lease("c") == renewed
+        # still held at NOW + 40 (past the first expiry)
+        assert await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 40.0) is None
+
+    async def test_release_lets_another_owner_in(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        await store.release_lease(a)
+        assert await store.lease("c") is None
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(a, 30.0, now=NOW + 1.0)
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert b is not None and b.token > a.token
+        # releasing the old lease again does not release the new one
+        await store.release_lease(a)
+        assert await store.lease("c") == b
+
+    async def test_a_stale_owners_commit_is_refused(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        first = make_commit("c", 0, appended=[("main", msg("m1", text="by a"))])
+        first.lease_token = a.token
+        await store.commit(first)
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 31.0)
+        assert b is not None
+        before = await snapshot(store, "c")
+        stale = make_commit(
+            "c",
+            1,
+            state="ProcessingUserMessage",
+            steps=[("Idle", "user_message", "ProcessingUserMessage")],
+            appended=[("main", msg("m2", text="by a, too late"))],
+        )
+        stale.lease_token = a.token
+        with pytest.raises(LeaseLost) as info:
+            await store.commit(stale)
+        assert info.value.context_id == "c"
+        assert (info.value.token, info.value.current) == (a.token, b.token)
+        assert await snapshot(store, "c") == before
+        # the new owner's commit goes through
+        fresh = make_commit("c", 1, appended=[("main", msg("m3", text="by b"))])
+        fresh.lease_token = b.token
+        await store.commit(fresh)
+        assert (await store.load("c")).branches["main"].message_ids == ["m1", "m3"]
+
+    async def test_a_commit_naming_a_token_needs_a_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        fenced = make_commit("c", 0, appended=[("main", msg("m1"))])
+        fenced.lease_token = 1
+        with pytest.raises(LeaseLost) as info:
+            await store.commit(fenced)
+        assert info.value.current is None
+        assert (await store.load("c")).version == 0
+
+    async def test_leases_are_shared_by_store_objects(self, store: Store, tmp_path: Path) -> None:
+        other = await self.open_again(store, tmp_path)
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        assert await other.lease("c") == a
+        assert await other.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0) is None
+        b = await other.acquire_lease("c", "engine-b", 30.0, now=NOW + 30.0)
+        assert b is not None and b.token > a.token
+        stale = make_commit("c", 0, appended=[("main", msg("m1"))])
+        stale.lease_token = a.token
+        with pytest.raises(LeaseLost):
+            await store.commit(stale)
 
 
 async def race(attempts: Sequence[tuple[Store, Commit]]) -> list[BaseException | None]:

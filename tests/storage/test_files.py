@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ def test_a_commit_interrupted_after_its_journal_is_completed_by_the_next_reader(
 
     from turnfsm import Engine
     from turnfsm.storage import _files
-    from turnfsm.testing import ScriptedLLM
+    from turnfsm.testing import FakeClock, ScriptedLLM
 
     cid = anyio.run(_awaiting_approval, root(tmp_path))
     before = anyio.run(FilesStore(root(tmp_path)).load, cid)
@@ -194,12 +195,16 @@ def test_a_commit_interrupted_after_its_journal_is_completed_by_the_next_reader(
     assert calls is not None
     assert calls[0].approval_status is ApprovalStatus.APPROVED
 
-    # and the engine carries on from there
+    # and the engine carries on from there, once the interrupted call's lease
+    # (held by this very process, which a real crash would have ended) expired
     async def finish() -> str:
         async with Engine(
-            llm=ScriptedLLM([{"text": "done"}]), store=FilesStore(root(tmp_path))
+            llm=ScriptedLLM([{"text": "done"}]),
+            store=FilesStore(root(tmp_path)),
+            clock=FakeClock(time.time() + 3600),
         ) as e:
-            await e.recover()
+            recovery = await e.recover()
+            assert not recovery.failed and not recovery.skipped, recovery
             return (await e.get_context(cid)).current_state
 
     assert anyio.run(finish) == "Idle"

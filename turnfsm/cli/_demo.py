@@ -163,12 +163,15 @@ class _Printer:
         self.console = console
         self.as_json = as_json
         self.seen_rest = 0
+        self.returned = 0
         self._changed = anyio.Event()
 
     async def caught_up(self, turn: Turn) -> None:
         """Wait until the events of ``turn`` (which ended at a rest) were printed."""
-        target = self.seen_rest + 1
-        while self.seen_rest < target:
+        # counted from the calls returned, not from what was printed so far: the
+        # events of a turn may be printed before its call returns
+        self.returned += 1
+        while self.seen_rest < self.returned:
             await self._changed.wait()
             self._changed = anyio.Event()
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from ..engine import Turn
+from ..engine import Recovery
 from ..states import State
 from ._chat import _Chat, add_model_options
 from ._errors import guarded
@@ -70,17 +70,21 @@ def _run_recover(args: argparse.Namespace) -> int:
     return anyio.run(go)
 
 
-def recovery_lines(result: Any) -> tuple[list[str], bool]:
-    """One line per context :meth:`Engine.recover` dealt with, and whether one failed.
-
-    The engine returns the resumed turns (a list of :class:`Turn`).
-    """
+def recovery_lines(result: Recovery) -> tuple[list[str], bool]:
+    """One line per context :meth:`Engine.recover` dealt with, and whether one
+    failed (a resumed turn that ended in PermanentFailure, or a context that
+    could not be resumed). A context another live engine holds is skipped,
+    which is no failure."""
     lines: list[str] = []
     failed = False
-    turns: list[Turn] = list(result)
-    for turn in turns:
+    for turn in result.resumed.values():
         path = " -> ".join(turn.states)
         lines.append(f"{turn.context_id}: resumed, now {turn.state} ({path})")
         if turn.state is State.PERMANENT_FAILURE:
             failed = True
+    for cid, why in result.skipped.items():
+        lines.append(f"{cid}: skipped, {why}")
+    for cid, error in result.failed.items():
+        lines.append(f"{cid}: not resumed: {error}")
+        failed = True
     return lines, failed

@@ -2,6 +2,7 @@
 
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
+from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
 from ._turn import StopReason, Turn
@@ -10,6 +11,7 @@ __all__ = [
     "Clock",
     "Engine",
     "FakeClock",
+    "Recovery",
     "RetryPolicy",
     "SequentialIds",
     "StopReason",

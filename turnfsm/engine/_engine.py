@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
+import socket
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -33,12 +35,16 @@ from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer,
 from ..errors import (
     BranchError,
     ContextBusy,
+    ContextLeased,
     EnhancerError,
     IllegalTransition,
     InvalidInput,
+    LeaseLost,
     LLMError,
     PermanentLLMError,
+    StoreError,
     ToolCallNotPending,
+    TurnFSMError,
     UnknownToolCall,
 )
 from ..events import (
@@ -88,7 +94,7 @@ from ..states import (
     TurnMachine,
     next_state,
 )
-from ..storage import Commit, MemoryStore, StepLog, Store
+from ..storage import Commit, Lease, MemoryStore, StepLog, Store
 from ..tools import Approval, Tool, ToolOutcome, ToolRegistry, run_calls
 from ._answer import (
     adapter_failure,
@@ -109,6 +115,7 @@ from ._inputs import (
     check_parameters,
     check_text,
 )
+from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._subscribers import Subscription
 from ._turn import StopReason, Turn
@@ -125,6 +132,32 @@ taken before them is committed first; the steps between two waits (a user
 message and its prepared request; an answer and the policy's decision on its
 calls) share one commit, and each keeps its own audit step."""
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
+_HOST = socket.gethostname()
+
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a call's lease on its context lasts without a heartbeat."""
+
+
+def _owner_gone(owner: str) -> bool:
+    """Whether a lease owner (``host:pid:random``) is a process of this host that no
+    longer exists: its lease can be taken over before it expires. Anything else
+    (another host, a live pid, a name of another form) waits for the expiry."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or sys.platform == "win32":
+        return False
+    host, pid_text, _ = parts
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
@@ -221,6 +254,8 @@ class _Runtime:
     """Every tool call id in the context, built on first need and kept up to
     date as answers are appended, so that making an answer's ids unique does
     not scan the history on every call."""
+    lease: Lease | None = None
+    """The lease of the running call (after it returns: the last one it held)."""
 
 
 class Engine:
@@ -258,6 +293,13 @@ class Engine:
     and tool call ids are made unique in the context (a repeated or missing id
     is renamed, the model's id kept as ``provider_id``); each such change is
     noted in the message's ``metadata.extra["conversions"]``.
+
+    One owner per running call: a call takes its context's lease in the store
+    (for ``lease_ttl`` seconds, 30 by default, on ``clock``), a heartbeat renews
+    it every ``lease_ttl / 3`` seconds of real time while the call runs, and the
+    call releases it when it returns. A call on a context whose lease another
+    engine holds raises :class:`~turnfsm.errors.ContextLeased`; ``owner`` is
+    this engine's name on its leases (``host:pid:random``).
     """
 
     def __init__(
@@ -275,6 +317,7 @@ class Engine:
         subscriber_buffer: int = 1024,
         max_loaded: int = 4096,
         logger: Any = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
@@ -302,6 +345,13 @@ class Engine:
             raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
         if ids is not None and not callable(ids):
             raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
+        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
+            raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
+        if not lease_ttl > 0 or lease_ttl == float("inf"):
+            raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
+        self.lease_ttl = float(lease_ttl)
+        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """This engine's name on the leases it takes (one per Engine object)."""
         self.max_loaded = max_loaded
         self.llm = llm
         self.tools = ToolRegistry(tools)
@@ -330,6 +380,7 @@ class Engine:
         self._subscribers: dict[str, list[Subscription]] = {}
         self._busy: set[str] = set()
         self._seq_marks: dict[str, int] = {}
+        self._beats: anyio.abc.TaskGroup | None = None
         self._effects: dict[Effect, Callable[[_Runtime], Awaitable[None]]] = {
             Effect.PREPARE: self._prepare,
             Effect.CALL_LLM: self._call_llm,
@@ -341,6 +392,13 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Engine:
+        if self._beats is None:
+            # one heartbeat task for every call of this engine while it is entered
+            # (an engine used without ``async with`` starts one per call instead)
+            beats = anyio.create_task_group()
+            await beats.__aenter__()
+            beats.start_soon(self._heartbeat_all)
+            self._beats = beats
         return self
 
     async def __aexit__(
@@ -349,6 +407,10 @@ class Engine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        beats, self._beats = self._beats, None
+        if beats is not None:
+            beats.cancel_scope.cancel()
+            await beats.__aexit__(None, None, None)  # the body's error stays its own
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -466,15 +528,25 @@ class Engine:
             rt = self._runtimes.get(context_id)
             raise ContextBusy(context_id, rt.holder.state if rt else "loading")
         self._busy.add(context_id)
+        lease: Lease | None = None
         try:
+            lease = await self._acquire(context_id)
             rt = self._runtimes.pop(context_id, None)
+            if rt is not None and (rt.lease is None or rt.lease.token + 1 != lease.token):
+                # another owner held the context since this engine's last call
+                # on it: what is loaded may be stale
+                self._unload(context_id)
+                rt = None
             if rt is None:
                 rt = self._attach(await self.store.load(context_id))
             else:
                 self._runtimes[context_id] = rt  # most recently used last
         except BaseException:
+            if lease is not None:
+                await self._release(lease)
             self._busy.discard(context_id)
             raise
+        rt.lease = lease
         rt.turn_states = []
         rt.turn_nodes = []
         rt.stop_reason = None
@@ -640,19 +712,169 @@ class Engine:
             rt.scope.cancel()
 
     async def resume(self, context_id: str) -> Turn:
-        """Continue a context that a crash left in a non-resting state."""
+        """Continue a context that a crash left in a non-resting state.
+
+        :class:`~turnfsm.errors.ContextLeased` when another engine is running a
+        call on it (its lease has not expired).
+        """
         check_id("context_id", context_id)
         rt = await self._enter(context_id)
         return await self._call(rt, self._start_resume)
 
-    async def recover(self) -> list[Turn]:
+    async def recover(self) -> Recovery:
         """Resume every context of the store that a crash left busy (in a
-        non-resting state); returns their turns, in the store's order."""
-        turns = []
+        non-resting state), each on its own: one that cannot be resumed does not
+        stop the others.
+
+        A context whose lease another engine holds (its call is running, or its
+        process died less than a lease's time ago) is not taken: it is listed in
+        ``skipped`` with the reason. A context whose stored state the table does
+        not know, or whose resume raises a turnfsm error, is listed in ``failed``
+        with that error. Reading the list of contexts itself can still raise.
+        """
+        resumed: dict[str, Turn] = {}
+        skipped: dict[str, str] = {}
+        failed: dict[str, TurnFSMError] = {}
         for summary in await self.store.list_contexts():
-            if State(summary.state) not in RESTING and summary.id not in self._busy:
-                turns.append(await self.resume(summary.id))
-        return turns
+            cid = summary.id
+            try:
+                state = State(summary.state)
+            except ValueError:
+                failed[cid] = StoreError(
+                    f"context {cid!r}: its stored state {summary.state!r} is not a state "
+                    "of the table; it was left as it is"
+                )
+                continue
+            if state in RESTING:
+                continue
+            if cid in self._busy:
+                skipped[cid] = f"a call of this engine ({self.owner}) is running on it"
+                continue
+            try:
+                resumed[cid] = await self.resume(cid)
+            except ContextLeased as exc:
+                until = datetime.fromtimestamp(exc.expires_at, UTC).isoformat()
+                skipped[cid] = f"leased by {exc.owner} until {until}"
+            except ContextBusy:
+                skipped[cid] = f"a call of this engine ({self.owner}) is running on it"
+            except TurnFSMError as exc:
+                failed[cid] = exc
+        return Recovery(resumed=resumed, skipped=skipped, failed=failed)
+
+    # ------------------------------------------------------------------ leases
+
+    async def _acquire(self, context_id: str) -> Lease:
+        """Take the context's lease for this engine; ContextLeased when another
+        live owner holds it. A lease whose owner is a dead process of this host
+        is taken over at once (after a crash and restart, say)."""
+        store = self.store
+        now = self.clock.time()
+        lease = await store.acquire_lease(context_id, self.owner, self.lease_ttl, now=now)
+        if lease is not None:
+            return lease
+        held = await store.lease(context_id)
+        if held is not None and _owner_gone(held.owner):
+            lease = await store.acquire_lease(
+                context_id, self.owner, self.lease_ttl, now=now, take_over=held.token
+            )
+            if lease is not None:
+                rt_log = self._log.bind(context_id=context_id)
+                rt_log.warning("lease_taken_over", dead_owner=held.owner, token=lease.token)
+                return lease
+            held = await store.lease(context_id)
+        if held is None:  # released in between: try once more
+            lease = await store.acquire_lease(context_id, self.owner, self.lease_ttl, now=now)
+            if lease is not None:
+                return lease
+            held = await store.lease(context_id)
+        raise ContextLeased(
+            context_id,
+            held.owner if held is not None else "another engine",
+            held.expires_at if held is not None else now,
+        )
+
+    async def _release(self, lease: Lease) -> None:
+        """Give the lease up, shielded from cancellation; a store error is logged
+        (the lease then ends at its expiry), never raised over the call's outcome."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.release_lease(lease)
+            except StoreError as exc:
+                self._log.warning(
+                    "lease_release_failed", context_id=lease.context_id, error=str(exc)
+                )
+
+    async def _renew(self, rt: _Runtime) -> bool:
+        """Renew the running call's lease; False once it is lost (the next commit
+        is then refused with LeaseLost). Never raises."""
+        lease = rt.lease
+        if lease is None:
+            return False
+        try:
+            renewed = await self.store.renew_lease(lease, self.lease_ttl, now=self.clock.time())
+        except LeaseLost as exc:
+            if rt.lease is lease and rt.ctx.id in self._busy:  # not just released
+                rt.log.warning("lease_lost", token=lease.token, current=exc.current)
+            return False
+        except Exception as exc:  # a store's failure; the next beat tries again
+            rt.log.warning("lease_renew_failed", error=str(exc))
+            return True
+        if rt.lease is lease:  # the call may have returned meanwhile
+            rt.lease = renewed
+        return True
+
+    async def _heartbeat(self, rt: _Runtime) -> None:
+        """Renew one call's lease every third of its ttl, in real time
+        (``anyio.sleep``: the engine's clock may be a test's, which only moves
+        when told), until the lease is lost or the call returns."""
+        interval = self.lease_ttl / 3
+        while True:
+            await anyio.sleep(interval)
+            if not await self._renew(rt):
+                return
+
+    async def _heartbeat_all(self) -> None:
+        """The entered engine's heartbeat: every third of the ttl, renew the lease
+        of every call running then."""
+        interval = self.lease_ttl / 3
+        while True:
+            await anyio.sleep(interval)
+            for cid in list(self._busy):
+                rt = self._runtimes.get(cid)
+                if rt is not None and rt.lease is not None:
+                    await self._renew(rt)
+
+    async def _drive(self, rt: _Runtime) -> None:
+        """Run the effects until the context rests, the lease renewed meanwhile:
+        by the entered engine's heartbeat, or else by a task of this call's own
+        (an error of the effects then leaves its task group as itself, not
+        wrapped in an ExceptionGroup)."""
+        if self._beats is not None:
+            await self._effects_until_rest(rt)
+            return
+        error: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._heartbeat, rt)
+            try:
+                await self._effects_until_rest(rt)
+            except BaseException as exc:
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None
+
+    async def _effects_until_rest(self, rt: _Runtime) -> None:
+        effect = rt.holder.effect
+        while effect is not None:
+            if effect in _WAITS and self._dirty(rt):
+                # durable before the engine waits on the outside world
+                await self._commit(rt)
+            await self._effects[effect](rt)
+            effect = rt.holder.effect
 
     async def _start_resume(self, rt: _Runtime) -> None:
         state = State(rt.holder.state)
@@ -815,13 +1037,8 @@ class Engine:
                 if rt.cancel_requested:
                     scope.cancel()
                 await start(rt)
-                effect = rt.holder.effect
-                while effect is not None:
-                    if effect in _WAITS and self._dirty(rt):
-                        # durable before the engine waits on the outside world
-                        await self._commit(rt)
-                    await self._effects[effect](rt)
-                    effect = rt.holder.effect
+                if rt.holder.effect is not None:
+                    await self._drive(rt)
                 if self._dirty(rt):  # ... and before the call returns
                     await self._commit(rt)
             rt.scope = None
@@ -834,6 +1051,8 @@ class Engine:
             raise
         finally:
             rt.last_turn = self._turn(rt)
+            if rt.lease is not None:
+                await self._release(rt.lease)
             self._leave(rt)
         return rt.last_turn
 
@@ -928,6 +1147,7 @@ class Engine:
             replaced=replaced,
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
+            lease_token=rt.lease.token if rt.lease is not None else None,
         )
         if self._commit_nowait is not None:  # a store that never waits needs no shield
             self._commit_nowait(commit)

