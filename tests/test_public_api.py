@@ -41,7 +41,6 @@ EXPECTED_ALL = {
     "Failed",
     "FilePart",
     "FilesStore",
-    "Heartbeat",
     "IllegalTransition",
     "ImagePart",
     "InternalMessage",
