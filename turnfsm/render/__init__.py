@@ -19,6 +19,7 @@ This package imports only the model and the states (DESIGN.md section 1):
 callers load steps and messages from a store and pass them in.
 """
 
+from ..errors import RenderError
 from ._audit import (
     ACTORS,
     TOOL_CYCLE,
@@ -35,7 +36,6 @@ from ._audit import (
 from ._diff import PathDiff, diff_paths
 from ._docs import REGENERATE, states_markdown
 from ._dot import dot_digest, dot_source, svg_digest
-from ._errors import RenderError
 from ._files import GENERATED, PNG_DIGEST_KEY, generated_files, generated_texts
 from ._graph import FAILURE_STATES, Edge, EdgeKind, Node, declared_edges, declared_nodes
 from ._graphviz import dot_version, find_dot, png_text, render_png, render_svg

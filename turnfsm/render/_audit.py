@@ -69,9 +69,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from ..errors import RenderError
 from ..model import MessageNode, Role
 from ..states import INITIAL, State, Trigger, allowed_triggers, next_state
-from ._errors import RenderError
 from ._path import PathStep
 
 __all__ = [
