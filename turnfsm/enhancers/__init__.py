@@ -8,6 +8,7 @@ message dicts in it are the engine's own, kept incrementally across calls:
 never edit one in place; put a new dict in its slot instead.
 """
 
-from ._base import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ._builtin import SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ._protocol import Enhancer
 
 __all__ = ["Enhancer", "SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
