@@ -21,7 +21,6 @@ from turnfsm import (
     Engine,
     IllegalTransition,
     InvalidInput,
-    LLMRequest,
     RetryPolicy,
     State,
     TextPart,
@@ -31,6 +30,7 @@ from turnfsm import (
     UnknownToolCall,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 pytestmark = pytest.mark.anyio
