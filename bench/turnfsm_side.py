@@ -60,15 +60,12 @@ from turnfsm import (  # noqa: E402
     ContentDelta,
     Engine,
     EventsMissed,
-    LLMRequest,
-    LLMResponse,
     State,
     StopReason,
-    TextDelta,
-    ToolCallData,
     TurnCompleted,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ToolCallData  # noqa: E402
 from turnfsm.model import to_chat_messages  # noqa: E402
 from turnfsm.storage import SQLiteStore  # noqa: E402
 from turnfsm.testing import ScriptedLLM  # noqa: E402

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnfsm import TRANSITIONS, Engine, State, Turn, tool
+from turnfsm import Engine, State, Turn, tool
+from turnfsm.states import TRANSITIONS
 
 IDLE = "Idle"
 PUM = "ProcessingUserMessage"

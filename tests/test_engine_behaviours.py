@@ -26,7 +26,6 @@ from turnfsm import (
     FilePart,
     ImagePart,
     InvalidInput,
-    LLMRequest,
     RetryPolicy,
     Role,
     State,
@@ -36,6 +35,7 @@ from turnfsm import (
     Turn,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 pytestmark = pytest.mark.anyio

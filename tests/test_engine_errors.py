@@ -22,7 +22,6 @@ from turnfsm import (
     Engine,
     IllegalTransition,
     InvalidInput,
-    LLMRequest,
     RetryPolicy,
     State,
     TextPart,
@@ -32,6 +31,7 @@ from turnfsm import (
     UnknownToolCall,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 pytestmark = pytest.mark.anyio

@@ -22,13 +22,8 @@ from turnfsm import (
     ContentDelta,
     Engine,
     Failed,
-    LLMRequest,
-    LLMResponse,
     PermanentLLMError,
     State,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallData,
     ToolCallNotPending,
     ToolCallRequest,
     ToolCallsRequested,
@@ -36,6 +31,7 @@ from turnfsm import (
     Turn,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ThinkingDelta, ToolCallData
 from turnfsm.events import EVENT_ADAPTER
 from turnfsm.model import MAX_JSON_DEPTH, ChatContext
 from turnfsm.storage import SQLiteStore

@@ -38,15 +38,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import turnfsm.model
 from turnfsm import (
-    RESTING,
-    TRANSITIONS,
     BranchError,
     ChatContext,
     Engine,
     Event,
     IllegalTransition,
     InvalidInput,
-    LLMRequest,
     RetryPolicy,
     Role,
     State,
@@ -55,6 +52,8 @@ from turnfsm import (
     UnknownToolCall,
     tool,
 )
+from turnfsm.adapters.llm import LLMRequest
+from turnfsm.states import RESTING, TRANSITIONS
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 EDGES = {(src.value, t.trigger.value, t.dest.value) for t in TRANSITIONS for src in t.sources}

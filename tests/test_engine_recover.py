@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from turnfsm import Engine, LLMRequest, Recovery, SQLiteStore, State
+from turnfsm import Engine, Recovery, SQLiteStore, State
+from turnfsm.adapters.llm import LLMRequest
 from turnfsm.errors import ContextLeased, LeaseLost, StoreError
 from turnfsm.storage import Commit, Lease
 from turnfsm.testing import FakeClock, ScriptedLLM

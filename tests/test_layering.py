@@ -1,4 +1,5 @@
-"""docs/architecture.md, "Layers": imports go downward only, third-party imports stay in one place.
+"""The layers of ``docs/architecture.md``: imports go downward only, third-party
+imports stay in one place.
 
 Every module under turnfsm/ is parsed with ``ast`` (nothing is imported), so a
 violation in a module that is never imported is caught too. Layers::
@@ -6,6 +7,8 @@ violation in a module that is never imported is caught too. Layers::
     L0  errors, model/, events        errors imports nothing of ours; model may use
                                       errors; events may use model and errors
     L1  states/                       L0 (+ transitions)
+        audit/                        L0 and states/ (audit logs: records, export,
+                                      verification; render/ draws them)
     L2  adapters/ enhancers/ tools/   L0-L1; never each other
         storage/ render/
     L3  engine/                       L0-L2
@@ -37,6 +40,7 @@ LAYER: dict[str, int] = {
     "model": 0,
     "events": 0,
     "states": 1,
+    "audit": 1,
     "adapters": 2,
     "enhancers": 2,
     "tools": 2,
@@ -62,6 +66,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"errors"},
     "events": {"model", "errors"},
     "states": L0,
+    "audit": L0 | {"states"},
     **{c: L0 | L1 for c in L2},  # never another L2 package
     "engine": L0 | L1 | L2,
     "replay": L0 | L1 | L2 | L3,
@@ -306,6 +311,9 @@ def _check(module: str, source: str, *, is_pkg: bool = False) -> list[str]:
         ("turnfsm.events", "from turnfsm.states import State"),
         ("turnfsm.states._table", "from ..tools import Tool"),
         ("turnfsm.states._table", "import turnfsm.engine"),
+        ("turnfsm.states._table", "from ..audit import Actor"),
+        ("turnfsm.audit._log", "from ..render import RunPath"),
+        ("turnfsm.audit._log", "from ..storage import StepLog"),
         ("turnfsm.tools._run", "from ..storage import Store"),
         ("turnfsm.tools._run", "from turnfsm import storage"),
         ("turnfsm.adapters.llm.scripted", "from ...enhancers import Enhancer"),
@@ -349,6 +357,8 @@ def test_checker_catches(module: str, source: str) -> None:
         ("turnfsm.states._machine", "from ..errors import IllegalTransition", False),
         ("turnfsm.tools._run", "from turnfsm.model import ToolCallRequest", False),
         ("turnfsm.tools._run", "from ..states import State", False),
+        ("turnfsm.audit._log", "from ..states import State", False),
+        ("turnfsm.render._docs", "from ..audit import actor_of", False),
         ("turnfsm.adapters.llm.scripted", "from ...errors import LLMError", False),
         ("turnfsm.adapters.llm", "from .scripted import ScriptedLLM", True),
         ("turnfsm.adapters.llm.openai", "import openai", False),

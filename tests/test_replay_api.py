@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from canonical import ALR, ATA, EXT, IDLE, PF, PLR, PUM, SLR
 
-from turnfsm import TRANSITIONS
 from turnfsm.replay import (
     FORMAT,
     Failure,
@@ -31,6 +30,7 @@ from turnfsm.replay import (
     replay,
     run_script,
 )
+from turnfsm.states import TRANSITIONS
 
 SCRIPTS = Path(__file__).parent / "scripts"
 EXPECTED: dict[str, dict[str, Any]] = json.loads(

@@ -1,21 +1,25 @@
 """turnfsm: drive LLM conversations with an explicit, declared finite-state machine.
 
-The public surface is what this module re-exports; everything in a ``_module``
-is private. See ``README.md`` for a tour.
+The public surface is what this module re-exports, for applications: the
+engine and what it returns, states, tools and approvals, the stores an
+application opens, the errors, the events it subscribes to and the model types
+it reads. Everything in a ``_module`` is private. See ``README.md`` for a tour.
+
+Authors of the other parts import from the package that defines them:
+
+- an LLM adapter: :mod:`turnfsm.adapters.llm` (:class:`LLM`, :class:`LLMRequest`,
+  :class:`LLMResponse`, the deltas);
+- an enhancer: :mod:`turnfsm.enhancers` (:class:`Enhancer`, the request view,
+  the built-in enhancers);
+- a store: :mod:`turnfsm.storage` (:class:`Store`, :class:`Commit`,
+  :class:`StepLog`);
+- the declared machine: :mod:`turnfsm.states` (``TRANSITIONS``, ``RESTING``,
+  :class:`Trigger`, :class:`Transition`);
+- a clock: :mod:`turnfsm.engine` (:class:`Clock`, :class:`SystemClock`);
+- tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
 """
 
-from .adapters.llm import LLM
-from .engine import (
-    Clock,
-    Engine,
-    Recovery,
-    RetryPolicy,
-    StopReason,
-    Subscription,
-    SystemClock,
-    Turn,
-)
-from .enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from .engine import Engine, Recovery, RetryPolicy, StopReason, Subscription, Turn
 from .errors import (
     BranchError,
     ContextBusy,
@@ -44,7 +48,6 @@ from .events import (
     Event,
     EventsMissed,
     Failed,
-    Heartbeat,
     MessageCompleted,
     Retrying,
     StateChanged,
@@ -62,60 +65,46 @@ from .model import (
     FilePart,
     ImagePart,
     InternalMessage,
-    LLMRequest,
-    LLMResponse,
     MessageMetadata,
     MessageNode,
     MessageType,
     Role,
     SystemPrompt,
-    TextDelta,
     TextPart,
-    ThinkingDelta,
     TokenUsage,
-    ToolCallData,
-    ToolCallDelta,
     ToolCallRequest,
     ToolCallResult,
 )
-from .states import RESTING, TRANSITIONS, State, Transition, Trigger
-from .storage import FilesStore, MemoryStore, SQLiteStore, Store, open_store
+from .states import State
+from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
 from .tools import Approval, Tool, ToolOutcome, ToolRegistry, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "LLM",
-    "RESTING",
-    "TRANSITIONS",
     "Approval",
     "ApprovalStatus",
     "Branch",
     "BranchError",
     "ChatConfig",
     "ChatContext",
-    "Clock",
     "ContentDelta",
     "ContentPart",
     "ContextBusy",
     "ContextLeased",
     "ContextNotFound",
     "Engine",
-    "Enhancer",
     "EnhancerError",
     "Event",
     "EventsMissed",
     "Failed",
     "FilePart",
     "FilesStore",
-    "Heartbeat",
     "IllegalTransition",
     "ImagePart",
     "InternalMessage",
     "InvalidInput",
     "LLMError",
-    "LLMRequest",
-    "LLMResponse",
     "LeaseLost",
     "MemoryStore",
     "MessageCompleted",
@@ -133,35 +122,24 @@ __all__ = [
     "State",
     "StateChanged",
     "StopReason",
-    "Store",
     "StoreError",
     "Subscription",
-    "SystemClock",
     "SystemPrompt",
-    "SystemPromptEnhancer",
     "TableError",
-    "TextDelta",
     "TextPart",
-    "ThinkingDelta",
     "TokenUsage",
     "Tool",
     "ToolApprovalRequested",
-    "ToolCallData",
-    "ToolCallDelta",
     "ToolCallError",
     "ToolCallNotPending",
     "ToolCallRequest",
     "ToolCallResult",
     "ToolCallsRequested",
     "ToolDefinitionError",
-    "ToolDefinitionsEnhancer",
-    "ToolHistoryTrimmer",
     "ToolOutcome",
     "ToolRegistry",
     "ToolResult",
     "TransientLLMError",
-    "Transition",
-    "Trigger",
     "Turn",
     "TurnCompleted",
     "TurnFSMError",

@@ -1,4 +1,4 @@
-"""The event vocabulary (docs/events.md).
+"""The event vocabulary (``docs/events.md``).
 
 Events are slotted dataclasses (immutable by convention) with a ``kind``
 discriminator: cheap to build on the streaming hot path, and (de)serialised by pydantic through
@@ -24,7 +24,6 @@ __all__ = [
     "Event",
     "EventsMissed",
     "Failed",
-    "Heartbeat",
     "MessageCompleted",
     "Retrying",
     "StateChanged",
@@ -148,14 +147,6 @@ class Failed:
 
 
 @dataclass(**_EV)
-class Heartbeat:
-    context_id: str
-    seq: int
-    timestamp: float
-    kind: Literal["Heartbeat"] = "Heartbeat"
-
-
-@dataclass(**_EV)
 class EventsMissed:
     """Sent to a subscriber that fell behind: ``count`` events from ``first_seq`` on
     were dropped for it (the engine never waits for a subscriber)."""
@@ -179,7 +170,6 @@ Event = Annotated[
     | Retrying
     | TurnCompleted
     | Failed
-    | Heartbeat
     | EventsMissed,
     Field(discriminator="kind"),
 ]

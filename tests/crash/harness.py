@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 
 from worker import TURNS  # noqa: E402
 
-from turnfsm import TRANSITIONS  # noqa: E402
+from turnfsm.states import TRANSITIONS  # noqa: E402
 from turnfsm.storage import open_store  # noqa: E402
 
 EDGES = {(s.value, t.trigger.value, t.dest.value) for t in TRANSITIONS for s in t.sources}

@@ -43,7 +43,8 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, LLMResponse, ToolCallData, tool
+from turnfsm import Engine, tool
+from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.errors import ContextNotFound
 from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module

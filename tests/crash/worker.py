@@ -26,7 +26,8 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, LLMResponse, State, ToolCallData, tool
+from turnfsm import Engine, State, tool
+from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.events import MessageCompleted, ToolResult
 from turnfsm.storage import Store, open_store
 from turnfsm.storage import _files as files_module

@@ -8,17 +8,15 @@ from typing import Any
 import pytest
 from openai_samples import chunk, completion, tool_call_stream
 
-from turnfsm.adapters.llm._openai_wire import (
-    ChatStreamAssembler,
+from turnfsm.adapters.llm._openai_chat import ChatStreamAssembler, chat_completion_response
+from turnfsm.adapters.llm._openai_common import (
     IncompleteStream,
     MalformedChunk,
-    ResponsesStreamAssembler,
     StreamErrorEvent,
-    chat_completion_response,
     decode_arguments,
     normalize_usage,
-    responses_response,
 )
+from turnfsm.adapters.llm._openai_responses import ResponsesStreamAssembler, responses_response
 from turnfsm.model import TextDelta, ThinkingDelta, ToolCallData, ToolCallDelta
 
 

@@ -25,8 +25,8 @@ from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
 from turnfsm import Engine, ImagePart, TextPart, tool
-from turnfsm.adapters.llm._openai_wire import (
-    chat_request_body,
+from turnfsm.adapters.llm._openai_chat import chat_request_body
+from turnfsm.adapters.llm._openai_responses import (
     responses_input,
     responses_request_body,
     responses_tools,

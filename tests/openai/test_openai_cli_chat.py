@@ -19,7 +19,8 @@ from openai_loopback import LoopbackServer, Reply, error_body
 from openai_samples import ResponsesStream, chunk, completion, text_stream, tool_call_stream
 
 from turnfsm.cli import _chat
-from turnfsm.cli._chat import builtin_tools, calculate, run_chat
+from turnfsm.cli._chat import run_chat
+from turnfsm.cli._demo_tools import builtin_tools, calculate
 from turnfsm.tools import ToolError
 
 KEY = "sk-cli"

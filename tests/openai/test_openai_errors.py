@@ -15,7 +15,7 @@ import httpx2
 import openai
 import pytest
 
-from turnfsm.adapters.llm._openai_wire import (
+from turnfsm.adapters.llm._openai_common import (
     IncompleteStream,
     MalformedChunk,
     StreamErrorEvent,

@@ -9,16 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from turnfsm.audit import AuditRecord, audit_jsonl, audit_records
 from turnfsm.model import ChatContext
-from turnfsm.render import (
-    AuditRecord,
-    RenderError,
-    RunPath,
-    audit_jsonl,
-    audit_records,
-    find_dot,
-    path_from_steps,
-)
+from turnfsm.render import RenderError, RunPath, find_dot, path_from_steps
 from turnfsm.replay import ReplayResult, replay
 from turnfsm.storage import MemoryStore, StepLog, Store, open_store
 

@@ -18,6 +18,13 @@ import anyio
 import pytest
 
 from turnfsm import Engine, tool
+from turnfsm.audit import (
+    Actor,
+    audit_jsonl,
+    audit_records,
+    records_from_audit_lines,
+    verify_audit_log,
+)
 from turnfsm.model import (
     Branch,
     ChatContext,
@@ -27,14 +34,7 @@ from turnfsm.model import (
     Role,
     TextPart,
 )
-from turnfsm.render import (
-    Actor,
-    audit_jsonl,
-    audit_records,
-    path_from_steps,
-    records_from_audit_lines,
-    verify_audit_log,
-)
+from turnfsm.render import path_from_steps
 from turnfsm.states import State
 from turnfsm.storage import open_store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from turnfsm.render import ACTORS, Actor, actor_of, mermaid_state_diagram, states_markdown
+from turnfsm.audit import ACTORS, Actor, actor_of
+from turnfsm.render import mermaid_state_diagram, states_markdown
 from turnfsm.states import STATE_DESCRIPTIONS, TRANSITIONS, State, Trigger
 
 from ._parse import parse_mermaid_state

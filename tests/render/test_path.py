@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from turnfsm.audit import audit_records
 from turnfsm.model import MessageNode
 from turnfsm.render import (
     PARTICIPANTS,
     PathStep,
     RenderError,
     RunPath,
-    audit_records,
     diff_paths,
     dot_source,
     mermaid_state_diagram,

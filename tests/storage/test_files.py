@@ -131,7 +131,8 @@ def interrupt_at(label: str) -> Any:
 
 
 async def _awaiting_approval(root_dir: Path) -> str:
-    from turnfsm import Engine, LLMResponse, ToolCallData, tool
+    from turnfsm import Engine, tool
+    from turnfsm.adapters.llm import LLMResponse, ToolCallData
     from turnfsm.testing import ScriptedLLM
 
     @tool(approval="required")

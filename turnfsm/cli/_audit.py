@@ -27,7 +27,8 @@ from typing import Any
 
 import anyio
 
-from ..render import audit_jsonl, audit_records, path_from_steps, verify_audit_log
+from ..audit import audit_jsonl, audit_records, verify_audit_log
+from ..render import path_from_steps
 from ..storage import Store
 from ._diagram import read_text, split_lines
 from ._errors import guarded

@@ -37,14 +37,13 @@ from typing import Any
 
 import anyio
 
+from ..audit import AuditRecord, audit_records, records_from_audit_lines
 from ..model import MessageNode
 from ..render import (
     GENERATED,
     PNG_DIGEST_KEY,
-    AuditRecord,
     RenderError,
     RunPath,
-    audit_records,
     diff_paths,
     dot_digest,
     dot_source,
@@ -55,7 +54,6 @@ from ..render import (
     path_from_steps,
     path_from_trace_out,
     png_text,
-    records_from_audit_lines,
     render_png,
     render_svg,
     sequence_diagram,

@@ -6,8 +6,20 @@ request to send. The request and its ``messages`` list are fresh for every
 call: an enhancer may change the list (insert, drop, replace entries). The
 message dicts in it are the engine's own, kept incrementally across calls:
 never edit one in place; put a new dict in its slot instead.
+
+An enhancer author needs only this package: :class:`Enhancer`, the request
+view (:class:`LLMRequest`) and the context it reads (:class:`ChatContext`).
 """
 
-from ._base import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ..model import ChatContext, LLMRequest
+from ._builtin import SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ._protocol import Enhancer
 
-__all__ = ["Enhancer", "SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
+__all__ = [
+    "ChatContext",
+    "Enhancer",
+    "LLMRequest",
+    "SystemPromptEnhancer",
+    "ToolDefinitionsEnhancer",
+    "ToolHistoryTrimmer",
+]

@@ -1,4 +1,4 @@
-"""L2: diagrams from the declared table, run paths, sequence diagrams, audit logs.
+"""L2: diagrams from the declared table, run paths and sequence diagrams.
 
 Everything here is generated from :data:`turnfsm.states.TRANSITIONS` (and, for
 a run, its steps and messages); nothing is drawn by hand. Text formats are
@@ -11,31 +11,20 @@ pure functions; SVG and PNG run Graphviz's ``dot`` locally.
   (:func:`states_markdown`);
 - one conversation: :class:`RunPath` (from store steps, a replay
   ``--trace-out`` file or an audit log) drawn over the machine by the same two
-  functions, :func:`sequence_diagram` of one turn, :func:`diff_paths`;
-- audit logs: :func:`audit_records` / :func:`audit_jsonl` and
-  :func:`verify_audit_log`.
+  functions, :func:`sequence_diagram` of one turn, :func:`diff_paths`.
 
-This package imports only the model and the states (DESIGN.md section 1):
-callers load steps and messages from a store and pass them in.
+Audit logs (written, read back, verified) are :mod:`turnfsm.audit`; this
+package draws them.
+
+This package imports only the model, the states and the audit log code
+(``docs/architecture.md``): callers load steps and messages from a store and
+pass them in.
 """
 
-from ._audit import (
-    ACTORS,
-    TOOL_CYCLE,
-    Actor,
-    AuditRecord,
-    VerifyResult,
-    actor_of,
-    audit_jsonl,
-    audit_records,
-    creation_order,
-    records_from_audit_lines,
-    verify_audit_log,
-)
+from ..errors import RenderError
 from ._diff import PathDiff, diff_paths
 from ._docs import REGENERATE, states_markdown
 from ._dot import dot_digest, dot_source, svg_digest
-from ._errors import RenderError
 from ._files import GENERATED, PNG_DIGEST_KEY, generated_files, generated_texts
 from ._graph import FAILURE_STATES, Edge, EdgeKind, Node, declared_edges, declared_nodes
 from ._graphviz import dot_version, find_dot, png_text, render_png, render_svg
@@ -51,15 +40,11 @@ from ._path import (
 from ._sequence import PARTICIPANTS, sequence_diagram, turn_starts
 
 __all__ = [
-    "ACTORS",
     "FAILURE_STATES",
     "GENERATED",
     "PARTICIPANTS",
     "PNG_DIGEST_KEY",
     "REGENERATE",
-    "TOOL_CYCLE",
-    "Actor",
-    "AuditRecord",
     "Edge",
     "EdgeKind",
     "Node",
@@ -68,11 +53,6 @@ __all__ = [
     "RenderError",
     "RunPath",
     "StepLike",
-    "VerifyResult",
-    "actor_of",
-    "audit_jsonl",
-    "audit_records",
-    "creation_order",
     "declared_edges",
     "declared_nodes",
     "diff_paths",
@@ -87,12 +67,10 @@ __all__ = [
     "path_from_steps",
     "path_from_trace_out",
     "png_text",
-    "records_from_audit_lines",
     "render_png",
     "render_svg",
     "sequence_diagram",
     "states_markdown",
     "svg_digest",
     "turn_starts",
-    "verify_audit_log",
 ]

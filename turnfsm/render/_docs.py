@@ -8,8 +8,8 @@ regenerates it and compares.
 
 from __future__ import annotations
 
+from ..audit import TOOL_CYCLE, actor_of
 from ..states import TRANSITIONS, State
-from ._audit import TOOL_CYCLE, actor_of
 from ._graph import declared_edges, declared_nodes
 from ._mermaid import mermaid_state_diagram
 

@@ -14,7 +14,7 @@ import struct
 import subprocess
 import zlib
 
-from ._errors import RenderError
+from ..errors import RenderError
 
 __all__ = ["dot_version", "find_dot", "png_text", "render_png", "render_svg"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from ..errors import RenderError
 from ..states import INITIAL, TRANSITIONS, State, Trigger, next_state
-from ._errors import RenderError
 
 __all__ = [
     "PathStep",

@@ -14,10 +14,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..audit import AuditRecord
+from ..errors import RenderError
 from ..model import ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ..states import State, Trigger
-from ._audit import AuditRecord
-from ._errors import RenderError
 
 __all__ = ["PARTICIPANTS", "sequence_diagram", "turn_starts"]
 

@@ -1,7 +1,15 @@
-"""L2: inbound formats: the chat request bodies of seed 004 (:mod:`._request`) and
-conversations kept in other formats, imported into a ChatContext (:mod:`._legacy`)."""
+"""L2: inbound formats: the chat request bodies, ``contextManagement`` and
+``messages`` (:mod:`._request`), and conversations kept in other formats,
+imported into a ChatContext (:mod:`.importers`, one module per format)."""
 
-from ._legacy import (
+from ._request import (
+    InboundFormat,
+    InboundMessage,
+    InboundRequest,
+    format_error_path,
+    parse_request,
+)
+from .importers import (
     IMPORT_FORMATS,
     MISSING_RESULT,
     ImportFormat,
@@ -12,13 +20,6 @@ from ._legacy import (
     import_openai_messages,
     import_request_body,
     import_session_records,
-)
-from ._request import (
-    InboundFormat,
-    InboundMessage,
-    InboundRequest,
-    format_error_path,
-    parse_request,
 )
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The inbound chat request bodies of seed 004, parsed into one internal structure.
+"""The inbound chat request bodies (``contextManagement`` and ``messages``),
+parsed into one internal structure.
 
 Two wire formats are accepted:
 
@@ -15,7 +16,7 @@ refused with :class:`~turnfsm.errors.InvalidInput` whose message lists, for each
 format, every problem with its JSON path (``contextManagement.currentMessage.role:
 Input should be 'user' or 'frontend_operator'``, ``messages: Field required``).
 
-Decisions (seed 004 is silent on them):
+Decisions (the formats are silent on them):
 
 - **Unknown keys are refused, at every level** (``extra="forbid"``). A misspelt
   ``userTimeZone`` or ``messageID`` would otherwise be dropped without a word
@@ -197,7 +198,7 @@ class InboundMessage(BaseModel):
 
 
 class InboundRequest(BaseModel):
-    """A chat request, normalised from either format of seed 004.
+    """A chat request, normalised from either request body format.
 
     ``current`` is the message to answer now (role ``user`` or
     ``frontend_operator``); ``history`` is the conversation context before it,
@@ -221,7 +222,7 @@ class InboundRequest(BaseModel):
         message is flagged with ``metadata.extra["current"] = True`` and carries
         ``user_language`` (and ``user_timezone`` when given) in ``metadata.extra``.
 
-        Seed 004's ``[CURRENT MESSAGE FROM USER/FRONTEND_OPERATOR]:`` prefix is
+        The ``[CURRENT MESSAGE FROM USER/FRONTEND_OPERATOR]:`` prefix of the format is
         *not* written into the stored content: telling the model which message is
         the current one is a prompt-shaping concern (an enhancer can read the
         flag), and stored history stays what was said.
@@ -264,7 +265,7 @@ def _describe(errors: list[ErrorDetails]) -> str:
 
 
 def parse_request(body: Any) -> InboundRequest:
-    """Parse a request body of either format of seed 004 into an :class:`InboundRequest`.
+    """Parse a request body of either format into an :class:`InboundRequest`.
 
     ``body`` is the decoded JSON (a dict). Raises :class:`InvalidInput` (``where``
     is ``"request body"``) listing what is wrong with the body in each format.

@@ -1,6 +1,6 @@
 """The OpenAI adapters: Chat Completions and Responses, through the official SDK.
 
-This is the one module that imports ``openai`` (DESIGN.md section 1). It works
+This is the one module that imports ``openai`` (``docs/architecture.md``). It works
 against the OpenAI API and any OpenAI-compatible server (vLLM, Ollama, LM Studio,
 OpenRouter, Azure), chosen by ``base_url``::
 
@@ -8,10 +8,10 @@ OpenRouter, Azure), chosen by ``base_url``::
         engine = Engine(llm=llm, tools=[...])
         ...
 
-The request bodies are built by pure functions (``_openai_wire``:
-``chat_request_body``, ``responses_request_body``) and sent as they are with
-the SDK's ``post``; the answers are read as plain JSON by the pure assemblers
-there. The SDK's own retries are off (``max_retries=0`` on the client and on
+The request bodies are built by pure functions (``chat_request_body`` in
+``_openai_chat``, ``responses_request_body`` in ``_openai_responses``) and sent
+as they are with the SDK's ``post``; the answers are read as plain JSON by the
+pure assemblers there. The SDK's own retries are off (``max_retries=0`` on the client and on
 every request): the engine is the one layer that retries.
 
 Error mapping (:func:`map_openai_error`, applied at this boundary with
@@ -63,19 +63,15 @@ from openai import AsyncStream, RequestOptions
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from ._base import LLMChunk, LLMRequest, LLMResponse
-from ._openai_wire import (
-    ChatStreamAssembler,
+from ._openai_chat import ChatStreamAssembler, chat_completion_response, chat_request_body
+from ._openai_common import (
     IncompleteStream,
     MalformedChunk,
-    ResponsesStreamAssembler,
     StreamErrorEvent,
-    chat_completion_response,
-    chat_request_body,
     new_call_id,
-    responses_request_body,
-    responses_response,
     retry_after_seconds,
 )
+from ._openai_responses import ResponsesStreamAssembler, responses_request_body, responses_response
 
 __all__ = [
     "OpenAIChatAdapter",

@@ -1,7 +1,7 @@
 """A scripted LLM: answers from a list, or from a handler function.
 
 The answers use the vocabulary of the replay format's ``llm`` steps
-(``shared/SCRIPT_FORMAT.md``)::
+(``docs/script-format.md``)::
 
     {"text": "Hello"}                                  a whole answer
     {"chunks": ["Hel", "lo"]}                          a streamed answer

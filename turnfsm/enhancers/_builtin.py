@@ -1,21 +1,15 @@
-"""The enhancer interface and the built-in enhancers."""
+"""The built-in enhancers: the system prompt, the tool definitions and the
+trimming of old tool rounds (the engine puts them first, in that order)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..errors import InvalidInput
 from ..model import ChatContext, LLMRequest
 
-__all__ = ["Enhancer", "SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
-
-
-@runtime_checkable
-class Enhancer(Protocol):
-    """Shapes one request. Raising makes the turn fail (``prepare_failed``)."""
-
-    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest: ...
+__all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
 
 
 class SystemPromptEnhancer:
@@ -55,7 +49,7 @@ class ToolDefinitionsEnhancer:
 
 
 class ToolHistoryTrimmer:
-    """Shows the model only the last ``rounds`` tool rounds in full (seed 001).
+    """Shows the model only the last ``rounds`` tool rounds in full.
 
     Older rounds lose their ``tool_calls`` and ``tool`` messages from the view (an
     assistant message left with no text is dropped too), so the view stays valid

@@ -67,18 +67,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
+from ..errors import RenderError
 from ..model import MessageNode, Role
 from ..states import INITIAL, State, Trigger, allowed_triggers, next_state
-from ._errors import RenderError
-from ._path import PathStep
 
 __all__ = [
     "ACTORS",
     "TOOL_CYCLE",
     "Actor",
     "AuditRecord",
+    "CommittedStep",
     "VerifyResult",
     "actor_of",
     "audit_jsonl",
@@ -90,6 +90,23 @@ __all__ = [
 
 S = State
 T = Trigger
+
+
+class CommittedStep(Protocol):
+    """One committed transition, as an audit record starts from it: a store's
+    :class:`~turnfsm.storage.StepLog` or a :class:`~turnfsm.render.PathStep`.
+    ``version`` is the store commit that holds it; ``at`` is that commit's time."""
+
+    @property
+    def from_state(self) -> str: ...
+    @property
+    def trigger(self) -> str: ...
+    @property
+    def to_state(self) -> str: ...
+    @property
+    def at(self) -> datetime | None: ...
+    @property
+    def version(self) -> int | None: ...
 
 
 class Actor(StrEnum):
@@ -301,7 +318,7 @@ def _matches(node: MessageNode, want: str) -> bool:
     return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
 
 
-def _attribute(steps: Sequence[PathStep], ordered: Sequence[MessageNode]) -> list[_Touch]:
+def _attribute(steps: Sequence[CommittedStep], ordered: Sequence[MessageNode]) -> list[_Touch]:
     # The log's messages are the newest ones; a history imported before the
     # first step comes first. Take the first start at which every message
     # after it is accounted for; failing that (a history the walk cannot
@@ -322,7 +339,7 @@ def _attribute(steps: Sequence[PathStep], ordered: Sequence[MessageNode]) -> lis
 
 
 def audit_records(
-    context_id: str, steps: Sequence[PathStep], messages: Iterable[MessageNode]
+    context_id: str, steps: Sequence[CommittedStep], messages: Iterable[MessageNode]
 ) -> list[AuditRecord]:
     """The audit records of a context: its steps (in order) and its messages (any order).
 

@@ -1,0 +1,31 @@
+"""A chat request body (the ``contextManagement`` body or the ``messages`` body),
+through :func:`~turnfsm.adapters.inbound.parse_request`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ....model import ChatContext
+from .._request import parse_request
+from ._checks import Ids, check_source, resolve_now, uuid_hex
+from ._history import build_context
+
+__all__ = [
+    "import_request_body",
+]
+
+
+def import_request_body(
+    data: Any, *, now: datetime | None = None, ids: Ids | None = None
+) -> ChatContext:
+    """A chat request body (either format), as parsed by
+    :func:`~turnfsm.adapters.inbound.parse_request`: the conversation context,
+    then the current message (flagged ``metadata.extra["current"]``, with the
+    request's language and time zone). The current message is left unanswered:
+    the context rests in ``Idle`` with a user (or frontend operator) message last.
+    """
+    check_source(data)
+    at = resolve_now(now)
+    request = parse_request(data)
+    return build_context(request.to_messages(now=at), now=at, ids=ids or uuid_hex)

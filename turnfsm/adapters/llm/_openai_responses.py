@@ -1,0 +1,404 @@
+"""The OpenAI Responses wire format, as pure functions over plain JSON values
+(no ``openai`` here).
+
+- :func:`responses_request_body` — the request body (``POST /responses``), its
+  ``input`` items built from the chat-format messages by :func:`responses_input`
+  and its tools by :func:`responses_tools`;
+- :class:`ResponsesStreamAssembler` — the Responses streaming events in, engine
+  deltas and the whole answer out; :func:`responses_response` for a whole
+  ``response``.
+
+What both formats share (errors, checks, usage, retry advice) is in
+:mod:`._openai_common`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ...model import (
+    LLMChunk,
+    LLMRequest,
+    LLMResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallData,
+    ToolCallDelta,
+)
+from ._openai_common import (
+    AssembledCall,
+    IncompleteStream,
+    MalformedChunk,
+    StreamErrorEvent,
+    decode_arguments,
+    expect_dict,
+    expect_list,
+    merge_parameters,
+    new_call_id,
+    normalize_usage,
+    opt_str,
+    short,
+)
+
+__all__ = [
+    "ResponsesStreamAssembler",
+    "responses_input",
+    "responses_request_body",
+    "responses_response",
+    "responses_tools",
+]
+
+# ---------------------------------------------------------------------- Responses out
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def _input_part(part: object) -> object:
+    if not isinstance(part, dict):
+        return part
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "input_text", "text": part.get("text", "")}
+    if kind == "image_url":
+        image = part.get("image_url")
+        image = image if isinstance(image, dict) else {"url": image}
+        return {
+            "type": "input_image",
+            "image_url": image.get("url"),
+            "detail": image.get("detail") or "auto",
+        }
+    if kind == "file":
+        raw = part.get("file")
+        file: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        out: dict[str, Any] = {"type": "input_file"}
+        for key in ("file_data", "file_id", "filename"):
+            if key in file:
+                out[key] = file[key]
+        return out
+    return part  # already a Responses part, or one we do not know: as it is
+
+
+def _input_content(content: object) -> object:
+    if isinstance(content, list):
+        return [_input_part(p) for p in content]
+    return content if content is not None else ""
+
+
+def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat-format messages as Responses ``input`` items.
+
+    ``system``/``developer``/``user`` become ``message`` items (text parts as
+    ``input_text``, images as ``input_image``, files as ``input_file``); an
+    assistant's text becomes an assistant ``message`` and each of its tool calls
+    a ``function_call`` item; a ``tool`` message becomes a
+    ``function_call_output``. A chat ``name`` (the frontend operator) has no
+    place in a Responses message and is left out.
+    """
+    items: list[dict[str, Any]] = []
+    for msg in messages:
+        role = msg.get("role")
+        if role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": msg.get("tool_call_id"),
+                    "output": _text_of(msg.get("content")),
+                }
+            )
+        elif role == "assistant":
+            text = _text_of(msg.get("content"))
+            if text:
+                items.append({"type": "message", "role": "assistant", "content": text})
+            for call in msg.get("tool_calls") or ():
+                function = call.get("function") or {}
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": function.get("arguments") or "{}",
+                    }
+                )
+        else:
+            items.append(
+                {"type": "message", "role": role, "content": _input_content(msg.get("content"))}
+            )
+    return items
+
+
+def responses_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat tool definitions (``{"type": "function", "function": {...}}``) in the
+    Responses' flat form. ``strict`` is false unless the definition asks for it
+    (the Responses API would otherwise hold every schema to strict mode)."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        function = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(function, Mapping):
+            out.append(dict(tool))  # a built-in tool, or already in the Responses form
+            continue
+        flat: dict[str, Any] = {"type": "function", "name": function.get("name")}
+        if function.get("description") is not None:
+            flat["description"] = function["description"]
+        flat["parameters"] = function.get("parameters") or {"type": "object", "properties": {}}
+        flat["strict"] = bool(function.get("strict", False))
+        out.append(flat)
+    return out
+
+
+def _responses_tool_choice(choice: object) -> object:
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return choice
+
+
+def responses_request_body(
+    request: LLMRequest,
+    *,
+    stream: bool,
+    model: str | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Responses request body for ``request`` (pure).
+
+    Model parameters are merged in with the Chat Completions names translated:
+    ``max_tokens`` / ``max_completion_tokens`` become ``max_output_tokens``,
+    ``reasoning_effort`` becomes ``reasoning.effort``, a chat-form
+    ``tool_choice`` becomes the flat form. Other parameters go as they are (a
+    parameter the Responses API does not know is refused by the server with a
+    400, which says which one).
+    """
+    body: dict[str, Any] = {
+        "model": model or request.model,
+        "input": responses_input(request.messages),
+    }
+    if request.tools:
+        body["tools"] = responses_tools(request.tools)
+    params: dict[str, Any] = merge_parameters({}, (request.parameters, extra_body))
+    for old in ("max_completion_tokens", "max_tokens"):
+        if old in params:
+            value = params.pop(old)
+            params.setdefault("max_output_tokens", value)
+    if "reasoning_effort" in params:
+        effort = params.pop("reasoning_effort")
+        reasoning = params.get("reasoning")
+        extra = reasoning if isinstance(reasoning, dict) else {}
+        params["reasoning"] = {"effort": effort, **extra}
+    if "tool_choice" in params:
+        params["tool_choice"] = _responses_tool_choice(params["tool_choice"])
+    params.pop("stream_options", None)
+    body.update(params)
+    if stream:
+        body["stream"] = True
+    return body
+
+
+# ---------------------------------------------------------------------- Responses in
+
+_INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def _response_error(resp: Mapping[str, Any], default: str) -> StreamErrorEvent:
+    error = resp.get("error")
+    if isinstance(error, dict):
+        return StreamErrorEvent(
+            str(error.get("message") or default), code=error.get("code"), type=error.get("type")
+        )
+    return StreamErrorEvent(default)
+
+
+def _output_of(
+    resp: Mapping[str, Any], new_id: Callable[[], str]
+) -> tuple[str, list[AssembledCall], str]:
+    text: list[str] = []
+    thinking: list[str] = []
+    calls: list[AssembledCall] = []
+    for item in expect_list(resp.get("output"), "'output'"):
+        item = expect_dict(item, "an output item")
+        kind = item.get("type")
+        if kind == "message":
+            for part in expect_list(item.get("content"), "a message's 'content'"):
+                part = expect_dict(part, "a content part")
+                if part.get("type") == "output_text":
+                    text.append(opt_str(part.get("text"), "'output_text.text'") or "")
+                elif part.get("type") == "refusal":
+                    text.append(opt_str(part.get("refusal"), "'refusal'") or "")
+        elif kind == "function_call":
+            calls.append(
+                AssembledCall(
+                    opt_str(item.get("call_id"), "a function call's 'call_id'") or new_id(),
+                    opt_str(item.get("name"), "a function call's 'name'") or "",
+                    opt_str(item.get("arguments"), "a function call's 'arguments'") or "",
+                )
+            )
+        elif kind == "reasoning":
+            for part in expect_list(item.get("summary"), "a reasoning item's 'summary'"):
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    thinking.append(part["text"])
+    return "".join(text), calls, "\n\n".join(thinking)
+
+
+def _finish(resp: Mapping[str, Any], has_calls: bool) -> str:
+    if resp.get("status") == "incomplete":
+        details = resp.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return _INCOMPLETE_REASONS.get(str(reason), str(reason or "incomplete"))
+    return "tool_calls" if has_calls else "stop"
+
+
+def responses_response(data: object, new_id: Callable[[], str] = new_call_id) -> LLMResponse:
+    """A whole (non-streamed) ``response`` object as an :class:`LLMResponse`."""
+    resp = expect_dict(data, "the answer")
+    if resp.get("status") == "failed":
+        raise _response_error(resp, "the response failed")
+    text, calls, thinking = _output_of(resp, new_id)
+    model = resp.get("model")
+    return LLMResponse(
+        text=text,
+        tool_calls=tuple(
+            ToolCallData(c.id or new_id(), c.name, decode_arguments(c.arguments)) for c in calls
+        ),
+        thinking=thinking or None,
+        usage=normalize_usage(resp.get("usage")),
+        finish_reason=_finish(resp, bool(calls)),
+        model=model if isinstance(model, str) else None,
+    )
+
+
+class ResponsesStreamAssembler:
+    """Turns Responses streaming events into engine deltas and the whole answer.
+
+    Read: ``response.output_text.delta`` (and ``response.refusal.delta``) as
+    text; ``response.reasoning_summary_text.delta`` (and the raw
+    ``response.reasoning_text.delta``) as thinking; function calls from
+    ``response.output_item.added`` (id, name), ``response.function_call_arguments.delta``
+    (argument pieces), ``...arguments.done`` and ``response.output_item.done``
+    (the final values); ``response.completed`` / ``response.incomplete`` end the
+    answer with its usage. ``error`` and ``response.failed`` raise
+    :class:`StreamErrorEvent`. Other events are ignored.
+    """
+
+    def __init__(self, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new_id = new_id
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: list[AssembledCall] = []
+        self._slot: dict[object, int] = {}  # item id / output_index -> call ordinal
+        self._final: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def _call_for(self, event: Mapping[str, Any]) -> tuple[int, AssembledCall] | None:
+        for key in (event.get("item_id"), ("index", event.get("output_index"))):
+            if key in self._slot:
+                n = self._slot[key]
+                return n, self._calls[n]
+        return None
+
+    def _add_call(self, event: Mapping[str, Any], item: Mapping[str, Any]) -> ToolCallDelta:
+        n = len(self._calls)
+        call = AssembledCall(
+            opt_str(item.get("call_id"), "a function call's 'call_id'"),
+            opt_str(item.get("name"), "a function call's 'name'") or "",
+            opt_str(item.get("arguments"), "a function call's 'arguments'") or "",
+        )
+        self._calls.append(call)
+        if isinstance(item.get("id"), str):
+            self._slot[item["id"]] = n
+        self._slot[("index", event.get("output_index"))] = n
+        return ToolCallDelta(index=n, id=call.id, name=call.name or None, arguments=call.arguments)
+
+    def feed(self, event: object) -> list[LLMChunk]:
+        data = expect_dict(event, "an event")
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            raise MalformedChunk(f"an event without a 'type': {short(data)}")
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
+            if text:
+                self._text.append(text)
+                return [TextDelta(text)]
+            return []
+        if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
+            if text:
+                self._thinking.append(text)
+                return [ThinkingDelta(text)]
+            return []
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            item = expect_dict(data.get("item"), f"'{kind}' item")
+            if item.get("type") != "function_call":
+                return []
+            found = self._call_for({**data, "item_id": item.get("id")})
+            if found is None:
+                return [self._add_call(data, item)]
+            if kind == "response.output_item.done":  # the final values win
+                call = found[1]
+                call.id = opt_str(item.get("call_id"), "'call_id'") or call.id
+                call.name = opt_str(item.get("name"), "'name'") or call.name
+                args = opt_str(item.get("arguments"), "'arguments'")
+                call.arguments = args if args is not None else call.arguments
+            return []
+        if kind == "response.function_call_arguments.delta":
+            found = self._call_for(data)
+            if found is None:
+                raise MalformedChunk(
+                    f"arguments for a function call never announced: {short(data)}"
+                )
+            piece = opt_str(data.get("delta"), "'arguments' delta") or ""
+            found[1].arguments += piece
+            return [ToolCallDelta(index=found[0], arguments=piece)] if piece else []
+        if kind == "response.function_call_arguments.done":
+            found = self._call_for(data)
+            args = opt_str(data.get("arguments"), "'arguments'")
+            if found is not None and args is not None:
+                found[1].arguments = args
+            return []
+        if kind in ("response.completed", "response.incomplete"):
+            self._final = expect_dict(data.get("response"), f"'{kind}' response")
+            return []
+        if kind == "response.failed":
+            raise _response_error(
+                expect_dict(data.get("response"), "'response.failed' response"),
+                "the response failed",
+            )
+        if kind == "error":
+            raise StreamErrorEvent(
+                str(data.get("message") or "the server reported an error"),
+                code=data.get("code"),
+                type=data.get("type") if data.get("type") != "error" else None,
+            )
+        return []
+
+    def finish(self) -> LLMResponse:
+        final = self._final
+        if final is None:
+            raise IncompleteStream(
+                "the stream ended without response.completed (the answer is incomplete)"
+            )
+        text, calls, thinking = self.text, list(self._calls), "".join(self._thinking)
+        if not text and not calls:  # nothing streamed: the final response says it all
+            text, calls, summary = _output_of(final, self._new_id)
+            thinking = thinking or summary
+        model = final.get("model")
+        return LLMResponse(
+            text=text,
+            tool_calls=tuple(
+                ToolCallData(c.id or self._new_id(), c.name, decode_arguments(c.arguments))
+                for c in calls
+            ),
+            thinking=thinking or None,
+            usage=normalize_usage(final.get("usage")),
+            finish_reason=_finish(final, bool(calls)),
+            model=model if isinstance(model, str) else None,
+        )
