@@ -326,7 +326,7 @@ def test_system_prompt_has_one_name_and_the_old_one_still_works(cli: Cli, tmp_pa
 def test_without_a_terminal_tool_calls_are_denied_everywhere(cli: Cli, tmp_path: Path) -> None:
     ran = cli("demo", "--delay", "0", "--json", "--store", "memory://")
     assert ran.code == 0
-    assert "denied: --approve none" in ran.out
+    assert "denied: no one was there to approve it" in ran.out
     script = tmp_path / "rec.json"
     assert cli("record", "--out", str(script), "-m", "weather in Rome?").code == 0
     assert '"approve"' not in script.read_text() and '"deny"' in script.read_text()

@@ -138,8 +138,13 @@ async def run_demo(
                         turn = await engine.deny(cid, call.id, reason="the user said no")
                     elif not interactive and deny:
                         if not as_json:
-                            console.print(f"[dim]denied {shown} (no terminal to ask)[/dim]")
-                        turn = await engine.deny(cid, call.id, reason="--approve none")
+                            console.print(
+                                f"[dim]denied {shown}: no terminal to ask "
+                                "(turnfsm demo --yes approves)[/dim]"
+                            )
+                        turn = await engine.deny(
+                            cid, call.id, reason="no one was there to approve it"
+                        )
                     else:
                         if not as_json:
                             console.print(f"[dim]approved {shown}[/dim]")
