@@ -54,8 +54,12 @@ def test_every_kill_point_of_every_kind_of_change(store: str, kind: str) -> None
 
 
 @full
-@pytest.mark.parametrize("kind", ["send", "approve", "deny", "cancel", "fork", "switch"])
+@pytest.mark.parametrize("kind", ["approve", "deny", "cancel"])
 def test_the_full_matrix_catches_a_torn_files_commit(kind: str) -> None:
+    """The changes that rewrite a stored message (a decision, a cancelled
+    call) are the ones a commit without its journal tears. A send, fork or
+    switch only adds files the metadata does not name yet, so the control
+    store cannot tear them and the matrix rightly finds nothing there."""
     result = matrix.run_matrix([("files-torn", kind)])
     assert any("a state that no commit made" in f for f in result.failures), result.failures
 
