@@ -34,6 +34,7 @@ from ._answer import (
 )
 from ._prepare import build_request
 from ._runtime import Runtime
+from ._subscribers import yield_to_readers
 from ._turn import StopReason
 
 if TYPE_CHECKING:
@@ -132,20 +133,20 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 thinking_fixed += fixed
             rt.seq += 1
             rt.sent_seq = rt.seq
-            if rt.subscribers:
-                d.publish(
-                    rt,
-                    ContentDelta(
-                        context_id=rt.ctx.id,
-                        seq=rt.seq,
-                        timestamp=d.clock.time(),
-                        message_id=message_id,
-                        delta=text,
-                        index=index,
-                        attempt=progress.attempt,
-                        channel=channel,
-                    ),
-                )
+            if rt.subscribers and d.publish(
+                rt,
+                ContentDelta(
+                    context_id=rt.ctx.id,
+                    seq=rt.seq,
+                    timestamp=d.clock.time(),
+                    message_id=message_id,
+                    delta=text,
+                    index=index,
+                    attempt=progress.attempt,
+                    channel=channel,
+                ),
+            ):
+                await yield_to_readers()
             index += 1
     except BaseException:
         await close_stream(chunks)

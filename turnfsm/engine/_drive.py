@@ -37,6 +37,7 @@ from ._history import Result
 from ._loaded import Loaded
 from ._retry import RetryPolicy
 from ._runtime import Runtime, dirty
+from ._subscribers import yield_to_readers
 from ._turn import StopReason, Turn
 
 __all__ = ["Driver"]
@@ -357,11 +358,18 @@ class Driver:
             rt.outbox = []
             cid = ctx.id
             for kind, seq, at, event_fields in outbox:
-                self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **event_fields))
+                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **event_fields)):
+                    await yield_to_readers()
 
-    def publish(self, rt: Runtime, event: Event) -> None:
+    def publish(self, rt: Runtime, event: Event) -> bool:
+        """Offer ``event`` to every subscriber (never waits). True when some
+        subscriber's buffer is half full: the caller then gives the event
+        loop a turn (``yield_to_readers``) so that a reader on it keeps up."""
+        pressed = False
         for sub in rt.subscribers:
-            sub.offer(event)
+            if sub.offer(event):
+                pressed = True
+        return pressed
 
     # ------------------------------------------------------------------ history with events
 
