@@ -9,8 +9,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from ..errors import InvalidInput
 from ._inputs import check_id
 
@@ -41,14 +39,36 @@ def checked_id(ids: Callable[[], object]) -> str:
         raise InvalidInput("ids", f"the id factory returned {value!r}: {exc.reason}") from None
 
 
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
 def default_logger(level: int | None = None) -> Any:
     """A structlog logger to stderr at ``level``, by default the level of the stdlib
     ``turnfsm`` logger (WARNING unless the application says otherwise). Pass
-    ``logger=`` to the engine to use the application's own structlog configuration."""
+    ``logger=`` to the engine to use the application's own structlog configuration.
+
+    structlog itself is imported when the first message at that level is
+    logged: a call that logs nothing does not pay for its import."""
     if level is None:
         level = logging.getLogger("turnfsm").getEffectiveLevel()
+    return _LazyLogger(level, sys.stderr, {})
+
+
+def _structlog_logger(level: int, file: Any) -> Any:
+    import structlog
+
     return structlog.wrap_logger(
-        structlog.PrintLogger(sys.stderr),
+        structlog.PrintLogger(file),
         wrapper_class=structlog.make_filtering_bound_logger(level),
         processors=[
             structlog.processors.add_log_level,
@@ -56,3 +76,55 @@ def default_logger(level: int | None = None) -> Any:
             structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
         ],
     )
+
+
+class _LazyLogger:
+    """Stands for the filtering structlog logger of :func:`default_logger`: the
+    same methods and output, the structlog logger built on the first message
+    that passes the level."""
+
+    __slots__ = ("_context", "_file", "_level")
+
+    def __init__(self, level: int, file: Any, context: dict[str, Any]) -> None:
+        self._level = level
+        self._file = file
+        self._context = context
+
+    def bind(self, **values: Any) -> _LazyLogger:
+        return _LazyLogger(self._level, self._file, {**self._context, **values})
+
+    def new(self, **values: Any) -> _LazyLogger:
+        return _LazyLogger(self._level, self._file, dict(values))
+
+    def _real(self) -> Any:
+        return _structlog_logger(self._level, self._file).bind(**self._context)
+
+    def debug(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.DEBUG:
+            return self._real().debug(event, *args, **kw)
+        return None
+
+    def info(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.INFO:
+            return self._real().info(event, *args, **kw)
+        return None
+
+    def warning(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.WARNING:
+            return self._real().warning(event, *args, **kw)
+        return None
+
+    def error(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.ERROR:
+            return self._real().error(event, *args, **kw)
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        level = _LEVELS.get(name)
+        if level is not None and level < self._level:
+            return _ignore
+        return getattr(self._real(), name)
+
+
+def _ignore(*args: Any, **kw: Any) -> None:
+    return None
