@@ -83,12 +83,15 @@ class _LazyLogger:
     same methods and output, the structlog logger built on the first message
     that passes the level."""
 
-    __slots__ = ("_context", "_file", "_level")
+    __slots__ = ("_context", "_file", "_level", "debug")
 
     def __init__(self, level: int, file: Any, context: dict[str, Any]) -> None:
         self._level = level
         self._file = file
         self._context = context
+        # the engine logs a debug line per transition: below the level it is
+        # one call that does nothing
+        self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else _ignore
 
     def bind(self, **values: Any) -> _LazyLogger:
         return _LazyLogger(self._level, self._file, {**self._context, **values})
@@ -99,10 +102,8 @@ class _LazyLogger:
     def _real(self) -> Any:
         return _structlog_logger(self._level, self._file).bind(**self._context)
 
-    def debug(self, event: Any = None, *args: Any, **kw: Any) -> Any:
-        if self._level <= logging.DEBUG:
-            return self._real().debug(event, *args, **kw)
-        return None
+    def _debug(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        return self._real().debug(event, *args, **kw)
 
     def info(self, event: Any = None, *args: Any, **kw: Any) -> Any:
         if self._level <= logging.INFO:
