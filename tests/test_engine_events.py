@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from turnfsm import (
@@ -437,3 +438,46 @@ async def test_seq_is_not_reused_after_a_failed_commit_mid_stream() -> None:
         assert [ev.kind for ev in events][3:5] == ["ContentDelta", "ContentDelta"]
         seqs = [ev.seq for ev in events]
         assert seqs == list(range(1, len(seqs) + 1)), seqs
+
+
+# --------------------------------------------------------------------------- keeping up
+
+
+async def test_subscriber_on_the_same_loop_gets_every_delta_of_instant_streams() -> None:
+    """A subscriber task that reads as events come receives all of them, even
+    when the model answers at once (docs/events.md: ``EventsMissed`` is only for
+    a subscriber that really falls behind)."""
+    turns, chunks = 50, 100
+    llm = ScriptedLLM([{"chunks": ["abcd"] * chunks} for _ in range(turns)])
+    async with Engine(llm=llm) as engine:
+        cid = await engine.create_context()
+        deltas = 0
+        missed: list[EventsMissed] = []
+        completed = 0
+        async with engine.subscribe(cid) as events, anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                nonlocal deltas, completed
+                async for ev in events:
+                    if isinstance(ev, ContentDelta):
+                        deltas += 1
+                    elif isinstance(ev, EventsMissed):
+                        missed.append(ev)
+                    elif isinstance(ev, TurnCompleted):
+                        completed += 1
+                        if completed == turns:
+                            break
+                done.set()
+
+            done = anyio.Event()
+            tg.start_soon(read)
+            await anyio.lowlevel.checkpoint()  # the reader waits before the first turn
+            with anyio.fail_after(20):
+                for i in range(turns):
+                    turn = await engine.send(cid, f"turn {i}")
+                    assert turn.state == "Idle"
+            with anyio.move_on_after(2):
+                await done.wait()
+            tg.cancel_scope.cancel()
+    assert missed == []
+    assert deltas == turns * chunks

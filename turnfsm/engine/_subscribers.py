@@ -6,11 +6,16 @@ from collections.abc import Callable
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import Event, EventsMissed
 
-__all__ = ["Subscription"]
+__all__ = ["Subscription", "yield_to_readers"]
+
+yield_to_readers = anyio.lowlevel.cancel_shielded_checkpoint
+"""One turn of the event loop for other tasks (a subscriber's reader), without
+being a point where the engine's call can be cancelled."""
 
 
 class Subscription:
@@ -20,6 +25,11 @@ class Subscription:
     The buffer is bounded: when it is full the engine drops events for this
     subscriber (never waits) and, once there is room again, delivers an
     :class:`~turnfsm.events.EventsMissed` saying how many from which ``seq``.
+
+    The engine gives a subscriber's task a turn to read whenever its buffer
+    is half full (:meth:`offer` says so), so a subscriber on the same event
+    loop that reads as events come misses nothing, however fast the model
+    and the tools answer.
     """
 
     def __init__(self, context_id: str, buffer: int, on_close: Callable[[Subscription], None]):
@@ -31,6 +41,9 @@ class Subscription:
         self._missed = 0
         self._first_missed = 0
         self._missed_at = 0.0
+        self._half = max(1, buffer // 2)
+        self._queued = 0
+        """Events put in the stream and not yet read."""
         self.closed = False
 
     def _note(self) -> EventsMissed:
@@ -42,26 +55,31 @@ class Subscription:
             first_seq=self._first_missed,
         )
 
-    def offer(self, event: Event) -> None:
-        """Deliver without waiting; count what does not fit."""
+    def offer(self, event: Event) -> bool:
+        """Deliver without waiting; count what does not fit. True when the
+        buffer is half full or more: the reader should be given a turn."""
         if self._missed:
             try:
                 self._send.send_nowait(self._note())
             except anyio.WouldBlock:
                 self._missed += 1
                 self._missed_at = event.timestamp
-                return
+                return True
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
+                return False
             self._missed = 0
+            self._queued += 1
         try:
             self._send.send_nowait(event)
         except anyio.WouldBlock:
             self._first_missed = event.seq
             self._missed = 1
             self._missed_at = event.timestamp
+            return True
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
+            return False
+        self._queued += 1
+        return self._queued >= self._half
 
     def _take_missed(self) -> EventsMissed | None:
         """The note for what was dropped, once the reader has emptied the buffer."""
@@ -81,6 +99,7 @@ class Subscription:
         while True:
             try:
                 out.append(self._receive.receive_nowait())
+                self._queued -= 1
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 note = self._take_missed()
                 if note is not None:
@@ -92,7 +111,7 @@ class Subscription:
 
     async def __anext__(self) -> Event:
         try:
-            return self._receive.receive_nowait()
+            event = self._receive.receive_nowait()
         except anyio.WouldBlock:
             note = self._take_missed()
             if note is not None:
@@ -102,10 +121,15 @@ class Subscription:
             if note is not None:
                 return note
             raise StopAsyncIteration from None
+        else:
+            self._queued -= 1
+            return event
         try:
-            return await self._receive.receive()
+            event = await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
+        self._queued -= 1
+        return event
 
     async def aclose(self) -> None:
         if not self.closed:

@@ -15,12 +15,17 @@ from ._message import FilePart, ImagePart, InternalMessage, Role, TextPart
 
 __all__ = ["to_chat_message", "to_chat_messages", "tool_result_content"]
 
+# json.dumps with any option builds a new encoder on every call; these are the
+# same encoders, built once.
+_encode_result = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+_encode_arguments = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 
 def tool_result_content(result: Any) -> str:
     """The ``content`` of a ``tool`` message: strings as they are, the rest as JSON."""
     if isinstance(result, str):
         return result
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _encode_result(result)
 
 
 def _content(msg: InternalMessage) -> str | list[dict[str, Any]]:
@@ -76,7 +81,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
                         "name": c.tool_name,
                         "arguments": c.raw_arguments
                         if c.raw_arguments is not None
-                        else json.dumps(c.arguments, ensure_ascii=False, separators=(",", ":")),
+                        else _encode_arguments(c.arguments),
                     },
                 }
                 for c in msg.tool_calls

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..adapters.llm.scripted import play
 from ..engine import Engine, FakeClock, RetryPolicy, SequentialIds, Turn, wait_exponential
-from ..engine._engine import _default_logger
+from ..engine._defaults import default_logger as _default_logger
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest

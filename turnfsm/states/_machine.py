@@ -144,7 +144,10 @@ class LeanTransition(Transition):
             machine.callbacks([*machine.before_state_change, *self.before], event_data)
         if self.dest:  # None: an internal transition, no change of state
             self._change_state(event_data)
-        machine.callbacks([*self.after, *machine.after_state_change], event_data)
+        if self.after:
+            machine.callbacks(self.after, event_data)
+        if machine.after_state_change:
+            machine.callbacks(machine.after_state_change, event_data)
         return True
 
     def _change_state(self, event_data: EventData) -> None:
@@ -219,6 +222,16 @@ class LeanMachine(Machine):
     def callbacks(self, funcs: Any, event_data: EventData) -> None:
         for func in funcs:
             self.callback(func, event_data)
+
+    def callback(self, func: Any, event_data: EventData) -> None:
+        # a callback named in the table is a method of the holder: call it as
+        # transitions would, without resolve_callable's string dispatch
+        if type(func) is str and self.send_event:
+            method = getattr(event_data.model, func, None)
+            if method is not None and callable(method):
+                method(event_data)
+                return
+        super().callback(func, event_data)
 
 
 class TurnMachine:

@@ -1,0 +1,203 @@
+"""What each public call does first, once its context is loaded: the checks
+that need the context, then the call's trigger. The drive loop runs the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ..errors import BranchError, IllegalTransition, LLMError, ToolCallNotPending, UnknownToolCall
+from ..model import (
+    ApprovalStatus,
+    Branch,
+    ContentPart,
+    InternalMessage,
+    MessageMetadata,
+    Role,
+    TurnProgress,
+    to_chat_messages,
+)
+from ..states import RESTING, STATE_EFFECTS, State, Trigger
+from . import _history
+from ._call_llm import fail_llm
+from ._decide import mark_started
+from ._runtime import Runtime
+from ._turn import StopReason
+
+if TYPE_CHECKING:
+    from ._drive import Driver
+
+__all__ = [
+    "start_cancel",
+    "start_decide",
+    "start_fork",
+    "start_reset",
+    "start_resume",
+    "start_retry",
+    "start_send",
+    "start_switch",
+]
+
+S = State
+T = Trigger
+
+
+async def start_send(d: Driver, parts: list[ContentPart], role: Role, rt: Runtime) -> None:
+    state = d.require(rt, T.USER_MESSAGE)
+    if state is S.AWAITING_TOOL_APPROVAL:
+        d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
+    now = d.now()
+    _history.append(
+        rt,
+        InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
+        d.ids(),
+    )
+    rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
+    d.fire(rt, T.USER_MESSAGE)
+
+
+async def start_decide(
+    d: Driver, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
+) -> None:
+    ctx = rt.ctx
+    pending = {c.id: c for c in ctx.pending_tool_calls()}
+    for cid in decisions:
+        if cid not in pending:
+            found = _history.find_call(ctx, cid)
+            if found is None:
+                raise UnknownToolCall(ctx.id, cid)
+            raise ToolCallNotPending(ctx.id, cid, _history.call_status(ctx, found))
+    state = State(rt.holder.state)
+    if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
+        raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
+    _history.set_decisions(
+        rt, {cid: (status, "human", reason) for cid, (status, reason) in decisions.items()}
+    )
+    if ctx.pending_tool_calls():
+        rt.stop_reason = StopReason.AWAITING_APPROVAL
+        return
+    mark_started(rt)
+    d.fire(rt, T.APPROVALS_RESOLVED)
+
+
+async def start_retry(d: Driver, rt: Runtime) -> None:
+    # the table also has retry from TransientFailure: that one is the engine's own
+    if State(rt.holder.state) is not S.PERMANENT_FAILURE:
+        raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
+    p = rt.ctx.progress
+    rt.ctx.progress = TurnProgress(iteration=max(p.iteration, 1), attempt=1)
+    d.fire(rt, T.RETRY)
+
+
+async def start_reset(d: Driver, rt: Runtime) -> None:
+    d.require(rt, T.RESET)
+    rt.ctx.progress = TurnProgress()
+    rt.stop_reason = StopReason.RESET
+    d.fire(rt, T.RESET)
+
+
+async def start_cancel(d: Driver, rt: Runtime) -> None:
+    d.require(rt, T.CANCEL)
+    await d.cancel_in_place(rt)
+
+
+async def start_resume(d: Driver, rt: Runtime) -> None:
+    state = State(rt.holder.state)
+    if state in RESTING:
+        return
+    if state is S.EXECUTING_TOOLS and rt.ctx.progress.started_call_ids and _unknown_outcomes(d, rt):
+        return
+    if state is S.STREAMING_LLM_RESPONSE:
+        err = "the stream was interrupted (the process stopped)"
+        rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": err})
+        await fail_llm(d, rt, LLMError(err, kind="interrupted"), transient=True)
+        return
+    rt.holder.effect = STATE_EFFECTS.get(state)
+
+
+def _unknown_outcomes(d: Driver, rt: Runtime) -> bool:
+    """After a crash in ExecutingTools: started calls of tools that are not
+    idempotent go back to a human (``outcome_unknown``)."""
+    ctx = rt.ctx
+    started = set(ctx.progress.started_call_ids)
+    unknown: list[str] = []
+    for c in ctx.open_tool_calls():
+        tool = d.tools.get(c.tool_name)
+        if c.id in started and tool is not None and not tool.idempotent:
+            unknown.append(c.id)
+    if not unknown:
+        return False
+    batch = ctx.last_tool_batch()
+    assert batch is not None
+    node = batch[0]
+    assert node.message.tool_calls is not None
+    calls = [
+        c.model_copy(
+            update={
+                "approval_status": ApprovalStatus.PENDING,
+                "decided_by": None,
+                "reason": "outcome unknown: it was started before the process stopped",
+                "outcome_unknown": True,
+            }
+        )
+        if c.id in unknown
+        else c
+        for c in node.message.tool_calls
+    ]
+    message = node.message.model_copy(update={"tool_calls": calls})
+    _history.replace(rt, node.model_copy(update={"message": message}))
+    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+    rt.stop_reason = StopReason.AWAITING_APPROVAL
+    d.fire(rt, T.OUTCOME_UNKNOWN)
+    return True
+
+
+async def start_fork(d: Driver, name: str, at: int, rt: Runtime) -> None:
+    ctx = rt.ctx
+    _require_branchable(rt)
+    if not name or name in ctx.branches:
+        raise BranchError(f"context {ctx.id!r} already has a branch named {name!r}")
+    source = ctx.active_branch
+    if not -1 <= at < len(source.message_ids):
+        raise BranchError(
+            f"cannot fork branch {source.name!r} after index {at}: it has "
+            f"{len(source.message_ids)} messages"
+        )
+    ids = source.message_ids[: at + 1]
+    if _history.has_open_calls(ctx, ids):
+        raise BranchError(f"cannot fork after index {at}: the tool calls there have no results yet")
+    branch = Branch(
+        name=name,
+        message_ids=list(ids),
+        parent_message_id=ids[-1] if ids else None,
+        forked_from=source.name,
+        system_prompt=source.system_prompt,
+        user_prompt=source.user_prompt,
+    )
+    ctx.branches[name] = branch
+    rt.branches.append(branch.model_copy(deep=True))
+    _activate(rt, name)
+    rt.stop_reason = StopReason.BRANCH
+
+
+async def start_switch(d: Driver, name: str, rt: Runtime) -> None:
+    _require_branchable(rt)
+    if name not in rt.ctx.branches:
+        raise BranchError(f"context {rt.ctx.id!r} has no branch named {name!r}")
+    _activate(rt, name)
+    rt.stop_reason = StopReason.BRANCH
+
+
+def _require_branchable(rt: Runtime) -> None:
+    state = State(rt.holder.state)
+    if state not in (S.IDLE, S.PERMANENT_FAILURE):
+        raise BranchError(
+            f"context {rt.ctx.id!r} is in {state}: branches change only in Idle or "
+            "PermanentFailure (decide the pending tool calls first)"
+        )
+
+
+def _activate(rt: Runtime, name: str) -> None:
+    rt.ctx.active_branch_name = name
+    rt.active_changed = True
+    rt.chat = to_chat_messages(n.message for n in rt.ctx.history())

@@ -1,0 +1,131 @@
+"""What the engine uses when the application gives nothing: ids and a logger."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidInput
+from ._inputs import check_id
+
+__all__ = ["Ids", "checked_id", "default_logger"]
+
+
+class Ids:
+    """Default ids: a random 64-bit prefix per engine and a counter (unique across
+    engines and processes, and far cheaper than a uuid4 per message)."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._next = itertools.count(1).__next__
+
+    def __call__(self) -> str:
+        return f"{self._prefix}-{self._next():x}"
+
+
+def checked_id(ids: Callable[[], object]) -> str:
+    """An id from the application's ``ids`` factory, held to the id rule
+    (a context, message or system prompt id must load back from every store)."""
+    value = ids()
+    try:
+        return check_id("ids", value)
+    except InvalidInput as exc:
+        raise InvalidInput("ids", f"the id factory returned {value!r}: {exc.reason}") from None
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def default_logger(level: int | None = None) -> Any:
+    """A structlog logger to stderr at ``level``, by default the level of the stdlib
+    ``turnfsm`` logger (WARNING unless the application says otherwise). Pass
+    ``logger=`` to the engine to use the application's own structlog configuration.
+
+    structlog itself is imported when the first message at that level is
+    logged: a call that logs nothing does not pay for its import."""
+    if level is None:
+        level = logging.getLogger("turnfsm").getEffectiveLevel()
+    return _LazyLogger(level, sys.stderr, {})
+
+
+def _structlog_logger(level: int, file: Any) -> Any:
+    import structlog
+
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
+        ],
+    )
+
+
+class _LazyLogger:
+    """Stands for the filtering structlog logger of :func:`default_logger`: the
+    same methods and output, the structlog logger built on the first message
+    that passes the level."""
+
+    __slots__ = ("_context", "_file", "_level", "debug")
+
+    def __init__(self, level: int, file: Any, context: dict[str, Any]) -> None:
+        self._level = level
+        self._file = file
+        self._context = context
+        # the engine logs a debug line per transition: below the level it is
+        # one call that does nothing
+        self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else _ignore
+
+    def bind(self, **values: Any) -> _LazyLogger:
+        return _LazyLogger(self._level, self._file, {**self._context, **values})
+
+    def new(self, **values: Any) -> _LazyLogger:
+        return _LazyLogger(self._level, self._file, dict(values))
+
+    def _real(self) -> Any:
+        return _structlog_logger(self._level, self._file).bind(**self._context)
+
+    def _debug(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        return self._real().debug(event, *args, **kw)
+
+    def info(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.INFO:
+            return self._real().info(event, *args, **kw)
+        return None
+
+    def warning(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.WARNING:
+            return self._real().warning(event, *args, **kw)
+        return None
+
+    def error(self, event: Any = None, *args: Any, **kw: Any) -> Any:
+        if self._level <= logging.ERROR:
+            return self._real().error(event, *args, **kw)
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        level = _LEVELS.get(name)
+        if level is not None and level < self._level:
+            return _ignore
+        return getattr(self._real(), name)
+
+
+def _ignore(*args: Any, **kw: Any) -> None:
+    return None

@@ -1,0 +1,437 @@
+"""The drive loop: a call's first trigger, then the effects until the context
+rests; every trigger fired through the machine, every step committed, events
+sent after their commit.
+
+How a call works: the public method validates its input against the stored
+context (changing nothing when it is refused), takes the trigger the table
+declares, commits, and then drives the context: while the state just entered
+declares an effect (``STATE_EFFECTS``), the effect runs (enhancers, LLM,
+policy, tools, backoff) and ends by taking exactly one trigger and
+committing it. When a resting state is reached the call returns a
+:class:`Turn`.
+
+Every committed step is durable in the store before its events are emitted.
+A store error propagates to the caller and the loaded copy of the context is
+dropped, so the next call starts again from the last committed state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from ..adapters.llm import LLM
+from ..enhancers import Enhancer
+from ..errors import ContextBusy, IllegalTransition
+from ..events import Event, Failed, StateChanged, ToolResult, TurnCompleted
+from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
+from ..states import RESTING, Effect, State, Trigger, TurnMachine, next_state
+from ..storage import Commit, Lease, StepLog, Store
+from ..tools import ToolOutcome, ToolRegistry
+from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
+from ._clock import Clock
+from ._history import Result
+from ._loaded import Loaded
+from ._retry import RetryPolicy
+from ._runtime import Runtime, dirty
+from ._subscribers import yield_to_readers
+from ._turn import StopReason, Turn
+
+__all__ = ["Driver"]
+
+S = State
+T = Trigger
+
+CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
+_WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
+"""Effects that wait on the outside world (the LLM, tools, the clock). What was
+taken before them is committed first; the steps between two waits (a user
+message and its prepared request; an answer and the policy's decision on its
+calls) share one commit, and each keeps its own audit step."""
+
+Start = Callable[[Runtime], Awaitable[None]]
+"""What a public call does first: check against the loaded context, take its trigger."""
+
+
+def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
+    """A store's synchronous commit, when it has one that stands for its
+    ``commit`` (both defined by the same class: a subclass that overrides
+    ``commit`` is always called through it)."""
+    fn: Callable[[Commit], None] | None = getattr(store, "commit_nowait", None)
+    if fn is None:
+        return None
+    mro = type(store).__mro__
+    owner = next((k for k in mro if "commit" in vars(k)), None)
+    owner_nowait = next((k for k in mro if "commit_nowait" in vars(k)), None)
+    return fn if owner is owner_nowait else None
+
+
+class Driver:
+    """What the engine is made of (its settings, the loaded contexts, the
+    machine) and the loop that drives one call."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLM | None,
+        tools: ToolRegistry,
+        store: Store,
+        enhancers: tuple[Enhancer, ...],
+        builtin_count: int,
+        retry_policy: RetryPolicy,
+        max_iterations: int,
+        clock: Clock,
+        ids: Callable[[], str],
+        log: Any,
+        max_loaded: int,
+        lease_ttl: float,
+        owner: str,
+    ) -> None:
+        self.llm: LLM | None = llm
+        self.tools = tools
+        self.store = store
+        self.commit_nowait = _commit_nowait(store)
+        self.enhancers = enhancers
+        self.builtin_count = builtin_count
+        self.retry_policy = retry_policy
+        self.max_iterations = max_iterations
+        self.clock = clock
+        self.ids = ids
+        self.log = log
+        self.max_loaded = max_loaded
+        self.lease_ttl = lease_ttl
+        self.owner = owner
+        self.machine = TurnMachine()
+        self.loaded = Loaded(self.machine, log, self.request_cancel)
+        self.busy: set[str] = set()
+        self.beats: anyio.abc.TaskGroup | None = None
+        self.effects: dict[Effect, Callable[[Driver, Runtime], Awaitable[None]]] = {
+            Effect.PREPARE: _prepare.prepare,
+            Effect.CALL_LLM: _call_llm.call_llm,
+            Effect.DECIDE: _decide.decide,
+            Effect.RUN_TOOLS: _run_tools.run_tools,
+            Effect.BACKOFF: _backoff.backoff,
+        }
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.time(), UTC)
+
+    def request_cancel(self, context_id: str) -> None:
+        """Ask the running call on the context to cancel (nothing when none runs)."""
+        rt = self.loaded.get(context_id)
+        if rt is None or context_id not in self.busy:
+            return
+        rt.cancel_requested = True
+        if rt.scope is not None:
+            rt.scope.cancel()
+
+    def refuse_if_busy(self, context_id: str) -> None:
+        if context_id in self.busy:
+            rt = self.loaded.get(context_id)
+            raise ContextBusy(context_id, rt.holder.state if rt else "loading")
+
+    # ------------------------------------------------------------------ a call
+
+    async def run(self, context_id: str, start: Start) -> Turn:
+        """Load the context for a call (busy, leased), then run it."""
+        return await self._call(await self._enter(context_id), start)
+
+    async def _enter(self, context_id: str) -> Runtime:
+        """Mark the context busy and return it loaded; raise ContextBusy if it is busy."""
+        self.refuse_if_busy(context_id)
+        self.busy.add(context_id)
+        lease: Lease | None = None
+        loaded = self.loaded
+        try:
+            lease = await _leases.acquire(self, context_id)
+            rt = loaded.take(context_id)
+            if rt is not None and (rt.lease is None or rt.lease.token + 1 != lease.token):
+                # another owner held the context since this engine's last call
+                # on it: what is loaded may be stale
+                loaded.put(rt)
+                loaded.unload(context_id)
+                rt = None
+            if rt is None:
+                rt = loaded.attach(await self.store.load(context_id))
+            else:
+                loaded.put(rt)  # most recently used last
+        except BaseException:
+            if lease is not None:
+                await _leases.release(self, lease)
+            self.busy.discard(context_id)
+            raise
+        rt.lease = lease
+        rt.turn_states = []
+        rt.turn_nodes = []
+        rt.stop_reason = None
+        rt.cancel_requested = False
+        rt.done = anyio.Event()
+        return rt
+
+    def _leave(self, rt: Runtime) -> None:
+        self.busy.discard(rt.ctx.id)
+        rt.scope = None
+        if rt.done is not None:
+            rt.done.set()
+        if len(self.loaded.runtimes) > self.max_loaded:
+            self.loaded.evict(self.max_loaded, self.busy)
+
+    async def _call(self, rt: Runtime, start: Start) -> Turn:
+        """Run ``start`` (validation, first trigger) then the effects until rest.
+
+        On any error, a context with uncommitted changes or stopped mid-turn is
+        unloaded, so that the next call starts from the last committed state.
+        """
+        try:
+            with anyio.CancelScope() as scope:
+                rt.scope = scope
+                if rt.cancel_requested:
+                    scope.cancel()
+                await start(rt)
+                if rt.holder.effect is not None:
+                    await self._drive(rt)
+                if dirty(rt):  # ... and before the call returns
+                    await self.commit(rt)
+            rt.scope = None
+            if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
+                with anyio.CancelScope(shield=True):
+                    await self.cancel_in_place(rt)
+        except BaseException:
+            if dirty(rt) or State(rt.holder.state) not in RESTING:
+                self.loaded.unload(rt.ctx.id)
+            raise
+        finally:
+            rt.last_turn = self._turn(rt)
+            if rt.lease is not None:
+                await _leases.release(self, rt.lease)
+            self._leave(rt)
+        return rt.last_turn
+
+    def _turn(self, rt: Runtime) -> Turn:
+        ctx = rt.ctx
+        state = State(rt.holder.state)
+        pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
+        return Turn(
+            context_id=ctx.id,
+            state=state,
+            stop_reason=rt.stop_reason,
+            states=tuple(rt.turn_states),
+            # the pool holds the latest version of each (decisions replace nodes)
+            messages=tuple(ctx.message_pool[n.id].message for n in rt.turn_nodes),
+            message_ids=tuple(n.id for n in rt.turn_nodes),
+            pending_tool_calls=pending,
+            error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+        )
+
+    async def _drive(self, rt: Runtime) -> None:
+        """Run the effects until the context rests, the lease renewed meanwhile:
+        by the entered engine's heartbeat, or else by a task of this call's own
+        (an error of the effects then leaves its task group as itself, not
+        wrapped in an ExceptionGroup)."""
+        if self.beats is not None:
+            await self._effects_until_rest(rt)
+            return
+        error: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_leases.heartbeat, self, rt)
+            try:
+                await self._effects_until_rest(rt)
+            except BaseException as exc:
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None
+
+    async def _effects_until_rest(self, rt: Runtime) -> None:
+        effect = rt.holder.effect
+        while effect is not None:
+            if effect in _WAITS and dirty(rt):
+                # durable before the engine waits on the outside world
+                await self.commit(rt)
+            await self.effects[effect](self, rt)
+            effect = rt.holder.effect
+
+    # ------------------------------------------------------------------ steps
+
+    def require(self, rt: Runtime, trigger: Trigger) -> State:
+        state = State(rt.holder.state)
+        if next_state(state, trigger) is None:
+            raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
+        return state
+
+    async def step(self, rt: Runtime, trigger: Trigger) -> State:
+        """Take ``trigger`` and commit it at once (then its events go out)."""
+        dest = self.fire(rt, trigger)
+        await self.commit(rt)
+        return dest
+
+    def fire(self, rt: Runtime, trigger: Trigger) -> State:
+        """Take ``trigger`` on the machine; its StateChanged waits for the commit."""
+        holder = rt.holder
+        source = holder.state
+        dest = self.machine.fire(holder, trigger)
+        rt.turn_states.append(dest)
+        rt.ctx.__dict__["current_state"] = dest  # see commit on plain field writes
+        rt.log.debug(
+            "transition",
+            from_state=source,
+            trigger=trigger,
+            to_state=dest,
+            attempt=rt.ctx.progress.attempt,
+        )
+        self.later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
+        return dest
+
+    def later(self, rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
+        """Give the next ``seq`` to an event that goes out after the next commit.
+
+        The seq is reserved now (and stored by that commit) even when nobody
+        listens, so seqs have no gaps and are never reused after a reload.
+        """
+        rt.seq += 1
+        if rt.subscribers:
+            rt.outbox.append((kind, rt.seq, self.clock.time(), fields))
+
+    def end_turn(self, rt: Runtime) -> None:
+        self.later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
+
+    def failed(self, rt: Runtime, error: str, partial_text: str) -> None:
+        self.later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
+
+    async def commit(self, rt: Runtime) -> None:
+        ctx = rt.ctx
+        holder = rt.holder
+        now = self.now()
+        version = ctx.version + 1
+        steps = [StepLog(version, a, t, b, now) for (a, t, b) in holder.steps]
+        appended = rt.appended
+        replaced = list(rt.replaced.values())
+        if replaced and appended:
+            # a message added and then changed (decided) in this same commit is
+            # stored once, as it is now
+            new = {node.id: i for i, (_, node) in enumerate(appended)}
+            for node in [n for n in replaced if n.id in new]:
+                i = new[node.id]
+                appended[i] = (appended[i][0], node)
+            replaced = [n for n in replaced if n.id not in new]
+        commit = Commit(
+            context_id=ctx.id,
+            expected_version=ctx.version,
+            version=version,
+            state=holder.state,
+            updated_at=now,
+            progress=ctx.progress,
+            event_seq=rt.seq,
+            steps=steps,
+            appended=appended,
+            replaced=replaced,
+            branches=rt.branches,
+            active_branch=ctx.active_branch_name if rt.active_changed else None,
+            lease_token=rt.lease.token if rt.lease is not None else None,
+        )
+        if self.commit_nowait is not None:  # a store that never waits needs no shield
+            self.commit_nowait(commit)
+        else:
+            with anyio.CancelScope(shield=True):
+                await self.store.commit(commit)
+        holder.steps.clear()
+        rt.appended = []
+        rt.replaced = {}
+        rt.branches = []
+        rt.active_changed = False
+        # Plain field writes on the engine's own working copy: these models do no
+        # validation on assignment, and pydantic's __setattr__ bookkeeping costs
+        # about a microsecond per field on the hot path (four per step).
+        fields = ctx.__dict__
+        fields["version"] = version
+        fields["updated_at"] = now
+        fields["event_seq"] = rt.sent_seq = commit.event_seq
+        if rt.outbox:
+            outbox = rt.outbox
+            rt.outbox = []
+            cid = ctx.id
+            for kind, seq, at, event_fields in outbox:
+                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **event_fields)):
+                    await yield_to_readers()
+
+    def publish(self, rt: Runtime, event: Event) -> bool:
+        """Offer ``event`` to every subscriber (never waits). True when some
+        subscriber's buffer is half full: the caller then gives the event
+        loop a turn (``yield_to_readers``) so that a reader on it keeps up."""
+        pressed = False
+        for sub in rt.subscribers:
+            if sub.offer(event):
+                pressed = True
+        return pressed
+
+    # ------------------------------------------------------------------ history with events
+
+    def add_results(
+        self, rt: Runtime, calls: Sequence[ToolCallRequest], outcomes: Sequence[ToolOutcome]
+    ) -> None:
+        """Append one result per call; each has its ToolResult event."""
+        self._results_out(rt, _history.add_results(rt, calls, outcomes, self.now(), self.ids))
+
+    def close_open_calls(
+        self, rt: Runtime, why: str, error: Callable[[ToolCallRequest], str]
+    ) -> None:
+        """Close the open calls with failed results (see ``_history.close_open_calls``)."""
+        self._results_out(rt, _history.close_open_calls(rt, why, error, self.now(), self.ids))
+
+    def _results_out(self, rt: Runtime, results: list[Result]) -> None:
+        for call, outcome, node in results:
+            self.later(
+                rt,
+                ToolResult,
+                call_id=call.id,
+                tool_name=call.tool_name,
+                success=outcome.success,
+                result=outcome.result,
+                message_id=node.id,
+            )
+
+    async def cancel_in_place(self, rt: Runtime) -> None:
+        """Take ``cancel``: keep partial text (marked), close open calls, go Idle."""
+        ctx = rt.ctx
+        if rt.partial:
+            assert rt.partial_id is not None
+            _history.append(
+                rt,
+                InternalMessage(
+                    role=Role.ASSISTANT,
+                    content=[TextPart(text="".join(rt.partial))],
+                    metadata=MessageMetadata(
+                        created_at=self.now(),
+                        attempt=ctx.progress.attempt,
+                        iteration=ctx.progress.iteration,
+                        cancelled=True,
+                        finish_reason="cancelled",
+                    ),
+                ),
+                rt.partial_id,
+            )
+            rt.partial = []
+        started = set(ctx.progress.started_call_ids)
+        self.close_open_calls(
+            rt,
+            "cancelled",
+            lambda c: (
+                "cancelled while running; the outcome is unknown"
+                if c.id in started
+                else "cancelled before it ran"
+            ),
+        )
+        ctx.progress = TurnProgress()
+        rt.request = None
+        rt.answer = None
+        rt.stop_reason = StopReason.CANCELLED
+        self.fire(rt, T.CANCEL)
+        self.end_turn(rt)
+        await self.commit(rt)

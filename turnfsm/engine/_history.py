@@ -1,0 +1,184 @@
+"""Edits of a loaded context's history, as plain functions.
+
+Each edit changes the working copy and notes what the next commit stores
+(``Runtime.appended`` / ``Runtime.replaced``); none of them emits events or
+talks to the store. See docs/architecture.md, "Where each thing lives".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..model import (
+    ApprovalStatus,
+    ChatContext,
+    InternalMessage,
+    MessageMetadata,
+    MessageNode,
+    MessageType,
+    Role,
+    ToolCallRequest,
+    ToolCallResult,
+    to_chat_message,
+)
+from ..tools import ToolOutcome
+from ._runtime import Runtime
+
+__all__ = [
+    "Decisions",
+    "Result",
+    "add_results",
+    "append",
+    "call_ids",
+    "call_status",
+    "close_open_calls",
+    "find_call",
+    "has_open_calls",
+    "replace",
+    "set_decisions",
+]
+
+Decisions = Mapping[str, tuple[ApprovalStatus, str, str | None]]
+"""Per call id: (status, decided_by, reason)."""
+Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
+"""A call, its outcome and the result message appended for it."""
+
+
+def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
+    """Append ``message`` to the active branch (and its chat-format copy)."""
+    ctx = rt.ctx
+    branch = ctx.active_branch
+    ids = branch.message_ids
+    node = MessageNode(id=node_id, message=message, parent_id=ids[-1] if ids else None)
+    ctx.message_pool[node_id] = node
+    ids.append(node_id)
+    rt.appended.append((branch.name, node))
+    rt.chat.append(to_chat_message(message))
+    rt.turn_nodes.append(node)
+    return node
+
+
+def replace(rt: Runtime, node: MessageNode) -> None:
+    """Put a changed version of a stored message in the pool."""
+    rt.ctx.message_pool[node.id] = node
+    rt.replaced[node.id] = node
+    if rt.answer is not None and rt.answer.id == node.id:
+        rt.answer = node
+
+
+def set_decisions(rt: Runtime, decisions: Decisions) -> None:
+    """Record approval decisions on the newest tool batch (a replaced node)."""
+    batch = rt.ctx.last_tool_batch()
+    assert batch is not None
+    node = batch[0]
+    calls = node.message.tool_calls
+    assert calls is not None
+    new_calls = []
+    for c in calls:
+        d = decisions.get(c.id)
+        if d is None:
+            new_calls.append(c)
+        else:
+            status, by, reason = d
+            new_calls.append(
+                c.model_copy(update={"approval_status": status, "decided_by": by, "reason": reason})
+            )
+    message = node.message.model_copy(update={"tool_calls": new_calls})
+    replace(rt, node.model_copy(update={"message": message}))
+
+
+def add_results(
+    rt: Runtime,
+    calls: Sequence[ToolCallRequest],
+    outcomes: Sequence[ToolOutcome],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> list[Result]:
+    """Append one tool result message per call, in the order given."""
+    added: list[Result] = []
+    for call, outcome in zip(calls, outcomes, strict=True):
+        node = append(
+            rt,
+            InternalMessage(
+                role=Role.TOOL,
+                tool_result=ToolCallResult(
+                    request_id=call.id, result=outcome.result, success=outcome.success
+                ),
+                message_type=MessageType.TOOL_RESULT,
+                metadata=MessageMetadata(created_at=now, extra=_conversions(outcome))
+                if outcome.notes
+                else MessageMetadata(created_at=now),
+            ),
+            new_id(),
+        )
+        added.append((call, outcome, node))
+    return added
+
+
+def close_open_calls(
+    rt: Runtime,
+    why: str,
+    error: Callable[[ToolCallRequest], str],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> list[Result]:
+    """Give every open call of the newest batch a failed result: the undecided
+    ones are first denied by the system (reason ``why``); each result says
+    ``error(call)`` with status ``why``."""
+    open_calls = rt.ctx.open_tool_calls()
+    if not open_calls:
+        return []
+    undecided = {
+        c.id: (ApprovalStatus.DENIED, "system", why)
+        for c in open_calls
+        if c.approval_status is ApprovalStatus.PENDING
+    }
+    if undecided:
+        set_decisions(rt, undecided)
+    outcomes = [ToolOutcome(False, {"error": error(c), "status": why}) for c in open_calls]
+    return add_results(rt, open_calls, outcomes, now, new_id)
+
+
+def _conversions(outcome: ToolOutcome) -> dict[str, Any]:
+    """What was converted to store a tool's result (see the tools module docstring)."""
+    return {"conversions": list(outcome.notes)}
+
+
+# ---------------------------------------------------------------------- queries
+
+
+def call_ids(rt: Runtime) -> set[str]:
+    """Every tool call id used in the context (all branches); read-only."""
+    if rt.call_ids is None:
+        pool = rt.ctx.message_pool.values()
+        rt.call_ids = {c.id for n in pool for c in n.message.tool_calls or ()}
+    return rt.call_ids
+
+
+def find_call(ctx: ChatContext, call_id: str) -> ToolCallRequest | None:
+    for node in ctx.message_pool.values():
+        for c in node.message.tool_calls or ():
+            if c.id == call_id:
+                return c
+    return None
+
+
+def call_status(ctx: ChatContext, call: ToolCallRequest) -> str:
+    answered = any(
+        n.message.tool_result is not None and n.message.tool_result.request_id == call.id
+        for n in ctx.message_pool.values()
+    )
+    status = str(call.approval_status)
+    return f"{status}, already answered" if answered else status
+
+
+def has_open_calls(ctx: ChatContext, ids: Sequence[str]) -> bool:
+    """Whether the history ``ids`` ends inside a tool batch some call of which has
+    no result yet."""
+    batch = ctx.last_tool_batch(ids)
+    if batch is None:
+        return False
+    node, answered = batch
+    return any(c.id not in answered for c in node.message.tool_calls or ())

@@ -1,0 +1,131 @@
+"""One owner per running call: the lease a call takes on its context, the
+heartbeat that renews it, and the takeover of a dead process's lease."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..errors import ContextLeased, LeaseLost, StoreError
+from ..storage import Lease
+from ._runtime import Runtime
+
+if TYPE_CHECKING:
+    from ._drive import Driver
+
+__all__ = ["DEFAULT_LEASE_TTL", "HOST", "acquire", "heartbeat", "heartbeat_all", "release"]
+
+HOST = socket.gethostname()
+
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a call's lease on its context lasts without a heartbeat."""
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether a lease owner (``host:pid:random``) is a process of this host that no
+    longer exists: its lease can be taken over before it expires. Anything else
+    (another host, a live pid, a name of another form) waits for the expiry."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or sys.platform == "win32":
+        return False
+    host, pid_text, _ = parts
+    if host != HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+async def acquire(d: Driver, context_id: str) -> Lease:
+    """Take the context's lease for this engine; ContextLeased when another
+    live owner holds it. A lease whose owner is a dead process of this host
+    is taken over at once (after a crash and restart, say)."""
+    store = d.store
+    now = d.clock.time()
+    lease = await store.acquire_lease(context_id, d.owner, d.lease_ttl, now=now)
+    if lease is not None:
+        return lease
+    held = await store.lease(context_id)
+    if held is not None and owner_gone(held.owner):
+        lease = await store.acquire_lease(
+            context_id, d.owner, d.lease_ttl, now=now, take_over=held.token
+        )
+        if lease is not None:
+            rt_log = d.log.bind(context_id=context_id)
+            rt_log.warning("lease_taken_over", dead_owner=held.owner, token=lease.token)
+            return lease
+        held = await store.lease(context_id)
+    if held is None:  # released in between: try once more
+        lease = await store.acquire_lease(context_id, d.owner, d.lease_ttl, now=now)
+        if lease is not None:
+            return lease
+        held = await store.lease(context_id)
+    raise ContextLeased(
+        context_id,
+        held.owner if held is not None else "another engine",
+        held.expires_at if held is not None else now,
+    )
+
+
+async def release(d: Driver, lease: Lease) -> None:
+    """Give the lease up, shielded from cancellation; a store error is logged
+    (the lease then ends at its expiry), never raised over the call's outcome."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await d.store.release_lease(lease)
+        except StoreError as exc:
+            d.log.warning("lease_release_failed", context_id=lease.context_id, error=str(exc))
+
+
+async def renew(d: Driver, rt: Runtime) -> bool:
+    """Renew the running call's lease; False once it is lost (the next commit
+    is then refused with LeaseLost). Never raises."""
+    lease = rt.lease
+    if lease is None:
+        return False
+    try:
+        renewed = await d.store.renew_lease(lease, d.lease_ttl, now=d.clock.time())
+    except LeaseLost as exc:
+        if rt.lease is lease and rt.ctx.id in d.busy:  # not just released
+            rt.log.warning("lease_lost", token=lease.token, current=exc.current)
+        return False
+    except Exception as exc:  # a store's failure; the next beat tries again
+        rt.log.warning("lease_renew_failed", error=str(exc))
+        return True
+    if rt.lease is lease:  # the call may have returned meanwhile
+        rt.lease = renewed
+    return True
+
+
+async def heartbeat(d: Driver, rt: Runtime) -> None:
+    """Renew one call's lease every third of its ttl, in real time
+    (``anyio.sleep``: the engine's clock may be a test's, which only moves
+    when told), until the lease is lost or the call returns."""
+    interval = d.lease_ttl / 3
+    while True:
+        await anyio.sleep(interval)
+        if not await renew(d, rt):
+            return
+
+
+async def heartbeat_all(d: Driver) -> None:
+    """The entered engine's heartbeat: every third of the ttl, renew the lease
+    of every call running then."""
+    interval = d.lease_ttl / 3
+    while True:
+        await anyio.sleep(interval)
+        for cid in list(d.busy):
+            rt = d.loaded.get(cid)
+            if rt is not None and rt.lease is not None:
+                await renew(d, rt)

@@ -1,0 +1,43 @@
+"""The ``run_tools`` effect (ExecutingTools): run the approved calls and record
+one result per call, in the order asked; then ``tools_done``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..model import ApprovalStatus, TurnProgress
+from ..states import Trigger
+from ..tools import ToolOutcome, run_calls
+from ._runtime import Runtime
+
+if TYPE_CHECKING:
+    from ._drive import Driver
+
+__all__ = ["run_tools"]
+
+
+async def run_tools(d: Driver, rt: Runtime) -> None:
+    """ExecutingTools: run the approved calls; one result per call, in the order asked."""
+    ctx = rt.ctx
+    calls = ctx.open_tool_calls()
+    to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
+    ids = tuple(c.id for c in to_run)
+    if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
+        ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
+        await d.commit(rt)
+    ran = iter(await run_calls(d.tools, to_run)) if to_run else iter(())
+    outcomes = [
+        next(ran)
+        if c.approval_status is ApprovalStatus.APPROVED
+        else ToolOutcome(
+            False,
+            {
+                "error": f"denied: {c.reason}" if c.reason else "denied",
+                "status": "denied",
+            },
+        )
+        for c in calls
+    ]
+    d.add_results(rt, calls, outcomes)
+    ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
+    d.fire(rt, Trigger.TOOLS_DONE)

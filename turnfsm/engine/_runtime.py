@@ -1,0 +1,67 @@
+"""A loaded context: the working copy and what the engine keeps beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..events import Event
+from ..model import Branch, ChatContext, LLMRequest, MessageNode
+from ..states import ContextHolder, State
+from ..storage import Lease
+from ._subscribers import Subscription
+from ._turn import StopReason, Turn
+
+__all__ = ["Runtime", "dirty"]
+
+
+@dataclass(eq=False)
+class Runtime:
+    """A loaded context: the working copy and what the engine keeps beside it."""
+
+    ctx: ChatContext
+    holder: ContextHolder
+    chat: list[dict[str, Any]]
+    """The active branch in chat format, kept in step with ``ctx``."""
+    subscribers: list[Subscription]
+    log: Any
+    request_cancel: Callable[[], None] = lambda: None
+    seq: int = 0
+    """The last seq reserved."""
+    sent_seq: int = 0
+    """The last seq that went out (stored, or a ContentDelta sent between commits)."""
+    scope: anyio.CancelScope | None = None
+    cancel_requested: bool = False
+    done: anyio.Event | None = None
+    last_turn: Turn | None = None
+    # changes not yet committed
+    appended: list[tuple[str, MessageNode]] = field(default_factory=list)
+    replaced: dict[str, MessageNode] = field(default_factory=dict)
+    branches: list[Branch] = field(default_factory=list)
+    active_changed: bool = False
+    # the running call
+    turn_states: list[State] = field(default_factory=list)
+    turn_nodes: list[MessageNode] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    request: LLMRequest | None = None
+    answer: MessageNode | None = None
+    partial: list[str] = field(default_factory=list)
+    partial_id: str | None = None
+    outbox: list[tuple[Callable[..., Event], int, float, dict[str, Any]]] = field(
+        default_factory=list
+    )
+    """Events waiting for the next commit: (kind, seq, timestamp, fields)."""
+    call_ids: set[str] | None = None
+    """Every tool call id in the context, built on first need and kept up to
+    date as answers are appended, so that making an answer's ids unique does
+    not scan the history on every call."""
+    lease: Lease | None = None
+    """The lease of the running call (after it returns: the last one it held)."""
+
+
+def dirty(rt: Runtime) -> bool:
+    """Changes not yet committed."""
+    return bool(rt.holder.steps or rt.appended or rt.replaced or rt.branches or rt.active_changed)
