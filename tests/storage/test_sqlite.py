@@ -196,18 +196,23 @@ async def test_closed_store_refuses_calls(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- threads
 
 
-async def test_exactly_one_thread_hop_per_store_call(
+async def test_exactly_one_hand_off_per_store_call(
     sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each call is one hand-off to the store's writer or reader thread (through
+    its queue), never a thread-pool hop."""
     hops: list[str] = []
-    real = anyio.to_thread.run_sync
+    real = SQLiteStore._submit
 
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        hops.append(getattr(args[0], "__name__", "?") if args else "?")
-        assert kwargs.get("limiter") is sqlite_store._limiter
-        return await real(fn, *args, **kwargs)
+    async def counting(self: SQLiteStore, fn: Any, **kwargs: Any) -> Any:
+        hops.append("reader" if kwargs["reader"] else "writer")
+        return await real(self, fn, **kwargs)
 
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    async def no_pool(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a thread-pool hop")
+
+    monkeypatch.setattr(SQLiteStore, "_submit", counting)
+    monkeypatch.setattr(anyio.to_thread, "run_sync", no_pool)
     store = sqlite_store
     calls: list[tuple[str, Any]] = [
         ("create", store.create(rich_context("c"))),
@@ -233,10 +238,11 @@ async def test_exactly_one_thread_hop_per_store_call(
         ("integrity_check", store.integrity_check()),
         ("delete", store.delete("c")),
     ]
+    writes = {"create", "commit", "delete"}
     for name, coro in calls:
         before = len(hops)
         await coro
-        assert len(hops) - before == 1, name
+        assert hops[before:] == ["writer" if name in writes else "reader"], name
 
 
 async def test_the_connection_is_used_by_one_thread_at_a_time(
