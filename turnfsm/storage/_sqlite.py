@@ -426,7 +426,8 @@ class SQLiteStore:
         # like anyio.to_thread.run_sync: a cancelled caller still waits for the
         # outcome (a write may be applied; the caller must not go on as if not)
         with anyio.CancelScope(shield=True):
-            return await fut  # type: ignore[no-any-return]
+            result: R = await fut
+        return result
 
     def _call(self, fn: Callable[[sqlite3.Connection], R], write: bool = False) -> R:
         """Run ``fn`` on the writer's connection in this thread (``write``: as its
