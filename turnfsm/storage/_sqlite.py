@@ -423,11 +423,16 @@ class SQLiteStore:
             return op.result  # type: ignore[no-any-return]
         fut = loop.create_future()
         worker.put(_Op(fn, durable, loop, fut))
-        # like anyio.to_thread.run_sync: a cancelled caller still waits for the
-        # outcome (a write may be applied; the caller must not go on as if not)
-        with anyio.CancelScope(shield=True):
-            result: R = await fut
-        return result
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # like anyio.to_thread.run_sync: a cancelled caller still waits for the
+            # outcome (a write may be applied; the caller must not go on as if
+            # not), then is cancelled
+            while not fut.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((fut,))
+            raise
 
     def _call(self, fn: Callable[[sqlite3.Connection], R], write: bool = False) -> R:
         """Run ``fn`` on the writer's connection in this thread (``write``: as its
