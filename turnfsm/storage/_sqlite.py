@@ -73,13 +73,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import queue
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -377,12 +378,17 @@ class SQLiteStore:
     # use:
     #
     # * the writer (``_conn``) takes every write. The writes waiting in its queue
-    #   when it looks are applied as one group: one ``BEGIN IMMEDIATE``, each write
-    #   in its own ``SAVEPOINT`` (a write that fails, a version conflict, a lost
-    #   lease, any error, is rolled back to its savepoint and fails alone), one
-    #   ``COMMIT``, so one sync for all of them. No waiter hears of its write before
-    #   that ``COMMIT`` has returned: an acknowledged write was synced (at the
-    #   store's ``synchronous``). A group of one write has no savepoint.
+    #   when it looks are applied as one group: one ``BEGIN IMMEDIATE``, the writes
+    #   in order, one ``COMMIT``, so one sync for all of them. No waiter hears of its
+    #   write before that ``COMMIT`` has returned: an acknowledged write was synced
+    #   (at the store's ``synchronous``). Each write keeps its own checks, and one
+    #   that fails fails alone: refused before it changed a row (a version conflict,
+    #   a lost lease: the checks come first), it is simply left out; failed after
+    #   (an unknown branch, an SQLite error), the group's transaction is rolled
+    #   back and the other writes are applied again without it, in a new one.
+    #   (``total_changes`` tells the two apart. This costs less than a
+    #   ``SAVEPOINT`` per write: every statement hands the GIL back and forth
+    #   between the writer and the event loop.)
     # * the reader (``_rconn``) runs the reads, one at a time; in WAL mode it sees
     #   every committed write and never blocks the writer.
 
@@ -560,17 +566,14 @@ class SQLiteStore:
             return
         done: list[_Op] = []
         for i, op in enumerate(ops):
-            conn.execute("SAVEPOINT w")
+            before = conn.total_changes
             try:
                 op.result = op.fn(conn)
             except BaseException as exc:
                 op.error = self._translate(exc)
-                if not conn.in_transaction:  # SQLite ended the transaction itself
-                    for o in done:
-                        o.result = None
-                    raise _Redo(done + ops[i + 1 :]) from None
                 if self._damage is not None:  # nothing more is written to it
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                     for o in (*done, *ops[i + 1 :]):
                         o.result = None
                         o.error = StoreError(
@@ -578,10 +581,15 @@ class SQLiteStore:
                             "nothing was stored"
                         )
                     return
-                conn.execute("ROLLBACK TO w")
-                conn.execute("RELEASE w")
-                continue
-            conn.execute("RELEASE w")
+                if conn.in_transaction and conn.total_changes == before:
+                    continue  # refused before it changed a row: it fails alone
+                # it changed rows before it failed (or SQLite ended the transaction):
+                # the group is undone, and the others are applied again without it
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for o in done:
+                    o.result = None
+                raise _Redo(done + ops[i + 1 :]) from None
             done.append(op)
         conn.execute("COMMIT")
 
@@ -683,6 +691,21 @@ class SQLiteStore:
             data["message_ids"] = positions.get(name, [])
             branches[name] = self._validate(Branch, data, f"{row}, column body")
         pool: dict[str, MessageNode] = {}
+        with _gc_paused():
+            self._load_messages(conn, context_id, seq, pool)
+        conn.execute("COMMIT")
+        ctx.branches = branches
+        ctx.message_pool = pool
+        problems = context_problems(ctx)
+        if problems:
+            loc, problem = problems[0]
+            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
+        return ctx
+
+    def _load_messages(
+        self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
+    ) -> None:
+        """Every message row of the context, each validated strictly, into ``pool``."""
         validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
@@ -703,14 +726,6 @@ class SQLiteStore:
             if node.id != mid:
                 raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
             pool[mid] = node
-        conn.execute("COMMIT")
-        ctx.branches = branches
-        ctx.message_pool = pool
-        problems = context_problems(ctx)
-        if problems:
-            loc, problem = problems[0]
-            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
-        return ctx
 
     def _row(self, context_id: str, table: str, key: str = "") -> str:
         """Where a row is, for an error: the file, the table, the row."""
@@ -800,13 +815,12 @@ class SQLiteStore:
         if commit.config is not None:
             sets += ", config = ?"
             params.append(commit.config.model_dump_json())
-        update = (
-            f"UPDATE contexts SET {sets} "
-            "WHERE id = ? AND version = ? AND schema_version = ? RETURNING seq"
-        )
+        where = "WHERE id = ? AND version = ? AND schema_version = ?"
         params += [cid, commit.expected_version, _V]
-        if commit.lease_token is not None:
-            self._check_fence(conn, cid, commit.lease_token)
+        if commit.lease_token is not None:  # the fence, in the same statement
+            where += " AND (SELECT token FROM leases WHERE context_id = ?) IS ?"
+            params += [cid, commit.lease_token]
+        update = f"UPDATE contexts SET {sets} {where} RETURNING seq"
         row = conn.execute(update, params).fetchone()
         if row is None:
             self._refused(conn, commit)  # raises, or brings an old row up to date
@@ -865,9 +879,12 @@ class SQLiteStore:
             )
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
-        """The version check missed: say why, or (an old schema version) bring the
-        context row up to date so that the check can be made again."""
+        """The fence or the version check missed: say why, or (an old schema
+        version) bring the context row up to date so that the check can be made
+        again."""
         cid = commit.context_id
+        if commit.lease_token is not None:
+            self._check_fence(conn, cid, commit.lease_token)
         row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise ContextNotFound(cid)
@@ -1083,14 +1100,15 @@ class SQLiteStore:
         take_over: int | None = None,
     ) -> Lease | None:
         def acquire(conn: sqlite3.Connection) -> Lease | None:
-            if (
-                conn.execute("SELECT 1 FROM contexts WHERE id = ?", (context_id,)).fetchone()
-                is None
-            ):
-                raise ContextNotFound(context_id)
-            row = conn.execute(
-                "SELECT owner, token, expires_at FROM leases WHERE context_id = ?", (context_id,)
+            # the context and its lease (if any) in one statement
+            found = conn.execute(
+                "SELECT l.owner, l.token, l.expires_at FROM contexts c "
+                "LEFT JOIN leases l ON l.context_id = c.id WHERE c.id = ?",
+                (context_id,),
             ).fetchone()
+            if found is None:
+                raise ContextNotFound(context_id)
+            row = None if found[1] is None else found
             if row is not None:
                 held_by, token, expires_at = row
                 if (
@@ -1161,6 +1179,38 @@ CREATE TABLE IF NOT EXISTS leases (
 
 
 # ---------------------------------------------------------------------- the threads
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off while a long history is parsed.
+
+    Parsing 5,000 messages allocates tens of thousands of objects, none of them
+    garbage, and each generation-0 threshold crossed sets off a collection that
+    scans them again (about a quarter of a 5,000-message load, measured). The
+    collector is switched on again when the last pause ends, unless it was off
+    before the first one began.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+_gc_was_enabled = True
 
 
 class _Redo(Exception):
