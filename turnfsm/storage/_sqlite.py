@@ -83,7 +83,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -795,11 +795,21 @@ class SQLiteStore:
             raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
 
     async def commit(self, commit: Commit) -> None:
-        await self._run(lambda conn: self._commit_tx(conn, commit), write=True)
+        # serialized here, on the caller's thread: the writer thread is what all
+        # the contexts' commits queue for, so it is left the SQL alone
+        rows = self._commit_rows(commit)
+        await self._run(lambda conn: self._apply_commit(conn, commit, rows), write=True)
 
     def _commit_tx(self, conn: sqlite3.Connection, commit: Commit) -> None:
-        """The whole commit as one transaction on ``conn`` (what :meth:`commit`
-        runs in its worker thread)."""
+        """The whole commit on ``conn``, inside the caller's transaction."""
+        self._apply_commit(conn, commit, self._commit_rows(commit))
+
+    @staticmethod
+    def _commit_rows(commit: Commit) -> _CommitRows:
+        """What a commit writes, serialized: the ``UPDATE`` of the context row
+        (with the version check, and the fence when the commit names a lease), and
+        the rows of the replaced and appended messages and of the steps, without
+        the context's ``seq`` (known once the ``UPDATE`` has found the row)."""
         cid = commit.context_id
         sets = "version = ?, state = ?, updated_at = ?, event_seq = ?, progress = ?"
         params: list[Any] = [
@@ -820,7 +830,18 @@ class SQLiteStore:
         if commit.lease_token is not None:  # the fence, in the same statement
             where += " AND (SELECT token FROM leases WHERE context_id = ?) IS ?"
             params += [cid, commit.lease_token]
-        update = f"UPDATE contexts SET {sets} {where} RETURNING seq"
+        return _CommitRows(
+            f"UPDATE contexts SET {sets} {where} RETURNING seq",
+            params,
+            [(n.model_dump_json(), n.id) for n in commit.replaced],
+            [(name, n.id, n.model_dump_json()) for name, n in commit.appended],
+            [(s.version, s.from_state, s.trigger, s.to_state, _ts(s.at)) for s in commit.steps],
+        )
+
+    def _apply_commit(self, conn: sqlite3.Connection, commit: Commit, rows: _CommitRows) -> None:
+        """The commit's statements (in the writer's transaction)."""
+        cid = commit.context_id
+        update, params = rows.update, rows.params
         row = conn.execute(update, params).fetchone()
         if row is None:
             self._refused(conn, commit)  # raises, or brings an old row up to date
@@ -830,19 +851,19 @@ class SQLiteStore:
         seq = row[0]
         if commit.branches:
             self._put_branches(conn, seq, commit.branches, replace=True)
-        for node in commit.replaced:
+        for body, mid in rows.replaced:
             cur = conn.execute(
                 "UPDATE messages SET schema_version = ?, body = ? WHERE ctx = ? AND id = ?",
-                (_V, node.model_dump_json(), seq, node.id),
+                (_V, body, seq, mid),
             )
             if cur.rowcount != 1:
                 raise StoreError(
-                    f"commit replaces message {node.id!r} of context {cid!r}, which is not stored"
+                    f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
-        if commit.appended:
+        if rows.appended:
             next_pos: dict[str, int] = {}
             positions = []
-            for name, node in commit.appended:
+            for name, mid, _body in rows.appended:
                 pos = next_pos.get(name)
                 if pos is None:
                     known, last = conn.execute(
@@ -856,26 +877,23 @@ class SQLiteStore:
                         )
                     pos = 0 if last is None else last + 1
                 next_pos[name] = pos + 1
-                positions.append((seq, name, pos, node.id, _V))
+                positions.append((seq, name, pos, mid, _V))
             conn.executemany(
                 "INSERT INTO messages (ctx, id, schema_version, body) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (ctx, id) DO UPDATE SET schema_version = excluded.schema_version, "
                 "body = excluded.body",
-                [(seq, node.id, _V, node.model_dump_json()) for _, node in commit.appended],
+                [(seq, mid, _V, body) for _name, mid, body in rows.appended],
             )
             conn.executemany(
                 "INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version) "
                 "VALUES (?, ?, ?, ?, ?)",
                 positions,
             )
-        if commit.steps:
+        if rows.steps:
             conn.executemany(
                 "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
                 "to_state, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (seq, _V, s.version, s.from_state, s.trigger, s.to_state, _ts(s.at))
-                    for s in commit.steps
-                ],
+                [(seq, _V, *step) for step in rows.steps],
             )
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
@@ -1211,6 +1229,19 @@ def _gc_paused() -> Iterator[None]:
 
 
 _gc_was_enabled = True
+
+
+class _CommitRows(NamedTuple):
+    """A commit, serialized (see ``SQLiteStore._commit_rows``)."""
+
+    update: str
+    params: list[Any]
+    replaced: list[tuple[str, str]]
+    """(body, message id)"""
+    appended: list[tuple[str, str, str]]
+    """(branch, message id, body)"""
+    steps: list[tuple[int, str, str, str, str]]
+    """(version, from, trigger, to, at)"""
 
 
 class _Redo(Exception):
