@@ -18,9 +18,10 @@ Every row carries the ``schema_version`` it was written with; on read, older
 rows go through the upcasters of :mod:`turnfsm.storage._schema` and newer ones
 are refused with :class:`~turnfsm.errors.SchemaVersionError`.
 
-A commit is one transaction (``BEGIN IMMEDIATE``): the version check is the
-``UPDATE contexts ... WHERE id = ? AND version = ?`` that writes the small
-fields; then the rows of the new messages, branch positions and steps are
+A commit is applied in one transaction (``BEGIN IMMEDIATE``, possibly shared
+with other contexts' commits: see "Threads"): the version check (and the lease's
+fencing token) is the ``UPDATE contexts ... WHERE id = ? AND version = ?`` that
+writes the small fields; then the rows of the new messages, branch positions and steps are
 inserted (replaced messages, the approval decisions, are updated in place).
 Nothing of the history is rewritten, so the cost of a commit does not grow with
 the history: ``tests/storage/test_sqlite.py`` checks that rows changed and bytes
@@ -28,7 +29,7 @@ written per commit are the same at 100 and at 2,000 messages. Measured (one
 message and one step per commit, 4 KiB pages, WAL growth with checkpoints off):
 4 rows and 25,958 bytes (6.3 pages) per commit at 100, 2,000 and 5,000
 messages alike. A commit that is refused (version conflict, unknown branch,
-unknown replaced message, any error) is rolled back whole.
+unknown replaced message, any error) stores nothing.
 
 Durability: ``synchronous=FULL`` by default (the WAL is synced on every
 commit, so an acknowledged step survives power loss); ``synchronous="NORMAL"``
@@ -36,17 +37,13 @@ commit, so an acknowledged step survives power loss); ``synchronous="NORMAL"``
 a crash of the process, not of the machine. ``busy_timeout`` (seconds) is how
 long a writer waits for another process's write lock.
 
-Threads: sqlite3 blocks, so each store call runs its whole transaction in a
-worker thread with exactly one thread hop (``anyio.to_thread.run_sync``, a
-test counts them); a ``CapacityLimiter(1)`` makes one thread at a time use the
-connection. The hop's cost, measured on the development machine (2 vCPUs;
-``python -m tests.storage.test_sqlite`` prints it) for a small commit (one
-message, one step): at ``synchronous=NORMAL`` about 115 us called
-synchronously and 390-435 us through the hop, so 250-320 us per commit (an
-empty ``to_thread.run_sync`` alone costs about 170 us there); at
-``synchronous=FULL`` about 385-475 us synchronously and 585-615 us through the
-hop (140-200 us, the fsync dominating). A hop per statement would pay that
-six to eight times per commit.
+Threads: sqlite3 blocks, so the store runs its calls in two threads of its own,
+each with its own connection, fed by a queue (one hand-off per call, a test
+counts them): the writer takes every write and applies the writes waiting
+together as one group, one transaction and one sync (group commit, across
+contexts); the reader runs the reads. See "plumbing" below for how a write that
+fails leaves the others of its group alone. ``python -m tests.storage.test_sqlite``
+prints what a commit costs called directly and through the hand-off.
 
 A damaged file is never overwritten: before connecting, the header is checked
 (a file that is not SQLite, or shorter than its header says, is refused with a
@@ -1075,13 +1072,12 @@ class SQLiteStore:
     # ------------------------------------------------------------------ leases
     #
     # One row per context in ``leases`` (keyed by the context id, apart from the
-    # history tables). A lease write is one short transaction: one per call at
-    # its start, one at its end, one per heartbeat. It is written at
-    # ``synchronous=NORMAL`` whatever the store's setting: a lease only matters
-    # among live processes, and a power cut ends them all; the next commit's
-    # sync at FULL makes the lease rows before it durable too. At FULL this
-    # takes an acquire and a release from about 2.4 ms to 0.5 ms together
-    # (measured on the development machine).
+    # history tables). A lease write is one write of the writer's next group: one
+    # per call at its start, one at its end, one per heartbeat. A group of lease
+    # writes only is committed at ``synchronous=NORMAL`` whatever the store's
+    # setting: a lease only matters among live processes, and a power cut ends
+    # them all; the next commit's sync at FULL makes the lease rows before it
+    # durable too (a group with a commit in it is synced at the store's setting).
 
     async def _lease_write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         """``fn`` as a write of the writer's next group; a group of lease writes
