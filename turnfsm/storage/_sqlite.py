@@ -70,14 +70,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import queue
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -688,8 +687,7 @@ class SQLiteStore:
             data["message_ids"] = positions.get(name, [])
             branches[name] = self._validate(Branch, data, f"{row}, column body")
         pool: dict[str, MessageNode] = {}
-        with _gc_paused():
-            self._load_messages(conn, context_id, seq, pool)
+        self._load_messages(conn, context_id, seq, pool)
         conn.execute("COMMIT")
         ctx.branches = branches
         ctx.message_pool = pool
@@ -1193,38 +1191,6 @@ CREATE TABLE IF NOT EXISTS leases (
 
 
 # ---------------------------------------------------------------------- the threads
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector held off while a long history is parsed.
-
-    Parsing 5,000 messages allocates tens of thousands of objects, none of them
-    garbage, and each generation-0 threshold crossed sets off a collection that
-    scans them again (about a quarter of a 5,000-message load, measured). The
-    collector is switched on again when the last pause ends, unless it was off
-    before the first one began.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
-
-
-_gc_was_enabled = True
 
 
 class _CommitRows(NamedTuple):
