@@ -595,11 +595,17 @@ class SQLiteStore:
         for worker in (self._writeq, self._readq):
             if worker is None:
                 continue
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            worker.put(_Op(_stop_marker, False, loop, fut))
             with anyio.CancelScope(shield=True):
-                await fut
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # another async library: wait in a thread
+                    done = threading.Event()
+                    worker.put(_Op(_stop_marker, False, None, done))
+                    await anyio.to_thread.run_sync(done.wait)
+                else:
+                    fut = loop.create_future()
+                    worker.put(_Op(_stop_marker, False, loop, fut))
+                    await fut
             worker.thread.join()
         self._writeq = self._readq = None
         for name in ("_rconn", "_conn"):
