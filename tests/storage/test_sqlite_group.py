@@ -1,9 +1,10 @@
 """The SQLite store's writer thread and its group commit.
 
 Every write goes to one writer thread through a queue; the writes waiting
-together are applied in one transaction (one sync). These tests hold the writer on a gate so that the writes queued meanwhile are
-known to form one group, then check that each write keeps its own checks and
-fails alone. No timing is asserted (speed is measured in bench/).
+together are applied in one transaction (one sync). These tests hold the
+writer on a gate so that the writes queued meanwhile are known to form one
+group, then check that each write keeps its own checks and fails alone. No
+timing is asserted (speed is measured in bench/).
 """
 
 from __future__ import annotations
