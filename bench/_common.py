@@ -28,6 +28,9 @@ W6_TURNS = 50
 W4_TURNS = W1_TURNS
 W5_TURNS = 1_250
 """W5's stored conversation: 1,250 W1 turns, 5,000 messages; the timed turn is the 1,251st."""
+W8_CONVERSATIONS = 1_000
+W8_TURNS = 5
+"""W8: 1,000 conversations of 5 W1 turns, all at once, on one SQLite file."""
 BYTES_AT = (25, W5_TURNS)
 """The ``bytes`` measurement: bytes written per turn with 100 and with 5,000 stored messages."""
 BYTES_TURNS = 100
@@ -212,6 +215,29 @@ def figure(tm: Timed, wall: float, count: int, unit: str, peak: float, rss0: flo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_PY = os.path.join(HERE, "run.py")
+
+
+def throughput(
+    tm: Timed, wall: float, sends: int, latencies: list[float], peak: float, rss0: float
+) -> dict:
+    """W8's result: ``value`` in sends per second of wall time (higher is better), the
+    same from CPU time, and the latency of ``send`` (p50, p99, max) in milliseconds."""
+    lat = sorted(latencies)
+    n = len(lat)
+
+    def pct(p: float) -> float:
+        return lat[min(n - 1, max(0, int(p * n + 0.5) - 1))] * 1e3
+
+    return {
+        "value": sends / wall,
+        "cpu_value": sends / tm.cpu if tm.cpu else 0.0,
+        "unit": "sends/s",
+        "wall_s": wall,
+        "cpu_s": tm.cpu,
+        "peak_rss_mib": peak,
+        "rss_start_mib": rss0,
+        "extra": {"p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": lat[-1] * 1e3},
+    }
 
 
 def work_dir() -> str:

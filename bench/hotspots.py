@@ -14,12 +14,13 @@ small calls; use its numbers for *where* the time goes and the benchmark
 itself (run.py) for *how much*. pyinstrument samples, so its shares are closer
 to the truth but it cannot see sub-millisecond regions: raise ``--repeat``.
 
-W4 and W5 on turnfsm: ``SQLiteStore`` runs each transaction in a worker thread,
-which the main thread's profile shows only as time waiting in ``select``. So
-with cProfile the store's ``_call`` is wrapped (in this process only) to
-profile the worker thread too, and the report adds where a commit's time goes:
-the transaction in the worker (``_commit_tx`` / ``_load_tx``), the rest of the
-awaited ``store.commit`` / ``store.load`` (the thread hop), and the engine. W5
+W4 and W5 on turnfsm: ``SQLiteStore`` runs its calls in its writer and reader
+threads, which the main thread's profile shows only as time waiting in
+``select``. So with cProfile the store's ``_write_batch`` and ``_read_batch``
+are wrapped (in this process only) to profile those threads too, and the report
+adds where a commit's time goes: the work in the thread (``_apply_commit`` /
+``_load_tx``), the rest of the awaited ``store.commit`` / ``store.load`` (the
+hand-off), and the engine. W5
 repeats run warm (the first run is the fresh-process case run.py measures).
 """
 
@@ -81,25 +82,29 @@ class _StoreProbe:
         from turnfsm.storage import SQLiteStore
 
         self.cls = SQLiteStore
-        self.saved = {n: getattr(SQLiteStore, n) for n in ("_call", "commit", "load")}
+        names = ("_write_batch", "_read_batch", "commit", "load")
+        self.saved = {n: getattr(SQLiteStore, n) for n in names}
         self.worker = cProfile.Profile()
         self.on = False  # only inside the timed region
         self.t: dict[str, float] = defaultdict(float)
         self.n: dict[str, int] = defaultdict(int)
         probe = self
-        call, commit, load = self.saved["_call"], self.saved["commit"], self.saved["load"]
+        commit, load = self.saved["commit"], self.saved["load"]
 
-        def _call(store: Any, fn: Any, write: bool = False) -> Any:
-            if not probe.on:
-                return call(store, fn, write)
-            probe.worker.enable()
-            t0 = time.perf_counter()
-            try:
-                return call(store, fn, write)
-            finally:
-                probe.t["tx"] += time.perf_counter() - t0
-                probe.n["tx"] += 1
-                probe.worker.disable()
+        def batch(orig: Any) -> Any:
+            def run(store: Any, ops: list[Any]) -> Any:
+                if not probe.on:
+                    return orig(store, ops)
+                probe.worker.enable()
+                t0 = time.perf_counter()
+                try:
+                    return orig(store, ops)
+                finally:
+                    probe.t["tx"] += time.perf_counter() - t0
+                    probe.n["tx"] += len(ops)
+                    probe.worker.disable()
+
+            return run
 
         async def timed(kind: str, orig: Any, store: Any, arg: Any) -> Any:
             if not probe.on:
@@ -117,7 +122,8 @@ class _StoreProbe:
         async def load_(store: Any, cid: str) -> Any:
             return await timed("load", load, store, cid)
 
-        SQLiteStore._call = _call  # type: ignore[method-assign]
+        SQLiteStore._write_batch = batch(self.saved["_write_batch"])  # type: ignore[method-assign]
+        SQLiteStore._read_batch = batch(self.saved["_read_batch"])  # type: ignore[method-assign]
         SQLiteStore.commit = commit_  # type: ignore[method-assign]
         SQLiteStore.load = load_  # type: ignore[method-assign]
 
@@ -155,11 +161,11 @@ def _store_report(probe: _StoreProbe, wall: float, repeat: int, top: int) -> Non
             )
     if n["tx"]:
         print(
-            f"  in the worker thread (the transaction itself): "
+            f"  in the store's threads (the work itself): "
             f"{t['tx'] / n['tx'] * 1e6:.0f} us per call, {t['tx'] / wall:.1%} of the wall"
         )
         print(
-            f"  the hop (awaited minus worker): {(awaited - t['tx']) / n['tx'] * 1e6:.0f} us per "
+            f"  the hand-off (awaited - thread): {(awaited - t['tx']) / n['tx'] * 1e6:.0f} us per "
             f"call, {(awaited - t['tx']) / wall:.1%} of the wall"
         )
         print(f"  the rest (the engine, the fake LLM and tool): {(wall - awaited) / wall:.1%}")

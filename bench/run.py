@@ -7,6 +7,7 @@
     python bench/run.py --one W1 --system turnfsm     # one measurement, this process
     python bench/run.py --workload W4 --synchronous NORMAL   # SQLite's setting (default FULL)
     python bench/run.py --workload bytes              # bytes written per turn, 100 vs 5,000
+    python bench/run.py --workload W8 --baseline /tmp/old-checkout --baseline-python PY
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -36,23 +37,31 @@ if HERE not in sys.path:
 
 from _common import SYNCHRONOUS, ensure_prepared, turnfsm_fingerprint  # noqa: E402
 
-IMPLEMENTED = ("W1", "W2", "W3", "W4", "W5", "W6", "BYTES")
-DURABLE = ("W4", "W5", "BYTES")
+IMPLEMENTED = ("W1", "W2", "W3", "W4", "W5", "W6", "W8", "BYTES")
+DURABLE = ("W4", "W5", "W8", "BYTES")
 """On SQLite: they take ``--synchronous`` and report it."""
 PREPARED = ("W5", "BYTES")
 """They run on W5's prepared file (built once per source version, then cached)."""
 SYSTEMS = ("floor", "turnfsm")
-TARGETS = {"W1": 10.0, "W2": 4.0, "W3": 10.0, "W4": 1.5, "W5": 2.0, "W6": 10.0}
-"""The issues' targets, as ratios to the floor (W3: wall; peak RSS <= 2x). W4 and W5
-are compared with the floor at the same ``synchronous`` setting."""
+TARGETS = {"W1": 15.0, "W2": 3.0, "W3": 15.0, "W4": 1.5, "W5": 2.0, "W6": 15.0}
+"""The targets, as ratios to the floor (W3: wall; peak RSS <= 2x). W4 and W5 are
+compared with the floor at the same ``synchronous`` setting."""
 W3_RSS_TARGET = 2.0
+THROUGHPUT = ("W8",)
+"""Figures in sends per second (higher is better): their ``ratio_to_floor`` is the
+floor's figure divided by turnfsm's (how many times slower), like the others."""
+W8_BASELINE_TARGET = 5.0
+"""W8's target: at least 5x the sends per second of the engine at commit b7a6320,
+measured in the same invocation with ``--baseline`` (a checkout of it)."""
+BASELINE: dict[str, str] = {}
+"""``--baseline`` / ``--baseline-python``: where the ``baseline`` system's turnfsm is."""
 
 
 def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
     """One measurement in this process (imports only the system measured)."""
     if system == "floor":
         import floor as side
-    else:
+    else:  # turnfsm, or the baseline (turnfsm_side on an older turnfsm)
         import turnfsm_side as side  # type: ignore[no-redef]
     result = side.run(workload, synchronous)
     return {"system": system, "workload": workload, **result}
@@ -68,9 +77,15 @@ def _prepare(name: str, system: str, dest: str | None) -> None:
 
 
 def _spawn(workload: str, system: str, synchronous: str) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", workload, "--system", system]
+    python, env = sys.executable, None
+    if system == "baseline":
+        # the turnfsm side on another checkout: a Python whose turnfsm is not this
+        # worktree's (an editable install would win over PYTHONPATH)
+        python = BASELINE.get("python", python)
+        env = {**os.environ, "PYTHONPATH": BASELINE["path"]}
+    cmd = [python, os.path.abspath(__file__), "--one", workload, "--system", system]
     cmd += ["--synchronous", synchronous]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, env=env)
     if proc.stderr.strip():
         # the engine must print nothing per transition; anything here is worth seeing
         sys.stderr.write(f"[{system} {workload} stderr]\n{proc.stderr}")
@@ -139,6 +154,12 @@ def _measure(
         }
     source_after = _source_after(workload, systems, source_before)
     floor = med.get("floor")
+    base = med.get("baseline")
+    higher = workload in THROUGHPUT
+
+    def ratio(mine: float, floors: float) -> float | None:
+        return _round(floors / mine if higher else mine / floors, 3)
+
     out = []
     for system, rs in samples.items():
         m = med[system]
@@ -148,8 +169,10 @@ def _measure(
             "value": _round(m["value"], 4),
             "unit": rs[0]["unit"],
             "peak_rss_mib": round(m["peak"], 1),
-            "ratio_to_floor": _round(m["value"] / floor["value"], 3) if floor else None,
+            "ratio_to_floor": ratio(m["value"], floor["value"]) if floor else None,
         }
+        if base and system == "turnfsm":
+            line["speedup_vs_baseline"] = _round(m["value"] / base["value"], 3)
         if workload in DURABLE:
             line["synchronous"] = synchronous
         if workload == "W3":
@@ -162,11 +185,16 @@ def _measure(
             )
         # the same figure from process CPU time: steadier when the machine is shared
         line["cpu_value"] = _round(m["cpu"], 4)
-        line["cpu_ratio_to_floor"] = _round(m["cpu"] / floor["cpu"], 3) if floor else None
+        line["cpu_ratio_to_floor"] = ratio(m["cpu"], floor["cpu"]) if floor else None
         line["runs"] = [_round(r["value"], 4) for r in rs]
         # W4, W5: what each side reports beside its figure (medians over the runs)
         for key in rs[0].get("extra", {}):
             line[key] = _round(statistics.median(r["extra"][key] for r in rs), 4)
+        if higher and floor and "p99_ms" in line:
+            fp99 = statistics.median(r["extra"]["p99_ms"] for r in samples["floor"])
+            line["p99_ratio_to_floor"] = _round(line["p99_ms"] / fp99, 3)
+        if system == "baseline":
+            line["baseline"] = BASELINE["path"]
         if system == "turnfsm":
             line["turnfsm_src"] = source_after if source_before == source_after else "changed"
         out.append(line)
@@ -246,6 +274,11 @@ def _summary(lines: list[dict[str, Any]]) -> str:
         verdict = ""
         if target is not None and ratio is not None:
             verdict = f"<= {target:g}x " + ("ok" if ratio <= target else "MISSED")
+        if ln["workload"] in THROUGHPUT and ln.get("speedup_vs_baseline") is not None:
+            up = ln["speedup_vs_baseline"]
+            verdict = f"{up:.2f}x the baseline's sends/s (>= {W8_BASELINE_TARGET:g}x " + (
+                "ok)" if up >= W8_BASELINE_TARGET else "MISSED)"
+            )
         rows.append(
             f"{ln['workload']:<9}{ln['system']:<9}{ln['value']:>12.4g} {ln['unit']:<9}"
             f"{ln['peak_rss_mib']:>7.1f} MiB"
@@ -253,6 +286,8 @@ def _summary(lines: list[dict[str, Any]]) -> str:
         )
         if ln["workload"] in DURABLE:
             rows[-1] += f"  [synchronous={ln['synchronous']}]"
+        if ln["workload"] in THROUGHPUT:
+            rows[-1] += f"  p99 {ln['p99_ms']:.4g} ms"
         if ln["workload"] == "W4" and ln["system"] == "turnfsm" and floor_w4:
             f7, ft = floor_w4["value_7_commits"], floor_w4["value_thread_hop"]
             rows.append(
@@ -276,7 +311,19 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, bytes or all")
-    p.add_argument("--system", choices=("turnfsm", "floor", "both"), default="both")
+    p.add_argument("--system", choices=("turnfsm", "floor", "baseline", "both"), default="both")
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run the turnfsm side on the turnfsm in DIR (a checkout of an earlier "
+        "commit), as the system 'baseline'; W8's target is a speed-up over it",
+    )
+    p.add_argument(
+        "--baseline-python",
+        metavar="PY",
+        help="the Python for --baseline: one that has turnfsm's dependencies but does "
+        "not import this worktree's turnfsm first (an editable install would)",
+    )
     p.add_argument("--runs", type=int, default=5, help="fresh processes per figure (median)")
     p.add_argument("--json", action="store_true", help="only the JSON lines, nothing on stderr")
     p.add_argument(
@@ -291,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", help=argparse.SUPPRESS)  # internal: where --prepare writes
     args = p.parse_args(argv)
 
+    if args.baseline:
+        BASELINE["path"] = os.path.abspath(args.baseline)
+        if args.baseline_python:
+            BASELINE["python"] = args.baseline_python
     if args.one or args.prepare:
         if args.system == "both":
             p.error("--one and --prepare need --system turnfsm or --system floor")
@@ -301,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|bytes|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W8|bytes|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")
@@ -309,15 +360,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--runs must be >= 1")
     workloads = IMPLEMENTED if wanted == "ALL" else (wanted,)
     systems = SYSTEMS if args.system == "both" else (args.system,)
+    if args.baseline and "baseline" not in systems:
+        systems = (*systems, "baseline")
+    if "baseline" in systems and not args.baseline:
+        p.error("--system baseline needs --baseline DIR")
 
     all_lines: list[dict[str, Any]] = []
     for w in workloads:
         if not args.json:
             runs = 1 if w == "BYTES" else args.runs
             sync = f" (synchronous={args.synchronous})" if w in DURABLE else ""
-            print(f"{w}: {runs} run(s) of {' + '.join(systems)}{sync}", file=sys.stderr)
+            names = systems if w in THROUGHPUT else [s for s in systems if s != "baseline"]
+            print(f"{w}: {runs} run(s) of {' + '.join(names)}{sync}", file=sys.stderr)
+        # the baseline runs W8 only (what its target compares)
+        sys_w = systems if w in THROUGHPUT else tuple(s for s in systems if s != "baseline")
         try:
-            lines = _measure(w, systems, args.runs, quiet=args.json, synchronous=args.synchronous)
+            lines = _measure(w, sys_w, args.runs, quiet=args.json, synchronous=args.synchronous)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -34,6 +34,8 @@ from _common import (
     W4_TURNS,
     W5_TURNS,
     W6_TURNS,
+    W8_CONVERSATIONS,
+    W8_TURNS,
     CheckFailed,
     Timed,
     WriteMeter,
@@ -48,6 +50,7 @@ from _common import (
     prepared_path,
     publish_prepared,
     remove_dir,
+    throughput,
     work_dir,
 )
 
@@ -65,7 +68,11 @@ from turnfsm import (  # noqa: E402
     TurnCompleted,
     tool,
 )
-from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ToolCallData  # noqa: E402
+
+try:
+    from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ToolCallData
+except ImportError:  # an older turnfsm (W8's comparison with an earlier commit)
+    from turnfsm import LLMRequest, LLMResponse, TextDelta, ToolCallData  # type: ignore[attr-defined,no-redef]
 from turnfsm.model import to_chat_messages  # noqa: E402
 from turnfsm.storage import SQLiteStore  # noqa: E402
 from turnfsm.testing import ScriptedLLM  # noqa: E402
@@ -345,6 +352,54 @@ async def w4(synchronous: str) -> dict[str, Any]:
     return result
 
 
+async def w8(synchronous: str) -> dict[str, Any]:
+    """1,000 conversations of 5 W1 turns, all at once on one event loop and one
+    ``SQLiteStore`` file; each ``send`` timed on its own (p99)."""
+    d = work_dir()
+    try:
+        path = os.path.join(d, "w8.db")
+        handler = Handler()
+        store = SQLiteStore(path, synchronous=synchronous)
+        llm = ScriptedLLM(handler, record=False)
+        latencies: list[float] = []
+        clock = time.perf_counter
+        async with Engine(llm=llm, tools=[get_weather], store=store) as engine:
+            cids = [await engine.create_context() for _ in range(W8_CONVERSATIONS)]
+            send = engine.send
+
+            async def one(cid: str) -> None:
+                for i in range(1, W8_TURNS + 1):
+                    t0 = clock()
+                    turn = await send(cid, f"turn {i}")
+                    latencies.append(clock() - t0)
+                    if turn.state is not IDLE or turn.stop_reason is not COMPLETED:
+                        raise CheckFailed(f"{cid} turn {i}: {turn.state} {turn.error}")
+
+            rss0 = current_rss_mib()
+            tm = Timed.start()
+            async with anyio.create_task_group() as tg:
+                for cid in cids:
+                    tg.start_soon(one, cid)
+            wall = tm.stop()
+            peak = peak_rss_mib()
+            sends = W8_CONVERSATIONS * W8_TURNS
+            check(len(latencies) == sends, f"{len(latencies)} sends")
+            check(handler.calls == 2 * sends, f"{handler.calls} LLM calls")
+            expected = expected_w1_history(W8_TURNS)
+            versions = {}
+            for cid in cids:
+                await _check_history(engine, cid, expected)
+                versions[cid] = (await engine.get_context(cid)).version
+        for cid in cids[:: W8_CONVERSATIONS // 10]:
+            await _check_stored(path, cid, expected, versions[cid])
+    finally:
+        remove_dir(d)
+    result = throughput(tm, wall, sends, latencies, peak, rss0)
+    v = sorted(versions.values())
+    result["extra"]["commits_per_send"] = v[len(v) // 2] / W8_TURNS
+    return result
+
+
 async def _build(path: str, turns: int) -> str:
     """A store holding one conversation of ``turns`` W1 turns, driven by the engine
     (synchronous OFF: the file is the same, it is built faster). Returns its id."""
@@ -451,7 +506,7 @@ async def bytes_per_turn(synchronous: str) -> dict[str, Any]:
 
 
 WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W6": w6}
-DURABLE = {"W4": w4, "W5": w5, "BYTES": bytes_per_turn}
+DURABLE = {"W4": w4, "W5": w5, "W8": w8, "BYTES": bytes_per_turn}
 
 
 def run(workload: str, synchronous: str = "FULL") -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The SQLite store: the contract suite, and what is particular to SQLite.
 
-WAL and ``synchronous``, one transaction and one thread hop per call, the cost
+WAL and ``synchronous``, one hand-off to the store's thread per call, the cost
 of a commit against history length, damaged files, two processes, the store
 format version, busy_timeout. ``python -m tests.storage.test_sqlite`` (from the
-repository root) prints the thread-hop and bytes-per-commit figures quoted in
+repository root) prints the hand-off and bytes-per-commit figures quoted in
 ``turnfsm/storage/_sqlite.py``.
 """
 
@@ -196,18 +196,23 @@ async def test_closed_store_refuses_calls(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- threads
 
 
-async def test_exactly_one_thread_hop_per_store_call(
+async def test_exactly_one_hand_off_per_store_call(
     sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each call is one hand-off to the store's writer or reader thread (through
+    its queue), never a thread-pool hop."""
     hops: list[str] = []
-    real = anyio.to_thread.run_sync
+    real = SQLiteStore._submit
 
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        hops.append(getattr(args[0], "__name__", "?") if args else "?")
-        assert kwargs.get("limiter") is sqlite_store._limiter
-        return await real(fn, *args, **kwargs)
+    async def counting(self: SQLiteStore, fn: Any, **kwargs: Any) -> Any:
+        hops.append("reader" if kwargs["reader"] else "writer")
+        return await real(self, fn, **kwargs)
 
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    async def no_pool(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a thread-pool hop")
+
+    monkeypatch.setattr(SQLiteStore, "_submit", counting)
+    monkeypatch.setattr(anyio.to_thread, "run_sync", no_pool)
     store = sqlite_store
     calls: list[tuple[str, Any]] = [
         ("create", store.create(rich_context("c"))),
@@ -233,10 +238,11 @@ async def test_exactly_one_thread_hop_per_store_call(
         ("integrity_check", store.integrity_check()),
         ("delete", store.delete("c")),
     ]
+    writes = {"create", "commit", "delete"}
     for name, coro in calls:
         before = len(hops)
         await coro
-        assert len(hops) - before == 1, name
+        assert hops[before:] == ["writer" if name in writes else "reader"], name
 
 
 async def test_the_connection_is_used_by_one_thread_at_a_time(
@@ -274,7 +280,7 @@ async def test_the_connection_is_used_by_one_thread_at_a_time(
 
 def measure_thread_hop(path: Path, n: int = 400, synchronous: str = "NORMAL") -> dict[str, float]:
     """Seconds per small commit, run synchronously in this thread and through the
-    store's one thread hop (same store, same kind of commit)."""
+    store's one hand-off to its writer thread (same store, same kind of commit)."""
 
     async def main() -> dict[str, float]:
         store = SQLiteStore(path, synchronous=synchronous)
@@ -291,11 +297,11 @@ def measure_thread_hop(path: Path, n: int = 400, synchronous: str = "NORMAL") ->
                 )
 
             for v in range(20):  # warm up both paths
-                store._call(lambda conn, v=v: store._commit_tx(conn, commit_of("direct", v)))
+                store._call(lambda c, v=v: store._commit_tx(c, commit_of("direct", v)), write=True)
                 await store.commit(commit_of("hop", v))
             start = time.perf_counter()
             for v in range(20, 20 + n):
-                store._call(lambda conn, v=v: store._commit_tx(conn, commit_of("direct", v)))
+                store._call(lambda c, v=v: store._commit_tx(c, commit_of("direct", v)), write=True)
             direct = (time.perf_counter() - start) / n
             start = time.perf_counter()
             for v in range(20, 20 + n):
@@ -742,7 +748,7 @@ if __name__ == "__main__":  # the figures quoted in turnfsm/storage/_sqlite.py
             )
             print(
                 f"synchronous={mode}: direct {f['direct'] * 1e6:.0f} us/commit, "
-                f"through the thread hop {f['hop'] * 1e6:.0f} us/commit, "
+                f"through the hand-off {f['hop'] * 1e6:.0f} us/commit, "
                 f"overhead {f['overhead'] * 1e6:.0f} us"
             )
         cost = measure_commit_cost(Path(d) / "cost.db", sizes=(100, 2000, 5000))

@@ -18,9 +18,10 @@ Every row carries the ``schema_version`` it was written with; on read, older
 rows go through the upcasters of :mod:`turnfsm.storage._schema` and newer ones
 are refused with :class:`~turnfsm.errors.SchemaVersionError`.
 
-A commit is one transaction (``BEGIN IMMEDIATE``): the version check is the
-``UPDATE contexts ... WHERE id = ? AND version = ?`` that writes the small
-fields; then the rows of the new messages, branch positions and steps are
+A commit is applied in one transaction (``BEGIN IMMEDIATE``, possibly shared
+with other contexts' commits: see "Threads"): the version check (and the lease's
+fencing token) is the ``UPDATE contexts ... WHERE id = ? AND version = ?`` that
+writes the small fields; then the rows of the new messages, branch positions and steps are
 inserted (replaced messages, the approval decisions, are updated in place).
 Nothing of the history is rewritten, so the cost of a commit does not grow with
 the history: ``tests/storage/test_sqlite.py`` checks that rows changed and bytes
@@ -28,7 +29,7 @@ written per commit are the same at 100 and at 2,000 messages. Measured (one
 message and one step per commit, 4 KiB pages, WAL growth with checkpoints off):
 4 rows and 25,958 bytes (6.3 pages) per commit at 100, 2,000 and 5,000
 messages alike. A commit that is refused (version conflict, unknown branch,
-unknown replaced message, any error) is rolled back whole.
+unknown replaced message, any error) stores nothing.
 
 Durability: ``synchronous=FULL`` by default (the WAL is synced on every
 commit, so an acknowledged step survives power loss); ``synchronous="NORMAL"``
@@ -36,17 +37,13 @@ commit, so an acknowledged step survives power loss); ``synchronous="NORMAL"``
 a crash of the process, not of the machine. ``busy_timeout`` (seconds) is how
 long a writer waits for another process's write lock.
 
-Threads: sqlite3 blocks, so each store call runs its whole transaction in a
-worker thread with exactly one thread hop (``anyio.to_thread.run_sync``, a
-test counts them); a ``CapacityLimiter(1)`` makes one thread at a time use the
-connection. The hop's cost, measured on the development machine (2 vCPUs;
-``python -m tests.storage.test_sqlite`` prints it) for a small commit (one
-message, one step): at ``synchronous=NORMAL`` about 115 us called
-synchronously and 390-435 us through the hop, so 250-320 us per commit (an
-empty ``to_thread.run_sync`` alone costs about 170 us there); at
-``synchronous=FULL`` about 385-475 us synchronously and 585-615 us through the
-hop (140-200 us, the fsync dominating). A hop per statement would pay that
-six to eight times per commit.
+Threads: sqlite3 blocks, so the store runs its calls in two threads of its own,
+each with its own connection, fed by a queue (one hand-off per call, a test
+counts them): the writer takes every write and applies the writes waiting
+together as one group, one transaction and one sync (group commit, across
+contexts); the reader runs the reads. See "plumbing" below for how a write that
+fails leaves the others of its group alone. ``python -m tests.storage.test_sqlite``
+prints what a commit costs called directly and through the hand-off.
 
 A damaged file is never overwritten: before connecting, the header is checked
 (a file that is not SQLite, or shorter than its header says, is refused with a
@@ -71,14 +68,18 @@ cannot be read (``load`` of it raises) and lists the others.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import queue
 import sqlite3
+import threading
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -266,10 +267,19 @@ class SQLiteStore:
         self.path = Path(path)
         self.synchronous = mode
         self.busy_timeout = float(busy_timeout)
-        self._limiter = anyio.CapacityLimiter(1)
         self._damage: str | None = None
         """Set when SQLite reports the file damaged: no write is tried after that."""
+        self._closed = False
+        self._writeq: _Worker | None = None
+        self._readq: _Worker | None = None
         self._conn: sqlite3.Connection | None = self._open()
+        """The writer's connection (every write goes through it)."""
+        try:
+            self._rconn: sqlite3.Connection | None = self._connect()
+            """The reader's connection."""
+        except BaseException:
+            self._conn.close()
+            raise
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous!r})"
@@ -284,21 +294,26 @@ class SQLiteStore:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"{path}: cannot create its directory: {exc}") from exc
-        try:
-            conn = sqlite3.connect(
-                path,
-                timeout=self.busy_timeout,
-                isolation_level=None,  # explicit BEGIN / COMMIT
-                check_same_thread=False,  # used by one worker thread at a time (the limiter)
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"{path}: cannot open the database: {exc}") from exc
+        conn = self._connect()
         try:
             self._prepare(conn)
             self._prepare_leases(conn)
         except BaseException:
             conn.close()
             raise
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # explicit BEGIN / COMMIT
+                check_same_thread=False,  # used by its one thread (opened in another)
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the database: {exc}") from exc
         return conn
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
@@ -352,39 +367,253 @@ class SQLiteStore:
             raise SchemaVersionError(f"{self.path} (store format)", found, STORE_FORMAT)
 
     # ------------------------------------------------------------------ plumbing
+    #
+    # Two threads, each with its own connection, each fed by a queue (a
+    # ``queue.SimpleQueue``; the waiting task's asyncio future is resolved with
+    # ``loop.call_soon_threadsafe``, one call per loop and batch), started on first
+    # use:
+    #
+    # * the writer (``_conn``) takes every write. The writes waiting in its queue
+    #   when it looks are applied as one group: one ``BEGIN IMMEDIATE``, the writes
+    #   in order, one ``COMMIT``, so one sync for all of them. No waiter hears of its
+    #   write before that ``COMMIT`` has returned: an acknowledged write was synced
+    #   (at the store's ``synchronous``). Each write keeps its own checks, and one
+    #   that fails fails alone: refused before it changed a row (a version conflict,
+    #   a lost lease: the checks come first), it is simply left out; failed after
+    #   (an unknown branch, an SQLite error), the group's transaction is rolled
+    #   back and the other writes are applied again without it, in a new one.
+    #   (``total_changes`` tells the two apart. This costs less than a
+    #   ``SAVEPOINT`` per write: every statement hands the GIL back and forth
+    #   between the writer and the event loop.)
+    # * the reader (``_rconn``) runs the reads, one at a time; in WAL mode it sees
+    #   every committed write and never blocks the writer.
+
+    def _worker(self, reader: bool) -> _Worker:
+        worker = self._readq if reader else self._writeq
+        if worker is None:
+            if self._closed:
+                raise StoreError(f"{self.path}: the store is closed")
+            worker = _Worker(self, reader)
+            if reader:
+                self._readq = worker
+            else:
+                self._writeq = worker
+        return worker
 
     async def _run(self, fn: Callable[[sqlite3.Connection], R], *, write: bool = False) -> R:
-        """Run ``fn`` (one whole transaction) in a worker thread: one hop per call."""
-        return await anyio.to_thread.run_sync(self._call, fn, write, limiter=self._limiter)
+        """Run ``fn`` on the reader thread (``write``: as one write of the writer's
+        next group, with the store's ``synchronous``)."""
+        return await self._submit(fn, reader=not write, durable=True)
+
+    async def _submit(
+        self, fn: Callable[[sqlite3.Connection], R], *, reader: bool, durable: bool
+    ) -> R:
+        if self._closed:
+            raise StoreError(f"{self.path}: the store is closed")
+        worker = self._worker(reader)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # another async library (trio): wait in a thread
+            loop = None
+        if loop is None:
+            done = threading.Event()
+            op = _Op(fn, durable, None, done)
+            worker.put(op)
+            await anyio.to_thread.run_sync(done.wait)
+            if op.error is not None:
+                raise op.error
+            return op.result  # type: ignore[no-any-return]
+        fut = loop.create_future()
+        worker.put(_Op(fn, durable, loop, fut))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # like anyio.to_thread.run_sync: a cancelled caller still waits for the
+            # outcome (a write may be applied; the caller must not go on as if
+            # not), then is cancelled
+            while not fut.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((fut,))
+            raise
 
     def _call(self, fn: Callable[[sqlite3.Connection], R], write: bool = False) -> R:
+        """Run ``fn`` on the writer's connection in this thread (``write``: as its
+        own transaction). For tests and measurements of an idle store."""
         conn = self._conn
         if conn is None:
             raise StoreError(f"{self.path}: the store is closed")
-        if write and self._damage is not None:
-            raise StoreError(
-                f"{self.path}: the database is damaged ({self._damage}); this store no longer "
-                "writes to it. Nothing was stored; restore the file from a backup"
-            )
+        if write:
+            self._writable()
         try:
-            return fn(conn)
+            if not write:
+                return fn(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            result = fn(conn)
+            conn.execute("COMMIT")
+            return result
         except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.DatabaseError) and (
-                getattr(exc, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
-                or "malformed" in str(exc)
-            ):
-                self._damage = str(exc)
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise StoreError(
-                    f"{self.path}: {exc} (another writer held the lock for longer than "
-                    f"busy_timeout={self.busy_timeout:g}s); nothing was stored"
-                ) from exc
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"{self.path}: {exc}") from exc
-            raise
+            err = self._translate(exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def _writable(self) -> None:
+        if self._damage is not None:
+            raise StoreError(
+                f"{self.path}: the database is damaged ({self._damage}); this store no longer "
+                "writes to it. Nothing was stored; restore the file from a backup"
+            )
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        """The error a caller sees for ``exc`` (SQLite's errors as StoreError)."""
+        if isinstance(exc, sqlite3.DatabaseError) and (
+            getattr(exc, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+            or "malformed" in str(exc)
+        ):
+            self._damage = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            err: BaseException = StoreError(
+                f"{self.path}: {exc} (another writer held the lock for longer than "
+                f"busy_timeout={self.busy_timeout:g}s); nothing was stored"
+            )
+        elif isinstance(exc, sqlite3.Error):
+            err = StoreError(f"{self.path}: {exc}")
+        else:
+            return exc
+        err.__cause__ = exc
+        return err
+
+    def _read_batch(self, ops: list[_Op]) -> None:
+        """The reader thread: each read on its own."""
+        conn = self._rconn
+        for op in ops:
+            if conn is None:
+                op.error = StoreError(f"{self.path}: the store is closed")
+                continue
+            try:
+                op.result = op.fn(conn)
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                op.error = self._translate(exc)
+
+    def _write_batch(self, ops: list[_Op]) -> None:
+        """The writer thread: the writes waiting together, as groups (one
+        transaction and one sync each; normally one group)."""
+        conn = self._conn
+        todo = []
+        for op in ops:
+            if conn is None:
+                op.error = StoreError(f"{self.path}: the store is closed")
+            elif self._damage is not None:
+                try:
+                    self._writable()
+                except StoreError as exc:
+                    op.error = exc
+            else:
+                todo.append(op)
+        while todo and conn is not None:
+            todo = self._group(conn, todo)
+
+    def _group(self, conn: sqlite3.Connection, ops: list[_Op]) -> list[_Op]:
+        """Apply ``ops`` in one transaction; each op ends with its result or its
+        error, except those returned: their work was lost with a transaction that
+        SQLite rolled back (a failed op took it down), to be applied again."""
+        mode = self.synchronous
+        if mode in ("FULL", "EXTRA") and not any(op.durable for op in ops):
+            mode = "NORMAL"  # leases only: see the lease section
+        try:
+            if mode != self.synchronous:
+                conn.execute(f"PRAGMA synchronous = {mode}")
+            try:
+                self._group_tx(conn, ops)
+            finally:
+                if mode != self.synchronous:
+                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except _Redo as redo:
+            return redo.ops
+        except BaseException as exc:  # BEGIN or COMMIT failed: nothing of the group stored
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            err = self._translate(exc)
+            for op in ops:
+                if op.error is None:
+                    op.result = None
+                    op.error = err
+        return []
+
+    def _group_tx(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        if len(ops) == 1:
+            op = ops[0]
+            try:
+                op.result = op.fn(conn)
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                op.error = self._translate(exc)
+                return
+            conn.execute("COMMIT")
+            return
+        done: list[_Op] = []
+        for i, op in enumerate(ops):
+            before = conn.total_changes
+            try:
+                op.result = op.fn(conn)
+            except BaseException as exc:
+                op.error = self._translate(exc)
+                if self._damage is not None:  # nothing more is written to it
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    for o in (*done, *ops[i + 1 :]):
+                        o.result = None
+                        o.error = StoreError(
+                            f"{self.path}: the database is damaged ({self._damage}); "
+                            "nothing was stored"
+                        )
+                    return
+                if conn.in_transaction and conn.total_changes == before:
+                    continue  # refused before it changed a row: it fails alone
+                # it changed rows before it failed (or SQLite ended the transaction):
+                # the group is undone, and the others are applied again without it
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for o in done:
+                    o.result = None
+                raise _Redo(done + ops[i + 1 :]) from None
+            done.append(op)
+        conn.execute("COMMIT")
+
+    async def _stop(self) -> None:
+        """Stop both threads once they have run what is queued (each closes its
+        connection), and close a connection whose thread never started."""
+        for worker in (self._writeq, self._readq):
+            if worker is None:
+                continue
+            with anyio.CancelScope(shield=True):
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # another async library: wait in a thread
+                    done = threading.Event()
+                    worker.put(_Op(_stop_marker, False, None, done))
+                    await anyio.to_thread.run_sync(done.wait)
+                else:
+                    fut = loop.create_future()
+                    worker.put(_Op(_stop_marker, False, loop, fut))
+                    await fut
+            worker.thread.join()
+        self._writeq = self._readq = None
+        for name in ("_rconn", "_conn"):
+            conn = getattr(self, name)
+            setattr(self, name, None)
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    await anyio.to_thread.run_sync(conn.close)
 
     def _where(self, context_id: str, what: str = "") -> str:
         return f"{self.path}: context {context_id!r}{what}"
@@ -395,7 +624,7 @@ class SQLiteStore:
         await self._run(lambda conn: self._create_tx(conn, context), write=True)
 
     def _create_tx(self, conn: sqlite3.Connection, context: ChatContext) -> None:
-        conn.execute("BEGIN IMMEDIATE")
+        """The rows of a new context (inside the writer's transaction)."""
         if conn.execute("SELECT 1 FROM contexts WHERE id = ?", (context.id,)).fetchone():
             raise StoreError(f"context {context.id!r} already exists")
         cur = conn.execute(
@@ -423,7 +652,6 @@ class SQLiteStore:
             "INSERT INTO messages (ctx, id, schema_version, body) VALUES (?, ?, ?, ?)",
             [(seq, n.id, _V, n.model_dump_json()) for n in context.message_pool.values()],
         )
-        conn.execute("COMMIT")
 
     async def load(self, context_id: str) -> ChatContext:
         return await self._run(lambda conn: self._load_tx(conn, context_id))
@@ -465,6 +693,20 @@ class SQLiteStore:
             data["message_ids"] = positions.get(name, [])
             branches[name] = self._validate(Branch, data, f"{row}, column body")
         pool: dict[str, MessageNode] = {}
+        self._load_messages(conn, context_id, seq, pool)
+        conn.execute("COMMIT")
+        ctx.branches = branches
+        ctx.message_pool = pool
+        problems = context_problems(ctx)
+        if problems:
+            loc, problem = problems[0]
+            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
+        return ctx
+
+    def _load_messages(
+        self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
+    ) -> None:
+        """Every message row of the context, each validated strictly, into ``pool``."""
         validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
@@ -485,14 +727,6 @@ class SQLiteStore:
             if node.id != mid:
                 raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
             pool[mid] = node
-        conn.execute("COMMIT")
-        ctx.branches = branches
-        ctx.message_pool = pool
-        problems = context_problems(ctx)
-        if problems:
-            loc, problem = problems[0]
-            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
-        return ctx
 
     def _row(self, context_id: str, table: str, key: str = "") -> str:
         """Where a row is, for an error: the file, the table, the row."""
@@ -562,11 +796,21 @@ class SQLiteStore:
             raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
 
     async def commit(self, commit: Commit) -> None:
-        await self._run(lambda conn: self._commit_tx(conn, commit), write=True)
+        # serialized here, on the caller's thread: the writer thread is what all
+        # the contexts' commits queue for, so it is left the SQL alone
+        rows = self._commit_rows(commit)
+        await self._run(lambda conn: self._apply_commit(conn, commit, rows), write=True)
 
     def _commit_tx(self, conn: sqlite3.Connection, commit: Commit) -> None:
-        """The whole commit as one transaction on ``conn`` (what :meth:`commit`
-        runs in its worker thread)."""
+        """The whole commit on ``conn``, inside the caller's transaction."""
+        self._apply_commit(conn, commit, self._commit_rows(commit))
+
+    @staticmethod
+    def _commit_rows(commit: Commit) -> _CommitRows:
+        """What a commit writes, serialized: the ``UPDATE`` of the context row
+        (with the version check, and the fence when the commit names a lease), and
+        the rows of the replaced and appended messages and of the steps, without
+        the context's ``seq`` (known once the ``UPDATE`` has found the row)."""
         cid = commit.context_id
         sets = "version = ?, state = ?, updated_at = ?, event_seq = ?, progress = ?"
         params: list[Any] = [
@@ -582,14 +826,23 @@ class SQLiteStore:
         if commit.config is not None:
             sets += ", config = ?"
             params.append(commit.config.model_dump_json())
-        update = (
-            f"UPDATE contexts SET {sets} "
-            "WHERE id = ? AND version = ? AND schema_version = ? RETURNING seq"
-        )
+        where = "WHERE id = ? AND version = ? AND schema_version = ?"
         params += [cid, commit.expected_version, _V]
-        conn.execute("BEGIN IMMEDIATE")
-        if commit.lease_token is not None:
-            self._check_fence(conn, cid, commit.lease_token)
+        if commit.lease_token is not None:  # the fence, in the same statement
+            where += " AND (SELECT token FROM leases WHERE context_id = ?) IS ?"
+            params += [cid, commit.lease_token]
+        return _CommitRows(
+            f"UPDATE contexts SET {sets} {where} RETURNING seq",
+            params,
+            [(n.model_dump_json(), n.id) for n in commit.replaced],
+            [(name, n.id, n.model_dump_json()) for name, n in commit.appended],
+            [(s.version, s.from_state, s.trigger, s.to_state, _ts(s.at)) for s in commit.steps],
+        )
+
+    def _apply_commit(self, conn: sqlite3.Connection, commit: Commit, rows: _CommitRows) -> None:
+        """The commit's statements (in the writer's transaction)."""
+        cid = commit.context_id
+        update, params = rows.update, rows.params
         row = conn.execute(update, params).fetchone()
         if row is None:
             self._refused(conn, commit)  # raises, or brings an old row up to date
@@ -599,19 +852,19 @@ class SQLiteStore:
         seq = row[0]
         if commit.branches:
             self._put_branches(conn, seq, commit.branches, replace=True)
-        for node in commit.replaced:
+        for body, mid in rows.replaced:
             cur = conn.execute(
                 "UPDATE messages SET schema_version = ?, body = ? WHERE ctx = ? AND id = ?",
-                (_V, node.model_dump_json(), seq, node.id),
+                (_V, body, seq, mid),
             )
             if cur.rowcount != 1:
                 raise StoreError(
-                    f"commit replaces message {node.id!r} of context {cid!r}, which is not stored"
+                    f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
-        if commit.appended:
+        if rows.appended:
             next_pos: dict[str, int] = {}
             positions = []
-            for name, node in commit.appended:
+            for name, mid, _body in rows.appended:
                 pos = next_pos.get(name)
                 if pos is None:
                     known, last = conn.execute(
@@ -625,33 +878,32 @@ class SQLiteStore:
                         )
                     pos = 0 if last is None else last + 1
                 next_pos[name] = pos + 1
-                positions.append((seq, name, pos, node.id, _V))
+                positions.append((seq, name, pos, mid, _V))
             conn.executemany(
                 "INSERT INTO messages (ctx, id, schema_version, body) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (ctx, id) DO UPDATE SET schema_version = excluded.schema_version, "
                 "body = excluded.body",
-                [(seq, node.id, _V, node.model_dump_json()) for _, node in commit.appended],
+                [(seq, mid, _V, body) for _name, mid, body in rows.appended],
             )
             conn.executemany(
                 "INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version) "
                 "VALUES (?, ?, ?, ?, ?)",
                 positions,
             )
-        if commit.steps:
+        if rows.steps:
             conn.executemany(
                 "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
                 "to_state, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (seq, _V, s.version, s.from_state, s.trigger, s.to_state, _ts(s.at))
-                    for s in commit.steps
-                ],
+                [(seq, _V, *step) for step in rows.steps],
             )
-        conn.execute("COMMIT")
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
-        """The version check missed: say why, or (an old schema version) bring the
-        context row up to date so that the check can be made again."""
+        """The fence or the version check missed: say why, or (an old schema
+        version) bring the context row up to date so that the check can be made
+        again."""
         cid = commit.context_id
+        if commit.lease_token is not None:
+            self._check_fence(conn, cid, commit.lease_token)
         row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise ContextNotFound(cid)
@@ -733,14 +985,12 @@ class SQLiteStore:
 
     async def delete(self, context_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
             row = conn.execute("SELECT seq FROM contexts WHERE id = ?", (context_id,)).fetchone()
             if row is None:
                 raise ContextNotFound(context_id)
             for table in ("steps", "messages", "branch_messages", "branches"):
                 conn.execute(f"DELETE FROM {table} WHERE ctx = ?", row)
             conn.execute("DELETE FROM contexts WHERE seq = ?", row)
-            conn.execute("COMMIT")
 
         await self._run(delete, write=True)
 
@@ -795,15 +1045,12 @@ class SQLiteStore:
         return await self._run(check)
 
     async def aclose(self) -> None:
-        """Close the connection (the last one checkpoints the WAL); harmless twice."""
-        if self._conn is None:
+        """Run what is queued, stop the threads and close the connections (the
+        last one checkpoints the WAL); harmless twice."""
+        if self._closed:
             return
-
-        def close(conn: sqlite3.Connection) -> None:
-            self._conn = None
-            conn.close()
-
-        await self._run(close)
+        self._closed = True
+        await self._stop()
 
     # ------------------------------------------------------------------ helpers
 
@@ -829,29 +1076,17 @@ class SQLiteStore:
     # ------------------------------------------------------------------ leases
     #
     # One row per context in ``leases`` (keyed by the context id, apart from the
-    # history tables). A lease write is one short transaction: one per call at
-    # its start, one at its end, one per heartbeat. It is written at
-    # ``synchronous=NORMAL`` whatever the store's setting: a lease only matters
-    # among live processes, and a power cut ends them all; the next commit's
-    # sync at FULL makes the lease rows before it durable too. At FULL this
-    # takes an acquire and a release from about 2.4 ms to 0.5 ms together
-    # (measured on the development machine).
+    # history tables). A lease write is one write of the writer's next group: one
+    # per call at its start, one at its end, one per heartbeat. A group of lease
+    # writes only is committed at ``synchronous=NORMAL`` whatever the store's
+    # setting: a lease only matters among live processes, and a power cut ends
+    # them all; the next commit's sync at FULL makes the lease rows before it
+    # durable too (a group with a commit in it is synced at the store's setting).
 
-    def _lease_tx(self, fn: Callable[[sqlite3.Connection], R]) -> Callable[[sqlite3.Connection], R]:
-        """``fn`` run at ``synchronous=NORMAL``, the store's setting restored after."""
-        if self.synchronous not in ("FULL", "EXTRA"):
-            return fn
-
-        def relaxed(conn: sqlite3.Connection) -> R:
-            conn.execute("PRAGMA synchronous = NORMAL")
-            try:
-                return fn(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-
-        return relaxed
+    async def _lease_write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """``fn`` as a write of the writer's next group; a group of lease writes
+        only is committed at ``synchronous=NORMAL`` (see above)."""
+        return await self._submit(fn, reader=False, durable=False)
 
     def _prepare_leases(self, conn: sqlite3.Connection) -> None:
         """Add the ``leases`` table to a file made before it existed."""
@@ -883,15 +1118,15 @@ class SQLiteStore:
         take_over: int | None = None,
     ) -> Lease | None:
         def acquire(conn: sqlite3.Connection) -> Lease | None:
-            conn.execute("BEGIN IMMEDIATE")
-            if (
-                conn.execute("SELECT 1 FROM contexts WHERE id = ?", (context_id,)).fetchone()
-                is None
-            ):
-                raise ContextNotFound(context_id)
-            row = conn.execute(
-                "SELECT owner, token, expires_at FROM leases WHERE context_id = ?", (context_id,)
+            # the context and its lease (if any) in one statement
+            found = conn.execute(
+                "SELECT l.owner, l.token, l.expires_at FROM contexts c "
+                "LEFT JOIN leases l ON l.context_id = c.id WHERE c.id = ?",
+                (context_id,),
             ).fetchone()
+            if found is None:
+                raise ContextNotFound(context_id)
+            row = None if found[1] is None else found
             if row is not None:
                 held_by, token, expires_at = row
                 if (
@@ -900,7 +1135,6 @@ class SQLiteStore:
                     and now < expires_at
                     and token != take_over
                 ):
-                    conn.execute("COMMIT")
                     return None
             lease = Lease(context_id, owner, (row[1] if row is not None else 0) + 1, now + ttl)
             conn.execute(
@@ -909,10 +1143,9 @@ class SQLiteStore:
                 "token = excluded.token, expires_at = excluded.expires_at",
                 (context_id, owner, lease.token, lease.expires_at),
             )
-            conn.execute("COMMIT")
             return lease
 
-        return await self._run(self._lease_tx(acquire), write=True)
+        return await self._lease_write(acquire)
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
@@ -930,7 +1163,7 @@ class SQLiteStore:
                 raise LeaseLost(lease.context_id, lease.token, row[0] if row else None)
             return renewed
 
-        return await self._run(self._lease_tx(renew), write=True)
+        return await self._lease_write(renew)
 
     async def release_lease(self, lease: Lease) -> None:
         def release(conn: sqlite3.Connection) -> None:
@@ -939,7 +1172,7 @@ class SQLiteStore:
                 (lease.context_id, lease.token),
             )
 
-        await self._run(self._lease_tx(release), write=True)
+        await self._lease_write(release)
 
     async def lease(self, context_id: str) -> Lease | None:
         def read(conn: sqlite3.Connection) -> Lease | None:
@@ -961,3 +1194,148 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL
 ) WITHOUT ROWID
 """
+
+
+# ---------------------------------------------------------------------- the threads
+
+
+class _CommitRows(NamedTuple):
+    """A commit, serialized (see ``SQLiteStore._commit_rows``)."""
+
+    update: str
+    params: list[Any]
+    replaced: list[tuple[str, str]]
+    """(body, message id)"""
+    appended: list[tuple[str, str, str]]
+    """(branch, message id, body)"""
+    steps: list[tuple[int, str, str, str, str]]
+    """(version, from, trigger, to, at)"""
+
+
+class _Redo(Exception):
+    """A group's transaction was lost: these ops are to be applied again."""
+
+    def __init__(self, ops: list[_Op]) -> None:
+        super().__init__()
+        self.ops = ops
+
+
+def _stop_marker(conn: sqlite3.Connection) -> None:
+    """The op that stops a worker thread (after the ops queued before it)."""
+
+
+class _Op:
+    """One store call handed to a worker thread, and its outcome."""
+
+    __slots__ = ("durable", "error", "fn", "loop", "result", "waiter")
+
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        durable: bool,
+        loop: asyncio.AbstractEventLoop | None,
+        waiter: asyncio.Future[Any] | threading.Event,
+    ) -> None:
+        self.fn = fn
+        self.durable = durable
+        self.loop = loop
+        self.waiter = waiter
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def _settle(ops: list[_Op]) -> None:
+    """On the waiters' event loop: hand each op's outcome to its future."""
+    for op in ops:
+        fut = op.waiter
+        assert isinstance(fut, asyncio.Future)
+        if fut.done():  # its waiter was cancelled by force; nobody listens
+            continue
+        if op.error is not None:
+            fut.set_exception(op.error)
+        else:
+            fut.set_result(op.result)
+
+
+def _resolve(ops: list[_Op]) -> None:
+    """From a worker thread: wake every waiter, one hand-off per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
+    for op in ops:
+        if op.loop is None:
+            waiter = op.waiter
+            assert isinstance(waiter, threading.Event)
+            waiter.set()
+        else:
+            by_loop.setdefault(op.loop, []).append(op)
+    for loop, group in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(_settle, group)
+
+
+class _Worker:
+    """A thread that runs a store's calls from a queue: the writer (the writes
+    waiting together as one group) or the reader (one read at a time). It holds
+    the store weakly between batches and ends when the store is gone or stops it."""
+
+    IDLE_CHECK = 5.0
+    """Seconds between looks at whether the store still exists, when idle."""
+
+    def __init__(self, store: SQLiteStore, reader: bool) -> None:
+        self.reader = reader
+        self.queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self.put = self.queue.put
+        self.thread = threading.Thread(
+            target=self._main,
+            args=(weakref.ref(store),),
+            name=f"turnfsm-sqlite-{'reader' if reader else 'writer'}",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def _main(self, ref: weakref.ref[SQLiteStore]) -> None:
+        q = self.queue
+        while True:
+            try:
+                ops = [q.get(timeout=self.IDLE_CHECK)]
+            except queue.Empty:
+                if ref() is None:
+                    return
+                continue
+            while True:
+                try:
+                    ops.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            store = ref()
+            stop = next((i for i, op in enumerate(ops) if op.fn is _stop_marker), None)
+            work = ops if stop is None else ops[:stop]
+            try:
+                if store is None:
+                    raise StoreError("the store is gone")
+                if work:
+                    (store._read_batch if self.reader else store._write_batch)(work)
+            except BaseException as exc:  # never leave a waiter hanging
+                for op in work:
+                    if op.error is None:
+                        op.result = None
+                        op.error = StoreError(
+                            f"the SQLite store's {'reader' if self.reader else 'writer'} "
+                            f"thread failed: {type(exc).__name__}: {exc}"
+                        )
+                        op.error.__cause__ = exc
+            if stop is None:
+                _resolve(work)
+                del store, ops, work
+                continue
+            if store is not None:
+                name = "_rconn" if self.reader else "_conn"
+                conn = getattr(store, name)
+                setattr(store, name, None)
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
+            path = store.path if store is not None else "the store"
+            for op in ops[stop + 1 :]:
+                op.error = StoreError(f"{path}: the store is closed")
+            _resolve(ops)
+            return
