@@ -29,7 +29,7 @@ from ..errors import ContextBusy, IllegalTransition
 from ..events import Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
 from ..states import RESTING, Effect, State, Trigger, TurnMachine, next_state
-from ..storage import Commit, Lease, StepLog, Store
+from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._clock import Clock
@@ -57,16 +57,11 @@ Start = Callable[[Runtime], Awaitable[None]]
 
 
 def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
-    """A store's synchronous commit, when it has one that stands for its
-    ``commit`` (both defined by the same class: a subclass that overrides
-    ``commit`` is always called through it)."""
-    fn: Callable[[Commit], None] | None = getattr(store, "commit_nowait", None)
-    if fn is None:
-        return None
-    mro = type(store).__mro__
-    owner = next((k for k in mro if "commit" in vars(k)), None)
-    owner_nowait = next((k for k in mro if "commit_nowait" in vars(k)), None)
-    return fn if owner is owner_nowait else None
+    """The store's commit as a plain call, when it declares one
+    (:class:`~turnfsm.storage.CommitsWithoutWaiting`)."""
+    if isinstance(store, CommitsWithoutWaiting):
+        return store.commit_nowait
+    return None
 
 
 class Driver:

@@ -4,7 +4,7 @@
 ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``.
 """
 
-from ._base import Commit, ContextSummary, Lease, StepLog, Store
+from ._base import Commit, CommitsWithoutWaiting, ContextSummary, Lease, StepLog, Store
 from ._files import FilesStore
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
@@ -12,6 +12,7 @@ from ._url import open_store
 
 __all__ = [
     "Commit",
+    "CommitsWithoutWaiting",
     "ContextSummary",
     "FilesStore",
     "Lease",

@@ -17,13 +17,14 @@ the context over, in the same transaction as the version check.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
-__all__ = ["Commit", "ContextSummary", "Lease", "StepLog", "Store"]
+__all__ = ["Commit", "CommitsWithoutWaiting", "ContextSummary", "Lease", "StepLog", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +151,14 @@ class Store(Protocol):
         """The context's lease as stored (possibly expired), ``None`` when it has
         none or it was released."""
         ...
+
+
+@runtime_checkable
+class CommitsWithoutWaiting(Protocol):
+    """A store whose :meth:`Store.commit` never waits (it holds everything in
+    memory) declares its commit as a plain call too: ``commit_nowait(commit)``
+    does what ``await commit(commit)`` does, and the engine calls it directly,
+    without an await or a cancel shield around it. ``None`` means the store's
+    commit must be awaited after all (a subclass whose ``commit`` does more)."""
+
+    commit_nowait: Callable[[Commit], None] | None

@@ -8,6 +8,7 @@ at once after its version check, so a refused commit leaves nothing behind.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
@@ -57,11 +58,19 @@ class MemoryStore:
         )
 
     async def commit(self, commit: Commit) -> None:
-        self.commit_nowait(commit)
+        MemoryStore.commit_nowait(self, commit)  # also where a subclass set it to None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "commit" in vars(cls) and "commit_nowait" not in vars(cls):
+            # a subclass whose commit does more: the engine must go through it
+            cls.commit_nowait = None  # type: ignore[assignment]
 
     def commit_nowait(self, commit: Commit) -> None:
-        """:meth:`commit` without an await: the engine calls it directly, since a
-        store in memory never waits."""
+        """:meth:`commit` without an await (see
+        :class:`~turnfsm.storage.CommitsWithoutWaiting`): the engine calls it
+        directly, since a store in memory never waits. A subclass that
+        overrides ``commit`` alone has ``commit_nowait = None``."""
         rec = self._get(commit.context_id)
         head = rec.context
         if commit.lease_token is not None:
