@@ -1,5 +1,5 @@
 """What the canonical-trace tests share, whichever LLM drives the engine
-(the scripted LLM in tests/test_engine_traces.py, the OpenAI adapter against
+(the scripted LLM in tests/engine/test_traces.py, the OpenAI adapter against
 the loopback server in tests/openai/test_openai_engine.py): the state names,
 the declared edges, the weather tools, and the trace assertions."""
 

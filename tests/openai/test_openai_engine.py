@@ -1,7 +1,7 @@
 """The engine driving ``OpenAIChatAdapter`` against the loopback server.
 
 The canonical traces of docs/architecture.md (the same assertions as
-tests/test_engine_traces.py makes with the scripted LLM), then the full turn
+tests/engine/test_traces.py makes with the scripted LLM), then the full turn
 loop with approval, retries with the provider's delay on the FakeClock, a
 stream that breaks mid-way, invalid tool arguments and a permanent error.
 
@@ -16,6 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import kit
 import pytest
 from canonical import (
     ALR,
@@ -45,7 +46,7 @@ from turnfsm import (
 )
 from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.events import Failed, Retrying
-from turnfsm.testing import FakeClock, SequentialIds
+from turnfsm.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def llm(loopback: LoopbackServer) -> AsyncIterator[OpenAIChatAdapter]:
 
 
 def make_engine(llm: OpenAIChatAdapter, **kwargs: Any) -> Engine:
-    return Engine(llm=llm, clock=kwargs.pop("clock", FakeClock()), ids=SequentialIds(), **kwargs)
+    return kit.make_engine(llm=llm, **kwargs).engine
 
 
 def weather_call(call_id: str, city: str) -> Reply:

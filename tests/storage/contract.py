@@ -391,13 +391,10 @@ def weather_tools() -> list[Any]:
 
 
 def make_engine(store: Store, answers: list[dict[str, Any]] | None = None) -> Engine:
-    return Engine(
-        llm=ScriptedLLM(list(WEATHER_ANSWERS if answers is None else answers)),
-        tools=weather_tools(),
-        store=store,
-        clock=FakeClock(),
-        ids=SequentialIds(),
-    )
+    import kit  # tests/kit.py; not at the top: a worker process imports this module alone
+
+    answers = list(WEATHER_ANSWERS if answers is None else answers)
+    return kit.make_engine(answers, tools=weather_tools(), store=store).engine
 
 
 async def drive_engine(store: Store) -> tuple[Engine, str]:

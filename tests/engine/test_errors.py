@@ -8,10 +8,12 @@ messages (in fact: equal).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import kit
 import pytest
 
 from turnfsm import (
@@ -32,7 +34,7 @@ from turnfsm import (
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -58,12 +60,7 @@ def _clear() -> None:
     RUNS.clear()
 
 
-def make_engine(answers: Any, **kwargs: Any) -> tuple[Engine, ScriptedLLM]:
-    llm = ScriptedLLM(answers)
-    return (
-        Engine(llm=llm, tools=[book, lookup], clock=FakeClock(), ids=SequentialIds(), **kwargs),
-        llm,
-    )
+make_engine = functools.partial(kit.make_engine, tools=[book, lookup])
 
 
 def summary(ctx: ChatContext) -> tuple[int, str, int, int]:
@@ -104,7 +101,7 @@ BOOK_ANSWERS = [
 
 
 async def at_approval() -> tuple[Engine, str]:
-    engine, _ = make_engine(BOOK_ANSWERS)
+    engine, _, _ = make_engine(BOOK_ANSWERS)
     cid = await engine.create_context()
     turn = await engine.send(cid, "book two")
     assert turn.state == State.AWAITING_TOOL_APPROVAL
@@ -112,7 +109,7 @@ async def at_approval() -> tuple[Engine, str]:
 
 
 async def at_permanent_failure() -> tuple[Engine, str]:
-    engine, _ = make_engine([{"llm_error": {"status": 400}}, {"text": "ok"}])
+    engine, _, _ = make_engine([{"llm_error": {"status": 400}}, {"text": "ok"}])
     cid = await engine.create_context()
     turn = await engine.send(cid, "Hi")
     assert turn.state == State.PERMANENT_FAILURE
@@ -152,7 +149,7 @@ async def at_permanent_failure() -> tuple[Engine, str]:
     ],
 )
 async def test_unknown_context(op: Callable[[Engine, str], Awaitable[Any]]) -> None:
-    engine, llm = make_engine([{"text": "hi"}])
+    engine, llm, _ = make_engine([{"text": "hi"}])
     async with engine:
         other = await engine.create_context()
         before = await engine.get_context(other)
@@ -213,7 +210,7 @@ async def test_approving_twice() -> None:
 
 
 async def test_approve_when_idle() -> None:
-    engine, _ = make_engine(
+    engine, _, _ = make_engine(
         [
             {"tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"city": "a"}}]},
             {"text": "ok"},
@@ -247,7 +244,7 @@ async def test_send_while_busy() -> None:
         await release.wait()
         return {"text": "slow answer"}
 
-    engine, llm = make_engine(handler)
+    engine, llm, _ = make_engine(handler)
     async with engine:
         cid = await engine.create_context()
         results: list[Any] = []
@@ -309,7 +306,7 @@ async def test_send_while_busy() -> None:
     ],
 )
 async def test_invalid_send(content: Any, role: str, where: str) -> None:
-    engine, llm = make_engine([{"text": "hi"}])
+    engine, llm, _ = make_engine([{"text": "hi"}])
     async with engine:
         cid = await engine.create_context()
         await engine.send(cid, "warm up")
@@ -350,7 +347,7 @@ def test_invalid_scripted_answers() -> None:
 
 
 async def test_illegal_events_in_idle() -> None:
-    engine, _ = make_engine([{"text": "hi"}])
+    engine, _, _ = make_engine([{"text": "hi"}])
     async with engine:
         cid = await engine.create_context()
         for action, trigger in (

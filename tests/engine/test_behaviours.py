@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import anyio
+import kit
 import pytest
 import tenacity
 from canonical import ALR, ATA, EXT, IDLE, PF, PLR, PUM, SLR, TF, trace_of
@@ -36,7 +36,7 @@ from turnfsm import (
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+from turnfsm.testing import FakeClock, ScriptedLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -44,13 +44,7 @@ pytestmark = pytest.mark.anyio
 # --------------------------------------------------------------------------- helpers
 
 
-def make_engine(
-    answers: list[Any] | Callable[[LLMRequest], Any], **kwargs: Any
-) -> tuple[Engine, ScriptedLLM, FakeClock]:
-    llm = ScriptedLLM(answers)
-    clock = kwargs.pop("clock", None) or FakeClock()
-    engine = Engine(llm=llm, clock=clock, ids=SequentialIds(), **kwargs)
-    return engine, llm, clock
+make_engine = kit.make_engine
 
 
 async def cancel_while_running(

@@ -8,8 +8,7 @@ the declared table that chain into one another.
 
 from __future__ import annotations
 
-from typing import Any
-
+import kit
 import pytest
 from canonical import (
     ALR,
@@ -29,12 +28,11 @@ from canonical import (
 
 from turnfsm import (
     ApprovalStatus,
-    Engine,
     Role,
     State,
     StopReason,
 )
-from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+from turnfsm.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -44,14 +42,11 @@ def _clear_calls() -> None:
     WEATHER_CALLS.clear()
 
 
-def make_engine(answers: list[dict[str, Any]], **kwargs: Any) -> tuple[Engine, ScriptedLLM]:
-    llm = ScriptedLLM(answers)
-    clock = kwargs.pop("clock", FakeClock())
-    return Engine(llm=llm, clock=clock, ids=SequentialIds(), **kwargs), llm
+make_engine = kit.make_engine
 
 
 async def test_text_answer() -> None:
-    engine, llm = make_engine([{"text": "Hello there."}])
+    engine, llm, _ = make_engine([{"text": "Hello there."}])
     async with engine:
         cid = await engine.create_context(system_prompt="You are terse.")
         turn = await engine.send(cid, "Hi")
@@ -70,7 +65,7 @@ async def test_text_answer() -> None:
 
 
 async def test_streamed_answer() -> None:
-    engine, _ = make_engine([{"chunks": ["Hel", "lo", "!"]}])
+    engine, _, _ = make_engine([{"chunks": ["Hel", "lo", "!"]}])
     async with engine:
         cid = await engine.create_context()
         turn = await engine.send(cid, "Hi")
@@ -87,7 +82,7 @@ async def test_streamed_answer() -> None:
 
 
 async def test_auto_approved_tool() -> None:
-    engine, _ = make_engine(
+    engine, _, _ = make_engine(
         [
             {
                 "tool_calls": [
@@ -124,7 +119,7 @@ async def test_auto_approved_tool() -> None:
 
 
 async def test_tool_needing_approval_approved() -> None:
-    engine, _ = make_engine(
+    engine, _, _ = make_engine(
         [
             {
                 "tool_calls": [
@@ -160,7 +155,7 @@ async def test_tool_needing_approval_approved() -> None:
 
 async def test_one_transient_error_then_success() -> None:
     clock = FakeClock()
-    engine, llm = make_engine(
+    engine, llm, _ = make_engine(
         [{"llm_error": {"status": 503}}, {"text": "Back again."}], clock=clock
     )
     async with engine:
@@ -181,7 +176,7 @@ async def test_one_transient_error_then_success() -> None:
 
 async def test_script_format_example_trace() -> None:
     """The replay format's weather example: approval, then a streamed answer."""
-    engine, _ = make_engine(
+    engine, _, _ = make_engine(
         [
             {
                 "tool_calls": [
@@ -206,7 +201,7 @@ async def test_script_format_example_trace() -> None:
 
 
 async def test_trace_accumulates_over_turns() -> None:
-    engine, _ = make_engine([{"text": "one"}, {"chunks": ["t", "wo"]}])
+    engine, _, _ = make_engine([{"text": "one"}, {"chunks": ["t", "wo"]}])
     async with engine:
         cid = await engine.create_context()
         a = await engine.send(cid, "first")
@@ -217,7 +212,7 @@ async def test_trace_accumulates_over_turns() -> None:
 
 
 async def test_fresh_context_trace_is_idle() -> None:
-    engine, _ = make_engine([])
+    engine, _, _ = make_engine([])
     async with engine:
         cid = await engine.create_context()
         assert await engine.trace(cid) == [IDLE]

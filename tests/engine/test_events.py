@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import kit
 import pytest
 
 from turnfsm import (
@@ -27,7 +29,7 @@ from turnfsm import (
     tool,
 )
 from turnfsm.events import EVENT_ADAPTER
-from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
+from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -53,11 +55,7 @@ STREAMED_TOOL_TURN = [
 ]
 
 
-def make_engine(answers: Any, **kwargs: Any) -> tuple[Engine, ScriptedLLM, FakeClock]:
-    llm = ScriptedLLM(answers)
-    clock = kwargs.pop("clock", None) or FakeClock()
-    engine = Engine(llm=llm, tools=[get_weather, book], clock=clock, ids=SequentialIds(), **kwargs)
-    return engine, llm, clock
+make_engine = functools.partial(kit.make_engine, tools=[get_weather, book])
 
 
 async def drain(sub: Subscription, *, until: type | None = TurnCompleted) -> list[Event]:
