@@ -24,7 +24,15 @@ from typing import Protocol, runtime_checkable
 
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
-__all__ = ["Commit", "CommitsWithoutWaiting", "ContextSummary", "Lease", "StepLog", "Store"]
+__all__ = [
+    "Commit",
+    "CommitsWithoutWaiting",
+    "ContextSummary",
+    "Lease",
+    "StepLog",
+    "Store",
+    "lease_is_held",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +170,19 @@ class CommitsWithoutWaiting(Protocol):
     commit must be awaited after all (a subclass whose ``commit`` does more)."""
 
     commit_nowait: Callable[[Commit], None] | None
+
+
+def lease_is_held(
+    holder: str | None,
+    token: int,
+    expires_at: float,
+    *,
+    owner: str,
+    now: float,
+    take_over: int | None,
+) -> bool:
+    """The rule every store's ``acquire_lease`` applies to the stored lease:
+    it keeps ``owner`` out while another holder's lease has not expired,
+    unless ``take_over`` names its token. A released lease (``holder`` None)
+    and the owner's own lease hold no one out."""
+    return holder is not None and holder != owner and now < expires_at and token != take_over

@@ -81,7 +81,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
@@ -858,12 +858,13 @@ class FilesStore:
             folder = self._dir(context_id)
             with self._context(folder, context_id):
                 old = self._read_lease(folder)
-                if (
-                    old is not None
-                    and old["owner"] is not None
-                    and old["owner"] != owner
-                    and now < old["expires_at"]
-                    and old["token"] != take_over
+                if old is not None and lease_is_held(
+                    old["owner"],
+                    old["token"],
+                    old["expires_at"],
+                    owner=owner,
+                    now=now,
+                    take_over=take_over,
                 ):
                     return None
                 lease = Lease(context_id, owner, (old["token"] if old else 0) + 1, now + ttl)

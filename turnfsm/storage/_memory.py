@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 
 __all__ = ["MemoryStore"]
 
@@ -152,7 +152,10 @@ class MemoryStore:
         entry = self._leases.get(context_id)
         if entry is not None:
             old, held = entry
-            if held and old.owner != owner and not old.expired(now) and old.token != take_over:
+            holder = old.owner if held else None
+            if lease_is_held(
+                holder, old.token, old.expires_at, owner=owner, now=now, take_over=take_over
+            ):
                 return None
         token = entry[0].token + 1 if entry is not None else 1
         lease = Lease(context_id, owner, token, now + ttl)

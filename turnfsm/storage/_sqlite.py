@@ -94,7 +94,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
-from ._base import Commit, ContextSummary, Lease, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
@@ -1129,11 +1129,8 @@ class SQLiteStore:
             row = None if found[1] is None else found
             if row is not None:
                 held_by, token, expires_at = row
-                if (
-                    held_by is not None
-                    and held_by != owner
-                    and now < expires_at
-                    and token != take_over
+                if lease_is_held(
+                    held_by, token, expires_at, owner=owner, now=now, take_over=take_over
                 ):
                     return None
             lease = Lease(context_id, owner, (row[1] if row is not None else 0) + 1, now + ttl)
