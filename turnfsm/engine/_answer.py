@@ -199,9 +199,7 @@ def _arguments(
 ) -> tuple[dict[str, Any], str | None, str | None]:
     """(arguments, raw_arguments, arguments_error) for one call's arguments."""
     if isinstance(value, str):
-        raw, n = clean_text(value)
-        if n:
-            notes.append(f"{where}: {n} lone surrogate(s) replaced by U+FFFD")
+        raw = _clean(value, where, notes)
         if len(raw) > RAW_ARGUMENTS_LIMIT:
             notes.append(f"{where}: {len(raw)} characters of text, cut to {RAW_ARGUMENTS_LIMIT}")
         return {}, _cut(raw), None
@@ -222,16 +220,25 @@ def _arguments(
     return {}, _cut(clean_text(_as_text(value))[0]), f"a {_type(value)} is not a JSON object"
 
 
+def _note_fixed(notes: list[str], where: str, count: int) -> None:
+    if count:
+        notes.append(f"{where}: {count} lone surrogate(s) replaced by U+FFFD")
+
+
+def _clean(text: str, where: str, notes: list[str]) -> str:
+    """``text`` with its lone surrogates replaced, noted under ``where``."""
+    cleaned, count = clean_text(text)
+    _note_fixed(notes, where, count)
+    return cleaned
+
+
 def _field(response: Any, name: str, notes: list[str]) -> str | None:
     value = getattr(response, name)
     if value is None:
         return None
     if not isinstance(value, str):
         raise invalid_answer(f"its {name} is a {_type(value)}, not a str or None")
-    cleaned, n = clean_text(value)
-    if n:
-        notes.append(f"{name}: {n} lone surrogate(s) replaced by U+FFFD")
-    return cleaned
+    return _clean(value, name, notes)
 
 
 def _usage(value: object, notes: list[str]) -> TokenUsage | None:
@@ -271,17 +278,13 @@ def _calls(
         name = c.name
         if not isinstance(name, str):
             raise invalid_answer(f"{where}.name is a {_type(name)}, not a str")
-        name, n = clean_text(name)
-        if n:
-            notes.append(f"{where}.name: {n} lone surrogate(s) replaced by U+FFFD")
+        name = _clean(name, f"{where}.name", notes)
         sent = c.id
         if sent is None:
             sent = ""
         elif not isinstance(sent, str):
             raise invalid_answer(f"{where}.id is a {_type(sent)}, not a str")
-        sent, n = clean_text(sent)
-        if n:
-            notes.append(f"{where}.id: {n} lone surrogate(s) replaced by U+FFFD")
+        sent = _clean(sent, f"{where}.id", notes)
         base = sent or f"call_{i + 1}"
         new, k = base, 2
         while new in taken or new in fresh:
@@ -330,14 +333,11 @@ def build_answer(
     text = response.text
     if not isinstance(text, str):
         raise invalid_answer(f"its text is a {_type(text)}, not a str")
-    text, n = clean_text(text)
-    if n:
-        notes.append(f"text: {n} lone surrogate(s) replaced by U+FFFD")
+    text = _clean(text, "text", notes)
     thinking = _field(response, "thinking", notes)
     if thinking is None and streamed_thinking is not None:
         thinking = streamed_thinking
-        if thinking_fixed:
-            notes.append(f"thinking: {thinking_fixed} lone surrogate(s) replaced by U+FFFD")
+        _note_fixed(notes, "thinking", thinking_fixed)
     finish_reason = _field(response, "finish_reason", notes)
     model_name = _field(response, "model", notes)
     usage = _usage(response.usage, notes)
