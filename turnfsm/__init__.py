@@ -30,6 +30,7 @@ from .errors import (
     InvalidInput,
     LeaseLost,
     LLMError,
+    NotAtRest,
     PermanentLLMError,
     RenderError,
     SchemaVersionError,
@@ -45,6 +46,7 @@ from .errors import (
 )
 from .events import (
     ContentDelta,
+    ContextChanged,
     Event,
     EventsMissed,
     Failed,
@@ -91,6 +93,7 @@ __all__ = [
     "ContentDelta",
     "ContentPart",
     "ContextBusy",
+    "ContextChanged",
     "ContextLeased",
     "ContextNotFound",
     "Engine",
@@ -111,6 +114,7 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "NotAtRest",
     "PermanentLLMError",
     "Recovery",
     "RenderError",

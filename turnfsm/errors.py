@@ -8,6 +8,7 @@ The tree::
     ├── ContextNotFound             no context with that id in the store
     ├── ContextBusy                 a call is already running on that context
     │   └── ContextLeased           ... in another engine, which holds the context's lease
+    ├── NotAtRest                   a change made only at rest, on a context a crash left mid-turn
     ├── ToolCallError
     │   ├── UnknownToolCall         no tool call with that id in the context
     │   └── ToolCallNotPending      the call was already decided (approved or denied)
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "LeaseLost",
+    "NotAtRest",
     "PermanentLLMError",
     "RenderError",
     "SchemaVersionError",
@@ -100,6 +102,21 @@ class ContextBusy(TurnFSMError):
         super().__init__(
             f"context {context_id!r} is busy (in state {state!r}); wait for the running call "
             "to return, or cancel it"
+        )
+
+
+class NotAtRest(TurnFSMError):
+    """A change made only at rest (config, branch prompts) was asked of a context
+    that is not at rest: a crash stopped its turn in ``state``. Nothing was
+    changed; ``resume`` the context first."""
+
+    def __init__(self, context_id: str, state: str, what: str) -> None:
+        self.context_id = context_id
+        self.state = str(state)
+        self.what = what
+        super().__init__(
+            f"{what} of context {context_id!r} change only at rest, and it is in "
+            f"{self.state} (a crash stopped its turn there): resume it first; nothing was changed"
         )
 
 

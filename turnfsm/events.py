@@ -147,6 +147,22 @@ class Failed:
 
 
 @dataclass(**_EV)
+class ContextChanged:
+    """A change that is not a transition was committed: ``change`` names it
+    (``config_updated``, ``branch_forked``, ``branch_switched``,
+    ``branch_prompts_set``; see :class:`turnfsm.states.Change`) and ``detail``
+    says what changed, as the audit trail keeps it."""
+
+    context_id: str
+    seq: int
+    timestamp: float
+    change: str
+    detail: dict[str, Any]
+    state: str
+    kind: Literal["ContextChanged"] = "ContextChanged"
+
+
+@dataclass(**_EV)
 class EventsMissed:
     """Sent to a subscriber that fell behind: ``count`` events from ``first_seq`` on
     were dropped for it (the engine never waits for a subscriber)."""
@@ -170,6 +186,7 @@ Event = Annotated[
     | Retrying
     | TurnCompleted
     | Failed
+    | ContextChanged
     | EventsMissed,
     Field(discriminator="kind"),
 ]

@@ -3,19 +3,22 @@
 A hypothesis ``RuleBasedStateMachine`` drives one conversation: send (with LLM
 answers drawn by hypothesis: text, chunks, cancels mid-stream, tool calls to
 auto / required / deny / failing / unknown tools, transient and permanent
-errors, broken streams), approve, deny, cancel, retry, reset, fork and switch,
-with ids that may be pending, decided or unknown. The engine runs in an
+errors, broken streams), approve, deny, cancel, retry, reset, fork (with or
+without prompts of its own), switch, config updates and branch prompts, with
+ids that may be pending, decided or unknown. The engine runs in an
 ``anyio`` blocking portal (one event loop thread per example); the scripted LLM
 is a handler that plays the answers the last rule queued.
 
 Invariants after every step:
 
-* every committed step is an edge of ``TRANSITIONS`` and the steps chain;
+* every committed step is an edge of ``TRANSITIONS`` and the steps chain; the
+  change records between them move nothing and come with a ContextChanged;
 * the context rests (Idle, AwaitingToolApproval, PermanentFailure);
 * every tool call has exactly one result, except, at AwaitingToolApproval, the
   open calls of the newest batch;
-* each request the LLM got is the system prompt plus the from-scratch chat
-  build of the stored history, and is a valid provider sequence;
+* each request the LLM got is the active branch's prompts plus the
+  from-scratch chat build of the stored history, and is a valid provider
+  sequence;
 * a refused call changes nothing that is stored;
 * the events a subscriber saw have seqs 1, 2, 3, ... with no gap;
 * the context survives a JSON round trip unchanged, and the store holds exactly
@@ -24,6 +27,7 @@ Invariants after every step:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -38,6 +42,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import turnfsm.model
 from turnfsm import (
+    Branch,
     BranchError,
     ChatContext,
     Engine,
@@ -53,7 +58,8 @@ from turnfsm import (
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.states import RESTING, TRANSITIONS
+from turnfsm.engine import UNSET
+from turnfsm.states import CHANGES, RESTING, TRANSITIONS
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 EDGES = {(src.value, t.trigger.value, t.dest.value) for t in TRANSITIONS for src in t.sources}
@@ -114,6 +120,28 @@ answer_lists = st.lists(answers, max_size=4)
 
 
 # --------------------------------------------------------------------------- helpers
+
+prompt_args = st.fixed_dictionaries(
+    {},
+    optional={
+        "system_prompt": st.sampled_from([None, "", "sys B", SYSTEM]),
+        "user_prompt": st.sampled_from([None, "", "be brief"]),
+    },
+)
+
+
+def prompts_of(branch: Branch) -> tuple[str | None, str | None]:
+    return (branch.system_prompt.content if branch.system_prompt else None, branch.user_prompt)
+
+
+def expected_prompts(source: Branch, given: dict[str, Any]) -> tuple[str | None, str | None]:
+    """A branch's prompts after ``given`` (left out: kept; None or "": none)."""
+    system, user = prompts_of(source)
+    if "system_prompt" in given:
+        system = given["system_prompt"] or None
+    if "user_prompt" in given:
+        user = given["user_prompt"] or None
+    return system, user
 
 
 def call_results(ctx: ChatContext, branch: str) -> tuple[list[Any], dict[str, int]]:
@@ -218,8 +246,17 @@ class EngineMachine(RuleBasedStateMachine):
         # Checks are recorded, not asserted: an exception here would become a failed
         # LLM call inside the engine.
         ctx = await self.engine.get_context(request.context_id)
+        branch = ctx.active_branch
+        prompt = "\n\n".join(
+            p
+            for p in (
+                branch.system_prompt.content if branch.system_prompt else None,
+                branch.user_prompt,
+            )
+            if p
+        )
         expected = [
-            {"role": "system", "content": SYSTEM},
+            *([{"role": "system", "content": prompt}] if prompt else []),
             *turnfsm.model.to_chat_messages(n.message for n in ctx.history()),
         ]
         if request.messages != expected:
@@ -446,6 +483,9 @@ class EngineMachine(RuleBasedStateMachine):
         ctx = self.ctx()
         n = len(ctx.active_branch.message_ids)
         at = data.draw(st.integers(-2, n))
+        prompts = data.draw(prompt_args)
+        fork = functools.partial(self.engine.fork, **prompts)
+        fork.__name__ = "fork"  # type: ignore[attr-defined]
         legal = (
             ctx.current_state in ("Idle", "PermanentFailure")
             and name
@@ -454,15 +494,60 @@ class EngineMachine(RuleBasedStateMachine):
             and not prefix_has_open_calls(ctx, at)
         )
         if legal:
-            self.run(self.engine.fork, self.cid, name, at)
+            self.run(fork, self.cid, name, at)
             after = self.ctx()
             assert after.active_branch_name == name
             assert after.active_branch.message_ids == ctx.active_branch.message_ids[: at + 1]
             assert after.history(ctx.active_branch_name) == ctx.history()
+            assert prompts_of(after.active_branch) == expected_prompts(ctx.active_branch, prompts)
         elif not name:  # not a branch name at all: refused as an argument
-            self.refused(InvalidInput, self.engine.fork, self.cid, name, at)
+            self.refused(InvalidInput, fork, self.cid, name, at)
         else:
-            self.refused(BranchError, self.engine.fork, self.cid, name, at)
+            self.refused(BranchError, fork, self.cid, name, at)
+
+    @rule(name=st.sampled_from(["main", "alt", "other"]), prompts=st.data())
+    def set_prompts(self, name: str, prompts: st.DataObject) -> None:
+        ctx = self.ctx()
+        given = prompts.draw(prompt_args)
+        set_prompts = functools.partial(self.engine.set_branch_prompts, **given)
+        if name not in ctx.branches:
+            self.refused(BranchError, set_prompts, self.cid, name)
+            return
+        after = self.portal.call(set_prompts, self.cid, name)
+        assert after == self.ctx()
+        want = expected_prompts(ctx.branches[name], given)
+        assert prompts_of(after.branches[name]) == want
+        assert after.version == ctx.version + (want != prompts_of(ctx.branches[name]))
+        assert after.current_state == ctx.current_state
+        self.last_version = after.version
+
+    @rule(
+        model=st.none() | st.sampled_from(["m1", "m2"]),
+        title=st.sampled_from([UNSET, None, "a title", "ünï"]),
+        parameters=st.none() | st.sampled_from([{}, {"temperature": 0.5}]),
+    )
+    def update_config(self, model: str | None, title: Any, parameters: Any) -> None:
+        ctx = self.ctx()
+        given: dict[str, Any] = {"title": title}
+        if model is not None:
+            given["model"] = model
+        if parameters is not None:
+            given["parameters"] = parameters
+        config = self.portal.call(functools.partial(self.engine.update_config, self.cid, **given))
+        after = self.ctx()
+        assert config == after.config
+        update: dict[str, Any] = {}
+        if model is not None:
+            update["model_id"] = model
+        if parameters is not None:
+            update["parameters"] = parameters
+        if title is not UNSET:
+            update["title"] = title
+        want = ctx.config.model_copy(update=update)
+        assert after.config == want
+        assert after.version == ctx.version + (want != ctx.config)
+        assert after.current_state == ctx.current_state
+        self.last_version = after.version
 
     @rule(name=st.sampled_from(["main", "alt", "other"]))
     def switch(self, name: str) -> None:
@@ -477,9 +562,15 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def steps_are_declared_edges_that_chain(self) -> None:
-        steps = self.portal.call(self.engine.steps, self.cid)
+        all_steps = self.portal.call(self.engine.steps, self.cid)
         prev = "Idle"
-        for s in steps:
+        steps = []
+        for s in all_steps:
+            if s.trigger in CHANGES:  # a change record: at rest, moving nothing
+                assert s.from_state == s.to_state == prev, (prev, s)
+                assert prev in RESTING_NAMES and s.detail, s
+                continue
+            steps.append(s)
             assert (s.from_state, s.trigger, s.to_state) in EDGES, s
             assert s.from_state == prev, (prev, s)
             prev = s.to_state
@@ -524,10 +615,14 @@ class EngineMachine(RuleBasedStateMachine):
         seqs = [ev.seq for ev in self.events]
         assert seqs == list(range(1, len(seqs) + 1))
         assert all(ev.kind != "EventsMissed" for ev in self.events)
-        changes = [ev for ev in self.events if ev.kind == "StateChanged"]
+        moves = [ev for ev in self.events if ev.kind == "StateChanged"]
         steps = self.portal.call(self.engine.steps, self.cid)
-        assert [(c.from_state, c.trigger, c.to_state) for c in changes] == [  # type: ignore[union-attr]
-            (s.from_state, s.trigger, s.to_state) for s in steps
+        assert [(c.from_state, c.trigger, c.to_state) for c in moves] == [  # type: ignore[union-attr]
+            (s.from_state, s.trigger, s.to_state) for s in steps if s.trigger not in CHANGES
+        ]
+        changed = [ev for ev in self.events if ev.kind == "ContextChanged"]
+        assert [(c.change, c.detail) for c in changed] == [  # type: ignore[union-attr]
+            (s.trigger, s.detail) for s in steps if s.trigger in CHANGES
         ]
 
     @invariant()

@@ -37,7 +37,7 @@ class Run:
 
     @property
     def records(self) -> list[AuditRecord]:
-        return audit_records(self.context_id, self.path.steps, self.ctx.message_pool.values())
+        return audit_records(self.context_id, self.steps, self.ctx.message_pool.values())
 
     @property
     def log(self) -> str:

@@ -71,10 +71,11 @@ from typing import Any, Protocol
 
 from ..errors import RenderError
 from ..model import MessageNode, Role
-from ..states import INITIAL, State, Trigger, allowed_triggers, next_state
+from ..states import CHANGES, INITIAL, RESTING, State, Trigger, allowed_triggers, next_state
 
 __all__ = [
     "ACTORS",
+    "CHANGE_ACTOR",
     "TOOL_CYCLE",
     "Actor",
     "AuditRecord",
@@ -142,6 +143,10 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
 }
 """Who causes each step: by (source state, trigger), else by trigger (source None)."""
 
+CHANGE_ACTOR = Actor.USER
+"""Who makes a change record (a config update, a branch forked, switched or
+given prompts): the person or program calling the engine."""
+
 TOOL_CYCLE: frozenset[State] = frozenset(
     {S.PROCESSING_LLM_RESPONSE, S.AWAITING_TOOL_APPROVAL, S.EXECUTING_TOOLS}
 )
@@ -184,9 +189,11 @@ class AuditRecord:
     message_ids: tuple[str, ...] = ()
     tool_calls: tuple[str, ...] = ()
     tool_results: tuple[str, ...] = ()
+    detail: dict[str, Any] | None = None
+    """What a change record changed (None for transitions)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "seq": self.seq,
             "context_id": self.context_id,
             "version": self.version,
@@ -200,6 +207,9 @@ class AuditRecord:
             "tool_calls": list(self.tool_calls),
             "tool_results": list(self.tool_results),
         }
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
 
 def _aware(dt: datetime) -> datetime:
@@ -350,13 +360,16 @@ def audit_records(
     out: list[AuditRecord] = []
     attempt = 0
     for i, (step, touch) in enumerate(zip(steps, touches, strict=True), 1):
-        try:
-            source, trigger = State(step.from_state), Trigger(step.trigger)
-        except ValueError:
-            actor = "unknown"
+        if step.trigger in CHANGES:
+            actor = str(CHANGE_ACTOR)
         else:
-            actor = str(actor_of(source, trigger))
-            attempt = _next_attempt(attempt, source, trigger)
+            try:
+                source, trigger = State(step.from_state), Trigger(step.trigger)
+            except ValueError:
+                actor = "unknown"
+            else:
+                actor = str(actor_of(source, trigger))
+                attempt = _next_attempt(attempt, source, trigger)
         out.append(
             AuditRecord(
                 seq=i,
@@ -371,6 +384,7 @@ def audit_records(
                 message_ids=tuple(touch.message_ids),
                 tool_calls=tuple(touch.tool_calls),
                 tool_results=tuple(touch.tool_results),
+                detail=getattr(step, "detail", None),
             )
         )
     return out
@@ -399,6 +413,7 @@ def records_from_audit_lines(lines: Iterable[str]) -> list[AuditRecord]:
                     message_ids=tuple(str(m) for m in r.get("message_ids") or ()),
                     tool_calls=tuple(str(m) for m in r.get("tool_calls") or ()),
                     tool_results=tuple(str(m) for m in r.get("tool_results") or ()),
+                    detail=r.get("detail") if isinstance(r.get("detail"), dict) else None,
                 )
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -527,6 +542,12 @@ def verify_audit_log(lines: Sequence[str]) -> VerifyResult:
                 source = State(src)
             except ValueError:
                 raise _Offence(f"{src!r} is not a declared state") from None
+            if trig in CHANGES:
+                _check_change(rec, source)
+                last_time, last_version = _check_order(rec, last_time, last_version)
+                if rec["attempt"] != attempt:
+                    raise _Offence(f"attempt {rec['attempt']}, but a change keeps {attempt}")
+                continue
             try:
                 trigger = Trigger(trig)
             except ValueError:
@@ -540,18 +561,7 @@ def verify_audit_log(lines: Sequence[str]) -> VerifyResult:
                     f"{src} --{trig}--> {dst} is not a declared edge (from {src} the table "
                     f"allows: {allowed})"
                 )
-            try:
-                at = _aware(datetime.fromisoformat(rec["timestamp"]))
-            except ValueError:
-                raise _Offence(f"timestamp {rec['timestamp']!r} is not ISO 8601") from None
-            if last_time is not None and at < last_time:
-                raise _Offence(f"timestamp {rec['timestamp']} is earlier than the line before")
-            last_time = at
-            version = rec.get("version")
-            if version is not None and last_version is not None and version < last_version:
-                raise _Offence(f"version {version} is lower than {last_version} before it")
-            if version is not None:
-                last_version = version
+            last_time, last_version = _check_order(rec, last_time, last_version)
             want_actor = actor_of(source, trigger)
             if rec["actor"] != want_actor:
                 raise _Offence(f"actor {rec['actor']!r}, but {trig} is taken by {want_actor}")
@@ -567,6 +577,38 @@ def verify_audit_log(lines: Sequence[str]) -> VerifyResult:
     return VerifyResult(
         steps=n, final_state=prev_to, tool_calls=len(requested), open_calls=tuple(open_calls)
     )
+
+
+def _check_order(
+    rec: Mapping[str, Any], last_time: datetime | None, last_version: int | None
+) -> tuple[datetime, int | None]:
+    """``timestamp`` and ``version`` never go back; returns the new last ones."""
+    try:
+        at = _aware(datetime.fromisoformat(rec["timestamp"]))
+    except ValueError:
+        raise _Offence(f"timestamp {rec['timestamp']!r} is not ISO 8601") from None
+    if last_time is not None and at < last_time:
+        raise _Offence(f"timestamp {rec['timestamp']} is earlier than the line before")
+    version = rec.get("version")
+    if version is not None and last_version is not None and version < last_version:
+        raise _Offence(f"version {version} is lower than {last_version} before it")
+    return at, version if version is not None else last_version
+
+
+def _check_change(rec: Mapping[str, Any], source: State) -> None:
+    """A change record: made at rest, by the caller, moving nothing."""
+    trig = rec["trigger"]
+    if rec["to"] != rec["from"]:
+        raise _Offence(f"the change {trig} goes from {rec['from']} to {rec['to']}: it must stay")
+    if source not in RESTING:
+        raise _Offence(f"the change {trig} in {source}: changes are made only at rest")
+    if rec["actor"] != CHANGE_ACTOR:
+        raise _Offence(f"actor {rec['actor']!r}, but {trig} is made by {CHANGE_ACTOR}")
+    if rec["tool_calls"] or rec["tool_results"]:
+        raise _Offence(f"the change {trig} names tool calls or results")
+    detail = rec.get("detail")
+    if detail is not None and not isinstance(detail, dict):
+        raise _Offence("field 'detail' must be an object")
 
 
 def _check_calls(

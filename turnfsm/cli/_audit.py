@@ -28,7 +28,6 @@ from typing import Any
 import anyio
 
 from ..audit import audit_jsonl, audit_records, verify_audit_log
-from ..render import path_from_steps
 from ..storage import Store
 from ._diagram import read_text, split_lines
 from ._errors import guarded
@@ -84,7 +83,7 @@ async def _log_of(store: Store, context_id: str) -> str:
         steps = await store.steps(context_id)
     finally:
         await store.aclose()
-    records = audit_records(ctx.id, path_from_steps(steps).steps, ctx.message_pool.values())
+    records = audit_records(ctx.id, steps, ctx.message_pool.values())
     return audit_jsonl(records)
 
 

@@ -76,6 +76,7 @@ async def _main(args: argparse.Namespace) -> int:
                     "trigger": st.trigger,
                     "to": st.to_state,
                     "at": st.at.isoformat(),
+                    **({} if st.detail is None else {"detail": st.detail}),
                 }
                 for st in await store.steps(args.context_id)
             ]

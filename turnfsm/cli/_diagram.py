@@ -186,7 +186,7 @@ def _load_context(args: argparse.Namespace) -> _Run:
         finally:
             await store.aclose()
         path = path_from_steps(steps, start=ctx.created_at)
-        records = audit_records(ctx.id, path.steps, ctx.message_pool.values())
+        records = audit_records(ctx.id, steps, ctx.message_pool.values())
         title = f"context {ctx.id} (now {ctx.current_state}, {len(steps)} steps)"
         return _Run(path, records, dict(ctx.message_pool), title)
 

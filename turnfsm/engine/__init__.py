@@ -2,12 +2,14 @@
 
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
+from ._inputs import UNSET, Unset
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
 from ._turn import StopReason, Turn
 
 __all__ = [
+    "UNSET",
     "Clock",
     "Engine",
     "FakeClock",
@@ -18,6 +20,7 @@ __all__ = [
     "Subscription",
     "SystemClock",
     "Turn",
+    "Unset",
     "wait_exponential",
     "wait_fixed",
     "wait_random_exponential",

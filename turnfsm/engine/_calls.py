@@ -4,9 +4,16 @@ that need the context, then the call's trigger. The drive loop runs the rest."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..errors import BranchError, IllegalTransition, LLMError, ToolCallNotPending, UnknownToolCall
+from ..errors import (
+    BranchError,
+    IllegalTransition,
+    LLMError,
+    NotAtRest,
+    ToolCallNotPending,
+    UnknownToolCall,
+)
 from ..model import (
     ApprovalStatus,
     Branch,
@@ -14,13 +21,15 @@ from ..model import (
     InternalMessage,
     MessageMetadata,
     Role,
+    SystemPrompt,
     TurnProgress,
     to_chat_messages,
 )
-from ..states import RESTING, STATE_EFFECTS, State, Trigger
+from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
 from . import _history
 from ._call_llm import fail_llm
 from ._decide import mark_started
+from ._inputs import UNSET, Unset
 from ._runtime import Runtime
 from ._turn import StopReason
 
@@ -35,7 +44,9 @@ __all__ = [
     "start_resume",
     "start_retry",
     "start_send",
+    "start_set_branch_prompts",
     "start_switch",
+    "start_update_config",
 ]
 
 S = State
@@ -152,7 +163,13 @@ def _unknown_outcomes(d: Driver, rt: Runtime) -> bool:
     return True
 
 
-async def start_fork(d: Driver, name: str, at: int, rt: Runtime) -> None:
+async def start_fork(
+    d: Driver,
+    name: str,
+    at: int,
+    prompts: Mapping[str, str | Unset | None],
+    rt: Runtime,
+) -> None:
     ctx = rt.ctx
     _require_branchable(rt)
     if not name or name in ctx.branches:
@@ -174,18 +191,82 @@ async def start_fork(d: Driver, name: str, at: int, rt: Runtime) -> None:
         system_prompt=source.system_prompt,
         user_prompt=source.user_prompt,
     )
+    detail: dict[str, Any] = {"branch": name, "at": at, "forked_from": source.name}
+    detail.update(_set_prompts(d, branch, prompts))
     ctx.branches[name] = branch
     rt.branches.append(branch.model_copy(deep=True))
     _activate(rt, name)
     rt.stop_reason = StopReason.BRANCH
+    d.change(rt, Change.BRANCH_FORKED, detail)
 
 
 async def start_switch(d: Driver, name: str, rt: Runtime) -> None:
     _require_branchable(rt)
     if name not in rt.ctx.branches:
         raise BranchError(f"context {rt.ctx.id!r} has no branch named {name!r}")
-    _activate(rt, name)
+    previous = rt.ctx.active_branch_name
     rt.stop_reason = StopReason.BRANCH
+    if name == previous:
+        return
+    _activate(rt, name)
+    d.change(rt, Change.BRANCH_SWITCHED, {"branch": name, "previous": previous})
+
+
+async def start_set_branch_prompts(
+    d: Driver, name: str, prompts: Mapping[str, str | Unset | None], rt: Runtime
+) -> None:
+    ctx = rt.ctx
+    _require_resting(rt, "branch prompts")
+    if name not in ctx.branches:
+        raise BranchError(f"context {ctx.id!r} has no branch named {name!r}")
+    branch = ctx.branches[name].model_copy(deep=True)
+    changed = _set_prompts(d, branch, prompts)
+    if not changed:
+        return
+    ctx.branches[name] = branch
+    rt.branches.append(branch.model_copy(deep=True))
+    d.change(rt, Change.BRANCH_PROMPTS_SET, {"branch": name, **changed})
+
+
+def _set_prompts(
+    d: Driver, branch: Branch, prompts: Mapping[str, str | Unset | None]
+) -> dict[str, str | None]:
+    """Give ``branch`` the prompts in ``prompts`` that are set and differ from
+    its own; returns those (the change record's detail)."""
+    changed: dict[str, str | None] = {}
+    system = prompts.get("system_prompt", UNSET)
+    if not isinstance(system, Unset):
+        current = branch.system_prompt.content if branch.system_prompt else None
+        if (system or None) != current:
+            branch.system_prompt = SystemPrompt(id=d.ids(), content=system) if system else None
+            changed["system_prompt"] = system or None
+    user = prompts.get("user_prompt", UNSET)
+    if not isinstance(user, Unset) and (user or None) != branch.user_prompt:
+        branch.user_prompt = user or None
+        changed["user_prompt"] = user or None
+    return changed
+
+
+async def start_update_config(
+    d: Driver, fields: Mapping[str, Any], out: list[Any], rt: Runtime
+) -> None:
+    """Change the config's ``fields`` (already checked); ``out`` receives the
+    config as it is after the call."""
+    ctx = rt.ctx
+    _require_resting(rt, "the config")
+    config = ctx.config
+    changed = {k: v for k, v in fields.items() if getattr(config, k) != v}
+    if changed:
+        ctx.config = config = config.model_copy(update=changed, deep=True)
+        rt.config_changed = True
+        d.change(rt, Change.CONFIG_UPDATED, dict(changed))
+    out.append(config.model_copy(deep=True))
+
+
+def _require_resting(rt: Runtime, what: str) -> None:
+    state = State(rt.holder.state)
+    if state not in RESTING:
+        raise NotAtRest(rt.ctx.id, state, what)
 
 
 def _require_branchable(rt: Runtime) -> None:

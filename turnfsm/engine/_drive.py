@@ -26,14 +26,15 @@ import anyio
 from ..adapters.llm import LLM
 from ..enhancers import Enhancer
 from ..errors import ContextBusy, IllegalTransition
-from ..events import Event, Failed, StateChanged, ToolResult, TurnCompleted
+from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
-from ..states import RESTING, Effect, State, Trigger, TurnMachine, next_state
+from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
 from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._clock import Clock
 from ._history import Result
+from ._inputs import check_name
 from ._loaded import Loaded
 from ._retry import RetryPolicy
 from ._runtime import Runtime, dirty
@@ -110,6 +111,10 @@ class Driver:
             Effect.RUN_TOOLS: _run_tools.run_tools,
             Effect.BACKOFF: _backoff.backoff,
         }
+
+    def check_mode(self, where: str, mode: object) -> str:
+        """A mode name given to a public call."""
+        return check_name(where, mode)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), UTC)
@@ -294,6 +299,12 @@ class Driver:
         if rt.subscribers:
             rt.outbox.append((kind, rt.seq, self.clock.time(), fields))
 
+    def change(self, rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
+        """Record a change that is not a transition (see :class:`Change`): an
+        audit record and a ContextChanged event, both with the next commit."""
+        rt.changes.append((change, detail))
+        self.later(rt, ContextChanged, change=str(change), detail=detail, state=rt.holder.state)
+
     def end_turn(self, rt: Runtime) -> None:
         self.later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
 
@@ -306,6 +317,9 @@ class Driver:
         now = self.now()
         version = ctx.version + 1
         steps = [StepLog(version, a, t, b, now) for (a, t, b) in holder.steps]
+        if rt.changes:
+            state = holder.state
+            steps += [StepLog(version, state, c, state, now, detail) for c, detail in rt.changes]
         appended = rt.appended
         replaced = list(rt.replaced.values())
         if replaced and appended:
@@ -329,6 +343,7 @@ class Driver:
             replaced=replaced,
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
+            config=ctx.config if rt.config_changed else None,
             lease_token=rt.lease.token if rt.lease is not None else None,
         )
         if self.commit_nowait is not None:  # a store that never waits needs no shield
@@ -341,6 +356,8 @@ class Driver:
         rt.replaced = {}
         rt.branches = []
         rt.active_changed = False
+        rt.config_changed = False
+        rt.changes = []
         # Plain field writes on the engine's own working copy: these models do no
         # validation on assignment, and pydantic's __setattr__ bookkeeping costs
         # about a microsecond per field on the hot path (four per step).

@@ -28,7 +28,7 @@ from ..model import (
     Role,
     SystemPrompt,
 )
-from ..states import RESTING, State, TurnMachine
+from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
 from . import _calls, _leases
@@ -36,6 +36,8 @@ from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
 from ._drive import Driver
 from ._inputs import (
+    UNSET,
+    Unset,
     check_call_ids,
     check_content,
     check_count,
@@ -43,6 +45,7 @@ from ._inputs import (
     check_name,
     check_parameters,
     check_text,
+    check_title,
 )
 from ._leases import DEFAULT_LEASE_TTL, HOST
 from ._recovery import Recovery
@@ -281,6 +284,7 @@ class Engine:
         workspace_path: str | None = None,
         parent_id: str | None = None,
         context_id: str | None = None,
+        title: str | None = None,
     ) -> str:
         """Create and store a new context in ``Idle``; returns its id.
 
@@ -303,6 +307,7 @@ class Engine:
             check_id("parent_id", parent_id)
         if context_id is not None:
             check_id("context_id", context_id)
+        check_title("title", title)
         now = self._d.now()
         prompt = SystemPrompt(id=self._d.ids(), content=system_prompt) if system_prompt else None
         ctx = ChatContext(
@@ -315,6 +320,7 @@ class Engine:
                 system_prompt_id=prompt.id if prompt else None,
                 agent_role=agent_role,
                 workspace_path=workspace_path,
+                title=title,
             ),
             branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
             created_at=now,
@@ -469,25 +475,100 @@ class Engine:
                 failed[cid] = exc
         return Recovery(resumed=resumed, skipped=skipped, failed=failed)
 
-    async def fork(self, context_id: str, name: str, at: int) -> Turn:
+    async def fork(
+        self,
+        context_id: str,
+        name: str,
+        at: int,
+        *,
+        system_prompt: str | Unset | None = UNSET,
+        user_prompt: str | Unset | None = UNSET,
+    ) -> Turn:
         """A new branch with the active branch's messages up to index ``at``; made active.
 
         ``name`` follows the id rule; ``at`` is an ``int`` (-1 forks before the
-        first message).
+        first message). The new branch keeps the source branch's prompts unless
+        ``system_prompt`` / ``user_prompt`` are given (``None`` or ``""``: none),
+        so two branches can run different prompts on the same history. The fork
+        is a change record of the audit trail (``branch_forked``) with a
+        ``ContextChanged`` event.
         """
         check_id("context_id", context_id)
         check_id("name", name)
         if isinstance(at, bool) or not isinstance(at, int):
             raise InvalidInput("at", f"must be an integer, not {type(at).__name__}")
+        prompts = _check_prompts(system_prompt, user_prompt)
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_fork, d, name, at))
+        return await d.run(context_id, functools.partial(_calls.start_fork, d, name, at, prompts))
 
     async def switch_branch(self, context_id: str, name: str) -> Turn:
-        """Make another branch active."""
+        """Make another branch active (a ``branch_switched`` change record)."""
         check_id("context_id", context_id)
         check_id("name", name)
         d = self._d
         return await d.run(context_id, functools.partial(_calls.start_switch, d, name))
+
+    async def set_branch_prompts(
+        self,
+        context_id: str,
+        branch: str,
+        *,
+        system_prompt: str | Unset | None = UNSET,
+        user_prompt: str | Unset | None = UNSET,
+    ) -> ChatContext:
+        """Give a branch its own system prompt and/or user prompt (``None`` or
+        ``""`` removes one; an argument left out keeps it).
+
+        The next request on that branch uses them (the system prompt, then the
+        user prompt, first in the request). Allowed at rest (``Idle``,
+        ``AwaitingToolApproval``, ``PermanentFailure``); committed as a
+        ``branch_prompts_set`` change record with a ``ContextChanged`` event.
+        Returns the context as committed. :class:`~turnfsm.errors.BranchError`
+        for an unknown branch.
+        """
+        check_id("context_id", context_id)
+        check_id("branch", branch)
+        prompts = _check_prompts(system_prompt, user_prompt)
+        d = self._d
+        await d.run(
+            context_id, functools.partial(_calls.start_set_branch_prompts, d, branch, prompts)
+        )
+        return await self.get_context(context_id)
+
+    async def update_config(
+        self,
+        context_id: str,
+        *,
+        model: str | Unset = UNSET,
+        mode: str | Unset = UNSET,
+        parameters: dict[str, Any] | Unset = UNSET,
+        title: str | Unset | None = UNSET,
+    ) -> ChatConfig:
+        """Change the context's config: the fields given, the others kept.
+
+        ``model`` and ``mode`` are names; ``parameters`` (the provider's request
+        parameters: temperature, max_tokens, ...) replace the stored ones as a
+        whole; ``title`` is one line (``None`` clears it). Allowed at rest
+        (``Idle``, ``AwaitingToolApproval``, ``PermanentFailure``): the next LLM
+        call uses the new config. Committed (the version grows) as a
+        ``config_updated`` change record whose detail holds the fields that
+        changed, with a ``ContextChanged`` event; a call that changes nothing
+        commits nothing. Returns the config as it is now.
+        """
+        check_id("context_id", context_id)
+        fields: dict[str, Any] = {}
+        if not isinstance(model, Unset):
+            fields["model_id"] = check_name("model", model)
+        if not isinstance(mode, Unset):
+            fields["mode"] = self._d.check_mode("mode", mode)
+        if not isinstance(parameters, Unset):
+            fields["parameters"] = check_parameters("parameters", parameters)
+        if not isinstance(title, Unset):
+            fields["title"] = check_title("title", title)
+        out: list[ChatConfig] = []
+        d = self._d
+        await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))
+        return out[0]
 
     # ------------------------------------------------------------------ events and audit
 
@@ -505,7 +586,8 @@ class Engine:
             subs.remove(sub)
 
     async def steps(self, context_id: str) -> list[StepLog]:
-        """Every committed transition of the context (the audit trail)."""
+        """The audit trail: every committed transition of the context, and the
+        change records between them (``detail`` set; see :class:`~turnfsm.states.Change`)."""
         check_id("context_id", context_id)
         return await self.store.steps(context_id)
 
@@ -513,4 +595,14 @@ class Engine:
         """The states the context entered, from its initial ``Idle``."""
         check_id("context_id", context_id)
         steps = await self.store.steps(context_id)
-        return [State.IDLE, *(State(s.to_state) for s in steps)]
+        return [State.IDLE, *(State(s.to_state) for s in steps if s.trigger not in CHANGES)]
+
+
+def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:
+    """The prompts given to ``fork`` / ``set_branch_prompts``, checked as texts."""
+    prompts: dict[str, str | Unset | None] = {}
+    for where, value in (("system_prompt", system_prompt), ("user_prompt", user_prompt)):
+        if not isinstance(value, Unset):
+            check_text(where, value, optional=True)
+        prompts[where] = value  # type: ignore[assignment]
+    return prompts

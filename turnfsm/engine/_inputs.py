@@ -24,7 +24,8 @@ The rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 from ..errors import InvalidInput
 from ..model import (
@@ -41,6 +42,9 @@ from ..model import (
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "MAX_TITLE_LENGTH",
+    "UNSET",
+    "Unset",
     "check_call_ids",
     "check_content",
     "check_count",
@@ -48,7 +52,27 @@ __all__ = [
     "check_name",
     "check_parameters",
     "check_text",
+    "check_title",
 ]
+
+
+class Unset(Enum):
+    """The type of :data:`UNSET`."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+"""An optional argument left out, where ``None`` means something (no prompt,
+no title): ``update_config(title=None)`` clears the title, leaving ``title``
+out keeps it."""
+
+
+MAX_TITLE_LENGTH = 1000
+"""The longest title, in characters."""
 
 
 def _kind(value: object) -> str:
@@ -169,3 +193,16 @@ def check_content(where: str, content: Any) -> list[Any]:
     if chars * 4 > MAX_JSON_BYTES and sum(len(t.encode()) for t in texts) > MAX_JSON_BYTES:
         raise InvalidInput(where, f"is over the limit of {MAX_JSON_BYTES} bytes as UTF-8")
     return parts
+
+
+def check_title(where: str, value: Any) -> str | None:
+    """A title: ``None``, or one line of 1 to :data:`MAX_TITLE_LENGTH`
+    characters with no control character and no lone surrogate."""
+    if value is None:
+        return None
+    check_text(where, value, empty=False)
+    if len(value) > MAX_TITLE_LENGTH:
+        raise InvalidInput(where, f"longer than {MAX_TITLE_LENGTH} characters ({len(value)})")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        raise InvalidInput(where, "holds a control character (a title is one line)")
+    return value  # type: ignore[no-any-return]

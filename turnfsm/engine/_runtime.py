@@ -42,6 +42,9 @@ class Runtime:
     replaced: dict[str, MessageNode] = field(default_factory=dict)
     branches: list[Branch] = field(default_factory=list)
     active_changed: bool = False
+    config_changed: bool = False
+    changes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Changes that are not transitions (name, detail): audit records of the next commit."""
     # the running call
     turn_states: list[State] = field(default_factory=list)
     turn_nodes: list[MessageNode] = field(default_factory=list)
@@ -64,4 +67,12 @@ class Runtime:
 
 def dirty(rt: Runtime) -> bool:
     """Changes not yet committed."""
-    return bool(rt.holder.steps or rt.appended or rt.replaced or rt.branches or rt.active_changed)
+    return bool(
+        rt.holder.steps
+        or rt.appended
+        or rt.replaced
+        or rt.branches
+        or rt.active_changed
+        or rt.config_changed
+        or rt.changes
+    )

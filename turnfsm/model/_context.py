@@ -51,6 +51,8 @@ class ChatConfig(BaseModel):
     system_prompt_id: str | None = None
     agent_role: str = "assistant"
     workspace_path: str | None = None
+    title: str | None = None
+    """A name for people (lists, the web view); the engine does not read it."""
 
 
 class TurnProgress(BaseModel):

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..states import INITIAL, TRANSITIONS, State, Trigger, next_state
+from ..states import CHANGES, INITIAL, TRANSITIONS, State, Trigger, next_state
 
 __all__ = [
     "PathStep",
@@ -115,9 +115,16 @@ class RunPath:
 
 
 def path_from_steps(steps: Iterable[StepLike], *, start: datetime | None = None) -> RunPath:
-    """The path of a stored context, from ``await store.steps(context_id)``."""
+    """The path of a stored context, from ``await store.steps(context_id)``.
+
+    Change records (config updates, branch changes: :data:`~turnfsm.states.CHANGES`)
+    are not transitions and are left out."""
     return RunPath(
-        tuple(PathStep(s.from_state, s.trigger, s.to_state, s.at, s.version) for s in steps),
+        tuple(
+            PathStep(s.from_state, s.trigger, s.to_state, s.at, s.version)
+            for s in steps
+            if s.trigger not in CHANGES
+        ),
         start,
     )
 
@@ -166,7 +173,7 @@ def path_from_audit_lines(lines: Sequence[str]) -> RunPath:
     """The path of an audit log (JSON Lines from ``turnfsm audit export``).
 
     Lines are taken in file order, as written; ``turnfsm audit verify`` is what
-    checks them.
+    checks them. Change records (not transitions) are left out.
     """
     steps = []
     for n, line in enumerate(lines, 1):
@@ -174,6 +181,8 @@ def path_from_audit_lines(lines: Sequence[str]) -> RunPath:
             continue
         try:
             rec = json.loads(line)
+            if rec["trigger"] in CHANGES:
+                continue
             at = datetime.fromisoformat(rec["timestamp"]) if rec.get("timestamp") else None
             steps.append(
                 PathStep(

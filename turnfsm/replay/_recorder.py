@@ -19,9 +19,10 @@ from typing import Any
 
 import anyio
 
-from ..engine import Engine, Turn
+from ..engine import UNSET, Engine, Turn, Unset
 from ..errors import LLMError
 from ..model import (
+    ChatConfig,
     LLMChunk,
     LLMRequest,
     LLMResponse,
@@ -220,6 +221,39 @@ class Recorder:
         engine, cid = self._target()
         self._steps.append({"reset": True})
         return await engine.reset(cid)
+
+    async def fork(
+        self,
+        name: str,
+        at: int,
+        *,
+        system_prompt: str | Unset | None = UNSET,
+        user_prompt: str | Unset | None = UNSET,
+    ) -> Turn:
+        """Fork a branch (with its own prompts, when given); recorded once it is done."""
+        engine, cid = self._target()
+        prompts = {
+            k: v
+            for k, v in (("system_prompt", system_prompt), ("user_prompt", user_prompt))
+            if not isinstance(v, Unset)
+        }
+        turn = await engine.fork(cid, name, at, **prompts)
+        self._steps.append({"branch": {"name": name, "at": at, **prompts}})
+        return turn
+
+    async def switch_branch(self, name: str) -> Turn:
+        engine, cid = self._target()
+        turn = await engine.switch_branch(cid, name)
+        self._steps.append({"switch": name})
+        return turn
+
+    async def update_config(self, **fields: Any) -> ChatConfig:
+        """``Engine.update_config`` with the same keywords (model, mode,
+        parameters, title); recorded once it is done."""
+        engine, cid = self._target()
+        config = await engine.update_config(cid, **fields)
+        self._steps.append({"config": dict(fields)})
+        return config
 
     # ------------------------------------------------------------- output
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.llm.scripted import play
-from ..engine import Engine, FakeClock, RetryPolicy, SequentialIds, Turn, wait_exponential
+from ..engine import Engine, FakeClock, RetryPolicy, SequentialIds, wait_exponential
 from ..engine._defaults import default_logger as _default_logger
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
@@ -329,7 +329,7 @@ def build_engine(
     )
 
 
-async def _input(engine: Engine, cid: str, step: Step) -> Turn:
+async def _input(engine: Engine, cid: str, step: Step) -> object:
     v = step.value
     kind = step.kind
     if kind == "user":
@@ -345,7 +345,9 @@ async def _input(engine: Engine, cid: str, step: Step) -> Turn:
     if kind == "reset":
         return await engine.reset(cid)
     if kind == "branch":
-        return await engine.fork(cid, v.name, at=v.at)
+        return await engine.fork(cid, v.name, at=v.at, **v.prompts())
+    if kind == "config":
+        return await engine.update_config(cid, **v.fields())
     if kind == "switch":
         return await engine.switch_branch(cid, v)
     raise AssertionError(kind)  # pragma: no cover - the parser allows no other input

@@ -34,7 +34,9 @@ __all__ = [
 
 FORMAT = "turnfsm-script/1"
 
-INPUT_KEYS = frozenset({"user", "approve", "deny", "cancel", "retry", "reset", "branch", "switch"})
+INPUT_KEYS = frozenset(
+    {"user", "approve", "deny", "cancel", "retry", "reset", "branch", "switch", "config"}
+)
 OUTCOME_KEYS = frozenset({"llm", "llm_error", "tool"})
 CHECK_KEYS = frozenset({"expect"})
 STEP_KEYS = INPUT_KEYS | OUTCOME_KEYS | CHECK_KEYS
@@ -93,9 +95,42 @@ class DenyInput(BaseModel):
 
 
 class BranchInput(BaseModel):
+    """A fork; the prompts, when given, are the new branch's own (``null``: none)."""
+
     model_config = _STRICT
     name: str = Field(min_length=1)
     at: int = Field(ge=-1)
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+
+    def prompts(self) -> dict[str, str | None]:
+        """The prompts the step gives (those left out keep the source branch's)."""
+        return {
+            k: getattr(self, k)
+            for k in ("system_prompt", "user_prompt")
+            if k in self.model_fields_set
+        }
+
+
+class ConfigInput(BaseModel):
+    """A config update: the fields given change, the others stay."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model: str | None = Field(default=None, min_length=1)
+    mode: str | None = Field(default=None, min_length=1)
+    parameters: dict[str, Any] | None = None
+    title: str | None = None
+
+    @field_validator("model", "mode", "parameters")
+    @classmethod
+    def _not_null(cls, v: Any) -> Any:
+        if v is None:
+            raise ValueError("must not be null (leave the field out to keep it)")
+        return v
+
+    def fields(self) -> dict[str, Any]:
+        """The fields the step gives, as ``update_config`` keywords."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
 
 
 class ToolOutcomeStep(BaseModel):
@@ -228,6 +263,11 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
             parsed = True
     elif kind == "branch":
         parsed = _validate(BranchInput, value, here, problems)
+    elif kind == "config":
+        parsed = _validate(ConfigInput, value, here, problems)
+        if parsed is not None and not parsed.model_fields_set:
+            problems.append((here, "a config step names at least one field"))
+            parsed = None
     elif kind == "switch":
         if not isinstance(value, str) or not value:
             problems.append((here, "a branch name"))

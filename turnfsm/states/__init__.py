@@ -1,6 +1,7 @@
 """L1: the declared FSM. The table is data (:mod:`._table`); :mod:`._machine` is
 the only module that imports ``transitions``."""
 
+from ._changes import CHANGES, Change
 from ._machine import ContextHolder, StepRecord, TurnMachine
 from ._table import (
     INITIAL,
@@ -20,6 +21,7 @@ from ._table import (
 )
 
 __all__ = [
+    "CHANGES",
     "INITIAL",
     "NON_RESTING",
     "RESTING",
@@ -27,6 +29,7 @@ __all__ = [
     "STATE_EFFECTS",
     "TRANSITIONS",
     "TRIGGERS",
+    "Change",
     "ContextHolder",
     "Effect",
     "State",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
@@ -48,13 +48,21 @@ class ContextSummary:
 
 @dataclass(frozen=True, slots=True)
 class StepLog:
-    """One committed transition, as the audit trail keeps it."""
+    """One committed record of the audit trail: a transition, or a change.
+
+    A transition names a trigger of the declared table. A change (a config
+    update, a branch forked or switched, its prompts set: the names are
+    :class:`~turnfsm.states.Change`) is committed the same way but is not a
+    transition: ``from_state`` and ``to_state`` are the state it happened in,
+    and ``detail`` says what changed (JSON; ``None`` for transitions).
+    """
 
     version: int
     from_state: str
     trigger: str
     to_state: str
     at: datetime
+    detail: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,7 @@ class _StepLine(BaseModel):
     trigger: str
     to: str
     at: datetime
+    detail: dict[str, Any] | None = None
 
 
 class _Summary(BaseModel):
@@ -696,6 +697,7 @@ class FilesStore:
                             "trigger": s.trigger,
                             "to": s.to_state,
                             "at": s.at.isoformat(),
+                            **({} if s.detail is None else {"detail": s.detail}),
                         }
                     )
                     + "\n"
@@ -806,7 +808,9 @@ class FilesStore:
             problem = step_problem(step.from_, step.to)
             if problem is not None:
                 raise StoreError(f"{path}: line {n}: {problem}")
-            out.append(StepLog(step.version, step.from_, step.trigger, step.to, step.at))
+            out.append(
+                StepLog(step.version, step.from_, step.trigger, step.to, step.at, step.detail)
+            )
         if not raw.endswith(b"\n"):
             raise StoreError(f"{path}: the committed part does not end with a whole line")
         return out

@@ -166,7 +166,8 @@ CREATE TABLE IF NOT EXISTS steps (
     from_state TEXT NOT NULL,
     trigger TEXT NOT NULL,
     to_state TEXT NOT NULL,
-    at TEXT NOT NULL
+    at TEXT NOT NULL,
+    detail TEXT
 );
 CREATE INDEX IF NOT EXISTS steps_by_context ON steps (ctx);
 """
@@ -836,7 +837,17 @@ class SQLiteStore:
             params,
             [(n.model_dump_json(), n.id) for n in commit.replaced],
             [(name, n.id, n.model_dump_json()) for name, n in commit.appended],
-            [(s.version, s.from_state, s.trigger, s.to_state, _ts(s.at)) for s in commit.steps],
+            [
+                (
+                    s.version,
+                    s.from_state,
+                    s.trigger,
+                    s.to_state,
+                    _ts(s.at),
+                    None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
+                )
+                for s in commit.steps
+            ],
         )
 
     def _apply_commit(self, conn: sqlite3.Connection, commit: Commit, rows: _CommitRows) -> None:
@@ -893,7 +904,7 @@ class SQLiteStore:
         if rows.steps:
             conn.executemany(
                 "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
-                "to_state, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "to_state, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(seq, _V, *step) for step in rows.steps],
             )
 
@@ -1001,8 +1012,9 @@ class SQLiteStore:
             if row is None:
                 raise ContextNotFound(context_id)
             out = []
-            for schema_version, version, a, t, b, at in conn.execute(
-                "SELECT schema_version, version, from_state, trigger, to_state, at FROM steps "
+            for schema_version, version, a, t, b, at, detail in conn.execute(
+                "SELECT schema_version, version, from_state, trigger, to_state, at, detail "
+                "FROM steps "
                 "WHERE ctx = ? ORDER BY rowid",
                 row,
             ):
@@ -1025,7 +1037,7 @@ class SQLiteStore:
                 problem = step_problem(a, b)
                 if problem is not None:
                     raise StoreError(f"{row}, column {problem}")
-                out.append(StepLog(version, a, t, b, when))
+                out.append(StepLog(version, a, t, b, when, _step_detail(row, detail)))
             conn.execute("COMMIT")
             return out
 
@@ -1089,13 +1101,21 @@ class SQLiteStore:
         return await self._submit(fn, reader=False, durable=False)
 
     def _prepare_leases(self, conn: sqlite3.Connection) -> None:
-        """Add the ``leases`` table to a file made before it existed."""
+        """Add the ``leases`` table, and the ``detail`` column of ``steps``, to a
+        file made before they existed."""
         try:
             known = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
             ).fetchone()
             if known is None:
                 conn.execute(_LEASES_TABLE)
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
+            if "detail" not in columns:
+                try:
+                    conn.execute("ALTER TABLE steps ADD COLUMN detail TEXT")
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process added it
+                        raise
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot add the leases table: {exc}") from exc
 
@@ -1205,8 +1225,23 @@ class _CommitRows(NamedTuple):
     """(body, message id)"""
     appended: list[tuple[str, str, str]]
     """(branch, message id, body)"""
-    steps: list[tuple[int, str, str, str, str]]
-    """(version, from, trigger, to, at)"""
+    steps: list[tuple[int, str, str, str, str, str | None]]
+    """(version, from, trigger, to, at, detail as JSON)"""
+
+
+def _step_detail(row: str, detail: object) -> dict[str, Any] | None:
+    """A stored step's ``detail`` column: NULL, or a JSON object."""
+    if detail is None:
+        return None
+    if not isinstance(detail, str):
+        raise StoreError(f"{row}, column detail: not text but {type(detail).__name__}")
+    try:
+        value = json.loads(detail)
+    except ValueError:
+        raise StoreError(f"{row}, column detail: not JSON") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{row}, column detail: not a JSON object")
+    return value
 
 
 class _Redo(Exception):
