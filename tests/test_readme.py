@@ -35,6 +35,38 @@ def test_embedding_example_runs(tmp_path: Path) -> None:
     assert "StreamingLLMResponse" in out.stdout
 
 
+def _examples() -> dict[str, str]:
+    """Every python block that follows an ``<!-- example: NAME ... -->`` marker."""
+    text = README.read_text()
+    found = {}
+    for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
+        match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
+        assert match, f"no python block after the example marker {marker.group(1)!r}"
+        found[marker.group(1).strip()] = match.group(1)
+    return found
+
+
+def test_the_readme_has_its_examples() -> None:
+    assert "config and branch prompts" in _examples()
+
+
+@pytest.mark.parametrize("name", sorted(_examples()))
+def test_readme_example_runs(tmp_path: Path, name: str) -> None:
+    """Each example asserts what it shows; it must exit 0."""
+    script = tmp_path / "example.py"
+    script.write_text(_examples()[name])
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "assert " in _examples()[name], "an example checks what it shows"
+
+
 @pytest.mark.parametrize("words", ["turnfsm demo", "pytest"])
 def test_readme_names_both_setup_commands(words: str) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), re.S)
