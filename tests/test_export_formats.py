@@ -87,7 +87,7 @@ def again(ctx: ChatContext, fmt: str, branch: str | None = None) -> ChatContext:
     """Export ``ctx`` in ``fmt``, through JSON text, and import it back."""
     data = json.loads(json.dumps(export_context(ctx, fmt, branch=branch)))  # type: ignore[arg-type]
     assert detect_format(data) == fmt
-    return import_context(data, fmt, now=NOW, ids=seq_ids("again"))  # type: ignore[arg-type]
+    return import_context(data, fmt, now=NOW, ids=seq_ids("again"))
 
 
 # --- what each format keeps, as one comparable list ---------------------------------------
