@@ -36,12 +36,18 @@ from turnfsm.adapters.outbound import (
 from turnfsm.errors import BranchError, InvalidInput
 from turnfsm.model import (
     ApprovalStatus,
+    Branch,
     ChatContext,
     FilePart,
     ImagePart,
     InternalMessage,
+    MessageMetadata,
+    MessageNode,
     Role,
+    SystemPrompt,
     TextPart,
+    ToolCallRequest,
+    ToolCallResult,
     tool_result_content,
 )
 
@@ -628,3 +634,75 @@ def test_fields_a_format_fills_win_over_kept_ones() -> None:
     ]
     for fmt in EXPORT_FORMATS:
         again(ctx, fmt)  # every export imports back
+
+
+ODD_EXTRA: dict[str, Any] = {
+    # turnfsm's own keys holding what no import would put there
+    **{"source": 5, "binary_content": "x", "tool_uses": {"a": 1}, "thinking": [1]},
+    **{"additional_context": 7, "message_id": 3, "entry": "e", "openai_role": "developer"},
+    **{"synthesized": "no", "conversions": None},
+    # and the names of fields the formats fill themselves
+    **{"records": 1, "content": 2, "role": "x", "tool_call_id": 1, "user": 1, "assistant": 2},
+    **{"name": 3, "prompt": 9, "function_call": 1, "reasoning_content": 2, "timestamp": "bad"},
+    **{"images": 3, "tool_calls": 4, "type": 5, "status": 1, "tool_use_id": 2, "args": 1},
+}
+
+
+def test_whatever_a_context_holds_every_export_imports_back() -> None:
+    """Odd extras, an operator with a file, an image in an assistant message and in a
+    result, arguments that are not an object, a result that answers no call: the
+    export leaves out what has no place and never writes what cannot be read back."""
+
+    def msg(role: Role, **fields: Any) -> InternalMessage:
+        meta = MessageMetadata(created_at=NOW, extra=dict(ODD_EXTRA))
+        return InternalMessage(role=role, metadata=meta, **fields)
+
+    def call(cid: str, **fields: Any) -> ToolCallRequest:
+        return ToolCallRequest(id=cid, tool_name="f", **fields)
+
+    def result(cid: str, value: Any, **fields: Any) -> InternalMessage:
+        return msg(Role.TOOL, tool_result=ToolCallResult(request_id=cid, result=value), **fields)
+
+    history = [
+        msg(Role.SYSTEM, content=[TextPart(text="sys")]),
+        msg(
+            Role.FRONTEND_OPERATOR,
+            content=[
+                TextPart(text="a"),
+                ImagePart(url="data:image/gif;base64,R0lG"),
+                FilePart(name="f", data="aGk="),
+            ],
+        ),
+        msg(Role.USER),
+        msg(
+            Role.ASSISTANT,
+            content=[TextPart(text="t"), ImagePart(url="https://x/a.png")],
+            thinking="th",
+            tool_calls=[
+                call("c1", arguments={"a": 1}, approval_status=ApprovalStatus.DENIED),
+                call("c2", raw_arguments="[1]", approval_status=ApprovalStatus.APPROVED),
+            ],
+        ),
+        result("c1", {"x": 1.5}, content=[ImagePart(url=f"data:image/png;base64,{PNG_1PX}")]),
+        result("c2", [{"Text": 1}]),
+        msg(Role.ASSISTANT, tool_calls=[call("c3")]),
+        result("elsewhere", None),
+        msg(Role.USER, content=[TextPart(text="u")]),
+    ]
+    pool = {
+        f"m{i}": MessageNode(id=f"m{i}", message=m, parent_id=f"m{i - 1}" if i else None)
+        for i, m in enumerate(history)
+    }
+    prompt = SystemPrompt(id="p", content="P")
+    ctx = ChatContext(
+        id="odd",
+        message_pool=pool,
+        branches={"main": Branch(name="main", message_ids=list(pool), system_prompt=prompt)},
+        created_at=NOW,
+        updated_at=NOW,
+    )
+    for fmt in EXPORT_FORMATS:
+        back = messages(again(ctx, fmt))
+        results = [m.tool_result.request_id for m in back if m.tool_result is not None]
+        assert results == ["c1", "c2", "c3"], fmt  # c3 given the missing result
+        assert [m.text for m in back if m.role is not Role.TOOL][-1] == "u"

@@ -19,7 +19,8 @@ shape, as :func:`~turnfsm.adapters.inbound.import_conversation_entries` reads it
   own). A text result is a ``{"Text": ...}`` block, any other a ``{"Json":
   ...}`` block; ``status`` is ``Success`` or ``Error``. A result an import made
   up for a call that had none is not written (the import makes it again), nor
-  is a call that has none yet given one.
+  is a call that has none yet given one. A result that answers no call of
+  the assistant message just before it is left out.
 - ``metadata.extra`` keys are written back as fields of the object they came
   from: the user or assistant message, a tool use, a tool use result, the
   entry (``extra["entry"]``) or the top level (``extra["source"]`` of the
@@ -167,12 +168,8 @@ def _assistant(msg: InternalMessage) -> dict[str, Any]:
     return {"ToolUse" if calls else "Response": body}
 
 
-def _denied_by_human(call: ToolCallRequest | None) -> bool:
-    return (
-        call is not None
-        and call.approval_status is ApprovalStatus.DENIED
-        and call.decided_by == "human"
-    )
+def _denied_by_human(call: ToolCallRequest) -> bool:
+    return call.approval_status is ApprovalStatus.DENIED and call.decided_by == "human"
 
 
 def _joins_prompt(results: list[InternalMessage], after: InternalMessage | None) -> bool:
@@ -228,6 +225,7 @@ def export_conversation_entries(ctx: ChatContext, *, branch: str | None = None) 
         if msg.role is Role.SYSTEM:
             continue
         if msg.role in (Role.USER, Role.FRONTEND_OPERATOR):
+            calls = {}  # a user message closes the batch
             user = _user(msg, {"Prompt": {"prompt": msg.text}})
             out.user(user | extra_fields(msg.metadata.extra, _USER), msg)
             continue
@@ -240,14 +238,16 @@ def export_conversation_entries(ctx: ChatContext, *, branch: str | None = None) 
         while i < len(history) and history[i].role is Role.TOOL:
             run.append(history[i])
             i += 1
-        results = [m for m in run if m.tool_result is not None and not is_synthesized(m)]
+        results: list[InternalMessage] = []
+        cancelled = True
+        for m in run:  # a result that answers no call of the batch has no place
+            done = m.tool_result
+            call = calls.pop(done.request_id, None) if done is not None else None
+            if call is not None and not is_synthesized(m):
+                results.append(m)
+                cancelled = cancelled and _denied_by_human(call)
         if not results:
             continue
-        cancelled = all(
-            _denied_by_human(calls.get(r.tool_result.request_id))
-            for r in results
-            if r.tool_result is not None
-        )
         after = history[i] if i < len(history) else None
         if cancelled and _joins_prompt(results, after):
             assert after is not None

@@ -12,7 +12,8 @@
   read from a ``developer`` message is ``developer`` again; an assistant's
   thinking is ``reasoning_content``.
 - A result an import made up for a call that had none is not written (the
-  import makes it again), nor is a call that has none yet given one.
+  import makes it again), nor is a call that has none yet given one. A result
+  that answers no call of the assistant message just before it is left out.
 - ``metadata.extra`` keys are written back as fields of the message they came
   from; a context imported from another format carries that format's kept
   fields into its messages, which a provider may refuse.
@@ -62,9 +63,17 @@ def export_openai_messages(
     text = system_text(found)
     if text is not None:
         out.append({"role": "system", "content": text})
+    # calls of the newest batch without a written result: a result answering
+    # anything else (no call of the batch just before) has no place in the format
+    unanswered: set[str] = set()
     for msg in history:
-        if msg.role is Role.TOOL and (msg.tool_result is None or is_synthesized(msg)):
-            continue
+        if msg.role is Role.TOOL:
+            done = msg.tool_result
+            if done is None or done.request_id not in unanswered or is_synthesized(msg):
+                continue
+            unanswered.discard(done.request_id)
+        else:
+            unanswered = {c.id for c in msg.tool_calls or []}
         extra = msg.metadata.extra
         chat = to_chat_message(msg)
         taken = _TAKEN[msg.role]
