@@ -104,6 +104,8 @@ PUBLIC_MODULES = [
     "turnfsm.adapters.llm",
     "turnfsm.adapters.inbound",
     "turnfsm.adapters.inbound.importers",
+    "turnfsm.adapters.outbound",
+    "turnfsm.adapters.outbound.exporters",
     "turnfsm.audit",
     "turnfsm.render",
 ]
