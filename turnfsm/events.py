@@ -25,6 +25,7 @@ __all__ = [
     "EventsMissed",
     "Failed",
     "MessageCompleted",
+    "QuestionAsked",
     "Retrying",
     "StateChanged",
     "ToolApprovalRequested",
@@ -99,6 +100,22 @@ class ToolApprovalRequested:
 
 
 @dataclass(**_EV)
+class QuestionAsked:
+    """The context went to ``AwaitingToolApproval`` on a question to the user: answer
+    it with ``Engine.answer(context_id, call_id, text)`` (one of ``choices`` when
+    there are some) or decline it with ``Engine.deny``."""
+
+    context_id: str
+    seq: int
+    timestamp: float
+    call_id: str
+    tool_name: str
+    question: str
+    choices: list[str]
+    kind: Literal["QuestionAsked"] = "QuestionAsked"
+
+
+@dataclass(**_EV)
 class ToolResult:
     context_id: str
     seq: int
@@ -166,6 +183,7 @@ Event = Annotated[
     | MessageCompleted
     | ToolCallsRequested
     | ToolApprovalRequested
+    | QuestionAsked
     | ToolResult
     | Retrying
     | TurnCompleted
