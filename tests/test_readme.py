@@ -39,3 +39,20 @@ def test_embedding_example_runs(tmp_path: Path) -> None:
 def test_readme_names_both_setup_commands(words: str) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), re.S)
     assert any(words in b and "pip install" in b for b in blocks)
+
+
+def test_questions_example_runs(tmp_path: Path) -> None:
+    text = README.read_text()
+    marker = text.index("<!-- questions-example")
+    match = re.search(r"```python\n(.*?)```", text[marker:], re.S)
+    assert match, "the README has no python block after the questions-example marker"
+    script = tmp_path / "questions.py"
+    script.write_text(match.group(1))
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "Window or aisle? ('window', 'aisle')",
+        "Booked an aisle seat.",
+    ]

@@ -455,3 +455,70 @@ async def test_an_answer_is_committed_before_it_returns(tmp_path: Path) -> None:
         assert [c.id for c in ctx.pending_tool_calls()] == ["e1"]
         results = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
         assert [(r.request_id, r.result) for r in results] == [("q1", "hello")]
+
+
+# --------------------------------------------------------------------------- odds and ends
+
+
+def test_question_asked_round_trips_through_the_event_adapter() -> None:
+    from turnfsm.events import EVENT_ADAPTER
+
+    ev = QuestionAsked(
+        context_id="c",
+        seq=3,
+        timestamp=1.0,
+        call_id="q1",
+        tool_name="ask_user",
+        question="Which city?",
+        choices=["Paris", "Rome"],
+    )
+    data = EVENT_ADAPTER.dump_python(ev, mode="json")
+    assert data["kind"] == "QuestionAsked"
+    assert EVENT_ADAPTER.validate_python(data) == ev
+
+
+async def test_no_policy_decides_a_question() -> None:
+    """A question tool built with an auto policy still waits for the human."""
+    from turnfsm.tools import QuestionTool
+
+    auto = QuestionTool(
+        name="ask_user",
+        description="",
+        parameters=ask_user.parameters,
+        fn=None,
+        bind=ask_user._bind,
+        approval="auto",
+    )
+    made = kit.make_engine([ASK_CITY, DONE], tools=[auto])
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        ctx = await engine.get_context(cid)
+        call = ctx.pending_tool_calls()[0]
+        assert (call.approval_status, call.decided_by) == (ApprovalStatus.PENDING, None)
+        assert [q.call_id for q in turn.questions] == ["q1"]
+
+
+async def test_a_question_at_the_iteration_limit_is_not_asked() -> None:
+    made = make_engine([ASK_CITY], max_iterations=1)
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+        assert turn.state is State.IDLE and turn.stop_reason is StopReason.MAX_ITERATIONS
+        assert turn.questions == ()
+        assert (await _results(engine, cid))["q1"].result["status"] == "max_iterations"
+
+
+async def test_a_question_tool_under_another_name() -> None:
+    clarify = question_tool("clarify", "Ask when the request is unclear.")
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"id": "c1", "name": "clarify", "arguments": {"question": "Which?"}}]}]
+    )
+    async with Engine(llm=llm, tools=[clarify]) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "do it")
+        assert turn.questions == (Question("c1", "clarify", "Which?", ()),)
+        assert llm.requests[0].tools[0]["function"]["description"] == (
+            "Ask when the request is unclear."
+        )
