@@ -21,6 +21,13 @@ import turnfsm
 import turnfsm.errors as errors_mod
 
 EXPECTED_ALL = {
+    "AnswerNotAChoice",
+    "NotAQuestion",
+    "Question",
+    "QuestionAsked",
+    "QuestionNeedsAnswer",
+    "ask_user",
+    "question_tool",
     "Approval",
     "ApprovalStatus",
     "Branch",

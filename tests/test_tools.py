@@ -65,11 +65,15 @@ def test_public_names_are_exact_and_sorted() -> None:
     assert set(tools_pkg.__all__) == {
         "Approval",
         "ApprovalPolicy",
+        "AskedQuestion",
+        "QuestionTool",
         "Tool",
         "ToolError",
         "ToolOutcome",
         "ToolRegistry",
+        "ask_user",
         "current_call",
+        "question_tool",
         "run_calls",
         "tool",
     }

@@ -19,8 +19,9 @@ Authors of the other parts import from the package that defines them:
 - tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
 """
 
-from .engine import Engine, Recovery, RetryPolicy, StopReason, Subscription, Turn
+from .engine import Engine, Question, Recovery, RetryPolicy, StopReason, Subscription, Turn
 from .errors import (
+    AnswerNotAChoice,
     BranchError,
     ContextBusy,
     ContextLeased,
@@ -30,8 +31,10 @@ from .errors import (
     InvalidInput,
     LeaseLost,
     LLMError,
+    NotAQuestion,
     NotAtRest,
     PermanentLLMError,
+    QuestionNeedsAnswer,
     RenderError,
     SchemaVersionError,
     StoreError,
@@ -51,6 +54,7 @@ from .events import (
     EventsMissed,
     Failed,
     MessageCompleted,
+    QuestionAsked,
     Retrying,
     StateChanged,
     ToolApprovalRequested,
@@ -79,11 +83,12 @@ from .model import (
 )
 from .states import State
 from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
-from .tools import Approval, Tool, ToolOutcome, ToolRegistry, tool
+from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnswerNotAChoice",
     "Approval",
     "ApprovalStatus",
     "Branch",
@@ -114,8 +119,12 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "NotAQuestion",
     "NotAtRest",
     "PermanentLLMError",
+    "Question",
+    "QuestionAsked",
+    "QuestionNeedsAnswer",
     "Recovery",
     "RenderError",
     "RetryPolicy",
@@ -150,6 +159,8 @@ __all__ = [
     "UnknownToolCall",
     "VersionConflict",
     "__version__",
+    "ask_user",
     "open_store",
+    "question_tool",
     "tool",
 ]

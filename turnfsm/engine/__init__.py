@@ -6,13 +6,14 @@ from ._inputs import UNSET, Unset
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
-from ._turn import StopReason, Turn
+from ._turn import Question, StopReason, Turn
 
 __all__ = [
     "UNSET",
     "Clock",
     "Engine",
     "FakeClock",
+    "Question",
     "Recovery",
     "RetryPolicy",
     "SequentialIds",

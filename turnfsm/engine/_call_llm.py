@@ -32,6 +32,7 @@ from ._answer import (
     open_stream,
     storable_error,
 )
+from ._approval import as_question
 from ._prepare import build_request
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
@@ -182,6 +183,8 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
             failure.partial_text = "".join(partial)
         await fail_llm(d, rt, failure)
         return
+    if calls:
+        message = as_question(message, d.tools)  # type Question when it only asks
     node = _history.append(rt, message, message_id)
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)

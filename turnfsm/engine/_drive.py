@@ -32,6 +32,7 @@ from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_
 from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
+from ._approval import questions_of
 from ._clock import Clock
 from ._history import Result
 from ._inputs import check_name
@@ -224,6 +225,7 @@ class Driver:
             message_ids=tuple(n.id for n in rt.turn_nodes),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+            questions=questions_of(self.tools, pending),
         )
 
     async def _drive(self, rt: Runtime) -> None:

@@ -385,6 +385,23 @@ class Engine:
         d = self._d
         return await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
 
+    async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
+        """Answer a question the model asked (a pending call to a question tool,
+        listed in :attr:`Turn.questions`): ``text`` is stored as the call's result,
+        the text the model sees. Once no call is pending, the turn goes on as after
+        :meth:`approve`: the approved calls run, then the model is called again.
+
+        ``text`` is a non-empty string. When the question has ``choices`` they are
+        binding: ``text`` must be exactly one of them, else
+        :class:`~turnfsm.errors.AnswerNotAChoice`. A call that is not a question
+        raises :class:`~turnfsm.errors.NotAQuestion`; to decline a question, deny it.
+        """
+        check_id("context_id", context_id)
+        check_text("call_id", call_id, empty=False)
+        check_text("text", text, empty=False)
+        d = self._d
+        return await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
         check_id("context_id", context_id)

@@ -4,7 +4,7 @@ A :class:`Recorder` wraps an LLM adapter and tools; an engine built with
 ``recorder.llm`` and ``recorder.tools`` runs normally while the recorder
 writes down every answer (chunks, tool calls, thinking, usage, errors) and
 every tool outcome, by call id. Inputs go through the recorder
-(``await recorder.send(...)``, ``approve``, ...), which forwards them to the
+(``await recorder.send(...)``, ``approve``, ``answer``, ...), which forwards them to the
 engine and writes them down too. :meth:`Recorder.script` gives a conforming
 ``turnfsm-script/1`` script, with the observed trace as its ``expect``, that
 replays to the same trace and messages.
@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from ..engine import UNSET, Engine, Turn, Unset
-from ..errors import LLMError
+from ..errors import LLMError, TurnFSMError
 from ..model import (
     ChatConfig,
     LLMChunk,
@@ -29,7 +29,7 @@ from ..model import (
     TextDelta,
     ThinkingDelta,
 )
-from ..tools import Tool, ToolError, current_call
+from ..tools import QuestionTool, Tool, ToolError, current_call
 from ._script import FORMAT
 
 __all__ = ["Recorder"]
@@ -128,7 +128,10 @@ class Recorder:
         self._inner_tools = list(tools)
         self._steps: list[dict[str, Any]] = []
         self.llm = _RecordingLLM(llm, self)
-        self.tools = [self._wrap(t) for t in self._inner_tools]
+        # a question tool runs nothing: it is given as it is, its answers are inputs
+        self.tools = [
+            t if isinstance(t, QuestionTool) else self._wrap(t) for t in self._inner_tools
+        ]
         self._engine: Engine | None = None
         self._cid: str | None = None
         self._config: dict[str, Any] = {}
@@ -207,6 +210,19 @@ class Recorder:
         self._steps.append({"deny": {"id": call_id, "reason": reason}})
         return await engine.deny(cid, call_id, reason=reason)
 
+    async def answer(self, call_id: str, text: str) -> Turn:
+        """Answer a question; an answer the engine refuses (not one of the
+        choices, say) is not written down."""
+        engine, cid = self._target()
+        step = {"answer": {"id": call_id, "text": text}}
+        self._steps.append(step)
+        try:
+            return await engine.answer(cid, call_id, text)
+        except TurnFSMError:
+            if self._steps and self._steps[-1] is step:  # refused: nothing happened
+                self._steps.pop()
+            raise
+
     async def cancel(self) -> Turn:
         engine, cid = self._target()
         self._steps.append({"cancel": True})
@@ -262,7 +278,9 @@ class Recorder:
         engine, cid = self._target()
         ctx = await engine.get_context(cid)
         tools = [
-            {
+            {"name": t.name, "description": t.description, "question": True}
+            if isinstance(t, QuestionTool)
+            else {
                 "name": t.name,
                 "description": t.description,
                 "parameters": t.parameters,

@@ -30,7 +30,7 @@ from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
-from ..tools import Tool, ToolError, current_call
+from ..tools import Tool, ToolError, ask_user, current_call, question_tool
 from ._script import FinalExpect, Script, Step, StepExpect, load_script, parse_script
 
 __all__ = ["Failure", "ReplayResult", "replay", "run_script"]
@@ -300,7 +300,9 @@ def build_engine(
 ) -> Engine:
     cfg = script.config
     tools = [
-        Tool.from_spec(
+        question_tool(t.name, t.description or ask_user.description)
+        if t.question
+        else Tool.from_spec(
             t.name,
             t.description,
             t.parameters,
@@ -338,6 +340,8 @@ async def _input(engine: Engine, cid: str, step: Step) -> object:
         return await engine.approve(cid, list(v))
     if kind == "deny":
         return await engine.deny(cid, v.id, reason=v.reason)
+    if kind == "answer":
+        return await engine.answer(cid, v.id, v.text)
     if kind == "cancel":
         return await engine.cancel(cid)
     if kind == "retry":

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
 from ..errors import TurnFSMError
@@ -35,7 +42,18 @@ __all__ = [
 FORMAT = "turnfsm-script/1"
 
 INPUT_KEYS = frozenset(
-    {"user", "approve", "deny", "cancel", "retry", "reset", "branch", "switch", "config"}
+    {
+        "user",
+        "approve",
+        "deny",
+        "answer",
+        "cancel",
+        "retry",
+        "reset",
+        "branch",
+        "switch",
+        "config",
+    }
 )
 OUTCOME_KEYS = frozenset({"llm", "llm_error", "tool"})
 CHECK_KEYS = frozenset({"expect"})
@@ -80,6 +98,18 @@ class ScriptTool(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     approval: Literal["auto", "required", "deny"] = "auto"
     idempotent: bool = False
+    question: bool = False
+    """The built-in question tool under this name: its calls wait for an ``answer``."""
+
+    @model_validator(mode="after")
+    def _question_is_fixed(self) -> ScriptTool:
+        fixed = {"parameters", "approval", "idempotent"} & self.model_fields_set
+        if self.question and fixed:
+            raise ValueError(
+                "a question tool has fixed parameters and always waits for the user: "
+                f"leave out {', '.join(sorted(fixed))}"
+            )
+        return self
 
 
 class UserInput(BaseModel):
@@ -92,6 +122,12 @@ class DenyInput(BaseModel):
     model_config = _STRICT
     id: str = Field(min_length=1)
     reason: str = ""
+
+
+class AnswerInput(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
 
 
 class BranchInput(BaseModel):
@@ -256,6 +292,8 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
             parsed = tuple(ids)
     elif kind == "deny":
         parsed = _validate(DenyInput, value, here, problems)
+    elif kind == "answer":
+        parsed = _validate(AnswerInput, value, here, problems)
     elif kind in ("cancel", "retry", "reset"):
         if value is not True:
             problems.append((here, "must be true"))
@@ -338,6 +376,7 @@ def parse_script(data: Any, source: str = "script") -> Script:
     if data.get("expect") is not None:
         expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
     _check_call_ids(steps, problems)
+    _check_answers(steps, tools, problems)
     if problems:
         raise ScriptError(problems, source)
     assert config is not None
@@ -359,7 +398,7 @@ def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> N
         used: list[str] = []
         if s.kind == "approve":
             used = list(s.value)
-        elif s.kind == "deny" or s.kind == "tool":
+        elif s.kind in ("deny", "tool", "answer"):
             used = [s.value.id]
         for cid in used:
             if cid not in ids:
@@ -369,6 +408,26 @@ def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> N
                         f"no llm step asks for a tool call with id {cid!r}",
                     )
                 )
+
+
+def _check_answers(
+    steps: Sequence[Step], tools: Sequence[ScriptTool], problems: list[tuple[str, str]]
+) -> None:
+    """An ``answer`` must answer a call to a tool declared with ``"question": true``."""
+    questions = {t.name for t in tools if t.question}
+    names = {c.id: c.name for s in steps if s.kind == "llm" for c in s.value.tool_calls or ()}
+    for s in steps:
+        if s.kind != "answer" or s.value.id not in names:  # unknown ids are said above
+            continue
+        name = names[s.value.id]
+        if name not in questions:
+            problems.append(
+                (
+                    f"$.steps[{s.index}].answer.id",
+                    f"call {s.value.id!r} calls {name!r}, which is not a question tool "
+                    '(declare it in tools with "question": true)',
+                )
+            )
 
 
 def load_script(path: str | Path) -> Script:
