@@ -3,7 +3,7 @@ kind of change, and check what a fresh process finds.
 
 For each store (``files``: the file store's file operations; ``sqlite``: the
 SQL statements that change the database) and each kind of change (create,
-send, approve, deny, cancel, fork, switch, delete):
+send, approve, deny, cancel, fork, switch, config, prompts, answer, delete):
 
 1. a clean run of the change, from a prepared store, records the state after
    each commit and where each commit starts and ends in the count of steps;
@@ -43,14 +43,26 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, tool
+from turnfsm import Engine, ask_user, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.errors import ContextNotFound
 from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete")
+KINDS = (
+    "create",
+    "send",
+    "approve",
+    "deny",
+    "cancel",
+    "fork",
+    "switch",
+    "config",
+    "prompts",
+    "answer",
+    "delete",
+)
 STORES = ("files", "sqlite")
 CID = "c"
 RESTING = ("Idle",)
@@ -95,6 +107,9 @@ def answer(request: Any) -> Any:
     if last["role"] == "tool":
         return {"text": "Booked."}
     turn = sum(1 for m in messages if m["role"] == "user")
+    if "ask" in _text(last):
+        question = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
+        return LLMResponse(tool_calls=(ToolCallData(f"q-{turn}", "ask_user", question),))
     if "book" in _text(last):
         return LLMResponse(tool_calls=(ToolCallData(f"call-{turn}", "book", {"city": "Oslo"}),))
     return {"text": f"Answer {turn}."}
@@ -103,7 +118,7 @@ def answer(request: Any) -> Any:
 def engine_for(store: Store, prefix: str) -> Engine:
     return Engine(
         llm=ScriptedLLM(answer, record=False),
-        tools=[book],
+        tools=[book, ask_user],
         store=store,
         clock=FakeClock(),
         ids=SequentialIds(prefix),
@@ -123,6 +138,9 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
             assert str(turn.state) == "AwaitingToolApproval", turn.state
         if kind == "switch":
             await engine.fork(CID, "alt", 0)
+        if kind == "answer":
+            turn = await engine.send(CID, "please ask me")
+            assert turn.questions, turn
 
 
 async def change(kind: str, store: Store) -> None:
@@ -142,6 +160,12 @@ async def change(kind: str, store: Store) -> None:
             await engine.fork(CID, "alt", 0)
         elif kind == "switch":
             await engine.switch_branch(CID, "main")
+        elif kind == "config":
+            await engine.update_config(CID, model="m2", title="A trip", parameters={"n": 1})
+        elif kind == "prompts":
+            await engine.set_branch_prompts(CID, "main", system_prompt="Be long.", user_prompt="Hi")
+        elif kind == "answer":
+            await engine.answer(CID, "q-2", "Rome")
         elif kind == "delete":
             await store.delete(CID)
         else:
@@ -154,7 +178,9 @@ async def snapshot(store: Store) -> str | None:
         ctx = await store.load(CID)
     except ContextNotFound:
         return None
-    steps = [(s.version, s.from_state, s.trigger, s.to_state) for s in await store.steps(CID)]
+    steps = [
+        (s.version, s.from_state, s.trigger, s.to_state, s.detail) for s in await store.steps(CID)
+    ]
     return json.dumps([ctx.model_dump(mode="json"), steps], sort_keys=True)
 
 
@@ -301,7 +327,11 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                     if not pending:
                         problems.append("AwaitingToolApproval with nothing pending")
                         break
-                    await engine.approve(CID, pending)
+                    questions = [c for c in pending if c.startswith("q-")]
+                    for call_id in questions:
+                        await engine.answer(CID, call_id, "Oslo")
+                    if len(questions) < len(pending):
+                        await engine.approve(CID, [c for c in pending if c not in questions])
                     ctx = await engine.get_context(CID)
                 if ctx.current_state not in RESTING:
                     problems.append(f"did not come to rest: {ctx.current_state}")
