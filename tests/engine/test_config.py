@@ -250,7 +250,7 @@ async def test_config_title_prompts_and_change_details_survive_a_reload(
     urls = {
         "memory": None,
         "sqlite": f"sqlite:///{tmp_path / 'c.db'}",
-        "files": f"files://{tmp_path / 'f'}",
+        "files": f"files:///{tmp_path / 'f'}",
     }
     store = open_store(urls[kind]) if urls[kind] else None
     made = make_engine([{"text": "a"}], store=store)
