@@ -170,6 +170,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 model=request.model,
                 attempt=progress.attempt,
                 iteration=progress.iteration,
+                answer_type=d.answer_type(rt.ctx),
             )
         except LLMError as exc:
             failure = exc
