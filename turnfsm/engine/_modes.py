@@ -122,6 +122,17 @@ class Mode:
             )
         setter(self, "answer_type", kind)
 
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.name,
+                self.instructions,
+                self.tools,
+                tuple(sorted(self.approval.items())),
+                self.answer_type,
+            )
+        )
+
     def offers(self, tool: str) -> bool:
         """Whether this mode offers the tool called ``tool`` (by name only)."""
         return self.tools is None or tool in self.tools
