@@ -403,8 +403,8 @@ def parse_script(data: Any, source: str = "script") -> Script:
         expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
     _check_call_ids(steps, problems)
     _check_answers(steps, tools, problems)
-    modes = _parse_modes(data.get("modes"), tools, problems)
-    _check_mode_names(modes, config, steps, problems)
+    modes, declared = _parse_modes(data.get("modes"), tools, problems)
+    _check_mode_names(declared, config, steps, problems)
     if problems:
         raise ScriptError(problems, source)
     assert config is not None
@@ -413,24 +413,27 @@ def parse_script(data: Any, source: str = "script") -> Script:
 
 def _parse_modes(
     raw: Any, tools: Sequence[ScriptTool], problems: list[tuple[str, str]]
-) -> tuple[Mode, ...]:
-    """The script's ``modes``: each a mode whose tool names are the script's tools."""
+) -> tuple[tuple[Mode, ...], set[str]]:
+    """The script's ``modes`` (each a mode whose tool names are the script's
+    tools), and the names it declares (those with a problem too)."""
     if raw is None:
-        return ()
+        return (), set()
     if not isinstance(raw, list):
         problems.append(("$.modes", "must be a list of modes"))
-        return ()
+        return (), set()
     names = {t.name for t in tools}
     known = ", ".join(t.name for t in tools) or "(none)"
     modes: list[Mode] = []
+    seen: set[str] = set()
     for i, item in enumerate(raw):
         here = f"$.modes[{i}]"
         spec = _validate(ScriptMode, item, here, problems)
         if spec is None:
             continue
-        if any(m.name == spec.name for m in modes):
+        if spec.name in seen:
             problems.append((f"{here}.name", f"mode {spec.name!r} is defined twice"))
             continue
+        seen.add(spec.name)
         bad = False
         for j, tool in enumerate(spec.tools or ()):
             if tool not in names:
@@ -453,18 +456,18 @@ def _parse_modes(
             modes.append(spec.mode())
         except InvalidInput as exc:
             problems.append((here, str(exc)))
-    return tuple(modes)
+    return tuple(modes), seen
 
 
 def _check_mode_names(
-    modes: Sequence[Mode],
+    declared: set[str],
     config: ScriptConfig | None,
     steps: Sequence[Step],
     problems: list[tuple[str, str]],
 ) -> None:
     """Each mode a script names (``config.mode``, ``config`` steps, ``expect``
     steps) is one it declares, or ``chat``."""
-    known = {"chat", *(m.name for m in modes)}
+    known = {"chat", *declared}
     listed = ", ".join(sorted(known))
     used: list[tuple[str, str]] = []
     if config is not None:
