@@ -154,3 +154,13 @@ async def test_a_recorded_session_with_modes_replays() -> None:
     result = await replay(script)
     assert result.ok, result.report()
     assert [m["message"]["message_type"] for m in result.messages].count("Plan") == 1
+
+
+def test_a_question_tool_approval_cannot_be_overridden_in_a_script() -> None:
+    data = copy.deepcopy(SCRIPT)
+    data["tools"].append({"name": "ask_user", "question": True})
+    data["modes"][1]["approval"]["ask_user"] = "auto"
+    found = dict(_problems(data))
+    assert found["$.modes[1].approval.ask_user"] == (
+        "'ask_user' is a question tool: its calls always wait for an answer"
+    )

@@ -511,3 +511,58 @@ def test_a_context_allow_list_composes_with_the_mode() -> None:
     assert modes.tools_for(plan, ["read_file", "write_file"]) is view
     assert modes.tools_for(modes.get("act")).names == ("read_file", "list_files", "write_file")
     assert modes.tools_for(None).names == ()
+
+
+# --------------------------------------------------------------------------- questions
+
+
+async def test_questions_in_a_mode_that_offers_them_and_one_that_does_not() -> None:
+    from turnfsm import ask_user
+
+    asking = Mode(name="asking", tools=["ask_user", "read_file"])
+    quiet = Mode(name="quiet", tools=["read_file"])
+    question = {"tool_calls": [call("q1", "ask_user", question="Which file?")]}
+    engine, llm, _ = kit.make_engine(
+        [
+            question,
+            {"text": "reading it"},
+            {**question, "tool_calls": [call("q2", "ask_user", question="Sure?")]},
+            {"text": "ok"},
+        ],
+        tools=[*TOOLS, ask_user],
+        modes=[asking, quiet],
+    )
+    async with engine:
+        cid = await engine.create_context(mode="asking")
+        turn = await engine.send(cid, "help")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        assert [q.call_id for q in turn.questions] == ["q1"]
+        assert turn.messages[-1].message_type is MessageType.QUESTION
+        turn = await engine.answer(cid, "q1", "notes.txt")
+        assert turn.state is State.IDLE
+        await engine.update_config(cid, mode="quiet")
+        turn = await engine.send(cid, "go on")
+    # not offered there: not a question, not asked, and the model is told
+    assert turn.state is State.IDLE
+    assert offered(llm.requests[2]) == ["read_file"]
+    asked = turn.messages[1]
+    assert asked.message_type is MessageType.TOOL_CALL
+    result = next(m.tool_result for m in turn.messages if m.tool_result)
+    assert result.result["status"] == "not_offered"
+    assert "'ask_user' is not offered in mode 'quiet'" in result.result["error"]
+
+
+def test_a_question_tool_approval_cannot_be_overridden() -> None:
+    from turnfsm import ask_user
+
+    with pytest.raises(InvalidInput, match="'ask_user' is a question tool"):
+        Engine(tools=[ask_user], modes=[Mode(name="x", approval={"ask_user": "auto"})])
+
+
+def test_an_override_keeps_the_tool_class() -> None:
+    from turnfsm import ask_user
+    from turnfsm.tools import QuestionTool
+
+    copy = ask_user.with_approval("auto")
+    assert isinstance(copy, QuestionTool)
+    assert copy.definition() == ask_user.definition()

@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..errors import EnhancerError, InvalidInput, TurnFSMError
 from ..model import ChatContext, MessageType
-from ..tools import Approval, Tool, ToolRegistry
+from ..tools import Approval, QuestionTool, Tool, ToolRegistry
 from ._inputs import check_id, check_text
 
 __all__ = ["DEFAULT_MODE", "Mode", "ModeApproval", "Modes", "UnknownMode"]
@@ -199,6 +199,12 @@ class Modes:
                     raise InvalidInput(
                         f"modes[{i}].approval[{name!r}]",
                         f"mode {mode.name!r} does not offer the tool {name!r}",
+                    )
+                if isinstance(tools.get(name), QuestionTool):
+                    raise InvalidInput(
+                        f"modes[{i}].approval[{name!r}]",
+                        f"{name!r} is a question tool: its calls always wait for the "
+                        "user's answer, whatever the approval",
                     )
             by_name[mode.name] = mode
         if DEFAULT_MODE not in by_name:

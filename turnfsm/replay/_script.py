@@ -422,6 +422,7 @@ def _parse_modes(
         problems.append(("$.modes", "must be a list of modes"))
         return (), set()
     names = {t.name for t in tools}
+    questions = {t.name for t in tools if t.question}
     known = ", ".join(t.name for t in tools) or "(none)"
     modes: list[Mode] = []
     seen: set[str] = set()
@@ -448,6 +449,14 @@ def _parse_modes(
             elif spec.tools is not None and tool not in spec.tools:
                 problems.append(
                     (f"{here}.approval.{tool}", f"mode {spec.name!r} does not offer {tool!r}")
+                )
+                bad = True
+            elif tool in questions:
+                problems.append(
+                    (
+                        f"{here}.approval.{tool}",
+                        f"{tool!r} is a question tool: its calls always wait for an answer",
+                    )
                 )
                 bad = True
         if bad:

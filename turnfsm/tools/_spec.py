@@ -301,8 +301,9 @@ class Tool:
 
     def with_approval(self, approval: ApprovalPolicy) -> Tool:
         """A copy of this tool with another approval policy, the rest unchanged
-        (the engine's modes use it to override a tool's policy in one mode)."""
-        return Tool(
+        (the engine's modes use it to override a tool's policy in one mode).
+        The copy is of the same class."""
+        return type(self)(
             name=self.name,
             description=self.description,
             parameters=self.parameters,
