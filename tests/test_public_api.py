@@ -59,6 +59,7 @@ EXPECTED_ALL = {
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "Mode",
     "PermanentLLMError",
     "Recovery",
     "RenderError",

@@ -19,7 +19,7 @@ Authors of the other parts import from the package that defines them:
 - tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
 """
 
-from .engine import Engine, Question, Recovery, RetryPolicy, StopReason, Subscription, Turn
+from .engine import Engine, Mode, Question, Recovery, RetryPolicy, StopReason, Subscription, Turn
 from .errors import (
     AnswerNotAChoice,
     BranchError,
@@ -119,6 +119,7 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "Mode",
     "NotAQuestion",
     "NotAtRest",
     "PermanentLLMError",

@@ -16,6 +16,7 @@ from turnfsm import (
     ContextNotFound,
     Engine,
     InvalidInput,
+    Mode,
     NotAtRest,
     State,
     StopReason,
@@ -253,7 +254,7 @@ async def test_config_title_prompts_and_change_details_survive_a_reload(
         "files": f"files:///{tmp_path / 'f'}",
     }
     store = open_store(urls[kind]) if urls[kind] else None
-    made = make_engine([{"text": "a"}], store=store)
+    made = make_engine([{"text": "a"}], store=store, modes=[Mode(name="plan")])
     engine = made.engine
     cid = await engine.create_context(title="Trip")
     await engine.send(cid, "hi")

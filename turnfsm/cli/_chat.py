@@ -16,6 +16,12 @@ For scripts: ``--message TEXT`` runs one turn and exits, ``--json`` prints
 the turn as JSON, ``--store URL`` keeps the conversation and ``--context ID``
 resumes it. ``--demo`` uses the built-in demo model (no key, no network).
 
+Modes: ``chat`` (the default) and ``plan`` (the model is told to answer with a
+plan and not carry it out; its answer is stored as a Plan). ``--mode NAME``
+starts a conversation in a mode, or switches a resumed one; ``/mode NAME``
+switches during the chat. A conversation in another mode than ``chat`` says
+so when it starts.
+
 Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
 reason on stderr); 2 a usage or setup problem, said in one line: no API key,
 a server that cannot be reached or refuses the key, a bad store URL, an
@@ -43,7 +49,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..adapters.llm import LLMChunk, LLMRequest
-from ..engine import Engine, RetryPolicy, Turn
+from ..engine import Engine, Mode, RetryPolicy, Turn
 from ..errors import ContextNotFound, InvalidInput, LLMError, TurnFSMError
 from ..events import (
     ContentDelta,
@@ -53,7 +59,7 @@ from ..events import (
     ToolCallsRequested,
     ToolResult,
 )
-from ..model import InternalMessage, Role, ToolCallRequest
+from ..model import InternalMessage, MessageType, Role, ToolCallRequest
 from ..states import RESTING, State
 from ..tools import QuestionTool, Tool, ToolRegistry, ask_user
 from ._demo_tools import builtin_tools
@@ -74,6 +80,20 @@ PLACEHOLDER_KEY = "not-needed"
 
 ApproveMode = Literal["all", "none", "ask"]
 
+MODES = (
+    Mode(
+        name="plan",
+        instructions=(
+            "Plan mode: work out how you would do what the user asks, using your tools "
+            "only to look things up, and answer with a short numbered plan. Do not carry "
+            "it out; the user will switch to chat mode for that."
+        ),
+        answer_type=MessageType.PLAN,
+    ),
+)
+"""The modes of the command's engine, beside ``chat`` (the built-in tools only read)."""
+MODE_NAMES = ("chat", *(m.name for m in MODES))
+
 
 # ---------------------------------------------------------------------- the command
 
@@ -91,6 +111,12 @@ def add_parser(sub: Any) -> None:
         "--system-prompt", metavar="TEXT", help="the system prompt of a new conversation"
     )
     p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # the old name
+    p.add_argument(
+        "--mode",
+        choices=MODE_NAMES,
+        help="the mode of a new conversation, or the one a resumed one switches to "
+        "(default: chat, or the context's)",
+    )
     add_model_options(p)
     p.set_defaults(run=guarded("turnfsm chat", _run))
 
@@ -303,6 +329,7 @@ class _Chat:
                 store=store,
                 retry=RetryPolicy(max_attempts=self.args.max_attempts),
                 logger=_quiet_logger(self.err),
+                modes=MODES,
             ) as engine:
                 self.engine = engine
                 yield engine, url
@@ -350,19 +377,42 @@ class _Chat:
                     f"context {ctx.id} was interrupted in {ctx.current_state}; continue it "
                     f"with: turnfsm resume {ctx.id} --store {url}"
                 )
+            mode = ctx.config.mode
+            wanted = getattr(self.args, "mode", None)
+            if wanted is not None and wanted != mode:
+                mode = (await engine.update_config(ctx.id, mode=wanted)).mode
             if not self.as_json:
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "
-                    f"{ctx.current_state}; {self.endpoint}"
+                    f"{ctx.current_state}; {self.endpoint}{_mode_note(mode)}"
                 )
             return ctx.id
+        mode = getattr(self.args, "mode", None) or "chat"
         cid = await engine.create_context(
             system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
             model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
+            mode=mode,
         )
         if not self.as_json:
-            self._note(f"context {cid} in {url}; {self.endpoint} (resume with --context {cid})")
+            self._note(
+                f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} "
+                f"(resume with --context {cid})"
+            )
         return cid
+
+    async def _switch_mode(self, cid: str, text: str) -> None:
+        """``/mode`` (say the mode) or ``/mode NAME`` (switch to it)."""
+        name = text.removeprefix("/mode").strip()
+        if not name:
+            ctx = await self.engine.get_context(cid)
+            self._note(f"mode {ctx.config.mode} (modes: {', '.join(MODE_NAMES)})")
+            return
+        try:
+            config = await self.engine.update_config(cid, mode=name)
+        except InvalidInput as exc:
+            self._note(str(exc))
+            return
+        self._note(f"mode {config.mode}")
 
     # ------------------------------------------------------------------ turns
 
@@ -392,6 +442,9 @@ class _Chat:
                 continue
             if text in ("/exit", "/quit"):
                 return 0
+            if text == "/mode" or text.startswith("/mode "):
+                await self._switch_mode(cid, text)
+                continue
             turn, states = await self._turn(cid, text)
             if self.as_json:
                 await self._json(turn, states)
@@ -566,6 +619,7 @@ class _Chat:
             "states": [str(s) for s in states],
             "text": turn.text,
             "error": turn.error,
+            "mode": ctx.config.mode,
             "messages": [_message_json(m, decided) for m in turn.messages],
         }
         self.out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
@@ -581,6 +635,11 @@ class _Chat:
         # abandoned on Ctrl-C: the blocked read must not hold the exit up
         line = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
         return line.rstrip("\n") if line else None
+
+
+def _mode_note(mode: str) -> str:
+    """The mode, for the opening line, when it is not the default one."""
+    return "" if mode == "chat" else f"; mode {mode}"
 
 
 def _quiet_logger(err: TextIO) -> Any:
@@ -645,6 +704,8 @@ def _pick(line: str, choices: Sequence[str]) -> tuple[str | None, str | None]:
 
 def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": str(msg.role), "text": msg.text}
+    if msg.message_type is MessageType.PLAN:
+        out["type"] = str(msg.message_type)
     if msg.tool_calls:
         out["tool_calls"] = [
             {

@@ -3,6 +3,7 @@
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
+from ._modes import Mode
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
@@ -13,6 +14,7 @@ __all__ = [
     "Clock",
     "Engine",
     "FakeClock",
+    "Mode",
     "Question",
     "Recovery",
     "RetryPolicy",

@@ -170,6 +170,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 model=request.model,
                 attempt=progress.attempt,
                 iteration=progress.iteration,
+                answer_type=d.answer_type(rt.ctx),
             )
         except LLMError as exc:
             failure = exc
@@ -184,7 +185,8 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         await fail_llm(d, rt, failure)
         return
     if calls:
-        message = as_question(message, d.tools)  # type Question when it only asks
+        # type Question when it only asks (questions the context's mode offers)
+        message = as_question(message, d.offered(rt.ctx))
     node = _history.append(rt, message, message_id)
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)

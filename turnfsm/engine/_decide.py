@@ -53,7 +53,8 @@ async def decide(d: Driver, rt: Runtime) -> None:
         d.fire(rt, Trigger.TURN_COMPLETE)
         d.end_turn(rt)
         return
-    decisions, needs_human = policy_decisions(calls, d.tools)
+    # the mode's view: its approval overrides; a tool it does not offer is unknown
+    decisions, needs_human = policy_decisions(calls, d.offered(ctx))
     if decisions:
         _history.set_decisions(rt, decisions)
     if needs_human:

@@ -48,6 +48,7 @@ from ._inputs import (
     check_title,
 )
 from ._leases import DEFAULT_LEASE_TTL, HOST
+from ._modes import Mode, Modes
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._subscribers import Subscription
@@ -118,6 +119,7 @@ class Engine:
         max_loaded: int = 4096,
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        modes: Iterable[Mode] = (),
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
@@ -150,13 +152,14 @@ class Engine:
         if not lease_ttl > 0 or lease_ttl == float("inf"):
             raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
         registry = ToolRegistry(tools)
+        known_modes = Modes(modes, registry)
         if isinstance(store, str):
             from ..storage import open_store
 
             store = open_store(store)
         builtin: list[Enhancer] = [
-            SystemPromptEnhancer(),
-            ToolDefinitionsEnhancer(registry.definitions),
+            SystemPromptEnhancer(mode=known_modes.instructions),
+            ToolDefinitionsEnhancer(per_context=known_modes.definitions),
         ]
         if tool_history_rounds is not None:
             builtin.append(ToolHistoryTrimmer(tool_history_rounds))
@@ -167,6 +170,7 @@ class Engine:
             store=store if store is not None else MemoryStore(),
             enhancers=(*builtin, *enhancers),
             builtin_count=len(builtin),
+            modes=known_modes,
             retry_policy=retry or RetryPolicy(),
             max_iterations=max_iterations,
             clock=clock or SystemClock(),
@@ -190,6 +194,11 @@ class Engine:
     @property
     def tools(self) -> ToolRegistry:
         return self._d.tools
+
+    @property
+    def modes(self) -> tuple[Mode, ...]:
+        """The engine's modes (``chat`` first unless it was given one)."""
+        return tuple(self._d.modes)
 
     @property
     def store(self) -> Store:
@@ -296,7 +305,7 @@ class Engine:
         """
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
-        check_name("mode", mode)
+        self._d.check_mode("mode", mode)
         params = check_parameters("parameters", parameters)
         check_text("user_prompt", user_prompt, optional=True)
         check_name("agent_role", agent_role)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model import ApprovalStatus, TurnProgress
+from ..model import ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
-from ..tools import ToolOutcome, run_calls
+from ..tools import ToolOutcome, ToolRegistry, run_calls
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
@@ -25,9 +25,19 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
         await d.commit(rt)
-    ran = iter(await run_calls(d.tools, to_run)) if to_run else iter(())
+    offered = d.offered(ctx)
+    refused = {
+        c.id: _not_offered(d, rt, offered, c)
+        for c in to_run
+        if c.tool_name not in offered and c.tool_name in d.tools
+    }
+    if refused:
+        to_run = [c for c in to_run if c.id not in refused]
+    ran = iter(await run_calls(offered, to_run)) if to_run else iter(())
     outcomes = [
-        next(ran)
+        refused[c.id]
+        if c.id in refused
+        else next(ran)
         if c.approval_status is ApprovalStatus.APPROVED
         else ToolOutcome(
             False,
@@ -41,3 +51,20 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     d.add_results(rt, calls, outcomes)
     ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
     d.fire(rt, Trigger.TOOLS_DONE)
+
+
+def _not_offered(
+    d: Driver, rt: Runtime, offered: ToolRegistry, call: ToolCallRequest
+) -> ToolOutcome:
+    """The result of a call to an engine's tool that the context's mode does
+    not offer (other names get the "unknown tool" result of
+    :func:`~turnfsm.tools.run_calls`): not run, and the model is told why."""
+    available = ", ".join(offered.names) or "(none)"
+    mode = rt.ctx.config.mode
+    if d.mode(rt.ctx) is None:
+        why = f"tool {call.tool_name!r} is not offered: mode {mode!r} is unknown to this engine"
+    else:
+        why = f"tool {call.tool_name!r} is not offered in mode {mode!r}"
+    return ToolOutcome(
+        False, {"error": f"{why}; available tools: {available}", "status": "not_offered"}
+    )

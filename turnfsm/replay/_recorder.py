@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from ..engine import UNSET, Engine, Turn, Unset
+from ..engine import UNSET, Engine, Mode, Turn, Unset
 from ..errors import LLMError, TurnFSMError
 from ..model import (
     ChatConfig,
@@ -173,16 +173,19 @@ class Recorder:
         system_prompt: str | None = None,
         model: str | None = None,
         parameters: dict[str, Any] | None = None,
+        mode: str = "chat",
     ) -> str:
         """Create the context to record in; returns its id."""
         self._engine = engine
         model = model or self.model
         self._cid = await engine.create_context(
-            system_prompt=system_prompt, model=model, parameters=parameters
+            system_prompt=system_prompt, model=model, parameters=parameters, mode=mode
         )
         self._config = {"model": model}
         if system_prompt:
             self._config["system_prompt"] = system_prompt
+        if mode != "chat":
+            self._config["mode"] = mode
         if parameters:
             self._config["parameters"] = parameters
         self._config["max_iterations"] = engine.max_iterations
@@ -289,11 +292,14 @@ class Recorder:
             }
             for t in self._inner_tools
         ]
+        # the engine's modes, unless it has only the default one
+        modes = [m.to_json() for m in engine.modes if m != Mode("chat")]
         return {
             "format": FORMAT,
             "name": self.name,
             "config": self._config,
             "tools": tools,
+            **({"modes": [m.to_json() for m in engine.modes]} if modes else {}),
             "steps": list(self._steps),
             "expect": {
                 "trace": [str(s) for s in await engine.trace(cid)],

@@ -247,6 +247,8 @@ def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failu
         expected["message_count"], observed["message_count"] = expect.message_count, len(history)
     if expect.branch is not None:
         expected["branch"], observed["branch"] = expect.branch, ctx.active_branch_name
+    if expect.mode is not None:
+        expected["mode"], observed["mode"] = expect.mode, ctx.config.mode
     if expect.last_message is not None:
         last = history[-1].message if history else None
         want = expect.last_message.model_dump(exclude_none=True)
@@ -256,6 +258,8 @@ def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failu
                 got["role"] = str(last.role)
             if "text" in want:
                 got["text"] = last.text
+            if "type" in want:
+                got["type"] = str(last.message_type)
         expected["last_message"], observed["last_message"] = want, got or None
     return [
         Failure("check", index, f"expect {key}", expected[key], observed[key])
@@ -328,6 +332,7 @@ def build_engine(
         tool_history_rounds=cfg.tool_history_rounds,
         subscriber_buffer=1 << 30,
         logger=_QUIET,
+        modes=script.modes,
     )
 
 
