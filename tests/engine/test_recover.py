@@ -269,3 +269,27 @@ def test_lease_ttl_must_be_positive() -> None:
         with pytest.raises(InvalidInput) as info:
             Engine(lease_ttl=bad)
         assert info.value.where == "lease_ttl"
+
+
+async def test_the_last_commit_releases_the_lease(tmp_path: Path) -> None:
+    """A store that releases with a commit gets no release write of its own
+    after a call that committed; a call that commits nothing still releases."""
+    released: list[Lease] = []
+
+    class Counting(SQLiteStore):
+        async def release_lease(self, lease: Lease) -> None:
+            released.append(lease)
+            await super().release_lease(lease)
+
+    store = Counting(tmp_path / "chats.db")
+    async with Engine(llm=ScriptedLLM([{"text": "hi"}]), store=store) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "hello")
+        assert turn.state is State.IDLE
+        assert released == []
+        assert await store.lease(cid) is None
+        # the next call's lease has the next token: the cache stays valid
+        resumed = await engine.resume(cid)  # rests already: commits nothing
+        assert resumed.state is State.IDLE
+        assert [lease.token for lease in released] == [2]
+        assert await store.lease(cid) is None

@@ -1316,6 +1316,48 @@ class StoreContract(abc.ABC):
         with pytest.raises(LeaseLost):
             await store.commit(stale)
 
+    async def test_a_commit_can_release_its_lease(self, store: Store) -> None:
+        assert getattr(store, "leases_in_commits", False) is True
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        last = make_commit("c", 0, appended=[("main", msg("m1"))])
+        last.lease_token, last.release_lease = a.token, True
+        await store.commit(last)
+        assert (await store.load("c")).version == 1
+        assert await store.lease("c") is None  # released with the commit
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(a, 30.0, now=NOW + 1.0)
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert b is not None and b.token == a.token + 1
+
+    async def test_a_refused_commit_releases_nothing(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        wrong = make_commit("c", 5, appended=[("main", msg("m1"))])  # version conflict
+        wrong.lease_token, wrong.release_lease = a.token, True
+        with pytest.raises(VersionConflict):
+            await store.commit(wrong)
+        assert await store.lease("c") == a
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 31.0)
+        assert b is not None
+        stale = make_commit("c", 0, appended=[("main", msg("m1"))])
+        stale.lease_token, stale.release_lease = a.token, True
+        with pytest.raises(LeaseLost):
+            await store.commit(stale)
+        assert await store.lease("c") == b  # the new owner's lease is not touched
+
+    async def test_delete_removes_the_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        await store.delete("c")
+        await store.create(empty_context("c"))
+        assert await store.lease("c") is None
+        again = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert again == Lease("c", "engine-b", 1, NOW + 31.0)  # a new context, new tokens
+
 
 async def race(attempts: Sequence[tuple[Store, Commit]]) -> list[BaseException | None]:
     """Run the commits concurrently; the outcome of each (None: it was stored)."""

@@ -29,7 +29,7 @@ from ..errors import ContextBusy, IllegalTransition
 from ..events import Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
 from ..states import RESTING, Effect, State, Trigger, TurnMachine, next_state
-from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
+from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._clock import Clock
@@ -89,6 +89,10 @@ class Driver:
         self.tools = tools
         self.store = store
         self.commit_nowait = _commit_nowait(store)
+        self.leases_in_commits = (
+            isinstance(store, LeasesInCommits) and store.leases_in_commits is True
+        )
+        """The store releases a lease with a commit (``Commit.release_lease``)."""
         self.enhancers = enhancers
         self.builtin_count = builtin_count
         self.retry_policy = retry_policy
@@ -159,6 +163,7 @@ class Driver:
             self.busy.discard(context_id)
             raise
         rt.lease = lease
+        rt.lease_held = True
         rt.turn_states = []
         rt.turn_nodes = []
         rt.stop_reason = None
@@ -189,21 +194,43 @@ class Driver:
                 if rt.holder.effect is not None:
                     await self._drive(rt)
                 if dirty(rt):  # ... and before the call returns
-                    await self.commit(rt)
+                    # the call's last commit: at rest, it also ends the lease (unless
+                    # a cancel is pending, whose commit comes after it)
+                    last = State(rt.holder.state) in RESTING and not rt.cancel_requested
+                    await self.commit(rt, release=last)
             rt.scope = None
             if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
-                    await self.cancel_in_place(rt)
+                    if await self._hold_again(rt):
+                        await self.cancel_in_place(rt)
         except BaseException:
             if dirty(rt) or State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)
             raise
         finally:
             rt.last_turn = self._turn(rt)
-            if rt.lease is not None:
+            if rt.lease is not None and rt.lease_held:
+                rt.lease_held = False  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self, rt.lease)
             self._leave(rt)
         return rt.last_turn
+
+    async def _hold_again(self, rt: Runtime) -> bool:
+        """Take the lease again for a cancel that came after the call's last
+        commit had released it. False (and the context unloaded) when another
+        owner ran on the context in between: the cancel then has nothing left
+        to stop."""
+        if rt.lease_held or rt.lease is None:
+            return True
+        cid = rt.ctx.id
+        lease = await _leases.acquire(self, cid)
+        if lease.token != rt.lease.token + 1:
+            await _leases.release(self, lease)
+            self.loaded.unload(cid)
+            return False
+        rt.lease = lease
+        rt.lease_held = True
+        return True
 
     def _turn(self, rt: Runtime) -> Turn:
         ctx = rt.ctx
@@ -300,7 +327,10 @@ class Driver:
     def failed(self, rt: Runtime, error: str, partial_text: str) -> None:
         self.later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
 
-    async def commit(self, rt: Runtime) -> None:
+    async def commit(self, rt: Runtime, *, release: bool = False) -> None:
+        """Commit what changed since the last commit, then send its events.
+        ``release``: this is the call's last commit, and the store ends the
+        call's lease with it (when the store can: ``leases_in_commits``)."""
         ctx = rt.ctx
         holder = rt.holder
         now = self.now()
@@ -316,6 +346,8 @@ class Driver:
                 i = new[node.id]
                 appended[i] = (appended[i][0], node)
             replaced = [n for n in replaced if n.id not in new]
+        lease = rt.lease
+        release = release and self.leases_in_commits and lease is not None and rt.lease_held
         commit = Commit(
             context_id=ctx.id,
             expected_version=ctx.version,
@@ -329,13 +361,16 @@ class Driver:
             replaced=replaced,
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
-            lease_token=rt.lease.token if rt.lease is not None else None,
+            lease_token=lease.token if lease is not None else None,
+            release_lease=release,
         )
         if self.commit_nowait is not None:  # a store that never waits needs no shield
             self.commit_nowait(commit)
         else:
             with anyio.CancelScope(shield=True):
                 await self.store.commit(commit)
+        if release:
+            rt.lease_held = False
         holder.steps.clear()
         rt.appended = []
         rt.replaced = {}

@@ -13,6 +13,10 @@ when the call returns. Each successful acquire gives the lease a larger
 fencing ``token``; a commit that names a token (``Commit.lease_token``) is
 refused with :class:`~turnfsm.errors.LeaseLost` once another owner has taken
 the context over, in the same transaction as the version check.
+
+A store that declares :class:`LeasesInCommits` also gives the lease up inside a
+commit (``Commit.release_lease``): the engine then releases a call's lease
+with the call's last commit instead of a write of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "CommitsWithoutWaiting",
     "ContextSummary",
     "Lease",
+    "LeasesInCommits",
     "StepLog",
     "Store",
     "lease_is_held",
@@ -98,6 +103,11 @@ class Commit:
     """The fencing token of the writer's lease: when set, the commit is refused
     with :class:`~turnfsm.errors.LeaseLost` unless it is still the context's
     latest token (checked with the version, in the same transaction)."""
+    release_lease: bool = False
+    """With ``lease_token``: once the commit's checks pass, release the lease
+    under that token in the same transaction (as :meth:`Store.release_lease`
+    would, after the commit). Only stores that declare
+    :class:`LeasesInCommits` are given a commit with it set."""
 
 
 @runtime_checkable
@@ -170,6 +180,17 @@ class CommitsWithoutWaiting(Protocol):
     commit must be awaited after all (a subclass whose ``commit`` does more)."""
 
     commit_nowait: Callable[[Commit], None] | None
+
+
+@runtime_checkable
+class LeasesInCommits(Protocol):
+    """A store that honours ``Commit.release_lease``: the commit and the release
+    of its lease are applied together (one transaction where the store has
+    them), so a call's last commit also ends its lease. The engine sets the
+    flag only for a store that declares ``leases_in_commits = True``; any
+    other store gets the lease released with :meth:`Store.release_lease`."""
+
+    leases_in_commits: bool
 
 
 def lease_is_held(

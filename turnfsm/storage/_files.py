@@ -450,6 +450,12 @@ class FilesStore:
     change whole, a power cut may not.
     """
 
+    leases_in_commits = True
+    """``Commit.release_lease`` is honoured: ``lease.json`` is released right after
+    the commit's journal is applied, under the same lock (a crash between the
+    two leaves the lease held by a process that is gone: taken over at once on
+    this host, or at its expiry)."""
+
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._contexts = self.root / "contexts"
@@ -725,6 +731,10 @@ class FilesStore:
                     _unlink(Path(entry.path))
             self._write_journal(folder, journal)
             self._apply(folder, files, steps)
+            if commit.release_lease and commit.lease_token is not None:
+                lease = self._read_lease(folder)
+                if lease is not None and lease["owner"] is not None:  # the fence found it
+                    self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
 
     def _write_journal(self, folder: Path, journal: bytes) -> None:
         """Put the journal in place: the commit point."""

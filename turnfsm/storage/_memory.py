@@ -27,6 +27,9 @@ class _Record:
 
 
 class MemoryStore:
+    leases_in_commits = True
+    """``Commit.release_lease`` is honoured (see :class:`~turnfsm.storage.LeasesInCommits`)."""
+
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
         self._leases: dict[str, tuple[Lease, bool]] = {}
@@ -105,6 +108,9 @@ class MemoryStore:
             head.active_branch_name = commit.active_branch
         if commit.config is not None:
             head.config = commit.config.model_copy(deep=True)
+        if commit.release_lease and commit.lease_token is not None:
+            lease = self._leases[commit.context_id][0]  # the fence found it
+            self._leases[commit.context_id] = (lease, False)
 
     async def list_ids(self) -> list[str]:
         return list(self._records)
@@ -124,6 +130,7 @@ class MemoryStore:
     async def delete(self, context_id: str) -> None:
         self._get(context_id)
         del self._records[context_id]
+        self._leases.pop(context_id, None)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         return list(self._get(context_id).steps)

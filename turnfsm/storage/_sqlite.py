@@ -250,6 +250,10 @@ class SQLiteStore:
     for another process's lock. Missing parent directories are created.
     """
 
+    leases_in_commits = True
+    """``Commit.release_lease`` is applied in the commit's own transaction (see
+    :class:`~turnfsm.storage.LeasesInCommits`)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -896,6 +900,13 @@ class SQLiteStore:
                 "to_state, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(seq, _V, *step) for step in rows.steps],
             )
+        if commit.release_lease and commit.lease_token is not None:
+            # the lease ends with this commit, in its transaction (the fence in
+            # the UPDATE above found the token current)
+            conn.execute(
+                "UPDATE leases SET owner = NULL WHERE context_id = ? AND token = ?",
+                (cid, commit.lease_token),
+            )
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The fence or the version check missed: say why, or (an old schema
@@ -991,6 +1002,7 @@ class SQLiteStore:
             for table in ("steps", "messages", "branch_messages", "branches"):
                 conn.execute(f"DELETE FROM {table} WHERE ctx = ?", row)
             conn.execute("DELETE FROM contexts WHERE seq = ?", row)
+            conn.execute("DELETE FROM leases WHERE context_id = ?", (context_id,))
 
         await self._run(delete, write=True)
 
