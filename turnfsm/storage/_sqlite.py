@@ -675,6 +675,9 @@ class SQLiteStore:
             "ORDER BY branch, pos",
             (seq,),
         ):
+            if type(mid) is str and type(version) is int and version == _V:
+                positions.setdefault(branch, []).append(mid)  # the common case
+                continue
             row = self._row(context_id, "branch_messages", f"branch {branch!r}, pos {pos!r}")
             _column(row, "message_id", mid, str)
             _column(row, "schema_version", version, int)
@@ -710,27 +713,48 @@ class SQLiteStore:
     def _load_messages(
         self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
     ) -> None:
-        """Every message row of the context, each validated strictly, into ``pool``."""
+        """Every message row of the context, each validated strictly, into ``pool``.
+
+        A row of the common kind (text id and body, the current schema version)
+        goes straight to the model's strict JSON validation; the description of
+        where the row is is made only for an error. Validating the bodies as one
+        JSON array in a single call was measured no faster: the model's own
+        validation is nearly all of the time (see docs/benchmarks.md)."""
         validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
         ):
-            row = self._row(context_id, "messages", f"id {mid!r}")
-            _column(row, "id", mid, str)
-            _column(row, "schema_version", version, int)
-            _column(row, "body", body, str)
-            if version == _V:  # the common case, parsed straight from the text
+            if type(mid) is str and type(body) is str and type(version) is int and version == _V:
                 try:
                     node = validate(body, strict=True)
-                except ValidationError as exc:
-                    raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
-            else:
-                node = message_from_record(
-                    body, version, where=self._where(context_id, f", message {mid!r}")
-                )
-            if node.id != mid:
-                raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
-            pool[mid] = node
+                except ValidationError:
+                    node = None
+                if node is not None and node.id == mid:
+                    pool[mid] = node
+                    continue
+            self._load_row(context_id, mid, version, body, pool)
+
+    def _load_row(
+        self, context_id: str, mid: Any, version: Any, body: Any, pool: dict[str, MessageNode]
+    ) -> None:
+        """One message row, checked column by column: an older schema version is
+        upcast, damage raises a StoreError naming the row."""
+        row = self._row(context_id, "messages", f"id {mid!r}")
+        _column(row, "id", mid, str)
+        _column(row, "schema_version", version, int)
+        _column(row, "body", body, str)
+        if version == _V:
+            try:
+                node = MessageNode.model_validate_json(body, strict=True)
+            except ValidationError as exc:
+                raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
+        else:
+            node = message_from_record(
+                body, version, where=self._where(context_id, f", message {mid!r}")
+            )
+        if node.id != mid:
+            raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
+        pool[mid] = node
 
     def _row(self, context_id: str, table: str, key: str = "") -> str:
         """Where a row is, for an error: the file, the table, the row."""
