@@ -63,6 +63,8 @@ class Runtime:
     lease_held: bool = False
     """Whether ``lease`` is still held: False once it was released (by the
     call's last commit, or on its own) and between calls."""
+    lease_claim: bool = False
+    """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
 
 
 def dirty(rt: Runtime) -> bool:

@@ -28,7 +28,8 @@ class _Record:
 
 class MemoryStore:
     leases_in_commits = True
-    """``Commit.release_lease`` is honoured (see :class:`~turnfsm.storage.LeasesInCommits`)."""
+    """``Commit.take_lease`` and ``Commit.release_lease`` are honoured (see
+    :class:`~turnfsm.storage.LeasesInCommits`)."""
 
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
@@ -76,7 +77,10 @@ class MemoryStore:
         overrides ``commit`` alone has ``commit_nowait = None``."""
         rec = self._get(commit.context_id)
         head = rec.context
-        if commit.lease_token is not None:
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:
+            self._check_take(commit.context_id, take)
+        elif commit.lease_token is not None:
             self._check_fence(commit.context_id, commit.lease_token)
         if head.version != commit.expected_version:
             raise VersionConflict(commit.context_id, commit.expected_version, head.version)
@@ -108,7 +112,9 @@ class MemoryStore:
             head.active_branch_name = commit.active_branch
         if commit.config is not None:
             head.config = commit.config.model_copy(deep=True)
-        if commit.release_lease and commit.lease_token is not None:
+        if take is not None:
+            self._leases[commit.context_id] = (take, not commit.release_lease)
+        elif commit.release_lease and commit.lease_token is not None:
             lease = self._leases[commit.context_id][0]  # the fence found it
             self._leases[commit.context_id] = (lease, False)
 
@@ -145,6 +151,18 @@ class MemoryStore:
         current = entry[0].token if entry is not None else None
         if current != token:
             raise LeaseLost(context_id, token, current)
+
+    def _check_take(self, context_id: str, take: Lease) -> None:
+        """``Commit.take_lease``: the stored lease has the token just before, and
+        no other owner holds it (no lease at all counts as token 0)."""
+        entry = self._leases.get(context_id)
+        if entry is None:
+            if take.token != 1:
+                raise LeaseLost(context_id, take.token, None)
+            return
+        old, held = entry
+        if old.token != take.token - 1 or (held and old.owner != take.owner):
+            raise LeaseLost(context_id, take.token, old.token)
 
     async def acquire_lease(
         self,

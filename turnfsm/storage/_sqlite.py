@@ -251,7 +251,8 @@ class SQLiteStore:
     """
 
     leases_in_commits = True
-    """``Commit.release_lease`` is applied in the commit's own transaction (see
+    """``Commit.take_lease`` and ``Commit.release_lease`` are applied in the
+    commit's own transaction (see
     :class:`~turnfsm.storage.LeasesInCommits`)."""
 
     def __init__(
@@ -856,7 +857,14 @@ class SQLiteStore:
             params.append(commit.config.model_dump_json())
         where = "WHERE id = ? AND version = ? AND schema_version = ?"
         params += [cid, commit.expected_version, _V]
-        if commit.lease_token is not None:  # the fence, in the same statement
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:  # the lease taken: the token just before, released or ours
+            where += (
+                " AND IFNULL((SELECT token = ? AND (owner IS NULL OR owner = ?) FROM leases "
+                "WHERE context_id = ?), ?)"
+            )
+            params += [take.token - 1, take.owner, cid, int(take.token == 1)]
+        elif commit.lease_token is not None:  # the fence, in the same statement
             where += " AND (SELECT token FROM leases WHERE context_id = ?) IS ?"
             params += [cid, commit.lease_token]
         return _CommitRows(
@@ -924,7 +932,15 @@ class SQLiteStore:
                 "to_state, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(seq, _V, *step) for step in rows.steps],
             )
-        if commit.release_lease and commit.lease_token is not None:
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:  # taken with this commit (the UPDATE above checked it)
+            conn.execute(
+                "INSERT INTO leases (context_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
+                "token = excluded.token, expires_at = excluded.expires_at",
+                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at),
+            )
+        elif commit.release_lease and commit.lease_token is not None:
             # the lease ends with this commit, in its transaction (the fence in
             # the UPDATE above found the token current)
             conn.execute(
@@ -937,7 +953,15 @@ class SQLiteStore:
         version) bring the context row up to date so that the check can be made
         again."""
         cid = commit.context_id
-        if commit.lease_token is not None:
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:
+            found = conn.execute(
+                "SELECT owner, token FROM leases WHERE context_id = ?", (cid,)
+            ).fetchone()
+            owner, token = found if found is not None else (None, 0)
+            if token != take.token - 1 or owner not in (None, take.owner):
+                raise LeaseLost(cid, take.token, token if found is not None else None)
+        elif commit.lease_token is not None:
             self._check_fence(conn, cid, commit.lease_token)
         row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = ?", (cid,)).fetchone()
         if row is None:
