@@ -90,10 +90,10 @@ async def release(d: Driver, lease: Lease) -> None:
 
 async def renew(d: Driver, rt: Runtime) -> bool:
     """Renew the running call's lease; False once it is lost (the next commit
-    is then refused with LeaseLost). Never raises."""
+    is then refused with LeaseLost) or released. Never raises."""
     lease = rt.lease
     if lease is None or not rt.lease_held:
-        return False
+        return rt.lease_claim  # not taken yet (the call's first commit takes it)
     try:
         renewed = await d.store.renew_lease(lease, d.lease_ttl, now=d.clock.time())
     except LeaseLost as exc:
