@@ -388,3 +388,23 @@ async def test_a_loaded_copy_meets_a_running_owner_with_context_leased(tmp_path:
         assert len(a_llm.requests) == 1
         ctx = await a.get_context(cid)
         assert [n.message.text for n in ctx.history()] == ["from A", "A1", "from B", "B1"]
+
+
+async def test_a_refused_call_on_a_loaded_context_leaves_no_lease(tmp_path: Path) -> None:
+    """A call whose checks fail commits nothing: the lease is taken to confirm
+    the loaded copy was current, the error stands, and the lease is released."""
+    from turnfsm.errors import UnknownToolCall
+
+    store = LeaseWrites(tmp_path / "chats.db")
+    llm = ScriptedLLM([{"text": "one"}, {"text": "two"}])
+    async with Engine(llm=llm, store=store) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")
+        store.writes.clear()
+        with pytest.raises(UnknownToolCall):
+            await engine.approve(cid, "call_nope")
+        assert store.writes == ["acquire", "release"]
+        assert await store.lease(cid) is None
+        store.writes.clear()
+        assert (await engine.send(cid, "second")).text == "two"
+        assert store.writes == []  # the cache was kept: no reload, no lease write

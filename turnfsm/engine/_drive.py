@@ -18,6 +18,7 @@ dropped, so the next call starts again from the last committed state.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -97,7 +98,8 @@ class Driver:
         self.leases_in_commits = (
             isinstance(store, LeasesInCommits) and store.leases_in_commits is True
         )
-        """The store releases a lease with a commit (``Commit.release_lease``)."""
+        """The store takes and releases a lease with a commit (``Commit.take_lease``,
+        ``Commit.release_lease``)."""
         self.enhancers = enhancers
         self.builtin_count = builtin_count
         self.retry_policy = retry_policy
@@ -258,6 +260,9 @@ class Driver:
             raise
         finally:
             rt.last_turn = self._turn(rt)
+            if rt.lease_claim and rt.lease is not None:  # never taken: the last one stands
+                rt.lease_claim = False
+                rt.lease = replace(rt.lease, token=rt.lease.token - 1)
             if rt.lease is not None and rt.lease_held:
                 rt.lease_held = False  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self, rt.lease)
