@@ -1137,7 +1137,9 @@ class SQLiteStore:
     #
     # One row per context in ``leases`` (keyed by the context id, apart from the
     # history tables). A lease write is one write of the writer's next group: one
-    # per call at its start, one at its end, one per heartbeat. A group of lease
+    # per heartbeat, and one at a call's start and end unless the call's first
+    # and last commits take and release the lease themselves (``take_lease``,
+    # ``release_lease``: statements of the commit's own write). A group of lease
     # writes only is committed at ``synchronous=NORMAL`` whatever the store's
     # setting: a lease only matters among live processes, and a power cut ends
     # them all; the next commit's sync at FULL makes the lease rows before it
