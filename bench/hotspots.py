@@ -41,6 +41,17 @@ if HERE not in sys.path:
 
 import _common  # noqa: E402
 
+OPS = {
+    "W1": (_common.W1_TURNS, "turn"),
+    "W2": (_common.W2_TURNS * _common.W2_CHUNKS_PER_ANSWER, "chunk"),
+    "W3": (_common.W3_CONVERSATIONS * _common.W3_TURNS, "turn"),
+    "W4": (_common.W4_TURNS, "turn"),
+    "W5": (1, "resume"),
+    "W6": (_common.W6_TURNS, "turn"),
+    "W8": (_common.W8_CONVERSATIONS * _common.W8_TURNS, "send"),
+}
+"""Operations per repeat, to state times per operation (the workload's unit)."""
+
 
 def _package(filename: str) -> str:
     """A coarse owner for a function: turnfsm, a third-party package, stdlib, builtins."""
@@ -183,7 +194,7 @@ def _cprofile(
 ) -> None:
     prof = cProfile.Profile()
     probe = None
-    if system == "turnfsm" and workload in ("W4", "W5"):
+    if system == "turnfsm" and workload in ("W4", "W5", "W8"):
         probe = _StoreProbe()
         _common.profiler = hook = _Both(prof, probe)
     else:
@@ -214,10 +225,15 @@ def _cprofile(
         print(f"  {tt / total:6.1%} {ct / total:6.1%} {nc / repeat:10.0f}  {_label(func)}")
 
     own = [kv for kv in raw.items() if _package(kv[0][0]) == "turnfsm"]
+    ops, unit = OPS[workload]
+    per = repeat * ops / 1e6  # seconds -> microseconds per operation
     print(f"\ntop {top} turnfsm functions by cumulative time (includes what they call)")
-    print(f"  {'cum':>6} {'self':>6} {'calls/rep':>10}  function")
+    print(f"  {'cum':>6} {'self':>6} {'us/' + unit:>10} {'calls/' + unit:>11}  function")
     for func, (_cc, nc, tt, ct, _callers) in sorted(own, key=lambda kv: -kv[1][3])[:top]:
-        print(f"  {ct / total:6.1%} {tt / total:6.1%} {nc / repeat:10.0f}  {_label(func)}")
+        print(
+            f"  {ct / total:6.1%} {tt / total:6.1%} {ct / per:10.1f} {nc / (repeat * ops):11.2f}"
+            f"  {_label(func)}"
+        )
     if probe is not None:
         _store_report(probe, hook.wall, repeat, top)
 
@@ -274,7 +290,7 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("workload", type=str.upper, choices=("W1", "W2", "W3", "W4", "W5", "W6"))
+    p.add_argument("workload", type=str.upper, choices=("W1", "W2", "W3", "W4", "W5", "W6", "W8"))
     p.add_argument("--system", choices=("turnfsm", "floor"), default="turnfsm")
     p.add_argument("--tool", choices=("cprofile", "pyinstrument"), default="cprofile")
     p.add_argument("--repeat", type=int, default=20)

@@ -269,3 +269,142 @@ def test_lease_ttl_must_be_positive() -> None:
         with pytest.raises(InvalidInput) as info:
             Engine(lease_ttl=bad)
         assert info.value.where == "lease_ttl"
+
+
+async def test_the_last_commit_releases_the_lease(tmp_path: Path) -> None:
+    """A store that releases with a commit gets no release write of its own
+    after a call that committed; a call that commits nothing still releases."""
+    released: list[Lease] = []
+
+    class Counting(SQLiteStore):
+        async def release_lease(self, lease: Lease) -> None:
+            released.append(lease)
+            await super().release_lease(lease)
+
+    store = Counting(tmp_path / "chats.db")
+    async with Engine(llm=ScriptedLLM([{"text": "hi"}]), store=store) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "hello")
+        assert turn.state is State.IDLE
+        assert released == []
+        assert await store.lease(cid) is None
+        # the next call's lease has the next token: the cache stays valid
+        resumed = await engine.resume(cid)  # rests already: commits nothing
+        assert resumed.state is State.IDLE
+        assert [lease.token for lease in released] == [2]
+        assert await store.lease(cid) is None
+
+
+class LeaseWrites(SQLiteStore):
+    """Counts the lease writes of their own (acquire, release)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[str] = []
+
+    async def acquire_lease(self, *args: Any, **kwargs: Any) -> Lease | None:
+        self.writes.append("acquire")
+        return await super().acquire_lease(*args, **kwargs)
+
+    async def release_lease(self, lease: Lease) -> None:
+        self.writes.append("release")
+        await super().release_lease(lease)
+
+
+async def test_a_call_on_a_loaded_context_takes_its_lease_with_its_first_commit(
+    tmp_path: Path,
+) -> None:
+    store = LeaseWrites(tmp_path / "chats.db")
+    llm = ScriptedLLM([{"text": "one"}, {"text": "two"}, {"text": "three"}])
+    async with Engine(llm=llm, store=store) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")
+        assert store.writes == ["acquire"]  # released by the last commit
+        store.writes.clear()
+        for text in ("second", "third"):
+            turn = await engine.send(cid, text)
+            assert turn.state is State.IDLE
+            assert await store.lease(cid) is None
+        assert store.writes == []  # taken and released by the calls' commits
+    other = SQLiteStore(tmp_path / "chats.db")
+    try:
+        lease = await other.acquire_lease(cid, "someone", 30.0, now=0.0)
+        assert lease is not None and lease.token == 4  # one token per call
+    finally:
+        await other.aclose()
+
+
+async def test_a_stale_loaded_copy_is_refused_and_the_call_runs_again(tmp_path: Path) -> None:
+    """A ran a call and keeps the context loaded; B runs one meanwhile. A's next
+    call starts on its stale copy, its first commit is refused (the lease was
+    B's since), and the call runs again on the stored context."""
+    path = tmp_path / "chats.db"
+    clock = FakeClock()
+    a_llm = ScriptedLLM([{"text": "A1"}, {"text": "A2"}])
+    b_llm = ScriptedLLM([{"text": "B1"}])
+    async with (
+        engine_on(SQLiteStore(path), a_llm, clock) as a,
+        engine_on(SQLiteStore(path), b_llm, clock) as b,
+    ):
+        cid = await a.create_context()
+        await a.send(cid, "from A")
+        await b.send(cid, "from B")
+        turn = await a.send(cid, "A again")
+        assert turn.state is State.IDLE and turn.text == "A2"
+        ctx = await a.get_context(cid)
+        texts = ["from A", "A1", "from B", "B1", "A again", "A2"]
+        assert [n.message.text for n in ctx.history()] == texts
+        # the model saw the whole stored history, B's turn included, once
+        assert len(a_llm.requests) == 2
+        sent = [m["content"] for m in a_llm.requests[1].messages if m["role"] != "system"]
+        assert sent == texts[:5]
+        assert await a.trace(cid) == [
+            "Idle",
+            *["ProcessingUserMessage", "AwaitingLLMResponse", "ProcessingLLMResponse", "Idle"] * 3,
+        ]
+
+
+async def test_a_loaded_copy_meets_a_running_owner_with_context_leased(tmp_path: Path) -> None:
+    path = tmp_path / "chats.db"
+    clock = FakeClock()
+    blocking = Blocking(text="B1")
+    a_llm = ScriptedLLM([{"text": "A1"}])
+    async with (
+        engine_on(SQLiteStore(path), a_llm, clock) as a,
+        engine_on(SQLiteStore(path), ScriptedLLM(blocking), clock) as b,
+    ):
+        cid = await a.create_context()
+        await a.send(cid, "from A")
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(b.send, cid, "from B")
+                await blocking.entered.wait()
+                with pytest.raises(ContextLeased) as info:
+                    await a.send(cid, "A again")
+                assert info.value.owner == b.owner
+                with pytest.raises(ContextLeased):  # a call that commits nothing, too
+                    await a.resume(cid)
+                blocking.release.set()
+        assert len(a_llm.requests) == 1
+        ctx = await a.get_context(cid)
+        assert [n.message.text for n in ctx.history()] == ["from A", "A1", "from B", "B1"]
+
+
+async def test_a_refused_call_on_a_loaded_context_leaves_no_lease(tmp_path: Path) -> None:
+    """A call whose checks fail commits nothing: the lease is taken to confirm
+    the loaded copy was current, the error stands, and the lease is released."""
+    from turnfsm.errors import UnknownToolCall
+
+    store = LeaseWrites(tmp_path / "chats.db")
+    llm = ScriptedLLM([{"text": "one"}, {"text": "two"}])
+    async with Engine(llm=llm, store=store) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")
+        store.writes.clear()
+        with pytest.raises(UnknownToolCall):
+            await engine.approve(cid, "call_nope")
+        assert store.writes == ["acquire", "release"]
+        assert await store.lease(cid) is None
+        store.writes.clear()
+        assert (await engine.send(cid, "second")).text == "two"
+        assert store.writes == []  # the cache was kept: no reload, no lease write

@@ -1322,6 +1322,107 @@ class StoreContract(abc.ABC):
         with pytest.raises(LeaseLost):
             await store.commit(stale)
 
+    async def test_a_commit_can_release_its_lease(self, store: Store) -> None:
+        assert getattr(store, "leases_in_commits", False) is True
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        last = make_commit("c", 0, appended=[("main", msg("m1"))])
+        last.lease_token, last.release_lease = a.token, True
+        await store.commit(last)
+        assert (await store.load("c")).version == 1
+        assert await store.lease("c") is None  # released with the commit
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(a, 30.0, now=NOW + 1.0)
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert b is not None and b.token == a.token + 1
+
+    async def test_a_refused_commit_releases_nothing(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        wrong = make_commit("c", 5, appended=[("main", msg("m1"))])  # version conflict
+        wrong.lease_token, wrong.release_lease = a.token, True
+        with pytest.raises(VersionConflict):
+            await store.commit(wrong)
+        assert await store.lease("c") == a
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 31.0)
+        assert b is not None
+        stale = make_commit("c", 0, appended=[("main", msg("m1"))])
+        stale.lease_token, stale.release_lease = a.token, True
+        with pytest.raises(LeaseLost):
+            await store.commit(stale)
+        assert await store.lease("c") == b  # the new owner's lease is not touched
+
+    async def test_a_commit_can_take_the_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        await store.release_lease(a)
+        take = Lease("c", "engine-a", a.token + 1, NOW + 40.0)
+        first = make_commit("c", 0, appended=[("main", msg("m1"))])
+        first.lease_token, first.take_lease = take.token, take
+        await store.commit(first)
+        assert await store.lease("c") == take
+        assert await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 10.0) is None
+        # the next commit is fenced by the token taken; the last one releases it
+        last = make_commit("c", 1, appended=[("main", msg("m2"))])
+        last.lease_token, last.release_lease = take.token, True
+        await store.commit(last)
+        assert await store.lease("c") is None
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 10.0)
+        assert b is not None and b.token == take.token + 1
+
+    async def test_a_commit_takes_no_lease_another_owner_had(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        await store.release_lease(a)
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert b is not None
+        before = await snapshot(store, "c")
+        for held in (True, False):  # engine-b holds it, then released it
+            if not held:
+                await store.release_lease(b)
+            late = make_commit("c", 0, appended=[("main", msg("m1"))])
+            take = Lease("c", "engine-a", a.token + 1, NOW + 40.0)  # b has that token
+            late.lease_token, late.take_lease = take.token, take
+            with pytest.raises(LeaseLost) as info:
+                await store.commit(late)
+            assert (info.value.token, info.value.current) == (take.token, b.token)
+            assert await snapshot(store, "c") == before
+        # nor one whose token just before is held by another owner
+        c = await store.acquire_lease("c", "engine-c", 30.0, now=NOW + 2.0)
+        assert c is not None
+        over = make_commit("c", 0, appended=[("main", msg("m1"))])
+        take = Lease("c", "engine-a", c.token + 1, NOW + 40.0)
+        over.lease_token, over.take_lease = take.token, take
+        with pytest.raises(LeaseLost):
+            await store.commit(over)
+        assert await store.lease("c") == c
+        assert await snapshot(store, "c") == before
+
+    async def test_a_commit_takes_and_releases_at_once(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        take = Lease("c", "engine-a", 1, NOW + 30.0)  # no lease yet: token 1
+        only = make_commit("c", 0, appended=[("main", msg("m1"))])
+        only.lease_token, only.take_lease, only.release_lease = 1, take, True
+        await store.commit(only)
+        assert (await store.load("c")).version == 1
+        assert await store.lease("c") is None
+        b = await store.acquire_lease("c", "engine-b", 30.0, now=NOW)
+        assert b is not None and b.token == 2
+
+    async def test_delete_removes_the_lease(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        a = await store.acquire_lease("c", "engine-a", 30.0, now=NOW)
+        assert a is not None
+        await store.delete("c")
+        await store.create(empty_context("c"))
+        assert await store.lease("c") is None
+        again = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
+        assert again == Lease("c", "engine-b", 1, NOW + 31.0)  # a new context, new tokens
+
 
 async def race(attempts: Sequence[tuple[Store, Commit]]) -> list[BaseException | None]:
     """Run the commits concurrently; the outcome of each (None: it was stored)."""

@@ -81,6 +81,11 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         return
     try:
         next_chunk = chunks.__anext__
+        # per chunk: looked up once
+        subscribers = rt.subscribers
+        clock_time = d.clock.time
+        context_id = rt.ctx.id
+        attempt = progress.attempt
         while True:
             try:
                 chunk = await next_chunk()
@@ -117,7 +122,11 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 break
             if channel is not None:
                 try:
-                    text, fixed = delta_text(chunk, kind.__name__)
+                    text = chunk.text
+                    if type(text) is str and text.isascii():  # no lone surrogate in it
+                        fixed = 0
+                    else:
+                        text, fixed = delta_text(chunk, kind.__name__)
                 except LLMError as exc:
                     exc.partial_text = "".join(partial)
                     failure = exc
@@ -134,16 +143,16 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 thinking_fixed += fixed
             rt.seq += 1
             rt.sent_seq = rt.seq
-            if rt.subscribers and d.publish(
+            if subscribers and d.publish(
                 rt,
                 ContentDelta(
-                    context_id=rt.ctx.id,
+                    context_id=context_id,
                     seq=rt.seq,
-                    timestamp=d.clock.time(),
+                    timestamp=clock_time(),
                     message_id=message_id,
                     delta=text,
                     index=index,
-                    attempt=progress.attempt,
+                    attempt=attempt,
                     channel=channel,
                 ),
             ):

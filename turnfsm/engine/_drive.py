@@ -18,6 +18,7 @@ dropped, so the next call starts again from the last committed state.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ import anyio
 
 from ..adapters.llm import LLM
 from ..enhancers import Enhancer
-from ..errors import ContextBusy, IllegalTransition
+from ..errors import ContextBusy, IllegalTransition, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import (
     ChatContext,
@@ -38,7 +39,7 @@ from ..model import (
     TurnProgress,
 )
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
-from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
+from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._approval import questions_of
@@ -66,6 +67,11 @@ calls) share one commit, and each keeps its own audit step."""
 
 Start = Callable[[Runtime], Awaitable[None]]
 """What a public call does first: check against the loaded context, take its trigger."""
+
+
+class _StaleCopy(Exception):
+    """The call's loaded copy may be stale (another owner ran on the context
+    since this engine's last call): :meth:`Driver.run` runs it again."""
 
 
 def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
@@ -102,6 +108,11 @@ class Driver:
         self.tools = tools
         self.store = store
         self.commit_nowait = _commit_nowait(store)
+        self.leases_in_commits = (
+            isinstance(store, LeasesInCommits) and store.leases_in_commits is True
+        )
+        """The store takes and releases a lease with a commit (``Commit.take_lease``,
+        ``Commit.release_lease``)."""
         self.enhancers = enhancers
         self.builtin_count = builtin_count
         self.modes = modes
@@ -167,15 +178,46 @@ class Driver:
     # ------------------------------------------------------------------ a call
 
     async def run(self, context_id: str, start: Start) -> Turn:
-        """Load the context for a call (busy, leased), then run it."""
+        """Load the context for a call (busy, leased), then run it.
+
+        A context this engine ran the last call on, and still holds loaded,
+        takes its lease with the call's first commit (``Commit.take_lease``,
+        on a store with ``leases_in_commits``): the lease with the next token,
+        granted only while the store still has this engine's last token, so
+        only while no other owner ran on the context since, and thus only
+        while the loaded copy is current. Until that commit nothing leaves the
+        engine: what runs before it (the call's checks, its first trigger,
+        the enhancers) works on the loaded copy alone. When the store refuses
+        the lease, or the call ends (or fails) before committing anything and
+        the lease then taken shows that another owner ran meanwhile, the call
+        is run again from the start on a freshly loaded copy under a lease
+        of its own; another owner's live lease raises ContextLeased as before.
+        """
+        try:
+            return await self._call(await self._enter(context_id, claim=True), start)
+        except _StaleCopy:
+            self.loaded.unload(context_id)
         return await self._call(await self._enter(context_id), start)
 
-    async def _enter(self, context_id: str) -> Runtime:
-        """Mark the context busy and return it loaded; raise ContextBusy if it is busy."""
+    async def _enter(self, context_id: str, *, claim: bool = False) -> Runtime:
+        """Mark the context busy and return it loaded; raise ContextBusy if it is busy.
+
+        ``claim``: when the context is still loaded from this engine's last
+        call on it, its lease is left to the call's first commit (see
+        :meth:`run`)."""
         self.refuse_if_busy(context_id)
         self.busy.add(context_id)
         lease: Lease | None = None
         loaded = self.loaded
+        rt = loaded.get(context_id) if claim and self.leases_in_commits else None
+        if rt is not None and rt.lease is not None and not rt.lease_held:
+            loaded.put(loaded.take(context_id) or rt)  # most recently used last
+            last = rt.lease
+            rt.lease = Lease(
+                context_id, self.owner, last.token + 1, self.clock.time() + self.lease_ttl
+            )
+            rt.lease_claim = True
+            return self._begin(rt)
         try:
             lease = await _leases.acquire(self, context_id)
             rt = loaded.take(context_id)
@@ -195,6 +237,13 @@ class Driver:
             self.busy.discard(context_id)
             raise
         rt.lease = lease
+        rt.lease_held = True
+        rt.lease_claim = False
+        return self._begin(rt)
+
+    @staticmethod
+    def _begin(rt: Runtime) -> Runtime:
+        """Reset what a call keeps on its runtime."""
         rt.turn_states = []
         rt.turn_nodes = []
         rt.stop_reason = None
@@ -221,25 +270,74 @@ class Driver:
                 rt.scope = scope
                 if rt.cancel_requested:
                     scope.cancel()
-                await start(rt)
+                try:
+                    await start(rt)
+                except Exception:
+                    if rt.lease_claim:  # was the loaded copy current? (see run)
+                        await self._confirm_claim(rt)
+                    raise
                 if rt.holder.effect is not None:
                     await self._drive(rt)
                 if dirty(rt):  # ... and before the call returns
-                    await self.commit(rt)
+                    # the call's last commit: at rest, it also ends the lease (unless
+                    # a cancel is pending, whose commit comes after it)
+                    last = State(rt.holder.state) in RESTING and not rt.cancel_requested
+                    await self.commit(rt, release=last)
             rt.scope = None
+            if rt.lease_claim:  # nothing was committed: was the loaded copy current?
+                await self._confirm_claim(rt)
             if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
-                    await self.cancel_in_place(rt)
+                    if await self._hold_again(rt):
+                        await self.cancel_in_place(rt)
         except BaseException:
             if dirty(rt) or State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)
             raise
         finally:
             rt.last_turn = self._turn(rt)
-            if rt.lease is not None:
+            if rt.lease_claim and rt.lease is not None:  # never taken: the last one stands
+                rt.lease_claim = False
+                rt.lease = replace(rt.lease, token=rt.lease.token - 1)
+            if rt.lease is not None and rt.lease_held:
+                rt.lease_held = False  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self, rt.lease)
             self._leave(rt)
         return rt.last_turn
+
+    async def _confirm_claim(self, rt: Runtime) -> None:
+        """A call that left its lease to its first commit ends without one (it
+        failed, or had nothing to commit): take the lease now, to learn
+        whether another owner ran on the context since this engine's last
+        call. If one did, raise ``_StaleCopy`` (the call is run again on a
+        fresh copy); if one holds it now, ContextLeased. Else the call's
+        outcome stands, and the lease is released when it returns."""
+        claimed = rt.lease
+        assert claimed is not None
+        rt.lease_claim = False
+        lease = await _leases.acquire(self, rt.ctx.id)
+        if lease.token != claimed.token:
+            await _leases.release(self, lease)
+            raise _StaleCopy
+        rt.lease = lease
+        rt.lease_held = True
+
+    async def _hold_again(self, rt: Runtime) -> bool:
+        """Take the lease again for a cancel that came after the call's last
+        commit had released it. False (and the context unloaded) when another
+        owner ran on the context in between: the cancel then has nothing left
+        to stop."""
+        if rt.lease_held or rt.lease_claim or rt.lease is None:
+            return True
+        cid = rt.ctx.id
+        lease = await _leases.acquire(self, cid)
+        if lease.token != rt.lease.token + 1:
+            await _leases.release(self, lease)
+            self.loaded.unload(cid)
+            return False
+        rt.lease = lease
+        rt.lease_held = True
+        return True
 
     def _turn(self, rt: Runtime) -> Turn:
         ctx = rt.ctx
@@ -343,7 +441,10 @@ class Driver:
     def failed(self, rt: Runtime, error: str, partial_text: str) -> None:
         self.later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
 
-    async def commit(self, rt: Runtime) -> None:
+    async def commit(self, rt: Runtime, *, release: bool = False) -> None:
+        """Commit what changed since the last commit, then send its events.
+        ``release``: this is the call's last commit, and the store ends the
+        call's lease with it (when the store can: ``leases_in_commits``)."""
         ctx = rt.ctx
         holder = rt.holder
         now = self.now()
@@ -362,6 +463,11 @@ class Driver:
                 i = new[node.id]
                 appended[i] = (appended[i][0], node)
             replaced = [n for n in replaced if n.id not in new]
+        lease = rt.lease
+        claim = rt.lease_claim
+        release = (
+            release and self.leases_in_commits and lease is not None and (rt.lease_held or claim)
+        )
         commit = Commit(
             context_id=ctx.id,
             expected_version=ctx.version,
@@ -376,13 +482,31 @@ class Driver:
             branches=rt.branches,
             active_branch=ctx.active_branch_name if rt.active_changed else None,
             config=ctx.config if rt.config_changed else None,
-            lease_token=rt.lease.token if rt.lease is not None else None,
+            lease_token=lease.token if lease is not None else None,
+            take_lease=lease if claim else None,
+            release_lease=release,
         )
-        if self.commit_nowait is not None:  # a store that never waits needs no shield
-            self.commit_nowait(commit)
-        else:
-            with anyio.CancelScope(shield=True):
-                await self.store.commit(commit)
+        try:
+            if self.commit_nowait is not None:  # a store that never waits needs no shield
+                self.commit_nowait(commit)
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self.store.commit(commit)
+        except LeaseLost:
+            if claim:  # another owner ran since this engine's last call (see run)
+                rt.lease_claim = False
+                raise _StaleCopy from None
+            raise
+        except BaseException:
+            if claim:  # the outcome is unknown: release the token, in case it was taken
+                rt.lease_claim = False
+                rt.lease_held = True
+            raise
+        if claim:
+            rt.lease_claim = False
+            rt.lease_held = not release
+        elif release:
+            rt.lease_held = False
         holder.steps.clear()
         rt.appended = []
         rt.replaced = {}

@@ -90,20 +90,20 @@ async def release(d: Driver, lease: Lease) -> None:
 
 async def renew(d: Driver, rt: Runtime) -> bool:
     """Renew the running call's lease; False once it is lost (the next commit
-    is then refused with LeaseLost). Never raises."""
+    is then refused with LeaseLost) or released. Never raises."""
     lease = rt.lease
-    if lease is None:
-        return False
+    if lease is None or not rt.lease_held:
+        return rt.lease_claim  # not taken yet (the call's first commit takes it)
     try:
         renewed = await d.store.renew_lease(lease, d.lease_ttl, now=d.clock.time())
     except LeaseLost as exc:
-        if rt.lease is lease and rt.ctx.id in d.busy:  # not just released
+        if rt.lease is lease and rt.lease_held:  # not released meanwhile
             rt.log.warning("lease_lost", token=lease.token, current=exc.current)
         return False
     except Exception as exc:  # a store's failure; the next beat tries again
         rt.log.warning("lease_renew_failed", error=str(exc))
         return True
-    if rt.lease is lease:  # the call may have returned meanwhile
+    if rt.lease is lease and rt.lease_held:  # the call may have returned meanwhile
         rt.lease = renewed
     return True
 
@@ -127,5 +127,5 @@ async def heartbeat_all(d: Driver) -> None:
         await anyio.sleep(interval)
         for cid in list(d.busy):
             rt = d.loaded.get(cid)
-            if rt is not None and rt.lease is not None:
+            if rt is not None and rt.lease is not None and rt.lease_held:
                 await renew(d, rt)

@@ -63,6 +63,11 @@ class Runtime:
     not scan the history on every call."""
     lease: Lease | None = None
     """The lease of the running call (after it returns: the last one it held)."""
+    lease_held: bool = False
+    """Whether ``lease`` is still held: False once it was released (by the
+    call's last commit, or on its own) and between calls."""
+    lease_claim: bool = False
+    """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
 
 
 def dirty(rt: Runtime) -> bool:

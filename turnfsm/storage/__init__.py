@@ -4,7 +4,15 @@
 ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``.
 """
 
-from ._base import Commit, CommitsWithoutWaiting, ContextSummary, Lease, StepLog, Store
+from ._base import (
+    Commit,
+    CommitsWithoutWaiting,
+    ContextSummary,
+    Lease,
+    LeasesInCommits,
+    StepLog,
+    Store,
+)
 from ._files import FilesStore
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
@@ -16,6 +24,7 @@ __all__ = [
     "ContextSummary",
     "FilesStore",
     "Lease",
+    "LeasesInCommits",
     "MemoryStore",
     "SQLiteStore",
     "StepLog",

@@ -13,6 +13,11 @@ when the call returns. Each successful acquire gives the lease a larger
 fencing ``token``; a commit that names a token (``Commit.lease_token``) is
 refused with :class:`~turnfsm.errors.LeaseLost` once another owner has taken
 the context over, in the same transaction as the version check.
+
+A store that declares :class:`LeasesInCommits` also takes and gives the lease
+up inside a commit (``Commit.take_lease``, ``Commit.release_lease``): the
+engine then leases a call with its first commit and releases it with its last
+one, instead of writes of their own (see the engine's ``Driver.run``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "CommitsWithoutWaiting",
     "ContextSummary",
     "Lease",
+    "LeasesInCommits",
     "StepLog",
     "Store",
     "lease_is_held",
@@ -106,6 +112,20 @@ class Commit:
     """The fencing token of the writer's lease: when set, the commit is refused
     with :class:`~turnfsm.errors.LeaseLost` unless it is still the context's
     latest token (checked with the version, in the same transaction)."""
+    take_lease: Lease | None = None
+    """With ``lease_token`` equal to its token: the commit also takes this
+    lease, in the same transaction. It is applied only if the context's stored
+    lease has the token just before (``take_lease.token - 1``) and no other
+    owner holds it (it was released, or its holder is ``take_lease.owner``);
+    otherwise it is refused with :class:`~turnfsm.errors.LeaseLost` and
+    nothing of it is stored. The lease is then stored as ``take_lease`` (and
+    released at once when ``release_lease`` is set too). Only stores that
+    declare :class:`LeasesInCommits` are given a commit with it set."""
+    release_lease: bool = False
+    """With ``lease_token``: once the commit's checks pass, release the lease
+    under that token in the same transaction (as :meth:`Store.release_lease`
+    would, after the commit). Only stores that declare
+    :class:`LeasesInCommits` are given a commit with it set."""
 
 
 @runtime_checkable
@@ -178,6 +198,19 @@ class CommitsWithoutWaiting(Protocol):
     commit must be awaited after all (a subclass whose ``commit`` does more)."""
 
     commit_nowait: Callable[[Commit], None] | None
+
+
+@runtime_checkable
+class LeasesInCommits(Protocol):
+    """A store that honours ``Commit.take_lease`` and ``Commit.release_lease``:
+    the commit and the lease's change are applied together (one transaction
+    where the store has them), so a call's first commit can take its lease
+    and its last commit end it. The engine sets them only for a store that
+    declares ``leases_in_commits = True``; any other store gets the lease
+    taken and released with :meth:`Store.acquire_lease` and
+    :meth:`Store.release_lease`."""
+
+    leases_in_commits: bool
 
 
 def lease_is_held(

@@ -451,6 +451,13 @@ class FilesStore:
     change whole, a power cut may not.
     """
 
+    leases_in_commits = True
+    """``Commit.take_lease`` and ``Commit.release_lease`` are honoured, under the
+    commit's lock: ``lease.json`` is taken just before the commit's journal is
+    written and released right after it is applied (a crash between leaves the
+    lease held by a process that is gone: taken over at once on this host, or
+    at its expiry)."""
+
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._contexts = self.root / "contexts"
@@ -665,7 +672,15 @@ class FilesStore:
         cid = commit.context_id
         folder = self._dir(cid)
         with self._context(folder, cid, exclusive=True):
-            if commit.lease_token is not None:
+            take = commit.take_lease if commit.lease_token is not None else None
+            if take is not None:
+                old = self._read_lease(folder)
+                token = old["token"] if old is not None else 0
+                if token != take.token - 1 or (
+                    old is not None and old["owner"] not in (None, take.owner)
+                ):
+                    raise LeaseLost(cid, take.token, old["token"] if old is not None else None)
+            elif commit.lease_token is not None:
                 self._check_fence(folder, cid, commit.lease_token)
             ctx, steps_bytes = _read_context(folder, cid)
             if ctx.version != commit.expected_version:
@@ -725,8 +740,18 @@ class FilesStore:
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     _unlink(Path(entry.path))
+            if take is not None:
+                # taken before the commit point: a crash between the two leaves
+                # the lease held by a process that is gone, never a commit stored
+                # under a lease that is not
+                owner = None if commit.release_lease else take.owner
+                self._write_lease(folder, owner, take.token, take.expires_at)
             self._write_journal(folder, journal)
             self._apply(folder, files, steps)
+            if take is None and commit.release_lease and commit.lease_token is not None:
+                lease = self._read_lease(folder)
+                if lease is not None and lease["owner"] is not None:  # the fence found it
+                    self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
 
     def _write_journal(self, folder: Path, journal: bytes) -> None:
         """Put the journal in place: the commit point."""

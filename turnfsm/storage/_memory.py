@@ -27,6 +27,10 @@ class _Record:
 
 
 class MemoryStore:
+    leases_in_commits = True
+    """``Commit.take_lease`` and ``Commit.release_lease`` are honoured (see
+    :class:`~turnfsm.storage.LeasesInCommits`)."""
+
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
         self._leases: dict[str, tuple[Lease, bool]] = {}
@@ -73,7 +77,10 @@ class MemoryStore:
         overrides ``commit`` alone has ``commit_nowait = None``."""
         rec = self._get(commit.context_id)
         head = rec.context
-        if commit.lease_token is not None:
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:
+            self._check_take(commit.context_id, take)
+        elif commit.lease_token is not None:
             self._check_fence(commit.context_id, commit.lease_token)
         if head.version != commit.expected_version:
             raise VersionConflict(commit.context_id, commit.expected_version, head.version)
@@ -105,6 +112,11 @@ class MemoryStore:
             head.active_branch_name = commit.active_branch
         if commit.config is not None:
             head.config = commit.config.model_copy(deep=True)
+        if take is not None:
+            self._leases[commit.context_id] = (take, not commit.release_lease)
+        elif commit.release_lease and commit.lease_token is not None:
+            lease = self._leases[commit.context_id][0]  # the fence found it
+            self._leases[commit.context_id] = (lease, False)
 
     async def list_ids(self) -> list[str]:
         return list(self._records)
@@ -124,6 +136,7 @@ class MemoryStore:
     async def delete(self, context_id: str) -> None:
         self._get(context_id)
         del self._records[context_id]
+        self._leases.pop(context_id, None)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         return list(self._get(context_id).steps)
@@ -138,6 +151,18 @@ class MemoryStore:
         current = entry[0].token if entry is not None else None
         if current != token:
             raise LeaseLost(context_id, token, current)
+
+    def _check_take(self, context_id: str, take: Lease) -> None:
+        """``Commit.take_lease``: the stored lease has the token just before, and
+        no other owner holds it (no lease at all counts as token 0)."""
+        entry = self._leases.get(context_id)
+        if entry is None:
+            if take.token != 1:
+                raise LeaseLost(context_id, take.token, None)
+            return
+        old, held = entry
+        if old.token != take.token - 1 or (held and old.owner != take.owner):
+            raise LeaseLost(context_id, take.token, old.token)
 
     async def acquire_lease(
         self,

@@ -251,6 +251,11 @@ class SQLiteStore:
     for another process's lock. Missing parent directories are created.
     """
 
+    leases_in_commits = True
+    """``Commit.take_lease`` and ``Commit.release_lease`` are applied in the
+    commit's own transaction (see
+    :class:`~turnfsm.storage.LeasesInCommits`)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -672,6 +677,9 @@ class SQLiteStore:
             "ORDER BY branch, pos",
             (seq,),
         ):
+            if type(mid) is str and type(version) is int and version == _V:
+                positions.setdefault(branch, []).append(mid)  # the common case
+                continue
             row = self._row(context_id, "branch_messages", f"branch {branch!r}, pos {pos!r}")
             _column(row, "message_id", mid, str)
             _column(row, "schema_version", version, int)
@@ -707,27 +715,48 @@ class SQLiteStore:
     def _load_messages(
         self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
     ) -> None:
-        """Every message row of the context, each validated strictly, into ``pool``."""
+        """Every message row of the context, each validated strictly, into ``pool``.
+
+        A row of the common kind (text id and body, the current schema version)
+        goes straight to the model's strict JSON validation; the description of
+        where the row is is made only for an error. Validating the bodies as one
+        JSON array in a single call was measured no faster: the model's own
+        validation is nearly all of the time (see docs/benchmarks.md)."""
         validate = MessageNode.model_validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
         ):
-            row = self._row(context_id, "messages", f"id {mid!r}")
-            _column(row, "id", mid, str)
-            _column(row, "schema_version", version, int)
-            _column(row, "body", body, str)
-            if version == _V:  # the common case, parsed straight from the text
+            if type(mid) is str and type(body) is str and type(version) is int and version == _V:
                 try:
                     node = validate(body, strict=True)
-                except ValidationError as exc:
-                    raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
-            else:
-                node = message_from_record(
-                    body, version, where=self._where(context_id, f", message {mid!r}")
-                )
-            if node.id != mid:
-                raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
-            pool[mid] = node
+                except ValidationError:
+                    node = None
+                if node is not None and node.id == mid:
+                    pool[mid] = node
+                    continue
+            self._load_row(context_id, mid, version, body, pool)
+
+    def _load_row(
+        self, context_id: str, mid: Any, version: Any, body: Any, pool: dict[str, MessageNode]
+    ) -> None:
+        """One message row, checked column by column: an older schema version is
+        upcast, damage raises a StoreError naming the row."""
+        row = self._row(context_id, "messages", f"id {mid!r}")
+        _column(row, "id", mid, str)
+        _column(row, "schema_version", version, int)
+        _column(row, "body", body, str)
+        if version == _V:
+            try:
+                node = MessageNode.model_validate_json(body, strict=True)
+            except ValidationError as exc:
+                raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
+        else:
+            node = message_from_record(
+                body, version, where=self._where(context_id, f", message {mid!r}")
+            )
+        if node.id != mid:
+            raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
+        pool[mid] = node
 
     def _row(self, context_id: str, table: str, key: str = "") -> str:
         """Where a row is, for an error: the file, the table, the row."""
@@ -829,7 +858,14 @@ class SQLiteStore:
             params.append(commit.config.model_dump_json())
         where = "WHERE id = ? AND version = ? AND schema_version = ?"
         params += [cid, commit.expected_version, _V]
-        if commit.lease_token is not None:  # the fence, in the same statement
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:  # the lease taken: the token just before, released or ours
+            where += (
+                " AND IFNULL((SELECT token = ? AND (owner IS NULL OR owner = ?) FROM leases "
+                "WHERE context_id = ?), ?)"
+            )
+            params += [take.token - 1, take.owner, cid, int(take.token == 1)]
+        elif commit.lease_token is not None:  # the fence, in the same statement
             where += " AND (SELECT token FROM leases WHERE context_id = ?) IS ?"
             params += [cid, commit.lease_token]
         return _CommitRows(
@@ -907,13 +943,36 @@ class SQLiteStore:
                 "to_state, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(seq, _V, *step) for step in rows.steps],
             )
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:  # taken with this commit (the UPDATE above checked it)
+            conn.execute(
+                "INSERT INTO leases (context_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
+                "token = excluded.token, expires_at = excluded.expires_at",
+                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at),
+            )
+        elif commit.release_lease and commit.lease_token is not None:
+            # the lease ends with this commit, in its transaction (the fence in
+            # the UPDATE above found the token current)
+            conn.execute(
+                "UPDATE leases SET owner = NULL WHERE context_id = ? AND token = ?",
+                (cid, commit.lease_token),
+            )
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The fence or the version check missed: say why, or (an old schema
         version) bring the context row up to date so that the check can be made
         again."""
         cid = commit.context_id
-        if commit.lease_token is not None:
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:
+            found = conn.execute(
+                "SELECT owner, token FROM leases WHERE context_id = ?", (cid,)
+            ).fetchone()
+            owner, token = found if found is not None else (None, 0)
+            if token != take.token - 1 or owner not in (None, take.owner):
+                raise LeaseLost(cid, take.token, token if found is not None else None)
+        elif commit.lease_token is not None:
             self._check_fence(conn, cid, commit.lease_token)
         row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = ?", (cid,)).fetchone()
         if row is None:
@@ -1002,6 +1061,7 @@ class SQLiteStore:
             for table in ("steps", "messages", "branch_messages", "branches"):
                 conn.execute(f"DELETE FROM {table} WHERE ctx = ?", row)
             conn.execute("DELETE FROM contexts WHERE seq = ?", row)
+            conn.execute("DELETE FROM leases WHERE context_id = ?", (context_id,))
 
         await self._run(delete, write=True)
 
@@ -1089,7 +1149,9 @@ class SQLiteStore:
     #
     # One row per context in ``leases`` (keyed by the context id, apart from the
     # history tables). A lease write is one write of the writer's next group: one
-    # per call at its start, one at its end, one per heartbeat. A group of lease
+    # per heartbeat, and one at a call's start and end unless the call's first
+    # and last commits take and release the lease themselves (``take_lease``,
+    # ``release_lease``: statements of the commit's own write). A group of lease
     # writes only is committed at ``synchronous=NORMAL`` whatever the store's
     # setting: a lease only matters among live processes, and a power cut ends
     # them all; the next commit's sync at FULL makes the lease rows before it
