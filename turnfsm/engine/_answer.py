@@ -49,6 +49,8 @@ from ..model import (
     LLMResponse,
     MessageMetadata,
     MessageType,
+    ReasoningData,
+    ReasoningItem,
     Role,
     TextPart,
     TokenUsage,
@@ -309,6 +311,43 @@ def _calls(
     return calls
 
 
+def _reasoning(value: object, notes: list[str]) -> list[ReasoningItem] | None:
+    if not isinstance(value, tuple | list):
+        raise invalid_answer(f"its reasoning is a {_type(value)}, not a tuple")
+    out = []
+    for i, item in enumerate(value):
+        where = f"reasoning[{i}]"
+        if not isinstance(item, ReasoningData):
+            raise invalid_answer(f"{where} is a {_type(item)}, not a ReasoningData")
+        texts = [item.id, *item.summary]
+        if item.encrypted_content is not None:
+            texts.append(item.encrypted_content)
+        if not all(isinstance(t, str) for t in texts):
+            raise invalid_answer(f"{where} holds a value that is not a str")
+        out.append(
+            ReasoningItem(
+                id=_clean(item.id, f"{where}.id", notes),
+                summary=[_clean(t, f"{where}.summary", notes) for t in item.summary],
+                encrypted_content=item.encrypted_content,
+            )
+        )
+    return out or None
+
+
+def _logprobs(value: object, notes: list[str]) -> list[Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise invalid_answer(f"its logprobs is a {_type(value)}, not a list or None")
+    try:
+        cleaned, found = clean_json(value, "logprobs")
+    except JSONProblem as problem:
+        notes.append(f"{problem}; the logprobs were not kept")
+        return None
+    notes.extend(found)
+    return cleaned  # type: ignore[no-any-return]
+
+
 def build_answer(
     response: object,
     *,
@@ -339,6 +378,11 @@ def build_answer(
         thinking = streamed_thinking
         _note_fixed(notes, "thinking", thinking_fixed)
     finish_reason = _field(response, "finish_reason", notes)
+    refusal = _field(response, "refusal", notes)
+    incomplete_reason = _field(response, "incomplete_reason", notes)
+    phase = _field(response, "phase", notes)
+    reasoning = _reasoning(response.reasoning, notes)
+    logprobs = _logprobs(response.logprobs, notes)
     model_name = _field(response, "model", notes)
     usage = _usage(response.usage, notes)
     calls = _calls(response.tool_calls, taken_ids, notes)
@@ -355,7 +399,12 @@ def build_answer(
             iteration=iteration,
             finish_reason=finish_reason,
             extra={"conversions": notes} if notes else {},
+            incomplete_reason=incomplete_reason,
+            logprobs=logprobs,
         ),
         thinking=thinking,
+        refusal=refusal,
+        reasoning=reasoning,
+        phase=phase,
     )
     return message, calls
