@@ -223,7 +223,7 @@ class ChatStreamAssembler:
             finish_reason=self.finish_reason,
             model=self.model,
             refusal="".join(self._refusal) if self._refusal else None,
-            logprobs=self._logprobs,
+            logprobs=self._logprobs or None,
         )
 
 
@@ -272,5 +272,5 @@ def chat_completion_response(data: object, new_id: Callable[[], str] = new_call_
         or ("tool_calls" if calls else "stop"),
         model=model if isinstance(model, str) else None,
         refusal=refusal,
-        logprobs=_logprob_tokens(choice),
+        logprobs=_logprob_tokens(choice) or None,
     )

@@ -376,7 +376,7 @@ def responses_response(data: object, new_id: Callable[[], str] = new_call_id) ->
         incomplete_reason=incomplete,
         reasoning=tuple(out.reasoning),
         phase=out.phase,
-        logprobs=out.logprobs,
+        logprobs=out.logprobs or None,
     )
 
 
@@ -550,5 +550,5 @@ class ResponsesStreamAssembler:
             incomplete_reason=incomplete,
             reasoning=tuple(whole.reasoning),
             phase=whole.phase,
-            logprobs=self._logprobs if self._logprobs is not None else whole.logprobs,
+            logprobs=self._logprobs or whole.logprobs or None,
         )
