@@ -305,3 +305,33 @@ def test_streamed_and_whole_reasoning_give_the_same_thinking() -> None:
             "**Choosing the tool**\n\nI will call get_weather.",
         )
     ]
+
+
+@pytest.mark.parametrize(
+    "name", ["chat_refusal_stream", "chat_length_stream", "chat_content_filter_whole"]
+)
+async def test_the_recorder_writes_the_outcome_and_the_script_replays(
+    loopback: LoopbackServer, name: str
+) -> None:
+    from turnfsm import Engine
+    from turnfsm.replay import Recorder, replay
+
+    case = next(c for c in CASES if c.name == name)
+    loopback.script(case.reply())
+    llm = _adapter(case, loopback)
+    recorder = Recorder(llm)
+    async with llm, Engine(llm=recorder.llm, tools=recorder.tools) as engine:
+        await recorder.start(engine)
+        turn = await recorder.send("Hi")
+        script = await recorder.script()
+    step = next(s["llm"] for s in script["steps"] if "llm" in s)
+    if case.expect.refusal is not None:
+        assert step["refusal"] == case.expect.refusal
+        assert step.get("text", "") == "" and "".join(step.get("chunks", [])) == ""
+    else:
+        assert step["finish_reason"] == case.expect.finish_reason
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert result.trace == ["Idle", *turn.states]
+    stops = [e["stop_reason"] for e in result.events if e.get("kind") == "TurnCompleted"]
+    assert stops == [case.expect.stop_reason]

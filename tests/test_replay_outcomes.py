@@ -1,0 +1,81 @@
+"""Replay scripts with refusals and cut answers: the ``llm`` step's ``refusal``
+and ``finish_reason`` give the outcome the provider would, in the turn's
+``TurnCompleted``, in the stored message and on the next request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from turnfsm.adapters.llm.scripted import AnswerSpec, ScriptedLLM
+from turnfsm.errors import InvalidInput
+from turnfsm.replay import run_script
+from turnfsm.testing import assert_replays
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _stop_reasons(name: str) -> tuple[list[str], list[dict[str, object]]]:
+    result = run_script(SCRIPTS / name)
+    assert result.ok, result.report()
+    reasons = [str(e["stop_reason"]) for e in result.events if e.get("kind") == "TurnCompleted"]
+    return reasons, [n["message"] for n in result.messages]
+
+
+def test_a_refusal_ends_the_turn_as_a_refusal_and_goes_back_as_one() -> None:
+    reasons, messages = _stop_reasons("refusal.json")
+    assert reasons == ["refusal", "completed"]
+    answer = messages[1]
+    assert answer["role"] == "assistant"
+    assert answer["refusal"] == "I'm sorry, but I can't help with that."
+    assert answer["content"] == []
+
+
+def test_a_cut_answer_keeps_its_text_and_says_length() -> None:
+    reasons, messages = _stop_reasons("length_cut.json")
+    assert reasons == ["length"]
+    assert messages[-1]["metadata"]["finish_reason"] == "length"
+
+
+def test_a_cut_tool_call_is_never_run() -> None:
+    reasons, messages = _stop_reasons("length_tool_fragment.json")
+    assert reasons == ["length"]
+    result = messages[-1]["tool_result"]
+    assert result["request_id"] == "call_1"
+    assert result["success"] is False
+    assert result["result"]["status"] == "length"
+    call = messages[1]["tool_calls"][0]
+    assert (call["approval_status"], call["decided_by"]) == ("Denied", "system")
+
+
+def test_a_filtered_answer_keeps_what_arrived() -> None:
+    reasons, messages = _stop_reasons("content_filter.json")
+    assert reasons == ["content_filter"]
+    assert messages[-1]["content"] == [{"type": "text", "text": "The armies met at"}]
+
+
+def test_the_scripted_llm_accepts_refusal_and_refuses_what_cannot_go_with_it() -> None:
+    assert AnswerSpec.parse({"refusal": "no"}).response().refusal == "no"
+    with pytest.raises(InvalidInput, match="refusal"):
+        ScriptedLLM([{"refusal": "no", "tool_calls": [{"id": "c", "name": "t"}]}])
+    with pytest.raises(InvalidInput, match="refusal"):
+        ScriptedLLM([{}])
+
+
+def test_a_refusal_script_replays_as_a_helper_would_check_it() -> None:
+    assert_replays(SCRIPTS / "refusal.json")
+
+
+@pytest.mark.anyio
+async def test_the_next_request_sends_the_refusal_back_as_chat_expects() -> None:
+    import kit
+
+    llm = ScriptedLLM([{"refusal": "No."}, {"text": "Sure."}])
+    async with kit.make_engine(llm=llm).engine as engine:
+        cid = await engine.create_context()
+        first = await engine.send(cid, "Do it")
+        await engine.send(cid, "Something else")
+    assert str(first.stop_reason) == "refusal"
+    assert first.messages[-1].refusal == "No." and first.text == ""
+    assert llm.requests[1].messages[1] == {"role": "assistant", "content": None, "refusal": "No."}
