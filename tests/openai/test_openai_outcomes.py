@@ -335,3 +335,82 @@ async def test_the_recorder_writes_the_outcome_and_the_script_replays(
     assert result.trace == ["Idle", *turn.states]
     stops = [e["stop_reason"] for e in result.events if e.get("kind") == "TurnCompleted"]
     assert stops == [case.expect.stop_reason]
+
+
+# ---------------------------------------------------------------------- turnfsm chat
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("chat_refusal_stream", f"refused> {CASES[0].expect.refusal}"),
+        ("chat_length_stream", "[the answer was cut off at the token limit]"),
+        ("chat_content_filter_stream", "[the provider's content filter stopped the answer"),
+        ("resp_incomplete_whole", "[the answer was cut off at the token limit]"),
+    ],
+)
+async def test_turnfsm_chat_shows_the_outcome_in_one_line(
+    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch, name: str, line: str
+) -> None:
+    import argparse
+    import io
+
+    from turnfsm.cli import _chat
+
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TURNFSM_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    case = next(c for c in CASES if c.name == name)
+
+    async def run(*more: str) -> tuple[int, str]:
+        loopback.script(case.reply())
+        parser = argparse.ArgumentParser(prog="turnfsm")
+        _chat.add_parser(parser.add_subparsers(dest="command"))
+        argv = ["chat", "--base-url", loopback.url, "--store", "memory://", "-m", "Hi"]
+        if case.api == "responses":
+            argv.append("--responses")
+        if not case.streamed:
+            argv.append("--no-stream")
+        out, err = io.StringIO(), io.StringIO()
+        code = await _chat.run_chat(
+            parser.parse_args([*argv, *more]), stdin=io.StringIO(""), out=out, err=err
+        )
+        return code, out.getvalue()
+
+    code, out = await run()
+    assert code == 0
+    shown = [text for text in out.splitlines() if text.startswith(line)]
+    assert len(shown) == 1, out
+    code, out = await run("--json")
+    doc = json.loads(out)
+    assert doc["stop_reason"] == case.expect.stop_reason
+    answer = doc["messages"][1]
+    assert answer["outcome"] == case.expect.stop_reason
+    assert answer.get("refusal") == case.expect.refusal
+
+
+# ---------------------------------------------------------------------- n, store, include
+
+
+async def test_n_above_one_fails_before_anything_is_sent(loopback: LoopbackServer) -> None:
+    llm = OpenAIChatAdapter(base_url=loopback.url, api_key="sk", timeout=10)
+    async with llm, kit.make_engine(llm=llm).engine as engine:
+        cid = await engine.create_context(parameters={"n": 3})
+        turn = await engine.send(cid, "Hi")
+    assert str(turn.stop_reason) == "failed"
+    assert turn.error is not None and "parameters.n" in turn.error and "n=1" in turn.error
+    assert loopback.requests == []
+
+
+def test_store_false_asks_for_encrypted_reasoning_once() -> None:
+    from turnfsm.adapters.llm._openai_responses import responses_request_body
+
+    request = LLMRequest("c", "o4-mini", [{"role": "user", "content": "Hi"}])
+    assert "include" not in responses_request_body(request, stream=False)
+    assert "store" not in responses_request_body(request, stream=False)
+    body = responses_request_body(request, stream=False, store=False)
+    assert (body["store"], body["include"]) == (False, [ENCRYPTED_REASONING])
+    request.parameters = {"store": False, "include": [ENCRYPTED_REASONING, "x"], "logprobs": True}
+    body = responses_request_body(request, stream=False, store=True)  # the parameter wins
+    assert body["store"] is False
+    assert body["include"] == [ENCRYPTED_REASONING, "x", "message.output_text.logprobs"]
+    assert "logprobs" not in body
