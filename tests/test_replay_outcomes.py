@@ -79,3 +79,38 @@ async def test_the_next_request_sends_the_refusal_back_as_chat_expects() -> None
     assert str(first.stop_reason) == "refusal"
     assert first.messages[-1].refusal == "No." and first.text == ""
     assert llm.requests[1].messages[1] == {"role": "assistant", "content": None, "refusal": "No."}
+
+
+@pytest.mark.anyio
+async def test_an_incomplete_answer_for_another_reason_ends_incomplete() -> None:
+    import kit
+
+    from turnfsm.model import LLMResponse
+
+    llm = ScriptedLLM(
+        [LLMResponse(text="So far", finish_reason="interrupted", incomplete_reason="interrupted")]
+    )
+    async with kit.make_engine(llm=llm).engine as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "Go")
+    assert str(turn.stop_reason) == "incomplete"
+    answer = turn.messages[-1]
+    assert (answer.text, answer.metadata.incomplete_reason) == ("So far", "interrupted")
+    assert answer.outcome == "incomplete"
+
+
+def test_old_stored_messages_load_and_new_fields_stay_out_of_the_json() -> None:
+    from turnfsm.model import InternalMessage
+
+    old = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "metadata": {"created_at": "2026-01-01T00:00:00Z", "finish_reason": "stop"},
+    }
+    msg = InternalMessage.model_validate(old)
+    assert (msg.refusal, msg.reasoning, msg.phase, msg.outcome) == (None, None, None, None)
+    dumped = msg.model_dump(mode="json")
+    for key in ("refusal", "reasoning", "phase"):
+        assert key not in dumped
+    assert "incomplete_reason" not in dumped["metadata"]
+    assert "logprobs" not in dumped["metadata"]

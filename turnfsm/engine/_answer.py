@@ -14,15 +14,17 @@ leaves the context waiting for an answer that will not come:
   :class:`TextDelta`, :class:`ThinkingDelta`, :class:`ToolCallDelta` or
   :class:`LLMResponse`, a delta whose text is not a ``str``, a stream that ends
   without a response, and a response whose fields do not have their declared
-  types (text, thinking, finish reason, model, usage, tool calls) are a
-  permanent failure of kind ``invalid_answer``.
+  types (text, thinking, finish reason, model, usage, tool calls, refusal,
+  incomplete reason, phase, reasoning items, logprobs) are a permanent
+  failure of kind ``invalid_answer``.
 
 What is kept is made storable, and every change is recorded in the assistant
 message's ``metadata.extra["conversions"]`` (a list of notes):
 
 - texts (answer, thinking, deltas as published, tool names and ids, model,
   finish reason): each lone surrogate becomes U+FFFD;
-- usage and tool arguments go through :func:`~turnfsm.model.clean_json`;
+- usage, logprobs and tool arguments go through :func:`~turnfsm.model.clean_json`
+  (logprobs that cannot be stored are dropped, with a note);
   arguments that cannot be stored (too deep, too large, no JSON form) or are
   not a JSON object are kept as text (``raw_arguments``, cut to
   :data:`RAW_ARGUMENTS_LIMIT` characters, with ``arguments_error`` saying what
