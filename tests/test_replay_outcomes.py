@@ -77,7 +77,7 @@ async def test_the_next_request_sends_the_refusal_back_as_chat_expects() -> None
         first = await engine.send(cid, "Do it")
         await engine.send(cid, "Something else")
     assert str(first.stop_reason) == "refusal"
-    assert first.messages[-1].refusal == "No." and first.text == ""
+    assert first.refusal == "No." and first.text == ""
     assert llm.requests[1].messages[1] == {"role": "assistant", "content": None, "refusal": "No."}
 
 

@@ -82,3 +82,12 @@ class Turn:
             if msg.role is Role.ASSISTANT:
                 return msg.text
         return ""
+
+    @property
+    def refusal(self) -> str | None:
+        """The refusal of the last assistant message this call added, if it refused
+        (``stop_reason`` is then ``refusal``)."""
+        for msg in reversed(self.messages):
+            if msg.role is Role.ASSISTANT:
+                return msg.refusal
+        return None
