@@ -646,30 +646,8 @@ def _pick(line: str, choices: Sequence[str]) -> tuple[str | None, str | None]:
     return None, f"pick one of: {', '.join(choices)} (1 to {len(choices)}), or an empty line"
 
 
-_OUTCOME_LINES = {
-    "length": "[the answer was cut off at the token limit]",
-    "content_filter": "[the provider's content filter stopped the answer; what arrived is shown]",
-}
-
-
-def _outcome_line(msg: InternalMessage) -> str | None:
-    """One line saying how an answer ended, when not normally."""
-    outcome = msg.outcome
-    if outcome is None:
-        return None
-    if outcome == "refusal":
-        return f"refused> {msg.refusal}"
-    if outcome in _OUTCOME_LINES:
-        return _OUTCOME_LINES[outcome]
-    return f"[the answer is incomplete: {msg.metadata.incomplete_reason}]"
-
-
 def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": str(msg.role), "text": msg.text}
-    if msg.refusal is not None:
-        out["refusal"] = msg.refusal
-    if msg.outcome is not None:
-        out["outcome"] = msg.outcome
     if msg.tool_calls:
         out["tool_calls"] = [
             {
@@ -688,4 +666,26 @@ def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> 
         out["thinking"] = msg.thinking
     if msg.metadata.usage is not None:
         out["usage"] = msg.metadata.usage.model_dump()
+    if msg.refusal is not None:
+        out["refusal"] = msg.refusal
+    if msg.outcome is not None:
+        out["outcome"] = msg.outcome
     return out
+
+
+_OUTCOME_LINES = {
+    "length": "[the answer was cut off at the token limit]",
+    "content_filter": "[the provider's content filter stopped the answer; what arrived is shown]",
+}
+
+
+def _outcome_line(msg: InternalMessage) -> str | None:
+    """One line saying how an answer ended, when not normally."""
+    outcome = msg.outcome
+    if outcome is None:
+        return None
+    if outcome == "refusal":
+        return f"refused> {msg.refusal}"
+    if outcome in _OUTCOME_LINES:
+        return _OUTCOME_LINES[outcome]
+    return f"[the answer is incomplete: {msg.metadata.incomplete_reason}]"
