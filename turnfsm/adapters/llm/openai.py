@@ -385,10 +385,25 @@ class OpenAIResponsesAdapter(_OpenAIAdapter):
         self,
         client: openai.AsyncOpenAI | None = None,
         *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = 60.0,
+        stream: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        new_id: Callable[[], str] = new_call_id,
         store: bool | None = None,
-        **options: Any,
     ) -> None:
-        super().__init__(client, **options)
+        super().__init__(
+            client,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            stream=stream,
+            extra_body=extra_body,
+            new_id=new_id,
+        )
         self.store = store
 
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
