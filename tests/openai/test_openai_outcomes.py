@@ -414,3 +414,32 @@ def test_store_false_asks_for_encrypted_reasoning_once() -> None:
     assert body["store"] is False
     assert body["include"] == [ENCRYPTED_REASONING, "x", "message.output_text.logprobs"]
     assert "logprobs" not in body
+
+
+def test_store_false_leaves_out_reasoning_it_cannot_send_back() -> None:
+    from turnfsm.adapters.llm._openai_responses import responses_request_body
+    from turnfsm.model import RESPONSES_KEY
+
+    assistant = {
+        "role": "assistant",
+        "content": "Done.",
+        RESPONSES_KEY: {
+            "reasoning": [
+                {"id": "rs_kept_by_the_api", "summary": ["a"]},
+                {"id": "rs_encrypted", "summary": ["b"], "encrypted_content": "gAAA"},
+            ]
+        },
+    }
+    request = LLMRequest("c", "o4-mini", [{"role": "user", "content": "Hi"}, assistant])
+    ids = [i.get("id") for i in responses_request_body(request, stream=False)["input"]]
+    assert ids[1:3] == ["rs_kept_by_the_api", "rs_encrypted"]
+    body = responses_request_body(request, stream=False, store=False)
+    reasoning = [i for i in body["input"] if i["type"] == "reasoning"]
+    assert reasoning == [
+        {
+            "type": "reasoning",
+            "id": "rs_encrypted",
+            "summary": [{"type": "summary_text", "text": "b"}],
+            "encrypted_content": "gAAA",
+        }
+    ]

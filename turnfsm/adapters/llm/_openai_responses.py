@@ -218,7 +218,8 @@ def responses_request_body(
     ``store`` (the adapter's option; a ``store`` parameter wins) is sent when
     not ``None``. When the body says ``store: false``, ``include`` asks for
     ``reasoning.encrypted_content``: the API keeps nothing, so the reasoning
-    items sent back on the next request must carry their content.
+    items sent back on the next request must carry their content, and one
+    that has none (an answer given under ``store: true``) is left out.
     """
     body: dict[str, Any] = {
         "model": model or request.model,
@@ -246,6 +247,14 @@ def responses_request_body(
         params.setdefault("store", store)
     if params.get("store") is False:
         include.append(ENCRYPTED_REASONING)
+        # nothing is kept under store: false, so a reasoning item without its
+        # encrypted content (an answer given under store: true) would be looked
+        # up by id and refused with a 404: it is left out
+        body["input"] = [
+            i
+            for i in body["input"]
+            if i.get("type") != "reasoning" or i.get("encrypted_content") is not None
+        ]
     if include:
         params["include"] = list(dict.fromkeys(include))
     body.update(params)
