@@ -443,3 +443,48 @@ def test_store_false_leaves_out_reasoning_it_cannot_send_back() -> None:
             "encrypted_content": "gAAA",
         }
     ]
+
+
+def test_the_input_items_sent_back_have_the_sdk_types() -> None:
+    """Reasoning, calls, results and an assistant message with its phase are
+    what ``ResponseInputParam`` declares. A refusal part exists only in the
+    output-message form, which also wants the message's ``id`` and ``status``;
+    they are not kept, so that one item is sent without them (see
+    docs/architecture.md)."""
+    from pydantic import TypeAdapter
+
+    from turnfsm.adapters.llm._openai_responses import responses_input
+    from turnfsm.model import RESPONSES_KEY
+
+    checker: Any = TypeAdapter(openai.types.responses.ResponseInputParam)
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": "Let me check.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+            RESPONSES_KEY: {
+                "reasoning": [{"id": "rs_1", "summary": ["a", "b"], "encrypted_content": "gAAA"}],
+                "phase": "commentary",
+            },
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": None, "refusal": "No."},
+    ]
+    items = responses_input(messages)
+    assert [i["type"] for i in items] == [
+        "message",
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    checker.validate_python(items[:-1])
+    assert items[-1] == {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "refusal", "refusal": "No."}],
+    }
