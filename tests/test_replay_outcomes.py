@@ -10,6 +10,7 @@ import pytest
 
 from turnfsm.adapters.llm.scripted import AnswerSpec, ScriptedLLM
 from turnfsm.errors import InvalidInput
+from turnfsm.model import InternalMessage
 from turnfsm.replay import run_script
 from turnfsm.testing import assert_replays
 
@@ -114,3 +115,52 @@ def test_old_stored_messages_load_and_new_fields_stay_out_of_the_json() -> None:
         assert key not in dumped
     assert "incomplete_reason" not in dumped["metadata"]
     assert "logprobs" not in dumped["metadata"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("answer", "stop"),
+    [
+        ({"refusal": "No."}, "refusal"),
+        ({"finish_reason": "length", "content": [{"type": "text", "text": "cu"}]}, "length"),
+        ({"content": [{"type": "text", "text": "fine"}]}, "completed"),
+    ],
+)
+async def test_resumed_in_processing_the_stored_answer_gives_the_outcome(
+    answer: dict[str, object], stop: str
+) -> None:
+    """A context left in ProcessingLLMResponse decides from the stored answer."""
+    from datetime import UTC, datetime
+
+    import kit
+
+    from turnfsm.model import Branch, ChatContext, MessageNode
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    finish = answer.pop("finish_reason", "stop")
+    user = InternalMessage.model_validate(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hi"}],
+            "metadata": {"created_at": at},
+        }
+    )
+    reply = InternalMessage.model_validate(
+        {"role": "assistant", "metadata": {"created_at": at, "finish_reason": finish}, **answer}
+    )
+    ctx = ChatContext(
+        id="c1",
+        created_at=at,
+        updated_at=at,
+        current_state="ProcessingLLMResponse",
+        message_pool={
+            "m1": MessageNode(id="m1", message=user),
+            "m2": MessageNode(id="m2", message=reply, parent_id="m1"),
+        },
+        branches={"main": Branch(name="main", message_ids=["m1", "m2"])},
+    )
+    made = kit.make_engine([])
+    async with made.engine as engine:
+        await engine.store.create(ctx)
+        turn = await engine.resume("c1")
+    assert str(turn.stop_reason) == stop
