@@ -535,7 +535,7 @@ class ResponsesStreamAssembler:
             )
         listed = expect_list(final.get("output"), "'output'")
         items = listed or [self._done[i] for i in sorted(self._done)]
-        whole = _output_of(items, self._new_id)
+        whole = _output_of(items, str)  # ids for calls without one: given below, once
         text, calls = self.text, list(self._calls)
         if not text and not calls:  # nothing streamed: the output items say it all
             text, calls = "".join(whole.text), whole.calls
