@@ -49,6 +49,12 @@ append order) and each trigger takes what the engine appends for it:
 - ``cancel``: the cancelled partial answer, if any, and the results closing
   open calls.
 
+**outcome** (on a ``turn_complete`` record only) is how the turn ended, read
+from the stored answer it ended on (``InternalMessage.outcome``):
+``completed``, ``refusal``, ``length``, ``content_filter``, ``incomplete``, or
+``max_iterations`` when the last allowed call still asked for tools. Logs
+written before the field existed have none, and still verify.
+
 Messages that precede the first step (an imported history) are skipped. The
 file store lists messages branch by branch: with equal timestamps (a virtual
 clock), a conversation that went back to an older branch and went on there can
@@ -191,6 +197,8 @@ class AuditRecord:
     tool_results: tuple[str, ...] = ()
     detail: dict[str, Any] | None = None
     """What a change record changed (None for transitions)."""
+    outcome: str | None = None
+    """How the turn ended, on a ``turn_complete`` record (see the module doc)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -209,6 +217,8 @@ class AuditRecord:
         }
         if self.detail is not None:
             out["detail"] = self.detail
+        if self.outcome is not None:
+            out["outcome"] = self.outcome
         return out
 
 
@@ -226,6 +236,7 @@ class _Touch:
     message_ids: list[str] = field(default_factory=list)
     tool_calls: list[str] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
+    outcome: str | None = None
 
 
 class _Walk:
@@ -248,6 +259,7 @@ class _Walk:
         self.batch: MessageNode | None = None
         self.open: list[str] = []
         self.failed = False
+        self.answer: MessageNode | None = None
 
     def head(self) -> MessageNode | None:
         while self.pos < len(self.ordered) and self.ordered[self.pos].id in self.consumed:
@@ -293,6 +305,7 @@ class _Walk:
                 touch.message_ids.append(node.id)
         elif trigger in _ANSWER:
             node = self.take_head("answer")
+            self.answer = node
             if node is not None:
                 touch.message_ids.append(node.id)
                 calls = [c.id for c in node.message.tool_calls or ()]
@@ -305,6 +318,9 @@ class _Walk:
         elif trigger == T.TOOLS_DONE:
             self.close_open(touch)
         elif trigger in (T.TURN_COMPLETE, T.CANCEL):
+            if trigger == T.TURN_COMPLETE:
+                found = self.answer.message.outcome if self.answer is not None else None
+                touch.outcome = found or ("max_iterations" if self.open else "completed")
             if trigger == T.CANCEL:
                 node = self.take_head("cancelled")
                 if node is not None:
@@ -385,6 +401,7 @@ def audit_records(
                 tool_calls=tuple(touch.tool_calls),
                 tool_results=tuple(touch.tool_results),
                 detail=getattr(step, "detail", None),
+                outcome=touch.outcome,
             )
         )
     return out
@@ -414,6 +431,7 @@ def records_from_audit_lines(lines: Iterable[str]) -> list[AuditRecord]:
                     tool_calls=tuple(str(m) for m in r.get("tool_calls") or ()),
                     tool_results=tuple(str(m) for m in r.get("tool_results") or ()),
                     detail=r.get("detail") if isinstance(r.get("detail"), dict) else None,
+                    outcome=r["outcome"] if isinstance(r.get("outcome"), str) else None,
                 )
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -569,6 +587,10 @@ def verify_audit_log(lines: Sequence[str]) -> VerifyResult:
             if rec["attempt"] != attempt:
                 raise _Offence(f"attempt {rec['attempt']}, but the steps so far imply {attempt}")
             _check_calls(rec, n, trigger, dest, requested, open_calls)
+            if "outcome" in rec and not (
+                trigger is T.TURN_COMPLETE and isinstance(rec["outcome"], str)
+            ):
+                raise _Offence("field 'outcome' belongs on a turn_complete record, as a string")
         except _Offence as exc:
             return VerifyResult(
                 steps=n - 1, line=n, reason=str(exc), final_state=prev_to, tool_calls=len(requested)

@@ -573,6 +573,9 @@ class _Chat:
                 c.print("[bold]assistant>[/bold] ", end="")
                 c.print(msg.text, markup=False)
             self._end_line()
+            line = _outcome_line(msg)
+            if line is not None:
+                c.print(f"[yellow]{escape(line)}[/yellow]")
         elif isinstance(ev, ToolCallsRequested):
             self._end_line()
             for call in ev.calls:
@@ -724,4 +727,26 @@ def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> 
         out["thinking"] = msg.thinking
     if msg.metadata.usage is not None:
         out["usage"] = msg.metadata.usage.model_dump()
+    if msg.refusal is not None:
+        out["refusal"] = msg.refusal
+    if msg.outcome is not None:
+        out["outcome"] = msg.outcome
     return out
+
+
+_OUTCOME_LINES = {
+    "length": "[the answer was cut off at the token limit]",
+    "content_filter": "[the provider's content filter stopped the answer; what arrived is shown]",
+}
+
+
+def _outcome_line(msg: InternalMessage) -> str | None:
+    """One line saying how an answer ended, when not normally."""
+    outcome = msg.outcome
+    if outcome is None:
+        return None
+    if outcome == "refusal":
+        return f"refused> {msg.refusal}"
+    if outcome in _OUTCOME_LINES:
+        return _OUTCOME_LINES[outcome]
+    return f"[the answer is incomplete: {msg.metadata.incomplete_reason}]"

@@ -14,15 +14,17 @@ leaves the context waiting for an answer that will not come:
   :class:`TextDelta`, :class:`ThinkingDelta`, :class:`ToolCallDelta` or
   :class:`LLMResponse`, a delta whose text is not a ``str``, a stream that ends
   without a response, and a response whose fields do not have their declared
-  types (text, thinking, finish reason, model, usage, tool calls) are a
-  permanent failure of kind ``invalid_answer``.
+  types (text, thinking, finish reason, model, usage, tool calls, refusal,
+  incomplete reason, phase, reasoning items, logprobs) are a permanent
+  failure of kind ``invalid_answer``.
 
 What is kept is made storable, and every change is recorded in the assistant
 message's ``metadata.extra["conversions"]`` (a list of notes):
 
 - texts (answer, thinking, deltas as published, tool names and ids, model,
   finish reason): each lone surrogate becomes U+FFFD;
-- usage and tool arguments go through :func:`~turnfsm.model.clean_json`;
+- usage, logprobs and tool arguments go through :func:`~turnfsm.model.clean_json`
+  (logprobs that cannot be stored are dropped, with a note);
   arguments that cannot be stored (too deep, too large, no JSON form) or are
   not a JSON object are kept as text (``raw_arguments``, cut to
   :data:`RAW_ARGUMENTS_LIMIT` characters, with ``arguments_error`` saying what
@@ -49,6 +51,8 @@ from ..model import (
     LLMResponse,
     MessageMetadata,
     MessageType,
+    ReasoningData,
+    ReasoningItem,
     Role,
     TextPart,
     TokenUsage,
@@ -309,6 +313,43 @@ def _calls(
     return calls
 
 
+def _reasoning(value: object, notes: list[str]) -> list[ReasoningItem] | None:
+    if not isinstance(value, tuple | list):
+        raise invalid_answer(f"its reasoning is a {_type(value)}, not a tuple")
+    out = []
+    for i, item in enumerate(value):
+        where = f"reasoning[{i}]"
+        if not isinstance(item, ReasoningData):
+            raise invalid_answer(f"{where} is a {_type(item)}, not a ReasoningData")
+        texts = [item.id, *item.summary]
+        if item.encrypted_content is not None:
+            texts.append(item.encrypted_content)
+        if not all(isinstance(t, str) for t in texts):
+            raise invalid_answer(f"{where} holds a value that is not a str")
+        out.append(
+            ReasoningItem(
+                id=_clean(item.id, f"{where}.id", notes),
+                summary=[_clean(t, f"{where}.summary", notes) for t in item.summary],
+                encrypted_content=item.encrypted_content,
+            )
+        )
+    return out or None
+
+
+def _logprobs(value: object, notes: list[str]) -> list[Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise invalid_answer(f"its logprobs is a {_type(value)}, not a list or None")
+    try:
+        cleaned, found = clean_json(value, "logprobs")
+    except JSONProblem as problem:
+        notes.append(f"{problem}; the logprobs were not kept")
+        return None
+    notes.extend(found)
+    return cleaned  # type: ignore[no-any-return]
+
+
 def build_answer(
     response: object,
     *,
@@ -341,6 +382,11 @@ def build_answer(
         thinking = streamed_thinking
         _note_fixed(notes, "thinking", thinking_fixed)
     finish_reason = _field(response, "finish_reason", notes)
+    refusal = _field(response, "refusal", notes)
+    incomplete_reason = _field(response, "incomplete_reason", notes)
+    phase = _field(response, "phase", notes)
+    reasoning = _reasoning(response.reasoning, notes)
+    logprobs = _logprobs(response.logprobs, notes)
     model_name = _field(response, "model", notes)
     usage = _usage(response.usage, notes)
     calls = _calls(response.tool_calls, taken_ids, notes)
@@ -357,7 +403,12 @@ def build_answer(
             iteration=iteration,
             finish_reason=finish_reason,
             extra={"conversions": notes} if notes else {},
+            incomplete_reason=incomplete_reason,
+            logprobs=logprobs,
         ),
         thinking=thinking,
+        refusal=refusal,
+        reasoning=reasoning,
+        phase=phase,
     )
     return message, calls

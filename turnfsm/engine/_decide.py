@@ -30,9 +30,26 @@ async def decide(d: Driver, rt: Runtime) -> None:
         batch = ctx.last_tool_batch()
         node = batch[0] if batch else None
     calls = ctx.open_tool_calls() if node is not None else []
+    answer = rt.answer
     rt.answer = None
     if not calls:
-        rt.stop_reason = StopReason.COMPLETED
+        if answer is None:  # resumed: the newest message is the stored answer
+            ids = ctx.active_branch.message_ids
+            answer = ctx.message_pool[ids[-1]] if ids else None
+        outcome = answer.message.outcome if answer is not None else None
+        rt.stop_reason = StopReason(outcome) if outcome else StopReason.COMPLETED
+        d.fire(rt, Trigger.TURN_COMPLETE)
+        d.end_turn(rt)
+        return
+    assert node is not None
+    cut = node.message.outcome
+    if cut is not None:  # an answer that did not end normally: its calls never run
+        _history.set_decisions(rt, {c.id: (ApprovalStatus.DENIED, "system", cut) for c in calls})
+        text = f"not executed: the answer did not end normally ({cut}); the call may be incomplete"
+        d.add_results(
+            rt, calls, [ToolOutcome(False, {"error": text, "status": cut}) for _ in calls]
+        )
+        rt.stop_reason = StopReason(cut)
         d.fire(rt, Trigger.TURN_COMPLETE)
         d.end_turn(rt)
         return

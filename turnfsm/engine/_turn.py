@@ -14,6 +14,18 @@ __all__ = ["Question", "StopReason", "Turn"]
 class StopReason(StrEnum):
     COMPLETED = "completed"
     """The model answered with text."""
+    REFUSAL = "refusal"
+    """The model refused (the answer's ``refusal``)."""
+    LENGTH = "length"
+    """The answer was cut at the token limit (``finish_reason`` ``length``, or a
+    Responses answer incomplete for ``max_output_tokens``). Its tool calls,
+    if any, were not run: each got an error result."""
+    CONTENT_FILTER = "content_filter"
+    """The provider's content filter cut or withheld the answer; what arrived is
+    kept. Its tool calls, if any, were not run."""
+    INCOMPLETE = "incomplete"
+    """A Responses answer marked incomplete for another reason (the message's
+    ``metadata.incomplete_reason`` says which)."""
     MAX_ITERATIONS = "max_iterations"
     """The last allowed LLM call still asked for tools; they were not run."""
     AWAITING_APPROVAL = "awaiting_approval"
@@ -70,3 +82,12 @@ class Turn:
             if msg.role is Role.ASSISTANT:
                 return msg.text
         return ""
+
+    @property
+    def refusal(self) -> str | None:
+        """The refusal of the last assistant message this call added, if it refused
+        (``stop_reason`` is then ``refusal``)."""
+        for msg in reversed(self.messages):
+            if msg.role is Role.ASSISTANT:
+                return msg.refusal
+        return None

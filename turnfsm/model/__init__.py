@@ -1,6 +1,6 @@
 """L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
 
-from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
+from ._chat_format import RESPONSES_KEY, to_chat_message, to_chat_messages, tool_result_content
 from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
 from ._json import (
     MAX_ID_LENGTH,
@@ -18,6 +18,7 @@ from ._llm import (
     LLMChunk,
     LLMRequest,
     LLMResponse,
+    ReasoningData,
     TextDelta,
     ThinkingDelta,
     ToolCallData,
@@ -32,6 +33,7 @@ from ._message import (
     MessageMetadata,
     MessageNode,
     MessageType,
+    ReasoningItem,
     Role,
     TextPart,
     TokenUsage,
@@ -43,6 +45,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "RESPONSES_KEY",
     "SCHEMA_VERSION",
     "ApprovalStatus",
     "Branch",
@@ -59,6 +62,8 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "ReasoningData",
+    "ReasoningItem",
     "Role",
     "SystemPrompt",
     "TextDelta",

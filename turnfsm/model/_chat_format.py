@@ -13,7 +13,12 @@ from typing import Any
 
 from ._message import FilePart, ImagePart, InternalMessage, Role, TextPart
 
-__all__ = ["to_chat_message", "to_chat_messages", "tool_result_content"]
+__all__ = ["RESPONSES_KEY", "to_chat_message", "to_chat_messages", "tool_result_content"]
+
+RESPONSES_KEY = "responses_items"
+"""The key of a chat-format assistant message that holds what the Responses
+API needs back: ``{"reasoning": [{"id", "summary": [...],
+"encrypted_content"?}], "phase"?: "commentary"}``."""
 
 # json.dumps with any option builds a new encoder on every call; these are the
 # same encoders, built once.
@@ -59,7 +64,14 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
 
     A frontend operator speaks as ``user`` with ``name="frontend_operator"``; a
     tool message carries ``tool_call_id``; an assistant message asking for tools
-    carries ``tool_calls`` (arguments as the JSON text the model sent).
+    carries ``tool_calls`` (arguments as the JSON text the model sent). A
+    refusal goes back as the API gave it: ``refusal``, with ``content`` null
+    when there was no text.
+
+    What only the Responses API takes back (reasoning items, the message's
+    ``phase``) rides under :data:`RESPONSES_KEY`, which the Chat Completions
+    adapter leaves out of its body and the Responses adapter turns into input
+    items.
     """
     role = msg.role
     if role is Role.TOOL:
@@ -86,8 +98,17 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
                 }
                 for c in msg.tool_calls
             ]
-        elif out["content"] is None:
+        elif out["content"] is None and msg.refusal is None:
             out["content"] = ""
+        if msg.refusal is not None:
+            out["refusal"] = msg.refusal
+        if msg.reasoning or msg.phase is not None:
+            extra: dict[str, Any] = {}
+            if msg.reasoning:
+                extra["reasoning"] = [r.model_dump(mode="json") for r in msg.reasoning]
+            if msg.phase is not None:
+                extra["phase"] = msg.phase
+            out[RESPONSES_KEY] = extra
         return out
     if role is Role.FRONTEND_OPERATOR:
         return {"role": "user", "name": "frontend_operator", "content": _content(msg)}

@@ -20,6 +20,7 @@ __all__ = [
     "LLMChunk",
     "LLMRequest",
     "LLMResponse",
+    "ReasoningData",
     "TextDelta",
     "ThinkingDelta",
     "ToolCallData",
@@ -82,8 +83,27 @@ class ToolCallData:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningData:
+    """A Responses API reasoning item, to be sent back on the next request:
+    its ``id``, its summary parts (one string each) and its
+    ``encrypted_content`` when the API returned it."""
+
+    id: str
+    summary: tuple[str, ...] = ()
+    encrypted_content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LLMResponse:
-    """The whole answer of one call."""
+    """The whole answer of one call.
+
+    ``refusal`` is the model's refusal (kept apart from ``text``).
+    ``finish_reason`` uses the Chat Completions names (``stop``,
+    ``tool_calls``, ``length``, ``content_filter``); ``incomplete_reason`` is a
+    Responses answer's ``incomplete_details.reason`` as sent. ``reasoning``
+    and ``phase`` are what a Responses answer must get back on the next
+    request; ``logprobs`` the token log probabilities, when asked for.
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCallData, ...] = ()
@@ -91,6 +111,11 @@ class LLMResponse:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     model: str | None = None
+    refusal: str | None = None
+    incomplete_reason: str | None = None
+    reasoning: tuple[ReasoningData, ...] = ()
+    phase: str | None = None
+    logprobs: list[Any] | None = None
 
 
 LLMChunk = TextDelta | ThinkingDelta | ToolCallDelta | LLMResponse

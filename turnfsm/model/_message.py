@@ -17,6 +17,7 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "ReasoningItem",
     "Role",
     "TextPart",
     "TokenUsage",
@@ -147,7 +148,23 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
 
 
+ABNORMAL_FINISH = {"length": "length", "content_filter": "content_filter"}
+"""Finish reasons (the Chat Completions names) that say an answer did not end
+normally, and the outcome each gives."""
+
+
 class MessageMetadata(BaseModel):
+    """What is known about a message besides its content.
+
+    ``finish_reason`` is the provider's reason in the Chat Completions names
+    (``stop``, ``tool_calls``, ``length``, ``content_filter``, ...; a Responses
+    answer that is ``incomplete`` gives ``length`` for ``max_output_tokens``,
+    ``content_filter`` for ``content_filter``). ``incomplete_reason`` is the
+    Responses API's ``incomplete_details.reason`` as sent; ``logprobs`` the
+    token log probabilities the request asked for (the provider's JSON). Both
+    are left out of the stored JSON when ``None``.
+    """
+
     model_config = _FROZEN
     created_at: datetime
     model: str | None = None
@@ -157,6 +174,22 @@ class MessageMetadata(BaseModel):
     finish_reason: str | None = None
     cancelled: bool = False
     extra: dict[str, Any] = Field(default_factory=dict)
+    incomplete_reason: str | None = Field(default=None, exclude_if=_is_none)
+    logprobs: list[Any] | None = Field(default=None, exclude_if=_is_none)
+
+
+class ReasoningItem(BaseModel):
+    """A reasoning item of a Responses answer, kept so it can be sent back.
+
+    ``summary`` holds the summary parts, one string each, with their
+    boundaries; ``encrypted_content`` is the opaque reasoning the API returns
+    when the request asked for ``reasoning.encrypted_content``.
+    """
+
+    model_config = _FROZEN
+    id: str
+    summary: list[str] = Field(default_factory=list)
+    encrypted_content: str | None = Field(default=None, exclude_if=_is_none)
 
 
 class InternalMessage(BaseModel):
@@ -170,11 +203,38 @@ class InternalMessage(BaseModel):
     message_type: MessageType = MessageType.TEXT
     metadata: MessageMetadata
     thinking: str | None = None
+    refusal: str | None = Field(default=None, exclude_if=_is_none)
+    """The model's refusal, kept apart from its text (an assistant message)."""
+    reasoning: list[ReasoningItem] | None = Field(default=None, exclude_if=_is_none)
+    """The Responses API's reasoning items of this answer, sent back on the
+    next Responses request."""
+    phase: str | None = Field(default=None, exclude_if=_is_none)
+    """The Responses API's ``phase`` of the answer's message (``commentary``,
+    ``final_answer``), sent back as it came."""
 
     @property
     def text(self) -> str:
         """The concatenated text parts."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def outcome(self) -> str | None:
+        """How an assistant answer ended, when not normally: ``"refusal"`` (the
+        model refused), ``"length"`` (cut at the token limit),
+        ``"content_filter"`` (cut or withheld by the provider's filter), or
+        ``"incomplete"`` (a Responses answer marked incomplete for another
+        reason). ``None`` for a normal answer and for any other message."""
+        if self.role is not Role.ASSISTANT or self.metadata.cancelled:
+            return None
+        if self.refusal is not None:
+            return "refusal"
+        meta = self.metadata
+        found = ABNORMAL_FINISH.get(meta.finish_reason or "")
+        if found is not None:
+            return found
+        if meta.incomplete_reason is not None:
+            return "incomplete"
+        return None
 
 
 class MessageNode(BaseModel):

@@ -73,8 +73,10 @@ def _answer_step(response: LLMResponse, chunks: list[str] | None) -> dict[str, A
     body: dict[str, Any] = {}
     if chunks is not None:
         body["chunks"] = list(chunks) if "".join(chunks) == response.text else [response.text]
-    elif response.text or not response.tool_calls:
+    elif response.text or not (response.tool_calls or response.refusal is not None):
         body["text"] = response.text
+    if response.refusal is not None:
+        body["refusal"] = response.refusal
     if response.tool_calls:
         body["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls

@@ -17,7 +17,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...errors import InvalidInput
 from ...model import (
+    RESPONSES_KEY,
     LLMChunk,
     LLMRequest,
     LLMResponse,
@@ -67,15 +69,29 @@ def chat_request_body(
     (:data:`CHAT_OWNED_KEYS`). Streaming asks for the final usage chunk
     (``stream_options.include_usage``) unless the parameters say otherwise;
     ``stream_options`` is dropped from a non-streamed body, where the API
-    refuses it.
+    refuses it. What only the Responses API takes back (the messages'
+    ``responses_items``) is left out.
+
+    ``n`` other than 1 raises :class:`~turnfsm.errors.InvalidInput` before
+    anything is sent: an answer is one message, and the other choices would
+    be paid for and lost.
     """
     body: dict[str, Any] = {
         "model": model or request.model,
-        "messages": list(request.messages),
+        "messages": [
+            {k: v for k, v in m.items() if k != RESPONSES_KEY} if RESPONSES_KEY in m else m
+            for m in request.messages
+        ],
     }
     if request.tools:
         body["tools"] = list(request.tools)
     merge_parameters(body, (request.parameters, extra_body))
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise InvalidInput(
+            "parameters.n",
+            f"n={n!r}: an answer is one message, so only n=1 is supported (leave n out)",
+        )
     options = body.pop("stream_options", None)
     if stream:
         body["stream"] = True
@@ -100,7 +116,11 @@ class ChatStreamAssembler:
     """Turns streamed ``chat.completion.chunk`` objects into engine deltas and, at
     the end, the whole :class:`LLMResponse`.
 
-    Only choice 0 is followed (the adapter never asks for ``n > 1``). Tool calls
+    Only choice 0 is followed (the adapter never asks for ``n > 1``). A
+    refusal (``delta.refusal``) is kept apart from the text and yields no delta;
+    ``logprobs.content`` entries are collected when the request asked for them.
+    Chunks with no choices (the usage chunk) and keys this reader does not know
+    are passed over. Tool calls
     arrive as fragments keyed by ``index`` — the id, the name and pieces of the
     arguments across chunks, several calls interleaved — and are assembled per
     index; a server that leaves ``index`` out is followed by ``id`` (a new id
@@ -111,6 +131,8 @@ class ChatStreamAssembler:
         self._new_id = new_id
         self._text: list[str] = []
         self._thinking: list[str] = []
+        self._refusal: list[str] = []
+        self._logprobs: list[Any] | None = None
         self._calls: dict[int, AssembledCall] = {}
         self._by_id: dict[str, int] = {}
         self.finish_reason: str | None = None
@@ -140,11 +162,16 @@ class ChatStreamAssembler:
             if thinking:
                 self._thinking.append(thinking)
                 out.append(ThinkingDelta(thinking))
-            for key in ("content", "refusal"):
-                text = opt_str(delta.get(key), f"'delta.{key}'")
-                if text:
-                    self._text.append(text)
-                    out.append(TextDelta(text))
+            text = opt_str(delta.get("content"), "'delta.content'")
+            if text:
+                self._text.append(text)
+                out.append(TextDelta(text))
+            refusal = opt_str(delta.get("refusal"), "'delta.refusal'")
+            if refusal:
+                self._refusal.append(refusal)
+            tokens = _logprob_tokens(choice)
+            if tokens is not None:
+                self._logprobs = (self._logprobs or []) + tokens
             for pos, fragment in enumerate(expect_list(delta.get("tool_calls"), "'tool_calls'")):
                 out.append(self._tool_fragment(pos, expect_dict(fragment, "a tool call")))
             reason = opt_str(choice.get("finish_reason"), "'finish_reason'")
@@ -195,7 +222,20 @@ class ChatStreamAssembler:
             usage=self.usage,
             finish_reason=self.finish_reason,
             model=self.model,
+            refusal="".join(self._refusal) if self._refusal else None,
+            logprobs=self._logprobs or None,
         )
+
+
+def _logprob_tokens(choice: Mapping[str, Any]) -> list[Any] | None:
+    """A choice's ``logprobs.content`` entries (``None`` when it has none)."""
+    logprobs = choice.get("logprobs")
+    if logprobs is None:
+        return None
+    content = expect_dict(logprobs, "'logprobs'").get("content")
+    if content is None:
+        return None
+    return expect_list(content, "'logprobs.content'")
 
 
 def chat_completion_response(data: object, new_id: Callable[[], str] = new_call_id) -> LLMResponse:
@@ -207,9 +247,7 @@ def chat_completion_response(data: object, new_id: Callable[[], str] = new_call_
     choice = expect_dict(choices[0], "a choice")
     message = expect_dict(choice.get("message") or {}, "'message'")
     text = opt_str(message.get("content"), "'message.content'") or ""
-    refusal = opt_str(message.get("refusal"), "'message.refusal'")
-    if refusal and not text:
-        text = refusal
+    refusal = opt_str(message.get("refusal"), "'message.refusal'") or None
     calls: list[ToolCallData] = []
     for raw in expect_list(message.get("tool_calls"), "'tool_calls'"):
         call = expect_dict(raw, "a tool call")
@@ -233,4 +271,6 @@ def chat_completion_response(data: object, new_id: Callable[[], str] = new_call_
         finish_reason=opt_str(choice.get("finish_reason"), "'finish_reason'")
         or ("tool_calls" if calls else "stop"),
         model=model if isinstance(model, str) else None,
+        refusal=refusal,
+        logprobs=_logprob_tokens(choice) or None,
     )

@@ -15,12 +15,15 @@ What both formats share (errors, checks, usage, retry advice) is in
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import (
+    RESPONSES_KEY,
     LLMChunk,
     LLMRequest,
     LLMResponse,
+    ReasoningData,
     TextDelta,
     ThinkingDelta,
     ToolCallData,
@@ -42,6 +45,8 @@ from ._openai_common import (
 )
 
 __all__ = [
+    "ENCRYPTED_REASONING",
+    "SUMMARY_SEPARATOR",
     "ResponsesStreamAssembler",
     "responses_input",
     "responses_request_body",
@@ -98,8 +103,11 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
 
     ``system``/``developer``/``user`` become ``message`` items (text parts as
     ``input_text``, images as ``input_image``, files as ``input_file``); an
-    assistant's text becomes an assistant ``message`` and each of its tool calls
-    a ``function_call`` item; a ``tool`` message becomes a
+    assistant's reasoning items (under ``responses_items``) come back first as
+    ``reasoning`` items (id, summary parts, ``encrypted_content``), then its
+    text as an assistant ``message`` (with its ``phase``; a refusal as a
+    ``refusal`` content part, after any ``output_text``), then each of its tool
+    calls as a ``function_call`` item; a ``tool`` message becomes a
     ``function_call_output``. A chat ``name`` (the frontend operator) has no
     place in a Responses message and is left out.
     """
@@ -115,9 +123,26 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 }
             )
         elif role == "assistant":
+            extra = msg.get(RESPONSES_KEY)
+            extra = extra if isinstance(extra, Mapping) else {}
+            for r in extra.get("reasoning") or ():
+                items.append(_reasoning_input(r))
             text = _text_of(msg.get("content"))
-            if text:
-                items.append({"type": "message", "role": "assistant", "content": text})
+            refusal = msg.get("refusal")
+            phase = extra.get("phase")
+            item: dict[str, Any] | None = None
+            if isinstance(refusal, str):
+                parts: list[dict[str, Any]] = []
+                if text:
+                    parts.append({"type": "output_text", "text": text, "annotations": []})
+                parts.append({"type": "refusal", "refusal": refusal})
+                item = {"type": "message", "role": "assistant", "content": parts}
+            elif text:
+                item = {"type": "message", "role": "assistant", "content": text}
+            if item is not None:
+                if isinstance(phase, str):
+                    item["phase"] = phase
+                items.append(item)
             for call in msg.get("tool_calls") or ():
                 function = call.get("function") or {}
                 items.append(
@@ -133,6 +158,18 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 {"type": "message", "role": role, "content": _input_content(msg.get("content"))}
             )
     return items
+
+
+def _reasoning_input(r: object) -> dict[str, Any]:
+    data: Mapping[str, Any] = r if isinstance(r, Mapping) else {}
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": data.get("id"),
+        "summary": [{"type": "summary_text", "text": t} for t in data.get("summary") or ()],
+    }
+    if data.get("encrypted_content") is not None:
+        item["encrypted_content"] = data["encrypted_content"]
+    return item
 
 
 def responses_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -166,6 +203,7 @@ def responses_request_body(
     stream: bool,
     model: str | None = None,
     extra_body: Mapping[str, Any] | None = None,
+    store: bool | None = None,
 ) -> dict[str, Any]:
     """The Responses request body for ``request`` (pure).
 
@@ -174,7 +212,14 @@ def responses_request_body(
     ``reasoning_effort`` becomes ``reasoning.effort``, a chat-form
     ``tool_choice`` becomes the flat form. Other parameters go as they are (a
     parameter the Responses API does not know is refused by the server with a
-    400, which says which one).
+    400, which says which one). ``logprobs: true`` becomes ``include:
+    ["message.output_text.logprobs"]`` (``top_logprobs`` goes as it is).
+
+    ``store`` (the adapter's option; a ``store`` parameter wins) is sent when
+    not ``None``. When the body says ``store: false``, ``include`` asks for
+    ``reasoning.encrypted_content``: the API keeps nothing, so the reasoning
+    items sent back on the next request must carry their content, and one
+    that has none (an answer given under ``store: true``) is left out.
     """
     body: dict[str, Any] = {
         "model": model or request.model,
@@ -195,13 +240,38 @@ def responses_request_body(
     if "tool_choice" in params:
         params["tool_choice"] = _responses_tool_choice(params["tool_choice"])
     params.pop("stream_options", None)
+    include = list(params.pop("include", None) or ())
+    if params.pop("logprobs", None) is True:
+        include.append(LOGPROBS_INCLUDE)
+    if store is not None:
+        params.setdefault("store", store)
+    if params.get("store") is False:
+        include.append(ENCRYPTED_REASONING)
+        # nothing is kept under store: false, so a reasoning item without its
+        # encrypted content (an answer given under store: true) would be looked
+        # up by id and refused with a 404: it is left out
+        body["input"] = [
+            i
+            for i in body["input"]
+            if i.get("type") != "reasoning" or i.get("encrypted_content") is not None
+        ]
+    if include:
+        params["include"] = list(dict.fromkeys(include))
     body.update(params)
     if stream:
         body["stream"] = True
     return body
 
 
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+"""What ``include`` asks for so that reasoning can be sent back under ``store: false``."""
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
 # ---------------------------------------------------------------------- Responses in
+
+SUMMARY_SEPARATOR = "\n\n"
+"""Between two reasoning summary parts (and two reasoning items) in ``thinking``,
+streamed or not."""
 
 _INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
@@ -215,24 +285,64 @@ def _response_error(resp: Mapping[str, Any], default: str) -> StreamErrorEvent:
     return StreamErrorEvent(default)
 
 
-def _output_of(
-    resp: Mapping[str, Any], new_id: Callable[[], str]
-) -> tuple[str, list[AssembledCall], str]:
-    text: list[str] = []
-    thinking: list[str] = []
-    calls: list[AssembledCall] = []
-    for item in expect_list(resp.get("output"), "'output'"):
+@dataclass(slots=True)
+class _Output:
+    """What a response's ``output`` items hold."""
+
+    text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: list[AssembledCall] = field(default_factory=list)
+    reasoning: list[ReasoningData] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+    raw_reasoning: list[str] = field(default_factory=list)
+    phase: str | None = None
+    logprobs: list[Any] | None = None
+
+    @property
+    def thinking(self) -> str:
+        return SUMMARY_SEPARATOR.join(self.summary or self.raw_reasoning)
+
+
+def _reasoning_item(item: Mapping[str, Any], out: _Output) -> None:
+    summary = []
+    for part in expect_list(item.get("summary"), "a reasoning item's 'summary'"):
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            summary.append(part["text"])
+    out.summary.extend(summary)
+    for part in expect_list(item.get("content"), "a reasoning item's 'content'"):
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.raw_reasoning.append(part["text"])
+    rid = opt_str(item.get("id"), "a reasoning item's 'id'")
+    if rid:  # without an id it cannot be sent back
+        out.reasoning.append(
+            ReasoningData(
+                rid,
+                tuple(summary),
+                opt_str(item.get("encrypted_content"), "'encrypted_content'"),
+            )
+        )
+
+
+def _output_of(items: Iterable[object], new_id: Callable[[], str]) -> _Output:
+    out = _Output()
+    for item in items:
         item = expect_dict(item, "an output item")
         kind = item.get("type")
         if kind == "message":
+            phase = opt_str(item.get("phase"), "a message's 'phase'")
+            if phase is not None:
+                out.phase = phase
             for part in expect_list(item.get("content"), "a message's 'content'"):
                 part = expect_dict(part, "a content part")
                 if part.get("type") == "output_text":
-                    text.append(opt_str(part.get("text"), "'output_text.text'") or "")
+                    out.text.append(opt_str(part.get("text"), "'output_text.text'") or "")
+                    if part.get("logprobs") is not None:
+                        tokens = expect_list(part.get("logprobs"), "'output_text.logprobs'")
+                        out.logprobs = (out.logprobs or []) + tokens
                 elif part.get("type") == "refusal":
-                    text.append(opt_str(part.get("refusal"), "'refusal'") or "")
+                    out.refusal.append(opt_str(part.get("refusal"), "'refusal'") or "")
         elif kind == "function_call":
-            calls.append(
+            out.calls.append(
                 AssembledCall(
                     opt_str(item.get("call_id"), "a function call's 'call_id'") or new_id(),
                     opt_str(item.get("name"), "a function call's 'name'") or "",
@@ -240,18 +350,18 @@ def _output_of(
                 )
             )
         elif kind == "reasoning":
-            for part in expect_list(item.get("summary"), "a reasoning item's 'summary'"):
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    thinking.append(part["text"])
-    return "".join(text), calls, "\n\n".join(thinking)
+            _reasoning_item(item, out)
+    return out
 
 
-def _finish(resp: Mapping[str, Any], has_calls: bool) -> str:
+def _finish(resp: Mapping[str, Any], has_calls: bool) -> tuple[str, str | None]:
+    """The finish reason (Chat Completions names) and the incomplete reason as sent."""
     if resp.get("status") == "incomplete":
         details = resp.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        return _INCOMPLETE_REASONS.get(str(reason), str(reason or "incomplete"))
-    return "tool_calls" if has_calls else "stop"
+        sent = str(reason or "incomplete")
+        return _INCOMPLETE_REASONS.get(sent, sent), sent
+    return ("tool_calls" if has_calls else "stop"), None
 
 
 def responses_response(data: object, new_id: Callable[[], str] = new_call_id) -> LLMResponse:
@@ -259,26 +369,38 @@ def responses_response(data: object, new_id: Callable[[], str] = new_call_id) ->
     resp = expect_dict(data, "the answer")
     if resp.get("status") == "failed":
         raise _response_error(resp, "the response failed")
-    text, calls, thinking = _output_of(resp, new_id)
+    out = _output_of(expect_list(resp.get("output"), "'output'"), new_id)
     model = resp.get("model")
+    finish, incomplete = _finish(resp, bool(out.calls))
     return LLMResponse(
-        text=text,
+        text="".join(out.text),
         tool_calls=tuple(
-            ToolCallData(c.id or new_id(), c.name, decode_arguments(c.arguments)) for c in calls
+            ToolCallData(c.id or new_id(), c.name, decode_arguments(c.arguments)) for c in out.calls
         ),
-        thinking=thinking or None,
+        thinking=out.thinking or None,
         usage=normalize_usage(resp.get("usage")),
-        finish_reason=_finish(resp, bool(calls)),
+        finish_reason=finish,
         model=model if isinstance(model, str) else None,
+        refusal="".join(out.refusal) if out.refusal else None,
+        incomplete_reason=incomplete,
+        reasoning=tuple(out.reasoning),
+        phase=out.phase,
+        logprobs=out.logprobs or None,
     )
 
 
 class ResponsesStreamAssembler:
     """Turns Responses streaming events into engine deltas and the whole answer.
 
-    Read: ``response.output_text.delta`` (and ``response.refusal.delta``) as
-    text; ``response.reasoning_summary_text.delta`` (and the raw
-    ``response.reasoning_text.delta``) as thinking; function calls from
+    Read: ``response.output_text.delta`` as text (its ``logprobs`` kept);
+    ``response.refusal.delta`` as the refusal (no delta: it is not text);
+    ``response.reasoning_summary_text.delta`` (and the raw
+    ``response.reasoning_text.delta``) as thinking, a new summary part
+    starting with :data:`SUMMARY_SEPARATOR` so the streamed thinking is the
+    parts joined as a whole answer joins them; ``response.output_item.done``
+    items (reasoning with its ``encrypted_content``, messages with their
+    ``phase``) as the answer's output, unless the final response lists its
+    own; function calls from
     ``response.output_item.added`` (id, name), ``response.function_call_arguments.delta``
     (argument pieces), ``...arguments.done`` and ``response.output_item.done``
     (the final values); ``response.completed`` / ``response.incomplete`` end the
@@ -293,6 +415,10 @@ class ResponsesStreamAssembler:
         self._calls: list[AssembledCall] = []
         self._slot: dict[object, int] = {}  # item id / output_index -> call ordinal
         self._final: dict[str, Any] | None = None
+        self._refusal: list[str] = []
+        self._logprobs: list[Any] | None = None
+        self._part: tuple[object, ...] | None = None  # the thinking part being streamed
+        self._done: dict[int, dict[str, Any]] = {}  # output_index -> finished item
 
     @property
     def text(self) -> str:
@@ -323,20 +449,41 @@ class ResponsesStreamAssembler:
         kind = data.get("type")
         if not isinstance(kind, str):
             raise MalformedChunk(f"an event without a 'type': {short(data)}")
-        if kind in ("response.output_text.delta", "response.refusal.delta"):
+        if kind == "response.output_text.delta":
+            if data.get("logprobs"):
+                tokens = expect_list(data.get("logprobs"), "'logprobs'")
+                self._logprobs = (self._logprobs or []) + tokens
             text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
             if text:
                 self._text.append(text)
                 return [TextDelta(text)]
             return []
+        if kind == "response.refusal.delta":
+            self._refusal.append(opt_str(data.get("delta"), f"'{kind}' delta") or "")
+            return []
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
-            if text:
-                self._thinking.append(text)
-                return [ThinkingDelta(text)]
-            return []
+            if not text:
+                return []
+            part = (
+                kind,
+                data.get("item_id"),
+                data.get("output_index"),
+                data.get("summary_index", data.get("content_index")),
+            )
+            out: list[LLMChunk] = []
+            if self._part is not None and part != self._part:
+                self._thinking.append(SUMMARY_SEPARATOR)
+                out.append(ThinkingDelta(SUMMARY_SEPARATOR))
+            self._part = part
+            self._thinking.append(text)
+            out.append(ThinkingDelta(text))
+            return out
         if kind in ("response.output_item.added", "response.output_item.done"):
             item = expect_dict(data.get("item"), f"'{kind}' item")
+            index = data.get("output_index")
+            if kind == "response.output_item.done" and isinstance(index, int):
+                self._done[index] = item
             if item.get("type") != "function_call":
                 return []
             found = self._call_for({**data, "item_id": item.get("id")})
@@ -386,11 +533,18 @@ class ResponsesStreamAssembler:
             raise IncompleteStream(
                 "the stream ended without response.completed (the answer is incomplete)"
             )
-        text, calls, thinking = self.text, list(self._calls), "".join(self._thinking)
-        if not text and not calls:  # nothing streamed: the final response says it all
-            text, calls, summary = _output_of(final, self._new_id)
-            thinking = thinking or summary
+        listed = expect_list(final.get("output"), "'output'")
+        items = listed or [self._done[i] for i in sorted(self._done)]
+        whole = _output_of(items, str)  # ids for calls without one: given below, once
+        text, calls = self.text, list(self._calls)
+        if not text and not calls:  # nothing streamed: the output items say it all
+            text, calls = "".join(whole.text), whole.calls
+        thinking = whole.thinking or "".join(self._thinking)
+        refusal = "".join(whole.refusal) if whole.refusal else None
+        if refusal is None and self._refusal:
+            refusal = "".join(self._refusal)
         model = final.get("model")
+        finish, incomplete = _finish(final, bool(calls))
         return LLMResponse(
             text=text,
             tool_calls=tuple(
@@ -399,6 +553,11 @@ class ResponsesStreamAssembler:
             ),
             thinking=thinking or None,
             usage=normalize_usage(final.get("usage")),
-            finish_reason=_finish(final, bool(calls)),
+            finish_reason=finish,
             model=model if isinstance(model, str) else None,
+            refusal=refusal,
+            incomplete_reason=incomplete,
+            reasoning=tuple(whole.reasoning),
+            phase=whole.phase,
+            logprobs=self._logprobs or whole.logprobs or None,
         )

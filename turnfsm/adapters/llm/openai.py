@@ -370,13 +370,49 @@ class OpenAIResponsesAdapter(_OpenAIAdapter):
     (``POST /responses``), with the same options and error mapping as
     :class:`OpenAIChatAdapter`. The conversation is sent whole each time as
     ``input`` items (the engine keeps the history; nothing relies on
-    ``previous_response_id``)."""
+    ``previous_response_id``): an earlier answer's reasoning items go back
+    with it, so a reasoning model keeps its reasoning across tool calls.
+
+    ``store`` is sent as the body's ``store`` when not ``None`` (default: not
+    sent, the API's default applies). With ``store=False`` the API keeps
+    nothing, so each request also asks for ``reasoning.encrypted_content`` and
+    the reasoning goes back encrypted.
+    """
 
     _path = "/responses"
 
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = 60.0,
+        stream: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        new_id: Callable[[], str] = new_call_id,
+        store: bool | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            stream=stream,
+            extra_body=extra_body,
+            new_id=new_id,
+        )
+        self.store = store
+
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
         return responses_request_body(
-            request, stream=self.streaming, model=self.model, extra_body=self.extra_body
+            request,
+            stream=self.streaming,
+            model=self.model,
+            extra_body=self.extra_body,
+            store=self.store,
         )
 
     def _whole(self, data: object) -> LLMResponse:

@@ -8,6 +8,8 @@ The answers use the vocabulary of the replay format's ``llm`` steps
     {"tool_calls": [{"id": "call_1", "name": "get_weather",
                      "arguments": {"city": "London"}}]}   (with "text" or "chunks")
     {"thinking": "...", "usage": {...}}                  reasoning content, token usage
+    {"refusal": "I can't help with that."}             the model refuses
+    {"chunks": ["It was"], "finish_reason": "length"}  cut at the token limit
     {"chunks": [...], "cancel_after": 1}               a cancel request after 1 chunk
     {"chunks": [...], "fail_after": 1, "error": {...}} the stream breaks after 1 chunk
     {"error": {"status": 429, "retry_after": 0.5}}     this attempt fails
@@ -88,6 +90,8 @@ class AnswerSpec(BaseModel):
     thinking: str | None = None
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    refusal: str | None = None
+    """The model refuses: kept apart from the text, the turn ends ``refusal``."""
     cancel_after: int | None = Field(default=None, ge=0)
     fail_after: int | None = Field(default=None, ge=0)
     error: ErrorSpec | None = None
@@ -98,11 +102,18 @@ class AnswerSpec(BaseModel):
     def _consistent(self) -> AnswerSpec:
         if self.text is not None and self.chunks is not None:
             raise ValueError("give 'text' or 'chunks', not both")
+        if self.refusal is not None and (self.tool_calls or self.error is not None):
+            raise ValueError("a 'refusal' answer has no 'tool_calls' and no 'error'")
         if self.error is None:
             if self.fail_after is not None:
                 raise ValueError("'fail_after' needs an 'error'")
-            if self.text is None and self.chunks is None and not self.tool_calls:
-                raise ValueError("an answer needs 'text', 'chunks' or 'tool_calls'")
+            if (
+                self.text is None
+                and self.chunks is None
+                and not self.tool_calls
+                and self.refusal is None
+            ):
+                raise ValueError("an answer needs 'text', 'chunks', 'tool_calls' or 'refusal'")
         elif self.fail_after is None and (
             self.text is not None or self.tool_calls or self.chunks is not None
         ):
@@ -149,6 +160,7 @@ class AnswerSpec(BaseModel):
             usage=self.usage,
             finish_reason=self.finish_reason or ("tool_calls" if self.tool_calls else "stop"),
             model=model,
+            refusal=self.refusal,
         )
 
 
