@@ -21,6 +21,14 @@ import turnfsm
 import turnfsm.errors as errors_mod
 
 EXPECTED_ALL = {
+    "Child",
+    "ChildInfo",
+    "FinalAnswer",
+    "Finished",
+    "LLMSummarizer",
+    "Summarizer",
+    "SummaryFunction",
+    "SubContextError",
     "Approval",
     "ApprovalStatus",
     "Branch",

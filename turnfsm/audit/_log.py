@@ -47,7 +47,11 @@ append order) and each trigger takes what the engine appends for it:
 - ``turn_complete``: with open calls (the iteration limit), the batch and one
   result per call;
 - ``cancel``: the cancelled partial answer, if any, and the results closing
-  open calls.
+  open calls;
+- ``child_finished`` (a change record): the sub-context's summary, the one
+  assistant message whose ``metadata.extra`` holds ``"sub_context"``.
+
+Other change records add no message.
 
 Messages that precede the first step (an imported history) are skipped. The
 file store lists messages branch by branch: with equal timestamps (a virtual
@@ -70,8 +74,17 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..model import MessageNode, Role
-from ..states import CHANGES, INITIAL, RESTING, State, Trigger, allowed_triggers, next_state
+from ..model import SUMMARY_KEY, MessageNode, Role
+from ..states import (
+    CHANGES,
+    INITIAL,
+    RESTING,
+    Change,
+    State,
+    Trigger,
+    allowed_triggers,
+    next_state,
+)
 
 __all__ = [
     "ACTORS",
@@ -304,6 +317,10 @@ class _Walk:
                 touch.message_ids.append(self.batch.id)
         elif trigger == T.TOOLS_DONE:
             self.close_open(touch)
+        elif trigger == Change.CHILD_FINISHED:
+            node = self.take_head("summary")
+            if node is not None:
+                touch.message_ids.append(node.id)
         elif trigger in (T.TURN_COMPLETE, T.CANCEL):
             if trigger == T.CANCEL:
                 node = self.take_head("cancelled")
@@ -323,8 +340,11 @@ def _matches(node: MessageNode, want: str) -> bool:
     msg = node.message
     if want == "input":
         return msg.role in _INPUT_ROLES
+    summary = SUMMARY_KEY in msg.metadata.extra
+    if want == "summary":
+        return msg.role is Role.ASSISTANT and summary
     if want == "answer":
-        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled
+        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary
     return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
 
 

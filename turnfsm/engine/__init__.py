@@ -1,5 +1,15 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
+from ._children import (
+    DEFAULT_SUMMARY_PROMPT,
+    Child,
+    ChildInfo,
+    FinalAnswer,
+    Finished,
+    LLMSummarizer,
+    Summarizer,
+    SummaryFunction,
+)
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
@@ -9,15 +19,23 @@ from ._subscribers import Subscription
 from ._turn import StopReason, Turn
 
 __all__ = [
+    "DEFAULT_SUMMARY_PROMPT",
     "UNSET",
+    "Child",
+    "ChildInfo",
     "Clock",
     "Engine",
     "FakeClock",
+    "FinalAnswer",
+    "Finished",
+    "LLMSummarizer",
     "Recovery",
     "RetryPolicy",
     "SequentialIds",
     "StopReason",
     "Subscription",
+    "Summarizer",
+    "SummaryFunction",
     "SystemClock",
     "Turn",
     "Unset",

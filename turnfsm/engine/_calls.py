@@ -11,6 +11,7 @@ from ..errors import (
     IllegalTransition,
     LLMError,
     NotAtRest,
+    SubContextError,
     ToolCallNotPending,
     UnknownToolCall,
 )
@@ -54,6 +55,8 @@ T = Trigger
 
 
 async def start_send(d: Driver, parts: list[ContentPart], role: Role, rt: Runtime) -> None:
+    if rt.ctx.config.archived:
+        raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
     state = d.require(rt, T.USER_MESSAGE)
     if state is S.AWAITING_TOOL_APPROVAL:
         d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")

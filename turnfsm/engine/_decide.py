@@ -11,6 +11,7 @@ from ..model import ApprovalStatus
 from ..states import Trigger
 from ..tools import ToolOutcome
 from . import _history
+from ._allowed import usable_tools
 from ._approval import policy_decisions
 from ._runtime import Runtime
 from ._turn import StopReason
@@ -53,7 +54,7 @@ async def decide(d: Driver, rt: Runtime) -> None:
         d.fire(rt, Trigger.TURN_COMPLETE)
         d.end_turn(rt)
         return
-    decisions, needs_human = policy_decisions(calls, d.tools)
+    decisions, needs_human = policy_decisions(calls, usable_tools(d.tools, ctx.config))
     if decisions:
         _history.set_decisions(rt, decisions)
     if needs_human:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..model import ApprovalStatus, TurnProgress
 from ..states import Trigger
 from ..tools import ToolOutcome, run_calls
+from ._allowed import usable_tools
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
         await d.commit(rt)
-    ran = iter(await run_calls(d.tools, to_run)) if to_run else iter(())
+    ran = iter(await run_calls(usable_tools(d.tools, ctx.config), to_run)) if to_run else iter(())
     outcomes = [
         next(ran)
         if c.approval_status is ApprovalStatus.APPROVED

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidInput
-from ..model import ChatContext, LLMRequest
+from ..model import ChatContext, LLMRequest, tool_allowed
 
 __all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
 
@@ -35,7 +35,8 @@ class SystemPromptEnhancer:
 
 
 class ToolDefinitionsEnhancer:
-    """Offers the tool definitions (OpenAI ``tools`` format) to the model."""
+    """Offers the tool definitions (OpenAI ``tools`` format) to the model: those
+    the context may use (:func:`~turnfsm.model.tool_allowed`)."""
 
     def __init__(
         self, definitions: Sequence[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
@@ -44,8 +45,19 @@ class ToolDefinitionsEnhancer:
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         defs = self._definitions
-        request.tools = defs() if callable(defs) else list(defs)
+        offered = defs() if callable(defs) else list(defs)
+        config = context.config
+        if config.tools is not None:
+            offered = [d for d in offered if tool_allowed(config, _tool_name(d))]
+        request.tools = offered
         return request
+
+
+def _tool_name(definition: dict[str, Any]) -> str:
+    """The name in an OpenAI tool definition (``""`` when it has none)."""
+    function = definition.get("function")
+    name = function.get("name") if isinstance(function, dict) else definition.get("name")
+    return name if isinstance(name, str) else ""
 
 
 class ToolHistoryTrimmer:

@@ -1,7 +1,15 @@
 """L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
-from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
+from ._context import (
+    SCHEMA_VERSION,
+    SUMMARY_KEY,
+    Branch,
+    ChatConfig,
+    ChatContext,
+    SystemPrompt,
+    TurnProgress,
+)
 from ._json import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
@@ -38,12 +46,14 @@ from ._message import (
     ToolCallRequest,
     ToolCallResult,
 )
+from ._tool_filter import tool_allowed
 
 __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "SCHEMA_VERSION",
+    "SUMMARY_KEY",
     "ApprovalStatus",
     "Branch",
     "ChatConfig",
@@ -78,5 +88,6 @@ __all__ = [
     "id_problem",
     "to_chat_message",
     "to_chat_messages",
+    "tool_allowed",
     "tool_result_content",
 ]
