@@ -4,11 +4,14 @@ from ._children import (
     DEFAULT_SUMMARY_PROMPT,
     Child,
     ChildInfo,
+    ContextTree,
     FinalAnswer,
     Finished,
     LLMSummarizer,
     Summarizer,
     SummaryFunction,
+    context_tree,
+    delete_tree,
 )
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
@@ -24,6 +27,7 @@ __all__ = [
     "Child",
     "ChildInfo",
     "Clock",
+    "ContextTree",
     "Engine",
     "FakeClock",
     "FinalAnswer",
@@ -39,6 +43,8 @@ __all__ = [
     "SystemClock",
     "Turn",
     "Unset",
+    "context_tree",
+    "delete_tree",
     "wait_exponential",
     "wait_fixed",
     "wait_random_exponential",

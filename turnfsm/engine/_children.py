@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "Child",
     "ChildInfo",
+    "ContextTree",
     "FinalAnswer",
     "Finished",
     "LLMSummarizer",
@@ -55,6 +56,7 @@ __all__ = [
     "SummaryFunction",
     "as_summarizer",
     "children_of",
+    "context_tree",
     "delete_tree",
     "find_summary",
     "start_archive",
@@ -241,6 +243,41 @@ async def children_of(store: Store, context_id: str) -> list[ChildInfo]:
             )
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ContextTree:
+    """A context and its descendants, as :func:`context_tree` reads them."""
+
+    info: ChildInfo
+    children: tuple[ContextTree, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        i = self.info
+        return {
+            "id": i.context_id,
+            "state": i.state,
+            "title": i.title,
+            "finished": i.finished,
+            "children": [c.to_json() for c in self.children],
+        }
+
+
+async def context_tree(store: Store, context_id: str) -> ContextTree:
+    """``context_id`` and every descendant, children oldest first (one
+    ``list_contexts`` and one load per context of the tree)."""
+    kids: dict[str, list[str]] = {}
+    for s in await store.list_contexts():
+        if s.parent_id is not None:
+            kids.setdefault(s.parent_id, []).append(s.id)
+
+    async def build(cid: str, seen: frozenset[str]) -> ContextTree:
+        ctx = await store.load(cid)
+        info = ChildInfo(cid, ctx.current_state, ctx.config.title, ctx.config.archived)
+        below = [k for k in kids.get(cid, ()) if k not in seen]  # a cycle is not followed
+        return ContextTree(info, tuple([await build(k, seen | {k}) for k in below]))
+
+    return await build(context_id, frozenset({context_id}))
 
 
 async def delete_tree(store: Store, context_id: str, busy: Sequence[str] = ()) -> list[str]:
