@@ -21,6 +21,7 @@ import turnfsm
 import turnfsm.errors as errors_mod
 
 EXPECTED_ALL = {
+    "subtask",
     "Child",
     "ChildInfo",
     "FinalAnswer",

@@ -94,7 +94,7 @@ from .model import (
 )
 from .states import State
 from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
-from .tools import Approval, Tool, ToolOutcome, ToolRegistry, tool
+from .tools import Approval, Tool, ToolOutcome, ToolRegistry, subtask, tool
 
 __version__ = "0.1.0"
 
@@ -174,5 +174,6 @@ __all__ = [
     "VersionConflict",
     "__version__",
     "open_store",
+    "subtask",
     "tool",
 ]

@@ -24,6 +24,7 @@ from turnfsm import (
     SQLiteStore,
     State,
     SubContextError,
+    subtask,
     tool,
 )
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
@@ -508,3 +509,107 @@ async def test_not_at_rest_parent_is_refused(made: kit.Made, store_url: str | No
     with pytest.raises(NotAtRest):
         await engine.spawn(parent, "t")
     assert [s.id for s in await store.list_contexts()] == [parent]
+
+
+# --------------------------------------------------------------------------- the sub-task tool
+
+
+def research_engine(store_url: str | None, *answers: dict[str, Any], **spec: Any) -> kit.Made:
+    research = subtask(
+        "research",
+        "Research a question in a helper conversation.",
+        system_prompt="You research.",
+        tools=["lookup"],
+        **spec,
+    )
+    return kit.make_engine(list(answers), tools=[*TOOLS, research], store=store_url)
+
+
+CALL_RESEARCH = {"tool_calls": [{"id": "r1", "name": "research", "arguments": {"task": "Find k"}}]}
+
+
+async def test_the_subtask_tool_runs_a_child_and_returns_its_summary(
+    store_url: str | None,
+) -> None:
+    RAN.clear()
+    m = research_engine(
+        store_url,
+        CALL_RESEARCH,  # the parent's model calls the tool
+        {"tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "k"}}]},  # child
+        {"text": "k is 'value of k'."},  # the child's answer
+        {"text": "Summary: k has a value."},  # the summary
+        {"text": "k has a value."},  # the parent's answer
+    )
+    async with m.engine as engine:
+        parent = await engine.create_context(system_prompt="You plan.")
+        turn = await engine.send(parent, "What is k?")
+        assert turn.state is State.IDLE and turn.text == "k has a value."
+        assert RAN == ["lookup:k"]
+        requests = m.llm.requests
+        child_id = requests[1].context_id
+        assert child_id != parent and requests[2].context_id == child_id
+        assert [d["function"]["name"] for d in requests[1].tools] == ["lookup"]
+        assert requests[1].messages[0] == {"role": "system", "content": "You research."}
+        assert requests[3].messages[-1]["content"] == DEFAULT_SUMMARY_PROMPT
+        assert requests[4].context_id == parent
+        assert requests[4].messages[-1]["role"] == "tool"
+        assert requests[4].messages[-1]["content"] == "Summary: k has a value."
+        ctx = await engine.get_context(parent)
+        [result] = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
+        assert result.success and result.result == "Summary: k has a value."
+        with pytest.raises(ContextNotFound):
+            await engine.get_context(child_id)
+        assert await engine.children(parent) == []
+        await verify(engine, parent)
+
+
+async def test_the_subtask_tool_can_keep_its_child(store_url: str | None) -> None:
+    m = research_engine(
+        store_url,
+        CALL_RESEARCH,
+        {"text": "found it"},
+        {"text": "done"},
+        summarizer=FinalAnswer(),
+        keep=True,
+    )
+    async with m.engine as engine:
+        parent = await engine.create_context()
+        turn = await engine.send(parent, "go")
+        assert turn.text == "done"
+        [info] = await engine.children(parent)
+        assert info.finished and info.title == "research" and info.state == "Idle"
+        child = await engine.get_context(info.context_id)
+        assert child.config.tools == ["lookup"]
+        assert (await engine.steps(info.context_id))[-1].trigger == Change.ARCHIVED
+        await verify(engine, info.context_id)
+
+
+async def test_a_subtask_child_that_does_not_finish_is_an_error_result(
+    store_url: str | None,
+) -> None:
+    m = research_engine(
+        store_url,
+        CALL_RESEARCH,
+        {"error": {"status": 400, "message": "bad request"}},  # the child fails
+        {"text": "the research failed"},
+    )
+    async with m.engine as engine:
+        parent = await engine.create_context()
+        turn = await engine.send(parent, "go")
+        assert turn.state is State.IDLE and turn.text == "the research failed"
+        ctx = await engine.get_context(parent)
+        [result] = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
+        assert not result.success
+        assert "PermanentFailure" in result.result["error"]
+        [info] = await engine.children(parent)
+        assert info.state == "PermanentFailure" and not info.finished
+        await verify(engine, parent)
+
+
+async def test_the_subtask_tool_outside_an_engine_fails_cleanly() -> None:
+    tool_ = subtask("research", "r")
+    outcome = await tool_.run({"task": "x"})
+    assert not outcome.success and "inside an engine" in outcome.result["error"]
+    with pytest.raises(Exception) as bad:
+        subtask("research", "r", tools="lookup")  # type: ignore[arg-type]
+    assert "tool names" in str(bad.value)

@@ -16,6 +16,7 @@ on the parent and does not add a second one).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from ..model import (
 )
 from ..states import RESTING, Change, State
 from ..storage import Store
+from ..tools import SubtaskSpec, ToolError
 from . import _history
 from ._runtime import Runtime
 from ._turn import Turn
@@ -52,6 +54,7 @@ __all__ = [
     "FinalAnswer",
     "Finished",
     "LLMSummarizer",
+    "SubtaskRunner",
     "Summarizer",
     "SummaryFunction",
     "as_summarizer",
@@ -376,3 +379,61 @@ async def start_archive(d: Driver, parent_id: str, message_id: str | None, rt: R
     ctx.config = ctx.config.model_copy(update={"archived": True})
     rt.config_changed = True
     d.change(rt, Change.ARCHIVED, {"parent_id": parent_id, "message_id": message_id})
+
+
+# ---------------------------------------------------------------------- a sub-task as a tool
+
+
+class SubtaskRunner:
+    """Runs a sub-task tool's child for one engine (``tools.subtask``): spawn a
+    child of the calling context, run the task, summarise it, delete or keep
+    it; the summary is the call's result.
+
+    The parent is in the middle of its own call (``ExecutingTools``), so nothing
+    is recorded on it but the call and its result; the child is linked by its
+    ``parent_id`` while it exists. A failure (a child that does not rest in
+    ``Idle``, a refused argument, a failed summary) is raised and becomes the
+    call's error result.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def run_subtask(self, parent_id: str, task: str, spec: SubtaskSpec) -> str:
+        from ._engine import _check_tools
+        from ._inputs import check_content
+
+        engine = self.engine
+        d = engine._d
+        parts = check_content("task", task)
+        allowed = _check_tools("tools", spec.tools, engine.tools)
+        chosen = as_summarizer("summarizer", spec.summarizer)
+        rt = d.loaded.get(parent_id)
+        parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
+        child = await engine._spawn(
+            parent,
+            parts,
+            spec.system_prompt,
+            spec.model,
+            None,
+            allowed,
+            spec.tool_name,
+            announce=False,
+        )
+        cid = child.context_id
+        turn = child.turn
+        if turn.state is not State.IDLE:
+            why = f": {turn.error}" if turn.error else ""
+            raise ToolError(
+                f"the sub-task (context {cid!r}) stopped in {turn.state}{why}; "
+                "the context is kept as it is"
+            )
+        ctx = await engine.get_context(cid)
+        text = await chosen.summarize(ctx, engine)
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError(f"the sub-task (context {cid!r}) gave no summary: {text!r}")
+        if spec.keep:
+            await d.run(cid, functools.partial(start_archive, d, parent_id, None))
+        else:
+            await engine.delete_context(cid)
+        return text

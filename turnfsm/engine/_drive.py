@@ -30,7 +30,7 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
 from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
-from ..tools import ToolOutcome, ToolRegistry
+from ..tools import SubtaskHost, ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._clock import Clock
 from ._history import Result
@@ -104,6 +104,8 @@ class Driver:
         self.loaded = Loaded(self.machine, log, self.request_cancel)
         self.busy: set[str] = set()
         self.beats: anyio.abc.TaskGroup | None = None
+        self.subtask_host: SubtaskHost | None = None
+        """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Driver, Runtime], Awaitable[None]]] = {
             Effect.PREPARE: _prepare.prepare,
             Effect.CALL_LLM: _call_llm.call_llm,

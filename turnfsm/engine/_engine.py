@@ -170,7 +170,7 @@ class Engine:
         if tool_history_rounds is not None:
             builtin.append(ToolHistoryTrimmer(tool_history_rounds))
         self._subscriber_buffer = subscriber_buffer
-        self._d = Driver(
+        self._d = d = Driver(
             llm=llm,
             tools=registry,
             store=store if store is not None else MemoryStore(),
@@ -185,6 +185,7 @@ class Engine:
             lease_ttl=float(lease_ttl),
             owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         )
+        d.subtask_host = _children.SubtaskRunner(self)
 
     # ------------------------------------------------------------------ settings
 
@@ -640,6 +641,26 @@ class Engine:
             )
         if State(parent.current_state) not in RESTING:
             raise NotAtRest(parent_id, parent.current_state, "sub-contexts")
+        return await self._spawn(
+            parent, parts, system_prompt, model, mode, allowed, title, announce=True
+        )
+
+    async def _spawn(
+        self,
+        parent: ChatContext,
+        parts: list[ContentPart],
+        system_prompt: str | None,
+        model: str | None,
+        mode: str | None,
+        allowed: list[str] | None,
+        title: str | None,
+        *,
+        announce: bool,
+    ) -> Child:
+        """Create the child of ``parent`` (arguments checked), record it on the
+        parent when ``announce`` (the parent is at rest), and run its task."""
+        d = self._d
+        parent_id = parent.id
         wider = parent.config.tools
         if allowed is None:
             allowed = None if wider is None else list(wider)
@@ -665,7 +686,8 @@ class Engine:
         if title is not None:
             detail["title"] = title
         try:
-            await d.run(parent_id, functools.partial(_children.start_child_spawned, d, detail))
+            if announce:
+                await d.run(parent_id, functools.partial(_children.start_child_spawned, d, detail))
         except BaseException:
             # the parent refused (busy in another engine, moved meanwhile): the
             # child was never announced, so it goes

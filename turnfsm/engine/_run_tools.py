@@ -3,11 +3,13 @@ one result per call, in the order asked; then ``tools_done``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from ..model import ApprovalStatus, TurnProgress
 from ..states import Trigger
-from ..tools import ToolOutcome, run_calls
+from ..tools import ToolOutcome, hosting, run_calls
 from ._allowed import usable_tools
 from ._runtime import Runtime
 
@@ -26,7 +28,11 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
         await d.commit(rt)
-    ran = iter(await run_calls(usable_tools(d.tools, ctx.config), to_run)) if to_run else iter(())
+    ran: Iterator[ToolOutcome] = iter(())
+    if to_run:
+        host = d.subtask_host
+        with hosting(host, ctx.id) if host is not None else nullcontext():
+            ran = iter(await run_calls(usable_tools(d.tools, ctx.config), to_run))
     outcomes = [
         next(ran)
         if c.approval_status is ApprovalStatus.APPROVED

@@ -14,15 +14,20 @@ anyio.
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
+from ._subtask import SubtaskHost, SubtaskSpec, hosting, subtask
 
 __all__ = [
     "Approval",
     "ApprovalPolicy",
+    "SubtaskHost",
+    "SubtaskSpec",
     "Tool",
     "ToolError",
     "ToolOutcome",
     "ToolRegistry",
     "current_call",
+    "hosting",
     "run_calls",
+    "subtask",
     "tool",
 ]
