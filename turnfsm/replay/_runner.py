@@ -24,14 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.llm.scripted import play
-from ..engine import Engine, FakeClock, RetryPolicy, SequentialIds, wait_exponential
+from ..engine import (
+    Engine,
+    FakeClock,
+    FinalAnswer,
+    RetryPolicy,
+    SequentialIds,
+    wait_exponential,
+)
 from ..engine._defaults import default_logger as _default_logger
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
-from ..tools import Tool, ToolError, current_call
-from ._script import FinalExpect, Script, Step, StepExpect, load_script, parse_script
+from ..tools import Tool, ToolError, current_call, subtask
+from ._script import (
+    FinalExpect,
+    Script,
+    ScriptSubtask,
+    Step,
+    StepExpect,
+    load_script,
+    parse_script,
+)
 
 __all__ = ["Failure", "ReplayResult", "replay", "run_script"]
 
@@ -295,6 +310,21 @@ def _check_final(expect: FinalExpect, trace: list[str], ctx: ChatContext) -> lis
     return failures
 
 
+def _subtask_tool(name: str, description: str, approval: str, spec: ScriptSubtask) -> Tool:
+    """A sub-task tool: its child's ``llm`` and ``tool`` steps, and the summary's
+    ``llm`` step (``"summarizer": "llm"``), follow on the same tape."""
+    return subtask(
+        name,
+        description,
+        system_prompt=spec.system_prompt,
+        tools=spec.tools,
+        model=spec.model,
+        summarizer=FinalAnswer() if spec.summarizer == "final_answer" else None,
+        keep=spec.keep,
+        approval=approval,  # type: ignore[arg-type]
+    )
+
+
 def build_engine(
     script: Script, tape: _Tape, store: Store | None = None, ids_prefix: str = "id-"
 ) -> Engine:
@@ -309,6 +339,8 @@ def build_engine(
             idempotent=t.idempotent,
             timeout=None,
         )
+        if t.subtask is None
+        else _subtask_tool(t.name, t.description, t.approval, t.subtask)
         for t in script.tools
     ]
     retry = RetryPolicy(

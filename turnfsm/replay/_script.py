@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
 from ..errors import TurnFSMError
@@ -26,6 +33,7 @@ __all__ = [
     "Script",
     "ScriptConfig",
     "ScriptError",
+    "ScriptSubtask",
     "ScriptTool",
     "Step",
     "load_script",
@@ -73,6 +81,17 @@ class ScriptConfig(BaseModel):
     tool_history_rounds: int | None = Field(default=None, ge=0)
 
 
+class ScriptSubtask(BaseModel):
+    """A tool that runs its ``task`` in a child context (``turnfsm.subtask``)."""
+
+    model_config = _STRICT
+    system_prompt: str | None = None
+    tools: list[str] | None = None
+    model: str | None = None
+    summarizer: Literal["llm", "final_answer"] = "llm"
+    keep: bool = False
+
+
 class ScriptTool(BaseModel):
     model_config = _STRICT
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
@@ -80,6 +99,18 @@ class ScriptTool(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     approval: Literal["auto", "required", "deny"] = "auto"
     idempotent: bool = False
+    subtask: ScriptSubtask | None = None
+
+    @model_validator(mode="after")
+    def _subtask_alone(self) -> ScriptTool:
+        if self.subtask is not None:
+            given = {"parameters", "idempotent"} & self.model_fields_set
+            if given:
+                raise ValueError(
+                    f"a subtask tool takes one 'task' argument and is not idempotent: "
+                    f"leave out {', '.join(sorted(given))}"
+                )
+        return self
 
 
 class UserInput(BaseModel):
@@ -325,6 +356,11 @@ def parse_script(data: Any, source: str = "script") -> Script:
             if any(s.name == spec.name for s in tools):
                 problems.append((f"$.tools[{i}].name", f"tool {spec.name!r} is defined twice"))
             tools.append(spec)
+    defined = {t.name for t in tools}
+    for i, t in enumerate(tools):
+        for used in (t.subtask.tools or ()) if t.subtask is not None else ():
+            if used not in defined:
+                problems.append((f"$.tools[{i}].subtask.tools", f"no tool named {used!r}"))
     raw_steps = data.get("steps")
     steps: list[Step] = []
     if not isinstance(raw_steps, list):
