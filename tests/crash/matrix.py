@@ -50,7 +50,9 @@ from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete")
+SUB_KINDS = ("spawn", "finish")
+"""Sub-contexts: several commits on two contexts (the parent is ``CID``)."""
+KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete", *SUB_KINDS)
 STORES = ("files", "sqlite")
 CID = "c"
 RESTING = ("Idle",)
@@ -123,6 +125,8 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
             assert str(turn.state) == "AwaitingToolApproval", turn.state
         if kind == "switch":
             await engine.fork(CID, "alt", 0)
+        if kind == "finish":
+            await engine.spawn(CID, "what is the answer?", title="helper")
 
 
 async def change(kind: str, store: Store) -> None:
@@ -144,6 +148,11 @@ async def change(kind: str, store: Store) -> None:
             await engine.switch_branch(CID, "main")
         elif kind == "delete":
             await store.delete(CID)
+        elif kind == "spawn":
+            await engine.spawn(CID, "what is the answer?", title="helper")
+        elif kind == "finish":
+            [child] = await engine.children(CID)
+            await engine.finish(child.context_id)  # the LLM summary
         else:
             raise ValueError(kind)
 
@@ -305,6 +314,8 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                     ctx = await engine.get_context(CID)
                 if ctx.current_state not in RESTING:
                     problems.append(f"did not come to rest: {ctx.current_state}")
+                if kind in SUB_KINDS:
+                    problems += await _tree_problems(engine, kind)
             except Exception as exc:
                 problems.append(f"resuming failed: {type(exc).__name__}: {exc}")
             await engine.store.delete(CID)
@@ -318,6 +329,60 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
         return problems
 
     return anyio.run(go)
+
+
+async def _tree_problems(engine: Engine, kind: str) -> list[str]:
+    """After a kill in spawn or finish, and ``recover``: the parent and its
+    children agree, and calling the change again completes it."""
+    problems: list[str] = []
+    parent = await engine.get_context(CID)
+    announced = [
+        s.detail["child_id"]
+        for s in await engine.steps(CID)
+        if s.trigger == "child_spawned" and s.detail is not None
+    ]
+    children = await engine.children(CID)
+    ids = [c.context_id for c in children]
+    summaries = [
+        n.message.metadata.extra["sub_context"]["child_id"]
+        for n in parent.history()
+        if "sub_context" in n.message.metadata.extra
+    ]
+    for c in children:
+        if c.state not in RESTING and c.state != "AwaitingToolApproval":
+            problems.append(f"child {c.context_id} did not come to rest: {c.state}")
+    if kind == "spawn":
+        # a child is announced only once it exists; a kill between the two
+        # leaves a child nobody announced, which ``children`` still lists
+        for cid in announced:
+            if cid not in ids:
+                problems.append(f"child_spawned names {cid}, which does not exist")
+        if summaries:
+            problems.append(f"a summary appeared during spawn: {summaries}")
+        return problems
+    # finish: the summary is on the parent once, or not yet; finishing again completes it
+    if len(summaries) > 1 or len(announced) != 1:
+        problems.append(f"announced {announced}, summaries {summaries}")
+        return problems
+    [child_id] = announced
+    if child_id in ids:
+        done = await engine.finish(child_id)
+        parent = await engine.get_context(CID)
+    elif not summaries:
+        problems.append(f"the child {child_id} is gone and no summary stands for it")
+        return problems
+    again = [
+        n.id
+        for n in parent.history()
+        if n.message.metadata.extra.get("sub_context", {}).get("child_id") == child_id
+    ]
+    if len(again) != 1:
+        problems.append(f"{len(again)} summaries of {child_id} after finishing again")
+    if await engine.children(CID):
+        problems.append("the child outlived finish")
+    if child_id in ids and again and done.message_id != again[0]:
+        problems.append("finish again points at another summary")
+    return problems
 
 
 def _diff(state: str | None, allowed: list[str | None]) -> str:
@@ -496,6 +561,14 @@ def a_few(clean: dict[str, Any]) -> list[int]:
             points.add(i + 1)
             break
     return sorted(p for p in points if 0 <= p <= total)
+
+
+def a_few_and_between(clean: dict[str, Any]) -> list[int]:
+    """The reduced matrix, plus a kill right after each commit but the last:
+    where a change of several commits (spawn, finish) stops between them."""
+    points = set(a_few(clean))
+    points.update(end for _, end, _ in clean["commits"][:-1])
+    return sorted(points)
 
 
 def main(argv: list[str] | None = None) -> int:

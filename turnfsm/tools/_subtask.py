@@ -85,9 +85,9 @@ def subtask(
     When the parent's model calls it, the engine running the call spawns a
     child of the calling context (``system_prompt``; ``tools``, an allow-list of
     the engine's tool names, by default what the parent may use; ``model``, by
-    default the parent's), runs the task until the child rests, and finishes
-    it with ``summarizer`` (as ``Engine.finish`` takes it; the LLM summary by
-    default). The summary is the call's result; the child is then deleted, or
+    default the parent's; titled with the tool's name), runs the task until the
+    child rests, and finishes it with ``summarizer`` (as ``Engine.finish`` takes
+    it; the LLM summary by default). The summary is the call's result; the child is then deleted, or
     kept finished with ``keep=True``. A child that does not come to rest in
     ``Idle`` (it failed, or waits for approval) gives an error result naming it
     and is kept as it is. The call has no time limit and is not idempotent.
