@@ -613,3 +613,111 @@ async def test_the_subtask_tool_outside_an_engine_fails_cleanly() -> None:
     with pytest.raises(Exception) as bad:
         subtask("research", "r", tools="lookup")  # type: ignore[arg-type]
     assert "tool names" in str(bad.value)
+
+
+# --------------------------------------------------------------------------- a child that waits
+
+
+def approval_tools() -> list[Any]:
+    research = subtask(
+        "research", "Research in a helper.", tools=["publish"], summarizer=FinalAnswer()
+    )
+    return [*TOOLS, research]
+
+
+PARENT_CALLS = {
+    "tool_calls": [
+        {"id": "r1", "name": "research", "arguments": {"task": "Publish the note"}},
+        {"id": "l1", "name": "lookup", "arguments": {"key": "k"}},
+    ]
+}
+CHILD_CALL = {"tool_calls": [{"id": "p1", "name": "publish", "arguments": {"text": "note"}}]}
+
+
+async def test_a_waiting_child_surfaces_its_calls_on_the_parent(store_url: str | None) -> None:
+    RAN.clear()
+    llm = scripted(PARENT_CALLS, CHILD_CALL, {"text": "Published the note."}, {"text": "All done."})
+    async with Engine(
+        llm=llm, tools=approval_tools(), store=store_url, clock=FakeClock(), ids=SequentialIds()
+    ) as engine:
+        parent = await engine.create_context()
+        turn = await engine.send(parent, "Publish and look up")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        assert [c.id for c in turn.pending_tool_calls] == ["p1"]  # the child's call
+        assert RAN == ["lookup:k"]  # the other call of the batch ran once
+        ctx = await engine.get_context(parent)
+        [r1] = [c for c in ctx.pending_tool_calls()]
+        assert r1.id == "r1" and r1.reason is not None and "sub-context" in r1.reason
+        [info] = await engine.children(parent)
+        assert info.state == "AwaitingToolApproval" and info.title == "research"
+        assert (await engine.trace(parent))[-2:] == [
+            State.EXECUTING_TOOLS,
+            State.AWAITING_TOOL_APPROVAL,
+        ]
+        assert (await engine.steps(parent))[-1].trigger == "subtask_waits"
+        # the parent's resume keeps showing the child's calls
+        assert [c.id for c in (await engine.resume(parent)).pending_tool_calls] == ["p1"]
+
+        turn = await engine.approve(parent, "p1")
+        assert turn.state is State.IDLE and turn.text == "All done."
+        assert RAN == ["lookup:k"]  # nothing ran twice
+        ctx = await engine.get_context(parent)
+        results = {
+            n.message.tool_result.request_id: n.message.tool_result
+            for n in ctx.history()
+            if n.message.tool_result is not None
+        }
+        assert results["r1"].success and results["r1"].result == "Published the note."
+        assert results["l1"].result == "value of k"
+        assert await engine.children(parent) == []
+        records = await verify(engine, parent)
+        waits = next(r for r in records if r.trigger == "subtask_waits")
+        assert waits.tool_results == ("l1",) and waits.actor == "system"
+
+
+async def test_a_denied_child_call_lets_the_child_and_parent_go_on() -> None:
+    llm = scripted(PARENT_CALLS, CHILD_CALL, {"text": "Not published."}, {"text": "It was denied."})
+    async with Engine(
+        llm=llm, tools=approval_tools(), clock=FakeClock(), ids=SequentialIds()
+    ) as engine:
+        parent = await engine.create_context()
+        await engine.send(parent, "Publish and look up")
+        turn = await engine.deny(parent, "p1", "not today")
+        assert turn.state is State.IDLE and turn.text == "It was denied."
+        ctx = await engine.get_context(parent)
+        [r1] = [
+            n.message.tool_result
+            for n in ctx.history()
+            if n.message.tool_result and n.message.tool_result.request_id == "r1"
+        ]
+        assert r1 is not None and r1.result == "Not published."
+        await verify(engine, parent)
+
+
+async def test_a_waiting_child_survives_a_new_engine(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ctx.db'}"
+    first = Engine(
+        llm=scripted(PARENT_CALLS, CHILD_CALL),
+        tools=approval_tools(),
+        store=url,
+        clock=FakeClock(),
+        ids=SequentialIds(),
+    )
+    async with first:
+        parent = await first.create_context()
+        await first.send(parent, "Publish and look up")
+    second = Engine(
+        llm=scripted({"text": "Published."}, {"text": "Done."}),
+        tools=approval_tools(),
+        store=url,
+        clock=FakeClock(),
+        ids=SequentialIds(prefix="b-"),
+    )
+    async with second:
+        assert [c.id for c in (await second.resume(parent)).pending_tool_calls] == ["p1"]
+        with pytest.raises(Exception) as unknown:
+            await second.approve(parent, "nope")
+        assert "nope" in str(unknown.value)
+        turn = await second.approve(parent, "p1")
+        assert turn.state is State.IDLE and turn.text == "Done."
+        await verify(second, parent)

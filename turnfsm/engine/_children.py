@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import ContextNotFound, InvalidInput, LLMError, NotAtRest, SubContextError
+from ..events import ToolApprovalRequested
 from ..model import (
+    SUBTASK_WAITING,
     SUMMARY_KEY,
+    ApprovalStatus,
     ChatContext,
     InternalMessage,
     LLMRequest,
@@ -32,15 +35,16 @@ from ..model import (
     MessageMetadata,
     Role,
     TextPart,
+    ToolCallRequest,
     clean_text,
     to_chat_messages,
 )
-from ..states import RESTING, Change, State
+from ..states import RESTING, Change, State, Trigger
 from ..storage import Store
-from ..tools import SubtaskSpec, ToolError
+from ..tools import SubtaskSpec, ToolError, ToolOutcome
 from . import _history
 from ._runtime import Runtime
-from ._turn import Turn
+from ._turn import StopReason, Turn
 
 if TYPE_CHECKING:
     from ._drive import Driver
@@ -62,10 +66,14 @@ __all__ = [
     "context_tree",
     "delete_tree",
     "find_summary",
+    "route_decisions",
     "start_archive",
     "start_child_finished",
     "start_child_spawned",
+    "start_still_waiting",
     "summarizer_name",
+    "wait_for_subtasks",
+    "waiting_child",
 ]
 
 DEFAULT_SUMMARY_PROMPT = (
@@ -384,48 +392,89 @@ async def start_archive(d: Driver, parent_id: str, message_id: str | None, rt: R
 # ---------------------------------------------------------------------- a sub-task as a tool
 
 
+def waiting_child(call: ToolCallRequest) -> str | None:
+    """The child a pending sub-task call waits for (None: not such a call)."""
+    reason = call.reason
+    if call.approval_status is not ApprovalStatus.PENDING or not reason:
+        return None
+    if not reason.startswith(SUBTASK_WAITING):
+        return None
+    return reason[len(SUBTASK_WAITING) :]
+
+
 class SubtaskRunner:
     """Runs a sub-task tool's child for one engine (``tools.subtask``): spawn a
-    child of the calling context, run the task, summarise it, delete or keep
-    it; the summary is the call's result.
+    child of the calling context (or continue the one this call already has),
+    run the task, summarise it, delete or keep it; the summary is the call's
+    result.
 
     The parent is in the middle of its own call (``ExecutingTools``), so nothing
     is recorded on it but the call and its result; the child is linked by its
-    ``parent_id`` while it exists. A failure (a child that does not rest in
-    ``Idle``, a refused argument, a failed summary) is raised and becomes the
-    call's error result.
+    ``parent_id`` and ``config.subtask_call``. A child resting in
+    ``AwaitingToolApproval`` is noted in :attr:`waiting` (read by the
+    ``run_tools`` effect, which takes ``subtask_waits``). Any other failure (a
+    child that does not rest in ``Idle``, a refused argument, a failed summary)
+    is raised and becomes the call's error result.
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.waiting: dict[str, dict[str, tuple[str, tuple[ToolCallRequest, ...]]]] = {}
+        """Per parent id: call id -> (child id, the child's pending calls)."""
 
-    async def run_subtask(self, parent_id: str, task: str, spec: SubtaskSpec) -> str:
+    def take_waiting(self, parent_id: str) -> dict[str, tuple[str, tuple[ToolCallRequest, ...]]]:
+        return self.waiting.pop(parent_id, {})
+
+    async def _existing(self, parent_id: str, call_id: str) -> ChatContext | None:
+        for info in await children_of(self.engine.store, parent_id):
+            if info.finished:
+                continue
+            ctx = await self.engine.get_context(info.context_id)
+            if ctx.config.subtask_call == call_id:
+                return ctx
+        return None
+
+    async def run_subtask(self, parent_id: str, call_id: str, task: str, spec: SubtaskSpec) -> str:
         from ._engine import _check_tools
         from ._inputs import check_content
 
         engine = self.engine
         d = engine._d
-        parts = check_content("task", task)
-        allowed = _check_tools("tools", spec.tools, engine.tools)
         chosen = as_summarizer("summarizer", spec.summarizer)
-        rt = d.loaded.get(parent_id)
-        parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
-        child = await engine._spawn(
-            parent,
-            parts,
-            spec.system_prompt,
-            spec.model,
-            None,
-            allowed,
-            spec.tool_name,
-            announce=False,
-        )
-        cid = child.context_id
-        turn = child.turn
-        if turn.state is not State.IDLE:
-            why = f": {turn.error}" if turn.error else ""
+        existing = await self._existing(parent_id, call_id)
+        if existing is not None:  # run again (approved, or after a crash): the same child
+            cid = existing.id
+            state = State(existing.current_state)
+            turn = await engine.resume(cid) if state not in RESTING else None
+            state = turn.state if turn is not None else state
+            error = turn.error if turn is not None else existing.progress.last_error
+        else:
+            parts = check_content("task", task)
+            allowed = _check_tools("tools", spec.tools, engine.tools)
+            rt = d.loaded.get(parent_id)
+            parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
+            child = await engine._spawn(
+                parent,
+                parts,
+                spec.system_prompt,
+                spec.model,
+                None,
+                allowed,
+                spec.tool_name,
+                announce=False,
+                subtask_call=call_id,
+            )
+            cid = child.context_id
+            state = child.turn.state
+            error = child.turn.error
+        if state is State.AWAITING_TOOL_APPROVAL:
+            pending = await engine._surfaced_pending(cid)
+            self.waiting.setdefault(parent_id, {})[call_id] = (cid, pending)
+            raise ToolError(f"the sub-task (context {cid!r}) waits for a human's decision")
+        if state is not State.IDLE:
+            why = f": {error}" if error else ""
             raise ToolError(
-                f"the sub-task (context {cid!r}) stopped in {turn.state}{why}; "
+                f"the sub-task (context {cid!r}) stopped in {state}{why}; "
                 "the context is kept as it is"
             )
         ctx = await engine.get_context(cid)
@@ -437,3 +486,86 @@ class SubtaskRunner:
         else:
             await engine.delete_context(cid)
         return text
+
+
+async def route_decisions(
+    engine: Engine, context_id: str, ids: Sequence[str]
+) -> tuple[list[str], dict[str, list[str]], dict[str, str]] | None:
+    """Split decisions on a context that waits for sub-task children: its own
+    call ids, the ids of each child (the direct child they surface through),
+    and its waiting calls (call id -> child id). None when no child is
+    involved or an id is unknown (the plain path then decides, or refuses with
+    its typed error, changing nothing)."""
+    ctx = await engine.get_context(context_id)
+    if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+        return None
+    pending = ctx.pending_tool_calls()
+    waiting = {c.id: child for c in pending if (child := waiting_child(c)) is not None}
+    if not waiting:
+        return None
+    through: dict[str, str] = {}
+    for child in waiting.values():
+        try:
+            for c in await engine._surfaced_pending(child, frozenset({context_id})):
+                through[c.id] = child
+        except ContextNotFound:
+            continue
+    own_ids = {c.id for c in pending}
+    own: list[str] = []
+    by_child: dict[str, list[str]] = {}
+    for i in ids:
+        if i in own_ids:
+            own.append(i)
+        elif i in through:
+            by_child.setdefault(through[i], []).append(i)
+        else:
+            return None
+    if not by_child:
+        return None
+    return own, by_child, waiting
+
+
+async def start_still_waiting(d: Driver, rt: Runtime) -> None:
+    """A context whose decisions all went to its children, which still wait."""
+    rt.stop_reason = StopReason.AWAITING_APPROVAL
+
+
+def wait_for_subtasks(
+    d: Driver,
+    rt: Runtime,
+    calls: Sequence[ToolCallRequest],
+    outcomes: Sequence[ToolOutcome],
+    waiting: dict[str, tuple[str, tuple[ToolCallRequest, ...]]],
+) -> None:
+    """ExecutingTools, when sub-task calls wait for their children: the other
+    calls get their results, the waiting ones are pending again (their reason
+    names the child), and the context takes ``subtask_waits`` to
+    AwaitingToolApproval, where the children's pending calls surface."""
+    ctx = rt.ctx
+    done = [(c, o) for c, o in zip(calls, outcomes, strict=True) if c.id not in waiting]
+    if done:
+        d.add_results(rt, [c for c, _ in done], [o for _, o in done])
+    batch = ctx.last_tool_batch()
+    assert batch is not None
+    node = batch[0]
+    assert node.message.tool_calls is not None
+    marked = [
+        c.model_copy(
+            update={
+                "approval_status": ApprovalStatus.PENDING,
+                "decided_by": None,
+                "reason": SUBTASK_WAITING + waiting[c.id][0],
+            }
+        )
+        if c.id in waiting
+        else c
+        for c in node.message.tool_calls
+    ]
+    message = node.message.model_copy(update={"tool_calls": marked})
+    _history.replace(rt, node.model_copy(update={"message": message}))
+    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+    rt.stop_reason = StopReason.AWAITING_APPROVAL
+    d.fire(rt, Trigger.SUBTASK_WAITS)
+    surfaced = [c for _, pending in waiting.values() for c in pending]
+    d.later(rt, ToolApprovalRequested, calls=surfaced)
+    d.end_turn(rt)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -30,7 +30,7 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
 from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
-from ..tools import SubtaskHost, ToolOutcome, ToolRegistry
+from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
 from ._clock import Clock
 from ._history import Result
@@ -40,6 +40,9 @@ from ._retry import RetryPolicy
 from ._runtime import Runtime, dirty
 from ._subscribers import yield_to_readers
 from ._turn import StopReason, Turn
+
+if TYPE_CHECKING:
+    from ._children import SubtaskRunner
 
 __all__ = ["Driver"]
 
@@ -104,7 +107,7 @@ class Driver:
         self.loaded = Loaded(self.machine, log, self.request_cancel)
         self.busy: set[str] = set()
         self.beats: anyio.abc.TaskGroup | None = None
-        self.subtask_host: SubtaskHost | None = None
+        self.subtask_host: SubtaskRunner | None = None
         """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Driver, Runtime], Awaitable[None]]] = {
             Effect.PREPARE: _prepare.prepare,

@@ -6,6 +6,7 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import uuid
@@ -21,6 +22,7 @@ from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer,
 from ..errors import (
     ContextBusy,
     ContextLeased,
+    ContextNotFound,
     InvalidInput,
     NotAtRest,
     StoreError,
@@ -28,6 +30,7 @@ from ..errors import (
     TurnFSMError,
 )
 from ..model import (
+    SUBTASK_RESUMED,
     ApprovalStatus,
     Branch,
     ChatConfig,
@@ -35,6 +38,7 @@ from ..model import (
     ContentPart,
     Role,
     SystemPrompt,
+    ToolCallRequest,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
@@ -312,6 +316,37 @@ class Engine:
         refused): the model is offered only those, and a call to another tool
         gets an error result and never runs.
         """
+        return await self._create(
+            system_prompt=system_prompt,
+            model=model,
+            mode=mode,
+            parameters=parameters,
+            user_prompt=user_prompt,
+            agent_role=agent_role,
+            workspace_path=workspace_path,
+            parent_id=parent_id,
+            context_id=context_id,
+            title=title,
+            tools=tools,
+            subtask_call=None,
+        )
+
+    async def _create(
+        self,
+        *,
+        system_prompt: str | None,
+        model: str,
+        mode: str,
+        parameters: dict[str, Any] | None,
+        user_prompt: str | None,
+        agent_role: str,
+        workspace_path: str | None,
+        parent_id: str | None,
+        context_id: str | None,
+        title: str | None,
+        tools: Sequence[str] | None,
+        subtask_call: str | None,
+    ) -> str:
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
         check_name("mode", mode)
@@ -347,6 +382,7 @@ class Engine:
                 workspace_path=workspace_path,
                 title=title,
                 tools=allowed,
+                subtask_call=subtask_call,
             ),
             branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
             created_at=now,
@@ -387,17 +423,23 @@ class Engine:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
         d = self._d
-        return await d.run(
-            context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
+        return await self._surface(
+            await d.run(
+                context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
+            )
         )
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
-        """Approve pending tool calls; once none is pending, the approved calls run."""
+        """Approve pending tool calls; once none is pending, the approved calls run.
+
+        The pending calls of a sub-task's child surface on its parent (see
+        :func:`~turnfsm.tools.subtask`): approving them here decides them on
+        the child, which goes on; once it no longer waits, the parent's call
+        runs again and completes.
+        """
         check_id("context_id", context_id)
         ids = check_call_ids("call_ids", call_ids)
-        decisions = dict.fromkeys(ids, (ApprovalStatus.APPROVED, None))
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+        return await self._decide(context_id, ids, ApprovalStatus.APPROVED, None)
 
     async def deny(
         self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
@@ -407,9 +449,35 @@ class Engine:
         check_id("context_id", context_id)
         ids = check_call_ids("call_id", call_id)
         check_text("reason", reason, optional=True)
-        decisions = dict.fromkeys(ids, (ApprovalStatus.DENIED, reason or None))
+        return await self._decide(context_id, ids, ApprovalStatus.DENIED, reason or None)
+
+    async def _decide(
+        self, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
+    ) -> Turn:
+        """Decisions on pending calls: the context's own, and those of the
+        sub-task children it waits for (routed to them first)."""
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+        routed = await _children.route_decisions(self, context_id, ids)
+        if routed is None:  # no child involved: the plain path (and its errors)
+            decisions = dict.fromkeys(ids, (status, reason))
+            return await self._surface(
+                await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+            )
+        own, by_child, waiting = routed
+        for child_id, child_ids in by_child.items():
+            await self._decide(child_id, child_ids, status, reason)
+        decisions = dict.fromkeys(own, (status, reason))
+        for call_id, child_id in waiting.items():
+            child = await self.get_context(child_id)
+            if child.current_state != State.AWAITING_TOOL_APPROVAL:
+                # the child no longer waits: the parent's call runs again
+                decisions[call_id] = (ApprovalStatus.APPROVED, SUBTASK_RESUMED + child_id)
+        start = (
+            functools.partial(_calls.start_decide, d, decisions)
+            if decisions
+            else functools.partial(_children.start_still_waiting, d)
+        )
+        return await self._surface(await d.run(context_id, start))
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
@@ -458,7 +526,9 @@ class Engine:
         """
         check_id("context_id", context_id)
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_resume, d))
+        return await self._surface(
+            await d.run(context_id, functools.partial(_calls.start_resume, d))
+        )
 
     async def recover(self) -> Recovery:
         """Resume every context of the store that a crash left busy (in a
@@ -656,6 +726,7 @@ class Engine:
         title: str | None,
         *,
         announce: bool,
+        subtask_call: str | None = None,
     ) -> Child:
         """Create the child of ``parent`` (arguments checked), record it on the
         parent when ``announce`` (the parent is at rest), and run its task."""
@@ -671,16 +742,19 @@ class Engine:
                         f"tools[{i}]", f"the parent {parent_id!r} may not use {name!r}"
                     )
         config = parent.config
-        child_id = await self.create_context(
+        child_id = await self._create(
             system_prompt=system_prompt,
             model=config.model_id if model is None else model,
             mode=config.mode if mode is None else mode,
             parameters=config.parameters,
+            user_prompt=None,
             agent_role=config.agent_role,
             workspace_path=config.workspace_path,
             parent_id=parent_id,
+            context_id=None,
             title=title,
             tools=allowed,
+            subtask_call=subtask_call,
         )
         detail: dict[str, Any] = {"child_id": child_id, "task": _task_text(parts)}
         if title is not None:
@@ -809,6 +883,39 @@ class Engine:
         for cid in deleted:
             d.loaded.unload(cid)
         return deleted
+
+    async def _surface(self, turn: Turn) -> Turn:
+        """A turn resting at AwaitingToolApproval lists, instead of the calls of
+        its own that wait for a sub-task's child, that child's pending calls."""
+        if turn.state is not State.AWAITING_TOOL_APPROVAL or not any(
+            _children.waiting_child(c) for c in turn.pending_tool_calls
+        ):
+            return turn
+        pending = await self._surfaced_pending(turn.context_id)
+        return dataclasses.replace(turn, pending_tool_calls=pending)
+
+    async def _surfaced_pending(
+        self, context_id: str, seen: frozenset[str] = frozenset()
+    ) -> tuple[ToolCallRequest, ...]:
+        """The calls a human decides for a context: its own pending calls, and
+        for each that waits for a sub-task's child, that child's (at any depth)."""
+        ctx = await self.get_context(context_id)
+        if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+            return ()
+        out: list[ToolCallRequest] = []
+        for call in ctx.pending_tool_calls():
+            child_id = _children.waiting_child(call)
+            if child_id is None or child_id in seen:
+                out.append(call)
+                continue
+            try:
+                below = await self._surfaced_pending(child_id, seen | {context_id})
+            except ContextNotFound:
+                below = ()
+            # a child that no longer waits (decided on its own, or gone): the
+            # call itself is what is left to approve, and it runs again
+            out.extend(below or (call,))
+        return tuple(out)
 
     # ------------------------------------------------------------------ events and audit
 

@@ -11,6 +11,7 @@ from ..model import ApprovalStatus, TurnProgress
 from ..states import Trigger
 from ..tools import ToolOutcome, hosting, run_calls
 from ._allowed import usable_tools
+from ._children import wait_for_subtasks
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
         )
         for c in calls
     ]
+    waiting = d.subtask_host.take_waiting(ctx.id) if d.subtask_host is not None else {}
+    if waiting:  # sub-task calls whose children wait for a human
+        wait_for_subtasks(d, rt, calls, outcomes, waiting)
+        return
     d.add_results(rt, calls, outcomes)
     ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
     d.fire(rt, Trigger.TOOLS_DONE)

@@ -3,6 +3,8 @@
 from ._chat_format import to_chat_message, to_chat_messages, tool_result_content
 from ._context import (
     SCHEMA_VERSION,
+    SUBTASK_RESUMED,
+    SUBTASK_WAITING,
     SUMMARY_KEY,
     Branch,
     ChatConfig,
@@ -53,6 +55,8 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "SCHEMA_VERSION",
+    "SUBTASK_RESUMED",
+    "SUBTASK_WAITING",
     "SUMMARY_KEY",
     "ApprovalStatus",
     "Branch",

@@ -12,6 +12,8 @@ from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SUBTASK_RESUMED",
+    "SUBTASK_WAITING",
     "SUMMARY_KEY",
     "Branch",
     "ChatConfig",
@@ -27,6 +29,13 @@ SUMMARY_KEY = "sub_context"
 """The key, in a message's ``metadata.extra``, that marks the summary of a
 finished sub-context on its parent: ``{"child_id": ..., "message_ids": [...],
 "summarizer": ..., "title": ...}`` (see ``Engine.finish``)."""
+
+SUBTASK_WAITING = "waiting for sub-context "
+"""The ``reason`` of a parent's sub-task tool call while the child (its id
+follows) waits for a human: the call is pending again (``subtask_waits``)."""
+SUBTASK_RESUMED = "resumed: sub-context "
+"""The ``reason`` of such a call once its child no longer waits and the call
+runs again (the child's id follows)."""
 
 
 class SystemPrompt(BaseModel):
@@ -73,6 +82,9 @@ class ChatConfig(BaseModel):
     an error result and never runs (see :func:`tool_allowed`)."""
     archived: bool = Field(default=False, exclude_if=_is_false)
     """A finished sub-context that was kept: it takes no more input."""
+    subtask_call: str | None = Field(default=None, exclude_if=_is_none)
+    """The parent's tool call this sub-context runs (the child of a sub-task
+    tool): a run of that call again continues this child."""
 
 
 class TurnProgress(BaseModel):

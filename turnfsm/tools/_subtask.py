@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from turnfsm.errors import ToolDefinitionError
 
+from ._run import current_call
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError
 
 __all__ = ["SubtaskHost", "SubtaskSpec", "hosting", "subtask"]
@@ -39,7 +40,9 @@ class SubtaskSpec:
 class SubtaskHost(Protocol):
     """What runs a sub-task for a tool call: the engine running the call."""
 
-    async def run_subtask(self, parent_id: str, task: str, spec: SubtaskSpec) -> str: ...
+    async def run_subtask(
+        self, parent_id: str, call_id: str, task: str, spec: SubtaskSpec
+    ) -> str: ...
 
 
 _HOST: ContextVar[tuple[SubtaskHost, str] | None] = ContextVar("turnfsm_subtask_host", default=None)
@@ -88,9 +91,12 @@ def subtask(
     default the parent's; titled with the tool's name), runs the task until the
     child rests, and finishes it with ``summarizer`` (as ``Engine.finish`` takes
     it; the LLM summary by default). The summary is the call's result; the child is then deleted, or
-    kept finished with ``keep=True``. A child that does not come to rest in
-    ``Idle`` (it failed, or waits for approval) gives an error result naming it
-    and is kept as it is. The call has no time limit and is not idempotent.
+    kept finished with ``keep=True``. A child that waits for a human's approval
+    sends the parent to ``AwaitingToolApproval`` with the child's pending calls
+    (``subtask_waits``): approving or denying them on the parent lets the child
+    go on and this call complete. A child that fails gives an error result
+    naming it and is kept as it is. The call has no time limit and is not
+    idempotent; run again (after a crash), it continues the same child.
     """
     if tools is not None and (isinstance(tools, str) or not all(isinstance(t, str) for t in tools)):
         raise ToolDefinitionError(f"tool {name!r}: tools must be a list of tool names")
@@ -108,6 +114,9 @@ def subtask(
         if hosted is None:
             raise ToolError(f"the sub-task tool {name!r} runs only inside an engine's tool run")
         host, parent_id = hosted
-        return await host.run_subtask(parent_id, task, spec)
+        call = current_call()
+        if call is None:  # pragma: no cover - run_calls always sets it
+            raise ToolError(f"the sub-task tool {name!r} runs only as a tool call")
+        return await host.run_subtask(parent_id, call.id, task, spec)
 
     return Tool.from_spec(name, description, _PARAMETERS, run, approval=approval, timeout=None)
