@@ -43,15 +43,19 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, tool
+from turnfsm import Engine, subtask, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.errors import ContextNotFound
 from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-SUB_KINDS = ("spawn", "finish")
-"""Sub-contexts: several commits on two contexts (the parent is ``CID``)."""
+SUB_KINDS = ("spawn", "finish", "subtask_send", "subtask_approve")
+"""Sub-contexts: several commits on two contexts (the parent is ``CID``).
+``subtask_send``: a message whose answer calls a sub-task tool, whose child
+waits for approval (the parent takes ``subtask_waits``); ``subtask_approve``:
+approving that child's call on the parent, so the child and then the parent's
+call complete."""
 KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete", *SUB_KINDS)
 STORES = ("files", "sqlite")
 CID = "c"
@@ -84,6 +88,9 @@ def book(city: str) -> dict[str, Any]:
     return {"booked": city}
 
 
+research = subtask("research", "Research in a helper conversation.", tools=["book"])
+
+
 def _text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -97,6 +104,10 @@ def answer(request: Any) -> Any:
     if last["role"] == "tool":
         return {"text": "Booked."}
     turn = sum(1 for m in messages if m["role"] == "user")
+    if "research" in _text(last):
+        return LLMResponse(
+            tool_calls=(ToolCallData(f"research-{turn}", "research", {"task": "book Oslo"}),)
+        )
     if "book" in _text(last):
         return LLMResponse(tool_calls=(ToolCallData(f"call-{turn}", "book", {"city": "Oslo"}),))
     return {"text": f"Answer {turn}."}
@@ -105,7 +116,7 @@ def answer(request: Any) -> Any:
 def engine_for(store: Store, prefix: str) -> Engine:
     return Engine(
         llm=ScriptedLLM(answer, record=False),
-        tools=[book],
+        tools=[book, research],
         store=store,
         clock=FakeClock(),
         ids=SequentialIds(prefix),
@@ -127,6 +138,9 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
             await engine.fork(CID, "alt", 0)
         if kind == "finish":
             await engine.spawn(CID, "what is the answer?", title="helper")
+        if kind == "subtask_approve":
+            turn = await engine.send(CID, "please research Oslo")
+            assert [c.id for c in turn.pending_tool_calls] == ["call-1"], turn
 
 
 async def change(kind: str, store: Store) -> None:
@@ -153,6 +167,10 @@ async def change(kind: str, store: Store) -> None:
         elif kind == "finish":
             [child] = await engine.children(CID)
             await engine.finish(child.context_id)  # the LLM summary
+        elif kind == "subtask_send":
+            await engine.send(CID, "please research Oslo")
+        elif kind == "subtask_approve":
+            await engine.approve(CID, "call-1")  # the child's call, surfaced on CID
         else:
             raise ValueError(kind)
 
@@ -306,7 +324,9 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                 for _ in range(5):
                     if ctx.current_state != "AwaitingToolApproval":
                         break
-                    pending = [c.id for c in ctx.pending_tool_calls()]
+                    # what a human is asked (a waiting sub-task's calls included)
+                    turn = await engine.resume(CID)
+                    pending = [c.id for c in turn.pending_tool_calls]
                     if not pending:
                         problems.append("AwaitingToolApproval with nothing pending")
                         break
@@ -336,6 +356,27 @@ async def _tree_problems(engine: Engine, kind: str) -> list[str]:
     children agree, and calling the change again completes it."""
     problems: list[str] = []
     parent = await engine.get_context(CID)
+    if kind.startswith("subtask"):
+        # at rest (the loop above approved what waited): each sub-task call
+        # has one result, the summary, and its child is gone
+        results = [
+            n.message.tool_result
+            for n in parent.history()
+            if n.message.tool_result is not None
+            and n.message.tool_result.request_id.startswith("research-")
+        ]
+        asked = [
+            c.id
+            for n in parent.history()
+            for c in n.message.tool_calls or ()
+            if c.tool_name == "research"
+        ]  # none when the kill came before the message's commit
+        if len(results) != len(asked) or not all(r.success for r in results):
+            problems.append(f"the sub-task calls {asked}, their results: {results}")
+        left = await engine.children(CID)
+        if left:
+            problems.append(f"children left after the sub-task completed: {left}")
+        return problems
     announced = [
         s.detail["child_id"]
         for s in await engine.steps(CID)

@@ -39,7 +39,10 @@ def test_spawn_and_finish_survive_a_kill_inside_and_between_their_commits() -> N
     """A sub-context's spawn (the child created, the parent's child_spawned,
     the child's turn) and finish (the summary on the parent, the child deleted)
     are several commits on two contexts: a kill inside the first and after
-    each leaves a tree that recovers, and finish completes when called again."""
+    each leaves a tree that recovers, and finish completes when called again.
+    So for a sub-task tool whose child waits for approval (the parent waits on
+    it), and for approving that child's call on the parent: after a kill, the
+    parent resumes, the surfaced calls can be approved, and the call completes."""
     pairs = [(s, k) for s in matrix.STORES for k in matrix.SUB_KINDS]
     result = matrix.run_matrix(pairs, matrix.a_few_and_between)
     assert result.failures == []
