@@ -249,7 +249,11 @@ def _check_request(index: int, expect: Mapping[str, Any], request: LLMRequest) -
     return failures
 
 
-def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failure]:
+def _check_state(
+    index: int, expect: StepExpect, ctx: ChatContext, pending: Sequence[str] | None = None
+) -> list[Failure]:
+    """``pending``: the ids a human is asked to decide, when they are not the
+    context's own (a sub-task's child waits)."""
     history = ctx.history()
     observed: dict[str, Any] = {}
     expected: dict[str, Any] = {}
@@ -257,7 +261,9 @@ def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failu
         expected["state"], observed["state"] = str(expect.state), ctx.current_state
     if expect.pending is not None:
         expected["pending"] = expect.pending
-        observed["pending"] = [c.id for c in ctx.pending_tool_calls()]
+        observed["pending"] = (
+            [c.id for c in ctx.pending_tool_calls()] if pending is None else list(pending)
+        )
     if expect.message_count is not None:
         expected["message_count"], observed["message_count"] = expect.message_count, len(history)
     if expect.branch is not None:
@@ -414,7 +420,8 @@ async def replay(
                 if step.kind == "expect":
                     tape.take()
                     ctx = await engine.get_context(cid)
-                    result.failures.extend(_check_state(step.index, step.value, ctx))
+                    asked = [c.id for c in await engine._surfaced_pending(cid)]
+                    result.failures.extend(_check_state(step.index, step.value, ctx, asked))
                     continue
                 if step.is_outcome:
                     ctx = await engine.get_context(cid)
