@@ -140,6 +140,7 @@ class LLMSummarizer:
     message holding ``prompt`` (:data:`DEFAULT_SUMMARY_PROMPT` unless given);
     ``model`` defaults to the child's. The call is not a turn of any context: it
     takes no transition and is not retried; an :class:`~turnfsm.errors.LLMError`
+    (any other exception of the adapter becomes one, kind ``adapter_error``)
     reaches the caller of ``finish``, and nothing is changed.
     """
 
@@ -164,8 +165,17 @@ class LLMSummarizer:
             parameters=dict(child.config.parameters),
         )
         response: object = None
-        async for chunk in llm.stream(request):
-            response = chunk
+        try:
+            async for chunk in llm.stream(request):
+                response = chunk
+        except LLMError:
+            raise
+        except Exception as exc:  # the adapter's own bug: typed, as the engine does
+            raise LLMError(
+                f"the summary of context {child.id!r}: the adapter raised "
+                f"{type(exc).__name__}: {exc}",
+                kind="adapter_error",
+            ) from exc
         if not isinstance(response, LLMResponse) or not isinstance(response.text, str):
             raise LLMError(
                 f"the summary of context {child.id!r}: the adapter's last chunk was "
