@@ -65,12 +65,16 @@ def test_public_names_are_exact_and_sorted() -> None:
     assert set(tools_pkg.__all__) == {
         "Approval",
         "ApprovalPolicy",
+        "SubtaskHost",
+        "SubtaskSpec",
         "Tool",
         "ToolError",
         "ToolOutcome",
         "ToolRegistry",
         "current_call",
+        "hosting",
         "run_calls",
+        "subtask",
         "tool",
     }
 
