@@ -218,14 +218,19 @@ def test_each_tool_call_record_is_its_own_approved_batch() -> None:
     assert porto.metadata.extra == {"duration_ms": 30000}
 
 
-def test_session_id_and_title_are_kept_on_the_first_message() -> None:
-    first = messages(imp(import_session_records, load("session.json")))[0]
-    assert first.metadata.extra == {
-        "source": {
-            "id": "7f3c2a1e-5b9d-4c8e-a1f2-3d4e5f6a7b8c",
-            "title": "Weather and a packing list",
-        }
-    }
+def test_session_title_is_the_context_title_and_its_id_is_kept() -> None:
+    ctx = imp(import_session_records, load("session.json"))
+    assert ctx.config.title == "Weather and a packing list"
+    first = messages(ctx)[0]
+    assert first.metadata.extra == {"source": {"id": "7f3c2a1e-5b9d-4c8e-a1f2-3d4e5f6a7b8c"}}
+
+
+@pytest.mark.parametrize("title", ["two\nlines", "", 7, "x" * 1001])
+def test_a_session_title_that_is_not_one_line_of_text_is_kept_as_it_was(title: object) -> None:
+    data = load("session.json") | {"title": title}
+    ctx = imp(import_session_records, data)
+    assert ctx.config.title is None
+    assert messages(ctx)[0].metadata.extra["source"]["title"] == title
 
 
 def test_bare_record_list_with_json_string_arguments_and_offsets() -> None:

@@ -12,9 +12,9 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _embed_example(marker_name: str = "embed-example") -> str:
+def _embed_example() -> str:
     text = README.read_text()
-    marker = text.index(f"<!-- {marker_name}")
+    marker = text.index("<!-- embed-example")
     match = re.search(r"```python\n(.*?)```", text[marker:], re.S)
     assert match, "the README has no python block after the embed-example marker"
     return match.group(1)
@@ -35,14 +35,36 @@ def test_embedding_example_runs(tmp_path: Path) -> None:
     assert "StreamingLLMResponse" in out.stdout
 
 
-def test_subcontext_example_runs(tmp_path: Path) -> None:
-    script = tmp_path / "subcontexts.py"
-    script.write_text(_embed_example("subcontext-example"))
+def _examples() -> dict[str, str]:
+    """Every python block that follows an ``<!-- example: NAME ... -->`` marker."""
+    text = README.read_text()
+    found = {}
+    for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
+        match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
+        assert match, f"no python block after the example marker {marker.group(1)!r}"
+        found[marker.group(1).strip()] = match.group(1)
+    return found
+
+
+def test_the_readme_has_its_examples() -> None:
+    assert {"config and branch prompts", "questions", "modes", "sub-contexts"} <= set(_examples())
+
+
+@pytest.mark.parametrize("name", sorted(_examples()))
+def test_readme_example_runs(tmp_path: Path, name: str) -> None:
+    """Each example asserts what it shows; it must exit 0."""
+    script = tmp_path / "example.py"
+    script.write_text(_examples()[name])
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("A flight to Lisbon costs 120 EUR. []")
+    assert "assert " in _examples()[name], "an example checks what it shows"
 
 
 @pytest.mark.parametrize("words", ["turnfsm demo", "pytest"])

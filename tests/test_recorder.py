@@ -157,3 +157,64 @@ def test_record_command_writes_a_script_that_replays(tmp_path: Path) -> None:
         check=False,
     )
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.anyio
+async def test_questions_round_trip() -> None:
+    from turnfsm import AnswerNotAChoice, question_tool
+
+    clarify = question_tool("clarify", "Ask the user when unsure.")
+    llm = ScriptedLLM(
+        [
+            {
+                "text": "Let me ask.",
+                "tool_calls": [
+                    {"id": "q1", "name": "clarify", "arguments": {"question": "City?"}},
+                    {"id": "w1", "name": "get_weather", "arguments": {"city": "Paris"}},
+                ],
+            },
+            {
+                "tool_calls": [
+                    {
+                        "id": "q2",
+                        "name": "clarify",
+                        "arguments": {"question": "Units?", "choices": ["C", "F"]},
+                    }
+                ]
+            },
+            {"text": "15 C in Paris."},
+        ]
+    )
+
+    async def drive(rec: Recorder) -> None:
+        turn = await rec.send("Weather?")
+        assert [q.call_id for q in turn.questions] == ["q1"]
+        await rec.answer("q1", "Paris")
+        turn = await rec.approve("w1")
+        assert [q.choices for q in turn.questions] == [("C", "F")]
+        with pytest.raises(AnswerNotAChoice):
+            await rec.answer("q2", "Kelvin")  # refused: not written down
+        await rec.answer("q2", "C")
+
+    script, live = await _live(Recorder(llm, tools=[clarify, get_weather]), drive)
+    assert script["tools"][0] == {
+        "name": "clarify",
+        "description": "Ask the user when unsure.",
+        "question": True,
+    }
+    inputs = [s for s in script["steps"] if "answer" in s or "approve" in s]
+    assert inputs == [
+        {"answer": {"id": "q1", "text": "Paris"}},
+        {"approve": "w1"},
+        {"answer": {"id": "q2", "text": "C"}},
+    ]
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert result.trace == script["expect"]["trace"]
+    assert _shape(result.messages) == _shape(live)
+    answers = [
+        m["message"]["tool_result"]["result"]
+        for m in result.messages
+        if m["message"]["tool_result"] and m["message"]["tool_result"]["request_id"] != "w1"
+    ]
+    assert answers == ["Paris", "C"]

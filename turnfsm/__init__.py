@@ -26,6 +26,8 @@ from .engine import (
     FinalAnswer,
     Finished,
     LLMSummarizer,
+    Mode,
+    Question,
     Recovery,
     RetryPolicy,
     StopReason,
@@ -35,6 +37,7 @@ from .engine import (
     Turn,
 )
 from .errors import (
+    AnswerNotAChoice,
     BranchError,
     ContextBusy,
     ContextLeased,
@@ -44,8 +47,10 @@ from .errors import (
     InvalidInput,
     LeaseLost,
     LLMError,
+    NotAQuestion,
     NotAtRest,
     PermanentLLMError,
+    QuestionNeedsAnswer,
     RenderError,
     SchemaVersionError,
     StoreError,
@@ -66,6 +71,7 @@ from .events import (
     EventsMissed,
     Failed,
     MessageCompleted,
+    QuestionAsked,
     Retrying,
     StateChanged,
     ToolApprovalRequested,
@@ -94,11 +100,12 @@ from .model import (
 )
 from .states import State
 from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
-from .tools import Approval, Tool, ToolOutcome, ToolRegistry, subtask, tool
+from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, subtask, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnswerNotAChoice",
     "Approval",
     "ApprovalStatus",
     "Branch",
@@ -134,8 +141,13 @@ __all__ = [
     "MessageMetadata",
     "MessageNode",
     "MessageType",
+    "Mode",
+    "NotAQuestion",
     "NotAtRest",
     "PermanentLLMError",
+    "Question",
+    "QuestionAsked",
+    "QuestionNeedsAnswer",
     "Recovery",
     "RenderError",
     "RetryPolicy",
@@ -173,7 +185,9 @@ __all__ = [
     "UnknownToolCall",
     "VersionConflict",
     "__version__",
+    "ask_user",
     "open_store",
+    "question_tool",
     "subtask",
     "tool",
 ]

@@ -12,7 +12,10 @@ The tree::
     ├── SubContextError             a sub-context call on a context in the wrong place for it
     ├── ToolCallError
     │   ├── UnknownToolCall         no tool call with that id in the context
-    │   └── ToolCallNotPending      the call was already decided (approved or denied)
+    │   ├── ToolCallNotPending      the call was already decided (approved or denied)
+    │   ├── NotAQuestion            answer was given a call that is not a question
+    │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
+    │   └── AnswerNotAChoice        the answer is not one of the question's choices
     ├── InvalidInput                an argument of a public call is malformed
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
@@ -35,6 +38,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 __all__ = [
+    "AnswerNotAChoice",
     "BranchError",
     "ContextBusy",
     "ContextLeased",
@@ -44,8 +48,10 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "LeaseLost",
+    "NotAQuestion",
     "NotAtRest",
     "PermanentLLMError",
+    "QuestionNeedsAnswer",
     "RenderError",
     "SchemaVersionError",
     "StoreError",
@@ -153,7 +159,7 @@ class ContextLeased(ContextBusy):
 
 
 class ToolCallError(TurnFSMError):
-    """A tool call id given to approve/deny is not usable."""
+    """A tool call id given to approve/deny/answer is not usable."""
 
 
 class UnknownToolCall(ToolCallError, KeyError):
@@ -173,6 +179,49 @@ class ToolCallNotPending(ToolCallError):
         self.status = status
         super().__init__(
             f"tool call {call_id!r} of context {context_id!r} is not pending (it is {status})"
+        )
+
+
+class NotAQuestion(ToolCallError):
+    """``answer`` was given a call to a tool that is not a question tool."""
+
+    def __init__(self, context_id: str, call_id: str, tool_name: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        self.tool_name = tool_name
+        super().__init__(
+            f"tool call {call_id!r} of context {context_id!r} calls {tool_name!r}, which is "
+            "not a question tool: approve or deny it instead of answering it"
+        )
+
+
+class QuestionNeedsAnswer(ToolCallError):
+    """``approve`` was given a question: a question is answered (``answer``) or
+    declined (``deny``), never approved."""
+
+    def __init__(self, context_id: str, call_id: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        super().__init__(
+            f"tool call {call_id!r} of context {context_id!r} is a question to the user: "
+            f"answer it with engine.answer({context_id!r}, {call_id!r}, text), or deny it; "
+            "nothing was changed"
+        )
+
+
+class AnswerNotAChoice(ToolCallError, ValueError):
+    """The answer to a question with choices is not one of them (they are binding)."""
+
+    def __init__(self, context_id: str, call_id: str, text: str, choices: tuple[str, ...]) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        self.text = text
+        self.choices = choices
+        listed = ", ".join(repr(c) for c in choices)
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        super().__init__(
+            f"the answer {shown!r} to question {call_id!r} of context {context_id!r} is not "
+            f"one of its choices: {listed}; nothing was changed"
         )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "EventsMissed",
     "Failed",
     "MessageCompleted",
+    "QuestionAsked",
     "Retrying",
     "StateChanged",
     "ToolApprovalRequested",
@@ -96,6 +97,22 @@ class ToolApprovalRequested:
     timestamp: float
     calls: list[ToolCallRequest]
     kind: Literal["ToolApprovalRequested"] = "ToolApprovalRequested"
+
+
+@dataclass(**_EV)
+class QuestionAsked:
+    """The context went to ``AwaitingToolApproval`` on a question to the user: answer
+    it with ``Engine.answer(context_id, call_id, text)`` (one of ``choices`` when
+    there are some) or decline it with ``Engine.deny``."""
+
+    context_id: str
+    seq: int
+    timestamp: float
+    call_id: str
+    tool_name: str
+    question: str
+    choices: list[str]
+    kind: Literal["QuestionAsked"] = "QuestionAsked"
 
 
 @dataclass(**_EV)
@@ -182,6 +199,7 @@ Event = Annotated[
     | MessageCompleted
     | ToolCallsRequested
     | ToolApprovalRequested
+    | QuestionAsked
     | ToolResult
     | Retrying
     | TurnCompleted

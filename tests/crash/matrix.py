@@ -3,7 +3,7 @@ kind of change, and check what a fresh process finds.
 
 For each store (``files``: the file store's file operations; ``sqlite``: the
 SQL statements that change the database) and each kind of change (create,
-send, approve, deny, cancel, fork, switch, delete):
+send, approve, deny, cancel, fork, switch, config, prompts, answer, delete):
 
 1. a clean run of the change, from a prepared store, records the state after
    each commit and where each commit starts and ends in the count of steps;
@@ -43,8 +43,9 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, subtask, tool
+from turnfsm import Engine, ask_user, subtask, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
+from turnfsm.engine import DEFAULT_SUMMARY_PROMPT
 from turnfsm.errors import ContextNotFound
 from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
@@ -56,7 +57,20 @@ SUB_KINDS = ("spawn", "finish", "subtask_send", "subtask_approve")
 waits for approval (the parent takes ``subtask_waits``); ``subtask_approve``:
 approving that child's call on the parent, so the child and then the parent's
 call complete."""
-KINDS = ("create", "send", "approve", "deny", "cancel", "fork", "switch", "delete", *SUB_KINDS)
+KINDS = (
+    "create",
+    "send",
+    "approve",
+    "deny",
+    "cancel",
+    "fork",
+    "switch",
+    "config",
+    "prompts",
+    "answer",
+    "delete",
+    *SUB_KINDS,
+)
 STORES = ("files", "sqlite")
 CID = "c"
 RESTING = ("Idle",)
@@ -104,10 +118,15 @@ def answer(request: Any) -> Any:
     if last["role"] == "tool":
         return {"text": "Booked."}
     turn = sum(1 for m in messages if m["role"] == "user")
+    if _text(last) == DEFAULT_SUMMARY_PROMPT:  # finish's summary request
+        return {"text": f"Summary {turn}."}
     if "research" in _text(last):
         return LLMResponse(
             tool_calls=(ToolCallData(f"research-{turn}", "research", {"task": "book Oslo"}),)
         )
+    if "ask" in _text(last):
+        question = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
+        return LLMResponse(tool_calls=(ToolCallData(f"q-{turn}", "ask_user", question),))
     if "book" in _text(last):
         return LLMResponse(tool_calls=(ToolCallData(f"call-{turn}", "book", {"city": "Oslo"}),))
     return {"text": f"Answer {turn}."}
@@ -116,7 +135,7 @@ def answer(request: Any) -> Any:
 def engine_for(store: Store, prefix: str) -> Engine:
     return Engine(
         llm=ScriptedLLM(answer, record=False),
-        tools=[book, research],
+        tools=[book, ask_user, research],
         store=store,
         clock=FakeClock(),
         ids=SequentialIds(prefix),
@@ -141,6 +160,9 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
         if kind == "subtask_approve":
             turn = await engine.send(CID, "please research Oslo")
             assert [c.id for c in turn.pending_tool_calls] == ["call-1"], turn
+        if kind == "answer":
+            turn = await engine.send(CID, "please ask me")
+            assert turn.questions, turn
 
 
 async def change(kind: str, store: Store) -> None:
@@ -160,6 +182,12 @@ async def change(kind: str, store: Store) -> None:
             await engine.fork(CID, "alt", 0)
         elif kind == "switch":
             await engine.switch_branch(CID, "main")
+        elif kind == "config":
+            await engine.update_config(CID, model="m2", title="A trip", parameters={"n": 1})
+        elif kind == "prompts":
+            await engine.set_branch_prompts(CID, "main", system_prompt="Be long.", user_prompt="Hi")
+        elif kind == "answer":
+            await engine.answer(CID, "q-2", "Rome")
         elif kind == "delete":
             await store.delete(CID)
         elif kind == "spawn":
@@ -181,7 +209,9 @@ async def snapshot(store: Store) -> str | None:
         ctx = await store.load(CID)
     except ContextNotFound:
         return None
-    steps = [(s.version, s.from_state, s.trigger, s.to_state) for s in await store.steps(CID)]
+    steps = [
+        (s.version, s.from_state, s.trigger, s.to_state, s.detail) for s in await store.steps(CID)
+    ]
     return json.dumps([ctx.model_dump(mode="json"), steps], sort_keys=True)
 
 
@@ -330,7 +360,11 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                     if not pending:
                         problems.append("AwaitingToolApproval with nothing pending")
                         break
-                    await engine.approve(CID, pending)
+                    questions = [c for c in pending if c.startswith("q-")]
+                    for call_id in questions:
+                        await engine.answer(CID, call_id, "Oslo")
+                    if len(questions) < len(pending):
+                        await engine.approve(CID, [c for c in pending if c not in questions])
                     ctx = await engine.get_context(CID)
                 if ctx.current_state not in RESTING:
                     problems.append(f"did not come to rest: {ctx.current_state}")

@@ -126,6 +126,7 @@ from turnfsm.model import (
     ToolCallResult,
     TurnProgress,
 )
+from turnfsm.states import CHANGES
 from turnfsm.storage import Commit, ContextSummary, Lease, StepLog, Store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
@@ -591,8 +592,13 @@ class StoreContract(abc.ABC):
         assert loaded.current_state == "Idle"
         assert loaded.version == held.version > 10
         assert loaded.event_seq == held.event_seq > 0
-        # the audit trail: every transition, in order
-        trace = [State.IDLE, *(State(s.to_state) for s in await store.steps(cid))]
+        # the audit trail: every transition, in order, and the fork between them
+        stored = await store.steps(cid)
+        trace = [State.IDLE, *(State(s.to_state) for s in stored if s.trigger not in CHANGES)]
+        fork = next(s for s in stored if s.trigger in CHANGES)
+        assert fork.trigger == "branch_forked" and fork.detail is not None
+        assert fork.detail["branch"] == "alt" and fork.from_state == fork.to_state == "Idle"
+        assert all(s.detail and s.from_state == s.to_state for s in stored if s.trigger in CHANGES)
         assert trace == await engine.trace(cid)
         steps = await store.steps(cid)
         assert [s.version for s in steps] == sorted(s.version for s in steps)

@@ -6,11 +6,21 @@ The OpenAI API by default (``OPENAI_API_KEY``), or any OpenAI-compatible server
 for tools that need it, approved or denied (``--approve``). Built-in demo
 tools: ``clock`` (the time in a timezone), ``calculator`` (arithmetic only,
 parsed, never ``eval``'d) and ``read_file`` (a text file under the working
-directory; each call needs approval; no path escapes it).
+directory; each call needs approval; no path escapes it). ``--ask-user`` also
+offers ``ask_user``: the model may ask you a question, which is printed (with
+its choices) and answered on the terminal; an empty line declines it. When
+stdin is not a terminal (and ``--approve ask`` was not given) a question is
+denied, as tool calls are by default there.
 
 For scripts: ``--message TEXT`` runs one turn and exits, ``--json`` prints
 the turn as JSON, ``--store URL`` keeps the conversation and ``--context ID``
 resumes it. ``--demo`` uses the built-in demo model (no key, no network).
+
+Modes: ``chat`` (the default) and ``plan`` (the model is told to answer with a
+plan and not carry it out; its answer is stored as a Plan). ``--mode NAME``
+starts a conversation in a mode, or switches a resumed one; ``/mode NAME``
+switches during the chat. A conversation in another mode than ``chat`` says
+so when it starts.
 
 Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
 reason on stderr); 2 a usage or setup problem, said in one line: no API key,
@@ -39,7 +49,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..adapters.llm import LLMChunk, LLMRequest
-from ..engine import Engine, RetryPolicy, Turn
+from ..engine import Engine, Mode, RetryPolicy, Turn
 from ..errors import ContextNotFound, InvalidInput, LLMError, TurnFSMError
 from ..events import (
     ContentDelta,
@@ -49,9 +59,9 @@ from ..events import (
     ToolCallsRequested,
     ToolResult,
 )
-from ..model import InternalMessage, Role, ToolCallRequest
+from ..model import InternalMessage, MessageType, Role, ToolCallRequest
 from ..states import RESTING, State
-from ..tools import Tool
+from ..tools import QuestionTool, Tool, ToolRegistry, ask_user
 from ._demo_tools import builtin_tools
 from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option, open_cli_store
@@ -70,6 +80,20 @@ PLACEHOLDER_KEY = "not-needed"
 
 ApproveMode = Literal["all", "none", "ask"]
 
+MODES = (
+    Mode(
+        name="plan",
+        instructions=(
+            "Plan mode: work out how you would do what the user asks, using your tools "
+            "only to look things up, and answer with a short numbered plan. Do not carry "
+            "it out; the user will switch to chat mode for that."
+        ),
+        answer_type=MessageType.PLAN,
+    ),
+)
+"""The modes of the command's engine, beside ``chat`` (the built-in tools only read)."""
+MODE_NAMES = ("chat", *(m.name for m in MODES))
+
 
 # ---------------------------------------------------------------------- the command
 
@@ -87,6 +111,12 @@ def add_parser(sub: Any) -> None:
         "--system-prompt", metavar="TEXT", help="the system prompt of a new conversation"
     )
     p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # the old name
+    p.add_argument(
+        "--mode",
+        choices=MODE_NAMES,
+        help="the mode of a new conversation, or the one a resumed one switches to "
+        "(default: chat, or the context's)",
+    )
     add_model_options(p)
     p.set_defaults(run=guarded("turnfsm chat", _run))
 
@@ -107,6 +137,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         choices=["all", "none", "ask"],
         help="tool calls that need approval: approve all, deny all, or ask "
         "(default: ask on a terminal, none otherwise)",
+    )
+    p.add_argument(
+        "--ask-user",
+        action="store_true",
+        help="offer the model the ask_user tool: its questions are answered on the "
+        "terminal (give it again when you resume such a conversation)",
     )
     p.add_argument("--json", action="store_true", help="print each turn as one JSON object")
     add_store_option(p)
@@ -175,6 +211,8 @@ class _Setup:
 
 def _setup(args: argparse.Namespace) -> _Setup:
     tools = builtin_tools()
+    if getattr(args, "ask_user", False):
+        tools.append(ask_user)
     if args.demo:
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
@@ -255,6 +293,8 @@ class _Chat:
         self.err = err
         self.tty = stdin.isatty()
         self.approve = cast(ApproveMode, args.approve or ("ask" if self.tty else "none"))
+        self.ask = self.tty or self.approve == "ask"
+        """Whether questions are read from stdin (else they are denied)."""
         self.console = Console(file=out, highlight=False, soft_wrap=True)
         self.as_json: bool = args.json
         self.streamed: set[str] = set()
@@ -289,6 +329,7 @@ class _Chat:
                 store=store,
                 retry=RetryPolicy(max_attempts=self.args.max_attempts),
                 logger=_quiet_logger(self.err),
+                modes=MODES,
             ) as engine:
                 self.engine = engine
                 yield engine, url
@@ -336,19 +377,42 @@ class _Chat:
                     f"context {ctx.id} was interrupted in {ctx.current_state}; continue it "
                     f"with: turnfsm resume {ctx.id} --store {url}"
                 )
+            mode = ctx.config.mode
+            wanted = getattr(self.args, "mode", None)
+            if wanted is not None and wanted != mode:
+                mode = (await engine.update_config(ctx.id, mode=wanted)).mode
             if not self.as_json:
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "
-                    f"{ctx.current_state}; {self.endpoint}"
+                    f"{ctx.current_state}; {self.endpoint}{_mode_note(mode)}"
                 )
             return ctx.id
+        mode = getattr(self.args, "mode", None) or "chat"
         cid = await engine.create_context(
             system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
             model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
+            mode=mode,
         )
         if not self.as_json:
-            self._note(f"context {cid} in {url}; {self.endpoint} (resume with --context {cid})")
+            self._note(
+                f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} "
+                f"(resume with --context {cid})"
+            )
         return cid
+
+    async def _switch_mode(self, cid: str, text: str) -> None:
+        """``/mode`` (say the mode) or ``/mode NAME`` (switch to it)."""
+        name = text.removeprefix("/mode").strip()
+        if not name:
+            ctx = await self.engine.get_context(cid)
+            self._note(f"mode {ctx.config.mode} (modes: {', '.join(MODE_NAMES)})")
+            return
+        try:
+            config = await self.engine.update_config(cid, mode=name)
+        except InvalidInput as exc:
+            self._note(str(exc))
+            return
+        self._note(f"mode {config.mode}")
 
     # ------------------------------------------------------------------ turns
 
@@ -378,6 +442,9 @@ class _Chat:
                 continue
             if text in ("/exit", "/quit"):
                 return 0
+            if text == "/mode" or text.startswith("/mode "):
+                await self._switch_mode(cid, text)
+                continue
             turn, states = await self._turn(cid, text)
             if self.as_json:
                 await self._json(turn, states)
@@ -401,6 +468,12 @@ class _Chat:
         last: Turn | None = None
         while pending:
             call = pending[0]
+            question = _question(self.engine.tools, call)
+            if question is not None:
+                nxt = await self._answer(cid, call, *question)
+                last = nxt if last is None else _merged(last, nxt)
+                pending = nxt.pending_tool_calls
+                continue
             shown = f"{call.tool_name}({json.dumps(call.arguments, ensure_ascii=False)})"
             if self.approve == "all":
                 approved, reason = True, ""
@@ -419,6 +492,34 @@ class _Chat:
             last = nxt if last is None else _merged(last, nxt)
             pending = nxt.pending_tool_calls
         return last
+
+    async def _answer(
+        self, cid: str, call: ToolCallRequest, question: str, choices: tuple[str, ...]
+    ) -> Turn:
+        """Ask ``question`` on the terminal and answer it; an empty line, the end
+        of input, or no terminal declines it (a denial the model sees)."""
+        engine = self.engine
+        reason = ""
+        text: str | None = None
+        if not self.ask:
+            reason = "no terminal to ask the user on (stdin is not a terminal)"
+        else:
+            self.err.write(_question_text(question, choices))
+            while True:
+                line = await self._read("answer> ", to=self.err)
+                if line is None:
+                    reason = "no answer (the input ended)"
+                    break
+                text, problem = _pick(line.strip(), choices)
+                if problem is None:
+                    break
+                self.err.write(f"{problem}\n")
+        if not self.as_json:
+            why = f" ({reason})" if reason else ""
+            self._note(f"answered {question!r}: {text}" if text else f"declined {question!r}{why}")
+        if text:
+            return await self._call(functools.partial(engine.answer, cid, call.id, text))
+        return await self._call(functools.partial(engine.deny, cid, call.id, reason))
 
     async def _call(self, fn: Callable[[], Awaitable[Turn]]) -> Turn:
         """Run one engine call while its events are shown as they arrive."""
@@ -475,6 +576,8 @@ class _Chat:
         elif isinstance(ev, ToolCallsRequested):
             self._end_line()
             for call in ev.calls:
+                if _question(self.engine.tools, call) is not None:
+                    continue  # asked when the context rests (see _answer)
                 args = call.arguments if call.raw_arguments is None else call.raw_arguments
                 shown = f"{call.tool_name}({json.dumps(args, ensure_ascii=False)})"
                 c.print(f"[cyan]tool call>[/cyan] {escape(shown)}")
@@ -516,6 +619,7 @@ class _Chat:
             "states": [str(s) for s in states],
             "text": turn.text,
             "error": turn.error,
+            "mode": ctx.config.mode,
             "messages": [_message_json(m, decided) for m in turn.messages],
         }
         self.out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
@@ -531,6 +635,11 @@ class _Chat:
         # abandoned on Ctrl-C: the blocked read must not hold the exit up
         line = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
         return line.rstrip("\n") if line else None
+
+
+def _mode_note(mode: str) -> str:
+    """The mode, for the opening line, when it is not the default one."""
+    return "" if mode == "chat" else f"; mode {mode}"
 
 
 def _quiet_logger(err: TextIO) -> Any:
@@ -556,11 +665,47 @@ def _merged(first: Turn, then: Turn) -> Turn:
         message_ids=(*first.message_ids, *then.message_ids),
         pending_tool_calls=then.pending_tool_calls,
         error=then.error,
+        questions=then.questions,
     )
+
+
+def _question(tools: ToolRegistry, call: ToolCallRequest) -> tuple[str, tuple[str, ...]] | None:
+    """The question and choices ``call`` asks, when it is a question."""
+    tool = tools.get(call.tool_name)
+    asked = tool.ask(call) if isinstance(tool, QuestionTool) else None
+    return None if asked is None else (asked.question, asked.choices)
+
+
+def _question_text(question: str, choices: Sequence[str]) -> str:
+    lines = [f"question> {question}"]
+    lines += [f"  {i}. {c}" for i, c in enumerate(choices, 1)]
+    hint = f"a number from 1 to {len(choices)}, or the text; " if choices else ""
+    lines.append(f"  ({hint}an empty line declines)")
+    return "\n".join(lines) + "\n"
+
+
+def _pick(line: str, choices: Sequence[str]) -> tuple[str | None, str | None]:
+    """The answer a typed line gives: (text, None), (None, None) to decline, or
+    (None, problem) to ask again. With choices, a number picks one, and a text
+    matches one exactly, else ignoring case."""
+    if not line:
+        return None, None
+    if not choices:
+        return line, None
+    if line in choices:
+        return line, None
+    if line.isdigit() and 1 <= int(line) <= len(choices):
+        return choices[int(line) - 1], None
+    folded = [c for c in choices if c.casefold() == line.casefold()]
+    if len(folded) == 1:
+        return folded[0], None
+    return None, f"pick one of: {', '.join(choices)} (1 to {len(choices)}), or an empty line"
 
 
 def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": str(msg.role), "text": msg.text}
+    if msg.message_type is MessageType.PLAN:
+        out["type"] = str(msg.message_type)
     if msg.tool_calls:
         out["tool_calls"] = [
             {

@@ -1,4 +1,12 @@
-"""``turnfsm contexts list|show|export|delete --store URL``: the stored conversations."""
+"""``turnfsm contexts list|show|export|delete --store URL``: the stored conversations.
+
+``export ID`` writes the context as JSON: by default (``--format context``) the
+whole context, every branch, as ``turnfsm import`` reads it back; with
+``--format session|entries|openai`` one branch (``--branch NAME``, else the
+active one) in the session JSON format, as conversation entries or as OpenAI
+chat messages, the formats ``turnfsm import`` reads (what each cannot hold is
+left out: see docs/README.md).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,10 @@ from typing import Any
 
 import anyio
 
+from ..adapters.outbound import EXPORT_FORMATS, export_context
 from ..engine import ContextTree, context_tree, delete_tree
 from ..errors import ContextNotFound
-from ._errors import guarded
+from ._errors import CLIError, guarded
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser"]
@@ -24,22 +33,36 @@ def add_parser(sub: Any) -> None:
     ls = verbs.add_parser("list", help="one line per context: id, state, version, updated")
     add_store_option(ls)
     ls.add_argument("--json", action="store_true", help="one JSON object per context")
-    for name, text in (
-        ("show", "the context as JSON, with its audit steps"),
-        ("export", "the context as JSON (what turnfsm import reads back)"),
-    ):
-        q = verbs.add_parser(name, help=text)
-        q.add_argument("context_id", metavar="ID")
-        add_store_option(q)
-        if name == "export":
-            q.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-        else:
-            q.add_argument(
-                "--tree",
-                action="store_true",
-                help="draw the context's sub-context tree (its parent, it, its descendants) "
-                "instead of the JSON",
-            )
+    show = verbs.add_parser("show", help="the context as JSON, with its audit steps")
+    show.add_argument("context_id", metavar="ID")
+    add_store_option(show)
+    show.add_argument(
+        "--tree",
+        action="store_true",
+        help="draw the context's sub-context tree (its parent, it, its descendants) "
+        "instead of the JSON",
+    )
+    ex = verbs.add_parser(
+        "export",
+        help="the context as JSON (what turnfsm import reads back), or one branch "
+        "in another format",
+    )
+    ex.add_argument("context_id", metavar="ID")
+    ex.add_argument(
+        "--format",
+        choices=("context", *EXPORT_FORMATS),
+        default="context",
+        help="context (default: the whole context, every branch), or one branch in the "
+        "session JSON format (session), as conversation entries (entries) or as OpenAI "
+        "chat messages (openai)",
+    )
+    ex.add_argument(
+        "--branch",
+        metavar="NAME",
+        help="the branch to write (default: the active one); not with --format context",
+    )
+    ex.add_argument("-o", "--out", metavar="FILE", help="write to FILE instead of stdout")
+    add_store_option(ex)
     rm = verbs.add_parser(
         "delete",
         help="delete a context and everything stored of it, with its finished sub-contexts "
@@ -55,6 +78,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if args.verb == "export" and args.format == "context" and args.branch is not None:
+        raise CLIError(
+            "--branch needs --format session, entries or openai: "
+            "--format context writes every branch"
+        )
     # every verb works on a store that exists: none of them makes one
     store, _ = open_cli_store(args.store, create=False)
     try:
@@ -80,7 +108,9 @@ async def _main(args: argparse.Namespace) -> int:
                 print(f"deleted {cid}")
             return 0
         ctx = await store.load(args.context_id)
-        data: dict[str, Any] = ctx.model_dump(mode="json")
+        data: Any = ctx.model_dump(mode="json")
+        if args.verb == "export" and args.format != "context":
+            data = export_context(ctx, args.format, branch=args.branch)
         if args.verb == "show":
             tree = await context_tree(store, args.context_id)
             if args.tree:

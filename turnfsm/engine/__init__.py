@@ -16,10 +16,11 @@ from ._children import (
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
+from ._modes import Mode
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
-from ._turn import StopReason, Turn
+from ._turn import Question, StopReason, Turn
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -33,6 +34,8 @@ __all__ = [
     "FinalAnswer",
     "Finished",
     "LLMSummarizer",
+    "Mode",
+    "Question",
     "Recovery",
     "RetryPolicy",
     "SequentialIds",

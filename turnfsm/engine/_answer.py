@@ -319,13 +319,15 @@ def build_answer(
     model: str,
     attempt: int,
     iteration: int,
+    answer_type: MessageType = MessageType.TEXT,
 ) -> tuple[InternalMessage, list[ToolCallRequest]]:
     """The assistant message for an adapter's final chunk, or an invalid_answer failure.
 
     ``taken_ids`` gives the call ids already used in the context (asked only
     when the answer has tool calls); ``streamed_thinking`` is the thinking
     deltas' text (already cleaned, ``thinking_fixed`` replacements) used when
-    the response has none.
+    the response has none. An answer with tool calls is a ``ToolCall``
+    message, any other has ``answer_type`` (the context's mode's).
     """
     if not isinstance(response, LLMResponse):
         raise invalid_answer(f"it is a {_type(response)}, not an LLMResponse")
@@ -346,7 +348,7 @@ def build_answer(
         role=Role.ASSISTANT,
         content=[TextPart(text=text)] if text else [],
         tool_calls=calls or None,
-        message_type=MessageType.TOOL_CALL if calls else MessageType.TEXT,
+        message_type=MessageType.TOOL_CALL if calls else answer_type,
         metadata=MessageMetadata(
             created_at=created_at,
             model=model_name or model,

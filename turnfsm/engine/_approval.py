@@ -1,13 +1,26 @@
-"""The approval policy applied to an answer's tool calls, as a pure function."""
+"""The approval policy applied to an answer's tool calls, and what makes a call a
+question to the user, as pure functions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from ..model import ApprovalStatus, ToolCallRequest
-from ..tools import Approval, ToolRegistry
+from ..errors import QuestionNeedsAnswer
+from ..model import ApprovalStatus, InternalMessage, MessageType, ToolCallRequest
+from ..tools import Approval, AskedQuestion, QuestionTool, ToolRegistry
+from ._turn import Question
 
-__all__ = ["policy_decisions"]
+__all__ = [
+    "DECLINED",
+    "as_question",
+    "asked",
+    "checked_decisions",
+    "policy_decisions",
+    "questions_of",
+]
+
+DECLINED = "the user declined to answer"
+"""The reason of a question denied without one (its result says it)."""
 
 
 def policy_decisions(
@@ -19,7 +32,9 @@ def policy_decisions(
     A call to a tool that is not registered is let through (by policy) to get
     its "unknown tool" result; a call whose arguments are unusable is let
     through by the system (``decided_by="system"``), not by the tool's policy,
-    to get its "invalid arguments" result. Neither runs anything.
+    to get its "invalid arguments" result. Neither runs anything. A question
+    (a call to a question tool whose arguments are a valid question) always
+    waits for the human, whatever the tool's policy.
     """
     decisions: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
     needs_human = False
@@ -31,6 +46,12 @@ def policy_decisions(
             # not the policy's call: it cannot run, and its result says why
             decisions[c.id] = (ApprovalStatus.APPROVED, "system", "invalid arguments")
             continue
+        if isinstance(tool, QuestionTool):
+            if tool.ask(c) is None:
+                decisions[c.id] = (ApprovalStatus.APPROVED, "system", "invalid arguments")
+            else:
+                needs_human = True
+            continue
         verdict = Approval.AUTO if tool is None else tool.decide(c)
         if verdict is Approval.AUTO:
             decisions[c.id] = (ApprovalStatus.APPROVED, "policy", None)
@@ -39,3 +60,53 @@ def policy_decisions(
         else:
             needs_human = True
     return decisions, needs_human
+
+
+# ---------------------------------------------------------------------- questions
+
+
+def asked(tools: ToolRegistry, call: ToolCallRequest) -> AskedQuestion | None:
+    """The question ``call`` asks: ``None`` unless it calls a question tool of
+    ``tools`` with valid arguments."""
+    tool = tools.get(call.tool_name)
+    return tool.ask(call) if isinstance(tool, QuestionTool) else None
+
+
+def questions_of(tools: ToolRegistry, calls: Sequence[ToolCallRequest]) -> tuple[Question, ...]:
+    """The questions among ``calls``, in order."""
+    out: list[Question] = []
+    for c in calls:
+        q = asked(tools, c)
+        if q is not None:
+            out.append(Question(c.id, c.tool_name, q.question, q.choices))
+    return tuple(out)
+
+
+def as_question(message: InternalMessage, tools: ToolRegistry) -> InternalMessage:
+    """``message`` with type ``Question`` when every call it makes is a question
+    (a mix of questions and other calls stays ``ToolCall``)."""
+    calls = message.tool_calls
+    if not calls or not all(asked(tools, c) is not None for c in calls):
+        return message
+    return message.model_copy(update={"message_type": MessageType.QUESTION})
+
+
+def checked_decisions(
+    context_id: str,
+    tools: ToolRegistry,
+    pending: Mapping[str, ToolCallRequest],
+    decisions: Mapping[str, tuple[ApprovalStatus, str | None]],
+) -> dict[str, tuple[ApprovalStatus, str | None]]:
+    """A human's ``decisions`` on ``pending`` calls, checked for questions: approving
+    one raises :class:`~turnfsm.errors.QuestionNeedsAnswer` (nothing is changed);
+    denying one without a reason gives it the reason :data:`DECLINED`."""
+    out = dict(decisions)
+    for cid, (status, reason) in decisions.items():
+        call = pending[cid]
+        if not isinstance(tools.get(call.tool_name), QuestionTool):
+            continue
+        if status is ApprovalStatus.APPROVED:
+            raise QuestionNeedsAnswer(context_id, cid)
+        if reason is None:
+            out[cid] = (status, DECLINED)
+    return out

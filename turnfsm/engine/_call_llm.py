@@ -32,6 +32,7 @@ from ._answer import (
     open_stream,
     storable_error,
 )
+from ._approval import as_question
 from ._prepare import build_request
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
@@ -169,6 +170,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 model=request.model,
                 attempt=progress.attempt,
                 iteration=progress.iteration,
+                answer_type=d.answer_type(rt.ctx),
             )
         except LLMError as exc:
             failure = exc
@@ -182,6 +184,9 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
             failure.partial_text = "".join(partial)
         await fail_llm(d, rt, failure)
         return
+    if calls:
+        # type Question when it only asks (questions the context's mode offers)
+        message = as_question(message, d.offered(rt.ctx))
     node = _history.append(rt, message, message_id)
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    AnswerNotAChoice,
     BranchError,
     IllegalTransition,
     LLMError,
+    NotAQuestion,
     NotAtRest,
     SubContextError,
     ToolCallNotPending,
@@ -27,7 +29,9 @@ from ..model import (
     to_chat_messages,
 )
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
+from ..tools import QuestionTool, ToolOutcome
 from . import _history
+from ._approval import checked_decisions
 from ._call_llm import fail_llm
 from ._decide import mark_started
 from ._inputs import UNSET, Unset
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from ._drive import Driver
 
 __all__ = [
+    "start_answer",
     "start_cancel",
     "start_decide",
     "start_fork",
@@ -81,12 +86,42 @@ async def start_decide(
             if found is None:
                 raise UnknownToolCall(ctx.id, cid)
             raise ToolCallNotPending(ctx.id, cid, _history.call_status(ctx, found))
+    decisions = checked_decisions(ctx.id, d.tools, pending, decisions)  # questions
     state = State(rt.holder.state)
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
     _history.set_decisions(
         rt, {cid: (status, "human", reason) for cid, (status, reason) in decisions.items()}
     )
+    if ctx.pending_tool_calls():
+        rt.stop_reason = StopReason.AWAITING_APPROVAL
+        return
+    mark_started(rt)
+    d.fire(rt, T.APPROVALS_RESOLVED)
+
+
+async def start_answer(d: Driver, call_id: str, text: str, rt: Runtime) -> None:
+    """Answer a pending question: ``text`` becomes its result (``success=True``);
+    once no call is pending, the turn goes on as after :func:`start_decide`."""
+    ctx = rt.ctx
+    pending = {c.id: c for c in ctx.pending_tool_calls()}
+    call = pending.get(call_id) or _history.find_call(ctx, call_id)
+    if call is None:
+        raise UnknownToolCall(ctx.id, call_id)
+    tool = d.tools.get(call.tool_name)
+    if not isinstance(tool, QuestionTool):
+        raise NotAQuestion(ctx.id, call_id, call.tool_name)
+    if call_id not in pending:
+        raise ToolCallNotPending(ctx.id, call_id, _history.call_status(ctx, call))
+    state = State(rt.holder.state)
+    if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
+        raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
+    asked = tool.ask(call)
+    choices = asked.choices if asked is not None else ()
+    if choices and text not in choices:
+        raise AnswerNotAChoice(ctx.id, call_id, text, choices)
+    _history.set_decisions(rt, {call_id: (ApprovalStatus.APPROVED, "human", "answered")})
+    d.add_results(rt, [call], [ToolOutcome.of(True, text)])
     if ctx.pending_tool_calls():
         rt.stop_reason = StopReason.AWAITING_APPROVAL
         return

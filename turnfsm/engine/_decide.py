@@ -1,18 +1,17 @@
 """The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn;
 tool calls are decided by policy (``tools_decided``) or left to a human
-(``needs_approval``)."""
+(``needs_approval``). A question to the user always waits for the human."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..events import ToolApprovalRequested
+from ..events import QuestionAsked, ToolApprovalRequested
 from ..model import ApprovalStatus
 from ..states import Trigger
 from ..tools import ToolOutcome
 from . import _history
-from ._allowed import usable_tools
-from ._approval import policy_decisions
+from ._approval import policy_decisions, questions_of
 from ._runtime import Runtime
 from ._turn import StopReason
 
@@ -54,17 +53,39 @@ async def decide(d: Driver, rt: Runtime) -> None:
         d.fire(rt, Trigger.TURN_COMPLETE)
         d.end_turn(rt)
         return
-    decisions, needs_human = policy_decisions(calls, usable_tools(d.tools, ctx.config))
+    # the mode's view: its approval overrides; a tool it does not offer is unknown
+    decisions, needs_human = policy_decisions(calls, d.offered(ctx))
     if decisions:
         _history.set_decisions(rt, decisions)
     if needs_human:
         rt.stop_reason = StopReason.AWAITING_APPROVAL
         d.fire(rt, Trigger.NEEDS_APPROVAL)
-        d.later(rt, ToolApprovalRequested, calls=ctx.pending_tool_calls())
+        _announce(d, rt)
         d.end_turn(rt)
         return
     mark_started(rt)
     d.fire(rt, Trigger.TOOLS_DECIDED)
+
+
+def _announce(d: Driver, rt: Runtime) -> None:
+    """What waits for the human: the calls to approve or deny (one
+    ``ToolApprovalRequested``, when there are some), then each question (a
+    ``QuestionAsked``)."""
+    pending = rt.ctx.pending_tool_calls()
+    questions = questions_of(d.tools, pending)
+    asked = {q.call_id for q in questions}
+    approvals = [c for c in pending if c.id not in asked]
+    if approvals:
+        d.later(rt, ToolApprovalRequested, calls=approvals)
+    for q in questions:
+        d.later(
+            rt,
+            QuestionAsked,
+            call_id=q.call_id,
+            tool_name=q.tool_name,
+            question=q.question,
+            choices=list(q.choices),
+        )
 
 
 def mark_started(rt: Runtime) -> None:

@@ -27,15 +27,26 @@ from ..adapters.llm import LLM
 from ..enhancers import Enhancer
 from ..errors import ContextBusy, IllegalTransition
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
-from ..model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest, TurnProgress
+from ..model import (
+    ChatContext,
+    InternalMessage,
+    MessageMetadata,
+    MessageType,
+    Role,
+    TextPart,
+    ToolCallRequest,
+    TurnProgress,
+)
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
 from ..storage import Commit, CommitsWithoutWaiting, Lease, StepLog, Store
 from ..tools import ToolOutcome, ToolRegistry
 from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
+from ._approval import questions_of
 from ._clock import Clock
 from ._history import Result
 from ._inputs import check_name
 from ._loaded import Loaded
+from ._modes import Mode, Modes
 from ._retry import RetryPolicy
 from ._runtime import Runtime, dirty
 from ._subscribers import yield_to_readers
@@ -80,6 +91,7 @@ class Driver:
         store: Store,
         enhancers: tuple[Enhancer, ...],
         builtin_count: int,
+        modes: Modes,
         retry_policy: RetryPolicy,
         max_iterations: int,
         clock: Clock,
@@ -95,6 +107,7 @@ class Driver:
         self.commit_nowait = _commit_nowait(store)
         self.enhancers = enhancers
         self.builtin_count = builtin_count
+        self.modes = modes
         self.retry_policy = retry_policy
         self.max_iterations = max_iterations
         self.clock = clock
@@ -118,8 +131,27 @@ class Driver:
         }
 
     def check_mode(self, where: str, mode: object) -> str:
-        """A mode name given to a public call."""
-        return check_name(where, mode)
+        """A mode name given to a public call: one of the engine's modes
+        (:class:`InvalidInput` lists them)."""
+        return self.modes.check(where, check_name(where, mode))
+
+    def mode(self, ctx: ChatContext) -> Mode | None:
+        """The mode in force for ``ctx``; None when the engine does not know the
+        stored name (see :class:`~turnfsm.engine._modes.UnknownMode`)."""
+        return self.modes.get(ctx.config.mode)
+
+    def answer_type(self, ctx: ChatContext) -> MessageType:
+        """The type of a text answer in the context's mode (``Text`` when unknown)."""
+        mode = self.modes.get(ctx.config.mode)
+        return MessageType.TEXT if mode is None else mode.answer_type
+
+    def offered(self, ctx: ChatContext) -> ToolRegistry:
+        """The tools the model is offered for ``ctx``, with their approval as
+        the mode says, narrowed to the context's own allow-list
+        (``config.tools``): the one view the tool definitions, the approval
+        policy and the tool runs use. A context whose mode is unknown is
+        offered none."""
+        return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), UTC)
@@ -229,6 +261,7 @@ class Driver:
             message_ids=tuple(n.id for n in rt.turn_nodes),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+            questions=questions_of(self.tools, pending),
         )
 
     async def _drive(self, rt: Runtime) -> None:

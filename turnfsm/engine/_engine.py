@@ -61,6 +61,7 @@ from ._inputs import (
     check_title,
 )
 from ._leases import DEFAULT_LEASE_TTL, HOST
+from ._modes import Mode, Modes
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._subscribers import Subscription
@@ -131,6 +132,7 @@ class Engine:
         max_loaded: int = 4096,
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        modes: Iterable[Mode] = (),
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
@@ -163,13 +165,14 @@ class Engine:
         if not lease_ttl > 0 or lease_ttl == float("inf"):
             raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
         registry = ToolRegistry(tools)
+        known_modes = Modes(modes, registry)
         if isinstance(store, str):
             from ..storage import open_store
 
             store = open_store(store)
         builtin: list[Enhancer] = [
-            SystemPromptEnhancer(),
-            ToolDefinitionsEnhancer(registry.definitions),
+            SystemPromptEnhancer(mode=known_modes.instructions),
+            ToolDefinitionsEnhancer(per_context=known_modes.definitions),
         ]
         if tool_history_rounds is not None:
             builtin.append(ToolHistoryTrimmer(tool_history_rounds))
@@ -180,6 +183,7 @@ class Engine:
             store=store if store is not None else MemoryStore(),
             enhancers=(*builtin, *enhancers),
             builtin_count=len(builtin),
+            modes=known_modes,
             retry_policy=retry or RetryPolicy(),
             max_iterations=max_iterations,
             clock=clock or SystemClock(),
@@ -204,6 +208,11 @@ class Engine:
     @property
     def tools(self) -> ToolRegistry:
         return self._d.tools
+
+    @property
+    def modes(self) -> tuple[Mode, ...]:
+        """The engine's modes (``chat`` first unless it was given one)."""
+        return tuple(self._d.modes)
 
     @property
     def store(self) -> Store:
@@ -349,7 +358,7 @@ class Engine:
     ) -> str:
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
-        check_name("mode", mode)
+        self._d.check_mode("mode", mode)
         params = check_parameters("parameters", parameters)
         check_text("user_prompt", user_prompt, optional=True)
         check_name("agent_role", agent_role)
@@ -478,6 +487,23 @@ class Engine:
             else functools.partial(_children.start_still_waiting, d)
         )
         return await self._surface(await d.run(context_id, start))
+
+    async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
+        """Answer a question the model asked (a pending call to a question tool,
+        listed in :attr:`Turn.questions`): ``text`` is stored as the call's result,
+        the text the model sees. Once no call is pending, the turn goes on as after
+        :meth:`approve`: the approved calls run, then the model is called again.
+
+        ``text`` is a non-empty string. When the question has ``choices`` they are
+        binding: ``text`` must be exactly one of them, else
+        :class:`~turnfsm.errors.AnswerNotAChoice`. A call that is not a question
+        raises :class:`~turnfsm.errors.NotAQuestion`; to decline a question, deny it.
+        """
+        check_id("context_id", context_id)
+        check_text("call_id", call_id, empty=False)
+        check_text("text", text, empty=False)
+        d = self._d
+        return await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""

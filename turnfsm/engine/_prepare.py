@@ -19,8 +19,11 @@ __all__ = ["build_request", "prepare"]
 
 def build_request(d: Driver, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
-    through every enhancer (EnhancerError when one raises)."""
+    through every enhancer (EnhancerError when one raises, or
+    :class:`~turnfsm.engine._modes.UnknownMode` when the engine does not know
+    the context's mode)."""
     ctx = rt.ctx
+    d.modes.require(ctx)
     p = ctx.progress
     request = LLMRequest(
         context_id=ctx.id,

@@ -8,7 +8,7 @@ from enum import StrEnum
 from ..model import InternalMessage, Role, ToolCallRequest
 from ..states import State
 
-__all__ = ["StopReason", "Turn"]
+__all__ = ["Question", "StopReason", "Turn"]
 
 
 class StopReason(StrEnum):
@@ -17,7 +17,8 @@ class StopReason(StrEnum):
     MAX_ITERATIONS = "max_iterations"
     """The last allowed LLM call still asked for tools; they were not run."""
     AWAITING_APPROVAL = "awaiting_approval"
-    """At least one tool call waits for a human decision."""
+    """At least one tool call waits for a human decision (an approval, or the
+    answer to a question: see :attr:`Turn.questions`)."""
     FAILED = "failed"
     """A permanent error, or transient errors past ``max_attempts``."""
     CANCELLED = "cancelled"
@@ -28,12 +29,28 @@ class StopReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Question:
+    """A question the model asked the user (a pending call to a question tool).
+
+    Answer it with ``engine.answer(context_id, call_id, text)``; when ``choices``
+    is not empty, ``text`` must be one of them.
+    """
+
+    call_id: str
+    tool_name: str
+    question: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """The outcome of one call, returned once the context rests.
 
     ``states`` are the states entered during the call, in order (a fresh
     context's trace is ``[Idle, *turn.states]``). ``messages`` are the messages
-    this call added, ``message_ids`` their ids.
+    this call added, ``message_ids`` their ids. ``pending_tool_calls`` are the
+    calls waiting for a human (questions included); ``questions`` are those of
+    them that are questions to the user, to be answered with ``Engine.answer``.
     """
 
     context_id: str
@@ -44,6 +61,7 @@ class Turn:
     message_ids: tuple[str, ...]
     pending_tool_calls: tuple[ToolCallRequest, ...]
     error: str | None = None
+    questions: tuple[Question, ...] = ()
 
     @property
     def text(self) -> str:

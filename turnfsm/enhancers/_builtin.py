@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidInput
-from ..model import ChatContext, LLMRequest, tool_allowed
+from ..model import ChatContext, LLMRequest
 
-__all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer"]
+__all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer", "mode_block"]
 
 
 class SystemPromptEnhancer:
@@ -17,10 +17,28 @@ class SystemPromptEnhancer:
 
     The two are joined by a blank line into one ``system`` message; a branch with
     neither gets none (or ``default``, when given).
+
+    ``mode`` (the engine passes it) gives the name of the context's mode and
+    its instructions, or ``None`` for none. Instructions are appended to the
+    same ``system`` message after a blank line, delimited as::
+
+        <mode name="plan">
+        the mode's instructions
+        </mode>
+
+    (alone, when there is no prompt). The name is the stored one; its ``"``,
+    ``<`` and ``>`` are not expected (mode names are checked ids) but are
+    escaped all the same.
     """
 
-    def __init__(self, default: str | None = None) -> None:
+    def __init__(
+        self,
+        default: str | None = None,
+        *,
+        mode: Callable[[ChatContext], tuple[str, str] | None] | None = None,
+    ) -> None:
         self.default = default
+        self.mode = mode
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         branch = context.active_branch
@@ -28,36 +46,47 @@ class SystemPromptEnhancer:
             branch.system_prompt.content if branch.system_prompt else self.default,
             branch.user_prompt,
         ]
+        if self.mode is not None:
+            found = self.mode(context)
+            if found is not None:
+                parts.append(mode_block(*found))
         text = "\n\n".join(p for p in parts if p)
         if text:
             request.messages = [{"role": "system", "content": text}, *request.messages]
         return request
 
 
+def mode_block(name: str, instructions: str) -> str:
+    """A mode's instructions as they are appended to the system message."""
+    safe = name.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    safe = safe.replace(">", "&gt;")
+    return f'<mode name="{safe}">\n{instructions}\n</mode>'
+
+
 class ToolDefinitionsEnhancer:
-    """Offers the tool definitions (OpenAI ``tools`` format) to the model: those
-    the context may use (:func:`~turnfsm.model.tool_allowed`)."""
+    """Offers the tool definitions (OpenAI ``tools`` format) to the model.
+
+    ``definitions`` are the same for every context; ``per_context`` (the engine
+    passes it, to offer each context's mode its own tools), when given, gives
+    them for one context instead.
+    """
 
     def __init__(
-        self, definitions: Sequence[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
+        self,
+        definitions: Sequence[dict[str, Any]] | Callable[[], list[dict[str, Any]]] = (),
+        *,
+        per_context: Callable[[ChatContext], list[dict[str, Any]]] | None = None,
     ) -> None:
         self._definitions = definitions
+        self._per_context = per_context
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
+        if self._per_context is not None:
+            request.tools = self._per_context(context)
+            return request
         defs = self._definitions
-        offered = defs() if callable(defs) else list(defs)
-        config = context.config
-        if config.tools is not None:
-            offered = [d for d in offered if tool_allowed(config, _tool_name(d))]
-        request.tools = offered
+        request.tools = defs() if callable(defs) else list(defs)
         return request
-
-
-def _tool_name(definition: dict[str, Any]) -> str:
-    """The name in an OpenAI tool definition (``""`` when it has none)."""
-    function = definition.get("function")
-    name = function.get("name") if isinstance(function, dict) else definition.get("name")
-    return name if isinstance(name, str) else ""
 
 
 class ToolHistoryTrimmer:

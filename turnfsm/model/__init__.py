@@ -48,7 +48,6 @@ from ._message import (
     ToolCallRequest,
     ToolCallResult,
 )
-from ._tool_filter import tool_allowed
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -92,6 +91,5 @@ __all__ = [
     "id_problem",
     "to_chat_message",
     "to_chat_messages",
-    "tool_allowed",
     "tool_result_content",
 ]

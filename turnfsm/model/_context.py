@@ -78,8 +78,8 @@ class ChatConfig(BaseModel):
     """A name for people (lists, the web view); the engine does not read it."""
     tools: list[str] | None = Field(default=None, exclude_if=_is_none)
     """The names of the engine's tools this context may use (``None``: all of
-    them). The model is offered only these, and a call to any other tool gets
-    an error result and never runs (see :func:`tool_allowed`)."""
+    them), within what its mode offers. The model is offered only these, and a
+    call to any other tool gets an error result and never runs."""
     archived: bool = Field(default=False, exclude_if=_is_false)
     """A finished sub-context that was kept: it takes no more input."""
     subtask_call: str | None = Field(default=None, exclude_if=_is_none)

@@ -4,7 +4,7 @@ A :class:`Recorder` wraps an LLM adapter and tools; an engine built with
 ``recorder.llm`` and ``recorder.tools`` runs normally while the recorder
 writes down every answer (chunks, tool calls, thinking, usage, errors) and
 every tool outcome, by call id. Inputs go through the recorder
-(``await recorder.send(...)``, ``approve``, ...), which forwards them to the
+(``await recorder.send(...)``, ``approve``, ``answer``, ...), which forwards them to the
 engine and writes them down too. :meth:`Recorder.script` gives a conforming
 ``turnfsm-script/1`` script, with the observed trace as its ``expect``, that
 replays to the same trace and messages.
@@ -19,8 +19,8 @@ from typing import Any
 
 import anyio
 
-from ..engine import UNSET, Engine, Turn, Unset
-from ..errors import LLMError
+from ..engine import UNSET, Engine, Mode, Turn, Unset
+from ..errors import LLMError, TurnFSMError
 from ..model import (
     ChatConfig,
     LLMChunk,
@@ -29,7 +29,7 @@ from ..model import (
     TextDelta,
     ThinkingDelta,
 )
-from ..tools import Tool, ToolError, current_call
+from ..tools import QuestionTool, Tool, ToolError, current_call
 from ._script import FORMAT
 
 __all__ = ["Recorder"]
@@ -128,7 +128,10 @@ class Recorder:
         self._inner_tools = list(tools)
         self._steps: list[dict[str, Any]] = []
         self.llm = _RecordingLLM(llm, self)
-        self.tools = [self._wrap(t) for t in self._inner_tools]
+        # a question tool runs nothing: it is given as it is, its answers are inputs
+        self.tools = [
+            t if isinstance(t, QuestionTool) else self._wrap(t) for t in self._inner_tools
+        ]
         self._engine: Engine | None = None
         self._cid: str | None = None
         self._config: dict[str, Any] = {}
@@ -170,16 +173,19 @@ class Recorder:
         system_prompt: str | None = None,
         model: str | None = None,
         parameters: dict[str, Any] | None = None,
+        mode: str = "chat",
     ) -> str:
         """Create the context to record in; returns its id."""
         self._engine = engine
         model = model or self.model
         self._cid = await engine.create_context(
-            system_prompt=system_prompt, model=model, parameters=parameters
+            system_prompt=system_prompt, model=model, parameters=parameters, mode=mode
         )
         self._config = {"model": model}
         if system_prompt:
             self._config["system_prompt"] = system_prompt
+        if mode != "chat":
+            self._config["mode"] = mode
         if parameters:
             self._config["parameters"] = parameters
         self._config["max_iterations"] = engine.max_iterations
@@ -206,6 +212,19 @@ class Recorder:
         engine, cid = self._target()
         self._steps.append({"deny": {"id": call_id, "reason": reason}})
         return await engine.deny(cid, call_id, reason=reason)
+
+    async def answer(self, call_id: str, text: str) -> Turn:
+        """Answer a question; an answer the engine refuses (not one of the
+        choices, say) is not written down."""
+        engine, cid = self._target()
+        step = {"answer": {"id": call_id, "text": text}}
+        self._steps.append(step)
+        try:
+            return await engine.answer(cid, call_id, text)
+        except TurnFSMError:
+            if self._steps and self._steps[-1] is step:  # refused: nothing happened
+                self._steps.pop()
+            raise
 
     async def cancel(self) -> Turn:
         engine, cid = self._target()
@@ -262,7 +281,9 @@ class Recorder:
         engine, cid = self._target()
         ctx = await engine.get_context(cid)
         tools = [
-            {
+            {"name": t.name, "description": t.description, "question": True}
+            if isinstance(t, QuestionTool)
+            else {
                 "name": t.name,
                 "description": t.description,
                 "parameters": t.parameters,
@@ -271,11 +292,14 @@ class Recorder:
             }
             for t in self._inner_tools
         ]
+        # the engine's modes, unless it has only the default one
+        modes = [m.to_json() for m in engine.modes if m != Mode("chat")]
         return {
             "format": FORMAT,
             "name": self.name,
             "config": self._config,
             "tools": tools,
+            **({"modes": [m.to_json() for m in engine.modes]} if modes else {}),
             "steps": list(self._steps),
             "expect": {
                 "trace": [str(s) for s in await engine.trace(cid)],

@@ -37,7 +37,7 @@ from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
-from ..tools import Tool, ToolError, current_call, subtask
+from ..tools import Tool, ToolError, ask_user, current_call, question_tool, subtask
 from ._script import (
     FinalExpect,
     Script,
@@ -268,6 +268,8 @@ def _check_state(
         expected["message_count"], observed["message_count"] = expect.message_count, len(history)
     if expect.branch is not None:
         expected["branch"], observed["branch"] = expect.branch, ctx.active_branch_name
+    if expect.mode is not None:
+        expected["mode"], observed["mode"] = expect.mode, ctx.config.mode
     if expect.last_message is not None:
         last = history[-1].message if history else None
         want = expect.last_message.model_dump(exclude_none=True)
@@ -277,6 +279,8 @@ def _check_state(
                 got["role"] = str(last.role)
             if "text" in want:
                 got["text"] = last.text
+            if "type" in want:
+                got["type"] = str(last.message_type)
         expected["last_message"], observed["last_message"] = want, got or None
     return [
         Failure("check", index, f"expect {key}", expected[key], observed[key])
@@ -336,7 +340,9 @@ def build_engine(
 ) -> Engine:
     cfg = script.config
     tools = [
-        Tool.from_spec(
+        question_tool(t.name, t.description or ask_user.description)
+        if t.question
+        else Tool.from_spec(
             t.name,
             t.description,
             t.parameters,
@@ -364,6 +370,7 @@ def build_engine(
         tool_history_rounds=cfg.tool_history_rounds,
         subscriber_buffer=1 << 30,
         logger=_QUIET,
+        modes=script.modes,
     )
 
 
@@ -376,6 +383,8 @@ async def _input(engine: Engine, cid: str, step: Step) -> object:
         return await engine.approve(cid, list(v))
     if kind == "deny":
         return await engine.deny(cid, v.id, reason=v.reason)
+    if kind == "answer":
+        return await engine.answer(cid, v.id, v.text)
     if kind == "cancel":
         return await engine.cancel(cid)
     if kind == "retry":

@@ -23,7 +23,9 @@ from pydantic import (
 )
 
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
-from ..errors import TurnFSMError
+from ..engine import Mode
+from ..errors import InvalidInput, TurnFSMError
+from ..model import MessageType
 from ..states import State
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "Script",
     "ScriptConfig",
     "ScriptError",
+    "ScriptMode",
     "ScriptSubtask",
     "ScriptTool",
     "Step",
@@ -43,7 +46,18 @@ __all__ = [
 FORMAT = "turnfsm-script/1"
 
 INPUT_KEYS = frozenset(
-    {"user", "approve", "deny", "cancel", "retry", "reset", "branch", "switch", "config"}
+    {
+        "user",
+        "approve",
+        "deny",
+        "answer",
+        "cancel",
+        "retry",
+        "reset",
+        "branch",
+        "switch",
+        "config",
+    }
 )
 OUTCOME_KEYS = frozenset({"llm", "llm_error", "tool"})
 CHECK_KEYS = frozenset({"expect"})
@@ -99,11 +113,26 @@ class ScriptTool(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     approval: Literal["auto", "required", "deny"] = "auto"
     idempotent: bool = False
+    question: bool = False
+    """The built-in question tool under this name: its calls wait for an ``answer``."""
     subtask: ScriptSubtask | None = None
+    """A sub-task tool (``turnfsm.subtask``): its calls run in a child context."""
+
+    @model_validator(mode="after")
+    def _question_is_fixed(self) -> ScriptTool:
+        fixed = {"parameters", "approval", "idempotent"} & self.model_fields_set
+        if self.question and fixed:
+            raise ValueError(
+                "a question tool has fixed parameters and always waits for the user: "
+                f"leave out {', '.join(sorted(fixed))}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _subtask_alone(self) -> ScriptTool:
         if self.subtask is not None:
+            if self.question:
+                raise ValueError("a tool is a question tool or a subtask tool, not both")
             given = {"parameters", "idempotent"} & self.model_fields_set
             if given:
                 raise ValueError(
@@ -111,6 +140,26 @@ class ScriptTool(BaseModel):
                     f"leave out {', '.join(sorted(given))}"
                 )
         return self
+
+
+class ScriptMode(BaseModel):
+    """One mode of the engine (see :class:`~turnfsm.engine.Mode`)."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1)
+    instructions: str | None = None
+    tools: list[str] | None = None
+    approval: dict[str, Literal["auto", "required", "deny"]] = Field(default_factory=dict)
+    answer_type: Literal["Text", "Plan"] = "Text"
+
+    def mode(self) -> Mode:
+        return Mode(
+            name=self.name,
+            instructions=self.instructions,
+            tools=self.tools,
+            approval=self.approval,
+            answer_type=MessageType(self.answer_type),
+        )
 
 
 class UserInput(BaseModel):
@@ -123,6 +172,12 @@ class DenyInput(BaseModel):
     model_config = _STRICT
     id: str = Field(min_length=1)
     reason: str = ""
+
+
+class AnswerInput(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
 
 
 class BranchInput(BaseModel):
@@ -193,6 +248,7 @@ class LastMessage(BaseModel):
     model_config = _STRICT
     role: Literal["system", "user", "assistant", "tool", "frontend_operator"] | None = None
     text: str | None = None
+    type: Literal["Text", "Plan", "Question", "ToolCall", "ToolResult"] | None = None
 
 
 class StepExpect(BaseModel):
@@ -202,6 +258,7 @@ class StepExpect(BaseModel):
     last_message: LastMessage | None = None
     message_count: int | None = Field(default=None, ge=0)
     branch: str | None = None
+    mode: str | None = None
 
 
 class FinalExpect(BaseModel):
@@ -239,6 +296,7 @@ class Script:
     steps: tuple[Step, ...]
     expect: FinalExpect | None
     raw: Mapping[str, Any]
+    modes: tuple[Mode, ...] = ()
 
 
 def _loc(base: str, loc: Sequence[int | str]) -> str:
@@ -287,6 +345,8 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
             parsed = tuple(ids)
     elif kind == "deny":
         parsed = _validate(DenyInput, value, here, problems)
+    elif kind == "answer":
+        parsed = _validate(AnswerInput, value, here, problems)
     elif kind in ("cancel", "retry", "reset"):
         if value is not True:
             problems.append((here, "must be true"))
@@ -336,7 +396,7 @@ def parse_script(data: Any, source: str = "script") -> Script:
     if fmt != FORMAT:
         why = "is missing" if fmt is None else f"is {fmt!r}"
         raise ScriptError([("$.format", f"{why}; this runner reads {FORMAT!r}")], source)
-    known = {"format", "name", "config", "tools", "steps", "expect"}
+    known = {"format", "name", "config", "tools", "modes", "steps", "expect"}
     for key in data:
         if key not in known:
             problems.append((f"$.{key}", f"unknown key; known: {', '.join(sorted(known))}"))
@@ -374,10 +434,93 @@ def parse_script(data: Any, source: str = "script") -> Script:
     if data.get("expect") is not None:
         expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
     _check_call_ids(steps, problems)
+    _check_answers(steps, tools, problems)
+    modes, declared = _parse_modes(data.get("modes"), tools, problems)
+    _check_mode_names(declared, config, steps, problems)
     if problems:
         raise ScriptError(problems, source)
     assert config is not None
-    return Script(name or source, config, tuple(tools), tuple(steps), expect, data)
+    return Script(name or source, config, tuple(tools), tuple(steps), expect, data, modes)
+
+
+def _parse_modes(
+    raw: Any, tools: Sequence[ScriptTool], problems: list[tuple[str, str]]
+) -> tuple[tuple[Mode, ...], set[str]]:
+    """The script's ``modes`` (each a mode whose tool names are the script's
+    tools), and the names it declares (those with a problem too)."""
+    if raw is None:
+        return (), set()
+    if not isinstance(raw, list):
+        problems.append(("$.modes", "must be a list of modes"))
+        return (), set()
+    names = {t.name for t in tools}
+    questions = {t.name for t in tools if t.question}
+    known = ", ".join(t.name for t in tools) or "(none)"
+    modes: list[Mode] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        here = f"$.modes[{i}]"
+        spec = _validate(ScriptMode, item, here, problems)
+        if spec is None:
+            continue
+        if spec.name in seen:
+            problems.append((f"{here}.name", f"mode {spec.name!r} is defined twice"))
+            continue
+        seen.add(spec.name)
+        bad = False
+        for j, tool in enumerate(spec.tools or ()):
+            if tool not in names:
+                problems.append((f"{here}.tools[{j}]", f"no tool {tool!r} (the tools: {known})"))
+                bad = True
+        for tool in spec.approval:
+            if tool not in names:
+                problems.append(
+                    (f"{here}.approval.{tool}", f"no tool {tool!r} (the tools: {known})")
+                )
+                bad = True
+            elif spec.tools is not None and tool not in spec.tools:
+                problems.append(
+                    (f"{here}.approval.{tool}", f"mode {spec.name!r} does not offer {tool!r}")
+                )
+                bad = True
+            elif tool in questions:
+                problems.append(
+                    (
+                        f"{here}.approval.{tool}",
+                        f"{tool!r} is a question tool: its calls always wait for an answer",
+                    )
+                )
+                bad = True
+        if bad:
+            continue
+        try:
+            modes.append(spec.mode())
+        except InvalidInput as exc:
+            problems.append((here, str(exc)))
+    return tuple(modes), seen
+
+
+def _check_mode_names(
+    declared: set[str],
+    config: ScriptConfig | None,
+    steps: Sequence[Step],
+    problems: list[tuple[str, str]],
+) -> None:
+    """Each mode a script names (``config.mode``, ``config`` steps, ``expect``
+    steps) is one it declares, or ``chat``."""
+    known = {"chat", *declared}
+    listed = ", ".join(sorted(known))
+    used: list[tuple[str, str]] = []
+    if config is not None:
+        used.append(("$.config.mode", config.mode))
+    for s in steps:
+        if s.kind == "config" and s.value.mode is not None:
+            used.append((f"$.steps[{s.index}].config.mode", s.value.mode))
+        elif s.kind == "expect" and s.value.mode is not None:
+            used.append((f"$.steps[{s.index}].expect.mode", s.value.mode))
+    for path, name in used:
+        if name not in known:
+            problems.append((path, f"unknown mode {name!r}; the script's modes: {listed}"))
 
 
 def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> None:
@@ -395,7 +538,7 @@ def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> N
         used: list[str] = []
         if s.kind == "approve":
             used = list(s.value)
-        elif s.kind == "deny" or s.kind == "tool":
+        elif s.kind in ("deny", "tool", "answer"):
             used = [s.value.id]
         for cid in used:
             if cid not in ids:
@@ -405,6 +548,26 @@ def _check_call_ids(steps: Sequence[Step], problems: list[tuple[str, str]]) -> N
                         f"no llm step asks for a tool call with id {cid!r}",
                     )
                 )
+
+
+def _check_answers(
+    steps: Sequence[Step], tools: Sequence[ScriptTool], problems: list[tuple[str, str]]
+) -> None:
+    """An ``answer`` must answer a call to a tool declared with ``"question": true``."""
+    questions = {t.name for t in tools if t.question}
+    names = {c.id: c.name for s in steps if s.kind == "llm" for c in s.value.tool_calls or ()}
+    for s in steps:
+        if s.kind != "answer" or s.value.id not in names:  # unknown ids are said above
+            continue
+        name = names[s.value.id]
+        if name not in questions:
+            problems.append(
+                (
+                    f"$.steps[{s.index}].answer.id",
+                    f"call {s.value.id!r} calls {name!r}, which is not a question tool "
+                    '(declare it in tools with "question": true)',
+                )
+            )
 
 
 def load_script(path: str | Path) -> Script:

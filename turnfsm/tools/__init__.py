@@ -3,14 +3,17 @@
 Define tools with :func:`tool` (a type-annotated function) or
 :meth:`Tool.from_spec` (a hand-written JSON schema), collect them in a
 :class:`ToolRegistry`, ask :meth:`Tool.decide` whether a call needs a human, and run
-approved calls with :func:`run_calls`. Every failure of a tool — invalid arguments,
-an unknown tool, an exception, a timeout — is a :class:`ToolOutcome` with
-``success=False``, never an exception; cancellation always propagates.
+approved calls with :func:`run_calls`. :data:`ask_user` (or :func:`question_tool`) is
+the built-in tool the model asks the user with; its calls are answered, never run.
+Every failure of a tool — invalid arguments, an unknown tool, an exception, a
+timeout — is a :class:`ToolOutcome` with ``success=False``, never an exception;
+cancellation always propagates.
 
 This package imports only :mod:`turnfsm.model`, :mod:`turnfsm.errors`, pydantic and
 anyio.
 """
 
+from ._question import AskedQuestion, QuestionTool, ask_user, question_tool
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
@@ -19,14 +22,18 @@ from ._subtask import SubtaskHost, SubtaskSpec, hosting, subtask
 __all__ = [
     "Approval",
     "ApprovalPolicy",
+    "AskedQuestion",
+    "QuestionTool",
     "SubtaskHost",
     "SubtaskSpec",
     "Tool",
     "ToolError",
     "ToolOutcome",
     "ToolRegistry",
+    "ask_user",
     "current_call",
     "hosting",
+    "question_tool",
     "run_calls",
     "subtask",
     "tool",

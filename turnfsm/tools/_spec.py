@@ -299,6 +299,22 @@ class Tool:
         """The OpenAI chat tool definition (the same dict on every call; do not mutate)."""
         return self._definition
 
+    def with_approval(self, approval: ApprovalPolicy) -> Tool:
+        """A copy of this tool with another approval policy, the rest unchanged
+        (the engine's modes use it to override a tool's policy in one mode).
+        The copy is of the same class."""
+        return type(self)(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            fn=self.fn,
+            bind=self._bind,
+            approval=approval,
+            idempotent=self.idempotent,
+            timeout=self.timeout,
+            blocking=self.blocking,
+        )
+
     def decide(self, call: ToolCallRequest) -> Approval:
         """The policy's decision for ``call``.
 

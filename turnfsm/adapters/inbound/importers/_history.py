@@ -188,6 +188,7 @@ def build_context(
     created_at: datetime | None = None,
     updated_at: datetime | None = None,
     model: str | None = None,
+    title: str | None = None,
 ) -> ChatContext:
     ctx_id = new_id(ids)
     prompt = (
@@ -204,9 +205,9 @@ def build_context(
         order.append(mid)
         parent = mid
     times = [m.metadata.created_at for m in messages]
-    config = ChatConfig(system_prompt_id=prompt.id if prompt else None)
+    config = ChatConfig(system_prompt_id=prompt.id if prompt else None, title=title)
     if model is not None:
-        config = ChatConfig(model_id=model, system_prompt_id=config.system_prompt_id)
+        config = config.model_copy(update={"model_id": model})
     return ChatContext(
         id=ctx_id,
         config=config,

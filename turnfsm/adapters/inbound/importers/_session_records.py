@@ -175,9 +175,10 @@ def import_session_records(
     or a file part. A ``ToolCallRecord`` becomes an assistant message asking for
     that one call (``Approved``) followed by a tool message with its ``result``
     and ``success``; records are never merged into one batch (see the module
-    docstring). The session's ``created_at``/``updated_at`` become the context's;
-    its ``id``, ``title`` and any other field go to ``metadata.extra["source"]``
-    of the first message.
+    docstring). The session's ``created_at``/``updated_at`` become the context's,
+    its ``title`` the context's title (when it is one line of text: 1 to 1,000
+    characters, no control character); its ``id``, a title that is not one, and
+    any other field go to ``metadata.extra["source"]`` of the first message.
     """
     check_source(data)
     at = resolve_now(now)
@@ -192,6 +193,11 @@ def import_session_records(
         created = parse_timestamp(obj.get("created_at"), "$.created_at")
         updated = parse_timestamp(obj.get("updated_at"), "$.updated_at")
         source = unmapped_fields(obj, {"records", "created_at", "updated_at"})
+    title = source.get("title")
+    if _is_title(title):
+        del source["title"]
+    else:
+        title = None
     require_nonempty(records, root)
     h = History(at)
     for i, item in enumerate(records):
@@ -210,5 +216,19 @@ def import_session_records(
             )
     messages = with_source(h.finish(), source, root)
     return build_context(
-        messages, now=at, ids=ids or uuid_hex, created_at=created, updated_at=updated
+        messages,
+        now=at,
+        ids=ids or uuid_hex,
+        created_at=created,
+        updated_at=updated,
+        title=title,
+    )
+
+
+def _is_title(value: Any) -> bool:
+    """One line of 1 to 1,000 characters (the engine's rule for titles)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 1000
+        and not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) <= 0xDFFF for c in value)
     )
