@@ -24,6 +24,7 @@ from turnfsm import (
     SQLiteStore,
     State,
     SubContextError,
+    ask_user,
     subtask,
     tool,
 )
@@ -721,3 +722,28 @@ async def test_a_waiting_child_survives_a_new_engine(tmp_path: Path) -> None:
         turn = await second.approve(parent, "p1")
         assert turn.state is State.IDLE and turn.text == "Done."
         await verify(second, parent)
+
+
+async def test_a_question_of_a_waiting_child_is_answered_on_the_parent() -> None:
+    research = subtask(
+        "research", "Research in a helper.", tools=["ask_user"], summarizer=FinalAnswer()
+    )
+    question = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
+    llm = scripted(
+        {"tool_calls": [{"id": "r1", "name": "research", "arguments": {"task": "Pick a city"}}]},
+        {"tool_calls": [{"id": "q1", "name": "ask_user", "arguments": question}]},
+        {"text": "The user picked Rome."},
+        {"text": "Rome it is."},
+    )
+    async with Engine(
+        llm=llm, tools=[research, ask_user], clock=FakeClock(), ids=SequentialIds()
+    ) as engine:
+        parent = await engine.create_context()
+        turn = await engine.send(parent, "Where do we go?")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        assert [q.call_id for q in turn.questions] == ["q1"]
+        assert turn.questions[0].choices == ("Oslo", "Rome")
+        turn = await engine.answer(parent, "q1", "Rome")
+        assert turn.state is State.IDLE and turn.text == "Rome it is."
+        assert await engine.children(parent) == []
+        await verify(engine, parent)

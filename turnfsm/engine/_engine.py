@@ -44,6 +44,7 @@ from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
 from . import _calls, _children, _leases
+from ._approval import questions_of
 from ._children import Child, ChildInfo, Finished, Summarizer
 from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
@@ -475,7 +476,18 @@ class Engine:
         own, by_child, waiting = routed
         for child_id, child_ids in by_child.items():
             await self._decide(child_id, child_ids, status, reason)
-        decisions = dict.fromkeys(own, (status, reason))
+        return await self._after_children(context_id, dict.fromkeys(own, (status, reason)), waiting)
+
+    async def _after_children(
+        self,
+        context_id: str,
+        decisions: dict[str, tuple[ApprovalStatus, str | None]],
+        waiting: dict[str, str],
+    ) -> Turn:
+        """After decisions went to a context's waiting children: its own
+        ``decisions``, and each waiting call whose child no longer waits is
+        approved to run again."""
+        d = self._d
         for call_id, child_id in waiting.items():
             child = await self.get_context(child_id)
             if child.current_state != State.AWAITING_TOOL_APPROVAL:
@@ -503,7 +515,15 @@ class Engine:
         check_text("call_id", call_id, empty=False)
         check_text("text", text, empty=False)
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+        routed = await _children.route_decisions(self, context_id, [call_id])
+        if routed is not None:  # a question of a sub-task's child, surfaced here
+            _, by_child, waiting = routed
+            for child_id in by_child:
+                await self.answer(child_id, call_id, text)
+            return await self._after_children(context_id, {}, waiting)
+        return await self._surface(
+            await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+        )
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
@@ -918,7 +938,9 @@ class Engine:
         ):
             return turn
         pending = await self._surfaced_pending(turn.context_id)
-        return dataclasses.replace(turn, pending_tool_calls=pending)
+        return dataclasses.replace(
+            turn, pending_tool_calls=pending, questions=questions_of(self.tools, pending)
+        )
 
     async def _surfaced_pending(
         self, context_id: str, seen: frozenset[str] = frozenset()
