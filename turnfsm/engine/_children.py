@@ -66,6 +66,7 @@ __all__ = [
     "context_tree",
     "delete_tree",
     "find_summary",
+    "peek",
     "route_decisions",
     "start_archive",
     "start_child_finished",
@@ -498,6 +499,16 @@ class SubtaskRunner:
         return text
 
 
+async def peek(engine: Engine, context_id: str) -> ChatContext:
+    """The context as last committed, to read only: the loaded working copy
+    when no call runs on it (no copy made), else the stored one."""
+    d = engine._d
+    rt = d.loaded.get(context_id)
+    if rt is not None and context_id not in d.busy:
+        return rt.ctx
+    return await engine.store.load(context_id)
+
+
 async def route_decisions(
     engine: Engine, context_id: str, ids: Sequence[str]
 ) -> tuple[list[str], dict[str, list[str]], dict[str, str]] | None:
@@ -506,7 +517,7 @@ async def route_decisions(
     and its waiting calls (call id -> child id). None when no child is
     involved or an id is unknown (the plain path then decides, or refuses with
     its typed error, changing nothing)."""
-    ctx = await engine.get_context(context_id)
+    ctx = await peek(engine, context_id)
     if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
         return None
     pending = ctx.pending_tool_calls()

@@ -947,7 +947,7 @@ class Engine:
     ) -> tuple[ToolCallRequest, ...]:
         """The calls a human decides for a context: its own pending calls, and
         for each that waits for a sub-task's child, that child's (at any depth)."""
-        ctx = await self.get_context(context_id)
+        ctx = await _children.peek(self, context_id)
         if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
             return ()
         out: list[ToolCallRequest] = []
