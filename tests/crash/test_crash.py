@@ -43,10 +43,14 @@ def test_spawn_and_finish_survive_a_kill_inside_and_between_their_commits() -> N
     So for a sub-task tool whose child waits for approval (the parent waits on
     it), and for approving that child's call on the parent: after a kill, the
     parent resumes, the surfaced calls can be approved, and the call completes."""
-    pairs = [(s, k) for s in matrix.STORES for k in matrix.SUB_KINDS]
-    result = matrix.run_matrix(pairs, matrix.a_few_and_between)
+    between = [(s, k) for s in matrix.STORES for k in ("spawn", "finish")]
+    result = matrix.run_matrix(between, matrix.a_few_and_between)
     assert result.failures == []
-    assert result.cases >= 4 * len(pairs)
+    assert result.cases >= 4 * len(between)
+    waits = [(s, k) for s in matrix.STORES for k in ("subtask_send", "subtask_approve")]
+    result = matrix.run_matrix(waits, matrix.a_few)  # every point: -m crash_full
+    assert result.failures == []
+    assert result.cases >= 2 * len(waits)
 
 
 def test_the_matrix_catches_a_torn_files_commit() -> None:
