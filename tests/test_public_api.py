@@ -21,6 +21,15 @@ import turnfsm
 import turnfsm.errors as errors_mod
 
 EXPECTED_ALL = {
+    "subtask",
+    "Child",
+    "ChildInfo",
+    "FinalAnswer",
+    "Finished",
+    "LLMSummarizer",
+    "Summarizer",
+    "SummaryFunction",
+    "SubContextError",
     "AnswerNotAChoice",
     "NotAQuestion",
     "Question",

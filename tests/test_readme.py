@@ -47,7 +47,7 @@ def _examples() -> dict[str, str]:
 
 
 def test_the_readme_has_its_examples() -> None:
-    assert {"config and branch prompts", "questions", "modes"} <= set(_examples())
+    assert {"config and branch prompts", "questions", "modes", "sub-contexts"} <= set(_examples())
 
 
 @pytest.mark.parametrize("name", sorted(_examples()))

@@ -60,6 +60,7 @@ DESIGN_ROWS: list[tuple[frozenset[str], str, str]] = [
     (frozenset({"AwaitingToolApproval"}), "approvals_resolved", "ExecutingTools"),
     (frozenset({"ExecutingTools"}), "tools_done", "AwaitingLLMResponse"),
     (frozenset({"ExecutingTools"}), "outcome_unknown", "AwaitingToolApproval"),
+    (frozenset({"ExecutingTools"}), "subtask_waits", "AwaitingToolApproval"),
     (
         frozenset({"AwaitingLLMResponse", "StreamingLLMResponse"}),
         "llm_failed_transient",
@@ -105,6 +106,7 @@ DESIGN_TRIGGERS = {
     "approvals_resolved",
     "tools_done",
     "outcome_unknown",
+    "subtask_waits",
     "llm_failed_transient",
     "llm_failed_permanent",
     "retry",

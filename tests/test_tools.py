@@ -65,6 +65,8 @@ def test_public_names_are_exact_and_sorted() -> None:
     assert set(tools_pkg.__all__) == {
         "Approval",
         "ApprovalPolicy",
+        "SubtaskHost",
+        "SubtaskSpec",
         "AskedQuestion",
         "QuestionTool",
         "Tool",
@@ -73,8 +75,10 @@ def test_public_names_are_exact_and_sorted() -> None:
         "ToolRegistry",
         "ask_user",
         "current_call",
+        "hosting",
         "question_tool",
         "run_calls",
+        "subtask",
         "tool",
     }
 

@@ -19,7 +19,23 @@ Authors of the other parts import from the package that defines them:
 - tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
 """
 
-from .engine import Engine, Mode, Question, Recovery, RetryPolicy, StopReason, Subscription, Turn
+from .engine import (
+    Child,
+    ChildInfo,
+    Engine,
+    FinalAnswer,
+    Finished,
+    LLMSummarizer,
+    Mode,
+    Question,
+    Recovery,
+    RetryPolicy,
+    StopReason,
+    Subscription,
+    Summarizer,
+    SummaryFunction,
+    Turn,
+)
 from .errors import (
     AnswerNotAChoice,
     BranchError,
@@ -38,6 +54,7 @@ from .errors import (
     RenderError,
     SchemaVersionError,
     StoreError,
+    SubContextError,
     TableError,
     ToolCallError,
     ToolCallNotPending,
@@ -83,7 +100,7 @@ from .model import (
 )
 from .states import State
 from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
-from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, tool
+from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, subtask, tool
 
 __version__ = "0.1.0"
 
@@ -95,6 +112,8 @@ __all__ = [
     "BranchError",
     "ChatConfig",
     "ChatContext",
+    "Child",
+    "ChildInfo",
     "ContentDelta",
     "ContentPart",
     "ContextBusy",
@@ -108,11 +127,14 @@ __all__ = [
     "Failed",
     "FilePart",
     "FilesStore",
+    "FinalAnswer",
+    "Finished",
     "IllegalTransition",
     "ImagePart",
     "InternalMessage",
     "InvalidInput",
     "LLMError",
+    "LLMSummarizer",
     "LeaseLost",
     "MemoryStore",
     "MessageCompleted",
@@ -137,7 +159,10 @@ __all__ = [
     "StateChanged",
     "StopReason",
     "StoreError",
+    "SubContextError",
     "Subscription",
+    "Summarizer",
+    "SummaryFunction",
     "SystemPrompt",
     "TableError",
     "TextPart",
@@ -163,5 +188,6 @@ __all__ = [
     "ask_user",
     "open_store",
     "question_tool",
+    "subtask",
     "tool",
 ]

@@ -9,6 +9,7 @@ The tree::
     ├── ContextBusy                 a call is already running on that context
     │   └── ContextLeased           ... in another engine, which holds the context's lease
     ├── NotAtRest                   a change made only at rest, on a context a crash left mid-turn
+    ├── SubContextError             a sub-context call on a context in the wrong place for it
     ├── ToolCallError
     │   ├── UnknownToolCall         no tool call with that id in the context
     │   ├── ToolCallNotPending      the call was already decided (approved or denied)
@@ -54,6 +55,7 @@ __all__ = [
     "RenderError",
     "SchemaVersionError",
     "StoreError",
+    "SubContextError",
     "TableError",
     "ToolCallError",
     "ToolCallNotPending",
@@ -124,6 +126,17 @@ class NotAtRest(TurnFSMError):
             f"{what} of context {context_id!r} change only at rest, and it is in "
             f"{self.state} (a crash stopped its turn there): resume it first; nothing was changed"
         )
+
+
+class SubContextError(TurnFSMError):
+    """A sub-context call (``finish``, ``delete_context``, input to a finished
+    sub-context) that the contexts involved do not allow now: ``context_id``
+    names the one refused and ``reason`` says why. Nothing was changed."""
+
+    def __init__(self, context_id: str, reason: str) -> None:
+        self.context_id = context_id
+        self.reason = reason
+        super().__init__(f"context {context_id!r}: {reason}; nothing was changed")
 
 
 class ContextLeased(ContextBusy):

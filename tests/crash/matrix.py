@@ -43,13 +43,20 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, ask_user, tool
+from turnfsm import Engine, ask_user, subtask, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
+from turnfsm.engine import DEFAULT_SUMMARY_PROMPT
 from turnfsm.errors import ContextNotFound
 from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
+SUB_KINDS = ("spawn", "finish", "subtask_send", "subtask_approve")
+"""Sub-contexts: several commits on two contexts (the parent is ``CID``).
+``subtask_send``: a message whose answer calls a sub-task tool, whose child
+waits for approval (the parent takes ``subtask_waits``); ``subtask_approve``:
+approving that child's call on the parent, so the child and then the parent's
+call complete."""
 KINDS = (
     "create",
     "send",
@@ -62,6 +69,7 @@ KINDS = (
     "prompts",
     "answer",
     "delete",
+    *SUB_KINDS,
 )
 STORES = ("files", "sqlite")
 CID = "c"
@@ -94,6 +102,9 @@ def book(city: str) -> dict[str, Any]:
     return {"booked": city}
 
 
+research = subtask("research", "Research in a helper conversation.", tools=["book"])
+
+
 def _text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -107,6 +118,12 @@ def answer(request: Any) -> Any:
     if last["role"] == "tool":
         return {"text": "Booked."}
     turn = sum(1 for m in messages if m["role"] == "user")
+    if _text(last) == DEFAULT_SUMMARY_PROMPT:  # finish's summary request
+        return {"text": f"Summary {turn}."}
+    if "research" in _text(last):
+        return LLMResponse(
+            tool_calls=(ToolCallData(f"research-{turn}", "research", {"task": "book Oslo"}),)
+        )
     if "ask" in _text(last):
         question = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
         return LLMResponse(tool_calls=(ToolCallData(f"q-{turn}", "ask_user", question),))
@@ -118,7 +135,7 @@ def answer(request: Any) -> Any:
 def engine_for(store: Store, prefix: str) -> Engine:
     return Engine(
         llm=ScriptedLLM(answer, record=False),
-        tools=[book, ask_user],
+        tools=[book, ask_user, research],
         store=store,
         clock=FakeClock(),
         ids=SequentialIds(prefix),
@@ -138,6 +155,11 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
             assert str(turn.state) == "AwaitingToolApproval", turn.state
         if kind == "switch":
             await engine.fork(CID, "alt", 0)
+        if kind == "finish":
+            await engine.spawn(CID, "what is the answer?", title="helper")
+        if kind == "subtask_approve":
+            turn = await engine.send(CID, "please research Oslo")
+            assert [c.id for c in turn.pending_tool_calls] == ["call-1"], turn
         if kind == "answer":
             turn = await engine.send(CID, "please ask me")
             assert turn.questions, turn
@@ -168,6 +190,15 @@ async def change(kind: str, store: Store) -> None:
             await engine.answer(CID, "q-2", "Rome")
         elif kind == "delete":
             await store.delete(CID)
+        elif kind == "spawn":
+            await engine.spawn(CID, "what is the answer?", title="helper")
+        elif kind == "finish":
+            [child] = await engine.children(CID)
+            await engine.finish(child.context_id)  # the LLM summary
+        elif kind == "subtask_send":
+            await engine.send(CID, "please research Oslo")
+        elif kind == "subtask_approve":
+            await engine.approve(CID, "call-1")  # the child's call, surfaced on CID
         else:
             raise ValueError(kind)
 
@@ -323,7 +354,9 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                 for _ in range(5):
                     if ctx.current_state != "AwaitingToolApproval":
                         break
-                    pending = [c.id for c in ctx.pending_tool_calls()]
+                    # what a human is asked (a waiting sub-task's calls included)
+                    turn = await engine.resume(CID)
+                    pending = [c.id for c in turn.pending_tool_calls]
                     if not pending:
                         problems.append("AwaitingToolApproval with nothing pending")
                         break
@@ -335,6 +368,8 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                     ctx = await engine.get_context(CID)
                 if ctx.current_state not in RESTING:
                     problems.append(f"did not come to rest: {ctx.current_state}")
+                if kind in SUB_KINDS:
+                    problems += await _tree_problems(engine, kind)
             except Exception as exc:
                 problems.append(f"resuming failed: {type(exc).__name__}: {exc}")
             await engine.store.delete(CID)
@@ -348,6 +383,81 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
         return problems
 
     return anyio.run(go)
+
+
+async def _tree_problems(engine: Engine, kind: str) -> list[str]:
+    """After a kill in spawn or finish, and ``recover``: the parent and its
+    children agree, and calling the change again completes it."""
+    problems: list[str] = []
+    parent = await engine.get_context(CID)
+    if kind.startswith("subtask"):
+        # at rest (the loop above approved what waited): each sub-task call
+        # has one result, the summary, and its child is gone
+        results = [
+            n.message.tool_result
+            for n in parent.history()
+            if n.message.tool_result is not None
+            and n.message.tool_result.request_id.startswith("research-")
+        ]
+        asked = [
+            c.id
+            for n in parent.history()
+            for c in n.message.tool_calls or ()
+            if c.tool_name == "research"
+        ]  # none when the kill came before the message's commit
+        if len(results) != len(asked) or not all(r.success for r in results):
+            problems.append(f"the sub-task calls {asked}, their results: {results}")
+        left = await engine.children(CID)
+        if left:
+            problems.append(f"children left after the sub-task completed: {left}")
+        return problems
+    announced = [
+        s.detail["child_id"]
+        for s in await engine.steps(CID)
+        if s.trigger == "child_spawned" and s.detail is not None
+    ]
+    children = await engine.children(CID)
+    ids = [c.context_id for c in children]
+    summaries = [
+        n.message.metadata.extra["sub_context"]["child_id"]
+        for n in parent.history()
+        if "sub_context" in n.message.metadata.extra
+    ]
+    for c in children:
+        if c.state not in RESTING and c.state != "AwaitingToolApproval":
+            problems.append(f"child {c.context_id} did not come to rest: {c.state}")
+    if kind == "spawn":
+        # a child is announced only once it exists; a kill between the two
+        # leaves a child nobody announced, which ``children`` still lists
+        for cid in announced:
+            if cid not in ids:
+                problems.append(f"child_spawned names {cid}, which does not exist")
+        if summaries:
+            problems.append(f"a summary appeared during spawn: {summaries}")
+        return problems
+    # finish: the summary is on the parent once, or not yet; finishing again completes it
+    if len(summaries) > 1 or len(announced) != 1:
+        problems.append(f"announced {announced}, summaries {summaries}")
+        return problems
+    [child_id] = announced
+    if child_id in ids:
+        done = await engine.finish(child_id)
+        parent = await engine.get_context(CID)
+    elif not summaries:
+        problems.append(f"the child {child_id} is gone and no summary stands for it")
+        return problems
+    again = [
+        n.id
+        for n in parent.history()
+        if n.message.metadata.extra.get("sub_context", {}).get("child_id") == child_id
+    ]
+    if len(again) != 1:
+        problems.append(f"{len(again)} summaries of {child_id} after finishing again")
+    if await engine.children(CID):
+        problems.append("the child outlived finish")
+    if child_id in ids and again and done.message_id != again[0]:
+        problems.append("finish again points at another summary")
+    return problems
 
 
 def _diff(state: str | None, allowed: list[str | None]) -> str:
@@ -526,6 +636,14 @@ def a_few(clean: dict[str, Any]) -> list[int]:
             points.add(i + 1)
             break
     return sorted(p for p in points if 0 <= p <= total)
+
+
+def a_few_and_between(clean: dict[str, Any]) -> list[int]:
+    """The reduced matrix, plus a kill right after each commit but the last:
+    where a change of several commits (spawn, finish) stops between them."""
+    points = set(a_few(clean))
+    points.update(end for _, end, _ in clean["commits"][:-1])
+    return sorted(points)
 
 
 def main(argv: list[str] | None = None) -> int:

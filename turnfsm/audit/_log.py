@@ -22,8 +22,8 @@ the model's answer or failure causes (``stream_started``, ``response_received``,
 for ``tools_done``, ``approver`` (the human approver) for
 ``approvals_resolved``, and ``system`` for the engine's own decisions
 (``prompt_ready``, ``prepare_failed``, ``needs_approval``, ``tools_decided``,
-``turn_complete``, ``outcome_unknown``, ``give_up``, and ``retry`` after the
-backoff).
+``turn_complete``, ``outcome_unknown``, ``subtask_waits``, ``give_up``, and
+``retry`` after the backoff).
 
 **attempt** is the LLM attempt the context's progress counts after the step,
 as the engine keeps it: 1 after ``user_message``, ``tools_done`` and a user's
@@ -44,10 +44,16 @@ append order) and each trigger takes what the engine appends for it:
 - ``needs_approval``, ``tools_decided``, ``approvals_resolved``,
   ``outcome_unknown``: the open batch's assistant message (decisions change it);
 - ``tools_done``: one result per open call;
+- ``subtask_waits``: the open batch's assistant message (the waiting calls are
+  pending again) and the results of the calls that finished, which follow it;
 - ``turn_complete``: with open calls (the iteration limit), the batch and one
   result per call;
 - ``cancel``: the cancelled partial answer, if any, and the results closing
-  open calls.
+  open calls;
+- ``child_finished`` (a change record): the sub-context's summary, the one
+  assistant message whose ``metadata.extra`` holds ``"sub_context"``.
+
+Other change records add no message.
 
 **outcome** (on a ``turn_complete`` record only) is how the turn ended, read
 from the stored answer it ended on (``InternalMessage.outcome``):
@@ -76,8 +82,17 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..model import MessageNode, Role
-from ..states import CHANGES, INITIAL, RESTING, State, Trigger, allowed_triggers, next_state
+from ..model import SUBTASK_RESUMED, SUBTASK_WAITING, SUMMARY_KEY, MessageNode, Role
+from ..states import (
+    CHANGES,
+    INITIAL,
+    RESTING,
+    Change,
+    State,
+    Trigger,
+    allowed_triggers,
+    next_state,
+)
 
 __all__ = [
     "ACTORS",
@@ -139,6 +154,7 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
     (None, T.APPROVALS_RESOLVED): Actor.APPROVER,
     (None, T.TOOLS_DONE): Actor.TOOL,
     (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
+    (None, T.SUBTASK_WAITS): Actor.SYSTEM,
     (None, T.LLM_FAILED_TRANSIENT): Actor.LLM,
     (None, T.LLM_FAILED_PERMANENT): Actor.LLM,
     (S.TRANSIENT_FAILURE, T.RETRY): Actor.SYSTEM,
@@ -293,6 +309,25 @@ class _Walk:
         if not still:
             self.batch = None
 
+    def close_at_head(self, touch: _Touch) -> None:
+        """``subtask_waits``: the results at the head of the history for the
+        open calls that did not wait for a sub-task (their reason says so)."""
+        waited = set()
+        if self.batch is not None:
+            for c in self.batch.message.tool_calls or ():
+                if c.reason and c.reason.startswith((SUBTASK_WAITING, SUBTASK_RESUMED)):
+                    waited.add(c.id)
+        while (node := self.head()) is not None:
+            tr = node.message.tool_result
+            if node.message.role is not Role.TOOL or tr is None or tr.request_id not in self.open:
+                break
+            if tr.request_id in waited:
+                break
+            self.consumed.add(node.id)
+            self.open.remove(tr.request_id)
+            touch.message_ids.append(node.id)
+            touch.tool_results.append(tr.request_id)
+
     def step(self, trigger: str) -> _Touch:
         touch = _Touch()
         if trigger == T.USER_MESSAGE:
@@ -317,6 +352,14 @@ class _Walk:
                 touch.message_ids.append(self.batch.id)
         elif trigger == T.TOOLS_DONE:
             self.close_open(touch)
+        elif trigger == T.SUBTASK_WAITS:
+            if self.batch is not None:
+                touch.message_ids.append(self.batch.id)
+            self.close_at_head(touch)
+        elif trigger == Change.CHILD_FINISHED:
+            node = self.take_head("summary")
+            if node is not None:
+                touch.message_ids.append(node.id)
         elif trigger in (T.TURN_COMPLETE, T.CANCEL):
             if trigger == T.TURN_COMPLETE:
                 found = self.answer.message.outcome if self.answer is not None else None
@@ -339,8 +382,11 @@ def _matches(node: MessageNode, want: str) -> bool:
     msg = node.message
     if want == "input":
         return msg.role in _INPUT_ROLES
+    summary = SUMMARY_KEY in msg.metadata.extra
+    if want == "summary":
+        return msg.role is Role.ASSISTANT and summary
     if want == "answer":
-        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled
+        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary
     return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
 
 

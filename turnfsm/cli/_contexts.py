@@ -17,6 +17,8 @@ from typing import Any
 import anyio
 
 from ..adapters.outbound import EXPORT_FORMATS, export_context
+from ..engine import ContextTree, context_tree, delete_tree
+from ..errors import ContextNotFound
 from ._errors import CLIError, guarded
 from ._store import add_store_option, open_cli_store
 
@@ -34,6 +36,12 @@ def add_parser(sub: Any) -> None:
     show = verbs.add_parser("show", help="the context as JSON, with its audit steps")
     show.add_argument("context_id", metavar="ID")
     add_store_option(show)
+    show.add_argument(
+        "--tree",
+        action="store_true",
+        help="draw the context's sub-context tree (its parent, it, its descendants) "
+        "instead of the JSON",
+    )
     ex = verbs.add_parser(
         "export",
         help="the context as JSON (what turnfsm import reads back), or one branch "
@@ -55,7 +63,11 @@ def add_parser(sub: Any) -> None:
     )
     ex.add_argument("-o", "--out", metavar="FILE", help="write to FILE instead of stdout")
     add_store_option(ex)
-    rm = verbs.add_parser("delete", help="delete a context and everything stored of it")
+    rm = verbs.add_parser(
+        "delete",
+        help="delete a context and everything stored of it, with its finished sub-contexts "
+        "(refused while one is not finished)",
+    )
     rm.add_argument("context_id", metavar="ID")
     add_store_option(rm)
     p.set_defaults(run=guarded("turnfsm contexts", _run))
@@ -92,14 +104,19 @@ async def _main(args: argparse.Namespace) -> int:
                     print(f"{s.id}  {s.state:<22} v{s.version:<5} {s.updated_at.isoformat()}")
             return 0
         if args.verb == "delete":
-            await store.delete(args.context_id)
-            print(f"deleted {args.context_id}")
+            for cid in await delete_tree(store, args.context_id):
+                print(f"deleted {cid}")
             return 0
         ctx = await store.load(args.context_id)
         data: Any = ctx.model_dump(mode="json")
         if args.verb == "export" and args.format != "context":
             data = export_context(ctx, args.format, branch=args.branch)
         if args.verb == "show":
+            tree = await context_tree(store, args.context_id)
+            if args.tree:
+                print(await _draw(store, ctx.parent_id, tree), end="")
+                return 0
+            data["tree"] = tree.to_json()
             data["steps"] = [
                 {
                     "version": st.version,
@@ -120,3 +137,40 @@ async def _main(args: argparse.Namespace) -> int:
         return 0
     finally:
         await store.aclose()
+
+
+async def _draw(store: Any, parent_id: str | None, tree: ContextTree) -> str:
+    """The tree as text: the parent (when there is one), the context marked
+    ``*``, and its descendants below it."""
+    lines: list[str] = []
+    indent = ""
+    if parent_id is not None:
+        try:
+            parent = await store.load(parent_id)
+        except ContextNotFound:  # the parent is gone: the child is drawn alone
+            lines.append(f"{parent_id}  (missing parent)")
+        else:
+            lines.append(f"{parent_id}  {parent.current_state}{_title(parent.config.title)}")
+        indent = "    "
+        lines.append("└── " + _line(tree, mark=True))
+    else:
+        lines.append(_line(tree, mark=True))
+
+    def walk(node: ContextTree, prefix: str) -> None:
+        for i, child in enumerate(node.children):
+            last = i == len(node.children) - 1
+            lines.append(prefix + ("└── " if last else "├── ") + _line(child))
+            walk(child, prefix + ("    " if last else "│   "))
+
+    walk(tree, indent)
+    return "".join(line + "\n" for line in lines)
+
+
+def _line(node: ContextTree, *, mark: bool = False) -> str:
+    i = node.info
+    done = "  (finished)" if i.finished else ""
+    return f"{i.context_id}{' *' if mark else ''}  {i.state}{_title(i.title)}{done}"
+
+
+def _title(title: str | None) -> str:
+    return f"  {json.dumps(title, ensure_ascii=False)}" if title else ""

@@ -1,5 +1,18 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
+from ._children import (
+    DEFAULT_SUMMARY_PROMPT,
+    Child,
+    ChildInfo,
+    ContextTree,
+    FinalAnswer,
+    Finished,
+    LLMSummarizer,
+    Summarizer,
+    SummaryFunction,
+    context_tree,
+    delete_tree,
+)
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
@@ -10,10 +23,17 @@ from ._subscribers import Subscription
 from ._turn import Question, StopReason, Turn
 
 __all__ = [
+    "DEFAULT_SUMMARY_PROMPT",
     "UNSET",
+    "Child",
+    "ChildInfo",
     "Clock",
+    "ContextTree",
     "Engine",
     "FakeClock",
+    "FinalAnswer",
+    "Finished",
+    "LLMSummarizer",
     "Mode",
     "Question",
     "Recovery",
@@ -21,9 +41,13 @@ __all__ = [
     "SequentialIds",
     "StopReason",
     "Subscription",
+    "Summarizer",
+    "SummaryFunction",
     "SystemClock",
     "Turn",
     "Unset",
+    "context_tree",
+    "delete_tree",
     "wait_exponential",
     "wait_fixed",
     "wait_random_exponential",

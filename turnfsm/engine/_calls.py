@@ -13,6 +13,7 @@ from ..errors import (
     LLMError,
     NotAQuestion,
     NotAtRest,
+    SubContextError,
     ToolCallNotPending,
     UnknownToolCall,
 )
@@ -59,6 +60,8 @@ T = Trigger
 
 
 async def start_send(d: Driver, parts: list[ContentPart], role: Role, rt: Runtime) -> None:
+    if rt.ctx.config.archived:
+        raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
     state = d.require(rt, T.USER_MESSAGE)
     if state is S.AWAITING_TOOL_APPROVAL:
         d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -52,6 +52,9 @@ from ._retry import RetryPolicy
 from ._runtime import Runtime, dirty
 from ._subscribers import yield_to_readers
 from ._turn import StopReason, Turn
+
+if TYPE_CHECKING:
+    from ._children import SubtaskRunner
 
 __all__ = ["Driver"]
 
@@ -128,6 +131,8 @@ class Driver:
         self.loaded = Loaded(self.machine, log, self.request_cancel)
         self.busy: set[str] = set()
         self.beats: anyio.abc.TaskGroup | None = None
+        self.subtask_host: SubtaskRunner | None = None
+        """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Driver, Runtime], Awaitable[None]]] = {
             Effect.PREPARE: _prepare.prepare,
             Effect.CALL_LLM: _call_llm.call_llm,
@@ -153,10 +158,11 @@ class Driver:
 
     def offered(self, ctx: ChatContext) -> ToolRegistry:
         """The tools the model is offered for ``ctx``, with their approval as
-        the mode says: the one view the tool definitions, the approval policy
-        and the tool runs use. A context whose mode is unknown is offered none.
-        (A further per-context restriction composes here, as ``allowed``.)"""
-        return self.modes.tools_for(self.modes.get(ctx.config.mode))
+        the mode says, narrowed to the context's own allow-list
+        (``config.tools``): the one view the tool definitions, the approval
+        policy and the tool runs use. A context whose mode is unknown is
+        offered none."""
+        return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), UTC)

@@ -6,6 +6,7 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import uuid
@@ -18,8 +19,18 @@ import anyio
 
 from ..adapters.llm import LLM
 from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
-from ..errors import ContextBusy, ContextLeased, InvalidInput, StoreError, TurnFSMError
+from ..errors import (
+    ContextBusy,
+    ContextLeased,
+    ContextNotFound,
+    InvalidInput,
+    NotAtRest,
+    StoreError,
+    SubContextError,
+    TurnFSMError,
+)
 from ..model import (
+    SUBTASK_RESUMED,
     ApprovalStatus,
     Branch,
     ChatConfig,
@@ -27,11 +38,14 @@ from ..model import (
     ContentPart,
     Role,
     SystemPrompt,
+    ToolCallRequest,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
-from . import _calls, _leases
+from . import _calls, _children, _leases
+from ._approval import questions_of
+from ._children import Child, ChildInfo, Finished, Summarizer
 from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
 from ._drive import Driver
@@ -164,7 +178,7 @@ class Engine:
         if tool_history_rounds is not None:
             builtin.append(ToolHistoryTrimmer(tool_history_rounds))
         self._subscriber_buffer = subscriber_buffer
-        self._d = Driver(
+        self._d = d = Driver(
             llm=llm,
             tools=registry,
             store=store if store is not None else MemoryStore(),
@@ -180,6 +194,7 @@ class Engine:
             lease_ttl=float(lease_ttl),
             owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         )
+        d.subtask_host = _children.SubtaskRunner(self)
 
     # ------------------------------------------------------------------ settings
 
@@ -294,6 +309,7 @@ class Engine:
         parent_id: str | None = None,
         context_id: str | None = None,
         title: str | None = None,
+        tools: Sequence[str] | None = None,
     ) -> str:
         """Create and store a new context in ``Idle``; returns its id.
 
@@ -302,7 +318,45 @@ class Engine:
         rule (1 to 200 characters, no control character, no lone surrogate),
         texts for valid Unicode, ``parameters`` by the JSON payload rules of
         :mod:`turnfsm.model` (depth, size, string keys, finite numbers).
+        ``parent_id`` must name a stored context
+        (:class:`~turnfsm.errors.ContextNotFound`) that is not a finished
+        sub-context (:class:`~turnfsm.errors.SubContextError`); :meth:`spawn`
+        makes a child and runs its task in one call. ``tools`` is an allow-list
+        of the engine's tool names (``None``: all of them; an unknown name is
+        refused): the model is offered only those, and a call to another tool
+        gets an error result and never runs.
         """
+        return await self._create(
+            system_prompt=system_prompt,
+            model=model,
+            mode=mode,
+            parameters=parameters,
+            user_prompt=user_prompt,
+            agent_role=agent_role,
+            workspace_path=workspace_path,
+            parent_id=parent_id,
+            context_id=context_id,
+            title=title,
+            tools=tools,
+            subtask_call=None,
+        )
+
+    async def _create(
+        self,
+        *,
+        system_prompt: str | None,
+        model: str,
+        mode: str,
+        parameters: dict[str, Any] | None,
+        user_prompt: str | None,
+        agent_role: str,
+        workspace_path: str | None,
+        parent_id: str | None,
+        context_id: str | None,
+        title: str | None,
+        tools: Sequence[str] | None,
+        subtask_call: str | None,
+    ) -> str:
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
         self._d.check_mode("mode", mode)
@@ -317,6 +371,13 @@ class Engine:
         if context_id is not None:
             check_id("context_id", context_id)
         check_title("title", title)
+        allowed = _check_tools("tools", tools, self.tools)
+        if parent_id is not None:
+            parent = await self.get_context(parent_id)
+            if parent.config.archived:
+                raise SubContextError(
+                    parent_id, "it is a finished sub-context: it takes no new sub-contexts"
+                )
         now = self._d.now()
         prompt = SystemPrompt(id=self._d.ids(), content=system_prompt) if system_prompt else None
         ctx = ChatContext(
@@ -330,6 +391,8 @@ class Engine:
                 agent_role=agent_role,
                 workspace_path=workspace_path,
                 title=title,
+                tools=allowed,
+                subtask_call=subtask_call,
             ),
             branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
             created_at=now,
@@ -370,17 +433,23 @@ class Engine:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
         d = self._d
-        return await d.run(
-            context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
+        return await self._surface(
+            await d.run(
+                context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
+            )
         )
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
-        """Approve pending tool calls; once none is pending, the approved calls run."""
+        """Approve pending tool calls; once none is pending, the approved calls run.
+
+        The pending calls of a sub-task's child surface on its parent (see
+        :func:`~turnfsm.tools.subtask`): approving them here decides them on
+        the child, which goes on; once it no longer waits, the parent's call
+        runs again and completes.
+        """
         check_id("context_id", context_id)
         ids = check_call_ids("call_ids", call_ids)
-        decisions = dict.fromkeys(ids, (ApprovalStatus.APPROVED, None))
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+        return await self._decide(context_id, ids, ApprovalStatus.APPROVED, None)
 
     async def deny(
         self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
@@ -390,9 +459,46 @@ class Engine:
         check_id("context_id", context_id)
         ids = check_call_ids("call_id", call_id)
         check_text("reason", reason, optional=True)
-        decisions = dict.fromkeys(ids, (ApprovalStatus.DENIED, reason or None))
+        return await self._decide(context_id, ids, ApprovalStatus.DENIED, reason or None)
+
+    async def _decide(
+        self, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
+    ) -> Turn:
+        """Decisions on pending calls: the context's own, and those of the
+        sub-task children it waits for (routed to them first)."""
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+        routed = await _children.route_decisions(self, context_id, ids)
+        if routed is None:  # no child involved: the plain path (and its errors)
+            decisions = dict.fromkeys(ids, (status, reason))
+            return await self._surface(
+                await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
+            )
+        own, by_child, waiting = routed
+        for child_id, child_ids in by_child.items():
+            await self._decide(child_id, child_ids, status, reason)
+        return await self._after_children(context_id, dict.fromkeys(own, (status, reason)), waiting)
+
+    async def _after_children(
+        self,
+        context_id: str,
+        decisions: dict[str, tuple[ApprovalStatus, str | None]],
+        waiting: dict[str, str],
+    ) -> Turn:
+        """After decisions went to a context's waiting children: its own
+        ``decisions``, and each waiting call whose child no longer waits is
+        approved to run again."""
+        d = self._d
+        for call_id, child_id in waiting.items():
+            child = await self.get_context(child_id)
+            if child.current_state != State.AWAITING_TOOL_APPROVAL:
+                # the child no longer waits: the parent's call runs again
+                decisions[call_id] = (ApprovalStatus.APPROVED, SUBTASK_RESUMED + child_id)
+        start = (
+            functools.partial(_calls.start_decide, d, decisions)
+            if decisions
+            else functools.partial(_children.start_still_waiting, d)
+        )
+        return await self._surface(await d.run(context_id, start))
 
     async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
         """Answer a question the model asked (a pending call to a question tool,
@@ -409,7 +515,15 @@ class Engine:
         check_text("call_id", call_id, empty=False)
         check_text("text", text, empty=False)
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+        routed = await _children.route_decisions(self, context_id, [call_id])
+        if routed is not None:  # a question of a sub-task's child, surfaced here
+            _, by_child, waiting = routed
+            for child_id in by_child:
+                await self.answer(child_id, call_id, text)
+            return await self._after_children(context_id, {}, waiting)
+        return await self._surface(
+            await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+        )
 
     async def retry(self, context_id: str) -> Turn:
         """Try the failed LLM call again (from ``PermanentFailure``)."""
@@ -458,7 +572,9 @@ class Engine:
         """
         check_id("context_id", context_id)
         d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_resume, d))
+        return await self._surface(
+            await d.run(context_id, functools.partial(_calls.start_resume, d))
+        )
 
     async def recover(self) -> Recovery:
         """Resume every context of the store that a crash left busy (in a
@@ -596,6 +712,259 @@ class Engine:
         await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))
         return out[0]
 
+    # ------------------------------------------------------------------ sub-contexts
+
+    async def spawn(
+        self,
+        parent_id: str,
+        task: str | Sequence[ContentPart],
+        *,
+        system_prompt: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
+        tools: Sequence[str] | None = None,
+        title: str | None = None,
+    ) -> Child:
+        """Run a sub-task in a new child context of ``parent_id``; returns the
+        child's id and the turn its task ran (the child is then at rest).
+
+        The parent must be stored (:class:`~turnfsm.errors.ContextNotFound`),
+        at rest, not busy, and not a finished sub-context. The child gets
+        ``system_prompt`` (none by default), and the parent's model, mode,
+        parameters, agent role and workspace unless ``model`` / ``mode`` are
+        given. ``tools`` is an allow-list of the engine's tool names; by
+        default the child may use what the parent may, and a parent's list
+        cannot be widened (:class:`InvalidInput`). The parent gets a
+        ``child_spawned`` change record naming the child; ``task`` is then
+        sent as the child's first user message and runs until the child rests.
+        Bring the child back with :meth:`finish`.
+        """
+        check_id("parent_id", parent_id)
+        parts = check_content("task", task)
+        check_text("system_prompt", system_prompt, optional=True)
+        if model is not None:
+            check_name("model", model)
+        if mode is not None:
+            self._d.check_mode("mode", mode)
+        allowed = _check_tools("tools", tools, self.tools)
+        check_title("title", title)
+        d = self._d
+        d.refuse_if_busy(parent_id)
+        parent = await self.get_context(parent_id)
+        if parent.config.archived:
+            raise SubContextError(
+                parent_id, "it is a finished sub-context: it takes no new sub-contexts"
+            )
+        if State(parent.current_state) not in RESTING:
+            raise NotAtRest(parent_id, parent.current_state, "sub-contexts")
+        return await self._spawn(
+            parent, parts, system_prompt, model, mode, allowed, title, announce=True
+        )
+
+    async def _spawn(
+        self,
+        parent: ChatContext,
+        parts: list[ContentPart],
+        system_prompt: str | None,
+        model: str | None,
+        mode: str | None,
+        allowed: list[str] | None,
+        title: str | None,
+        *,
+        announce: bool,
+        subtask_call: str | None = None,
+    ) -> Child:
+        """Create the child of ``parent`` (arguments checked), record it on the
+        parent when ``announce`` (the parent is at rest), and run its task."""
+        d = self._d
+        parent_id = parent.id
+        wider = parent.config.tools
+        if allowed is None:
+            allowed = None if wider is None else list(wider)
+        elif wider is not None:
+            for i, name in enumerate(allowed):
+                if name not in wider:
+                    raise InvalidInput(
+                        f"tools[{i}]", f"the parent {parent_id!r} may not use {name!r}"
+                    )
+        config = parent.config
+        child_id = await self._create(
+            system_prompt=system_prompt,
+            model=config.model_id if model is None else model,
+            mode=config.mode if mode is None else mode,
+            parameters=config.parameters,
+            user_prompt=None,
+            agent_role=config.agent_role,
+            workspace_path=config.workspace_path,
+            parent_id=parent_id,
+            context_id=None,
+            title=title,
+            tools=allowed,
+            subtask_call=subtask_call,
+        )
+        detail: dict[str, Any] = {"child_id": child_id, "task": _task_text(parts)}
+        if title is not None:
+            detail["title"] = title
+        try:
+            if announce:
+                await d.run(parent_id, functools.partial(_children.start_child_spawned, d, detail))
+        except BaseException:
+            # the parent refused (busy in another engine, moved meanwhile): the
+            # child was never announced, so it goes
+            with anyio.CancelScope(shield=True):
+                await self.store.delete(child_id)
+            raise
+        turn = await self.send(child_id, parts)
+        return Child(context_id=child_id, turn=turn)
+
+    async def finish(
+        self,
+        child_id: str,
+        *,
+        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
+        keep: bool = False,
+    ) -> Finished:
+        """Summarise a child into its parent, then delete the child (or, with
+        ``keep=True``, keep it finished).
+
+        The child must be a sub-context at rest in ``Idle`` with no unfinished
+        sub-context of its own, and its parent at rest in ``Idle``
+        (:class:`~turnfsm.errors.SubContextError` otherwise; nothing changes).
+        ``summarizer`` makes the text: by default :class:`LLMSummarizer` (the
+        engine's adapter, with a documented prompt); :class:`FinalAnswer` takes
+        the child's last answer as it is; any other :class:`Summarizer`, or a
+        plain callable ``fn(child) -> str`` (sync or async). The summary is
+        appended to the parent's active branch as one assistant message whose
+        ``metadata.extra["sub_context"]`` names the child and the child's
+        message ids it stands for, committed with a ``child_finished`` change
+        record. A kept child gets an ``archived`` record and refuses input.
+
+        After a crash between those commits, calling ``finish`` again completes
+        it without a second summary.
+        """
+        check_id("child_id", child_id)
+        if not isinstance(keep, bool):
+            raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
+        chosen = _children.as_summarizer("summarizer", summarizer)
+        d = self._d
+        d.refuse_if_busy(child_id)
+        child = await self.get_context(child_id)
+        parent_id = child.parent_id
+        if parent_id is None:
+            raise SubContextError(child_id, "it is not a sub-context (it has no parent)")
+        if child.config.archived:
+            raise SubContextError(child_id, "it is already finished")
+        state = State(child.current_state)
+        if state is not State.IDLE:
+            if state not in RESTING:
+                raise NotAtRest(child_id, state, "finishing a sub-context")
+            raise SubContextError(child_id, f"finish needs it at rest in Idle, not in {state}")
+        live = [c.context_id for c in await self.children(child_id) if not c.finished]
+        if live:
+            raise SubContextError(
+                child_id, f"its own sub-contexts {live} are not finished: finish them first"
+            )
+        parent = await self.get_context(parent_id)
+        message_id = _children.find_summary(parent, child_id)
+        if message_id is None:
+            if parent.current_state != State.IDLE:
+                raise SubContextError(
+                    parent_id,
+                    f"a sub-context's summary is added only in Idle, and it is in "
+                    f"{parent.current_state}",
+                )
+            d.refuse_if_busy(parent_id)
+            text = await chosen.summarize(child, self)
+            if not isinstance(text, str):
+                raise SubContextError(
+                    child_id, f"the summarizer returned {type(text).__name__}, not a text"
+                )
+            check_text("summary", text)
+            if not text.strip():
+                raise SubContextError(child_id, "the summarizer returned an empty summary")
+            name = _children.summarizer_name(chosen)
+            turn = await d.run(
+                parent_id,
+                functools.partial(_children.start_child_finished, d, child, text, name, keep),
+            )
+            refreshed = await self.get_context(parent_id)
+            message_id = _children.find_summary(refreshed, child_id)
+            assert message_id is not None, turn
+            parent = refreshed
+        summary = parent.message_pool[message_id].message.text
+        if keep:
+            await d.run(
+                child_id, functools.partial(_children.start_archive, d, parent_id, message_id)
+            )
+        else:
+            await self.delete_context(child_id)
+        return Finished(
+            context_id=parent_id,
+            child_id=child_id,
+            message_id=message_id,
+            summary=summary,
+            kept=keep,
+        )
+
+    async def children(self, context_id: str) -> list[ChildInfo]:
+        """The direct sub-contexts of a context (id, stored state, title, finished),
+        oldest first. :class:`~turnfsm.errors.ContextNotFound` for an unknown id."""
+        check_id("context_id", context_id)
+        await self.get_context(context_id)
+        return await _children.children_of(self.store, context_id)
+
+    async def delete_context(self, context_id: str) -> list[str]:
+        """Delete a context and its finished (kept) sub-contexts; returns the ids
+        deleted, the context last.
+
+        Refused with :class:`~turnfsm.errors.SubContextError` while it has a
+        sub-context (at any depth) that is not finished: finish those first, so
+        that no sub-task's work is lost unsummarised. A context on which a call
+        is running is refused too (:class:`~turnfsm.errors.ContextBusy`).
+        """
+        check_id("context_id", context_id)
+        d = self._d
+        d.refuse_if_busy(context_id)
+        deleted = await _children.delete_tree(self.store, context_id, busy=tuple(d.busy))
+        for cid in deleted:
+            d.loaded.unload(cid)
+        return deleted
+
+    async def _surface(self, turn: Turn) -> Turn:
+        """A turn resting at AwaitingToolApproval lists, instead of the calls of
+        its own that wait for a sub-task's child, that child's pending calls."""
+        if turn.state is not State.AWAITING_TOOL_APPROVAL or not any(
+            _children.waiting_child(c) for c in turn.pending_tool_calls
+        ):
+            return turn
+        pending = await self._surfaced_pending(turn.context_id)
+        return dataclasses.replace(
+            turn, pending_tool_calls=pending, questions=questions_of(self.tools, pending)
+        )
+
+    async def _surfaced_pending(
+        self, context_id: str, seen: frozenset[str] = frozenset()
+    ) -> tuple[ToolCallRequest, ...]:
+        """The calls a human decides for a context: its own pending calls, and
+        for each that waits for a sub-task's child, that child's (at any depth)."""
+        ctx = await _children.peek(self, context_id)
+        if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+            return ()
+        out: list[ToolCallRequest] = []
+        for call in ctx.pending_tool_calls():
+            child_id = _children.waiting_child(call)
+            if child_id is None or child_id in seen:
+                out.append(call)
+                continue
+            try:
+                below = await self._surfaced_pending(child_id, seen | {context_id})
+            except ContextNotFound:
+                below = ()
+            # a child that no longer waits (decided on its own, or gone): the
+            # call itself is what is left to approve, and it runs again
+            out.extend(below or (call,))
+        return tuple(out)
+
     # ------------------------------------------------------------------ events and audit
 
     def subscribe(self, context_id: str) -> Subscription:
@@ -622,6 +991,31 @@ class Engine:
         check_id("context_id", context_id)
         steps = await self.store.steps(context_id)
         return [State.IDLE, *(State(s.to_state) for s in steps if s.trigger not in CHANGES)]
+
+
+def _check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] | None:
+    """An allow-list of tool names: ``None``, or names of ``registry`` (each once)."""
+    if tools is None:
+        return None
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise InvalidInput(where, f"must be a list of tool names or None, not {tools!r}")
+    out: list[str] = []
+    for i, name in enumerate(tools):
+        if not isinstance(name, str):
+            raise InvalidInput(f"{where}[{i}]", f"must be a tool name, not {name!r}")
+        if name not in registry:
+            known = ", ".join(registry.names) or "(none)"
+            raise InvalidInput(
+                f"{where}[{i}]", f"the engine has no tool named {name!r} (its tools: {known})"
+            )
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _task_text(parts: Sequence[ContentPart]) -> str:
+    """The text of a task, for the parent's ``child_spawned`` record."""
+    return "".join(getattr(p, "text", "") for p in parts)
 
 
 def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:

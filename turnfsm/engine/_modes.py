@@ -240,9 +240,11 @@ class Modes:
         return mode.name, mode.instructions
 
     def definitions(self, ctx: ChatContext) -> list[dict[str, Any]]:
-        """The definitions of the tools offered in the context's mode (the
-        view's own list: do not mutate)."""
-        return self.tools_for(self._by_name.get(ctx.config.mode)).definitions()
+        """The definitions of the tools offered in the context's mode, among
+        its own allow-list (``config.tools``) when it has one (the view's own
+        list: do not mutate)."""
+        mode = self._by_name.get(ctx.config.mode)
+        return self.tools_for(mode, ctx.config.tools).definitions()
 
     def require(self, ctx: ChatContext) -> Mode:
         """The context's mode, or :class:`UnknownMode`."""

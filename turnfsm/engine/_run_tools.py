@@ -3,11 +3,14 @@ one result per call, in the order asked; then ``tools_done``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from ..model import ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
-from ..tools import ToolOutcome, ToolRegistry, run_calls
+from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
+from ._children import wait_for_subtasks
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
@@ -33,7 +36,11 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     }
     if refused:
         to_run = [c for c in to_run if c.id not in refused]
-    ran = iter(await run_calls(offered, to_run)) if to_run else iter(())
+    ran: Iterator[ToolOutcome] = iter(())
+    if to_run:
+        host = d.subtask_host  # sub-task tools run their children through it
+        with hosting(host, ctx.id) if host is not None else nullcontext():
+            ran = iter(await run_calls(offered, to_run))
     outcomes = [
         refused[c.id]
         if c.id in refused
@@ -48,6 +55,10 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
         )
         for c in calls
     ]
+    waiting = d.subtask_host.take_waiting(ctx.id) if d.subtask_host is not None else {}
+    if waiting:  # sub-task calls whose children wait for a human
+        wait_for_subtasks(d, rt, calls, outcomes, waiting)
+        return
     d.add_results(rt, calls, outcomes)
     ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
     d.fire(rt, Trigger.TOOLS_DONE)
@@ -61,8 +72,11 @@ def _not_offered(
     :func:`~turnfsm.tools.run_calls`): not run, and the model is told why."""
     available = ", ".join(offered.names) or "(none)"
     mode = rt.ctx.config.mode
+    allowed = rt.ctx.config.tools
     if d.mode(rt.ctx) is None:
         why = f"tool {call.tool_name!r} is not offered: mode {mode!r} is unknown to this engine"
+    elif allowed is not None and call.tool_name not in allowed:
+        why = f"tool {call.tool_name!r} is not among this context's tools"
     else:
         why = f"tool {call.tool_name!r} is not offered in mode {mode!r}"
     return ToolOutcome(

@@ -1,7 +1,17 @@
 """L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import RESPONSES_KEY, to_chat_message, to_chat_messages, tool_result_content
-from ._context import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
+from ._context import (
+    SCHEMA_VERSION,
+    SUBTASK_RESUMED,
+    SUBTASK_WAITING,
+    SUMMARY_KEY,
+    Branch,
+    ChatConfig,
+    ChatContext,
+    SystemPrompt,
+    TurnProgress,
+)
 from ._json import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
@@ -47,6 +57,9 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "RESPONSES_KEY",
     "SCHEMA_VERSION",
+    "SUBTASK_RESUMED",
+    "SUBTASK_WAITING",
+    "SUMMARY_KEY",
     "ApprovalStatus",
     "Branch",
     "ChatConfig",

@@ -12,6 +12,9 @@ from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SUBTASK_RESUMED",
+    "SUBTASK_WAITING",
+    "SUMMARY_KEY",
     "Branch",
     "ChatConfig",
     "ChatContext",
@@ -21,6 +24,18 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """The version of the stored context shape written by this release."""
+
+SUMMARY_KEY = "sub_context"
+"""The key, in a message's ``metadata.extra``, that marks the summary of a
+finished sub-context on its parent: ``{"child_id": ..., "message_ids": [...],
+"summarizer": ..., "title": ...}`` (see ``Engine.finish``)."""
+
+SUBTASK_WAITING = "waiting for sub-context "
+"""The ``reason`` of a parent's sub-task tool call while the child (its id
+follows) waits for a human: the call is pending again (``subtask_waits``)."""
+SUBTASK_RESUMED = "resumed: sub-context "
+"""The ``reason`` of such a call once its child no longer waits and the call
+runs again (the child's id follows)."""
 
 
 class SystemPrompt(BaseModel):
@@ -43,6 +58,14 @@ class Branch(BaseModel):
     user_prompt: str | None = None
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _is_false(value: object) -> bool:
+    return value is False
+
+
 class ChatConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_id: str = "scripted"
@@ -53,6 +76,15 @@ class ChatConfig(BaseModel):
     workspace_path: str | None = None
     title: str | None = None
     """A name for people (lists, the web view); the engine does not read it."""
+    tools: list[str] | None = Field(default=None, exclude_if=_is_none)
+    """The names of the engine's tools this context may use (``None``: all of
+    them), within what its mode offers. The model is offered only these, and a
+    call to any other tool gets an error result and never runs."""
+    archived: bool = Field(default=False, exclude_if=_is_false)
+    """A finished sub-context that was kept: it takes no more input."""
+    subtask_call: str | None = Field(default=None, exclude_if=_is_none)
+    """The parent's tool call this sub-context runs (the child of a sub-task
+    tool): a run of that call again continues this child."""
 
 
 class TurnProgress(BaseModel):

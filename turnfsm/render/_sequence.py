@@ -209,6 +209,8 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[str]:
         ] or ["engine->>approver: outcome unknown"]
     if trig == T.TOOLS_DONE:
         return _tool_runs(rec, book)
+    if trig == T.SUBTASK_WAITS:
+        return [*_tool_runs(rec, book), "engine->>approver: a sub-task waits for a decision"]
     if trig == T.TURN_COMPLETE:
         out = _closed(book, rec, "not executed")
         if rec.tool_results:  # the iteration limit: the last answer asked for tools

@@ -24,14 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.llm.scripted import play
-from ..engine import Engine, FakeClock, RetryPolicy, SequentialIds, wait_exponential
+from ..engine import (
+    Engine,
+    FakeClock,
+    FinalAnswer,
+    RetryPolicy,
+    SequentialIds,
+    wait_exponential,
+)
 from ..engine._defaults import default_logger as _default_logger
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
-from ..tools import Tool, ToolError, ask_user, current_call, question_tool
-from ._script import FinalExpect, Script, Step, StepExpect, load_script, parse_script
+from ..tools import Tool, ToolError, ask_user, current_call, question_tool, subtask
+from ._script import (
+    FinalExpect,
+    Script,
+    ScriptSubtask,
+    Step,
+    StepExpect,
+    load_script,
+    parse_script,
+)
 
 __all__ = ["Failure", "ReplayResult", "replay", "run_script"]
 
@@ -234,7 +249,11 @@ def _check_request(index: int, expect: Mapping[str, Any], request: LLMRequest) -
     return failures
 
 
-def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failure]:
+def _check_state(
+    index: int, expect: StepExpect, ctx: ChatContext, pending: Sequence[str] | None = None
+) -> list[Failure]:
+    """``pending``: the ids a human is asked to decide, when they are not the
+    context's own (a sub-task's child waits)."""
     history = ctx.history()
     observed: dict[str, Any] = {}
     expected: dict[str, Any] = {}
@@ -242,7 +261,9 @@ def _check_state(index: int, expect: StepExpect, ctx: ChatContext) -> list[Failu
         expected["state"], observed["state"] = str(expect.state), ctx.current_state
     if expect.pending is not None:
         expected["pending"] = expect.pending
-        observed["pending"] = [c.id for c in ctx.pending_tool_calls()]
+        observed["pending"] = (
+            [c.id for c in ctx.pending_tool_calls()] if pending is None else list(pending)
+        )
     if expect.message_count is not None:
         expected["message_count"], observed["message_count"] = expect.message_count, len(history)
     if expect.branch is not None:
@@ -299,6 +320,21 @@ def _check_final(expect: FinalExpect, trace: list[str], ctx: ChatContext) -> lis
     return failures
 
 
+def _subtask_tool(name: str, description: str, approval: str, spec: ScriptSubtask) -> Tool:
+    """A sub-task tool: its child's ``llm`` and ``tool`` steps, and the summary's
+    ``llm`` step (``"summarizer": "llm"``), follow on the same tape."""
+    return subtask(
+        name,
+        description,
+        system_prompt=spec.system_prompt,
+        tools=spec.tools,
+        model=spec.model,
+        summarizer=FinalAnswer() if spec.summarizer == "final_answer" else None,
+        keep=spec.keep,
+        approval=approval,  # type: ignore[arg-type]
+    )
+
+
 def build_engine(
     script: Script, tape: _Tape, store: Store | None = None, ids_prefix: str = "id-"
 ) -> Engine:
@@ -315,6 +351,8 @@ def build_engine(
             idempotent=t.idempotent,
             timeout=None,
         )
+        if t.subtask is None
+        else _subtask_tool(t.name, t.description, t.approval, t.subtask)
         for t in script.tools
     ]
     retry = RetryPolicy(
@@ -391,7 +429,8 @@ async def replay(
                 if step.kind == "expect":
                     tape.take()
                     ctx = await engine.get_context(cid)
-                    result.failures.extend(_check_state(step.index, step.value, ctx))
+                    asked = [c.id for c in await engine._surfaced_pending(cid)]
+                    result.failures.extend(_check_state(step.index, step.value, ctx, asked))
                     continue
                 if step.is_outcome:
                     ctx = await engine.get_context(cid)

@@ -36,6 +36,7 @@ __all__ = [
     "ScriptConfig",
     "ScriptError",
     "ScriptMode",
+    "ScriptSubtask",
     "ScriptTool",
     "Step",
     "load_script",
@@ -94,6 +95,17 @@ class ScriptConfig(BaseModel):
     tool_history_rounds: int | None = Field(default=None, ge=0)
 
 
+class ScriptSubtask(BaseModel):
+    """A tool that runs its ``task`` in a child context (``turnfsm.subtask``)."""
+
+    model_config = _STRICT
+    system_prompt: str | None = None
+    tools: list[str] | None = None
+    model: str | None = None
+    summarizer: Literal["llm", "final_answer"] = "llm"
+    keep: bool = False
+
+
 class ScriptTool(BaseModel):
     model_config = _STRICT
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
@@ -103,6 +115,8 @@ class ScriptTool(BaseModel):
     idempotent: bool = False
     question: bool = False
     """The built-in question tool under this name: its calls wait for an ``answer``."""
+    subtask: ScriptSubtask | None = None
+    """A sub-task tool (``turnfsm.subtask``): its calls run in a child context."""
 
     @model_validator(mode="after")
     def _question_is_fixed(self) -> ScriptTool:
@@ -112,6 +126,19 @@ class ScriptTool(BaseModel):
                 "a question tool has fixed parameters and always waits for the user: "
                 f"leave out {', '.join(sorted(fixed))}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _subtask_alone(self) -> ScriptTool:
+        if self.subtask is not None:
+            if self.question:
+                raise ValueError("a tool is a question tool or a subtask tool, not both")
+            given = {"parameters", "idempotent"} & self.model_fields_set
+            if given:
+                raise ValueError(
+                    f"a subtask tool takes one 'task' argument and is not idempotent: "
+                    f"leave out {', '.join(sorted(given))}"
+                )
         return self
 
 
@@ -389,6 +416,11 @@ def parse_script(data: Any, source: str = "script") -> Script:
             if any(s.name == spec.name for s in tools):
                 problems.append((f"$.tools[{i}].name", f"tool {spec.name!r} is defined twice"))
             tools.append(spec)
+    defined = {t.name for t in tools}
+    for i, t in enumerate(tools):
+        for used in (t.subtask.tools or ()) if t.subtask is not None else ():
+            if used not in defined:
+                problems.append((f"$.tools[{i}].subtask.tools", f"no tool named {used!r}"))
     raw_steps = data.get("steps")
     steps: list[Step] = []
     if not isinstance(raw_steps, list):

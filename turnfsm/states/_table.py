@@ -67,6 +67,7 @@ class Trigger(StrEnum):
     APPROVALS_RESOLVED = "approvals_resolved"
     TOOLS_DONE = "tools_done"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    SUBTASK_WAITS = "subtask_waits"
     LLM_FAILED_TRANSIENT = "llm_failed_transient"
     LLM_FAILED_PERMANENT = "llm_failed_permanent"
     RETRY = "retry"
@@ -176,6 +177,12 @@ TRANSITIONS: tuple[Transition, ...] = (
         T.OUTCOME_UNKNOWN,
         S.AWAITING_TOOL_APPROVAL,
         "after a crash, a started non-idempotent call has no outcome: a human decides",
+    ),
+    Transition(
+        (S.EXECUTING_TOOLS,),
+        T.SUBTASK_WAITS,
+        S.AWAITING_TOOL_APPROVAL,
+        "a sub-task's child waits for a human: its pending calls surface here",
     ),
     Transition(
         (S.AWAITING_LLM_RESPONSE, S.STREAMING_LLM_RESPONSE),

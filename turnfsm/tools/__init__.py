@@ -17,19 +17,24 @@ from ._question import AskedQuestion, QuestionTool, ask_user, question_tool
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
+from ._subtask import SubtaskHost, SubtaskSpec, hosting, subtask
 
 __all__ = [
     "Approval",
     "ApprovalPolicy",
     "AskedQuestion",
     "QuestionTool",
+    "SubtaskHost",
+    "SubtaskSpec",
     "Tool",
     "ToolError",
     "ToolOutcome",
     "ToolRegistry",
     "ask_user",
     "current_call",
+    "hosting",
     "question_tool",
     "run_calls",
+    "subtask",
     "tool",
 ]
