@@ -528,3 +528,26 @@ def test_views_do_not_mutate_the_context() -> None:
     ctx.open_tool_calls()
     ctx.pending_tool_calls()
     assert ctx.model_dump_json() == before
+
+
+def test_the_view_keeps_a_batchs_results_in_the_order_of_its_calls() -> None:
+    """A question answered first is stored first; the view orders it after the
+    results of the calls asked before it, and leaves other sequences alone."""
+    from turnfsm.model import append_chat
+
+    asked = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function"} for i in ("a", "b", "c")],
+    }
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "hi"}, asked]
+    for call in ("c", "a", "b"):
+        append_chat(chat, {"role": "tool", "tool_call_id": call, "content": call})
+    assert [m.get("tool_call_id") for m in chat[2:]] == ["a", "b", "c"]
+    # a result of no call of the batch goes last, as it comes
+    append_chat(chat, {"role": "tool", "tool_call_id": "zz", "content": ""})
+    assert chat[-1]["tool_call_id"] == "zz"
+    # a tool message after a user message is appended as it is
+    plain: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
+    append_chat(plain, {"role": "tool", "tool_call_id": "a", "content": ""})
+    assert [m["role"] for m in plain] == ["user", "tool"]

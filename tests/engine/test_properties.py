@@ -3,9 +3,10 @@
 A hypothesis ``RuleBasedStateMachine`` drives one conversation: send (with LLM
 answers drawn by hypothesis: text, chunks, cancels mid-stream, tool calls to
 auto / required / deny / failing / unknown tools, transient and permanent
-errors, broken streams), approve, deny, cancel, retry, reset, fork (with or
-without prompts of its own), switch, config updates and branch prompts, with
-ids that may be pending, decided or unknown. The engine runs in an
+errors, broken streams, questions, sub-tasks run in child contexts), approve,
+deny, answer, cancel, retry, reset, fork (with or without prompts of its own),
+switch, config updates, mode switches and branch prompts, with ids that may be
+pending, decided or unknown. The engine runs in an
 ``anyio`` blocking portal (one event loop thread per example); the scripted LLM
 is a handler that plays the answers the last rule queued.
 
@@ -15,7 +16,7 @@ Invariants after every step:
   change records between them move nothing and come with a ContextChanged;
 * the context rests (Idle, AwaitingToolApproval, PermanentFailure);
 * every tool call has exactly one result, except, at AwaitingToolApproval, the
-  open calls of the newest batch;
+  open calls of the newest batch; the same in every child a sub-task left;
 * each request the LLM got is the active branch's prompts plus the
   from-scratch chat build of the stored history, and is a valid provider
   sequence;
@@ -47,18 +48,25 @@ from turnfsm import (
     ChatContext,
     Engine,
     Event,
+    FinalAnswer,
     IllegalTransition,
     InvalidInput,
+    MessageType,
+    Mode,
+    NotAQuestion,
     RetryPolicy,
     Role,
     State,
     ToolCallNotPending,
     Turn,
     UnknownToolCall,
+    ask_user,
+    subtask,
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.engine import UNSET
+from turnfsm.enhancers._builtin import mode_block
 from turnfsm.states import CHANGES, RESTING, TRANSITIONS
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
@@ -67,7 +75,19 @@ RESTING_NAMES = {s.value for s in RESTING}
 SYSTEM = "You are a property test."
 MAX_ITERATIONS = 3
 
-TOOL_NAMES = ["auto_t", "req_t", "deny_t", "fail_t", "ghost"]
+TOOL_NAMES = ["auto_t", "req_t", "deny_t", "fail_t", "ghost", "ask_user", "sub_t"]
+ALL_TOOLS = ["auto_t", "req_t", "deny_t", "fail_t", "ask_user", "sub_t"]
+MODES = [
+    Mode(name="chat"),
+    Mode(
+        name="plan",
+        instructions="Plan only.",
+        tools=["auto_t", "deny_t", "ask_user"],
+        approval={"auto_t": "required"},
+        answer_type=MessageType.PLAN,
+    ),
+]
+SUB_TOOLS = ["auto_t", "fail_t"]
 
 # --------------------------------------------------------------------------- answers
 
@@ -201,6 +221,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine = Engine(
             llm=self.llm,
             tools=self._tools(),
+            modes=MODES,
             clock=FakeClock(),
             ids=SequentialIds(),
             max_iterations=MAX_ITERATIONS,
@@ -210,6 +231,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.reader = self.portal.start_task_soon(self._read)
         self.last_version = 0
         self.state = "Idle"
+        self.last_turn: Turn | None = None
+        self.mode = "chat"
 
     # -- plumbing
 
@@ -231,6 +254,10 @@ class EngineMachine(RuleBasedStateMachine):
             make("req_t", "required"),
             make("deny_t", "deny"),
             make("fail_t", "auto", fail=True),
+            ask_user,
+            subtask(
+                "sub_t", "runs a sub-task", tools=SUB_TOOLS, summarizer=FinalAnswer(), keep=True
+            ),
         ]
 
     async def _create(self) -> str:
@@ -252,6 +279,7 @@ class EngineMachine(RuleBasedStateMachine):
             for p in (
                 branch.system_prompt.content if branch.system_prompt else None,
                 branch.user_prompt,
+                mode_block("plan", "Plan only.") if ctx.config.mode == "plan" else None,
             )
             if p
         )
@@ -261,12 +289,13 @@ class EngineMachine(RuleBasedStateMachine):
         ]
         if request.messages != expected:
             self.mismatches.append(f"request {len(self.llm.requests)} != stored history")
-        if [t["function"]["name"] for t in request.tools] != [
-            "auto_t",
-            "req_t",
-            "deny_t",
-            "fail_t",
-        ]:
+        if ctx.parent_id is not None:
+            offered = SUB_TOOLS
+        elif ctx.config.mode == "plan":
+            offered = ["auto_t", "deny_t", "ask_user"]
+        else:
+            offered = ALL_TOOLS
+        if [t["function"]["name"] for t in request.tools] != offered:
             self.mismatches.append("tools offered")
         if not self.queue:
             return {"text": "fallback"}
@@ -280,7 +309,11 @@ class EngineMachine(RuleBasedStateMachine):
                 out["cancel_after"] = spec[2]
             return out
         if kind == "tools":
-            calls = [{"id": f"call_{next(self.ids)}", "name": n, "arguments": {}} for n in spec[1]]
+            args = {"ask_user": {"question": "which?"}, "sub_t": {"task": "do it"}}
+            calls = [
+                {"id": f"call_{next(self.ids)}", "name": n, "arguments": args.get(n, {})}
+                for n in spec[1]
+            ]
             out = {"tool_calls": calls}
             if spec[2]:
                 out["text"] = "using tools"
@@ -296,6 +329,7 @@ class EngineMachine(RuleBasedStateMachine):
     def run(self, fn: Callable[..., Any], *args: Any) -> Turn:
         turn = self.portal.call(fn, *args)
         assert isinstance(turn, Turn)
+        self.last_turn = turn
         event(f"{fn.__name__} -> {turn.state} ({turn.stop_reason})")
         assert turn.state.value in RESTING_NAMES
         ctx = self.ctx()
@@ -323,6 +357,15 @@ class EngineMachine(RuleBasedStateMachine):
         assert self.portal.call(self.engine.steps, self.cid) == steps
         assert self.runs == runs
         assert len(self.llm.requests) == n_requests
+
+    def questions(self) -> list[str]:
+        """Pending calls that are questions (on this context, or from a waiting child)."""
+        ctx = self.ctx()
+        asked = [c.id for c in ctx.pending_tool_calls() if c.tool_name == "ask_user"]
+        turn = self.last_turn
+        if turn is not None and turn.state == State.AWAITING_TOOL_APPROVAL:
+            asked += [q.call_id for q in turn.questions if q.call_id not in asked]
+        return asked
 
     def known_call_ids(self, ctx: ChatContext) -> list[str]:
         return [c.id for n in ctx.message_pool.values() for c in n.message.tool_calls or ()]
@@ -358,6 +401,7 @@ class EngineMachine(RuleBasedStateMachine):
         ]
         assert user_msgs[-1].message.text == text
 
+    @precondition(lambda self: self.mode == "chat")
     @rule(first=needs_human, queued=answer_lists)
     def send_needing_approval(self, first: tuple[Any, ...], queued: list[tuple[Any, ...]]) -> None:
         self.queue = deque([first, *queued])
@@ -375,7 +419,10 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(data=st.data(), queued=answer_lists)
     def approve_pending(self, data: st.DataObject, queued: list[tuple[Any, ...]]) -> None:
         pending = [c.id for c in self.ctx().pending_tool_calls()]
-        ids = data.draw(st.lists(st.sampled_from(pending), min_size=1, unique=True))
+        approvable = [c for c in pending if c not in self.questions()]
+        if not approvable:
+            return
+        ids = data.draw(st.lists(st.sampled_from(approvable), min_size=1, unique=True))
         self.queue = deque(queued)
         turn = self.run(self.engine.approve, self.cid, ids)
         if set(ids) == set(pending):
@@ -388,6 +435,10 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.state == "AwaitingToolApproval")
     @rule(queued=answer_lists)
     def approve_all(self, queued: list[tuple[Any, ...]]) -> None:
+        for question in self.questions():  # a question is answered, never approved
+            self.run(self.engine.answer, self.cid, question, "yes")
+            if self.state != "AwaitingToolApproval":
+                return
         ctx = self.ctx()
         pending = [c.id for c in ctx.pending_tool_calls()]
         to_run = [c.tool_name for c in ctx.open_tool_calls() if c.approval_status != "Denied"]
@@ -398,8 +449,47 @@ class EngineMachine(RuleBasedStateMachine):
         # the approved and auto-approved calls of the batch ran (unknown tools run nothing);
         # later tool rounds of this call may add more runs
         ran = self.runs[runs:]
-        expected = [n for n in to_run if n != "ghost"]
+        # (unknown tools, questions and sub-tasks append no run)
+        expected = [n for n in to_run if n not in ("ghost", "ask_user", "sub_t")]
         assert sorted(ran[: len(expected)]) == sorted(expected)
+
+    @precondition(lambda self: self.state == "AwaitingToolApproval")
+    @rule(data=st.data(), queued=answer_lists, text=st.sampled_from(["yes", "Paris"]))
+    def answer_question(
+        self, data: st.DataObject, queued: list[tuple[Any, ...]], text: str
+    ) -> None:
+        questions = self.questions()
+        if not questions:
+            pending = [c.id for c in self.ctx().pending_tool_calls()]
+            if pending:  # not a question: refused, nothing changes
+                self.refused(NotAQuestion, self.engine.answer, self.cid, pending[0], text)
+            return
+        call_id = data.draw(st.sampled_from(questions))
+        self.queue = deque(queued)
+        self.run(self.engine.answer, self.cid, call_id, text)
+        after = self.ctx()
+        results = [
+            n.message.tool_result
+            for n in after.message_pool.values()
+            if n.message.tool_result and n.message.tool_result.request_id == call_id
+        ]
+        assert len(results) == 1 and results[0].success and results[0].result == text
+
+    @precondition(lambda self: self.state != "AwaitingToolApproval")
+    @rule(mode=st.sampled_from(["chat", "plan", "nope"]))
+    def switch_mode(self, mode: str) -> None:
+        if mode == "nope":
+            refuse = functools.partial(self.engine.update_config, mode=mode)
+            refuse.__name__ = "update_config"  # type: ignore[attr-defined]
+            self.refused(InvalidInput, refuse, self.cid)
+            return
+        before = self.ctx()
+        config = self.portal.call(functools.partial(self.engine.update_config, self.cid, mode=mode))
+        assert config.mode == mode
+        self.mode = mode
+        after = self.ctx()
+        assert after.version == before.version + (before.config.mode != mode)
+        self.last_version = after.version
 
     @precondition(lambda self: self.state == "AwaitingToolApproval")
     @rule(data=st.data(), queued=answer_lists, reason=st.sampled_from(["", "no", "not now"]))
@@ -580,6 +670,20 @@ class EngineMachine(RuleBasedStateMachine):
         assert ctx.current_state == self.state
         trace = self.portal.call(self.engine.trace, self.cid)
         assert trace == ["Idle", *(s.to_state for s in steps)]
+
+    @invariant()
+    def every_child_call_has_one_result(self) -> None:
+        for child in self.portal.call(self.engine.children, self.cid):
+            ctx = self.portal.call(self.engine.get_context, child.context_id)
+            assert ctx.parent_id == self.cid
+            for branch in ctx.branches:
+                calls, counts = call_results(ctx, branch)
+                assert all(v <= 1 for v in counts.values()), counts
+                missing = [c.id for c in calls if counts[c.id] == 0]
+                if ctx.current_state == "AwaitingToolApproval":
+                    assert missing == [c.id for c in ctx.open_tool_calls()]
+                else:
+                    assert missing == [], (ctx.current_state, missing)
 
     @invariant()
     def every_call_has_one_result(self) -> None:

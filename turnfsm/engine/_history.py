@@ -21,6 +21,7 @@ from ..model import (
     Role,
     ToolCallRequest,
     ToolCallResult,
+    append_chat,
     to_chat_message,
 )
 from ..tools import ToolOutcome
@@ -55,7 +56,7 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     ctx.message_pool[node_id] = node
     ids.append(node_id)
     rt.appended.append((branch.name, node))
-    rt.chat.append(to_chat_message(message))
+    append_chat(rt.chat, to_chat_message(message))
     rt.turn_nodes.append(node)
     return node
 

@@ -1,6 +1,12 @@
 """L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
 
-from ._chat_format import RESPONSES_KEY, to_chat_message, to_chat_messages, tool_result_content
+from ._chat_format import (
+    RESPONSES_KEY,
+    append_chat,
+    to_chat_message,
+    to_chat_messages,
+    tool_result_content,
+)
 from ._context import (
     SCHEMA_VERSION,
     SUBTASK_RESUMED,
@@ -88,6 +94,7 @@ __all__ = [
     "ToolCallRequest",
     "ToolCallResult",
     "TurnProgress",
+    "append_chat",
     "check_json",
     "check_text",
     "clean_json",

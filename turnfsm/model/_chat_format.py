@@ -13,7 +13,13 @@ from typing import Any
 
 from ._message import FilePart, ImagePart, InternalMessage, Role, TextPart
 
-__all__ = ["RESPONSES_KEY", "to_chat_message", "to_chat_messages", "tool_result_content"]
+__all__ = [
+    "RESPONSES_KEY",
+    "append_chat",
+    "to_chat_message",
+    "to_chat_messages",
+    "tool_result_content",
+]
 
 RESPONSES_KEY = "responses_items"
 """The key of a chat-format assistant message that holds what the Responses
@@ -116,5 +122,40 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
 
 
 def to_chat_messages(messages: Iterable[InternalMessage]) -> list[dict[str, Any]]:
-    """A from-scratch build of the chat-format list."""
-    return [to_chat_message(m) for m in messages]
+    """A from-scratch build of the chat-format list (see :func:`append_chat`)."""
+    chat: list[dict[str, Any]] = []
+    for m in messages:
+        append_chat(chat, to_chat_message(m))
+    return chat
+
+
+def append_chat(chat: list[dict[str, Any]], item: dict[str, Any]) -> None:
+    """Append one chat-format message, keeping a batch's tool results in the
+    order of its calls.
+
+    Stored history is in the order things happened: the answer to a question
+    (or a sub-task's result) can be stored before the results of calls asked
+    before it in the same batch. Providers pair results with calls by id, but
+    some expect them in the order asked, so the view puts each result after
+    the results of the batch's earlier calls. A result whose call is not in
+    the batch just before it is appended as it comes.
+    """
+    if item.get("role") != "tool" or not chat or chat[-1].get("role") != "tool":
+        chat.append(item)
+        return
+    start = len(chat)
+    while start > 0 and chat[start - 1].get("role") == "tool":
+        start -= 1
+    asked = chat[start - 1].get("tool_calls") if start > 0 else None
+    if not asked:
+        chat.append(item)
+        return
+    order = {c.get("id"): i for i, c in enumerate(asked)}
+    rank = order.get(item.get("tool_call_id"))
+    if rank is None:
+        chat.append(item)
+        return
+    at = len(chat)
+    while at > start and order.get(chat[at - 1].get("tool_call_id"), -1) > rank:
+        at -= 1
+    chat.insert(at, item)
