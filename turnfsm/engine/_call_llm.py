@@ -184,6 +184,12 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
             failure.partial_text = "".join(partial)
         await fail_llm(d, rt, failure)
         return
+    if request.metadata:
+        # what the enhancers did to the view, kept with the answer for audits
+        # (and for the token budget's calibration)
+        meta = message.metadata
+        extra = {**meta.extra, "view": request.metadata}
+        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
     if calls:
         # type Question when it only asks (questions the context's mode offers)
         message = as_question(message, d.offered(rt.ctx))

@@ -17,7 +17,13 @@ from typing import Any
 import anyio
 
 from ..adapters.llm import LLM
-from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ..enhancers import (
+    Enhancer,
+    SystemPromptEnhancer,
+    TokenBudget,
+    ToolCallHistory,
+    ToolDefinitionsEnhancer,
+)
 from ..errors import ContextBusy, ContextLeased, InvalidInput, StoreError, TurnFSMError
 from ..model import (
     ApprovalStatus,
@@ -68,8 +74,11 @@ class Engine:
             cid = await engine.create_context(system_prompt="You are helpful.")
             turn = await engine.send(cid, "What's the weather in London?")
 
-    ``enhancers`` run after the built-in ones (system prompt, tool definitions,
-    and history trimming when ``tool_history_rounds`` is set). ``clock`` and
+    ``enhancers`` run after the built-in ones: the tool history when
+    ``tool_history_rounds`` is set (:class:`~turnfsm.enhancers.ToolCallHistory`:
+    the last that many tool calls in full, older ones by name only), the
+    system prompt and the tool definitions. ``token_budget``
+    (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer. ``clock`` and
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
@@ -120,11 +129,17 @@ class Engine:
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         modes: Iterable[Mode] = (),
+        token_budget: TokenBudget | None = None,
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
         check_count("subscriber_buffer", subscriber_buffer, minimum=1)
         check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+        if token_budget is not None and not isinstance(token_budget, TokenBudget):
+            raise InvalidInput(
+                "token_budget",
+                f"must be a TokenBudget or None, not {type(token_budget).__name__}",
+            )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidInput(
                 "retry", f"must be a RetryPolicy or None, not {type(retry).__name__}"
@@ -157,18 +172,22 @@ class Engine:
             from ..storage import open_store
 
             store = open_store(store)
-        builtin: list[Enhancer] = [
+        builtin: list[Enhancer] = []
+        history = None
+        if tool_history_rounds is not None:
+            history = ToolCallHistory(tool_history_rounds)
+            builtin.append(history)
+        builtin += [
             SystemPromptEnhancer(mode=known_modes.instructions),
             ToolDefinitionsEnhancer(per_context=known_modes.definitions),
         ]
-        if tool_history_rounds is not None:
-            builtin.append(ToolHistoryTrimmer(tool_history_rounds))
+        last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
         self._subscriber_buffer = subscriber_buffer
         self._d = Driver(
             llm=llm,
             tools=registry,
             store=store if store is not None else MemoryStore(),
-            enhancers=(*builtin, *enhancers),
+            enhancers=(*builtin, *enhancers, *last),
             builtin_count=len(builtin),
             modes=known_modes,
             retry_policy=retry or RetryPolicy(),
@@ -180,6 +199,8 @@ class Engine:
             lease_ttl=float(lease_ttl),
             owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         )
+        self._d.view_plan.budget = token_budget
+        self._d.view_plan.shrink = history.shrink if history is not None else None
 
     # ------------------------------------------------------------------ settings
 

@@ -3,8 +3,11 @@ the request; ``prompt_ready``, or ``prepare_failed`` when an enhancer raises."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ..enhancers import TokenBudget
 from ..errors import EnhancerError
 from ..model import LLMRequest
 from ..states import Trigger
@@ -14,7 +17,22 @@ from ._turn import StopReason
 if TYPE_CHECKING:
     from ._drive import Driver
 
-__all__ = ["build_request", "prepare"]
+__all__ = ["ViewPlan", "build_request", "prepare"]
+
+
+@dataclass(slots=True)
+class ViewPlan:
+    """What the engine does to the history before the enhancers see it.
+
+    ``budget``: the engine's token budget (:class:`TokenBudget`, run last as an
+    enhancer); before the enhancers run, its :meth:`~TokenBudget.window` cuts the
+    turns it would drop anyway, counting each message at its ``shrink`` form
+    (what the tool history enhancer may make of it), so that preparing a
+    request costs the same however long the history is.
+    """
+
+    budget: TokenBudget | None = None
+    shrink: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def build_request(d: Driver, rt: Runtime) -> LLMRequest:
@@ -25,15 +43,27 @@ def build_request(d: Driver, rt: Runtime) -> LLMRequest:
     ctx = rt.ctx
     d.modes.require(ctx)
     p = ctx.progress
+    messages = rt.chat
+    plan = d.view_plan
+    start = 0
+    if plan.budget is not None:
+        try:
+            start = plan.budget.window(messages, ctx, plan.shrink)
+        except Exception as exc:
+            raise EnhancerError(type(plan.budget).__name__, exc) from exc
+        if start:
+            messages = messages[start:]
     request = LLMRequest(
         context_id=ctx.id,
         model=ctx.config.model_id,
-        messages=rt.chat,
+        messages=messages,
         parameters=ctx.config.parameters,
         attempt=p.attempt,
         iteration=p.iteration,
         request_cancel=rt.request_cancel,
     )
+    if start:
+        request.metadata["token_budget"] = {"dropped_messages": start}
     copied = False
     for i, enhancer in enumerate(d.enhancers):
         if not copied and i == d.builtin_count:
