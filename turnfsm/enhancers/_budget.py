@@ -21,7 +21,7 @@ __all__ = [
 CALIBRATION_ANSWERS = 8
 """How many of the newest answers with a reported ``usage.prompt_tokens`` the
 calibration averages over."""
-CALIBRATION_SCAN = 256
+CALIBRATION_SCAN = 128
 """How far back (in messages) the calibration looks for them."""
 FACTOR_RANGE = (0.25, 8.0)
 """The calibration factor is held inside this range (a usage figure far outside
@@ -147,6 +147,8 @@ class BudgetExceeded(ValueError):
 
 
 Shrink = Callable[[dict[str, Any]], dict[str, Any]]
+_MEMO = 8192
+"""Counts kept per budget (then the memo starts again)."""
 
 
 class TokenBudget:
@@ -195,6 +197,31 @@ class TokenBudget:
         self.reserve_output = reserve_output
         self.counter: TokenCounter = counter if counter is not None else EstimatingCounter()
         self.calibrate = calibrate
+        # counts of the engine's message dicts, which are kept across requests (by
+        # identity: the dict is held, so its id is not reused while it is here)
+        self._counts: dict[int, tuple[dict[str, Any], int]] = {}
+        self._small: dict[int, tuple[dict[str, Any], int]] = {}
+        self._factor: tuple[tuple[str, int, str], float] | None = None
+
+    def _count(self, message: dict[str, Any]) -> int:
+        hit = self._counts.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        n = self.counter.count_message(message)
+        if len(self._counts) >= _MEMO:
+            self._counts.clear()
+        self._counts[id(message)] = (message, n)
+        return n
+
+    def _count_small(self, message: dict[str, Any], shrink: Shrink) -> int:
+        hit = self._small.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        n = self.counter.count_message(shrink(message))
+        if len(self._small) >= _MEMO:
+            self._small.clear()
+        self._small[id(message)] = (message, n)
+        return n
 
     @property
     def limit(self) -> int:
@@ -202,7 +229,16 @@ class TokenBudget:
         return self.max_input_tokens - self.reserve_output
 
     def factor(self, context: ChatContext) -> float:
-        return calibration(context) if self.calibrate else 1.0
+        """The calibration factor for ``context`` now (1.0 with ``calibrate=False``)."""
+        if not self.calibrate:
+            return 1.0
+        ids = context.active_branch.message_ids
+        key = (context.id, len(ids), ids[-1] if ids else "")
+        if self._factor is not None and self._factor[0] == key:
+            return self._factor[1]
+        factor = calibration(context)
+        self._factor = (key, factor)
+        return factor
 
     def window(
         self, messages: list[dict[str, Any]], context: ChatContext, shrink: Shrink | None = None
@@ -216,13 +252,12 @@ class TokenBudget:
         preparing a request costs the same at 100 or 5,000 stored messages.
         """
         allowed = self.limit / self.factor(context)
-        count = self.counter.count_message
         total = 0
         start = len(messages)
         pinned = True  # the current turn is always kept
         for i in range(len(messages) - 1, -1, -1):
             msg = messages[i]
-            total += count(shrink(msg) if shrink is not None else msg)
+            total += self._count_small(msg, shrink) if shrink is not None else self._count(msg)
             if msg.get("role") == "user":
                 if pinned:
                     pinned = False
@@ -234,7 +269,7 @@ class TokenBudget:
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         messages = request.messages
         factor = self.factor(context)
-        count = self.counter.count_message
+        count = self._count
         allowed = self.limit / factor
         head = 0
         while head < len(messages) and messages[head].get("role") == "system":

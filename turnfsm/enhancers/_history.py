@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidInput
@@ -37,6 +38,25 @@ class ToolCallHistory:
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
             raise InvalidInput("calls", f"must be an integer >= 0, not {calls!r}")
         self.calls = calls
+        # the name-only forms of the engine's message dicts, which are kept across
+        # requests: the same dict gives the same form (by identity; the dict is held)
+        self._forms: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def _form(self, msg: dict[str, Any], n: int, name: str = "") -> dict[str, Any]:
+        """``msg`` with its first ``n`` calls by name only (a tool message: its
+        result omitted, ``n`` = 0)."""
+        key = (id(msg), n)
+        hit = self._forms.get(key)
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        if msg.get("role") == "tool":
+            out = {**msg, "content": name_only_result(name)}
+        else:
+            out = _assistant_name_only(msg, n)
+        if len(self._forms) >= 8192:
+            self._forms.clear()
+        self._forms[key] = (msg, out)
+        return out
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         messages = request.messages
@@ -48,7 +68,7 @@ class ToolCallHistory:
                     total += len(calls)
         cut = total - self.calls
         if cut > 0:
-            request.messages = _name_only(messages, cut)
+            request.messages = _name_only(messages, cut, self._form)
             request.metadata["tool_history"] = {
                 "calls": total,
                 "full": self.calls,
@@ -61,7 +81,7 @@ class ToolCallHistory:
         ``calls`` (the smallest form this enhancer can give it)."""
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
-            return _assistant_name_only(message, len(message["tool_calls"]))
+            return self._form(message, len(message["tool_calls"]))
         if role == "tool":
             return {**message, "content": name_only_result("tool")}
         return message
@@ -79,7 +99,9 @@ def _assistant_name_only(msg: dict[str, Any], count: int) -> dict[str, Any]:
     return {**msg, "tool_calls": [*new_calls, *calls[count:]]}
 
 
-def _name_only(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]:
+def _name_only(
+    messages: list[dict[str, Any]], cut: int, form: Callable[..., dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The first ``cut`` calls (in order) by name only, and their results."""
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # the calls cut in the current round: id -> tool name
@@ -88,7 +110,7 @@ def _name_only(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]
         if role == "tool":
             name = names.get(msg.get("tool_call_id", ""))
             if name is not None:
-                out.append({**msg, "content": name_only_result(name)})
+                out.append(form(msg, 0, name))
             else:
                 out.append(msg)
             continue
@@ -101,7 +123,7 @@ def _name_only(messages: list[dict[str, Any]], cut: int) -> list[dict[str, Any]]
             n = min(cut, len(calls))
             cut -= n
             names = {c["id"]: c["function"]["name"] for c in calls[:n]}
-            out.append(_assistant_name_only(msg, n))
+            out.append(form(msg, n))
         else:
             out.append(msg)
     return out
