@@ -33,7 +33,7 @@ from ._answer import (
     storable_error,
 )
 from ._approval import as_question
-from ._prepare import build_request
+from ._prepare import build_request, compact
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
@@ -54,6 +54,12 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
     """
     request = rt.request
     rt.request = None
+    compacted, summary_failure = await compact(d, rt)
+    if summary_failure is not None:
+        await fail_llm(d, rt, summary_failure)
+        return
+    if compacted:
+        request = None  # built before the summary: build it again
     if request is None:
         try:
             request = build_request(d, rt)

@@ -18,6 +18,7 @@ import anyio
 
 from ..adapters.llm import LLM
 from ..enhancers import (
+    Compaction,
     Enhancer,
     SystemPromptEnhancer,
     TokenBudget,
@@ -78,7 +79,10 @@ class Engine:
     ``tool_history_rounds`` is set (:class:`~turnfsm.enhancers.ToolCallHistory`:
     the last that many tool calls in full, older ones by name only), the
     system prompt and the tool definitions. ``token_budget``
-    (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer. ``clock`` and
+    (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
+    ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
+    history in the view by a summary the LLM makes (a call of its own, before
+    the turn's next call, stored once as a message and reused). ``clock`` and
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
@@ -130,6 +134,7 @@ class Engine:
         lease_ttl: float = DEFAULT_LEASE_TTL,
         modes: Iterable[Mode] = (),
         token_budget: TokenBudget | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
@@ -139,6 +144,10 @@ class Engine:
             raise InvalidInput(
                 "token_budget",
                 f"must be a TokenBudget or None, not {type(token_budget).__name__}",
+            )
+        if compaction is not None and not isinstance(compaction, Compaction):
+            raise InvalidInput(
+                "compaction", f"must be a Compaction or None, not {type(compaction).__name__}"
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidInput(
@@ -200,6 +209,7 @@ class Engine:
             owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         )
         self._d.view_plan.budget = token_budget
+        self._d.view_plan.compaction = compaction
         self._d.view_plan.shrink = history.shrink if history is not None else None
 
     # ------------------------------------------------------------------ settings

@@ -15,12 +15,15 @@ view (:class:`LLMRequest`) and the context it reads (:class:`ChatContext`).
 from ..model import ChatContext, LLMRequest
 from ._budget import BudgetExceeded, EstimatingCounter, TokenBudget, TokenCounter, calibration
 from ._builtin import SystemPromptEnhancer, ToolDefinitionsEnhancer
+from ._compaction import SUMMARY_PROMPT, Compaction, summary_block, summary_of
 from ._history import ToolCallHistory
 from ._protocol import Enhancer
 
 __all__ = [
+    "SUMMARY_PROMPT",
     "BudgetExceeded",
     "ChatContext",
+    "Compaction",
     "Enhancer",
     "EstimatingCounter",
     "LLMRequest",
@@ -30,4 +33,6 @@ __all__ = [
     "ToolCallHistory",
     "ToolDefinitionsEnhancer",
     "calibration",
+    "summary_block",
+    "summary_of",
 ]
