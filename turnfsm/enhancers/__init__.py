@@ -18,6 +18,7 @@ from ._builtin import SystemPromptEnhancer, ToolDefinitionsEnhancer
 from ._compaction import SUMMARY_PROMPT, Compaction, summary_block, summary_of
 from ._history import ToolCallHistory
 from ._protocol import Enhancer
+from ._sticky import StickyFiles
 
 __all__ = [
     "SUMMARY_PROMPT",
@@ -27,6 +28,7 @@ __all__ = [
     "Enhancer",
     "EstimatingCounter",
     "LLMRequest",
+    "StickyFiles",
     "SystemPromptEnhancer",
     "TokenBudget",
     "TokenCounter",
