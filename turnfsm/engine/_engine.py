@@ -16,14 +16,17 @@ from typing import Any
 
 import anyio
 
+from ..adapters.inbound import parse_request
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
+    CurrentMessageMarker,
     Enhancer,
     SystemPromptEnhancer,
     TokenBudget,
     ToolCallHistory,
     ToolDefinitionsEnhancer,
+    UserLocale,
 )
 from ..errors import ContextBusy, ContextLeased, InvalidInput, StoreError, TurnFSMError
 from ..model import (
@@ -38,7 +41,7 @@ from ..model import (
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
-from . import _calls, _leases
+from . import _calls, _leases, _requests
 from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
 from ._drive import Driver
@@ -189,6 +192,8 @@ class Engine:
         builtin += [
             SystemPromptEnhancer(mode=known_modes.instructions),
             ToolDefinitionsEnhancer(per_context=known_modes.definitions),
+            UserLocale(),
+            CurrentMessageMarker(),
         ]
         last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
         self._subscriber_buffer = subscriber_buffer
@@ -626,6 +631,35 @@ class Engine:
         d = self._d
         await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))
         return out[0]
+
+    # ------------------------------------------------------------------ request bodies
+
+    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+        """Answer a chat request body (the ``contextManagement`` body or the legacy
+        ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
+        :class:`InvalidInput` names what is wrong with it).
+
+        With no ``context_id``, a new context is made (``create_context()``
+        defaults); with one, the body is added to that context. Its
+        conversation context messages that the context does not hold yet are
+        appended (a message with a ``messageId`` is known by it; the others by
+        matching, in order, what the branch said), then the current message,
+        flagged current with the user's language and time zone, all in the
+        ``user_message`` step; then the turn runs, once, as after :meth:`send`.
+        A current message whose ``messageId`` the context already holds is
+        refused (:class:`InvalidInput`): a request is answered once. The view
+        marks the current message (``[CURRENT MESSAGE FROM USER]: ...``) and
+        states the language and time zone (the built-in enhancers
+        :class:`~turnfsm.enhancers.CurrentMessageMarker` and
+        :class:`~turnfsm.enhancers.UserLocale`).
+        """
+        request = parse_request(body)
+        if context_id is None:
+            context_id = await self.create_context()
+        else:
+            check_id("context_id", context_id)
+        d = self._d
+        return await d.run(context_id, functools.partial(_requests.start_request, d, request))
 
     # ------------------------------------------------------------------ events and audit
 

@@ -16,6 +16,7 @@ from ..model import ChatContext, LLMRequest
 from ._budget import BudgetExceeded, EstimatingCounter, TokenBudget, TokenCounter, calibration
 from ._builtin import SystemPromptEnhancer, ToolDefinitionsEnhancer
 from ._compaction import SUMMARY_PROMPT, Compaction, summary_block, summary_of
+from ._current import CurrentMessageMarker, UserLocale, current_message
 from ._history import ToolCallHistory
 from ._protocol import Enhancer
 from ._sticky import StickyFiles
@@ -25,6 +26,7 @@ __all__ = [
     "BudgetExceeded",
     "ChatContext",
     "Compaction",
+    "CurrentMessageMarker",
     "Enhancer",
     "EstimatingCounter",
     "LLMRequest",
@@ -34,7 +36,9 @@ __all__ = [
     "TokenCounter",
     "ToolCallHistory",
     "ToolDefinitionsEnhancer",
+    "UserLocale",
     "calibration",
+    "current_message",
     "summary_block",
     "summary_of",
 ]
