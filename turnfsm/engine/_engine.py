@@ -28,13 +28,21 @@ from ..enhancers import (
     ToolDefinitionsEnhancer,
     UserLocale,
 )
-from ..errors import ContextBusy, ContextLeased, InvalidInput, StoreError, TurnFSMError
+from ..errors import (
+    BranchError,
+    ContextBusy,
+    ContextLeased,
+    InvalidInput,
+    StoreError,
+    TurnFSMError,
+)
 from ..model import (
     ApprovalStatus,
     Branch,
     ChatConfig,
     ChatContext,
     ContentPart,
+    MessageNode,
     Role,
     SystemPrompt,
 )
@@ -660,6 +668,39 @@ class Engine:
             check_id("context_id", context_id)
         d = self._d
         return await d.run(context_id, functools.partial(_requests.start_request, d, request))
+
+    # ------------------------------------------------------------------ reading messages
+
+    async def messages(
+        self,
+        context_id: str,
+        *,
+        branch: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[MessageNode]:
+        """A page of a branch's messages (the active branch by default), oldest
+        first: from index ``offset`` (0 or more), at most ``limit`` of them (all
+        the rest when ``None``), as last committed. An offset past the end gives
+        an empty page; :class:`~turnfsm.errors.BranchError` for an unknown branch.
+        """
+        check_id("context_id", context_id)
+        if branch is not None:
+            check_id("branch", branch)
+        check_count("offset", offset, minimum=0)
+        check_count("limit", limit, minimum=0, optional=True)
+        rt = self._d.loaded.get(context_id)
+        if rt is not None and context_id not in self._d.busy:
+            ctx = rt.ctx
+        else:
+            ctx = await self.store.load(context_id)
+        name = branch if branch is not None else ctx.active_branch_name
+        found = ctx.branches.get(name)
+        if found is None:
+            raise BranchError(f"context {context_id!r} has no branch {name!r}")
+        end = None if limit is None else offset + limit
+        pool = ctx.message_pool
+        return [pool[mid] for mid in found.message_ids[offset:end]]
 
     # ------------------------------------------------------------------ events and audit
 

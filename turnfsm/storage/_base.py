@@ -17,7 +17,7 @@ the context over, in the same transaction as the version check.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -166,6 +166,15 @@ class Store(Protocol):
     async def lease(self, context_id: str) -> Lease | None:
         """The context's lease as stored (possibly expired), ``None`` when it has
         none or it was released."""
+        ...
+
+    # ------------------------------------------------------------------ messages
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids, in the order given (an id given twice
+        comes twice), without loading the rest of the context.
+        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
+        naming the first id the context does not hold."""
         ...
 
 
