@@ -1322,7 +1322,6 @@ class StoreContract(abc.ABC):
         with pytest.raises(LeaseLost):
             await store.commit(stale)
 
-
     # --- load_messages -----------------------------------------------------------------
 
     async def test_load_messages_by_id_in_the_order_asked(self, store: Store) -> None:
@@ -1343,6 +1342,7 @@ class StoreContract(abc.ABC):
             await store.load_messages("c", ["m1", "nope"])
         with pytest.raises(ContextNotFound):
             await store.load_messages("missing", ["m1"])
+
 
 async def race(attempts: Sequence[tuple[Store, Commit]]) -> list[BaseException | None]:
     """Run the commits concurrently; the outcome of each (None: it was stored)."""
