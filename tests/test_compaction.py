@@ -172,3 +172,25 @@ async def test_the_same_conversation_gives_the_same_requests() -> None:
     first, second = await run(), await run()
     assert any(m.get("purpose") == "compaction" for _, _, m in first)
     assert first == second
+
+
+async def test_the_audit_accounts_for_the_summaries() -> None:
+    from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+    from turnfsm.render import path_from_steps
+
+    def answer(request: LLMRequest) -> dict[str, Any]:
+        if is_summary_call(request):
+            return {"text": "a summary"}
+        return {"text": SENT}
+
+    engine, _, _ = make_engine(answer, compaction=Compaction(150, keep_tokens=50))
+    async with engine:
+        cid = await engine.create_context()
+        for i in range(10):
+            await engine.send(cid, f"q{i} {SENT}")
+        ctx = await engine.get_context(cid)
+        steps = await engine.steps(cid)
+    assert any(summary_of(n) for n in ctx.history())
+    records = audit_records(cid, path_from_steps(steps).steps, ctx.message_pool.values())
+    assert {m for r in records for m in r.message_ids} == set(ctx.message_pool)
+    assert verify_audit_log(audit_jsonl(records).splitlines()).ok

@@ -155,3 +155,29 @@ async def test_an_imported_body_then_send_request_is_not_duplicated() -> None:
     ]
     assert len(llm.requests) == 1
     assert llm.requests[0].messages[-1]["content"] == "[CURRENT MESSAGE FROM USER]: Wetter?"
+
+
+async def test_the_audit_accounts_for_every_message() -> None:
+    from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+    from turnfsm.render import path_from_steps
+
+    engine, _, _ = make_engine([{"text": "a"}, {"text": "b"}])
+    async with engine:
+        turn = await engine.send_request(cm_body("first", CONTEXT))
+        cid = turn.context_id
+        again = [
+            *CONTEXT,
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "a"},
+        ]
+        await engine.send_request(
+            cm_body("second", [*again, {"role": "user", "content": "x"}]), cid
+        )
+        ctx = await engine.get_context(cid)
+        steps = await engine.steps(cid)
+    records = audit_records(cid, path_from_steps(steps).steps, ctx.message_pool.values())
+    touched = {m for r in records for m in r.message_ids}
+    assert touched == set(ctx.message_pool)
+    first = records[0]
+    assert first.trigger == "user_message" and len(first.message_ids) == 3
+    assert verify_audit_log(audit_jsonl(records).splitlines()).ok

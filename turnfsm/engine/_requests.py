@@ -98,7 +98,7 @@ async def start_request(d: Driver, request: InboundRequest, rt: Runtime) -> None
     if not waiting:
         now = d.now()
         messages: list[InternalMessage] = [
-            m.to_message(now) for m in new_context_messages(rt, request)
+            m.to_message(now, {"request_context": True}) for m in new_context_messages(rt, request)
         ]
         messages += request.to_messages(now=now)[len(request.history) :]
         for message in messages:
