@@ -194,3 +194,31 @@ async def test_the_audit_accounts_for_the_summaries() -> None:
     records = audit_records(cid, path_from_steps(steps).steps, ctx.message_pool.values())
     assert {m for r in records for m in r.message_ids} == set(ctx.message_pool)
     assert verify_audit_log(audit_jsonl(records).splitlines()).ok
+
+
+async def test_with_a_token_budget_the_summary_always_stays() -> None:
+    from turnfsm.enhancers import TokenBudget
+
+    def answer(request: LLMRequest) -> dict[str, Any]:
+        if is_summary_call(request):
+            return {"text": "summary: " + SENT}
+        return {"text": SENT}
+
+    engine, llm, _ = make_engine(
+        answer,
+        compaction=Compaction(2_000, keep_tokens=1_500),
+        token_budget=TokenBudget(300),
+    )
+    async with engine:
+        cid = await engine.create_context(system_prompt="Be brief.")
+        for i in range(60):
+            await engine.send(cid, f"question {i}: {SENT}")
+    main = [r for r in llm.requests if not is_summary_call(r)]
+    assert any("compaction" in r.metadata for r in main)
+    for r in main:
+        if "compaction" in r.metadata:
+            assert r.messages[0] == {"role": "system", "content": "Be brief."}
+            assert r.messages[1]["content"].startswith("<summary of=")
+            assert r.metadata["token_budget"]["dropped_messages"] > 0
+        assert r.metadata["token_budget"]["tokens"] <= 300
+        assert r.messages[-1]["content"].startswith("question ")

@@ -66,12 +66,16 @@ def build_request(d: Driver, rt: Runtime) -> LLMRequest:
         except Exception as exc:
             raise EnhancerError(type(plan.compaction).__name__, exc) from exc
     if plan.budget is not None:
+        head = 0  # leading system messages (a summary) always stay
+        while head < len(messages) and messages[head].get("role") == "system":
+            head += 1
         try:
-            start = plan.budget.window(messages, ctx, plan.shrink)
+            cut = plan.budget.window(messages, ctx, plan.shrink, start_at=head)
         except Exception as exc:
             raise EnhancerError(type(plan.budget).__name__, exc) from exc
+        start = cut - head
         if start:
-            messages = messages[start:]
+            messages = [*messages[:head], *messages[cut:]] if head else messages[cut:]
     request = LLMRequest(
         context_id=ctx.id,
         model=ctx.config.model_id,

@@ -241,7 +241,12 @@ class TokenBudget:
         return factor
 
     def window(
-        self, messages: list[dict[str, Any]], context: ChatContext, shrink: Shrink | None = None
+        self,
+        messages: list[dict[str, Any]],
+        context: ChatContext,
+        shrink: Shrink | None = None,
+        *,
+        start_at: int = 0,
     ) -> int:
         """Where a view of ``messages`` (the history, before any enhancer) may
         start: every turn before it would be dropped by :meth:`enhance` anyway.
@@ -250,12 +255,14 @@ class TokenBudget:
         enhancer may make of it), so the cut is never more than ``enhance``
         would make; it walks back only as far as the budget reaches, so
         preparing a request costs the same at 100 or 5,000 stored messages.
+        Messages before ``start_at`` (those that always stay) are not looked at;
+        the result is ``start_at`` when nothing is cut.
         """
         allowed = self.limit / self.factor(context)
         total = 0
         start = len(messages)
         pinned = True  # the current turn is always kept
-        for i in range(len(messages) - 1, -1, -1):
+        for i in range(len(messages) - 1, start_at - 1, -1):
             msg = messages[i]
             total += self._count_small(msg, shrink) if shrink is not None else self._count(msg)
             if msg.get("role") == "user":
@@ -264,7 +271,7 @@ class TokenBudget:
                 elif total > allowed:
                     return start
                 start = i
-        return 0 if total <= allowed or pinned else start
+        return start_at if total <= allowed or pinned else start
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         messages = request.messages
