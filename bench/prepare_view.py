@@ -9,7 +9,8 @@ on the view holds the same number of turns however long the history is, and
 preparing it must cost the same (target: the time at 5,000 messages at most
 1.5x the time at 100). The engine runs with ``tool_history_rounds=10`` and
 ``TokenBudget(4000, reserve_output=500)``; the request is built ``REPEAT`` times
-on the loaded context and the median of ``ROUNDS`` rounds is reported.
+a round on each loaded context, rounds of the two sizes interleaved, and the
+median of ``ROUNDS`` rounds of each is reported.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from turnfsm.tools import tool
 
 SIZES = (100, 5_000)
 REPEAT = 200
-ROUNDS = 7
+ROUNDS = 15
 TARGET = 1.5
 SENTENCE = (
     "The weather in London is mild today, with light rain in the morning and a dry "
@@ -89,7 +90,8 @@ def _history(n: int) -> list[InternalMessage]:
     return out[:n]
 
 
-async def _measure(n: int) -> float:
+async def _loaded(n: int) -> tuple[Engine, Any, Any]:
+    """An engine with a loaded context of ``n`` messages, and its runtime."""
     llm = ScriptedLLM(lambda request: {"text": "ok"}, record=False)
     engine = Engine(
         llm=llm,
@@ -110,25 +112,34 @@ async def _measure(n: int) -> float:
         created_at=now,
         updated_at=now,
     )
-    async with engine:
-        await engine.store.create(ctx)
-        await engine.send("long", SENTENCE)  # loads the context: n messages now
-        d = engine._d
-        rt = d.loaded.get("long")
-        assert rt is not None and len(rt.chat) == n, (n, None if rt is None else len(rt.chat))
-        request = build_request(d, rt)
-        assert request.metadata["token_budget"]["tokens"] <= 3_500
-        rounds = []
-        for _ in range(ROUNDS):
+    await engine.store.create(ctx)
+    await engine.send("long", SENTENCE)  # loads the context: n messages now
+    d = engine._d
+    rt = d.loaded.get("long")
+    assert rt is not None and len(rt.chat) == n, (n, None if rt is None else len(rt.chat))
+    request = build_request(d, rt)
+    assert request.metadata["token_budget"]["tokens"] <= 3_500
+    return engine, d, rt
+
+
+async def _measure() -> dict[int, float]:
+    """Rounds of each size, interleaved, so that drift on a shared machine hits
+    both alike; the median round of each."""
+    loaded = {n: await _loaded(n) for n in SIZES}
+    rounds: dict[int, list[float]] = {n: [] for n in SIZES}
+    for _ in range(ROUNDS):
+        for n, (_, d, rt) in loaded.items():
             t0 = time.perf_counter()
             for _ in range(REPEAT):
                 build_request(d, rt)
-            rounds.append((time.perf_counter() - t0) / REPEAT * 1e6)
-    return statistics.median(rounds)
+            rounds[n].append((time.perf_counter() - t0) / REPEAT * 1e6)
+    for engine, _, _ in loaded.values():
+        await engine.aclose()
+    return {n: statistics.median(r) for n, r in rounds.items()}
 
 
 def run() -> dict[str, Any]:
-    at = {n: anyio.run(_measure, n) for n in SIZES}
+    at = anyio.run(_measure)
     small, large = at[SIZES[0]], at[SIZES[1]]
     return {
         "system": "turnfsm",
