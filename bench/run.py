@@ -8,6 +8,7 @@
     python bench/run.py --workload W4 --synchronous NORMAL   # SQLite's setting (default FULL)
     python bench/run.py --workload bytes              # bytes written per turn, 100 vs 5,000
     python bench/run.py --workload W8 --baseline /tmp/old-checkout --baseline-python PY
+    python bench/run.py --workload prepare            # building one request, 100 vs 5,000
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -59,6 +60,10 @@ BASELINE: dict[str, str] = {}
 
 def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
     """One measurement in this process (imports only the system measured)."""
+    if workload == "PREPARE":
+        import prepare_view
+
+        return prepare_view.run()
     if system == "floor":
         import floor as side
     else:  # turnfsm, or the baseline (turnfsm_side on an older turnfsm)
@@ -306,6 +311,39 @@ def _summary(lines: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _run_prepare(runs: int, quiet: bool) -> int:
+    """The prepare workload (bench/prepare_view.py): turnfsm only, its own figure
+    at 100 and at 5,000 messages; the median ratio over ``runs`` processes."""
+    results = []
+    for r in range(runs):
+        try:
+            res = _spawn("PREPARE", "turnfsm", "FULL")
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        results.append(res)
+        if not quiet:
+            print(
+                f"  prepare run {r + 1}/{runs}: {res['prepare_us_at_100']:.4g} us at 100, "
+                f"{res['prepare_us_at_5000']:.4g} us at 5,000 ({res['ratio_5000_to_100']:.2f}x)",
+                file=sys.stderr,
+            )
+    line = dict(results[0])
+    for key in ("prepare_us_at_100", "prepare_us_at_5000", "ratio_5000_to_100", "value"):
+        line[key] = _round(statistics.median(r[key] for r in results), 4)
+    line["runs"] = [r["ratio_5000_to_100"] for r in results]
+    print(json.dumps(line), flush=True)
+    if not quiet:
+        ok = "ok" if line["ratio_5000_to_100"] <= line["target"] else "MISSED"
+        print(
+            f"prepare: {line['prepare_us_at_100']:.4g} us at 100 messages, "
+            f"{line['prepare_us_at_5000']:.4g} us at 5,000: {line['ratio_5000_to_100']:.2f}x "
+            f"(<= {line['target']:g}x {ok})",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -351,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_one(args.one.upper(), args.system, args.synchronous)))
         return 0
 
+    if args.workload and args.workload.upper() == "PREPARE":
+        return _run_prepare(args.runs, args.json)
     if not args.workload:
         p.error("give --workload W1|W2|W3|W4|W5|W6|W8|bytes|all")
     wanted = args.workload.upper()

@@ -11,8 +11,8 @@ import pytest
 from turnfsm.enhancers import (
     Enhancer,
     SystemPromptEnhancer,
+    ToolCallHistory,
     ToolDefinitionsEnhancer,
-    ToolHistoryTrimmer,
 )
 from turnfsm.errors import InvalidInput
 from turnfsm.model import Branch, ChatContext, LLMRequest, SystemPrompt
@@ -40,7 +40,7 @@ def request(messages: list[dict[str, Any]] | None = None) -> LLMRequest:
 
 @pytest.mark.parametrize(
     "enhancer",
-    [SystemPromptEnhancer(), ToolDefinitionsEnhancer([]), ToolHistoryTrimmer(1)],
+    [SystemPromptEnhancer(), ToolDefinitionsEnhancer([]), ToolCallHistory(1)],
     ids=lambda e: type(e).__name__,
 )
 def test_builtins_satisfy_the_protocol(enhancer: object) -> None:
@@ -157,7 +157,7 @@ def test_tool_definitions_enhancer_does_not_mutate_its_source() -> None:
     assert defs == snapshot
 
 
-# --- ToolHistoryTrimmer --------------------------------------------------------------------
+# --- ToolCallHistory -----------------------------------------------------------------------
 
 
 def tc(cid: str, name: str = "get_weather") -> dict[str, Any]:
@@ -209,83 +209,97 @@ def rounds_in(messages: list[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
-def test_negative_rounds_are_refused() -> None:
-    with pytest.raises(ValueError, match="rounds"):
-        ToolHistoryTrimmer(-1)
-
-
-def test_negative_rounds_raise_invalid_input() -> None:
-    with pytest.raises(InvalidInput):
-        ToolHistoryTrimmer(-1)
-
-
-@pytest.mark.parametrize("keep", [0, 1, 2, 3, 5])
-def test_keeps_the_last_n_rounds(keep: int) -> None:
-    msgs = history(5)
-    out = ToolHistoryTrimmer(keep).enhance(request(msgs), context()).messages
-    assert rounds_in(out) == (rounds_in(msgs)[-keep:] if keep else [])
-    assert_valid(out)
-    kept_ids = {cid for r in rounds_in(out) for cid in r}
-    tool_ids = {m["tool_call_id"] for m in out if m["role"] == "tool"}
-    assert tool_ids == kept_ids
-
-
-def test_kept_rounds_are_untouched_and_in_order() -> None:
-    msgs = history(4)
-    out = ToolHistoryTrimmer(2).enhance(request(msgs), context()).messages
-    tail_start = next(
-        i for i, m in enumerate(msgs) if m.get("tool_calls") and m["tool_calls"][0]["id"] == "r2c0"
-    )
-    assert out[-len(msgs[tail_start:]) :] == msgs[tail_start:]
-    assert out[:2] == msgs[:2]
-
-
-def test_older_rounds_keep_their_assistant_text_only() -> None:
-    msgs = history(3, texts={0: "let me look", 2: "again"})
-    out = ToolHistoryTrimmer(1).enhance(request(msgs), context()).messages
-    assert out == [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "q1"},
-        {"role": "assistant", "content": "let me look"},
-        *round_(2, text="again", calls=3),
-        {"role": "assistant", "content": "final"},
-    ]
-    assert_valid(out)
-
-
-def test_older_rounds_without_text_disappear() -> None:
-    msgs = history(3)
-    out = ToolHistoryTrimmer(0).enhance(request(msgs), context()).messages
-    assert out == [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "q1"},
-        {"role": "assistant", "content": "final"},
+def calls_in(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Every call of the view as (id, arguments)."""
+    return [
+        (c["id"], c["function"]["arguments"])
+        for m in messages
+        if m["role"] == "assistant" and m.get("tool_calls")
+        for c in m["tool_calls"]
     ]
 
 
-def test_the_input_list_is_not_mutated() -> None:
+def results_in(messages: list[dict[str, Any]]) -> dict[str, str]:
+    return {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+
+
+def test_negative_calls_are_refused() -> None:
+    for bad in [-1, True, "3", None]:
+        with pytest.raises(InvalidInput) as info:
+            ToolCallHistory(bad)  # type: ignore[arg-type]
+        assert info.value.where == "calls"
+
+
+def test_default_is_ten_calls() -> None:
+    assert ToolCallHistory().calls == 10
+
+
+@pytest.mark.parametrize("keep", [0, 1, 2, 3, 5, 9])
+def test_keeps_the_last_n_calls_in_full_and_older_ones_by_name(keep: int) -> None:
+    msgs = history(5)  # rounds of 1, 2, 3, 1, 2 calls: 9 calls
+    out = ToolCallHistory(keep).enhance(request(msgs), context()).messages
+    before, after = calls_in(msgs), calls_in(out)
+    assert [cid for cid, _ in after] == [cid for cid, _ in before]  # every call still shown
+    cut = max(0, len(before) - keep)
+    assert all(args == "{}" for _, args in after[:cut])
+    results = results_in(out)
+    for cid, _ in before[:cut]:
+        assert results[cid] == "[omitted: result of an earlier get_weather call]"
+    for cid, _ in before[cut:]:
+        assert results[cid] == f"result {cid}"
+    names = [c["function"]["name"] for m in out if m.get("tool_calls") for c in m["tool_calls"]]
+    assert names == ["get_weather"] * len(before)
+    assert_valid(out)
+    assert len(out) == len(msgs)
+
+
+def test_calls_are_counted_one_by_one_inside_an_answer() -> None:
+    msgs = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": "three at once",
+            "tool_calls": [tc("a", "one"), tc("b", "two"), tc("c", "three")],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "tool", "tool_call_id": "c", "content": "C"},
+    ]
+    msgs[1]["tool_calls"][2]["function"]["arguments"] = '{"x":1}'
+    req = request(msgs)
+    out = ToolCallHistory(1).enhance(req, context()).messages
+    assert out[1]["content"] == "three at once"
+    assert [c["function"]["arguments"] for c in out[1]["tool_calls"]] == ["{}", "{}", '{"x":1}']
+    assert results_in(out) == {
+        "a": "[omitted: result of an earlier one call]",
+        "b": "[omitted: result of an earlier two call]",
+        "c": "C",
+    }
+    assert req.metadata["tool_history"] == {"calls": 3, "full": 1, "name_only": 2}
+
+
+def test_the_input_list_and_its_dicts_are_not_mutated() -> None:
     msgs = history(4, texts={0: "t0", 1: "t1"})
     snapshot = copy.deepcopy(msgs)
-    req = request(msgs)
-    out = ToolHistoryTrimmer(1).enhance(req, context())
+    out = ToolCallHistory(1).enhance(request(msgs), context())
     assert msgs == snapshot
     assert out.messages is not msgs
-    # the kept dicts may be shared, but changing the output list does not reach back
     out.messages.append({"role": "user", "content": "x"})
     assert msgs == snapshot
 
 
-def test_nothing_to_trim_returns_the_same_list() -> None:
-    msgs = history(2)
-    out = ToolHistoryTrimmer(2).enhance(request(msgs), context()).messages
-    assert out is msgs
-    out = ToolHistoryTrimmer(10).enhance(request(msgs), context()).messages
-    assert out is msgs
+def test_nothing_to_cut_returns_the_same_list_and_no_metadata() -> None:
+    msgs = history(2)  # 3 calls
+    for keep in (3, 10):
+        req = request(msgs)
+        out = ToolCallHistory(keep).enhance(req, context())
+        assert out.messages is msgs
+        assert out.metadata == {}
 
 
-def test_no_tool_rounds_at_all() -> None:
+def test_no_tool_calls_at_all() -> None:
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    assert ToolHistoryTrimmer(0).enhance(request(msgs), context()).messages == msgs
+    assert ToolCallHistory(0).enhance(request(msgs), context()).messages == msgs
 
 
 def test_call_ids_reused_across_rounds() -> None:
@@ -297,29 +311,40 @@ def test_call_ids_reused_across_rounds() -> None:
         {"role": "tool", "tool_call_id": "call_1", "content": "second"},
         {"role": "assistant", "content": "done"},
     ]
-    out = ToolHistoryTrimmer(1).enhance(request(msgs), context()).messages
-    assert out == [msgs[0], *msgs[3:]]
+    out = ToolCallHistory(1).enhance(request(msgs), context()).messages
+    assert out[2]["content"] == "[omitted: result of an earlier get_weather call]"
+    assert out[4]["content"] == "second"
+    assert out[3] is msgs[3]
     assert_valid(out)
 
 
-def test_trimmed_view_is_valid_for_many_shapes() -> None:
+def test_name_only_view_is_valid_for_many_shapes() -> None:
     for total in range(6):
-        for keep in range(7):
+        for keep in range(12):
             texts = {n: f"text {n}" for n in range(total) if n % 2}
             msgs = history(total, texts=texts)
             snapshot = copy.deepcopy(msgs)
-            out = ToolHistoryTrimmer(keep).enhance(request(msgs), context()).messages
+            out = ToolCallHistory(keep).enhance(request(msgs), context()).messages
             assert msgs == snapshot
             assert_valid(out)
-            assert len(rounds_in(out)) == min(total, keep)
-            # no assistant text is ever lost
-            texts_in = [m["content"] for m in msgs if m["role"] == "assistant" and m["content"]]
-            texts_out = [m["content"] for m in out if m["role"] == "assistant" and m["content"]]
+            full = [a for _, a in calls_in(out) if a != "{}"]
+            assert len(full) == 0  # history() calls have "{}" arguments
+            kept = [v for v in results_in(out).values() if not v.startswith("[omitted")]
+            assert len(kept) == min(len(calls_in(msgs)), keep)
+            texts_in = [m["content"] for m in msgs if m["role"] == "assistant"]
+            texts_out = [m["content"] for m in out if m["role"] == "assistant"]
             assert texts_out == texts_in
+
+
+def test_shrink_gives_the_smallest_form() -> None:
+    msgs = history(1)
+    small = ToolCallHistory().shrink(msgs[2])
+    assert small["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": "{}"}
+    assert ToolCallHistory().shrink(msgs[1]) is msgs[1]
 
 
 def test_trimmer_leaves_the_context_alone() -> None:
     ctx = context("sys")
     before = ctx.model_dump_json()
-    ToolHistoryTrimmer(0).enhance(request(history(3)), ctx)
+    ToolCallHistory(0).enhance(request(history(3)), ctx)
     assert ctx.model_dump_json() == before

@@ -47,7 +47,17 @@ def _examples() -> dict[str, str]:
 
 
 def test_the_readme_has_its_examples() -> None:
-    assert {"config and branch prompts", "questions", "modes", "sub-contexts"} <= set(_examples())
+    assert {
+        "config and branch prompts",
+        "questions",
+        "modes",
+        "sub-contexts",
+        "tool history",
+        "token budget",
+        "compaction",
+        "sticky files",
+        "request bodies",
+    } <= set(_examples())
 
 
 @pytest.mark.parametrize("name", sorted(_examples()))

@@ -1088,7 +1088,10 @@ async def test_tool_history_trimmer_leaves_history_intact() -> None:
         cid = await engine.create_context()
         await engine.send(cid, "two rounds")
         last = llm.requests[-1].messages
-        assert [m.get("tool_call_id") for m in last if m["role"] == "tool"] == ["c2"]
+        results = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+        assert results["c1"] == "[omitted: result of an earlier weather call]"
+        assert not results["c2"].startswith("[omitted")
+        assert llm.requests[-1].metadata["tool_history"]["name_only"] == 1
         ctx = await engine.get_context(cid)
         assert len(ctx.history()) == 6
         assert_every_call_answered_once(ctx)

@@ -685,12 +685,12 @@ async def test_a_tool_exception_that_cannot_be_printed(store_url: str | None) ->
 
 
 def test_other_constructors_refuse_bad_numbers() -> None:
-    from turnfsm.enhancers import ToolHistoryTrimmer
+    from turnfsm.enhancers import ToolCallHistory
 
     for bad in ["3", True, -1, None]:
         with pytest.raises(InvalidInput) as info:
-            ToolHistoryTrimmer(bad)
-        assert info.value.where == "rounds"
+            ToolCallHistory(bad)
+        assert info.value.where == "calls"
     with pytest.raises(InvalidInput) as info2:
         Engine(clock=object())  # type: ignore[arg-type]
     assert info2.value.where == "clock"

@@ -1423,6 +1423,27 @@ class StoreContract(abc.ABC):
         again = await store.acquire_lease("c", "engine-b", 30.0, now=NOW + 1.0)
         assert again == Lease("c", "engine-b", 1, NOW + 31.0)  # a new context, new tokens
 
+    # --- load_messages -----------------------------------------------------------------
+
+    async def test_load_messages_by_id_in_the_order_asked(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        nodes = [msg(f"m{i}", text=f"text {i}") for i in range(1200)]
+        await store.commit(make_commit("c", 0, appended=[("main", n) for n in nodes]))
+        got = await store.load_messages("c", ["m7", "m1100", "m0", "m7"])
+        assert [n.id for n in got] == ["m7", "m1100", "m0", "m7"]
+        assert got[1] == nodes[1100]
+        many = await store.load_messages("c", [f"m{i}" for i in range(1199, -1, -1)])
+        assert [n.message.text for n in many] == [f"text {i}" for i in range(1199, -1, -1)]
+        assert await store.load_messages("c", []) == []
+
+    async def test_load_messages_refuses_unknown_ids_and_contexts(self, store: Store) -> None:
+        await store.create(empty_context("c"))
+        await store.commit(make_commit("c", 0, appended=[("main", msg("m1"))]))
+        with pytest.raises(StoreError, match="'nope'"):
+            await store.load_messages("c", ["m1", "nope"])
+        with pytest.raises(ContextNotFound):
+            await store.load_messages("missing", ["m1"])
+
 
 async def race(attempts: Sequence[tuple[Store, Commit]]) -> list[BaseException | None]:
     """Run the commits concurrently; the outcome of each (None: it was stored)."""

@@ -38,9 +38,13 @@ in creation order (stable by ``created_at``; SQLite and memory stores keep
 append order) and each trigger takes what the engine appends for it:
 
 - ``user_message``: the results closing still-open calls (superseded), and the
-  decision on their batch, then the user's message;
-- ``response_received`` / ``stream_ended``: the assistant's answer (its calls
-  are then open);
+  decision on their batch, then the context messages of a request body
+  (``metadata.extra["request_context"]``), then the user's message;
+- ``response_received`` / ``stream_ended``: a compaction summary made before
+  the call (a ``system`` message with ``metadata.extra["summary"]``), then the
+  assistant's answer (its calls are then open);
+- ``llm_failed_transient`` / ``llm_failed_permanent``: a compaction summary made
+  before the call that failed;
 - ``needs_approval``, ``tools_decided``, ``approvals_resolved``,
   ``outcome_unknown``: the open batch's assistant message (decisions change it);
 - ``tools_done``: one result per open call;
@@ -75,7 +79,7 @@ the log is not signed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -177,6 +181,7 @@ TOOL_CYCLE: frozenset[State] = frozenset(
 _ANSWER = frozenset({T.RESPONSE_RECEIVED, T.STREAM_ENDED})
 _DECISION = frozenset({T.NEEDS_APPROVAL, T.TOOLS_DECIDED, T.APPROVALS_RESOLVED, T.OUTCOME_UNKNOWN})
 _INPUT_ROLES = frozenset({Role.USER, Role.FRONTEND_OPERATOR})
+_LLM_FAILED = frozenset({T.LLM_FAILED_TRANSIENT, T.LLM_FAILED_PERMANENT})
 
 
 def actor_of(source: State, trigger: Trigger) -> Actor:
@@ -335,10 +340,15 @@ class _Walk:
                 if self.batch is not None:
                     touch.message_ids.append(self.batch.id)
                 self.close_open(touch)
+            # a request body's context messages come in the same step, before it
+            self.take_while(touch, _request_context)
             node = self.take_head("input")
             if node is not None:
                 touch.message_ids.append(node.id)
+        elif trigger in _LLM_FAILED:
+            self.take_while(touch, _summary)
         elif trigger in _ANSWER:
+            self.take_while(touch, _summary)  # a compaction summary made before the call
             node = self.take_head("answer")
             self.answer = node
             if node is not None:
@@ -374,8 +384,25 @@ class _Walk:
                 self.close_open(touch)
         return touch
 
+    def take_while(self, touch: _Touch, kind: Callable[[MessageNode], bool]) -> None:
+        node = self.head()
+        while node is not None and kind(node):
+            self.consumed.add(node.id)
+            touch.message_ids.append(node.id)
+            node = self.head()
+
     def done(self) -> bool:
         return not self.failed and self.head() is None
+
+
+def _summary(node: MessageNode) -> bool:
+    """A compaction summary (stored in ``call_llm``, before the LLM's answer)."""
+    return node.message.role is Role.SYSTEM and "summary" in node.message.metadata.extra
+
+
+def _request_context(node: MessageNode) -> bool:
+    """A context message of a request body (stored with its current message)."""
+    return node.message.metadata.extra.get("request_context") is True
 
 
 def _matches(node: MessageNode, want: str) -> bool:

@@ -167,6 +167,14 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"attempts per model call, retries included (3; 1 to {MAX_ATTEMPTS})",
     )
+    p.add_argument(
+        "--tool-history",
+        type=count(0, 1_000_000),
+        default=None,
+        metavar="N",
+        help="show the model the last N tool calls in full, older ones by name only "
+        "(default: every call in full)",
+    )
 
 
 def check_message(text: str, where: str) -> str:
@@ -330,6 +338,7 @@ class _Chat:
                 retry=RetryPolicy(max_attempts=self.args.max_attempts),
                 logger=_quiet_logger(self.err),
                 modes=MODES,
+                tool_history_rounds=self.args.tool_history,
             ) as engine:
                 self.engine = engine
                 yield engine, url

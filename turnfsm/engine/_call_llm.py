@@ -33,7 +33,7 @@ from ._answer import (
     storable_error,
 )
 from ._approval import as_question
-from ._prepare import build_request
+from ._prepare import build_request, compact
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
@@ -54,6 +54,12 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
     """
     request = rt.request
     rt.request = None
+    compacted, summary_failure = await compact(d, rt)
+    if summary_failure is not None:
+        await fail_llm(d, rt, summary_failure)
+        return
+    if compacted:
+        request = None  # built before the summary: build it again
     if request is None:
         try:
             request = build_request(d, rt)
@@ -193,6 +199,12 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
             failure.partial_text = "".join(partial)
         await fail_llm(d, rt, failure)
         return
+    if request.metadata:
+        # what the enhancers did to the view, kept with the answer for audits
+        # (and for the token budget's calibration)
+        meta = message.metadata
+        extra = {**meta.extra, "view": request.metadata}
+        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
     if calls:
         # type Question when it only asks (questions the context's mode offers)
         message = as_question(message, d.offered(rt.ctx))

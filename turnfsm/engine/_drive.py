@@ -127,6 +127,7 @@ class Driver:
         self.max_loaded = max_loaded
         self.lease_ttl = lease_ttl
         self.owner = owner
+        self.view_plan = _prepare.ViewPlan()
         self.machine = TurnMachine()
         self.loaded = Loaded(self.machine, log, self.request_cancel)
         self.busy: set[str] = set()

@@ -17,9 +17,20 @@ from typing import Any
 
 import anyio
 
+from ..adapters.inbound import parse_request
 from ..adapters.llm import LLM
-from ..enhancers import Enhancer, SystemPromptEnhancer, ToolDefinitionsEnhancer, ToolHistoryTrimmer
+from ..enhancers import (
+    Compaction,
+    CurrentMessageMarker,
+    Enhancer,
+    SystemPromptEnhancer,
+    TokenBudget,
+    ToolCallHistory,
+    ToolDefinitionsEnhancer,
+    UserLocale,
+)
 from ..errors import (
+    BranchError,
     ContextBusy,
     ContextLeased,
     ContextNotFound,
@@ -36,6 +47,7 @@ from ..model import (
     ChatConfig,
     ChatContext,
     ContentPart,
+    MessageNode,
     Role,
     SystemPrompt,
     ToolCallRequest,
@@ -43,7 +55,7 @@ from ..model import (
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
-from . import _calls, _children, _leases
+from . import _calls, _children, _leases, _requests
 from ._approval import questions_of
 from ._children import Child, ChildInfo, Finished, Summarizer
 from ._clock import Clock, SystemClock
@@ -82,8 +94,14 @@ class Engine:
             cid = await engine.create_context(system_prompt="You are helpful.")
             turn = await engine.send(cid, "What's the weather in London?")
 
-    ``enhancers`` run after the built-in ones (system prompt, tool definitions,
-    and history trimming when ``tool_history_rounds`` is set). ``clock`` and
+    ``enhancers`` run after the built-in ones: the tool history when
+    ``tool_history_rounds`` is set (:class:`~turnfsm.enhancers.ToolCallHistory`:
+    the last that many tool calls in full, older ones by name only), the
+    system prompt and the tool definitions. ``token_budget``
+    (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
+    ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
+    history in the view by a summary the LLM makes (a call of its own, before
+    the turn's next call, stored once as a message and reused). ``clock`` and
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
@@ -134,11 +152,22 @@ class Engine:
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         modes: Iterable[Mode] = (),
+        token_budget: TokenBudget | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
         check_count("max_iterations", max_iterations, minimum=1)
         check_count("max_loaded", max_loaded, minimum=1)
         check_count("subscriber_buffer", subscriber_buffer, minimum=1)
         check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+        if token_budget is not None and not isinstance(token_budget, TokenBudget):
+            raise InvalidInput(
+                "token_budget",
+                f"must be a TokenBudget or None, not {type(token_budget).__name__}",
+            )
+        if compaction is not None and not isinstance(compaction, Compaction):
+            raise InvalidInput(
+                "compaction", f"must be a Compaction or None, not {type(compaction).__name__}"
+            )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidInput(
                 "retry", f"must be a RetryPolicy or None, not {type(retry).__name__}"
@@ -171,18 +200,24 @@ class Engine:
             from ..storage import open_store
 
             store = open_store(store)
-        builtin: list[Enhancer] = [
+        builtin: list[Enhancer] = []
+        history = None
+        if tool_history_rounds is not None:
+            history = ToolCallHistory(tool_history_rounds)
+            builtin.append(history)
+        builtin += [
             SystemPromptEnhancer(mode=known_modes.instructions),
             ToolDefinitionsEnhancer(per_context=known_modes.definitions),
+            UserLocale(),
+            CurrentMessageMarker(),
         ]
-        if tool_history_rounds is not None:
-            builtin.append(ToolHistoryTrimmer(tool_history_rounds))
+        last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
         self._subscriber_buffer = subscriber_buffer
         self._d = d = Driver(
             llm=llm,
             tools=registry,
             store=store if store is not None else MemoryStore(),
-            enhancers=(*builtin, *enhancers),
+            enhancers=(*builtin, *enhancers, *last),
             builtin_count=len(builtin),
             modes=known_modes,
             retry_policy=retry or RetryPolicy(),
@@ -195,6 +230,9 @@ class Engine:
             owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         )
         d.subtask_host = _children.SubtaskRunner(self)
+        self._d.view_plan.budget = token_budget
+        self._d.view_plan.compaction = compaction
+        self._d.view_plan.shrink = history.shrink if history is not None else None
 
     # ------------------------------------------------------------------ settings
 
@@ -964,6 +1002,68 @@ class Engine:
             # call itself is what is left to approve, and it runs again
             out.extend(below or (call,))
         return tuple(out)
+
+    # ------------------------------------------------------------------ request bodies
+
+    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+        """Answer a chat request body (the ``contextManagement`` body or the legacy
+        ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
+        :class:`InvalidInput` names what is wrong with it).
+
+        With no ``context_id``, a new context is made (``create_context()``
+        defaults); with one, the body is added to that context. Its
+        conversation context messages that the context does not hold yet are
+        appended (a message with a ``messageId`` is known by it; the others by
+        matching, in order, what the branch said), then the current message,
+        flagged current with the user's language and time zone, all in the
+        ``user_message`` step; then the turn runs, once, as after :meth:`send`.
+        A current message whose ``messageId`` the context already holds is
+        refused (:class:`InvalidInput`): a request is answered once. The view
+        marks the current message (``[CURRENT MESSAGE FROM USER]: ...``) and
+        states the language and time zone (the built-in enhancers
+        :class:`~turnfsm.enhancers.CurrentMessageMarker` and
+        :class:`~turnfsm.enhancers.UserLocale`).
+        """
+        request = parse_request(body)
+        if context_id is None:
+            context_id = await self.create_context()
+        else:
+            check_id("context_id", context_id)
+        d = self._d
+        return await d.run(context_id, functools.partial(_requests.start_request, d, request))
+
+    # ------------------------------------------------------------------ reading messages
+
+    async def messages(
+        self,
+        context_id: str,
+        *,
+        branch: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[MessageNode]:
+        """A page of a branch's messages (the active branch by default), oldest
+        first: from index ``offset`` (0 or more), at most ``limit`` of them (all
+        the rest when ``None``), as last committed. An offset past the end gives
+        an empty page; :class:`~turnfsm.errors.BranchError` for an unknown branch.
+        """
+        check_id("context_id", context_id)
+        if branch is not None:
+            check_id("branch", branch)
+        check_count("offset", offset, minimum=0)
+        check_count("limit", limit, minimum=0, optional=True)
+        rt = self._d.loaded.get(context_id)
+        if rt is not None and context_id not in self._d.busy:
+            ctx = rt.ctx
+        else:
+            ctx = await self.store.load(context_id)
+        name = branch if branch is not None else ctx.active_branch_name
+        found = ctx.branches.get(name)
+        if found is None:
+            raise BranchError(f"context {context_id!r} has no branch {name!r}")
+        end = None if limit is None else offset + limit
+        pool = ctx.message_pool
+        return [pool[mid] for mid in found.message_ids[offset:end]]
 
     # ------------------------------------------------------------------ events and audit
 

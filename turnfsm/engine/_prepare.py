@@ -3,18 +3,49 @@ the request; ``prompt_ready``, or ``prepare_failed`` when an enhancer raises."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..errors import EnhancerError
-from ..model import LLMRequest
+from ..enhancers import Compaction, TokenBudget, summary_of
+from ..errors import EnhancerError, LLMError
+from ..model import (
+    InternalMessage,
+    LLMRequest,
+    LLMResponse,
+    MessageMetadata,
+    Role,
+    TextPart,
+    clean_text,
+)
 from ..states import Trigger
+from . import _history
+from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
 from ._runtime import Runtime
 from ._turn import StopReason
 
 if TYPE_CHECKING:
     from ._drive import Driver
 
-__all__ = ["build_request", "prepare"]
+__all__ = ["ViewPlan", "build_request", "compact", "prepare"]
+
+
+@dataclass(slots=True)
+class ViewPlan:
+    """What the engine does to the history before the enhancers see it.
+
+    ``budget``: the engine's token budget (:class:`TokenBudget`, run last as an
+    enhancer); before the enhancers run, its :meth:`~TokenBudget.window` cuts the
+    turns it would drop anyway, counting each message at its ``shrink`` form
+    (what the tool history enhancer may make of it), so that preparing a
+    request costs the same however long the history is.
+    """
+
+    budget: TokenBudget | None = None
+    compaction: Compaction | None = None
+    """The engine's compaction: its summary replaces what it covers before the
+    enhancers run (and :func:`compact` makes the summaries)."""
+    shrink: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def build_request(d: Driver, rt: Runtime) -> LLMRequest:
@@ -25,15 +56,39 @@ def build_request(d: Driver, rt: Runtime) -> LLMRequest:
     ctx = rt.ctx
     d.modes.require(ctx)
     p = ctx.progress
+    messages = rt.chat
+    plan = d.view_plan
+    start = 0
+    compacted = None
+    if plan.compaction is not None:
+        try:
+            messages, compacted = plan.compaction.view(messages, ctx)
+        except Exception as exc:
+            raise EnhancerError(type(plan.compaction).__name__, exc) from exc
+    if plan.budget is not None:
+        head = 0  # leading system messages (a summary) always stay
+        while head < len(messages) and messages[head].get("role") == "system":
+            head += 1
+        try:
+            cut = plan.budget.window(messages, ctx, plan.shrink, start_at=head)
+        except Exception as exc:
+            raise EnhancerError(type(plan.budget).__name__, exc) from exc
+        start = cut - head
+        if start:
+            messages = [*messages[:head], *messages[cut:]] if head else messages[cut:]
     request = LLMRequest(
         context_id=ctx.id,
         model=ctx.config.model_id,
-        messages=rt.chat,
+        messages=messages,
         parameters=ctx.config.parameters,
         attempt=p.attempt,
         iteration=p.iteration,
         request_cancel=rt.request_cancel,
     )
+    if compacted is not None:
+        request.metadata["compaction"] = compacted
+    if start:
+        request.metadata["token_budget"] = {"dropped_messages": start}
     copied = False
     for i, enhancer in enumerate(d.enhancers):
         if not copied and i == d.builtin_count:
@@ -65,3 +120,84 @@ async def prepare(d: Driver, rt: Runtime) -> None:
         d.end_turn(rt)
         return
     d.fire(rt, Trigger.PROMPT_READY)
+
+
+async def compact(d: Driver, rt: Runtime) -> tuple[bool, LLMError | None]:
+    """Before the turn's next LLM call (in ``call_llm``, so that it shares the
+    call's retry and failure edges): when the view is over the compaction
+    threshold, one summary call through the engine's adapter, and the summary
+    stored as its own message (committed at once). Returns whether a summary
+    was made, and the failure of the summary call (None when it succeeded or
+    none was needed)."""
+    comp = d.view_plan.compaction
+    if comp is None:
+        return False, None
+    ctx = rt.ctx
+    try:
+        plan = comp.plan(rt.chat, ctx)
+    except Exception as exc:
+        return False, invalid_answer(f"planning the summary raised {type(exc).__name__}: {exc}")
+    if plan is None:
+        return False, None
+    ids = ctx.active_branch.message_ids
+    previous = comp.newest(ctx)
+    p = ctx.progress
+    request = LLMRequest(
+        context_id=ctx.id,
+        model=ctx.config.model_id,
+        messages=plan.messages,
+        parameters=ctx.config.parameters,
+        attempt=p.attempt,
+        iteration=p.iteration,
+        request_cancel=rt.request_cancel,
+        metadata={"purpose": "compaction", "covers": plan.end},
+    )
+    llm = d.llm
+    try:
+        if llm is None:
+            raise TypeError("the engine has no LLM (it was made with llm=None)")
+        chunks = open_stream(llm.stream(request))
+    except Exception as exc:
+        return False, adapter_failure(exc)
+    response: object = None
+    failure: LLMError | None = None
+    try:
+        while True:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                failure = adapter_failure(exc)
+                break
+            if isinstance(chunk, LLMResponse):
+                response = chunk
+                break
+    finally:
+        closed = await close_stream(chunks)
+    if failure is None and closed is not None:
+        failure = adapter_failure(closed)
+    if failure is not None:
+        return False, failure
+    text = response.text if isinstance(response, LLMResponse) else None
+    if not isinstance(text, str) or not text.strip():
+        return False, invalid_answer("the summary call answered no text")
+    covers: dict[str, object] = {"count": plan.end, "last_id": ids[plan.end - 1]}
+    if previous is not None:
+        covers["extends"] = previous[1].id
+    message = InternalMessage(
+        role=Role.SYSTEM,
+        content=[TextPart(text=clean_text(text.strip())[0])],
+        metadata=MessageMetadata(
+            created_at=d.now(),
+            model=request.model,
+            attempt=p.attempt,
+            iteration=p.iteration,
+            extra={"summary": covers},
+        ),
+    )
+    node = _history.append(rt, message, d.ids())
+    assert summary_of(node) is not None
+    rt.log.info("compacted", summary_id=node.id, covers=plan.end)
+    await d.commit(rt)
+    return True, None

@@ -1,15 +1,14 @@
-"""The built-in enhancers: the system prompt, the tool definitions and the
-trimming of old tool rounds (the engine puts them first, in that order)."""
+"""The built-in enhancers: the system prompt and the tool definitions (the
+engine puts them first, after the tool history when it is set)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidInput
 from ..model import ChatContext, LLMRequest
 
-__all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "ToolHistoryTrimmer", "mode_block"]
+__all__ = ["SystemPromptEnhancer", "ToolDefinitionsEnhancer", "mode_block"]
 
 
 class SystemPromptEnhancer:
@@ -87,44 +86,3 @@ class ToolDefinitionsEnhancer:
         defs = self._definitions
         request.tools = defs() if callable(defs) else list(defs)
         return request
-
-
-class ToolHistoryTrimmer:
-    """Shows the model only the last ``rounds`` tool rounds in full.
-
-    Older rounds lose their ``tool_calls`` and ``tool`` messages from the view (an
-    assistant message left with no text is dropped too), so the view stays valid
-    for every provider. Stored history is untouched.
-    """
-
-    def __init__(self, rounds: int) -> None:
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-            raise InvalidInput("rounds", f"must be an integer >= 0, not {rounds!r}")
-        self.rounds = rounds
-
-    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
-        messages = request.messages
-        total = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
-        if total > self.rounds:
-            request.messages = _drop_old_rounds(messages, total - self.rounds)
-        return request
-
-
-def _drop_old_rounds(messages: list[dict[str, Any]], to_cut: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    cut_ids: set[str] = set()
-    for msg in messages:
-        role = msg.get("role")
-        if role == "assistant" and msg.get("tool_calls") and to_cut > 0:
-            to_cut -= 1
-            cut_ids.update(c["id"] for c in msg["tool_calls"])
-            if msg.get("content"):
-                out.append({"role": "assistant", "content": msg["content"]})
-            continue
-        if role == "tool":
-            if msg.get("tool_call_id") in cut_ids:
-                continue
-        else:
-            cut_ids = set()  # a round's results follow it directly; ids may be reused later
-        out.append(msg)
-    return out

@@ -46,6 +46,10 @@ class LLMRequest:
     iteration: int = 1
     request_cancel: Callable[[], None] = _no_cancel
     """Asks the engine to cancel this turn (a UI's stop button, or a test double)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """What the enhancers did to the view (JSON data, one key per enhancer: what
+    was dropped, injected or estimated). Adapters do not send it; the engine
+    stores it with the answer (``metadata.extra["view"]``) for audits."""
 
 
 @dataclass(frozen=True, slots=True)

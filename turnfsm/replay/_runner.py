@@ -33,6 +33,7 @@ from ..engine import (
     wait_exponential,
 )
 from ..engine._defaults import default_logger as _default_logger
+from ..enhancers import Compaction
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
@@ -41,6 +42,7 @@ from ..tools import Tool, ToolError, ask_user, current_call, question_tool, subt
 from ._script import (
     FinalExpect,
     Script,
+    ScriptConfig,
     ScriptSubtask,
     Step,
     StepExpect,
@@ -368,9 +370,19 @@ def build_engine(
         clock=FakeClock(),
         ids=SequentialIds(ids_prefix),
         tool_history_rounds=cfg.tool_history_rounds,
+        compaction=_compaction(cfg),
         subscriber_buffer=1 << 30,
         logger=_QUIET,
         modes=script.modes,
+    )
+
+
+def _compaction(cfg: ScriptConfig) -> Compaction | None:
+    c = cfg.compaction
+    if c is None:
+        return None
+    return Compaction(
+        c.threshold_tokens, keep_tokens=c.keep_tokens, max_summary_input=c.max_summary_input
     )
 
 

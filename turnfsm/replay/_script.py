@@ -84,6 +84,22 @@ class RetryConfig(BaseModel):
     max_delay: float = Field(default=30.0, ge=0)
 
 
+class CompactionConfig(BaseModel):
+    """The engine's compaction (:class:`~turnfsm.enhancers.Compaction`): its summary
+    calls are ``llm`` steps of the tape, in the order the engine makes them."""
+
+    model_config = _STRICT
+    threshold_tokens: int = Field(ge=1)
+    keep_tokens: int | None = Field(default=None, ge=0)
+    max_summary_input: int = Field(default=16_000, ge=1)
+
+    @model_validator(mode="after")
+    def _keep_below_threshold(self) -> CompactionConfig:
+        if self.keep_tokens is not None and self.keep_tokens >= self.threshold_tokens:
+            raise ValueError("keep_tokens must be below threshold_tokens")
+        return self
+
+
 class ScriptConfig(BaseModel):
     model_config = _STRICT
     model: str = "scripted"
@@ -93,6 +109,7 @@ class ScriptConfig(BaseModel):
     max_iterations: int = Field(default=20, ge=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     tool_history_rounds: int | None = Field(default=None, ge=0)
+    compaction: CompactionConfig | None = None
 
 
 class ScriptSubtask(BaseModel):

@@ -22,7 +22,7 @@ one, instead of writes of their own (see the engine's ``Driver.run``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -186,6 +186,15 @@ class Store(Protocol):
     async def lease(self, context_id: str) -> Lease | None:
         """The context's lease as stored (possibly expired), ``None`` when it has
         none or it was released."""
+        ...
+
+    # ------------------------------------------------------------------ messages
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids, in the order given (an id given twice
+        comes twice), without loading the rest of the context.
+        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
+        naming the first id the context does not hold."""
         ...
 
 

@@ -64,7 +64,7 @@ import os
 import secrets
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
@@ -936,3 +936,16 @@ class FilesStore:
 
         result: Lease | None = await self._run(read)
         return result
+
+    # ------------------------------------------------------------------ messages
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids (this backend reads the context to find them)."""
+        pool = (await self.load(context_id)).message_pool
+        out = []
+        for mid in ids:
+            node = pool.get(mid)
+            if node is None:
+                raise StoreError(f"context {context_id!r} has no message {mid!r}")
+            out.append(node)
+        return out

@@ -7,6 +7,7 @@ at once after its version check, so a refused commit leaves nothing behind.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,3 +204,16 @@ class MemoryStore:
     async def lease(self, context_id: str) -> Lease | None:
         entry = self._leases.get(context_id)
         return entry[0] if entry is not None and entry[1] else None
+
+    # ------------------------------------------------------------------ messages
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        pool = self._get(context_id).pool
+        return [_pick(pool, context_id, mid) for mid in ids]
+
+
+def _pick(pool: dict[str, MessageNode], context_id: str, mid: str) -> MessageNode:
+    try:
+        return pool[mid]
+    except KeyError:
+        raise StoreError(f"context {context_id!r} has no message {mid!r}") from None

@@ -76,7 +76,7 @@ import queue
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -1263,6 +1263,51 @@ class SQLiteStore:
             return None if row is None else Lease(context_id, row[0], row[1], row[2])
 
         return await self._run(read)
+
+    # ------------------------------------------------------------------ messages
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids: one indexed query per 500 ids."""
+        wanted = list(dict.fromkeys(ids))
+
+        def read(conn: sqlite3.Connection) -> dict[str, MessageNode]:
+            row = conn.execute("SELECT seq FROM contexts WHERE id = ?", (context_id,)).fetchone()
+            if row is None:
+                raise ContextNotFound(context_id)
+            found: dict[str, MessageNode] = {}
+            for at in range(0, len(wanted), 500):
+                part = wanted[at : at + 500]
+                marks = ",".join("?" * len(part))
+                for mid, version, body in conn.execute(
+                    "SELECT id, schema_version, body FROM messages "
+                    f"WHERE ctx = ? AND id IN ({marks})",
+                    (row[0], *part),
+                ):
+                    where = self._row(context_id, "messages", f"id {mid!r}")
+                    _column(where, "body", body, str)
+                    _column(where, "schema_version", version, int)
+                    if version == _V:
+                        try:
+                            node = MessageNode.model_validate_json(body, strict=True)
+                        except ValidationError as exc:
+                            raise StoreError(
+                                f"{where}, column body: {validation_problem(exc)}"
+                            ) from None
+                    else:
+                        node = message_from_record(
+                            body, version, where=self._where(context_id, f", message {mid!r}")
+                        )
+                    found[mid] = node
+            return found
+
+        found = await self._run(read)
+        out = []
+        for mid in ids:
+            node = found.get(mid)
+            if node is None:
+                raise StoreError(f"context {context_id!r} has no message {mid!r}")
+            out.append(node)
+        return out
 
 
 _LEASES_TABLE = """

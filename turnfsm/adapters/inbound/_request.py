@@ -224,8 +224,11 @@ class InboundRequest(BaseModel):
 
         The ``[CURRENT MESSAGE FROM USER/FRONTEND_OPERATOR]:`` prefix of the format is
         *not* written into the stored content: telling the model which message is
-        the current one is a prompt-shaping concern (an enhancer can read the
-        flag), and stored history stays what was said.
+        the current one is a prompt-shaping concern (the built-in enhancer
+        :class:`~turnfsm.enhancers.CurrentMessageMarker` reads the flag and marks
+        it in the view; :class:`~turnfsm.enhancers.UserLocale` shows the language
+        and time zone), and stored history stays what was said.
+        ``engine.send_request(body)`` stores these and answers the current message.
         """
         at = now if now is not None else datetime.now(UTC)
         out = [m.to_message(at) for m in self.history]

@@ -24,6 +24,8 @@ def import_request_body(
     then the current message (flagged ``metadata.extra["current"]``, with the
     request's language and time zone). The current message is left unanswered:
     the context rests in ``Idle`` with a user (or frontend operator) message last.
+    ``engine.send_request(data, context_id)`` then answers it once (it is not
+    stored again); ``engine.send`` would store a second copy.
     """
     check_source(data)
     at = resolve_now(now)
