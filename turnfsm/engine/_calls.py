@@ -176,26 +176,8 @@ def _unknown_outcomes(d: Driver, rt: Runtime) -> bool:
             unknown.append(c.id)
     if not unknown:
         return False
-    batch = ctx.last_tool_batch()
-    assert batch is not None
-    node = batch[0]
-    assert node.message.tool_calls is not None
-    calls = [
-        c.model_copy(
-            update={
-                "approval_status": ApprovalStatus.PENDING,
-                "decided_by": None,
-                "reason": "outcome unknown: it was started before the process stopped",
-                "outcome_unknown": True,
-            }
-        )
-        if c.id in unknown
-        else c
-        for c in node.message.tool_calls
-    ]
-    message = node.message.model_copy(update={"tool_calls": calls})
-    _history.replace(rt, node.model_copy(update={"message": message}))
-    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+    why = "outcome unknown: it was started before the process stopped"
+    _history.back_to_pending(rt, dict.fromkeys(unknown, why), outcome_unknown=True)
     rt.stop_reason = StopReason.AWAITING_APPROVAL
     d.fire(rt, T.OUTCOME_UNKNOWN)
     return True

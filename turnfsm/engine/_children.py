@@ -562,29 +562,12 @@ def wait_for_subtasks(
     calls get their results, the waiting ones are pending again (their reason
     names the child), and the context takes ``subtask_waits`` to
     AwaitingToolApproval, where the children's pending calls surface."""
-    ctx = rt.ctx
     done = [(c, o) for c, o in zip(calls, outcomes, strict=True) if c.id not in waiting]
     if done:
         d.add_results(rt, [c for c, _ in done], [o for _, o in done])
-    batch = ctx.last_tool_batch()
-    assert batch is not None
-    node = batch[0]
-    assert node.message.tool_calls is not None
-    marked = [
-        c.model_copy(
-            update={
-                "approval_status": ApprovalStatus.PENDING,
-                "decided_by": None,
-                "reason": SUBTASK_WAITING + waiting[c.id][0],
-            }
-        )
-        if c.id in waiting
-        else c
-        for c in node.message.tool_calls
-    ]
-    message = node.message.model_copy(update={"tool_calls": marked})
-    _history.replace(rt, node.model_copy(update={"message": message}))
-    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+    _history.back_to_pending(
+        rt, {cid: SUBTASK_WAITING + child for cid, (child, _) in waiting.items()}
+    )
     rt.stop_reason = StopReason.AWAITING_APPROVAL
     d.fire(rt, Trigger.SUBTASK_WAITS)
     surfaced = [c for _, pending in waiting.values() for c in pending]

@@ -69,6 +69,31 @@ def replace(rt: Runtime, node: MessageNode) -> None:
         rt.answer = node
 
 
+def back_to_pending(
+    rt: Runtime, reasons: Mapping[str, str], *, outcome_unknown: bool = False
+) -> None:
+    """Put the newest batch's calls named in ``reasons`` back to Pending, each
+    with its reason (a human decides them again), and forget that any call of
+    the batch was started."""
+    ctx = rt.ctx
+    batch = ctx.last_tool_batch()
+    assert batch is not None
+    node = batch[0]
+    assert node.message.tool_calls is not None
+    update: dict[str, Any] = {"approval_status": ApprovalStatus.PENDING, "decided_by": None}
+    if outcome_unknown:
+        update["outcome_unknown"] = True
+    calls = [
+        c.model_copy(update={**update, "reason": reasons[c.id]}) if c.id in reasons else c
+        for c in node.message.tool_calls
+    ]
+    replace(
+        rt,
+        node.model_copy(update={"message": node.message.model_copy(update={"tool_calls": calls})}),
+    )
+    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+
+
 def set_decisions(rt: Runtime, decisions: Decisions) -> None:
     """Record approval decisions on the newest tool batch (a replaced node)."""
     batch = rt.ctx.last_tool_batch()
