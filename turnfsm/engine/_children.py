@@ -460,11 +460,14 @@ class SubtaskRunner:
             state = turn.state if turn is not None else state
             error = turn.error if turn is not None else existing.progress.last_error
         else:
+            from . import _subcontexts  # (the module imports this one)
+
             parts = check_content("task", task)
             allowed = _check_tools("tools", spec.tools, engine.tools)
             rt = d.loaded.get(parent_id)
             parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
-            child = await engine._spawn(
+            child = await _subcontexts.spawn(
+                engine,
                 parent,
                 parts,
                 spec.system_prompt,
@@ -479,7 +482,9 @@ class SubtaskRunner:
             state = child.turn.state
             error = child.turn.error
         if state is State.AWAITING_TOOL_APPROVAL:
-            pending = await engine._surfaced_pending(cid)
+            from . import _subcontexts  # (the module imports this one)
+
+            pending = await _subcontexts.surfaced_pending(engine, cid)
             self.waiting.setdefault(parent_id, {})[call_id] = (cid, pending)
             raise ToolError(f"the sub-task (context {cid!r}) waits for a human's decision")
         if state is not State.IDLE:
@@ -525,9 +530,11 @@ async def route_decisions(
     if not waiting:
         return None
     through: dict[str, str] = {}
+    from . import _subcontexts  # (the module imports this one)
+
     for child in waiting.values():
         try:
-            for c in await engine._surfaced_pending(child, frozenset({context_id})):
+            for c in await _subcontexts.surfaced_pending(engine, child, frozenset({context_id})):
                 through[c.id] = child
         except ContextNotFound:
             continue

@@ -6,7 +6,6 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import uuid
@@ -33,7 +32,6 @@ from ..errors import (
     BranchError,
     ContextBusy,
     ContextLeased,
-    ContextNotFound,
     InvalidInput,
     NotAtRest,
     StoreError,
@@ -41,7 +39,6 @@ from ..errors import (
     TurnFSMError,
 )
 from ..model import (
-    SUBTASK_RESUMED,
     ApprovalStatus,
     Branch,
     ChatConfig,
@@ -50,13 +47,11 @@ from ..model import (
     MessageNode,
     Role,
     SystemPrompt,
-    ToolCallRequest,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
 from ..tools import Tool, ToolRegistry
-from . import _calls, _children, _leases, _requests
-from ._approval import questions_of
+from . import _calls, _children, _leases, _requests, _subcontexts
 from ._children import Child, ChildInfo, Finished, Summarizer
 from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
@@ -471,10 +466,11 @@ class Engine:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
         d = self._d
-        return await self._surface(
+        return await _subcontexts.surface(
+            self,
             await d.run(
                 context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
-            )
+            ),
         )
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
@@ -487,7 +483,7 @@ class Engine:
         """
         check_id("context_id", context_id)
         ids = check_call_ids("call_ids", call_ids)
-        return await self._decide(context_id, ids, ApprovalStatus.APPROVED, None)
+        return await _subcontexts.decide(self, context_id, ids, ApprovalStatus.APPROVED, None)
 
     async def deny(
         self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
@@ -497,46 +493,9 @@ class Engine:
         check_id("context_id", context_id)
         ids = check_call_ids("call_id", call_id)
         check_text("reason", reason, optional=True)
-        return await self._decide(context_id, ids, ApprovalStatus.DENIED, reason or None)
-
-    async def _decide(
-        self, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
-    ) -> Turn:
-        """Decisions on pending calls: the context's own, and those of the
-        sub-task children it waits for (routed to them first)."""
-        d = self._d
-        routed = await _children.route_decisions(self, context_id, ids)
-        if routed is None:  # no child involved: the plain path (and its errors)
-            decisions = dict.fromkeys(ids, (status, reason))
-            return await self._surface(
-                await d.run(context_id, functools.partial(_calls.start_decide, d, decisions))
-            )
-        own, by_child, waiting = routed
-        for child_id, child_ids in by_child.items():
-            await self._decide(child_id, child_ids, status, reason)
-        return await self._after_children(context_id, dict.fromkeys(own, (status, reason)), waiting)
-
-    async def _after_children(
-        self,
-        context_id: str,
-        decisions: dict[str, tuple[ApprovalStatus, str | None]],
-        waiting: dict[str, str],
-    ) -> Turn:
-        """After decisions went to a context's waiting children: its own
-        ``decisions``, and each waiting call whose child no longer waits is
-        approved to run again."""
-        d = self._d
-        for call_id, child_id in waiting.items():
-            child = await self.get_context(child_id)
-            if child.current_state != State.AWAITING_TOOL_APPROVAL:
-                # the child no longer waits: the parent's call runs again
-                decisions[call_id] = (ApprovalStatus.APPROVED, SUBTASK_RESUMED + child_id)
-        start = (
-            functools.partial(_calls.start_decide, d, decisions)
-            if decisions
-            else functools.partial(_children.start_still_waiting, d)
+        return await _subcontexts.decide(
+            self, context_id, ids, ApprovalStatus.DENIED, reason or None
         )
-        return await self._surface(await d.run(context_id, start))
 
     async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
         """Answer a question the model asked (a pending call to a question tool,
@@ -558,9 +517,9 @@ class Engine:
             _, by_child, waiting = routed
             for child_id in by_child:
                 await self.answer(child_id, call_id, text)
-            return await self._after_children(context_id, {}, waiting)
-        return await self._surface(
-            await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
+            return await _subcontexts.after_children(self, context_id, {}, waiting)
+        return await _subcontexts.surface(
+            self, await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
         )
 
     async def retry(self, context_id: str) -> Turn:
@@ -610,8 +569,8 @@ class Engine:
         """
         check_id("context_id", context_id)
         d = self._d
-        return await self._surface(
-            await d.run(context_id, functools.partial(_calls.start_resume, d))
+        return await _subcontexts.surface(
+            self, await d.run(context_id, functools.partial(_calls.start_resume, d))
         )
 
     async def recover(self) -> Recovery:
@@ -795,65 +754,9 @@ class Engine:
             )
         if State(parent.current_state) not in RESTING:
             raise NotAtRest(parent_id, parent.current_state, "sub-contexts")
-        return await self._spawn(
-            parent, parts, system_prompt, model, mode, allowed, title, announce=True
+        return await _subcontexts.spawn(
+            self, parent, parts, system_prompt, model, mode, allowed, title, announce=True
         )
-
-    async def _spawn(
-        self,
-        parent: ChatContext,
-        parts: list[ContentPart],
-        system_prompt: str | None,
-        model: str | None,
-        mode: str | None,
-        allowed: list[str] | None,
-        title: str | None,
-        *,
-        announce: bool,
-        subtask_call: str | None = None,
-    ) -> Child:
-        """Create the child of ``parent`` (arguments checked), record it on the
-        parent when ``announce`` (the parent is at rest), and run its task."""
-        d = self._d
-        parent_id = parent.id
-        wider = parent.config.tools
-        if allowed is None:
-            allowed = None if wider is None else list(wider)
-        elif wider is not None:
-            for i, name in enumerate(allowed):
-                if name not in wider:
-                    raise InvalidInput(
-                        f"tools[{i}]", f"the parent {parent_id!r} may not use {name!r}"
-                    )
-        config = parent.config
-        child_id = await self._create(
-            system_prompt=system_prompt,
-            model=config.model_id if model is None else model,
-            mode=config.mode if mode is None else mode,
-            parameters=config.parameters,
-            user_prompt=None,
-            agent_role=config.agent_role,
-            workspace_path=config.workspace_path,
-            parent_id=parent_id,
-            context_id=None,
-            title=title,
-            tools=allowed,
-            subtask_call=subtask_call,
-        )
-        detail: dict[str, Any] = {"child_id": child_id, "task": _task_text(parts)}
-        if title is not None:
-            detail["title"] = title
-        try:
-            if announce:
-                await d.run(parent_id, functools.partial(_children.start_child_spawned, d, detail))
-        except BaseException:
-            # the parent refused (busy in another engine, moved meanwhile): the
-            # child was never announced, so it goes
-            with anyio.CancelScope(shield=True):
-                await self.store.delete(child_id)
-            raise
-        turn = await self.send(child_id, parts)
-        return Child(context_id=child_id, turn=turn)
 
     async def finish(
         self,
@@ -884,65 +787,7 @@ class Engine:
         if not isinstance(keep, bool):
             raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
         chosen = _children.as_summarizer("summarizer", summarizer)
-        d = self._d
-        d.refuse_if_busy(child_id)
-        child = await self.get_context(child_id)
-        parent_id = child.parent_id
-        if parent_id is None:
-            raise SubContextError(child_id, "it is not a sub-context (it has no parent)")
-        if child.config.archived:
-            raise SubContextError(child_id, "it is already finished")
-        state = State(child.current_state)
-        if state is not State.IDLE:
-            if state not in RESTING:
-                raise NotAtRest(child_id, state, "finishing a sub-context")
-            raise SubContextError(child_id, f"finish needs it at rest in Idle, not in {state}")
-        live = [c.context_id for c in await self.children(child_id) if not c.finished]
-        if live:
-            raise SubContextError(
-                child_id, f"its own sub-contexts {live} are not finished: finish them first"
-            )
-        parent = await self.get_context(parent_id)
-        message_id = _children.find_summary(parent, child_id)
-        if message_id is None:
-            if parent.current_state != State.IDLE:
-                raise SubContextError(
-                    parent_id,
-                    f"a sub-context's summary is added only in Idle, and it is in "
-                    f"{parent.current_state}",
-                )
-            d.refuse_if_busy(parent_id)
-            text = await chosen.summarize(child, self)
-            if not isinstance(text, str):
-                raise SubContextError(
-                    child_id, f"the summarizer returned {type(text).__name__}, not a text"
-                )
-            check_text("summary", text)
-            if not text.strip():
-                raise SubContextError(child_id, "the summarizer returned an empty summary")
-            name = _children.summarizer_name(chosen)
-            turn = await d.run(
-                parent_id,
-                functools.partial(_children.start_child_finished, d, child, text, name, keep),
-            )
-            refreshed = await self.get_context(parent_id)
-            message_id = _children.find_summary(refreshed, child_id)
-            assert message_id is not None, turn
-            parent = refreshed
-        summary = parent.message_pool[message_id].message.text
-        if keep:
-            await d.run(
-                child_id, functools.partial(_children.start_archive, d, parent_id, message_id)
-            )
-        else:
-            await self.delete_context(child_id)
-        return Finished(
-            context_id=parent_id,
-            child_id=child_id,
-            message_id=message_id,
-            summary=summary,
-            kept=keep,
-        )
+        return await _subcontexts.finish(self, child_id, chosen, keep)
 
     async def children(self, context_id: str) -> list[ChildInfo]:
         """The direct sub-contexts of a context (id, stored state, title, finished),
@@ -967,41 +812,6 @@ class Engine:
         for cid in deleted:
             d.loaded.unload(cid)
         return deleted
-
-    async def _surface(self, turn: Turn) -> Turn:
-        """A turn resting at AwaitingToolApproval lists, instead of the calls of
-        its own that wait for a sub-task's child, that child's pending calls."""
-        if turn.state is not State.AWAITING_TOOL_APPROVAL or not any(
-            _children.waiting_child(c) for c in turn.pending_tool_calls
-        ):
-            return turn
-        pending = await self._surfaced_pending(turn.context_id)
-        return dataclasses.replace(
-            turn, pending_tool_calls=pending, questions=questions_of(self.tools, pending)
-        )
-
-    async def _surfaced_pending(
-        self, context_id: str, seen: frozenset[str] = frozenset()
-    ) -> tuple[ToolCallRequest, ...]:
-        """The calls a human decides for a context: its own pending calls, and
-        for each that waits for a sub-task's child, that child's (at any depth)."""
-        ctx = await _children.peek(self, context_id)
-        if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
-            return ()
-        out: list[ToolCallRequest] = []
-        for call in ctx.pending_tool_calls():
-            child_id = _children.waiting_child(call)
-            if child_id is None or child_id in seen:
-                out.append(call)
-                continue
-            try:
-                below = await self._surfaced_pending(child_id, seen | {context_id})
-            except ContextNotFound:
-                below = ()
-            # a child that no longer waits (decided on its own, or gone): the
-            # call itself is what is left to approve, and it runs again
-            out.extend(below or (call,))
-        return tuple(out)
 
     # ------------------------------------------------------------------ request bodies
 
@@ -1111,11 +921,6 @@ def _check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str]
         if name not in out:
             out.append(name)
     return out
-
-
-def _task_text(parts: Sequence[ContentPart]) -> str:
-    """The text of a task, for the parent's ``child_spawned`` record."""
-    return "".join(getattr(p, "text", "") for p in parts)
 
 
 def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:
