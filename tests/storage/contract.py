@@ -524,6 +524,20 @@ class StoreContract(abc.ABC):
         (summary,) = await store.list_contexts()
         assert summary == ContextSummary("c1", "Idle", 0, T0, None)
 
+    async def test_the_summary_carries_the_title_as_committed(self, store: Store) -> None:
+        ctx = empty_context("c1")
+        ctx.config.title = 'A "quoted" trip'
+        await store.create(ctx)
+        (summary,) = await store.list_contexts()
+        assert summary.title == 'A "quoted" trip'
+        config = ctx.config.model_copy(update={"title": "Renamed"})
+        await store.commit(make_commit("c1", 0, config=config))
+        (summary,) = await store.list_contexts()
+        assert (summary.title, summary.version) == ("Renamed", 1)
+        await store.commit(make_commit("c1", 1, config=config.model_copy(update={"title": None})))
+        (summary,) = await store.list_contexts()
+        assert summary.title is None
+
     async def test_load_returns_an_independent_copy(self, store: Store) -> None:
         ctx = rich_context()
         await store.create(ctx)

@@ -97,11 +97,15 @@ async def _main(args: argparse.Namespace) -> int:
                                 "version": s.version,
                                 "updated_at": s.updated_at.isoformat(),
                                 "parent_id": s.parent_id,
+                                "title": s.title,
                             }
                         )
                     )
                 else:
-                    print(f"{s.id}  {s.state:<22} v{s.version:<5} {s.updated_at.isoformat()}")
+                    title = f"  {s.title}" if s.title else ""
+                    print(
+                        f"{s.id}  {s.state:<22} v{s.version:<5} {s.updated_at.isoformat()}{title}"
+                    )
             return 0
         if args.verb == "delete":
             for cid in await delete_tree(store, args.context_id):

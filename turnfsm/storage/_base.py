@@ -50,6 +50,8 @@ class ContextSummary:
     version: int
     updated_at: datetime
     parent_id: str | None = None
+    title: str | None = None
+    """The config's title (``None`` when it has none, or a store cannot tell)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,6 +232,13 @@ class _StepLine(BaseModel):
     detail: dict[str, Any] | None = None
 
 
+class _SummaryConfig(BaseModel):
+    """What ``list_contexts`` reads of a context's config."""
+
+    model_config = ConfigDict(extra="ignore")
+    title: str | None = None
+
+
 class _Summary(BaseModel):
     """What ``list_contexts`` reads of ``metadata.json``."""
 
@@ -242,6 +249,7 @@ class _Summary(BaseModel):
     created_at: datetime
     updated_at: datetime
     parent_id: str | None = None
+    config: _SummaryConfig | None = None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -791,6 +799,7 @@ class FilesStore:
                 version=s.version,
                 updated_at=s.updated_at,
                 parent_id=s.parent_id,
+                title=s.config.title if s.config is not None else None,
             )
             for s in found
         ]

@@ -130,6 +130,7 @@ class MemoryStore:
                 version=r.context.version,
                 updated_at=r.context.updated_at,
                 parent_id=r.context.parent_id,
+                title=r.context.config.title,
             )
             for r in self._records.values()
         ]

@@ -1028,10 +1028,11 @@ class SQLiteStore:
     async def list_contexts(self) -> list[ContextSummary]:
         def read(conn: sqlite3.Connection) -> list[ContextSummary]:
             rows = conn.execute(
-                "SELECT id, state, version, updated_at, parent_id FROM contexts ORDER BY seq"
+                "SELECT id, state, version, updated_at, parent_id, config FROM contexts "
+                "ORDER BY seq"
             ).fetchall()
             out = []
-            for cid, state, version, updated, parent in rows:
+            for cid, state, version, updated, parent, config in rows:
                 try:  # a row whose summary cannot be read is left out (load raises)
                     for column, value, kind in (
                         ("id", cid, str),
@@ -1046,7 +1047,12 @@ class SQLiteStore:
                     continue
                 out.append(
                     ContextSummary(
-                        id=cid, state=state, version=version, updated_at=at, parent_id=parent
+                        id=cid,
+                        state=state,
+                        version=version,
+                        updated_at=at,
+                        parent_id=parent,
+                        title=_title_of(config),
                     )
                 )
             return out
@@ -1334,6 +1340,18 @@ class _CommitRows(NamedTuple):
     """(branch, message id, body)"""
     steps: list[tuple[int, str, str, str, str, str | None]]
     """(version, from, trigger, to, at, detail as JSON)"""
+
+
+def _title_of(config: object) -> str | None:
+    """The title in a stored config column, for a context's summary (``None``
+    when it has none or the column cannot be read: ``load`` says why)."""
+    if not isinstance(config, str) or '"title"' not in config:
+        return None
+    try:
+        title = json.loads(config).get("title")
+    except (ValueError, AttributeError):
+        return None
+    return title if isinstance(title, str) else None
 
 
 def _step_detail(row: str, detail: object) -> dict[str, Any] | None:
