@@ -1,0 +1,292 @@
+"""The PostgreSQL store on a real server: the contract suite, and what is
+particular to PostgreSQL (the layout's version and ``turnfsm db upgrade``, a
+second process writing, a lease taken over, claiming expired work).
+
+The server is a throwaway cluster the tests start themselves
+(``tests/storage/pg.py``); each test gets a database of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from turnfsm.cli import main as cli_main
+from turnfsm.errors import (
+    ContextNotFound,
+    LeaseLost,
+    SchemaVersionError,
+    StoreError,
+    VersionConflict,
+)
+from turnfsm.storage import Store, open_store
+from turnfsm.storage._postgres import STORE_FORMAT, PostgresStore, redact, upgrade
+
+from .contract import (
+    StoreContract,
+    empty_context,
+    make_commit,
+    msg,
+    rich_context,
+    snapshot,
+)
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = 1_000_000.0
+
+
+class TestPostgresStore(StoreContract):
+    url: str
+
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_url: str) -> None:
+        self.url = pg_url
+
+    def make_store(self, tmp_path: Path) -> Store:
+        store = open_store(self.url)
+        assert isinstance(store, PostgresStore)
+        return store
+
+    def reopen(self, store: Store, tmp_path: Path) -> Store:
+        return PostgresStore(self.url)
+
+    def set_schema_version(
+        self,
+        store: Store,
+        tmp_path: Path,
+        context_id: str,
+        version: int,
+        message_id: str | None = None,
+    ) -> str:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            if message_id is None:
+                cur = conn.execute(
+                    "UPDATE contexts SET schema_version = %s WHERE id = %s", (version, context_id)
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE messages SET schema_version = %s WHERE id = %s AND ctx = "
+                    "(SELECT seq FROM contexts WHERE id = %s)",
+                    (version, message_id, context_id),
+                )
+            assert cur.rowcount == 1
+        return redact(self.url)
+
+
+# --------------------------------------------------------------------------- the layout
+
+
+def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement.encode(), params)
+        return cur.fetchall() if cur.description else []
+
+
+async def test_a_new_database_gets_the_current_layout(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        assert await store.list_ids() == []
+        assert await store.store_format() == STORE_FORMAT
+    finally:
+        await store.aclose()
+    assert sql(pg_url, "SELECT value FROM turnfsm_meta WHERE key = 'store_format'") == [
+        (str(STORE_FORMAT),)
+    ]
+
+
+async def test_an_older_layout_names_the_upgrade_command(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await upgrade(pg_url, to=1) == (0, 1)
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.list_ids()
+        assert f"turnfsm db upgrade --store {pg_url}" in str(info.value)
+        assert "format 1" in str(info.value)
+    finally:
+        await store.aclose()
+    # the command applies what is missing, once
+    assert await anyio.to_thread.run_sync(cli_main, ["db", "upgrade", "--store", pg_url]) == 0
+    assert f"from format 1 to {STORE_FORMAT}" in capsys.readouterr().out
+    assert await anyio.to_thread.run_sync(cli_main, ["db", "upgrade", "--store", pg_url]) == 0
+    assert "up to date" in capsys.readouterr().out
+    store = PostgresStore(pg_url)
+    try:
+        await store.create(rich_context("r"))
+        assert await store.load("r") == rich_context("r")
+    finally:
+        await store.aclose()
+
+
+async def test_a_newer_layout_is_a_schema_version_error(pg_url: str) -> None:
+    await upgrade(pg_url)
+    sql(pg_url, "UPDATE turnfsm_meta SET value = %s", (str(STORE_FORMAT + 1),))
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(SchemaVersionError) as info:
+            await store.list_ids()
+        assert info.value.found == STORE_FORMAT + 1
+    finally:
+        await store.aclose()
+    with pytest.raises(SchemaVersionError):
+        await upgrade(pg_url)
+
+
+async def test_read_only_opening_creates_nothing(pg_url: str) -> None:
+    store = open_store(pg_url, create=False)
+    try:
+        with pytest.raises(StoreError, match="no turnfsm store in this database"):
+            await store.list_ids()
+    finally:
+        await store.aclose()
+    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+
+
+async def test_a_database_of_something_else_is_left_untouched(pg_url: str) -> None:
+    sql(pg_url, "CREATE TABLE messages (x int)")
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(StoreError, match="not a turnfsm store"):
+            await store.list_ids()
+    finally:
+        await store.aclose()
+    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(1,)]
+
+
+async def test_errors_do_not_show_the_password(pg_cluster: Any) -> None:
+    url = f"postgresql://turnfsm:s3cret@127.0.0.1:{pg_cluster.port}/no_such_database"
+    store = PostgresStore(url)
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.list_ids()
+    finally:
+        await store.aclose()
+    assert "s3cret" not in str(info.value)
+    assert "turnfsm:***@127.0.0.1" in str(info.value)
+
+
+async def test_a_closed_store_refuses_calls(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.create(empty_context("c"))
+    await store.aclose()
+    with pytest.raises(StoreError, match="closed"):
+        await store.load("c")
+
+
+def test_the_cli_refuses_a_url_that_is_not_a_store(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["db", "upgrade", "--store", "chats.db"]) == 2
+    assert "not a store URL" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- two writers
+
+
+def fenced(commit: Any, token: int) -> Any:
+    commit.lease_token = token
+    return commit
+
+
+async def test_a_second_process_wins_the_version_and_this_one_conflicts(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        await store.create(empty_context("c"))
+        script = textwrap.dedent(
+            f"""
+            import anyio
+            from tests.storage.contract import make_commit, msg
+            from turnfsm.storage import open_store
+
+            async def main():
+                store = open_store({pg_url!r})
+                await store.commit(make_commit("c", 0, appended=[("main", msg("theirs"))]))
+                await store.aclose()
+
+            anyio.run(main)
+            """
+        )
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, "-c", script],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+        )
+        assert done.returncode == 0, done.stderr
+        before = await snapshot(store, "c")
+        with pytest.raises(VersionConflict) as info:
+            await store.commit(make_commit("c", 0, appended=[("main", msg("ours"))]))
+        assert (info.value.expected, info.value.found) == (0, 1)
+        assert await snapshot(store, "c") == before
+        assert list(before[0].message_pool) == ["theirs"]
+    finally:
+        await store.aclose()
+
+
+async def test_a_lease_taken_over_fences_the_old_owner(pg_url: str) -> None:
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        await a.create(empty_context("c"))
+        old = await a.acquire_lease("c", "engine-a", 10.0, now=NOW)
+        assert old is not None
+        await a.commit(fenced(make_commit("c", 0), old.token))
+        # engine-a stalls past its expiry; engine-b takes the context over
+        assert await b.acquire_lease("c", "engine-b", 10.0, now=NOW + 5) is None
+        new = await b.acquire_lease("c", "engine-b", 10.0, now=NOW + 11)
+        assert new is not None and new.token == old.token + 1
+        before = await snapshot(b, "c")
+        with pytest.raises(LeaseLost) as info:
+            await a.commit(fenced(make_commit("c", 1, appended=[("main", msg("late"))]), 1))
+        assert (info.value.token, info.value.current) == (1, 2)
+        with pytest.raises(LeaseLost):
+            await a.renew_lease(old, 10.0, now=NOW + 12)
+        await a.release_lease(old)  # does nothing: not held under that token
+        assert await b.lease("c") == new
+        assert await snapshot(b, "c") == before
+        await b.commit(fenced(make_commit("c", 1, appended=[("main", msg("new"))]), 2))
+        assert (await a.load("c")).version == 2
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_many_concurrent_acquires_give_one_lease(pg_url: str) -> None:
+    stores = [PostgresStore(pg_url) for _ in range(4)]
+    try:
+        await stores[0].create(empty_context("c"))
+        got: list[Any] = []
+
+        async def acquire(i: int) -> None:
+            got.append(await stores[i].acquire_lease("c", f"e{i}", 30.0, now=NOW))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(acquire, i)
+        leases = [x for x in got if x is not None]
+        assert len(leases) == 1
+        assert leases[0].token == 1
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+async def test_delete_of_an_unknown_context(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(ContextNotFound):
+            await store.delete("nope")
+    finally:
+        await store.aclose()
