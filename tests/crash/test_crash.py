@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,6 +82,36 @@ def test_the_full_matrix_catches_a_torn_files_commit(kind: str) -> None:
     store cannot tear them and the matrix rightly finds nothing there."""
     result = matrix.run_matrix([("files-torn", kind)])
     assert any("a state that no commit made" in f for f in result.failures), result.failures
+
+
+# ---------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture
+def postgres(pg_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix's ``postgres`` store on the test run's throwaway server."""
+    monkeypatch.setenv(matrix.PG_ENV, pg_cluster.url)
+
+
+PG_KINDS = ("create", "send", "approve", "fork", "config")
+
+
+def test_postgres_survives_a_few_kill_points_of_each_kind(postgres: None) -> None:
+    """A kill before a statement inside the first commit and before the last
+    one (each case on a copy of the prepared database) leaves the store exactly
+    before or after the commit; a fresh engine brings it to rest."""
+    pairs = [("postgres", k) for k in ("send", "approve")]
+    result = matrix.run_matrix(pairs, matrix.a_few)
+    assert result.failures == []
+    assert result.cases >= 2 * len(pairs)
+
+
+@full
+@pytest.mark.parametrize("kind", PG_KINDS)
+def test_postgres_survives_every_kill_point(postgres: None, kind: str) -> None:
+    result = matrix.run_matrix([("postgres", kind)])
+    assert result.failures == []
+    assert result.cases >= 3  # a statement, the COMMIT, completed
 
 
 # ---------------------------------------------------------------------- harness.py
