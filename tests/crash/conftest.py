@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: storage.pg
 
-from storage.pg import pg_cluster  # noqa: E402  (the PostgreSQL cases' server)
+from storage.pg import pg_cluster  # the PostgreSQL cases' server
 
 __all__ = ["pg_cluster"]
 

@@ -290,3 +290,125 @@ async def test_delete_of_an_unknown_context(pg_url: str) -> None:
             await store.delete("nope")
     finally:
         await store.aclose()
+
+
+# --------------------------------------------------------------------------- claiming work
+
+
+async def busy_contexts(store: PostgresStore, ids: list[str]) -> None:
+    """Contexts left away from rest (AwaitingLLMResponse), as a crash leaves them."""
+    for cid in ids:
+        await store.create(empty_context(cid))
+        await store.commit(make_commit(cid, 0, state="AwaitingLLMResponse"))
+
+
+async def test_claim_takes_what_is_away_from_rest_and_free(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        await busy_contexts(store, ["never", "expired", "live", "released"])
+        await store.create(empty_context("idle"))  # at rest: never claimed
+        expired = await store.acquire_lease("expired", "gone", 10.0, now=NOW - 20)
+        live = await store.acquire_lease("live", "running", 10.0, now=NOW)
+        released = await store.acquire_lease("released", "done", 10.0, now=NOW)
+        assert expired and live and released
+        await store.release_lease(released)
+        claimed = await store.claim_expired("me", 30.0, now=NOW, limit=None)
+        assert [(x.context_id, x.owner, x.token) for x in claimed] == [
+            ("never", "me", 1),
+            ("expired", "me", 2),
+            ("released", "me", 2),
+        ]
+        assert all(x.expires_at == NOW + 30.0 for x in claimed)
+        for lease in claimed:
+            assert await store.lease(lease.context_id) == lease
+        assert await store.lease("live") == live
+        assert await store.claim_expired("other", 30.0, now=NOW, limit=None) == []
+        # the old holder of a claimed lease is fenced
+        with pytest.raises(LeaseLost):
+            await store.commit(fenced(make_commit("expired", 1), expired.token))
+        # the limit, oldest first
+        later = await store.claim_expired("late", 30.0, now=NOW + 100, limit=2)
+        assert [x.context_id for x in later] == ["never", "expired"]
+    finally:
+        await store.aclose()
+
+
+async def test_engines_claiming_at_once_get_disjoint_sets(pg_url: str) -> None:
+    ids = [f"c{i}" for i in range(12)]
+    stores = [PostgresStore(pg_url) for _ in range(3)]
+    try:
+        await busy_contexts(stores[0], ids)
+        got: dict[str, list[str]] = {}
+
+        async def claim(i: int) -> None:
+            leases = await stores[i].claim_expired(f"e{i}", 30.0, now=NOW, limit=None)
+            got[f"e{i}"] = [x.context_id for x in leases]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(claim, i)
+        every = [cid for claimed in got.values() for cid in claimed]
+        assert sorted(every) == sorted(ids)  # each once, by one of them
+        for cid in ids:
+            lease = await stores[0].lease(cid)
+            assert lease is not None and cid in got[lease.owner] and lease.token == 1
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+class FailOnAnswer(PostgresStore):
+    """Cannot write the commit that carries the assistant's answer: the context
+    stays in AwaitingLLMResponse, as a crash there leaves it."""
+
+    async def commit(self, commit: Any) -> None:
+        if any(n.message.role == "assistant" for _, n in commit.appended):
+            raise StoreError("disk full")
+        await super().commit(commit)
+
+
+async def test_two_engines_recovering_at_once_resume_each_context_once(pg_url: str) -> None:
+    from turnfsm import Engine, State
+    from turnfsm.testing import FakeClock, ScriptedLLM
+
+    clock = FakeClock()
+    async with Engine(llm=ScriptedLLM([{"text": "lost"}] * 8), store=FailOnAnswer(pg_url)) as e:
+        ids = [await e.create_context() for _ in range(8)]
+        for cid in ids:
+            with pytest.raises(StoreError):
+                await e.send(cid, "hello")
+            assert (await e.get_context(cid)).current_state == "AwaitingLLMResponse"
+
+    def answering(name: str) -> ScriptedLLM:
+        async def answer(request: Any) -> dict[str, Any]:
+            await anyio.sleep(0.01)  # let the other engine's recover run meanwhile
+            return {"text": f"from {name}"}
+
+        return ScriptedLLM(answer)
+
+    llms = {"a": answering("a"), "b": answering("b")}
+    async with (
+        Engine(llm=llms["a"], store=PostgresStore(pg_url), clock=clock) as a,
+        Engine(llm=llms["b"], store=PostgresStore(pg_url), clock=clock) as b,
+    ):
+        recoveries: dict[str, Any] = {}
+
+        async def recover(name: str, engine: Engine) -> None:
+            recoveries[name] = await engine.recover()
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(recover, "a", a)
+                tg.start_soon(recover, "b", b)
+        for recovery in recoveries.values():
+            assert recovery.failed == {}
+        resumed_a, resumed_b = set(recoveries["a"].resumed), set(recoveries["b"].resumed)
+        assert resumed_a.isdisjoint(resumed_b)
+        assert resumed_a | resumed_b == set(ids)
+        assert len(llms["a"].requests) == len(resumed_a)
+        assert len(llms["b"].requests) == len(resumed_b)
+        for cid in ids:
+            ctx = await a.get_context(cid)
+            assert ctx.current_state == State.IDLE
+            answers = [n.message.text for n in ctx.history() if n.message.role == "assistant"]
+            assert answers == [f"from {'a' if cid in resumed_a else 'b'}"]

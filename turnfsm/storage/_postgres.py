@@ -919,9 +919,9 @@ class PostgresStore:
         return found
 
     async def claim_expired(
-        self, owner: str, ttl: float, *, now: float, limit: int = 100
+        self, owner: str, ttl: float, *, now: float, limit: int | None = 100
     ) -> list[Lease]:
-        """Take the leases of up to ``limit`` contexts that are away from rest
+        """Take the leases of up to ``limit`` (None: all) contexts that are away from rest
         (their state is not ``Idle``, ``AwaitingToolApproval`` or
         ``PermanentFailure``) and whose lease was released, expired at ``now``,
         or never taken, oldest first: each with the next fencing token, for
@@ -943,7 +943,7 @@ class PostgresStore:
                 "SELECT l.context_id, l.token FROM contexts c "
                 "JOIN leases l ON l.context_id = c.id "
                 "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
-                "ORDER BY c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",
+                "ORDER BY c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # LIMIT NULL: all
                 (resting, now, limit),
             )
             leases = [
