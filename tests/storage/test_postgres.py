@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psycopg
 import pytest
 
 from turnfsm.cli import main as cli_main
@@ -38,6 +37,8 @@ from .contract import (
     rich_context,
     snapshot,
 )
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
 pytestmark = pytest.mark.anyio
 
