@@ -3,7 +3,7 @@ particular to PostgreSQL (the layout's version and ``turnfsm db upgrade``, a
 second process writing, a lease taken over, claiming expired work).
 
 The server is a throwaway cluster the tests start themselves
-(``tests/storage/pg.py``); each test gets a database of its own.
+(``tests/storage/pg.py``); each test gets a schema of its own.
 """
 
 from __future__ import annotations
@@ -87,6 +87,9 @@ class TestPostgresStore(StoreContract):
 # --------------------------------------------------------------------------- the layout
 
 
+TABLES = "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+
+
 def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(statement.encode(), params)
@@ -151,7 +154,9 @@ async def test_read_only_opening_creates_nothing(pg_url: str) -> None:
             await store.list_ids()
     finally:
         await store.aclose()
-    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [
+        (0,)
+    ]
 
 
 async def test_a_database_of_something_else_is_left_untouched(pg_url: str) -> None:
@@ -162,7 +167,9 @@ async def test_a_database_of_something_else_is_left_untouched(pg_url: str) -> No
             await store.list_ids()
     finally:
         await store.aclose()
-    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(1,)]
+    assert sql(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [
+        (1,)
+    ]
 
 
 async def test_errors_do_not_show_the_password(pg_cluster: Any) -> None:
