@@ -28,6 +28,7 @@ here (it matters for power loss, which this cannot simulate).
     python tests/crash/matrix.py                     # the full matrix, both stores
     python tests/crash/matrix.py --store files --kind approve
     python tests/crash/matrix.py --store files-torn  # the control: must FAIL
+    python tests/crash/matrix.py --store postgres-torn --kind approve  # must FAIL
 """
 
 from __future__ import annotations
@@ -98,11 +99,26 @@ def open_test_store(kind: str, workdir: Path) -> Store:
         return FilesStore(workdir / "files", fsync=False)
     if kind == "files-torn":
         return TornFilesStore(workdir / "files", fsync=False)
-    if kind == "postgres":
+    if kind in ("postgres", "postgres-torn"):
         from turnfsm.storage import PostgresStore
 
-        return PostgresStore((workdir / PG_URL_FILE).read_text(), max_size=2)  # type: ignore[no-any-return]
+        url = (workdir / PG_URL_FILE).read_text()
+        if kind == "postgres-torn":
+            return torn_postgres(PostgresStore)(url, max_size=2)  # type: ignore[no-any-return]
+        return PostgresStore(url, max_size=2)  # type: ignore[no-any-return]
     return SQLiteStore(workdir / "store.db", synchronous="OFF")
+
+
+def torn_postgres(base: type) -> type:
+    """The PostgreSQL control: a store whose writes run without a transaction
+    (each statement commits on its own), so a kill between two statements of a
+    commit leaves half of it. The matrix must catch it."""
+
+    class TornPostgresStore(base):  # type: ignore[valid-type,misc]
+        async def _run(self, fn: Any, *, transaction: bool = False) -> Any:
+            return await super()._run(fn)
+
+    return TornPostgresStore
 
 
 def _pg_admin(statement: str) -> None:
@@ -272,7 +288,7 @@ class Steps:
 
     def install(self, store: Store) -> None:
         inner = getattr(store, "inner", store)
-        if type(inner).__name__ == "PostgresStore":
+        if type(inner).__name__ in ("PostgresStore", "TornPostgresStore"):
             _count_pg_statements(self)
         elif isinstance(inner, FilesStore):
             files_module.op_hook = lambda kind, path: self(f"{kind} {path.name}")
@@ -297,8 +313,8 @@ def _count_pg_statements(steps: Steps) -> None:
     def label(query: Any) -> str | None:
         text = query.decode() if isinstance(query, bytes) else str(query)
         head = text.lstrip().split(None, 1)[0].upper() if text.strip() else ""
-        if head == "SELECT" and "FOR UPDATE" not in text.upper():
-            return None
+        if head == "SET" or (head == "SELECT" and "FOR UPDATE" not in text.upper()):
+            return None  # a plain read, or a read transaction's isolation level
         return " ".join(text.split())[:40]
 
     execute = psycopg.AsyncCursor.execute
@@ -670,9 +686,9 @@ def run_matrix(
         for store_kind, kind in pairs:
             template = base / f"{store_kind}-{kind}"
             template.mkdir()
-            if store_kind == "postgres":
+            if store_kind.startswith("postgres"):
                 pg_database(template)
-            real = "files" if store_kind == "files-torn" else store_kind
+            real = {"files-torn": "files", "postgres-torn": "postgres"}.get(store_kind, store_kind)
             anyio.run(prepare, real, kind, template)
             _copy_case(store_kind, template, base / f"{store_kind}-{kind}-clean")
             templates[store_kind, kind] = template
@@ -706,7 +722,7 @@ def run_matrix(
 def _copy_case(store_kind: str, template: Path, work: Path) -> None:
     """The prepared store of ``template``, copied for one case."""
     shutil.copytree(template, work)
-    if store_kind == "postgres":
+    if store_kind.startswith("postgres"):
         pg_database(work, template)
 
 
@@ -735,13 +751,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--store", choices=(*STORES, "postgres", "files-torn"), action="append")
+    p.add_argument(
+        "--store",
+        choices=(*STORES, "postgres", "files-torn", "postgres-torn"),
+        action="append",
+    )
     p.add_argument("--kind", choices=KINDS, action="append")
     p.add_argument("--reduced", action="store_true", help="a few kill points per kind")
     args = p.parse_args(argv)
     pairs = [(s, k) for s in args.store or STORES for k in args.kind or KINDS]
     cluster = None
-    if "postgres" in (args.store or ()) and not os.environ.get(PG_ENV):
+    if any(s.startswith("postgres") for s in args.store or ()) and not os.environ.get(PG_ENV):
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from tests.storage.pg import Cluster, find_bin_dir
 

@@ -108,6 +108,14 @@ def test_postgres_survives_a_few_kill_points_of_an_approval(postgres: None) -> N
     assert result.cases >= 2 * len(pairs)
 
 
+def test_the_matrix_catches_a_postgres_commit_without_a_transaction(postgres: None) -> None:
+    """The control: each statement of a commit committed on its own, so a kill
+    between two leaves half a commit, which the matrix must find."""
+    result = matrix.run_matrix([("postgres-torn", "approve")], matrix.a_few)
+    text = "\n".join(result.failures)
+    assert "a state that no commit made" in text, text
+
+
 @full
 @pytest.mark.parametrize("kind", PG_KINDS)
 def test_postgres_survives_every_kill_point(postgres: None, kind: str) -> None:
