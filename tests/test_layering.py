@@ -82,8 +82,8 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),
-    "psycopg": ("turnfsm.storage",),
-    "psycopg_pool": ("turnfsm.storage",),
+    "psycopg": ("turnfsm.storage._postgres",),
+    "psycopg_pool": ("turnfsm.storage._postgres",),
 }
 
 
