@@ -82,6 +82,8 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),
+    "psycopg": ("turnfsm.storage._postgres",),
+    "psycopg_pool": ("turnfsm.storage._postgres",),
 }
 
 

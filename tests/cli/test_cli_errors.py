@@ -33,7 +33,7 @@ def _bad_stores(tmp: Path) -> list[tuple[str, str]]:
         ("sqlite://host/chats.db", "has no host"),
         ("sqlite:///", "names no path"),
         ("sqlite:///x.db?cache=big", "unknown sqlite option"),
-        ("postgresql://user@db/chats", "not available yet"),
+        ("postgresql://user@127.0.0.1:1/chats", "cannot connect"),
         (f"sqlite:///{not_sqlite}", "not a SQLite database"),
         (f"sqlite:///{blocker}/sub/chats.db", "cannot create its directory|not created here"),
         (f"files:///{blocker}/sub", "cannot open the folder|not created here"),

@@ -4,7 +4,16 @@ reduced matrix."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: storage.pg
+
+from storage.pg import pg_cluster  # the PostgreSQL cases' server
+
+__all__ = ["pg_cluster"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,7 +2,11 @@
 kind of change, and check what a fresh process finds.
 
 For each store (``files``: the file store's file operations; ``sqlite``: the
-SQL statements that change the database) and each kind of change (create,
+SQL statements that change the database; ``postgres``: the statements other
+than plain reads, and each transaction's ``COMMIT``, on a PostgreSQL server
+named by ``$TURNFSM_CRASH_PG``, a URL whose database may make others, each
+case on a database copied from a template; ``python tests/crash/matrix.py
+--store postgres`` starts a throwaway server when it is not set) and each kind of change (create,
 send, approve, deny, cancel, fork, switch, config, prompts, answer, delete):
 
 1. a clean run of the change, from a prepared store, records the state after
@@ -24,11 +28,13 @@ here (it matters for power loss, which this cannot simulate).
     python tests/crash/matrix.py                     # the full matrix, both stores
     python tests/crash/matrix.py --store files --kind approve
     python tests/crash/matrix.py --store files-torn  # the control: must FAIL
+    python tests/crash/matrix.py --store postgres-torn --kind approve  # must FAIL
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -72,6 +78,9 @@ KINDS = (
     *SUB_KINDS,
 )
 STORES = ("files", "sqlite")
+"""The stores of the default run; ``postgres`` needs a server (``PG_ENV``)."""
+PG_ENV = "TURNFSM_CRASH_PG"
+PG_URL_FILE = "postgres.url"
 CID = "c"
 RESTING = ("Idle",)
 
@@ -90,7 +99,48 @@ def open_test_store(kind: str, workdir: Path) -> Store:
         return FilesStore(workdir / "files", fsync=False)
     if kind == "files-torn":
         return TornFilesStore(workdir / "files", fsync=False)
+    if kind in ("postgres", "postgres-torn"):
+        from turnfsm.storage import PostgresStore
+
+        url = (workdir / PG_URL_FILE).read_text()
+        if kind == "postgres-torn":
+            return torn_postgres(PostgresStore)(url, max_size=2)  # type: ignore[no-any-return]
+        return PostgresStore(url, max_size=2)  # type: ignore[no-any-return]
     return SQLiteStore(workdir / "store.db", synchronous="OFF")
+
+
+def torn_postgres(base: type) -> type:
+    """The PostgreSQL control: a store whose writes run without a transaction
+    (each statement commits on its own), so a kill between two statements of a
+    commit leaves half of it. The matrix must catch it."""
+
+    class TornPostgresStore(base):  # type: ignore[valid-type,misc]
+        async def _run(self, fn: Any, *, transaction: bool = False) -> Any:
+            return await super()._run(fn)
+
+    return TornPostgresStore
+
+
+def _pg_admin(statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(os.environ[PG_ENV], autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+_DATABASES = itertools.count()
+
+
+def pg_database(workdir: Path, template: Path | None = None) -> None:
+    """A database for the case in ``workdir`` (empty, or a copy of the one of
+    ``template``): its URL is written to ``workdir / PG_URL_FILE``."""
+    base = os.environ[PG_ENV]
+    name = f"m{os.getpid()}_{next(_DATABASES)}"
+    source = ""
+    if template is not None:
+        source = " TEMPLATE " + (template / PG_URL_FILE).read_text().rsplit("/", 1)[1]
+    _pg_admin(f"CREATE DATABASE {name}{source}")
+    (workdir / PG_URL_FILE).write_text(base.rsplit("/", 1)[0] + "/" + name)
 
 
 # ---------------------------------------------------------------------- the conversation
@@ -145,6 +195,7 @@ def engine_for(store: Store, prefix: str) -> Engine:
 async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
     """The store as it is before the change ``kind``."""
     store = open_test_store(store_kind, workdir)
+    await store.list_ids()  # a server store makes its tables here, not in the change
     async with engine_for(store, "pre-") as engine:
         if kind == "create":
             return
@@ -237,7 +288,9 @@ class Steps:
 
     def install(self, store: Store) -> None:
         inner = getattr(store, "inner", store)
-        if isinstance(inner, FilesStore):
+        if type(inner).__name__ in ("PostgresStore", "TornPostgresStore"):
+            _count_pg_statements(self)
+        elif isinstance(inner, FilesStore):
             files_module.op_hook = lambda kind, path: self(f"{kind} {path.name}")
         else:
             conn = inner._conn  # type: ignore[attr-defined]
@@ -249,6 +302,45 @@ class Steps:
                     self(sql.strip()[:40])
 
             conn.set_trace_callback(trace)
+
+
+def _count_pg_statements(steps: Steps) -> None:
+    """Call ``steps`` before every statement psycopg sends that is not a plain
+    read, and before each transaction's ``COMMIT`` (psycopg's classes are
+    patched: this runs in a process of its own)."""
+    import psycopg
+
+    def label(query: Any) -> str | None:
+        text = query.decode() if isinstance(query, bytes) else str(query)
+        head = text.lstrip().split(None, 1)[0].upper() if text.strip() else ""
+        if head == "SET" or (head == "SELECT" and "FOR UPDATE" not in text.upper()):
+            return None  # a plain read, or a read transaction's isolation level
+        return " ".join(text.split())[:40]
+
+    execute = psycopg.AsyncCursor.execute
+    executemany = psycopg.AsyncCursor.executemany
+    aexit = psycopg.AsyncTransaction.__aexit__
+
+    async def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        what = label(query)
+        if what is not None:
+            steps(what)
+        return await execute(self, query, *args, **kwargs)
+
+    async def counted_executemany(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        what = label(query)
+        if what is not None:
+            steps(what)
+        return await executemany(self, query, *args, **kwargs)
+
+    async def counted_aexit(self: Any, exc_type: Any, *args: Any) -> Any:
+        if exc_type is None:
+            steps("COMMIT")
+        return await aexit(self, exc_type, *args)
+
+    psycopg.AsyncCursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.AsyncCursor.executemany = counted_executemany  # type: ignore[method-assign]
+    psycopg.AsyncTransaction.__aexit__ = counted_aexit  # type: ignore[method-assign]
 
 
 class Recording:
@@ -594,9 +686,11 @@ def run_matrix(
         for store_kind, kind in pairs:
             template = base / f"{store_kind}-{kind}"
             template.mkdir()
-            real = "files" if store_kind == "files-torn" else store_kind
+            if store_kind.startswith("postgres"):
+                pg_database(template)
+            real = {"files-torn": "files", "postgres-torn": "postgres"}.get(store_kind, store_kind)
             anyio.run(prepare, real, kind, template)
-            shutil.copytree(template, base / f"{store_kind}-{kind}-clean")
+            _copy_case(store_kind, template, base / f"{store_kind}-{kind}-clean")
             templates[store_kind, kind] = template
         runs = [(s, k, str(base / f"{s}-{k}-clean")) for s, k in pairs]
         cleans = dict(zip(pairs, _call(mp, _clean_all, runs), strict=True))
@@ -605,7 +699,7 @@ def run_matrix(
             total = len(clean["labels"])
             for n in list(range(total + 1)) if points is None else points(clean):
                 work = base / f"{store_kind}-{kind}-kill-{n}"
-                shutil.copytree(templates[store_kind, kind], work)
+                _copy_case(store_kind, templates[store_kind, kind], work)
                 cases.append((store_kind, kind, str(work), n))
         codes = _call(mp, _kill_all, cases)
         checks = [(s, k, w, allowed_states(cleans[s, k], n)) for s, k, w, n in cases]
@@ -623,6 +717,13 @@ def run_matrix(
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return result
+
+
+def _copy_case(store_kind: str, template: Path, work: Path) -> None:
+    """The prepared store of ``template``, copied for one case."""
+    shutil.copytree(template, work)
+    if store_kind.startswith("postgres"):
+        pg_database(work, template)
 
 
 def a_few(clean: dict[str, Any]) -> list[int]:
@@ -650,12 +751,31 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--store", choices=(*STORES, "files-torn"), action="append")
+    p.add_argument(
+        "--store",
+        choices=(*STORES, "postgres", "files-torn", "postgres-torn"),
+        action="append",
+    )
     p.add_argument("--kind", choices=KINDS, action="append")
     p.add_argument("--reduced", action="store_true", help="a few kill points per kind")
     args = p.parse_args(argv)
     pairs = [(s, k) for s in args.store or STORES for k in args.kind or KINDS]
-    r = run_matrix(pairs, a_few if args.reduced else None)
+    cluster = None
+    if any(s.startswith("postgres") for s in args.store or ()) and not os.environ.get(PG_ENV):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from tests.storage.pg import Cluster, find_bin_dir
+
+        bin_dir = find_bin_dir()
+        if bin_dir is None:
+            p.error("--store postgres: no PostgreSQL binaries (initdb, pg_ctl) found")
+        cluster = Cluster(bin_dir)
+        cluster.start()
+        os.environ[PG_ENV] = cluster.url
+    try:
+        r = run_matrix(pairs, a_few if args.reduced else None)
+    finally:
+        if cluster is not None:
+            cluster.stop()
     for line in r.failures:
         print(f"FAIL {line}")
     print(f"{r.cases} kill points, {len(r.failures)} problems")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -100,10 +100,17 @@ async def test_files_passes_path_and_options(monkeypatch: pytest.MonkeyPatch) ->
         open_store("files:///d?compress=1")
 
 
-@pytest.mark.parametrize("url", ["postgresql://user@db/chats", "postgres://db/chats"])
-async def test_postgresql_is_not_available_yet(url: str) -> None:
-    with pytest.raises(StoreError, match="not available yet"):
-        open_store(url)
+@pytest.mark.parametrize("url", ["postgresql://user:pw@db/chats", "postgres://db/chats"])
+async def test_postgresql_opens_a_postgres_store_without_connecting(url: str) -> None:
+    from turnfsm.storage import PostgresStore
+
+    store = open_store(url)  # nothing is connected before the first call
+    assert isinstance(store, PostgresStore)
+    assert store.url == url
+    assert "pw" not in repr(store)
+    assert store.create_missing
+    assert not cast(PostgresStore, open_store(url, create=False)).create_missing
+    await store.aclose()
 
 
 @pytest.mark.parametrize("url", ["redis://localhost/0", "chats.db", "", "sqlite:/x.db"])

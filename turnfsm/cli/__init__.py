@@ -11,6 +11,7 @@ from . import (
     _audit,
     _chat,
     _contexts,
+    _db,
     _demo,
     _diagram,
     _import,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _import.add_parser(sub)
     _diagram.add_parser(sub)
     _audit.add_parser(sub)
+    _db.add_parser(sub)
     return parser
 
 

@@ -42,7 +42,11 @@ def open_cli_store(url: str | None, *, create: bool = True) -> tuple[Store, str]
     usage error naming the URL."""
     where = url or default_store_url(create=create)
     try:
-        return open_store(where, create=create), where
+        store = open_store(where, create=create)
+        check_now = getattr(store, "check_now", None)
+        if check_now is not None:  # a server store: connect now, fail before starting
+            check_now()
+        return store, where
     except InvalidInput as exc:
         message = exc.reason
     except StoreError as exc:

@@ -588,6 +588,16 @@ class Engine:
         skipped: dict[str, str] = {}
         failed: dict[str, TurnFSMError] = {}
         busy = self._d.busy
+        # A store that claims work (PostgreSQL: ``claim_expired``) hands each
+        # context away from rest to one of the engines recovering at once; the
+        # others skip it. Contexts it does not hand out are resumed only when
+        # their holder is a dead process of this host (taken over at once).
+        claim = getattr(self.store, "claim_expired", None)
+        claimed: set[str] | None = None
+        if claim is not None:
+            d = self._d
+            leases = await claim(d.owner, d.lease_ttl, now=d.clock.time(), limit=None)
+            claimed = {lease.context_id for lease in leases}
         for summary in await self.store.list_contexts():
             cid = summary.id
             try:
@@ -603,6 +613,14 @@ class Engine:
             if cid in busy:
                 skipped[cid] = f"a call of this engine ({self.owner}) is running on it"
                 continue
+            if claimed is not None and cid not in claimed:
+                held = await self.store.lease(cid)
+                if held is None:
+                    continue  # another engine claimed it and has brought it to rest
+                if held.owner != self.owner and not _leases.owner_gone(held.owner):
+                    until = datetime.fromtimestamp(held.expires_at, UTC).isoformat()
+                    skipped[cid] = f"leased by {held.owner} until {until}"
+                    continue
             try:
                 resumed[cid] = await self.resume(cid)
             except ContextLeased as exc:

@@ -1,7 +1,9 @@
 """L2: persistence. The :class:`Store` interface and its backends.
 
 :func:`open_store` opens a store from a URL: ``memory://``,
-``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``.
+``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``,
+``postgresql://user@host/db`` (:class:`PostgresStore`, imported on first use:
+it needs ``turnfsm[postgres]``).
 """
 
 from ._base import (
@@ -31,3 +33,12 @@ __all__ = [
     "Store",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore needs psycopg (an extra): imported when first asked for
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

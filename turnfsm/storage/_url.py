@@ -9,7 +9,8 @@
                                        options of the SQLite store
 ``files:///dir``, ``files:////dir``    the file store, same path rule;
                                        ``?fsync=false`` turns its fsyncs off
-``postgresql://...``                   not available yet (a clear StoreError)
+``postgresql://user@host:5432/db``     :class:`~turnfsm.storage.PostgresStore` (needs
+                                       ``turnfsm[postgres]``); libpq's URL, passed as it is
 =====================================  ===================================================
 
 ``open_store(url, create=False)`` opens only a store that exists: a missing
@@ -36,7 +37,7 @@ from ._sqlite import SQLiteStore
 
 __all__ = ["SCHEMES", "open_store"]
 
-SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql:// (later)")
+SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql://user@host/db")
 """The URL forms :func:`open_store` knows, for error messages."""
 
 _SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
@@ -92,13 +93,19 @@ def open_store(url: str, *, create: bool = True) -> Store:
             _must_exist(url, path, folder=True)
         return _files_store(url, path, options)
     if scheme in ("postgresql", "postgres"):
-        raise StoreError(
-            f"{scheme}:// stores are not available yet in this turnfsm; use sqlite:///path.db "
-            "(or files:///dir) for now"
-        )
+        return _postgres_store(url, create=create)
     raise InvalidInput(
         "url", f"{url!r}: unknown store scheme {scheme!r}; use one of {', '.join(SCHEMES)}"
     )
+
+
+def _postgres_store(url: str, *, create: bool) -> Store:
+    """The PostgreSQL store: imported only when asked for (it needs psycopg).
+    With ``create=False`` a database without turnfsm's tables is refused on
+    first use."""
+    from ._postgres import PostgresStore
+
+    return PostgresStore(url, create=create)
 
 
 def _must_exist(url: str, path: str, *, folder: bool) -> None:

@@ -1,0 +1,984 @@
+"""The PostgreSQL store (``postgresql://user@host:port/db``).
+
+The tables are the SQLite store's (see :mod:`turnfsm.storage._sqlite`), with
+the same append-only shape: one row per message, per branch position and per
+step; a commit updates the context's row and inserts rows, and rewrites no
+history (only a replaced message, a tool-call decision, is updated in place).
+Every row carries the ``schema_version`` it was written with and is validated
+strictly on read; an error names the database, the table, the row and the
+column.
+
+The table layout itself is versioned: ``turnfsm_meta.store_format`` is the
+number of :data:`MIGRATIONS` applied. A new, empty database gets them all
+when the store first opens it (unless it is opened with ``create=False``);
+a database of an older layout is refused with a
+:class:`~turnfsm.errors.StoreError` naming ``turnfsm db upgrade --store URL``,
+which applies the missing ones (:func:`upgrade`); a newer one is a
+:class:`~turnfsm.errors.SchemaVersionError` (upgrade turnfsm).
+
+A commit is one transaction on a connection of a ``psycopg_pool`` pool. When
+it names a lease, the lease's row is locked first (``SELECT ... FOR UPDATE``,
+or, for a commit that takes the lease, an ``INSERT ... ON CONFLICT DO UPDATE
+... WHERE`` that applies only from the token just before), so an acquire by
+another owner waits for the commit or happens before it; then the version
+check is the ``UPDATE contexts ... WHERE id = %s AND version = %s`` that writes
+the small fields. A commit that is refused stores nothing. Locks are taken in
+one order everywhere (a lease row before its context row).
+
+Only this module imports psycopg (``pip install 'turnfsm[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+from pydantic import ValidationError
+
+from ..errors import (
+    ContextNotFound,
+    LeaseLost,
+    SchemaVersionError,
+    StoreError,
+    VersionConflict,
+)
+from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
+from ..states import RESTING
+from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._schema import (
+    check_version,
+    context_problems,
+    json_path,
+    message_from_record,
+    step_problem,
+    upcast_branch,
+    upcast_context,
+    validation_problem,
+)
+
+try:  # the optional dependency: ``turnfsm[postgres]``
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+except ModuleNotFoundError as _missing:  # pragma: no cover - depends on the install
+    psycopg = None  # type: ignore[assignment]
+    AsyncConnectionPool = None  # type: ignore[assignment,misc]
+    _IMPORT_ERROR: ModuleNotFoundError | None = _missing
+else:
+    _IMPORT_ERROR = None
+
+__all__ = ["MIGRATIONS", "STORE_FORMAT", "PostgresStore", "redact", "upgrade"]
+
+_V = SCHEMA_VERSION
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the tables of the SQLite store
+    """
+    CREATE TABLE turnfsm_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE contexts (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        schema_version INTEGER NOT NULL,
+        version BIGINT NOT NULL,
+        state TEXT NOT NULL,
+        parent_id TEXT,
+        active_branch TEXT NOT NULL,
+        event_seq BIGINT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        config TEXT NOT NULL,
+        progress TEXT NOT NULL
+    );
+    CREATE TABLE branches (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        UNIQUE (ctx, name)
+    );
+    CREATE TABLE branch_messages (
+        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
+        branch TEXT NOT NULL,
+        pos INTEGER NOT NULL,
+        message_id TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        PRIMARY KEY (ctx, branch, pos)
+    );
+    CREATE TABLE messages (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        UNIQUE (ctx, id)
+    );
+    CREATE TABLE steps (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
+        schema_version INTEGER NOT NULL,
+        version BIGINT NOT NULL,
+        from_state TEXT NOT NULL,
+        trigger TEXT NOT NULL,
+        to_state TEXT NOT NULL,
+        at TEXT NOT NULL,
+        detail TEXT
+    );
+    CREATE INDEX steps_by_context ON steps (ctx, seq);
+    CREATE TABLE leases (
+        context_id TEXT PRIMARY KEY,
+        owner TEXT,
+        token BIGINT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    """,
+    # 2: what claim_expired looks for: contexts away from rest, by their lease
+    """
+    CREATE INDEX contexts_not_resting ON contexts (seq)
+        WHERE state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure');
+    """,
+)
+"""The table layout's migrations, in order; ``store_format`` counts those applied."""
+
+STORE_FORMAT = len(MIGRATIONS)
+"""The layout this turnfsm reads and writes (``turnfsm_meta.store_format``)."""
+
+_HEAD_COLUMNS = (
+    "seq, schema_version, id, parent_id, config, active_branch, state, created_at, "
+    "updated_at, version, event_seq, progress"
+)
+_COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
+
+_LOCK_KEY = 0x7475726E66736D  # "turnfsm": the advisory lock migrations are applied under
+
+
+def _need_psycopg() -> None:
+    if _IMPORT_ERROR is not None:
+        raise StoreError(
+            "postgresql:// stores need psycopg 3 and psycopg-pool: pip install 'turnfsm[postgres]'"
+        ) from _IMPORT_ERROR
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://..."
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _said(exc: BaseException) -> str:
+    """An error of psycopg or libpq on one line (libpq's span several)."""
+    return " ".join(str(exc).split())
+
+
+def _ts(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _upgrade_hint(url: str) -> str:
+    return f"turnfsm db upgrade --store {redact(url)}"
+
+
+async def _format_of(conn: Any, url: str) -> int | None:
+    """The database's ``store_format``; ``None`` for a database without turnfsm's
+    tables; a StoreError for a database of something else."""
+    cur = await conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    )
+    tables = {r[0] for r in await cur.fetchall()}
+    if "turnfsm_meta" not in tables:
+        if tables & {"contexts", "messages", "steps"}:
+            raise StoreError(
+                f"{redact(url)}: tables of something else ({', '.join(sorted(tables))}), "
+                "not a turnfsm store; it was left untouched"
+            )
+        return None
+    cur = await conn.execute("SELECT value FROM turnfsm_meta WHERE key = 'store_format'")
+    row = await cur.fetchone()
+    try:
+        return int(row[0]) if row is not None else -1
+    except ValueError:
+        return -1
+
+
+async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
+    """Apply the migrations a database lacks, up to ``to`` (all by default), in one
+    transaction under an advisory lock: ``(format before, format after)``; a
+    database without turnfsm's tables gets them all. A newer layout than this
+    turnfsm knows is a SchemaVersionError."""
+    _need_psycopg()
+    if not 1 <= to <= STORE_FORMAT:
+        raise StoreError(f"no store format {to}: this turnfsm knows 1 to {STORE_FORMAT}")
+    try:
+        async with (
+            await psycopg.AsyncConnection.connect(url, connect_timeout=10) as conn,
+            conn.transaction(),
+        ):
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            found = await _format_of(conn, url)
+            before = found or 0
+            if before < 0:
+                raise StoreError(f"{redact(url)}: the turnfsm store has no valid store_format")
+            if before > STORE_FORMAT:
+                raise SchemaVersionError(f"{redact(url)} (store format)", before, STORE_FORMAT)
+            for number in range(before + 1, to + 1):
+                await conn.execute(MIGRATIONS[number - 1].encode())
+            after = max(before, to)
+            if after != before:
+                await conn.execute(
+                    "INSERT INTO turnfsm_meta (key, value) VALUES ('store_format', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(after),),
+                )
+            return before, after
+    except psycopg.Error as exc:
+        raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
+
+
+class PostgresStore:
+    """A store in a PostgreSQL database (see the module docstring).
+
+    ``url`` is a libpq connection URL (``postgresql://user:password@host:5432/db``;
+    ``?host=/socket/dir`` for a unix socket). The pool (``min_size`` to
+    ``max_size`` connections) is opened on first use, after the database's
+    layout was checked (and, with ``create``, made in an empty database).
+    """
+
+    leases_in_commits = True
+
+    def __init__(
+        self, url: str, *, create: bool = True, min_size: int = 1, max_size: int = 8
+    ) -> None:
+        _need_psycopg()
+        self.url = url
+        self.create_missing = create
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: Any = None
+        self._opening: anyio.Lock | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.url)!r})"
+
+    # ------------------------------------------------------------------ opening
+
+    async def _get_pool(self) -> Any:
+        if self._closed:
+            raise StoreError(f"{redact(self.url)}: the store is closed")
+        if self._pool is not None:
+            return self._pool
+        if self._opening is None:
+            self._opening = anyio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                await self._check_layout()
+                pool = AsyncConnectionPool(
+                    self.url,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    name="turnfsm",
+                )
+                try:
+                    await pool.open(wait=True, timeout=30)
+                except Exception as exc:
+                    await pool.close()
+                    raise StoreError(f"{redact(self.url)}: cannot connect: {_said(exc)}") from exc
+                self._pool = pool
+        return self._pool
+
+    async def _check_layout(self) -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=10, autocommit=True
+            ) as conn:
+                found = await _format_of(conn, self.url)
+        except psycopg.Error as exc:
+            raise StoreError(f"{redact(self.url)}: cannot connect: {_said(exc)}") from exc
+        if found is None:
+            if not self.create_missing:
+                raise StoreError(
+                    f"{redact(self.url)}: no turnfsm store in this database (it is not "
+                    f"created here; make it with `{_upgrade_hint(self.url)}`)"
+                )
+            await upgrade(self.url)
+            return
+        if found < 0:
+            raise StoreError(f"{redact(self.url)}: the turnfsm store has no valid store_format")
+        if found > STORE_FORMAT:
+            raise SchemaVersionError(f"{redact(self.url)} (store format)", found, STORE_FORMAT)
+        if found < STORE_FORMAT:
+            raise StoreError(
+                f"{redact(self.url)}: the store's layout is format {found}, this turnfsm "
+                f"needs {STORE_FORMAT}; run `{_upgrade_hint(self.url)}`"
+            )
+
+    def check_now(self) -> None:
+        """Connect and check the layout at once, as the first call would (making
+        it in an empty database unless opened with ``create=False``): for a
+        caller that wants a bad URL or an old layout to fail before it starts.
+        Blocking; it runs on a thread and event loop of its own, so it may be
+        called with or without a running loop."""
+        failure: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                asyncio.run(self._check_layout())
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=check, name="turnfsm-pg-check")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+
+    async def store_format(self) -> int:
+        """The database's ``store_format`` (after the checks of opening)."""
+
+        async def read(conn: Any) -> int:
+            found = await _format_of(conn, self.url)
+            return found or 0
+
+        found: int = await self._run(read)
+        return found
+
+    async def _run(self, fn: Any, *, transaction: bool = False) -> Any:
+        """``await fn(conn)`` on a pooled connection (in one transaction when
+        ``transaction``); psycopg's errors become StoreErrors naming the database."""
+        pool = await self._get_pool()
+        try:
+            async with pool.connection() as conn:
+                if transaction:
+                    async with conn.transaction():
+                        return await fn(conn)
+                return await fn(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"{redact(self.url)}: {type(exc).__name__}: {_said(exc)}") from exc
+
+    async def _read(self, fn: Any) -> Any:
+        """``fn`` in a read-only REPEATABLE READ transaction: one snapshot."""
+
+        async def snapshot(conn: Any) -> Any:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return await fn(conn)
+
+        return await self._run(snapshot, transaction=True)
+
+    def _where(self, context_id: str, what: str = "") -> str:
+        return f"{redact(self.url)}: context {context_id!r}{what}"
+
+    def _row(self, context_id: str, table: str, key: str = "") -> str:
+        key = f", {key}" if key else ""
+        return f"{redact(self.url)}: table {table}, row (context {context_id!r}{key})"
+
+    # ------------------------------------------------------------------ Store
+
+    async def create(self, context: ChatContext) -> None:
+        async def create(conn: Any) -> None:
+            cur = await conn.execute(
+                "INSERT INTO contexts (id, schema_version, version, state, parent_id, "
+                "active_branch, event_seq, created_at, updated_at, config, progress) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (id) DO NOTHING RETURNING seq",
+                (
+                    context.id,
+                    _V,
+                    context.version,
+                    context.current_state,
+                    context.parent_id,
+                    context.active_branch_name,
+                    context.event_seq,
+                    _ts(context.created_at),
+                    _ts(context.updated_at),
+                    context.config.model_dump_json(),
+                    context.progress.model_dump_json(),
+                ),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise StoreError(f"context {context.id!r} already exists")
+            seq = row[0]
+            await self._put_branches(conn, seq, context.branches.values())
+            if context.message_pool:
+                async with conn.cursor() as c:
+                    await c.executemany(
+                        "INSERT INTO messages (ctx, id, schema_version, body) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [
+                            (seq, n.id, _V, n.model_dump_json())
+                            for n in context.message_pool.values()
+                        ],
+                    )
+
+        await self._run(create, transaction=True)
+
+    async def _put_branches(
+        self, conn: Any, seq: int, branches: Iterable[Branch], replace: bool = False
+    ) -> None:
+        async with conn.cursor() as c:
+            for b in branches:
+                await c.execute(
+                    "INSERT INTO branches (ctx, name, schema_version, body) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, name) DO UPDATE SET "
+                    "schema_version = excluded.schema_version, body = excluded.body",
+                    (seq, b.name, _V, b.model_dump_json(exclude={"message_ids"})),
+                )
+                if replace:
+                    await c.execute(
+                        "DELETE FROM branch_messages WHERE ctx = %s AND branch = %s",
+                        (seq, b.name),
+                    )
+                if b.message_ids:
+                    await c.executemany(
+                        "INSERT INTO branch_messages (ctx, branch, pos, message_id, "
+                        "schema_version) VALUES (%s, %s, %s, %s, %s)",
+                        [(seq, b.name, i, mid, _V) for i, mid in enumerate(b.message_ids)],
+                    )
+
+    async def load(self, context_id: str) -> ChatContext:
+        ctx: ChatContext = await self._read(lambda conn: self._load_tx(conn, context_id))
+        return ctx
+
+    async def _load_tx(self, conn: Any, context_id: str) -> ChatContext:
+        cur = await conn.execute(
+            f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = %s", (context_id,)
+        )
+        head = await cur.fetchone()
+        if head is None:
+            raise ContextNotFound(context_id)
+        seq = head[0]
+        ctx = self._context_of(head)
+        positions: dict[str, list[str]] = {}
+        cur = await conn.execute(
+            "SELECT branch, message_id, schema_version FROM branch_messages WHERE ctx = %s "
+            "ORDER BY branch, pos",
+            (seq,),
+        )
+        for branch, mid, version in await cur.fetchall():
+            if version != _V:
+                check_version(version, where=self._where(context_id, f", branch {branch!r}"))
+            positions.setdefault(branch, []).append(mid)
+        branches: dict[str, Branch] = {}
+        cur = await conn.execute(
+            "SELECT name, schema_version, body FROM branches WHERE ctx = %s ORDER BY seq", (seq,)
+        )
+        for name, version, body in await cur.fetchall():
+            row = self._row(context_id, "branches", f"name {name!r}")
+            data = _json(body, f"{row}, column body")
+            if version != _V:
+                data = upcast_branch(
+                    data, version, where=self._where(context_id, f", branch {name!r}")
+                )
+            data["message_ids"] = positions.get(name, [])
+            try:
+                branches[name] = Branch.model_validate(data)
+            except ValidationError as exc:
+                raise StoreError(
+                    f"{row}, column body: not a valid Branch record: {validation_problem(exc)}"
+                ) from exc
+        cur = await conn.execute(
+            "SELECT id, schema_version, body FROM messages WHERE ctx = %s ORDER BY seq", (seq,)
+        )
+        pool: dict[str, MessageNode] = {}
+        for mid, version, body in await cur.fetchall():
+            pool[mid] = self._message(context_id, mid, version, body)
+        ctx.branches = branches
+        ctx.message_pool = pool
+        problems = context_problems(ctx)
+        if problems:
+            loc, problem = problems[0]
+            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
+        return ctx
+
+    def _message(self, context_id: str, mid: str, version: int, body: str) -> MessageNode:
+        """One message row, validated strictly (an older schema version upcast)."""
+        row = self._row(context_id, "messages", f"id {mid!r}")
+        if version == _V:
+            try:
+                node = MessageNode.model_validate_json(body, strict=True)
+            except ValidationError as exc:
+                raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
+        else:
+            node = message_from_record(
+                body, version, where=self._where(context_id, f", message {mid!r}")
+            )
+        if node.id != mid:
+            raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
+        return node
+
+    def _place(self, context_id: str, loc: tuple[str | int, ...]) -> str:
+        if loc[0] in _COLUMN_OF:
+            return f"{self._row(context_id, 'contexts')}, column {_COLUMN_OF[str(loc[0])]}"
+        if loc[0] == "branches" and len(loc) > 2 and loc[2] == "message_ids":
+            row = self._row(context_id, "branch_messages", f"branch {loc[1]!r}")
+            return f"{row}, column message_id, {json_path(loc)}"
+        if loc[0] == "branches" and len(loc) > 2:
+            row = self._row(context_id, "branches", f"name {loc[1]!r}")
+            return f"{row}, column body, {json_path(loc[2:])}"
+        return f"{self._row(context_id, 'contexts')}, {json_path(loc)}"
+
+    def _context_of(self, head: Sequence[Any]) -> ChatContext:
+        """The context (without messages and branches) of a ``contexts`` row."""
+        (_, version, cid, parent_id, config, active, state, created, updated, ver, seq, prog) = head
+        row = self._row(str(cid), "contexts")
+        check_version(version, where=self._where(cid))
+        data: dict[str, Any] = {
+            "schema_version": version,
+            "id": cid,
+            "parent_id": parent_id,
+            "config": _json(config, f"{row}, column config"),
+            "active_branch_name": active,
+            "current_state": state,
+            "created_at": created,
+            "updated_at": updated,
+            "version": ver,
+            "event_seq": seq,
+            "progress": _json(prog, f"{row}, column progress"),
+        }
+        if version != _V:
+            data = upcast_context(data, version, where=self._where(cid))
+            data["schema_version"] = _V
+        for column, model in (("config", ChatConfig), ("progress", TurnProgress)):
+            try:  # strictly, as the SQLite store does
+                data[column] = model.model_validate_json(json.dumps(data[column]), strict=True)
+            except ValidationError as exc:
+                raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
+        try:
+            return ChatContext.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            field = str(err["loc"][0]) if err["loc"] else ""
+            column = _COLUMN_OF.get(field, field)
+            raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
+
+    # ------------------------------------------------------------------ commit
+
+    async def commit(self, commit: Commit) -> None:
+        await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
+
+    async def _commit_tx(self, conn: Any, commit: Commit) -> None:
+        cid = commit.context_id
+        take = commit.take_lease if commit.lease_token is not None else None
+        if take is not None:
+            # the lease is taken only from the token just before, released or ours
+            cur = await conn.execute(
+                "INSERT INTO leases AS l (context_id, owner, token, expires_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (context_id) DO UPDATE SET "
+                "owner = excluded.owner, token = excluded.token, "
+                "expires_at = excluded.expires_at "
+                "WHERE l.token = %s AND (l.owner IS NULL OR l.owner = %s) RETURNING token",
+                (
+                    cid,
+                    None if commit.release_lease else take.owner,
+                    take.token,
+                    take.expires_at,
+                    take.token - 1,
+                    take.owner,
+                ),
+            )
+            if await cur.fetchone() is None:
+                current = await self._token(conn, cid)
+                raise LeaseLost(cid, take.token, current)
+        elif commit.lease_token is not None:
+            cur = await conn.execute(
+                "SELECT token FROM leases WHERE context_id = %s FOR UPDATE", (cid,)
+            )
+            found = await cur.fetchone()
+            current = found[0] if found is not None and found[0] > 0 else None
+            if current != commit.lease_token:
+                raise LeaseLost(cid, commit.lease_token, current)
+        sets = "version = %s, state = %s, updated_at = %s, event_seq = %s, progress = %s"
+        params: list[Any] = [
+            commit.version,
+            commit.state,
+            _ts(commit.updated_at),
+            commit.event_seq,
+            commit.progress.model_dump_json(),
+        ]
+        if commit.active_branch is not None:
+            sets += ", active_branch = %s"
+            params.append(commit.active_branch)
+        if commit.config is not None:
+            sets += ", config = %s"
+            params.append(commit.config.model_dump_json())
+        update = (
+            f"UPDATE contexts SET {sets} WHERE id = %s AND version = %s AND schema_version = %s "
+            "RETURNING seq"
+        )
+        params += [cid, commit.expected_version, _V]
+        cur = await conn.execute(update, params)
+        row = await cur.fetchone()
+        if row is None:
+            await self._refused(conn, commit)  # raises, or brings an old row up to date
+            cur = await conn.execute(update, params)
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - _refused explains every miss
+                raise StoreError(f"context {cid!r}: the commit was not applied")
+        seq = row[0]
+        if commit.branches:
+            await self._put_branches(conn, seq, commit.branches, replace=True)
+        for node in commit.replaced:
+            cur = await conn.execute(
+                "UPDATE messages SET schema_version = %s, body = %s WHERE ctx = %s AND id = %s",
+                (_V, node.model_dump_json(), seq, node.id),
+            )
+            if cur.rowcount != 1:
+                raise StoreError(
+                    f"commit replaces message {node.id!r} of context {cid!r}, which is not stored"
+                )
+        if commit.appended:
+            next_pos: dict[str, int] = {}
+            positions = []
+            for name, node in commit.appended:
+                pos = next_pos.get(name)
+                if pos is None:
+                    cur = await conn.execute(
+                        "SELECT EXISTS (SELECT 1 FROM branches WHERE ctx = %s AND name = %s), "
+                        "(SELECT MAX(pos) FROM branch_messages WHERE ctx = %s AND branch = %s)",
+                        (seq, name, seq, name),
+                    )
+                    known, last = await cur.fetchone()
+                    if not known:
+                        raise StoreError(
+                            f"commit appends to unknown branch {name!r} of context {cid!r}"
+                        )
+                    pos = 0 if last is None else last + 1
+                next_pos[name] = pos + 1
+                positions.append((seq, name, pos, node.id, _V))
+            async with conn.cursor() as c:
+                await c.executemany(
+                    "INSERT INTO messages (ctx, id, schema_version, body) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, id) DO UPDATE SET "
+                    "schema_version = excluded.schema_version, body = excluded.body",
+                    [(seq, node.id, _V, node.model_dump_json()) for _, node in commit.appended],
+                )
+                await c.executemany(
+                    "INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    positions,
+                )
+        if commit.steps:
+            async with conn.cursor() as c:
+                await c.executemany(
+                    "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
+                    "to_state, at, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            seq,
+                            _V,
+                            s.version,
+                            s.from_state,
+                            s.trigger,
+                            s.to_state,
+                            _ts(s.at),
+                            None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
+                        )
+                        for s in commit.steps
+                    ],
+                )
+        if take is None and commit.release_lease and commit.lease_token is not None:
+            await conn.execute(
+                "UPDATE leases SET owner = NULL WHERE context_id = %s AND token = %s",
+                (cid, commit.lease_token),
+            )
+
+    @staticmethod
+    async def _token(conn: Any, context_id: str) -> int | None:
+        cur = await conn.execute("SELECT token FROM leases WHERE context_id = %s", (context_id,))
+        row = await cur.fetchone()
+        return row[0] if row is not None and row[0] > 0 else None
+
+    async def _refused(self, conn: Any, commit: Commit) -> None:
+        """The version check missed: say why, or (an older schema version) bring
+        the context row up to date so that the check can be made again."""
+        cid = commit.context_id
+        cur = await conn.execute(
+            f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = %s FOR UPDATE", (cid,)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise ContextNotFound(cid)
+        schema_version, version = row[1], row[9]
+        check_version(schema_version, where=self._where(cid))
+        if version != commit.expected_version:
+            raise VersionConflict(cid, commit.expected_version, version)
+        ctx = self._context_of(row)  # upcast
+        await conn.execute(
+            "UPDATE contexts SET schema_version = %s, parent_id = %s, active_branch = %s, "
+            "state = %s, created_at = %s, updated_at = %s, event_seq = %s, config = %s, "
+            "progress = %s WHERE seq = %s",
+            (
+                _V,
+                ctx.parent_id,
+                ctx.active_branch_name,
+                ctx.current_state,
+                _ts(ctx.created_at),
+                _ts(ctx.updated_at),
+                ctx.event_seq,
+                ctx.config.model_dump_json(),
+                ctx.progress.model_dump_json(),
+                row[0],
+            ),
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    async def list_ids(self) -> list[str]:
+        async def read(conn: Any) -> list[str]:
+            cur = await conn.execute("SELECT id FROM contexts ORDER BY seq")
+            return [r[0] for r in await cur.fetchall()]
+
+        ids: list[str] = await self._run(read)
+        return ids
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        async def read(conn: Any) -> list[ContextSummary]:
+            cur = await conn.execute(
+                "SELECT id, state, version, updated_at, parent_id FROM contexts ORDER BY seq"
+            )
+            out = []
+            for cid, state, version, updated, parent in await cur.fetchall():
+                try:  # a row whose summary cannot be read is left out (load raises)
+                    at = datetime.fromisoformat(updated)
+                except ValueError:
+                    continue
+                out.append(ContextSummary(cid, state, version, at, parent))
+            return out
+
+        found: list[ContextSummary] = await self._run(read)
+        return found
+
+    async def delete(self, context_id: str) -> None:
+        async def delete(conn: Any) -> None:
+            await conn.execute("DELETE FROM leases WHERE context_id = %s", (context_id,))
+            cur = await conn.execute("DELETE FROM contexts WHERE id = %s", (context_id,))
+            if cur.rowcount != 1:
+                raise ContextNotFound(context_id)
+
+        await self._run(delete, transaction=True)
+
+    async def steps(self, context_id: str) -> list[StepLog]:
+        async def read(conn: Any) -> list[StepLog]:
+            cur = await conn.execute("SELECT seq FROM contexts WHERE id = %s", (context_id,))
+            head = await cur.fetchone()
+            if head is None:
+                raise ContextNotFound(context_id)
+            cur = await conn.execute(
+                "SELECT schema_version, version, from_state, trigger, to_state, at, detail "
+                "FROM steps WHERE ctx = %s ORDER BY seq",
+                head,
+            )
+            out = []
+            for schema_version, version, a, t, b, at, detail in await cur.fetchall():
+                row = self._row(context_id, "steps", f"version {version!r}")
+                if schema_version != _V:
+                    check_version(schema_version, where=self._where(context_id, ", steps"))
+                try:
+                    when = datetime.fromisoformat(at)
+                except ValueError:
+                    raise StoreError(f"{row}, column at: not a timestamp: {at!r}") from None
+                problem = step_problem(a, b)
+                if problem is not None:
+                    raise StoreError(f"{row}, column {problem}")
+                out.append(StepLog(version, a, t, b, when, _step_detail(row, detail)))
+            return out
+
+        found: list[StepLog] = await self._read(read)
+        return found
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        wanted = list(dict.fromkeys(ids))
+
+        async def read(conn: Any) -> dict[str, MessageNode]:
+            cur = await conn.execute("SELECT seq FROM contexts WHERE id = %s", (context_id,))
+            head = await cur.fetchone()
+            if head is None:
+                raise ContextNotFound(context_id)
+            cur = await conn.execute(
+                "SELECT id, schema_version, body FROM messages WHERE ctx = %s AND id = ANY(%s)",
+                (head[0], wanted),
+            )
+            return {
+                mid: self._message(context_id, mid, version, body)
+                for mid, version, body in await cur.fetchall()
+            }
+
+        found: dict[str, MessageNode] = await self._read(read)
+        out = []
+        for mid in ids:
+            node = found.get(mid)
+            if node is None:
+                raise StoreError(f"context {context_id!r} has no message {mid!r}")
+            out.append(node)
+        return out
+
+    async def aclose(self) -> None:
+        """Close the pool; harmless twice. A call after it raises StoreError."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # ------------------------------------------------------------------ leases
+    #
+    # One row per context that was ever leased, keyed by the context id. Every
+    # write locks that row (FOR UPDATE, or an INSERT ... ON CONFLICT that
+    # updates it), so a lease write and a commit under a lease of the same
+    # context are applied one after the other.
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        async def acquire(conn: Any) -> Lease | None:
+            cur = await conn.execute("SELECT 1 FROM contexts WHERE id = %s", (context_id,))
+            if await cur.fetchone() is None:
+                raise ContextNotFound(context_id)
+            # the row exists from here on (token 0: never leased), and is locked
+            cur = await conn.execute(
+                "INSERT INTO leases AS l (context_id, owner, token, expires_at) "
+                "VALUES (%s, NULL, 0, 0) ON CONFLICT (context_id) DO UPDATE "
+                "SET token = l.token RETURNING owner, token, expires_at",
+                (context_id,),
+            )
+            held_by, token, expires_at = await cur.fetchone()
+            if token > 0 and lease_is_held(
+                held_by, token, expires_at, owner=owner, now=now, take_over=take_over
+            ):
+                return None
+            lease = Lease(context_id, owner, token + 1, now + ttl)
+            await conn.execute(
+                "UPDATE leases SET owner = %s, token = %s, expires_at = %s WHERE context_id = %s",
+                (owner, lease.token, lease.expires_at, context_id),
+            )
+            return lease
+
+        lease: Lease | None = await self._run(acquire, transaction=True)
+        return lease
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
+
+        async def renew(conn: Any) -> Lease:
+            cur = await conn.execute(
+                "UPDATE leases SET expires_at = %s WHERE context_id = %s AND token = %s "
+                "AND owner IS NOT NULL",
+                (renewed.expires_at, lease.context_id, lease.token),
+            )
+            if cur.rowcount != 1:
+                raise LeaseLost(
+                    lease.context_id, lease.token, await self._token(conn, lease.context_id)
+                )
+            return renewed
+
+        result: Lease = await self._run(renew, transaction=True)
+        return result
+
+    async def release_lease(self, lease: Lease) -> None:
+        async def release(conn: Any) -> None:
+            await conn.execute(
+                "UPDATE leases SET owner = NULL WHERE context_id = %s AND token = %s",
+                (lease.context_id, lease.token),
+            )
+
+        await self._run(release)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        async def read(conn: Any) -> Lease | None:
+            cur = await conn.execute(
+                "SELECT owner, token, expires_at FROM leases WHERE context_id = %s "
+                "AND owner IS NOT NULL AND token > 0",
+                (context_id,),
+            )
+            row = await cur.fetchone()
+            return None if row is None else Lease(context_id, row[0], row[1], row[2])
+
+        found: Lease | None = await self._run(read)
+        return found
+
+    async def claim_expired(
+        self, owner: str, ttl: float, *, now: float, limit: int | None = 100
+    ) -> list[Lease]:
+        """Take the leases of up to ``limit`` (None: all) contexts that are away from rest
+        (their state is not ``Idle``, ``AwaitingToolApproval`` or
+        ``PermanentFailure``) and whose lease was released, expired at ``now``,
+        or never taken, oldest first: each with the next fencing token, for
+        ``ttl`` seconds. Rows another engine is claiming at the same moment are
+        skipped (``FOR UPDATE SKIP LOCKED``), so engines claiming at once get
+        disjoint sets: each such context is resumed by one of them."""
+        resting = sorted(s.value for s in RESTING)
+
+        async def claim(conn: Any) -> list[Lease]:
+            # contexts never leased get their row first (token 0), so that they
+            # can be locked and skipped like the others
+            await conn.execute(
+                "INSERT INTO leases (context_id, owner, token, expires_at) "
+                "SELECT id, NULL, 0, 0 FROM contexts WHERE state <> ALL(%s) "
+                "ON CONFLICT (context_id) DO NOTHING",
+                (resting,),
+            )
+            cur = await conn.execute(
+                "SELECT l.context_id, l.token FROM contexts c "
+                "JOIN leases l ON l.context_id = c.id "
+                "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
+                "ORDER BY c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # LIMIT NULL: all
+                (resting, now, limit),
+            )
+            leases = [
+                Lease(cid, owner, token + 1, now + ttl) for cid, token in await cur.fetchall()
+            ]
+            if leases:
+                async with conn.cursor() as c:
+                    await c.executemany(
+                        "UPDATE leases SET owner = %s, token = %s, expires_at = %s "
+                        "WHERE context_id = %s",
+                        [(x.owner, x.token, x.expires_at, x.context_id) for x in leases],
+                    )
+            return leases
+
+        claimed: list[Lease] = await self._run(claim, transaction=True)
+        return claimed
+
+
+def _json(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"{where}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: $: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _step_detail(row: str, detail: str | None) -> dict[str, Any] | None:
+    if detail is None:
+        return None
+    try:
+        value = json.loads(detail)
+    except ValueError:
+        raise StoreError(f"{row}, column detail: not JSON") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{row}, column detail: not a JSON object")
+    return value
