@@ -57,6 +57,7 @@ from ._schema import (
     json_path,
     message_from_record,
     step_problem,
+    title_of_config,
     upcast_branch,
     upcast_context,
     validation_problem,
@@ -751,15 +752,16 @@ class PostgresStore:
     async def list_contexts(self) -> list[ContextSummary]:
         async def read(conn: Any) -> list[ContextSummary]:
             cur = await conn.execute(
-                "SELECT id, state, version, updated_at, parent_id FROM contexts ORDER BY seq"
+                "SELECT id, state, version, updated_at, parent_id, config FROM contexts "
+                "ORDER BY seq"
             )
             out = []
-            for cid, state, version, updated, parent in await cur.fetchall():
+            for cid, state, version, updated, parent, config in await cur.fetchall():
                 try:  # a row whose summary cannot be read is left out (load raises)
                     at = datetime.fromisoformat(updated)
                 except ValueError:
                     continue
-                out.append(ContextSummary(cid, state, version, at, parent))
+                out.append(ContextSummary(cid, state, version, at, parent, title_of_config(config)))
             return out
 
         found: list[ContextSummary] = await self._run(read)

@@ -51,6 +51,7 @@ __all__ = [
     "context_problems",
     "json_path",
     "message_from_record",
+    "title_of_config",
     "upcast_branch",
     "upcast_context",
     "upcast_message",
@@ -280,3 +281,15 @@ def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]
         if source is not None and source not in ctx.branches:
             out.append((("branches", name, "forked_from"), f"no branch {source!r} is stored"))
     return out
+
+
+def title_of_config(config: object) -> str | None:
+    """The title in a stored config column, for a context's summary (``None``
+    when it has none or the column cannot be read: ``load`` says why)."""
+    if not isinstance(config, str) or '"title"' not in config:
+        return None
+    try:
+        title = json.loads(config).get("title")
+    except (ValueError, AttributeError):
+        return None
+    return title if isinstance(title, str) else None

@@ -101,6 +101,7 @@ from ._schema import (
     json_path,
     message_from_record,
     step_problem,
+    title_of_config,
     upcast_branch,
     upcast_context,
     validation_problem,
@@ -1052,7 +1053,7 @@ class SQLiteStore:
                         version=version,
                         updated_at=at,
                         parent_id=parent,
-                        title=_title_of(config),
+                        title=title_of_config(config),
                     )
                 )
             return out
@@ -1340,18 +1341,6 @@ class _CommitRows(NamedTuple):
     """(branch, message id, body)"""
     steps: list[tuple[int, str, str, str, str, str | None]]
     """(version, from, trigger, to, at, detail as JSON)"""
-
-
-def _title_of(config: object) -> str | None:
-    """The title in a stored config column, for a context's summary (``None``
-    when it has none or the column cannot be read: ``load`` says why)."""
-    if not isinstance(config, str) or '"title"' not in config:
-        return None
-    try:
-        title = json.loads(config).get("title")
-    except (ValueError, AttributeError):
-        return None
-    return title if isinstance(title, str) else None
 
 
 def _step_detail(row: str, detail: object) -> dict[str, Any] | None:
