@@ -82,6 +82,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),
+    "uvicorn": ("turnfsm.server",),
 }
 
 
