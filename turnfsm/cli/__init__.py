@@ -17,6 +17,7 @@ from . import (
     _record,
     _replay,
     _resume,
+    _serve,
 )
 from ._errors import EXIT_USAGE, Parser, run_guarded
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _import.add_parser(sub)
     _diagram.add_parser(sub)
     _audit.add_parser(sub)
+    _serve.add_parser(sub)
     return parser
 
 

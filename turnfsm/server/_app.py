@@ -1,6 +1,8 @@
 """The FastAPI application: the engine's calls under ``/api`` (see ``docs/server.md``)."""
 
+import contextlib
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -8,14 +10,16 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import structlog
+from anyio.streams.memory import MemoryObjectSendStream
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..audit import audit_jsonl, audit_records, verify_audit_log
-from ..engine import UNSET, Engine, Turn
+from ..engine import UNSET, Engine, Subscription, Turn
 from ..errors import ContextNotFound, InvalidInput, RenderError, TurnFSMError
+from ..events import Event
 from ..model import ChatContext, MessageNode, Role
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ..storage import SQLiteStore
@@ -48,6 +52,8 @@ log = structlog.get_logger("turnfsm.server")
 DEFAULT_MAX_BODY = 1_000_000
 """Bytes a request body may have (``413`` beyond)."""
 MAX_PAGE = 500
+RECENT_EVENTS = 4096
+"""Events kept per context for streams that reconnect (``Last-Event-ID``)."""
 
 
 @dataclass
@@ -98,7 +104,11 @@ class Hub:
         self.running: dict[str, _Job] = {}
         self.ready = False
         self.closing = anyio.Event()
-        self.streams = 0
+        self.recent: dict[str, deque[Event]] = {}
+        """Per context, the last events the server saw (for ``Last-Event-ID``)."""
+        self._taps: dict[str, Subscription] = {}
+        self.listeners: dict[str, set[MemoryObjectSendStream[Event]]] = {}
+        """Per tenant, the tenant-wide streams (``/api/events``)."""
 
     @property
     def engine(self) -> Engine:
@@ -127,6 +137,8 @@ class Hub:
                     skipped=sorted(recovery.skipped),
                     failed=sorted(recovery.failed),
                 )
+            for cid, tenant in (await self.tenants.all()).items():
+                self.tap(cid, tenant)
             self.ready = True
             try:
                 yield
@@ -167,6 +179,38 @@ class Hub:
         """ContextNotFound unless ``tenant`` owns the context (never a 403)."""
         if await self.owner(context_id) != tenant:
             raise ContextNotFound(context_id)
+        self.tap(context_id, tenant)
+
+    # ------------------------------------------------------------------ recent events
+
+    def tap(self, context_id: str, tenant: str) -> None:
+        """Keep the context's recent events from now on (a reconnecting stream's
+        ``Last-Event-ID`` is served from them)."""
+        if context_id in self._taps or self._tg is None:
+            return
+        sub = self.engine.subscribe(context_id)
+        self._taps[context_id] = sub
+        ring = self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
+
+        async def keep() -> None:
+            async with sub:
+                async for ev in sub:
+                    if ev.kind == "EventsMissed":
+                        ring.clear()  # a gap: the ring no longer covers what it held
+                    else:
+                        ring.append(ev)
+                    for stream in list(self.listeners.get(tenant, ())):
+                        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+                            stream.send_nowait(ev)  # a slow tenant stream loses, never waits
+
+        self._tg.start_soon(keep)
+
+    async def untap(self, context_ids: list[str]) -> None:
+        for cid in context_ids:
+            sub = self._taps.pop(cid, None)
+            if sub is not None:
+                await sub.aclose()
+            self.recent.pop(cid, None)
 
     # ------------------------------------------------------------------ calls
 
@@ -413,6 +457,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             tools=body.tools,
         )
         await hub.tenants.set(cid, who)
+        hub.tap(cid, who)
         return ContextOut.of(await stored(cid))
 
     @app.get("/api/contexts/{context_id}", tags=["contexts"])
@@ -435,6 +480,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     async def delete_context(context_id: Owned) -> dict[str, list[str]]:
         deleted = await hub.engine.delete_context(context_id)
         await hub.tenants.forget(deleted)
+        await hub.untap(deleted)
         return {"deleted": deleted}
 
     @app.get("/api/contexts/{context_id}/state", tags=["contexts"])

@@ -23,7 +23,10 @@ from ..events import EVENT_ADAPTER, Event
 if TYPE_CHECKING:
     from ._app import Hub
 
-__all__ = ["add_event_routes", "sse_of"]
+__all__ = ["STREAM_BUFFER", "add_event_routes", "sse_of"]
+
+STREAM_BUFFER = 1024
+"""Events a tenant-wide stream may fall behind by; beyond, they are dropped for it."""
 
 
 def sse_of(ev: Event) -> ServerSentEvent:
@@ -52,33 +55,37 @@ def add_event_routes(
         engine = hub.engine
         async with engine.subscribe(cid) as sub:
             if after is not None:
+                ring = list(hub.recent.get(cid, ()))
                 ctx = await engine.store.load(cid)
-                if ctx.event_seq > after:
-                    # Events after `after` were sent while this client was away:
-                    # one event says what it missed; the state and messages are
-                    # in the store (GET .../state, .../messages).
+                newest = max(ctx.event_seq, ring[-1].seq if ring else 0)
+                if newest > after and ring and ring[0].seq <= after + 1:
+                    for ev in ring:  # every event it missed, as sent
+                        if ev.seq > after:
+                            yield sse_of(ev)
+                            after = ev.seq
+                elif newest > after:
+                    # Older than what the server keeps (or from before a restart):
+                    # one event tells the client to pull the state and messages.
                     yield ServerSentEvent(
                         json.dumps(
                             {
                                 "kind": "Resync",
                                 "context_id": cid,
                                 "after": after,
-                                "seq": ctx.event_seq,
+                                "seq": newest,
                                 "state": ctx.current_state,
                                 "version": ctx.version,
                             }
                         ),
                         event="Resync",
-                        id=str(ctx.event_seq),
+                        id=str(newest),
                     )
-                    after = ctx.event_seq
+                    after = newest
             async for item in _with_heartbeats(sub, hub):
                 if item is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())
-                    continue
-                if after is not None and item.seq <= after:
-                    continue
-                yield sse_of(item)
+                elif after is None or item.seq > after:
+                    yield sse_of(item)
         yield _control("StreamClosed", context_id=cid)
 
     @app.get("/api/contexts/{context_id}/events", tags=["events"])
@@ -86,7 +93,30 @@ def add_event_routes(
         context_id: Annotated[str, Depends(owned)],
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> EventSourceResponse:
+        """The context's events (``text/event-stream``); ``Last-Event-ID`` resumes."""
         return EventSourceResponse(context_stream(context_id, _last_id(last_event_id)))
+
+    async def tenant_stream(who: str) -> AsyncIterator[ServerSentEvent]:
+        send, receive = anyio.create_memory_object_stream[Event](STREAM_BUFFER)
+        hub.listeners.setdefault(who, set()).add(send)
+        try:
+            async with receive:
+                async for item in _with_heartbeats(receive, hub):
+                    if item is None:
+                        yield _control("Heartbeat", timestamp=time.time())
+                    else:
+                        sse = sse_of(item)
+                        sse.id = None  # seqs are per context: no Last-Event-ID here
+                        yield sse
+            yield _control("StreamClosed")
+        finally:
+            hub.listeners.get(who, set()).discard(send)
+            send.close()
+
+    @app.get("/api/events", tags=["events"])
+    async def all_events(who: Annotated[str, Depends(tenant)]) -> EventSourceResponse:
+        """The events of every context of the tenant (each names its ``context_id``)."""
+        return EventSourceResponse(tenant_stream(who))
 
 
 async def _with_heartbeats(sub: AsyncIterator[Event], hub: "Hub") -> AsyncIterator[Event | None]:
