@@ -69,6 +69,13 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
     )
+    p.add_argument(
+        "--demo-delay",
+        type=seconds(60.0),
+        default=0.0,
+        metavar="S",
+        help="seconds between the demo model's streamed chunks (0)",
+    )
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm serve", _run))
 
@@ -101,7 +108,7 @@ def _llm(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
 
-        return DemoLLM(delay=0.0), [get_weather]
+        return DemoLLM(delay=args.demo_delay), [get_weather]
     from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
     from ._chat import DEFAULT_MODEL, PLACEHOLDER_KEY
 

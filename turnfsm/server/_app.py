@@ -139,6 +139,7 @@ class Hub:
                 )
             for cid, tenant in (await self.tenants.all()).items():
                 self.tap(cid, tenant)
+            tg.start_soon(self._cancel_on_closing)
             self.ready = True
             try:
                 yield
@@ -148,6 +149,11 @@ class Hub:
                 await self._stop_running()
                 tg.cancel_scope.cancel()
         self._engine = None
+
+    async def _cancel_on_closing(self) -> None:
+        await self.closing.wait()
+        self.ready = False
+        await self._stop_running()
 
     async def _stop_running(self) -> None:
         """Cancel the running calls cleanly (each ends at Idle, its text kept)."""

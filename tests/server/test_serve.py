@@ -1,0 +1,126 @@
+"""``turnfsm serve`` as a process: the host rule, SIGTERM, and a SIGKILL mid-turn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from turnfsm.cli import main
+
+from .test_events import read_events, until
+
+HEADERS = {"Authorization": "Bearer token-alice"}
+
+
+def text_of(node: dict[str, Any]) -> str:
+    content = node["message"]["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+    tokens = tmp / "tokens"
+    tokens.write_text("token-alice alice\n")
+    port = free_port()
+    env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", "serve", "--port", str(port),
+         "--store", f"sqlite:///{tmp / 'serve.db'}", "--tokens", str(tokens), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "turnfsm serve did not get ready"
+            time.sleep(0.05)
+        yield proc, client
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_non_loopback_host_needs_tokens_or_insecure(capsys: object) -> None:
+    env_before = os.environ.pop("TURNFSM_SERVER_TOKENS", None)
+    try:
+        assert main(["serve", "--host", "0.0.0.0"]) == 2
+    finally:
+        if env_before is not None:
+            os.environ["TURNFSM_SERVER_TOKENS"] = env_before
+
+
+def start_slow_turn(client: httpx.Client) -> str:
+    cid: str = client.post("/api/contexts", json={"system_prompt": "Be kind."}).json()["id"]
+    r = client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+    assert r.status_code == 202, r.text
+    return cid
+
+
+def test_sigterm_closes_streams_and_cancels_the_turn(tmp_path: Path) -> None:
+    with serve(tmp_path, "--demo-delay", "0.4") as (proc, client):
+        cid = client.post("/api/contexts", json={}).json()["id"]
+        with client.stream("GET", f"/api/contexts/{cid}/events") as r:
+            events = read_events(r)
+            client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+            until(events, "ContentDelta")
+            proc.send_signal(signal.SIGTERM)
+            rest = [e.event for e in events]
+        assert rest[-1] == "StreamClosed"
+        # uvicorn shuts down, then re-raises the signal it caught: a clean stop by SIGTERM
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+    with serve(tmp_path) as (_, client):
+        st = client.get(f"/api/contexts/{cid}/state").json()
+        assert st["state"] == "Idle"  # cancelled cleanly: the cancel edge, text kept
+        msgs = client.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        assert msgs[-1]["message"]["role"] == "assistant" and text_of(msgs[-1])
+        assert client.get(f"/api/contexts/{cid}/audit/verify").json()["ok"]
+
+
+def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
+    with serve(tmp_path, "--demo-delay", "0.4") as (proc, client):
+        cid = start_slow_turn(client)
+        deadline = time.monotonic() + 20
+        while client.get(f"/api/contexts/{cid}/state").json()["state"] != "StreamingLLMResponse":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(10)
+    with serve(tmp_path) as (_, client):  # recover() on start resumes the turn
+        deadline = time.monotonic() + 20
+        while (st := client.get(f"/api/contexts/{cid}/state").json())["state"] != "Idle":
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        msgs = client.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        roles = [m["message"]["role"] for m in msgs]
+        assert roles == ["user", "assistant"]
+        assert text_of(msgs[-1]).startswith("I am the demo model.")
+        verify = client.get(f"/api/contexts/{cid}/audit/verify").json()
+        assert verify["ok"] and verify["final_state"] == "Idle", verify
