@@ -35,7 +35,7 @@ def test_readme_curl_session(tmp_path: Path) -> None:
             cwd=tmp_path, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    said = [ln for ln in lines if ln.startswith("# The weather")][0][2:]
+    said = next(ln for ln in lines if ln.startswith("# The weather"))[2:]
     assert said in run.stdout
     assert '"ok":true' in run.stdout
     events = (tmp_path / "events.txt").read_text()

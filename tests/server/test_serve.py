@@ -104,13 +104,26 @@ def test_sigterm_closes_streams_and_cancels_the_turn(tmp_path: Path) -> None:
         assert client.get(f"/api/contexts/{cid}/audit/verify").json()["ok"]
 
 
+def wait_for(client: httpx.Client, cid: str, state: str) -> None:
+    deadline = time.monotonic() + 20
+    while (st := client.get(f"/api/contexts/{cid}/state").json())["state"] != state:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+
+
 def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
     with serve(tmp_path, "--demo-delay", "0.4") as (proc, client):
+        # a call while a turn runs is refused; cancel stops the turn at once
+        first = start_slow_turn(client)
+        wait_for(client, first, "StreamingLLMResponse")
+        busy = client.post(f"/api/contexts/{first}/messages", json={"content": "again"})
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "context_busy"
+        cancelled = client.post(f"/api/contexts/{first}/cancel").json()
+        assert cancelled["state"] == "Idle" and cancelled["stop_reason"] == "cancelled"
+        assert not client.get(f"/api/contexts/{first}/state").json()["running"]
+
         cid = start_slow_turn(client)
-        deadline = time.monotonic() + 20
-        while client.get(f"/api/contexts/{cid}/state").json()["state"] != "StreamingLLMResponse":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(client, cid, "StreamingLLMResponse")
         proc.kill()
         proc.wait(10)
     with serve(tmp_path) as (_, client):  # recover() on start resumes the turn

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STREAM_BUFFER", "add_event_routes", "sse_of"]
 
+SHUTDOWN_GRACE = 2.0
+"""Seconds a stream has, once the server stops, to send its last event."""
 STREAM_BUFFER = 1024
 """Events a tenant-wide stream may fall behind by; beyond, they are dropped for it."""
 
@@ -51,7 +53,9 @@ def _last_id(value: str | None) -> int | None:
 def add_event_routes(
     app: FastAPI, hub: "Hub", tenant: Callable[..., Any], owned: Callable[..., Any]
 ) -> None:
-    async def context_stream(cid: str, after: int | None) -> AsyncIterator[ServerSentEvent]:
+    async def context_stream(
+        cid: str, after: int | None, stop: anyio.Event
+    ) -> AsyncIterator[ServerSentEvent]:
         engine = hub.engine
         async with engine.subscribe(cid) as sub:
             if after is not None:
@@ -81,7 +85,7 @@ def add_event_routes(
                         id=str(newest),
                     )
                     after = newest
-            async for item in _with_heartbeats(sub, hub):
+            async for item in _with_heartbeats(sub, hub, stop):
                 if item is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())
                 elif after is None or item.seq > after:
@@ -94,14 +98,19 @@ def add_event_routes(
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> EventSourceResponse:
         """The context's events (``text/event-stream``); ``Last-Event-ID`` resumes."""
-        return EventSourceResponse(context_stream(context_id, _last_id(last_event_id)))
+        stop = anyio.Event()
+        return EventSourceResponse(
+            context_stream(context_id, _last_id(last_event_id), stop),
+            shutdown_event=stop,
+            shutdown_grace_period=SHUTDOWN_GRACE,
+        )
 
-    async def tenant_stream(who: str) -> AsyncIterator[ServerSentEvent]:
+    async def tenant_stream(who: str, stop: anyio.Event) -> AsyncIterator[ServerSentEvent]:
         send, receive = anyio.create_memory_object_stream[Event](STREAM_BUFFER)
         hub.listeners.setdefault(who, set()).add(send)
         try:
             async with receive:
-                async for item in _with_heartbeats(receive, hub):
+                async for item in _with_heartbeats(receive, hub, stop):
                     if item is None:
                         yield _control("Heartbeat", timestamp=time.time())
                     else:
@@ -116,19 +125,50 @@ def add_event_routes(
     @app.get("/api/events", tags=["events"])
     async def all_events(who: Annotated[str, Depends(tenant)]) -> EventSourceResponse:
         """The events of every context of the tenant (each names its ``context_id``)."""
-        return EventSourceResponse(tenant_stream(who))
+        stop = anyio.Event()
+        return EventSourceResponse(
+            tenant_stream(who, stop), shutdown_event=stop, shutdown_grace_period=SHUTDOWN_GRACE
+        )
 
 
-async def _with_heartbeats(sub: AsyncIterator[Event], hub: "Hub") -> AsyncIterator[Event | None]:
-    """The subscription's events, ``None`` for a heartbeat; ends when the server stops."""
+async def _with_heartbeats(
+    sub: AsyncIterator[Event], hub: "Hub", stop: anyio.Event
+) -> AsyncIterator[Event | None]:
+    """The subscription's events, ``None`` for a heartbeat; ends at once when the
+    server stops (``hub.closing``) or sse-starlette saw the shutdown (``stop``)."""
     it = sub.__aiter__()
-    while not hub.closing.is_set():
-        with anyio.move_on_after(hub.config.heartbeat) as scope:
-            try:
-                ev = await it.__anext__()
-            except StopAsyncIteration:
-                return
-        if scope.cancelled_caught:
+    while not (hub.closing.is_set() or stop.is_set()):
+        step = await _next(it, (hub.closing, stop), hub.config.heartbeat)
+        if step == "ended":
+            return
+        if step == "idle":
             yield None
-        else:
-            yield ev
+        elif not isinstance(step, str):
+            yield step
+
+
+async def _next(
+    it: AsyncIterator[Event], stops: tuple[anyio.Event, ...], idle: float
+) -> Event | str:
+    """The next event, or ``"idle"`` after ``idle`` seconds, ``"stopped"`` when
+    one of ``stops`` is set, ``"ended"`` when the iterator ends."""
+    out: list[Event | str] = []
+
+    async def read(scope: anyio.CancelScope) -> None:
+        try:
+            out.append(await it.__anext__())
+        except StopAsyncIteration:
+            out.append("ended")
+        scope.cancel()
+
+    async def watch(event: anyio.Event, scope: anyio.CancelScope) -> None:
+        await event.wait()
+        out.append("stopped")
+        scope.cancel()
+
+    with anyio.move_on_after(idle):
+        async with anyio.create_task_group() as race:
+            race.start_soon(read, race.cancel_scope)
+            for event in stops:
+                race.start_soon(watch, event, race.cancel_scope)
+    return out[0] if out else "idle"
