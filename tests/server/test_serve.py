@@ -137,3 +137,18 @@ def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
         assert text_of(msgs[-1]).startswith("I am the demo model.")
         verify = client.get(f"/api/contexts/{cid}/audit/verify").json()
         assert verify["ok"] and verify["final_state"] == "Idle", verify
+        # a stream from before the crash resumes from the server's kept events:
+        # each seq once, either as the event or inside a Resync's range
+        with client.stream(
+            "GET", f"/api/contexts/{cid}/events", headers={"Last-Event-ID": "0"}
+        ) as r:
+            got = [e for e in until(read_events(r), "TurnCompleted") if e.event != "Heartbeat"]
+    covered: list[int] = []
+    for e in got:
+        if e.event == "Resync":
+            covered += range(e.data["first_seq"], e.data["last_seq"] + 1)
+        else:
+            covered.append(int(e.id or 0))
+    assert covered == list(range(1, len(covered) + 1)), [(e.event, e.id) for e in got]
+    changes = [e.data for e in got if e.event == "StateChanged"]
+    assert changes[0]["from_state"] == "Idle" and changes[-1]["to_state"] == "Idle"

@@ -24,6 +24,7 @@ from ..model import ChatContext, MessageNode, Role
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ..storage import SQLiteStore
 from ._errors import ApiError, error_response, install_handlers
+from ._events import add_event_routes, sse_data
 from ._models import (
     AcceptedOut,
     AnswerIn,
@@ -129,6 +130,8 @@ class Hub:
         self._tenants = await anyio.to_thread.run_sync(TenantTable, path)
         async with engine, anyio.create_task_group() as tg:
             self._engine, self._tg = engine, tg
+            for cid, tenant in (await self.tenants.all()).items():
+                self.tap(cid, tenant)  # before recover(): its events are kept too
             if self.config.recover_on_start:
                 recovery = await engine.recover()
                 log.info(
@@ -137,8 +140,6 @@ class Hub:
                     skipped=sorted(recovery.skipped),
                     failed=sorted(recovery.failed),
                 )
-            for cid, tenant in (await self.tenants.all()).items():
-                self.tap(cid, tenant)
             tg.start_soon(self._cancel_on_closing)
             self.ready = True
             try:
@@ -200,14 +201,26 @@ class Hub:
 
         async def keep() -> None:
             async with sub:
-                async for ev in sub:
-                    if ev.kind == "EventsMissed":
-                        ring.clear()  # a gap: the ring no longer covers what it held
-                    else:
-                        ring.append(ev)
-                    for stream in list(self.listeners.get(tenant, ())):
-                        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
-                            stream.send_nowait(ev)  # a slow tenant stream loses, never waits
+                async for first in sub:
+                    batch = [first, *sub.drain()]
+                    for ev in batch:
+                        if ev.kind == "EventsMissed":
+                            ring.clear()  # a gap: the ring no longer covers what it held
+                        else:
+                            ring.append(ev)
+                        for stream in list(self.listeners.get(tenant, ())):
+                            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+                                stream.send_nowait(ev)  # a slow tenant stream loses, never waits
+                    durable: list[tuple[int, str, str]] = [
+                        (ev.seq, ev.kind, sse_data(ev))
+                        for ev in batch
+                        if ev.kind not in ("ContentDelta", "EventsMissed")
+                    ]
+                    if durable:
+                        try:
+                            await self.tenants.add_events(context_id, durable)
+                        except Exception as exc:  # the log is a convenience; never fatal
+                            log.warning("event_log_failed", context_id=context_id, error=str(exc))
 
         self._tg.start_soon(keep)
 
@@ -702,8 +715,6 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
                 raise ApiError(501, "graphviz_missing", str(exc)) from None
             return Response(svg, media_type="image/svg+xml")
         return PlainTextResponse(mermaid_state_diagram(path, title=title))
-
-    from ._events import add_event_routes
 
     add_event_routes(app, hub, tenant, owned)
 

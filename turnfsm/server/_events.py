@@ -19,11 +19,12 @@ from fastapi import Depends, FastAPI, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..events import EVENT_ADAPTER, Event
+from ..model import ChatContext
 
 if TYPE_CHECKING:
     from ._app import Hub
 
-__all__ = ["STREAM_BUFFER", "add_event_routes", "sse_of"]
+__all__ = ["STREAM_BUFFER", "add_event_routes", "sse_data", "sse_of"]
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a stream has, once the server stops, to send its last event."""
@@ -31,13 +32,32 @@ STREAM_BUFFER = 1024
 """Events a tenant-wide stream may fall behind by; beyond, they are dropped for it."""
 
 
-def sse_of(ev: Event) -> ServerSentEvent:
+def sse_data(ev: Event) -> str:
+    """The event as the JSON a stream sends (with the names thin frontends read)."""
     data: dict[str, Any] = EVENT_ADAPTER.dump_python(ev, mode="json")
     if ev.kind == "StateChanged":
         data["new_state"] = data["to_state"]
     elif ev.kind == "ContentDelta":
         data["sequence"] = data["index"]
-    return ServerSentEvent(json.dumps(data), event=ev.kind, id=str(ev.seq))
+    return json.dumps(data)
+
+
+def sse_of(ev: Event) -> ServerSentEvent:
+    return ServerSentEvent(sse_data(ev), event=ev.kind, id=str(ev.seq))
+
+
+def _resync(ctx: ChatContext, first: int, last: int) -> ServerSentEvent:
+    """Events ``first`` to ``last`` cannot be sent again: pull the state and the
+    messages (``GET .../state``, ``.../messages``), which hold everything durable."""
+    data = {
+        "kind": "Resync",
+        "context_id": ctx.id,
+        "first_seq": first,
+        "last_seq": last,
+        "state": ctx.current_state,
+        "version": ctx.version,
+    }
+    return ServerSentEvent(json.dumps(data), event="Resync", id=str(last))
 
 
 def _control(kind: str, **data: Any) -> ServerSentEvent:
@@ -68,23 +88,18 @@ def add_event_routes(
                             yield sse_of(ev)
                             after = ev.seq
                 elif newest > after:
-                    # Older than what the server keeps (or from before a restart):
-                    # one event tells the client to pull the state and messages.
-                    yield ServerSentEvent(
-                        json.dumps(
-                            {
-                                "kind": "Resync",
-                                "context_id": cid,
-                                "after": after,
-                                "seq": newest,
-                                "state": ctx.current_state,
-                                "version": ctx.version,
-                            }
-                        ),
-                        event="Resync",
-                        id=str(newest),
-                    )
-                    after = newest
+                    # Older than the ring (or from before a restart): the kept
+                    # durable events, and a Resync for each stretch it cannot get
+                    # (deltas, or events of a crash's last moments).
+                    expect = after + 1
+                    for seq, kind, data in await hub.tenants.events_after(cid, after):
+                        if seq > expect:
+                            yield _resync(ctx, expect, seq - 1)
+                        yield ServerSentEvent(data, event=kind, id=str(seq))
+                        expect = seq + 1
+                    if newest >= expect:
+                        yield _resync(ctx, expect, newest)
+                    after = max(newest, expect - 1)
             async for item in _with_heartbeats(sub, hub, stop):
                 if item is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())

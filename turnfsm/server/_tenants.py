@@ -76,11 +76,21 @@ class TenantTable:
         self._path = path
         self._memory: dict[str, str] = {}
         if path is not None:
-            with self._connect() as db:
-                db.execute(
-                    "CREATE TABLE IF NOT EXISTS server_context_tenants "
-                    "(context_id TEXT PRIMARY KEY, tenant TEXT NOT NULL)"
-                )
+            db = self._connect()
+            try:
+                with db:
+                    db.execute(
+                        "CREATE TABLE IF NOT EXISTS server_context_tenants "
+                        "(context_id TEXT PRIMARY KEY, tenant TEXT NOT NULL)"
+                    )
+                    db.execute(
+                        "CREATE TABLE IF NOT EXISTS server_events (context_id TEXT NOT NULL, "
+                        "seq INTEGER NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL, "
+                        "PRIMARY KEY (context_id, seq))"
+                    )
+            finally:
+                db.close()
+        self._events: dict[str, dict[int, tuple[str, str]]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         assert self._path is not None
@@ -124,11 +134,56 @@ class TenantTable:
         )
         return dict(rows)
 
+    # ------------------------------------------------------------------ the event log
+
+    def _add(self, rows: list[tuple[str, int, str, str]]) -> None:
+        db = self._connect()
+        try:
+            with db:
+                db.executemany("INSERT OR IGNORE INTO server_events VALUES (?, ?, ?, ?)", rows)
+        finally:
+            db.close()
+
+    async def add_events(self, context_id: str, events: list[tuple[int, str, str]]) -> None:
+        """Keep a context's durable events: (seq, kind, JSON data) each."""
+        if self._path is None:
+            log = self._events.setdefault(context_id, {})
+            for seq, kind, data in events:
+                log[seq] = (kind, data)
+            return
+        rows = [(context_id, seq, kind, data) for seq, kind, data in events]
+        await anyio.to_thread.run_sync(self._add, rows)
+
+    def _after(self, context_id: str, after: int) -> list[tuple[int, str, str]]:
+        db = self._connect()
+        try:
+            rows = db.execute(
+                "SELECT seq, kind, data FROM server_events WHERE context_id = ? AND seq > ? "
+                "ORDER BY seq",
+                (context_id, after),
+            ).fetchall()
+        finally:
+            db.close()
+        return [(int(a), str(b), str(c)) for a, b, c in rows]
+
+    async def events_after(self, context_id: str, after: int) -> list[tuple[int, str, str]]:
+        """The kept events of a context after seq ``after``, in seq order."""
+        if self._path is None:
+            log = self._events.get(context_id, {})
+            return [(seq, *log[seq]) for seq in sorted(log) if seq > after]
+        return await anyio.to_thread.run_sync(self._after, context_id, after)
+
     async def forget(self, context_ids: list[str]) -> None:
         for cid in context_ids:
+            self._events.pop(cid, None)
             if self._path is None:
                 self._memory.pop(cid, None)
             else:
+                await anyio.to_thread.run_sync(
+                    self._run_sql,
+                    "DELETE FROM server_events WHERE context_id = ? RETURNING context_id, kind",
+                    (cid,),
+                )
                 await anyio.to_thread.run_sync(
                     self._run_sql,
                     "DELETE FROM server_context_tenants WHERE context_id = ? "
