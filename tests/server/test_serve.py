@@ -15,8 +15,11 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 
 from turnfsm.cli import main
+from turnfsm.cli._errors import CLIError
+from turnfsm.cli._serve import load_tools
 from turnfsm.storage import open_store
 
 from .test_events import read_events, until
@@ -79,6 +82,14 @@ def test_non_loopback_host_needs_tokens_or_insecure(capsys: object) -> None:
             os.environ["TURNFSM_SERVER_TOKENS"] = env_before
 
 
+def test_tools_option_names_tools() -> None:
+    tools = load_tools(["turnfsm.cli._demo:get_weather"])
+    assert [t.name for t in tools] == ["get_weather"]
+    for bad in ["turnfsm.cli._demo", "no_such_module:x", "turnfsm.cli._demo:nothing", "os:sep"]:
+        with pytest.raises(CLIError):
+            load_tools([bad])
+
+
 def start_slow_turn(client: httpx.Client) -> str:
     cid: str = client.post("/api/contexts", json={"system_prompt": "Be kind."}).json()["id"]
     r = client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
@@ -129,6 +140,7 @@ def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
         wait_for(client, first, "StreamingLLMResponse")
         busy = client.post(f"/api/contexts/{first}/messages", json={"content": "again"})
         assert busy.status_code == 409 and busy.json()["error"]["code"] == "context_busy"
+        assert client.get(f"/api/contexts/{first}/state").json()["running"]  # still known
         cancelled = client.post(f"/api/contexts/{first}/cancel").json()
         assert cancelled["state"] == "Idle" and cancelled["stop_reason"] == "cancelled"
         assert not client.get(f"/api/contexts/{first}/state").json()["running"]

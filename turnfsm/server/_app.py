@@ -81,14 +81,15 @@ class _Job:
         self.error: Exception | None = None
 
     async def run(self, fn: Callable[[], Awaitable[Turn]], hub: "Hub") -> None:
-        hub.running[self.context_id] = self
+        # a call refused because another runs must not hide that one
+        mine = hub.running.setdefault(self.context_id, self) is self
         try:
             self.turn = await fn()
         except Exception as exc:
             self.error = exc
             log.info("call_failed", context_id=self.context_id, error=str(exc))
         finally:
-            if hub.running.get(self.context_id) is self:
+            if mine:
                 del hub.running[self.context_id]
             self.done.set()
 
