@@ -109,6 +109,7 @@ class Hub:
         self.recent: dict[str, deque[Event]] = {}
         """Per context, the last events the server saw (for ``Last-Event-ID``)."""
         self._taps: dict[str, Subscription] = {}
+        self._tap_tenant: dict[str, str] = {}
         self.listeners: dict[str, set[MemoryObjectSendStream[Event]]] = {}
         """Per tenant, the tenant-wide streams (``/api/events``)."""
 
@@ -198,32 +199,51 @@ class Hub:
             return
         sub = self.engine.subscribe(context_id)
         self._taps[context_id] = sub
-        ring = self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
+        self._tap_tenant[context_id] = tenant
+        self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
 
         async def keep() -> None:
             async with sub:
                 async for first in sub:
-                    batch = [first, *sub.drain()]
-                    for ev in batch:
-                        if ev.kind == "EventsMissed":
-                            ring.clear()  # a gap: the ring no longer covers what it held
-                        else:
-                            ring.append(ev)
-                        for stream in list(self.listeners.get(tenant, ())):
-                            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
-                                stream.send_nowait(ev)  # a slow tenant stream loses, never waits
-                    durable: list[tuple[int, str, str]] = [
-                        (ev.seq, ev.kind, sse_data(ev))
-                        for ev in batch
-                        if ev.kind not in ("ContentDelta", "EventsMissed")
-                    ]
-                    if durable:
-                        try:
-                            await self.tenants.add_events(context_id, durable)
-                        except Exception as exc:  # the log is a convenience; never fatal
-                            log.warning("event_log_failed", context_id=context_id, error=str(exc))
+                    await self._write(context_id, self._absorb(context_id, [first, *sub.drain()]))
 
         self._tg.start_soon(keep)
+
+    def catch_up(self, context_id: str) -> None:
+        """Take in every event the engine already sent to the context's tap, so
+        that :attr:`recent` holds all of them (it is read by a reconnecting stream)."""
+        sub = self._taps.get(context_id)
+        if sub is None or self._tg is None:
+            return
+        durable = self._absorb(context_id, sub.drain())
+        if durable:
+            self._tg.start_soon(self._write, context_id, durable)
+
+    def _absorb(self, context_id: str, batch: list[Event]) -> list[tuple[int, str, str]]:
+        """Events into the ring and the tenant's streams; the durable ones to write."""
+        ring = self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
+        tenant = self._tap_tenant.get(context_id, "")
+        for ev in batch:
+            if ev.kind == "EventsMissed":
+                ring.clear()  # a gap: the ring no longer covers what it held
+            else:
+                ring.append(ev)
+            for stream in list(self.listeners.get(tenant, ())):
+                with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+                    stream.send_nowait(ev)  # a slow tenant stream loses, never waits
+        return [
+            (ev.seq, ev.kind, sse_data(ev))
+            for ev in batch
+            if ev.kind not in ("ContentDelta", "EventsMissed")
+        ]
+
+    async def _write(self, context_id: str, durable: list[tuple[int, str, str]]) -> None:
+        if not durable:
+            return
+        try:
+            await self.tenants.add_events(context_id, durable)
+        except Exception as exc:  # the log is a convenience; never fatal
+            log.warning("event_log_failed", context_id=context_id, error=str(exc))
 
     async def untap(self, context_ids: list[str]) -> None:
         for cid in context_ids:
@@ -231,6 +251,7 @@ class Hub:
             if sub is not None:
                 await sub.aclose()
             self.recent.pop(cid, None)
+            self._tap_tenant.pop(cid, None)
 
     # ------------------------------------------------------------------ calls
 

@@ -79,6 +79,7 @@ def add_event_routes(
         engine = hub.engine
         async with engine.subscribe(cid) as sub:
             if after is not None:
+                hub.catch_up(cid)  # every event sent before `sub` is in the ring now
                 ring = list(hub.recent.get(cid, ()))
                 ctx = await engine.store.load(cid)
                 newest = max(ctx.event_seq, ring[-1].seq if ring else 0)
