@@ -84,6 +84,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "sse_starlette": ("turnfsm.server",),
     "psycopg": ("turnfsm.storage._postgres",),
     "psycopg_pool": ("turnfsm.storage._postgres",),
+    "uvicorn": ("turnfsm.server",),
 }
 
 

@@ -18,6 +18,7 @@ from . import (
     _record,
     _replay,
     _resume,
+    _serve,
 )
 from ._errors import EXIT_USAGE, Parser, run_guarded
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _diagram.add_parser(sub)
     _audit.add_parser(sub)
     _db.add_parser(sub)
+    _serve.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,69 @@
+"""A real uvicorn on 127.0.0.1 (a random port, in a thread) over a SQLite file."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+import uvicorn
+
+from turnfsm import Engine
+from turnfsm.adapters.llm.demo import DemoLLM
+from turnfsm.cli._demo import get_weather
+from turnfsm.server import ServerConfig, create_app
+
+TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+
+
+@dataclass
+class Running:
+    url: str
+    db: Path
+
+    def client(self, token: str | None = "token-alice") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def serve_in_thread(app: object) -> Iterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", ws="none")  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive(), "the server did not start"
+        assert time.monotonic() < deadline, "the server did not start in 20 s"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+        sock.close()
+
+
+def demo_engine(db: Path) -> Engine:
+    return Engine(llm=DemoLLM(delay=0.0), tools=[get_weather], store=f"sqlite:///{db}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    db = tmp_path_factory.mktemp("server") / "server.db"
+    app = create_app(
+        lambda: demo_engine(db), ServerConfig(tokens=dict(TOKENS), max_body=64_000, heartbeat=0.5)
+    )
+    for url in serve_in_thread(app):
+        yield Running(url, db)

@@ -1,0 +1,110 @@
+"""Server-sent events against a real server: names, ids, heartbeats, Last-Event-ID."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .conftest import Running
+from .test_rest import create
+
+
+@dataclass
+class Sse:
+    event: str
+    id: str | None
+    data: dict[str, Any]
+
+
+def read_events(r: httpx.Response) -> Iterator[Sse]:
+    fields: dict[str, str] = {}
+    for line in r.iter_lines():
+        if line == "":
+            if "data" in fields:
+                yield Sse(
+                    fields.get("event", "message"), fields.get("id"), json.loads(fields["data"])
+                )
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+
+
+def until(events: Iterator[Sse], done: str, limit: int = 200) -> list[Sse]:
+    out: list[Sse] = []
+    for ev in events:
+        out.append(ev)
+        if ev.event == done:
+            return out
+        assert len(out) < limit, [e.event for e in out]
+    raise AssertionError(f"the stream ended before {done}: {[e.event for e in out]}")
+
+
+def test_stream_names_ids_and_heartbeat(server: Running) -> None:
+    with server.client() as c, server.client() as other:
+        cid = create(c)
+        with c.stream("GET", f"/api/contexts/{cid}/events") as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            events = read_events(r)
+            assert next(events).event == "Heartbeat"  # nothing else happened
+            other.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+            got = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
+    kinds = [e.event for e in got]
+    assert kinds[0] == "StateChanged" and "MessageCompleted" in kinds
+    assert [int(e.id or 0) for e in got] == list(range(1, len(got) + 1))  # id: the seq
+    assert all(e.data["kind"] == e.event for e in got)
+    first = got[0].data
+    assert first["new_state"] == first["to_state"] == "ProcessingUserMessage"
+    assert got[-1].data["stop_reason"] == "completed"
+
+
+def test_reconnect_mid_turn_loses_nothing_durable(server: Running) -> None:
+    with server.client() as c:
+        cid = create(c)
+        with c.stream("GET", f"/api/contexts/{cid}/events") as r:
+            events = read_events(r)
+            turn = c.post(
+                f"/api/contexts/{cid}/messages?wait=true", json={"content": "weather in Rome?"}
+            ).json()
+            first = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
+        assert first[-1].data["stop_reason"] == "awaiting_approval"
+        last = first[-1].id
+        assert last is not None
+        # away while the turn goes on: the approval runs the tool and the model
+        call = turn["pending_tool_calls"][0]["id"]
+        done = c.post(f"/api/contexts/{cid}/tools/approve?wait=true", json={"approve": [call]})
+        assert done.json()["state"] == "Idle"
+        with c.stream("GET", f"/api/contexts/{cid}/events", headers={"Last-Event-ID": last}) as r:
+            again = [e for e in until(read_events(r), "TurnCompleted") if e.event != "Heartbeat"]
+    seqs = [int(e.id or 0) for e in again]
+    assert seqs == list(range(int(last) + 1, int(last) + 1 + len(again)))  # no gap, no repeat
+    # every transition of the audit trail after the approval is there
+    with server.client() as c:
+        audit_text = c.get(f"/api/contexts/{cid}/audit").text
+        stored = c.get(f"/api/contexts/{cid}/messages").json()["messages"]
+    audit = [json.loads(x) for x in audit_text.splitlines()]
+    n_before = len([e for e in first if e.event == "StateChanged"])
+    transitions = [(a["from"], a["to"]) for a in audit][n_before:]
+    seen = [(e.data["from_state"], e.data["to_state"]) for e in again if e.event == "StateChanged"]
+    assert seen == transitions and seen[-1][1] == "Idle"
+    kinds = {e.event for e in again}
+    assert {"ToolResult", "MessageCompleted", "TurnCompleted"} <= kinds
+    completed = [e.data["message_id"] for e in again if e.event == "MessageCompleted"]
+    assert completed[-1] == stored[-1]["id"]
+
+
+def test_tenant_stream_sees_only_its_contexts(server: Running) -> None:
+    with server.client("token-alice") as alice, server.client("token-bob") as bob:
+        mine = create(alice)
+        theirs = create(bob)
+        with alice.stream("GET", "/api/events") as r:
+            events = read_events(r)
+            bob.post(f"/api/contexts/{theirs}/messages?wait=true", json={"content": "hi"})
+            alice.post(f"/api/contexts/{mine}/messages?wait=true", json={"content": "hi"})
+            got = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
+    assert {e.data["context_id"] for e in got} == {mine}

@@ -1,0 +1,177 @@
+"""``turnfsm serve`` as a process: the host rule, SIGTERM, and a SIGKILL mid-turn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from turnfsm.cli import main
+from turnfsm.cli._errors import CLIError
+from turnfsm.cli._serve import load_tools
+from turnfsm.storage import open_store
+
+from .test_events import read_events, until
+
+HEADERS = {"Authorization": "Bearer token-alice"}
+
+
+def text_of(node: dict[str, Any]) -> str:
+    content = node["message"]["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+    tokens = tmp / "tokens"
+    tokens.write_text("token-alice alice\n")
+    port = free_port()
+    env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", "serve", "--port", str(port),
+         "--store", f"sqlite:///{tmp / 'serve.db'}", "--tokens", str(tokens), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "turnfsm serve did not get ready"
+            time.sleep(0.05)
+        yield proc, client
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_non_loopback_host_needs_tokens_or_insecure(capsys: object) -> None:
+    env_before = os.environ.pop("TURNFSM_SERVER_TOKENS", None)
+    try:
+        assert main(["serve", "--host", "0.0.0.0"]) == 2
+    finally:
+        if env_before is not None:
+            os.environ["TURNFSM_SERVER_TOKENS"] = env_before
+
+
+def test_tools_option_names_tools() -> None:
+    tools = load_tools(["turnfsm.cli._demo:get_weather"])
+    assert [t.name for t in tools] == ["get_weather"]
+    for bad in ["turnfsm.cli._demo", "no_such_module:x", "turnfsm.cli._demo:nothing", "os:sep"]:
+        with pytest.raises(CLIError):
+            load_tools([bad])
+
+
+def start_slow_turn(client: httpx.Client) -> str:
+    cid: str = client.post("/api/contexts", json={"system_prompt": "Be kind."}).json()["id"]
+    r = client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+    assert r.status_code == 202, r.text
+    return cid
+
+
+def test_sigterm_closes_streams_and_cancels_the_turn(tmp_path: Path) -> None:
+    with serve(tmp_path, "--demo-delay", "0.2") as (proc, client):
+        cid = client.post("/api/contexts", json={}).json()["id"]
+        with client.stream("GET", f"/api/contexts/{cid}/events") as r:
+            events = read_events(r)
+            client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+            until(events, "ContentDelta")
+            proc.send_signal(signal.SIGTERM)
+            rest = [e.event for e in events]
+        assert rest[-1] == "StreamClosed"
+        # uvicorn shuts down, then re-raises the signal it caught: a clean stop by SIGTERM
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+    # the store, read directly: cancelled cleanly (the cancel edge), its text kept
+    steps, ctx = anyio.run(stored, tmp_path / "serve.db", cid)
+    assert ctx.current_state == "Idle"
+    assert [(s.from_state, s.trigger) for s in steps][-1] == ("StreamingLLMResponse", "cancel")
+    last = ctx.history()[-1].message
+    assert last.role == "assistant" and last.text
+    assert last.metadata.cancelled
+
+
+async def stored(db: Path, cid: str) -> tuple[list[Any], Any]:
+    store = open_store(f"sqlite:///{db}", create=False)
+    try:
+        return await store.steps(cid), await store.load(cid)
+    finally:
+        await store.aclose()
+
+
+def wait_for(client: httpx.Client, cid: str, state: str) -> None:
+    deadline = time.monotonic() + 20
+    while (st := client.get(f"/api/contexts/{cid}/state").json())["state"] != state:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+
+
+def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
+    with serve(tmp_path, "--demo-delay", "0.2") as (proc, client):
+        # a call while a turn runs is refused; cancel stops the turn at once
+        first = start_slow_turn(client)
+        wait_for(client, first, "StreamingLLMResponse")
+        busy = client.post(f"/api/contexts/{first}/messages", json={"content": "again"})
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "context_busy"
+        assert client.get(f"/api/contexts/{first}/state").json()["running"]  # still known
+        cancelled = client.post(f"/api/contexts/{first}/cancel").json()
+        assert cancelled["state"] == "Idle" and cancelled["stop_reason"] == "cancelled"
+        assert not client.get(f"/api/contexts/{first}/state").json()["running"]
+
+        cid = start_slow_turn(client)
+        wait_for(client, cid, "StreamingLLMResponse")
+        proc.kill()
+        proc.wait(10)
+    with serve(tmp_path) as (_, client):  # recover() on start resumes the turn
+        deadline = time.monotonic() + 20
+        while (st := client.get(f"/api/contexts/{cid}/state").json())["state"] != "Idle":
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        msgs = client.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        roles = [m["message"]["role"] for m in msgs]
+        assert roles == ["user", "assistant"]
+        assert text_of(msgs[-1]).startswith("I am the demo model.")
+        verify = client.get(f"/api/contexts/{cid}/audit/verify").json()
+        assert verify["ok"] and verify["final_state"] == "Idle", verify
+        # a stream from before the crash resumes from the server's kept events:
+        # each seq once, either as the event or inside a Resync's range
+        with client.stream(
+            "GET", f"/api/contexts/{cid}/events", headers={"Last-Event-ID": "0"}
+        ) as r:
+            got = [e for e in until(read_events(r), "TurnCompleted") if e.event != "Heartbeat"]
+    covered: list[int] = []
+    for e in got:
+        if e.event == "Resync":
+            covered += range(e.data["first_seq"], e.data["last_seq"] + 1)
+        else:
+            covered.append(int(e.id or 0))
+    assert covered == list(range(1, len(covered) + 1)), [(e.event, e.id) for e in got]
+    changes = [e.data for e in got if e.event == "StateChanged"]
+    assert changes[0]["from_state"] == "Idle" and changes[-1]["to_state"] == "Idle"

@@ -1,0 +1,162 @@
+"""``turnfsm serve``: the engine over HTTP (``docs/server.md``).
+
+The store is the one ``turnfsm chat`` uses (``--store``, ``$TURNFSM_STORE``, else a
+SQLite file in the user's data folder). The model is the demo model (no key,
+no network) unless ``--base-url``, ``--model`` or ``OPENAI_API_KEY`` names one;
+``--tools module:attribute`` adds tools (a tool or a list of them). Bearer
+tokens (``--tokens FILE``, lines ``token tenant``, else
+``$TURNFSM_SERVER_TOKENS``) make each token a tenant; a ``--host`` that is not
+the loopback is refused without tokens unless ``--insecure``. Needs the
+``server`` extra: ``pip install 'turnfsm[server]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from typing import Any
+
+from ..engine import Engine, RetryPolicy
+from ..errors import InvalidInput
+from ..tools import Tool
+from ._errors import CLIError, count, guarded, seconds
+from ._store import add_store_option, open_cli_store
+
+__all__ = ["add_parser", "load_tools"]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="serve the engine over HTTP (REST and server-sent events)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=count(0, 65535), default=8000, help="the port (8000)")
+    p.add_argument("--tokens", metavar="FILE", help="bearer tokens: lines 'token tenant'")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without tokens (one tenant, no authentication)",
+    )
+    p.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help="add tools")
+    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
+    p.add_argument("--model", metavar="NAME", help="the model of new contexts")
+    p.add_argument("--responses", action="store_true", help="use the Responses API")
+    p.add_argument(
+        "--timeout", type=seconds(3600.0), default=60.0, metavar="S", help="seconds per request"
+    )
+    p.add_argument(
+        "--max-body",
+        type=count(1, 1 << 30),
+        default=1_000_000,
+        metavar="BYTES",
+        help="the largest request body (1000000; 413 beyond)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow this origin (CORS is off unless given)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=seconds(3600.0),
+        default=15.0,
+        metavar="S",
+        help="seconds between Heartbeat events on an idle stream (15)",
+    )
+    p.add_argument(
+        "--demo-delay",
+        type=seconds(60.0),
+        default=0.0,
+        metavar="S",
+        help="seconds between the demo model's streamed chunks (0)",
+    )
+    add_store_option(p)
+    p.set_defaults(run=guarded("turnfsm serve", _run))
+
+
+def load_tools(specs: list[str]) -> list[Tool]:
+    """The tools ``module:attribute`` names (a tool, or a list of them)."""
+    out: list[Tool] = []
+    for spec in specs:
+        module, sep, attr = spec.partition(":")
+        if not sep or not module or not attr:
+            raise CLIError(f"--tools {spec!r}: expected module:attribute")
+        try:
+            found: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                found = getattr(found, part)
+        except (ImportError, AttributeError) as exc:
+            raise CLIError(f"--tools {spec!r}: {exc}") from None
+        items = list(found) if isinstance(found, list | tuple) else [found]
+        for item in items:
+            if not isinstance(item, Tool):
+                raise CLIError(f"--tools {spec!r}: {item!r} is not a tool (use @tool)")
+            out.append(item)
+    return out
+
+
+def _llm(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = os.environ.get("OPENAI_API_KEY") or None
+    if base_url is None and key is None and args.model is None:
+        from ..adapters.llm.demo import DemoLLM
+        from ._demo import get_weather
+
+        return DemoLLM(delay=args.demo_delay), [get_weather]
+    from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+    from ._chat import DEFAULT_MODEL, PLACEHOLDER_KEY
+
+    cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
+    try:
+        llm = cls(
+            base_url=base_url,
+            api_key=key or PLACEHOLDER_KEY,
+            model=args.model or DEFAULT_MODEL,
+            timeout=args.timeout,
+        )
+    except InvalidInput as exc:
+        raise CLIError(str(exc)) from None
+    return llm, []
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        from ..server import ServerConfig, load_tokens
+        from ..server._run import is_loopback, run_server
+    except ImportError as exc:
+        raise CLIError(
+            f"turnfsm serve needs the server extra ({exc.name} is missing): "
+            "pip install 'turnfsm[server]'"
+        ) from None
+    try:
+        tokens = load_tokens(args.tokens)
+    except InvalidInput as exc:
+        raise CLIError(str(exc)) from None
+    if not tokens and not is_loopback(args.host) and not args.insecure:
+        raise CLIError(
+            f"--host {args.host} is not the loopback and no tokens are given (--tokens FILE "
+            "or $TURNFSM_SERVER_TOKENS): anyone who reaches it could use every context; "
+            "give tokens, or --insecure to serve without them"
+        )
+    llm, tools = _llm(args)
+    tools += load_tools(args.tools)
+    store, url = open_cli_store(args.store)
+    config = ServerConfig(
+        tokens=tokens,
+        max_body=args.max_body,
+        cors_origins=list(args.cors_origin),
+        heartbeat=args.heartbeat,
+    )
+
+    def factory() -> Engine:
+        return Engine(llm=llm, tools=tools, store=store, retry=RetryPolicy())
+
+    print(f"turnfsm serve: http://{args.host}:{args.port} (store {url})", flush=True)
+    run_server(factory, config, host=args.host, port=args.port)
+    return 0

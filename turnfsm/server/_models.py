@@ -1,0 +1,256 @@
+"""The request and response bodies of the HTTP API (they make ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..engine import Turn
+from ..model import ChatContext, InternalMessage, MessageNode, ToolCallRequest
+
+__all__ = [
+    "AcceptedOut",
+    "AnswerIn",
+    "ApproveIn",
+    "BranchIn",
+    "BranchOut",
+    "ChildOut",
+    "ContextIn",
+    "ContextList",
+    "ContextOut",
+    "ContextSummaryOut",
+    "ContextUpdate",
+    "Denial",
+    "ErrorBody",
+    "ErrorOut",
+    "MessageIn",
+    "MessagePage",
+    "StateOut",
+    "SwitchIn",
+    "TurnOut",
+    "VerifyOut",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    where: str | None = None
+
+
+class ErrorOut(BaseModel):
+    """Every error response: ``{"error": {"code", "message"}}`` (``where`` for bad input)."""
+
+    error: ErrorBody
+
+
+class ContextIn(BaseModel):
+    model_config = _STRICT
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+    model: str = "demo"
+    mode: str = "chat"
+    parameters: dict[str, Any] | None = None
+    title: str | None = None
+    tools: list[str] | None = None
+
+
+class ContextUpdate(BaseModel):
+    """The config fields to change; a field left out is kept."""
+
+    model_config = _STRICT
+    model: str | None = None
+    mode: str | None = None
+    parameters: dict[str, Any] | None = None
+    title: str | None = None
+
+
+class BranchOut(BaseModel):
+    name: str
+    message_count: int
+    forked_from: str | None
+    system_prompt: str | None
+    user_prompt: str | None
+
+
+class ContextOut(BaseModel):
+    id: str
+    parent_id: str | None
+    state: str
+    version: int
+    event_seq: int
+    title: str | None
+    model: str
+    mode: str
+    parameters: dict[str, Any]
+    active_branch: str
+    branches: list[BranchOut]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, ctx: ChatContext) -> ContextOut:
+        return cls(
+            id=ctx.id,
+            parent_id=ctx.parent_id,
+            state=ctx.current_state,
+            version=ctx.version,
+            event_seq=ctx.event_seq,
+            title=ctx.config.title,
+            model=ctx.config.model_id,
+            mode=ctx.config.mode,
+            parameters=ctx.config.parameters,
+            active_branch=ctx.active_branch_name,
+            branches=[
+                BranchOut(
+                    name=b.name,
+                    message_count=len(b.message_ids),
+                    forked_from=b.forked_from,
+                    system_prompt=b.system_prompt.content if b.system_prompt else None,
+                    user_prompt=b.user_prompt,
+                )
+                for b in ctx.branches.values()
+            ],
+            created_at=ctx.created_at,
+            updated_at=ctx.updated_at,
+        )
+
+
+class ContextSummaryOut(BaseModel):
+    id: str
+    state: str
+    version: int
+    updated_at: datetime
+    parent_id: str | None
+
+
+class ContextList(BaseModel):
+    contexts: list[ContextSummaryOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class MessageIn(BaseModel):
+    model_config = _STRICT
+    content: str
+    role: Literal["user", "frontend_operator"] = "user"
+
+
+class MessagePage(BaseModel):
+    branch: str
+    messages: list[MessageNode]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class QuestionOut(BaseModel):
+    call_id: str
+    tool_name: str
+    question: str
+    choices: list[str]
+
+
+class TurnOut(BaseModel):
+    """What a call returns once the context rests (``turnfsm.Turn``)."""
+
+    context_id: str
+    state: str
+    stop_reason: str | None
+    states: list[str]
+    text: str
+    message_ids: list[str]
+    messages: list[InternalMessage]
+    pending_tool_calls: list[ToolCallRequest]
+    questions: list[QuestionOut]
+    error: str | None
+
+    @classmethod
+    def of(cls, turn: Turn) -> TurnOut:
+        return cls(
+            context_id=turn.context_id,
+            state=str(turn.state),
+            stop_reason=None if turn.stop_reason is None else str(turn.stop_reason),
+            states=[str(s) for s in turn.states],
+            text=turn.text,
+            message_ids=list(turn.message_ids),
+            messages=list(turn.messages),
+            pending_tool_calls=list(turn.pending_tool_calls),
+            questions=[
+                QuestionOut(
+                    call_id=q.call_id,
+                    tool_name=q.tool_name,
+                    question=q.question,
+                    choices=list(q.choices),
+                )
+                for q in turn.questions
+            ],
+            error=turn.error,
+        )
+
+
+class AcceptedOut(BaseModel):
+    """A call accepted and running server-side; follow it on the event stream."""
+
+    context_id: str
+    message_id: str | None = Field(default=None, description="the stored user message")
+    state: str
+
+
+class BranchIn(BaseModel):
+    model_config = _STRICT
+    name: str
+    at: int = Field(
+        description="keep the active branch's messages up to this index (-1: none of them)"
+    )
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+
+
+class SwitchIn(BaseModel):
+    model_config = _STRICT
+    name: str
+
+
+class Denial(BaseModel):
+    model_config = _STRICT
+    id: str
+    reason: str | None = None
+
+
+class ApproveIn(BaseModel):
+    """Decisions on pending tool calls: approve some, deny others with reasons."""
+
+    model_config = _STRICT
+    approve: list[str] = Field(default_factory=list)
+    deny: list[Denial] = Field(default_factory=list)
+
+
+class AnswerIn(BaseModel):
+    model_config = _STRICT
+    call_id: str
+    text: str
+
+
+class StateOut(BaseModel):
+    context_id: str
+    state: str
+    version: int
+    running: bool = Field(description="a call runs on it in this server now")
+    pending_tool_calls: list[ToolCallRequest]
+
+
+class ChildOut(BaseModel):
+    context_id: str
+    state: str
+    title: str | None
+    finished: bool
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    steps: int
+    line: int | None
+    reason: str | None
+    final_state: str
