@@ -8,13 +8,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import kit
 import pytest
 from canonical import WEATHER_CALLS, get_weather, get_weather_approved
+from test_import_formats import FIXTURES, NOW, PNG_1PX, SAMPLES  # the import samples
 
 from turnfsm import MemoryStore
 from turnfsm.adapters.inbound import (
@@ -51,24 +50,6 @@ from turnfsm.model import (
     tool_result_content,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "import"
-NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-PNG_1PX = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"
-    "AAAABJRU5ErkJggg=="
-)
-
-SAMPLES = {
-    "session.json": "session",
-    "session_records.json": "session",
-    "entries.json": "entries",
-    "entries_plain.json": "entries",
-    "openai.json": "openai",
-    "openai_body.json": "openai",
-    "request_context_management.json": "request",
-    "request_frontend_operator.json": "request",
-    "request_legacy.json": "request",
-}
 SAME_FORMAT = sorted(n for n, f in SAMPLES.items() if f in EXPORT_FORMATS)
 
 
