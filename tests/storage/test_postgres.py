@@ -96,6 +96,25 @@ def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[An
         return cur.fetchall() if cur.description else []
 
 
+async def test_connections_the_server_dropped_are_replaced(pg_url: str) -> None:
+    """After a server restart (or an idle timeout) the pool's connections are
+    gone; the next call gets a fresh one instead of failing."""
+    store = PostgresStore(pg_url)
+    try:
+        assert await store.list_ids() == []
+        killed = sql(
+            pg_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s OR (datname = current_database() AND pid <> "
+            "pg_backend_pid() AND backend_type = 'client backend')",
+            ("turnfsm",),
+        )
+        assert killed and all(row[0] for row in killed)
+        assert await store.list_ids() == []
+    finally:
+        await store.aclose()
+
+
 async def test_a_new_database_gets_the_current_layout(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     try:

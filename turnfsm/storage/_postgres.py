@@ -295,6 +295,9 @@ class PostgresStore:
                     open=False,
                     kwargs={"autocommit": True},
                     name="turnfsm",
+                    # a connection the server dropped (a restart, an idle
+                    # timeout) is replaced before it is handed out
+                    check=AsyncConnectionPool.check_connection,
                 )
                 try:
                     await pool.open(wait=True, timeout=30)
