@@ -312,7 +312,9 @@ def _count_pg_statements(steps: Steps) -> None:
 
     def label(query: Any) -> str | None:
         text = query.decode() if isinstance(query, bytes) else str(query)
-        head = text.lstrip().split(None, 1)[0].upper() if text.strip() else ""
+        if not text.strip():
+            return None  # the pool's check that a connection is alive
+        head = text.lstrip().split(None, 1)[0].upper()
         if head == "SET" or (head == "SELECT" and "FOR UPDATE" not in text.upper()):
             return None  # a plain read, or a read transaction's isolation level
         return " ".join(text.split())[:40]

@@ -54,8 +54,10 @@ from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
+    json_object_column,
     json_path,
     message_from_record,
+    step_detail_column,
     step_problem,
     title_of_config,
     upcast_branch,
@@ -485,7 +487,7 @@ class PostgresStore:
         )
         for name, version, body in await cur.fetchall():
             row = self._row(context_id, "branches", f"name {name!r}")
-            data = _json(body, f"{row}, column body")
+            data = json_object_column(body, f"{row}, column body")
             if version != _V:
                 data = upcast_branch(
                     data, version, where=self._where(context_id, f", branch {name!r}")
@@ -547,14 +549,14 @@ class PostgresStore:
             "schema_version": version,
             "id": cid,
             "parent_id": parent_id,
-            "config": _json(config, f"{row}, column config"),
+            "config": json_object_column(config, f"{row}, column config"),
             "active_branch_name": active,
             "current_state": state,
             "created_at": created,
             "updated_at": updated,
             "version": ver,
             "event_seq": seq,
-            "progress": _json(prog, f"{row}, column progress"),
+            "progress": json_object_column(prog, f"{row}, column progress"),
         }
         if version != _V:
             data = upcast_context(data, version, where=self._where(cid))
@@ -802,7 +804,7 @@ class PostgresStore:
                 problem = step_problem(a, b)
                 if problem is not None:
                     raise StoreError(f"{row}, column {problem}")
-                out.append(StepLog(version, a, t, b, when, _step_detail(row, detail)))
+                out.append(StepLog(version, a, t, b, when, step_detail_column(row, detail)))
             return out
 
         found: list[StepLog] = await self._read(read)
@@ -965,25 +967,3 @@ class PostgresStore:
 
         claimed: list[Lease] = await self._run(claim, transaction=True)
         return claimed
-
-
-def _json(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise StoreError(f"{where}: not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise StoreError(f"{where}: $: expected a JSON object, found {type(data).__name__}")
-    return data
-
-
-def _step_detail(row: str, detail: str | None) -> dict[str, Any] | None:
-    if detail is None:
-        return None
-    try:
-        value = json.loads(detail)
-    except ValueError:
-        raise StoreError(f"{row}, column detail: not JSON") from None
-    if not isinstance(value, dict):
-        raise StoreError(f"{row}, column detail: not a JSON object")
-    return value

@@ -49,8 +49,10 @@ __all__ = [
     "check_version",
     "context_from_document",
     "context_problems",
+    "json_object_column",
     "json_path",
     "message_from_record",
+    "step_detail_column",
     "title_of_config",
     "upcast_branch",
     "upcast_context",
@@ -293,3 +295,31 @@ def title_of_config(config: object) -> str | None:
     except (ValueError, AttributeError):
         return None
     return title if isinstance(title, str) else None
+
+
+def json_object_column(text: str, where: str) -> dict[str, Any]:
+    """A stored column that holds a JSON object (a context's config or
+    progress, a branch's body); :class:`StoreError` naming ``where`` if not."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"{where}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: $: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def step_detail_column(row: str, detail: object) -> dict[str, Any] | None:
+    """A stored step's ``detail`` column: NULL (a transition), or a JSON object
+    (a change record); :class:`StoreError` naming the row if it is neither."""
+    if detail is None:
+        return None
+    if not isinstance(detail, str):
+        raise StoreError(f"{row}, column detail: not text but {type(detail).__name__}")
+    try:
+        value = json.loads(detail)
+    except ValueError:
+        raise StoreError(f"{row}, column detail: not JSON") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"{row}, column detail: not a JSON object")
+    return value

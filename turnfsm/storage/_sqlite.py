@@ -98,8 +98,10 @@ from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
+    json_object_column,
     json_path,
     message_from_record,
+    step_detail_column,
     step_problem,
     title_of_config,
     upcast_branch,
@@ -697,7 +699,7 @@ class SQLiteStore:
             _column(row, "schema_version", version, int)
             _column(row, "body", body, str)
             where = self._where(context_id, f", branch {name!r}")
-            data = self._json(body, f"{row}, column body")
+            data = json_object_column(body, f"{row}, column body")
             if version != _V:
                 data = upcast_branch(data, version, where=where)
             data["message_ids"] = positions.get(name, [])
@@ -801,14 +803,14 @@ class SQLiteStore:
             "schema_version": version,
             "id": cid,
             "parent_id": parent_id,
-            "config": self._json(config, f"{row}, column config"),
+            "config": json_object_column(config, f"{row}, column config"),
             "active_branch_name": active,
             "current_state": state,
             "created_at": created,
             "updated_at": updated,
             "version": ver,
             "event_seq": seq,
-            "progress": self._json(prog, f"{row}, column progress"),
+            "progress": json_object_column(prog, f"{row}, column progress"),
         }
         if version != _V:
             data = upcast_context(data, version, where=where)
@@ -1104,7 +1106,7 @@ class SQLiteStore:
                 problem = step_problem(a, b)
                 if problem is not None:
                     raise StoreError(f"{row}, column {problem}")
-                out.append(StepLog(version, a, t, b, when, _step_detail(row, detail)))
+                out.append(StepLog(version, a, t, b, when, step_detail_column(row, detail)))
             conn.execute("COMMIT")
             return out
 
@@ -1132,16 +1134,6 @@ class SQLiteStore:
         await self._stop()
 
     # ------------------------------------------------------------------ helpers
-
-    @staticmethod
-    def _json(text: str, where: str) -> dict[str, Any]:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise StoreError(f"{where}: not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise StoreError(f"{where}: $: expected a JSON object, found {type(data).__name__}")
-        return data
 
     @staticmethod
     def _validate(model: type[_M], data: dict[str, Any], where: str) -> _M:
@@ -1341,21 +1333,6 @@ class _CommitRows(NamedTuple):
     """(branch, message id, body)"""
     steps: list[tuple[int, str, str, str, str, str | None]]
     """(version, from, trigger, to, at, detail as JSON)"""
-
-
-def _step_detail(row: str, detail: object) -> dict[str, Any] | None:
-    """A stored step's ``detail`` column: NULL, or a JSON object."""
-    if detail is None:
-        return None
-    if not isinstance(detail, str):
-        raise StoreError(f"{row}, column detail: not text but {type(detail).__name__}")
-    try:
-        value = json.loads(detail)
-    except ValueError:
-        raise StoreError(f"{row}, column detail: not JSON") from None
-    if not isinstance(value, dict):
-        raise StoreError(f"{row}, column detail: not a JSON object")
-    return value
 
 
 class _Redo(Exception):
