@@ -44,6 +44,7 @@ from ._models import (
     TurnOut,
     VerifyOut,
 )
+from ._openai_compat import openai_router
 from ._tenants import DEFAULT_TENANT, TenantTable, tenant_of_token
 
 __all__ = ["Hub", "ServerConfig", "create_app"]
@@ -739,6 +740,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         return PlainTextResponse(mermaid_state_diagram(path, title=title))
 
     add_event_routes(app, hub, tenant, owned)
+    app.include_router(openai_router(hub, tenant))
 
     if config.cors_origins:
         app.add_middleware(
