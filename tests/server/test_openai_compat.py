@@ -88,6 +88,8 @@ def test_streamed_completion(server: Running) -> None:
     )
     chunks = list(stream)
     assert all(ch.object == "chat.completion.chunk" for ch in chunks)
+    pieces = [ch.choices[0].delta.content for ch in chunks if ch.choices]
+    assert len([p for p in pieces if p]) > 1  # the text came in pieces, as the model streamed it
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text.strip()
     assert chunks[-1].choices[0].finish_reason == "stop"
