@@ -56,6 +56,13 @@ def add_parser(sub: Any) -> None:
         help="the largest request body (1000000; 413 beyond)",
     )
     p.add_argument(
+        "--max-turns-per-tenant",
+        type=count(1, 1_000_000),
+        default=8,  # server._limits.DEFAULT_MAX_TURNS_PER_TENANT (no fastapi import here)
+        metavar="N",
+        help="turns a tenant may have running at once (8; 429 beyond)",
+    )
+    p.add_argument(
         "--cors-origin",
         action="append",
         default=[],
@@ -152,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
         max_body=args.max_body,
         cors_origins=list(args.cors_origin),
         heartbeat=args.heartbeat,
+        max_turns_per_tenant=args.max_turns_per_tenant,
     )
 
     def factory() -> Engine:

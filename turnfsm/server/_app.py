@@ -25,6 +25,7 @@ from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_
 from ..storage import SQLiteStore
 from ._errors import ApiError, error_response, install_handlers
 from ._events import add_event_routes, sse_data
+from ._limits import DEFAULT_MAX_TURNS_PER_TENANT, TurnLimit
 from ._models import (
     AcceptedOut,
     AnswerIn,
@@ -44,6 +45,8 @@ from ._models import (
     TurnOut,
     VerifyOut,
 )
+from ._openai_compat import openai_router
+from ._request_compat import request_router
 from ._tenants import DEFAULT_TENANT, TenantTable, tenant_of_token
 
 __all__ = ["Hub", "ServerConfig", "create_app"]
@@ -69,6 +72,7 @@ class ServerConfig:
     heartbeat: float = 15.0
     recover_on_start: bool = True
     shutdown_grace: float = 5.0
+    max_turns_per_tenant: int = DEFAULT_MAX_TURNS_PER_TENANT
 
 
 class _Job:
@@ -80,7 +84,9 @@ class _Job:
         self.turn: Turn | None = None
         self.error: Exception | None = None
 
-    async def run(self, fn: Callable[[], Awaitable[Turn]], hub: "Hub") -> None:
+    async def run(
+        self, fn: Callable[[], Awaitable[Turn]], hub: "Hub", tenant: str | None = None
+    ) -> None:
         # a call refused because another runs must not hide that one
         mine = hub.running.setdefault(self.context_id, self) is self
         try:
@@ -91,6 +97,8 @@ class _Job:
         finally:
             if mine:
                 del hub.running[self.context_id]
+            if tenant is not None:
+                hub.turn_limit.release(tenant)
             self.done.set()
 
 
@@ -104,6 +112,7 @@ class Hub:
         self._tenants: TenantTable | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self.running: dict[str, _Job] = {}
+        self.turn_limit = TurnLimit(config.max_turns_per_tenant)
         self.ready = False
         self.closing = anyio.Event()
         self.recent: dict[str, deque[Event]] = {}
@@ -262,9 +271,12 @@ class Hub:
         else until it took its first step (or failed its checks, raised here)."""
         assert self._tg is not None
         job = _Job(context_id)
+        tenant = self._tap_tenant.get(context_id)
+        if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
+            self.turn_limit.acquire(tenant)
         sub = self.engine.subscribe(context_id)
         try:
-            self._tg.start_soon(job.run, fn, self)
+            self._tg.start_soon(job.run, fn, self, tenant)
             if wait:
                 await job.done.wait()
             else:
@@ -739,6 +751,8 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         return PlainTextResponse(mermaid_state_diagram(path, title=title))
 
     add_event_routes(app, hub, tenant, owned)
+    app.include_router(openai_router(hub, tenant))
+    app.include_router(request_router(hub, tenant))
 
     if config.cors_origins:
         app.add_middleware(

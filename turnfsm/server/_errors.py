@@ -42,10 +42,13 @@ _STATUS: tuple[tuple[type[e.TurnFSMError], int, str], ...] = (
 class ApiError(Exception):
     """An error the server itself raises (not the engine's)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}
         super().__init__(message)
 
 
@@ -78,7 +81,7 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, **exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: Exception) -> JSONResponse:

@@ -1,0 +1,95 @@
+"""``POST /api/chat``: both request formats, malformed bodies, one answer per messageId."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .conftest import Running
+
+
+def cm_body(current: str, message_id: str, context: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "contextManagement": {
+            "currentMessage": {"role": "user", "content": current, "messageId": message_id},
+            "conversationContext": context,
+        },
+        "userLanguage": "de",
+        "userTimezone": "Europe/Berlin",
+    }
+
+
+def history(c: httpx.Client, cid: str) -> list[tuple[str, str]]:
+    page = c.get(f"/api/contexts/{cid}/messages", params={"limit": 100}).json()
+    return [(m["message"]["role"], str(m["message"]["content"])) for m in page["messages"]]
+
+
+def test_context_management_body(server: Running) -> None:
+    context = [
+        {"role": "user", "content": "Hallo", "messageId": "m1"},
+        {"role": "assistant", "content": "Hallo! Wie kann ich helfen?", "messageId": "m2"},
+    ]
+    with server.client() as c:
+        r = c.post("/api/chat?wait=true", json=cm_body("Erzähl mir etwas", "m3", context))
+        assert r.status_code == 200, r.text
+        turn = r.json()
+        assert turn["state"] == "Idle" and turn["text"]
+        said = history(c, turn["context_id"])
+        assert [role for role, _ in said] == ["user", "assistant", "user", "assistant"]
+        assert "Hallo" in said[0][1] and "Erzähl mir etwas" in said[2][1]
+    with server.client("token-bob") as c:
+        assert c.get(f"/api/contexts/{turn['context_id']}").status_code == 404
+
+
+def test_legacy_messages_body(server: Running) -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "tell me something"},
+        ]
+    }
+    with server.client() as c:
+        r = c.post("/api/chat?wait=true", json=body)
+        assert r.status_code == 200, r.text
+        said = history(c, r.json()["context_id"])
+        assert [role for role, _ in said] == ["user", "assistant", "user", "assistant"]
+
+
+def test_malformed_bodies_name_each_format(server: Running) -> None:
+    with server.client() as c:
+        before = len(c.get("/api/contexts", params={"limit": 500}).json()["contexts"])
+        bad_cm = {"contextManagement": {"currentMessage": {"role": "user"}}}
+        r = c.post("/api/chat", json=bad_cm)
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert error["code"] == "invalid_input" and error["where"] == "request body"
+        assert "as a contextManagement body" in error["message"]
+        assert "contextManagement.currentMessage.content" in error["message"]
+        r = c.post("/api/chat", json={"messages": [{"role": 3, "content": "x"}]})
+        assert r.status_code == 422, r.text
+        assert "as a legacy messages body: [messages[0].role" in r.json()["error"]["message"]
+        r = c.post("/api/chat", json=["not", "an", "object"])
+        assert r.status_code == 422 and "JSON object" in r.json()["error"]["message"]
+        after = len(c.get("/api/contexts", params={"limit": 500}).json()["contexts"])
+        assert after == before  # nothing stored for a refused body
+
+
+def test_the_same_message_id_is_answered_once(server: Running) -> None:
+    with server.client() as c:
+        first = c.post("/api/chat?wait=true", json=cm_body("Erzähl mir etwas", "x1", []))
+        assert first.status_code == 200, first.text
+        cid = first.json()["context_id"]
+        said = history(c, cid)
+        again = c.post(
+            "/api/chat?wait=true",
+            params={"context_id": cid},
+            json=cm_body("Erzähl mir etwas", "x1", []),
+        )
+        assert again.status_code == 422, again.text
+        assert "x1" in again.json()["error"]["message"]
+        assert history(c, cid) == said
+    with server.client("token-bob") as c:
+        r = c.post("/api/chat", params={"context_id": cid}, json=cm_body("hi", "x2", []))
+        assert r.status_code == 404

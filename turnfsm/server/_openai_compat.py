@@ -1,0 +1,231 @@
+"""OpenAI-compatible endpoints: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+An OpenAI client pointed at ``{server}/v1`` talks to a turnfsm agent (see the
+section "OpenAI-compatible endpoints" of ``docs/server.md``). A request without
+the ``x-turnfsm-context-id`` header makes a new context of the caller's tenant:
+every message but the last is imported (the OpenAI messages importer), and the
+last one, a ``user`` message, is sent. With the header, the named context (of
+the same tenant) is continued and only the last message is sent. Tools run
+server-side under their approval policies; a turn that stops for a human ends
+the completion with a note naming the pending calls, and the context is
+resumed through ``/api``. Every answer carries the context id in the
+``x-turnfsm-context-id`` header (and in the ``turnfsm`` field of the body).
+"""
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..adapters.inbound.importers import import_openai_messages
+from ..engine import Turn
+from ..errors import InvalidInput
+from ..events import ContentDelta, Event
+from ..states import State
+from ._errors import ApiError
+
+if TYPE_CHECKING:
+    from ._app import Hub, _Job
+
+__all__ = ["CONTEXT_HEADER", "MODEL_ID", "openai_router"]
+
+CONTEXT_HEADER = "x-turnfsm-context-id"
+"""The header naming the context a completion made or continued."""
+MODEL_ID = "turnfsm"
+"""The one model ``/v1/models`` lists: the server's agent, whatever its LLM."""
+
+
+class ChatCompletionIn(BaseModel):
+    """The fields of an OpenAI Chat Completions request this server reads; the
+    others (``temperature``, ``tools``, ...) are accepted and ignored: the
+    context's own configuration and the server's tools apply."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = MODEL_ID
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    last = messages[-1]
+    where = f"messages[{len(messages) - 1}]"
+    if last.get("role") != "user":
+        raise InvalidInput(f"{where}.role", "the last message must be a 'user' message")
+    content = last.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        texts: list[str] = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise InvalidInput(
+                    f"{where}.content[{i}]", "only text parts can be sent in the last message"
+                )
+            texts.append(str(part.get("text", "")))
+        text = "".join(texts)
+    else:
+        raise InvalidInput(f"{where}.content", "must be a string or a list of text parts")
+    if not text.strip():
+        raise InvalidInput(f"{where}.content", "must not be empty")
+    return text
+
+
+def _note(turn: Turn) -> str:
+    """The text that ends a completion whose turn waits for a human ("" if none)."""
+    if not turn.pending_tool_calls:
+        return ""
+    calls = ", ".join(f"{c.tool_name} (id {c.id})" for c in turn.pending_tool_calls)
+    cid = turn.context_id
+    if turn.questions:
+        how = f"answer with POST /api/contexts/{cid}/tools/answer"
+    else:
+        how = f"approve or deny with POST /api/contexts/{cid}/tools/approve"
+    return f"\n\n[turnfsm: waiting for a human on {calls}; {how}]"
+
+
+def _extra(turn: Turn) -> dict[str, Any]:
+    return {
+        "context_id": turn.context_id,
+        "state": str(turn.state),
+        "pending_tool_calls": [
+            {"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments}
+            for c in turn.pending_tool_calls
+        ],
+    }
+
+
+def _failed(turn: Turn) -> ApiError | None:
+    if turn.state is State.PERMANENT_FAILURE or turn.error is not None:
+        return ApiError(502, "turn_failed", turn.error or "the turn failed")
+    return None
+
+
+def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRouter:
+    """The ``/v1`` routes over the app's ``hub``, authenticated by ``tenant``."""
+    router = APIRouter(prefix="/v1", tags=["openai"])
+    Tenant = Annotated[str, Depends(tenant)]
+
+    @router.get("/models")
+    async def models(who: Tenant) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "turnfsm"}],
+        }
+
+    async def context_for(body: ChatCompletionIn, who: str, given: str | None) -> tuple[str, str]:
+        text = _last_user_text(body.messages)
+        if given is not None:
+            await hub.check(given, who)
+            return given, text
+        earlier = body.messages[:-1]
+        if earlier:
+            ctx = import_openai_messages(earlier)
+            await hub.engine.store.create(ctx)
+            cid = ctx.id
+        else:
+            cid = await hub.engine.create_context()
+        await hub.tenants.set(cid, who)
+        hub.tap(cid, who)
+        return cid, text
+
+    @router.post("/chat/completions", response_model=None)
+    async def chat_completions(
+        body: ChatCompletionIn,
+        who: Tenant,
+        context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
+    ) -> Any:
+        cid, text = await context_for(body, who, context_id)
+        engine = hub.engine
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        headers = {CONTEXT_HEADER: cid}
+
+        def send() -> Awaitable[Turn]:
+            return engine.send(cid, text)
+
+        if not body.stream:
+            job = await hub.launch(cid, send, wait=True)
+            assert job.turn is not None
+            turn = job.turn
+            failed = _failed(turn)
+            if failed is not None:
+                raise failed
+            return JSONResponse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": body.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": turn.text + _note(turn)},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": None,
+                    "turnfsm": _extra(turn),
+                },
+                headers=headers,
+            )
+
+        sub = engine.subscribe(cid)
+        try:
+            job = await hub.launch(cid, send, wait=False)
+        except BaseException:
+            await sub.aclose()
+            raise
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
+            data = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": body.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **more,
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        async def events(job: "_Job") -> AsyncIterator[str]:
+            streamed = False
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                while True:
+                    batch: list[Event] = sub.drain()
+                    if not batch and not job.done.is_set():
+                        with anyio.move_on_after(0.1):
+                            try:
+                                batch = [await sub.__anext__()]
+                            except StopAsyncIteration:  # the engine closed
+                                await job.done.wait()
+                    for ev in batch:
+                        if isinstance(ev, ContentDelta) and ev.channel == "text" and ev.delta:
+                            streamed = True
+                            yield chunk({"content": ev.delta})
+                    if job.done.is_set() and not batch:
+                        break
+            finally:
+                await sub.aclose()
+            turn = job.turn
+            if turn is None or _failed(turn) is not None:
+                reason = (turn.error if turn else None) or str(job.error or "the turn failed")
+                error = {"message": reason, "type": "turn_failed", "code": "turn_failed"}
+                yield f"data: {json.dumps({'error': error})}\n\n"
+                return
+            tail = ("" if streamed else turn.text) + _note(turn)
+            if tail:
+                yield chunk({"content": tail})
+            yield chunk({}, "stop", turnfsm=_extra(turn))
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(job), media_type="text/event-stream", headers=headers)
+
+    return router
