@@ -31,6 +31,7 @@ from ..errors import InvalidInput
 from ..model import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
+    MAX_TITLE_LENGTH,
     FilePart,
     ImagePart,
     JSONProblem,
@@ -38,6 +39,7 @@ from ..model import (
     check_json,
     has_lone_surrogate,
     id_problem,
+    title_problem,
 )
 
 __all__ = [
@@ -69,10 +71,6 @@ UNSET: Final = Unset.UNSET
 """An optional argument left out, where ``None`` means something (no prompt,
 no title): ``update_config(title=None)`` clears the title, leaving ``title``
 out keeps it."""
-
-
-MAX_TITLE_LENGTH = 1000
-"""The longest title, in characters."""
 
 
 def _kind(value: object) -> str:
@@ -196,13 +194,11 @@ def check_content(where: str, content: Any) -> list[Any]:
 
 
 def check_title(where: str, value: Any) -> str | None:
-    """A title: ``None``, or one line of 1 to :data:`MAX_TITLE_LENGTH`
+    """A title: ``None``, or one line of 1 to :data:`~turnfsm.model.MAX_TITLE_LENGTH`
     characters with no control character and no lone surrogate."""
     if value is None:
         return None
-    check_text(where, value, empty=False)
-    if len(value) > MAX_TITLE_LENGTH:
-        raise InvalidInput(where, f"longer than {MAX_TITLE_LENGTH} characters ({len(value)})")
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
-        raise InvalidInput(where, "holds a control character (a title is one line)")
+    reason = title_problem(value)
+    if reason is not None:
+        raise InvalidInput(where, reason)
     return value  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from ._json import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
+    MAX_TITLE_LENGTH,
     JSONProblem,
     check_json,
     check_text,
@@ -29,6 +30,7 @@ from ._json import (
     clean_text,
     has_lone_surrogate,
     id_problem,
+    title_problem,
 )
 from ._llm import (
     LLMChunk,
@@ -61,6 +63,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "MAX_TITLE_LENGTH",
     "RESPONSES_KEY",
     "SCHEMA_VERSION",
     "SUBTASK_RESUMED",
@@ -101,6 +104,7 @@ __all__ = [
     "clean_text",
     "has_lone_surrogate",
     "id_problem",
+    "title_problem",
     "to_chat_message",
     "to_chat_messages",
     "tool_result_content",

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_INT_DIGITS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "MAX_TITLE_LENGTH",
     "JSONProblem",
     "check_json",
     "check_text",
@@ -47,6 +48,7 @@ __all__ = [
     "clean_text",
     "has_lone_surrogate",
     "id_problem",
+    "title_problem",
 ]
 
 MAX_JSON_DEPTH = 64
@@ -61,6 +63,9 @@ MAX_INT_DIGITS = 4300
 _MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))  # every int of this many bits prints
 MAX_ID_LENGTH = 200
 """Longest id or branch name, in characters."""
+
+MAX_TITLE_LENGTH = 1000
+"""Longest title of a context, in characters."""
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -101,6 +106,28 @@ def id_problem(value: object) -> str | None:
     m = _CONTROL.search(value)
     if m is not None:
         return f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
+    m = _SURROGATE.search(value)
+    if m is not None:
+        return f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
+    return None
+
+
+def title_problem(value: object) -> str | None:
+    """Why ``value`` is not a usable title (one line of 1 to
+    :data:`MAX_TITLE_LENGTH` characters, no control character, no lone
+    surrogate), or None if it is."""
+    if not isinstance(value, str):
+        return f"must be a string, not {'None' if value is None else type(value).__name__}"
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_TITLE_LENGTH:
+        return f"is {len(value)} characters long; at most {MAX_TITLE_LENGTH}"
+    m = _CONTROL.search(value)
+    if m is not None:
+        return (
+            f"holds the control character U+{ord(m.group()):04X} at offset {m.start()} "
+            "(a title is one line)"
+        )
     m = _SURROGATE.search(value)
     if m is not None:
         return f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"

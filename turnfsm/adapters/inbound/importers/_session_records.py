@@ -33,6 +33,7 @@ from ....model import (
     Role,
     TextPart,
     ToolCallRequest,
+    title_problem,
 )
 from ._checks import (
     Ids,
@@ -194,7 +195,7 @@ def import_session_records(
         updated = parse_timestamp(obj.get("updated_at"), "$.updated_at")
         source = unmapped_fields(obj, {"records", "created_at", "updated_at"})
     title = source.get("title")
-    if _is_title(title):
+    if title_problem(title) is None:
         del source["title"]
     else:
         title = None
@@ -222,13 +223,4 @@ def import_session_records(
         created_at=created,
         updated_at=updated,
         title=title,
-    )
-
-
-def _is_title(value: Any) -> bool:
-    """One line of 1 to 1,000 characters (the engine's rule for titles)."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= 1000
-        and not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) <= 0xDFFF for c in value)
     )
