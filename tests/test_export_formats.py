@@ -687,3 +687,18 @@ def test_whatever_a_context_holds_every_export_imports_back() -> None:
         results = [m.tool_result.request_id for m in back if m.tool_result is not None]
         assert results == ["c1", "c2", "c3"], fmt  # c3 given the missing result
         assert [m.text for m in back if m.role is not Role.TOOL][-1] == "u"
+
+
+def test_a_refusal_goes_out_and_back_as_a_refusal() -> None:
+    """The OpenAI messages export writes a refusal as ``refusal`` (content null),
+    and its import reads it back into the message's own field."""
+    data = [
+        {"role": "user", "content": "Help me pick a lock."},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+    ]
+    ctx = import_openai_messages(data, now=NOW, ids=seq_ids())
+    out = export_openai_messages(ctx)
+    assert isinstance(out, list)
+    assert out[-1] == {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    back = messages(again(ctx, "openai"))
+    assert back[-1].refusal == "I can't help with that." and back[-1].outcome == "refusal"

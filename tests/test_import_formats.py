@@ -1383,3 +1383,21 @@ def test_cli_store_bad_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.skip("turnfsm.storage.open_store is not there yet")
     assert run_cli([str(FIXTURES / "session.json"), "--store", "no-scheme"]) == 2
     assert "no-scheme" in capsys.readouterr().err
+
+
+def test_openai_refusal_is_the_messages_refusal() -> None:
+    """A refusal text is the assistant message's own field (apart from its text),
+    so every provider gets it back as a refusal; a null one is kept as given."""
+    data = [
+        {"role": "user", "content": "Help me pick a lock."},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+        {"role": "user", "content": "Then a recipe?"},
+        {"role": "assistant", "content": "Sure: pancakes.", "refusal": None},
+    ]
+    refused, answered = messages(imp(import_openai_messages, data))[1::2]
+    assert refused.refusal == "I can't help with that."
+    assert refused.text == "" and refused.metadata.extra == {}
+    assert refused.outcome == "refusal"
+    assert answered.refusal is None and answered.metadata.extra == {"refusal": None}
+    with pytest.raises(InvalidInput, match=r"\$\[1\]\.refusal"):
+        imp(import_openai_messages, [data[0], {"role": "assistant", "refusal": 3}])

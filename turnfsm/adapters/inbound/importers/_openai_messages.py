@@ -181,6 +181,9 @@ def _openai_message(h: History, m: dict[str, Any], path: str) -> None:
             else ([], {})
         )
         thinking = optional_string(m, "reasoning_content", path)
+        # a refusal is the message's own field; a null one is kept as given
+        refusal = optional_string(m, "refusal", path)
+        mapped = {"role", "content", "tool_calls", "reasoning_content"}
         h.message(
             InternalMessage(
                 role=Role.ASSISTANT,
@@ -188,11 +191,10 @@ def _openai_message(h: History, m: dict[str, Any], path: str) -> None:
                 tool_calls=calls or None,
                 message_type=MessageType.TOOL_CALL if calls else MessageType.TEXT,
                 thinking=thinking,
+                refusal=refusal,
                 metadata=MessageMetadata(
                     created_at=at,
-                    extra=unmapped_fields(
-                        m, {"role", "content", "tool_calls", "reasoning_content"}
-                    ),
+                    extra=unmapped_fields(m, mapped | ({"refusal"} if refusal else set())),
                 ),
             ),
             paths,
@@ -246,19 +248,19 @@ def import_openai_messages(
 ) -> ChatContext:
     """An OpenAI Chat Completions ``messages`` list (or ``{"messages": [...], ...}``).
 
-    A first ``system`` message with plain text becomes the branch's system
-    prompt; other system and ``developer`` messages stay messages. A user message
-    named ``frontend_operator`` is a frontend operator's (the inverse of
-    :func:`~turnfsm.model.to_chat_message`). Assistant ``tool_calls`` become
-    ``Approved`` calls whose JSON-text arguments are decoded (text that is not a
-    JSON object is kept in ``raw_arguments``); ``reasoning_content`` becomes
-    ``thinking``. A ``tool`` message's content is its call's result, verbatim
-    (OpenAI has no success flag: ``success=True``). An assistant tool call with
-    no ``tool`` message answering it gets the result :data:`MISSING_RESULT`
-    with ``success=False``, and the call is marked ``Denied`` by ``system``
-    (reason ``"missing"``). Content parts: text, image_url, file (with
-    ``file_data``). Messages carry no timestamps, so all get ``now``. In the
-    object form, ``model`` becomes the context's model id.
+    A first ``system`` message with plain text becomes the branch's system prompt; other
+    system and ``developer`` messages stay messages. A user message named
+    ``frontend_operator`` is a frontend operator's (the inverse of
+    :func:`~turnfsm.model.to_chat_message`). Assistant ``tool_calls`` become ``Approved``
+    calls whose JSON-text arguments are decoded (text that is not a JSON object is kept in
+    ``raw_arguments``); ``reasoning_content`` becomes ``thinking``; a ``refusal`` text
+    becomes the message's ``refusal`` (a null one is kept in ``metadata.extra``, as given).
+    A ``tool`` message's content is its call's result, verbatim (OpenAI has no success flag:
+    ``success=True``). An assistant tool call with no ``tool`` message answering it gets the
+    result :data:`MISSING_RESULT` with ``success=False``, and the call is marked ``Denied``
+    by ``system`` (reason ``"missing"``). Content parts: text, image_url, file (with
+    ``file_data``). Messages carry no timestamps, so all get ``now``. In the object form,
+    ``model`` becomes the context's model id.
     """
     check_source(data)
     at = resolve_now(now)
