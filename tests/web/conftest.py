@@ -160,6 +160,7 @@ def tabs(browser: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     finally:
         if request.node.stash.get(_FAILED, False):
             opened.screenshots(tmp_path)
+            print(f"screenshots of the failed test's pages: {tmp_path}")
         opened.close()
 
 
