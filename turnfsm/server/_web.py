@@ -30,7 +30,7 @@ import anyio
 import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..audit import AuditRecord, audit_jsonl, audit_records, verify_audit_log
 from ..errors import ContextNotFound, InvalidInput, RenderError, TurnFSMError
@@ -324,9 +324,35 @@ def _message_view(node: MessageNode, tools: Any) -> MessageView:
 # ---------------------------------------------------------------------- responses
 
 
+def _api_scope(
+    scope: Scope, method: str, path: str, token: str | None, headers: list[tuple[bytes, bytes]]
+) -> Scope:
+    """A request to the API made in-process: ``path`` with ``token`` as its
+    bearer token, over the connection of the page's request (``scope``)."""
+    path, _, query = path.partition("?")
+    kept = [(k, v) for k, v in headers if k not in (b"authorization", b"cookie")]
+    if token is not None:
+        kept.append((b"authorization", f"Bearer {token}".encode()))
+    inner: dict[str, Any] = {
+        key: scope[key]
+        for key in ("type", "asgi", "http_version", "scheme", "root_path", "client", "server")
+        if key in scope
+    }
+    inner.update(
+        method=method,
+        path=path,
+        raw_path=path.encode(),
+        query_string=query.encode(),
+        headers=kept,
+        state=dict(scope.get("state", {})),
+    )
+    return inner
+
+
 class _Redispatch(Response):
-    """Hands the request to the app again as ``path``, with ``token`` as its
-    bearer token: the page's event streams are the API's own streams."""
+    """Hands the request to the app again as the API's ``path``, with ``token``
+    as its bearer token: the page's event streams are the API's own streams
+    (``Last-Event-ID`` included), which an ``EventSource`` cannot send a header to."""
 
     def __init__(self, path: str, token: str | None) -> None:
         super().__init__()
@@ -334,19 +360,44 @@ class _Redispatch(Response):
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
-            (k, v) for k, v in scope.get("headers", []) if k not in (b"authorization", b"cookie")
-        ]
-        if self.token is not None:
-            headers.append((b"authorization", f"Bearer {self.token}".encode()))
-        inner = {
-            **scope,
-            "path": self.path,
-            "raw_path": self.path.encode(),
-            "query_string": b"",
-            "headers": headers,
-        }
+        inner = _api_scope(scope, "GET", self.path, self.token, list(scope.get("headers", [])))
         await scope["app"](inner, receive, send)
+
+
+async def _call_api(
+    scope: Scope, method: str, path: str, token: str | None, body: Any = None
+) -> tuple[int, Any]:
+    """The status and JSON answer of the API to one in-process request."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    host = [(k, v) for k, v in scope.get("headers", []) if k == b"host"]
+    headers = [
+        *host,
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    inner = _api_scope(scope, method, path, token, headers)
+    sent = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await anyio.sleep_forever()  # the caller stays until the answer is complete
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await scope["app"](inner, receive, send)
+    raw = b"".join(chunks)
+    return status, json.loads(raw) if raw else None
 
 
 class _PageError(Exception):
@@ -386,6 +437,36 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
         return request.cookies.get(COOKIE) or None
+
+    async def api(request: Request, method: str, path: str, body: Any = None) -> Any:
+        """The API's answer, asked in-process with the page's token: the view lists
+        and creates contexts through the API, so tenancy is the API's own. A list
+        is read to its end (every page); an error becomes the page's error."""
+        token = token_of(request)
+        if method == "GET":
+            items: list[Any] = []
+            cursor: str | None = ""
+            while cursor is not None:
+                at = f"{path}?limit=500&cursor={cursor}"
+                status, data = await _call_api(request.scope, method, at, token)
+                if status != 200:
+                    break
+                items.extend(data["contexts"])
+                cursor = data.get("next_cursor")
+            else:
+                return items
+        else:
+            status, data = await _call_api(request.scope, method, path, token, body)
+            if status < 400:
+                return data
+        error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
+        if status == 401:
+            raise _Login
+        raise _PageError(
+            status,
+            str(error.get("code", "error")).replace("_", " "),
+            str(error.get("message", "the request failed")),
+        )
 
     def tenant_of(request: Request) -> str | None:
         if not config.tokens:
@@ -530,35 +611,33 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
     @router.get("/")
     @pages
     async def contexts_page(request: Request) -> Response:
-        tenant = who(request)
+        who(request)
         wanted = request.query_params.get("state") or None
         try:
             offset = max(0, int(request.query_params.get("offset") or 0))
         except ValueError:
             offset = 0
-        summaries = await hub.engine.store.list_contexts()
-        mine = [s for s in summaries if await hub.owner(s.id) == tenant]
-        running = sorted(s.id for s in mine if s.state not in RESTING_NAMES)
+        mine = await api(request, "GET", "/api/contexts")
+        running = sorted(s["id"] for s in mine if s["state"] not in RESTING_NAMES)
         shown = sorted(
-            (s for s in mine if wanted is None or s.state == wanted),
-            key=lambda s: s.updated_at,
+            (s for s in mine if wanted is None or s["state"] == wanted),
+            key=lambda s: str(s["updated_at"]),
             reverse=True,
         )
-        page = shown[offset : offset + PAGE_SIZE]
         rows = []
-        for s in page:
+        for s in shown[offset : offset + PAGE_SIZE]:
             try:
-                ctx = await hub.engine.store.load(s.id)
+                ctx = await hub.engine.store.load(s["id"])
             except ContextNotFound:
                 continue  # deleted since the list was read
             rows.append(
                 {
-                    "id": s.id,
-                    "state": s.state,
+                    "id": ctx.id,
+                    "state": ctx.current_state,
                     "title": ctx.config.title or "",
                     "model": ctx.config.model_id,
-                    "updated": s.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                    "parent": s.parent_id,
+                    "updated": ctx.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    "parent": ctx.parent_id,
                 }
             )
         states = sorted({*(str(n.state) for n in declared_nodes())})
@@ -579,14 +658,13 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
     @pages
     async def create(request: Request) -> Response:
         check_origin(request)
-        tenant = who(request)
+        who(request)
         data = await form(request)
-        title = data.get("title", "").strip() or None
-        system = data.get("system_prompt", "").strip() or None
-        cid = await hub.engine.create_context(system_prompt=system, title=title)
-        await hub.tenants.set(cid, tenant)
-        hub.tap(cid, tenant)
-        return RedirectResponse(f"/contexts/{quote(cid, safe='')}", status_code=303)
+        body = {
+            key: value for key in ("title", "system_prompt") if (value := data.get(key, "").strip())
+        }
+        made = await api(request, "POST", "/api/contexts", body)
+        return RedirectResponse(f"/contexts/{quote(str(made['id']), safe='')}", status_code=303)
 
     # -------------------------------------------------------------- a context's page
 
