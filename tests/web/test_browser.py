@@ -46,6 +46,7 @@ def test_a_turn_from_the_page_and_its_audit(web: Web, tabs: Tabs) -> None:
     assert page.locator("h1").inner_text() == "Browser weather"
 
     # a message sent from the page; its answer streams in piece by piece
+    page.locator("body[data-live=open]").wait_for()
     page.evaluate(RECORD, "#live")
     page.get_by_label("Message", exact=True).fill("Hello there")
     page.get_by_role("button", name="Send").click()
@@ -117,7 +118,7 @@ def test_the_running_count_is_live(web: Web, tabs: Tabs) -> None:
     log_in(page, web.url, "token-alice")
     assert page.locator("#running-count").inner_text() == "0"
     page.evaluate(RECORD, "#running-count")
-    page.wait_for_timeout(300)  # the page's stream is open
+    page.locator("body[data-live=open]").wait_for()  # the page's stream is open
     with web.api() as api:
         r = api.post(f"/api/contexts/{cid}/messages", json={"content": "Tell me a story"})
         assert r.status_code == 202

@@ -114,6 +114,7 @@ def test_form_posts_from_another_origin_are_refused(web: Web) -> None:
     call_id = _pending_call(web, cid)
     cookies = {COOKIE: "token-alice"}
     approve = {"call_id": call_id, "decision": "approve"}
+    before = _count(web, "token-alice")
     for headers in (
         {},
         {"Origin": "https://evil.example"},
@@ -129,8 +130,7 @@ def test_form_posts_from_another_origin_are_refused(web: Web) -> None:
             assert tab.post("/login", data={"token": "token-bob"}).status_code == 403
     with web.api() as api:
         assert api.get(f"/api/contexts/{cid}/state").json()["state"] == "AwaitingToolApproval"
-        titles = [c.get("title") for c in api.get("/api/contexts").json()["contexts"]]
-    assert "forged" not in titles
+    assert _count(web, "token-alice") == before  # no context was made
     # the same post from a page of the server (a Referer, when a browser sends no Origin)
     ours = {"Referer": f"{web.url}/contexts/{cid}"}
     with httpx_client(web, cookies=cookies, headers=ours) as tab:
@@ -175,6 +175,13 @@ def test_no_tokens_no_login(open_web: Web) -> None:
         assert "Loopback" in tab.get("/").text
     with httpx_client(open_web, headers={}) as forged:  # still no post without our Origin
         assert forged.post("/contexts", data={"title": "x"}).status_code == 403
+    rebound = {"Host": "evil.example", "Origin": "http://evil.example"}
+    before = _count(open_web, None)
+    with httpx_client(open_web, headers=rebound) as other_name:  # DNS rebinding
+        page = other_name.get("/")
+        assert page.status_code == 403 and "Loopback" not in page.text
+        assert other_name.post("/contexts", data={"title": "x"}).status_code == 403
+    assert _count(open_web, None) == before
 
 
 def test_static_assets_only_by_name(web: Web) -> None:
@@ -191,6 +198,11 @@ def test_static_assets_only_by_name(web: Web) -> None:
 def httpx_client(web: Web, **kwargs: object) -> httpx.Client:
     headers = kwargs.pop("headers", {"Origin": web.url})
     return httpx.Client(base_url=web.url, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+def _count(web: Web, token: str | None) -> int:
+    with web.api(token) as api:
+        return len(api.get("/api/contexts", params={"limit": 500}).json()["contexts"])
 
 
 def _main(html: str) -> str:

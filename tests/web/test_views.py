@@ -17,7 +17,7 @@ from server.conftest import serve_in_thread
 from turnfsm import Engine
 from turnfsm.errors import RenderError
 from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._web import branch_paths, same_origin, sequence_rows
+from turnfsm.server._web import addressed_directly, branch_paths, same_origin, sequence_rows
 from turnfsm.storage import StepLog
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
@@ -130,13 +130,23 @@ def test_sub_contexts_and_branches(rich: Rich) -> None:
 
 
 def test_same_origin() -> None:
-    own = "http://127.0.0.1:8000"
-    assert same_origin(own, {"origin": own})
-    assert same_origin(own, {"referer": f"{own}/contexts/x"})
+    own = "127.0.0.1:8000"
+    assert same_origin(own, {"origin": "http://127.0.0.1:8000"})
+    assert same_origin(own, {"origin": "https://127.0.0.1:8000"})  # a proxy ended TLS
+    assert same_origin(own, {"referer": "http://127.0.0.1:8000/contexts/x"})
     assert not same_origin(own, {})
-    assert not same_origin(own, {"origin": "null", "referer": f"{own}/"})
+    assert not same_origin("", {"origin": "http://127.0.0.1:8000"})
+    assert not same_origin(own, {"origin": "null", "referer": "http://127.0.0.1:8000/"})
     assert not same_origin(own, {"origin": "http://127.0.0.1:8001"})
     assert not same_origin(own, {"referer": "http://127.0.0.1:8000.evil.example/"})
+    assert not same_origin(own, {"origin": "file://127.0.0.1:8000"})
+
+
+def test_addressed_directly() -> None:
+    for host in ("127.0.0.1:8000", "127.0.0.1", "localhost:8000", "[::1]:8000", "10.0.0.5"):
+        assert addressed_directly(host), host
+    for host in ("evil.example:8000", "evil.example", "", "[::1", "localhost.evil.example"):
+        assert not addressed_directly(host), host
 
 
 def test_sequence_rows() -> None:

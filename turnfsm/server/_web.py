@@ -18,6 +18,7 @@ the same ``404`` page as one that does not exist.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COOKIE",
     "SeqRow",
+    "addressed_directly",
     "branch_paths",
     "same_origin",
     "sequence_rows",
@@ -93,18 +95,40 @@ _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 # ---------------------------------------------------------------------- pure helpers
 
 
-def same_origin(request_origin: str, headers: Mapping[str, str]) -> bool:
+def same_origin(host: str, headers: Mapping[str, str]) -> bool:
     """Whether a form POST comes from a page of this server: its ``Origin``
-    header (else the origin of its ``Referer``) equals ``request_origin``
-    (``scheme://host[:port]`` as the request reached us). Neither: refused."""
+    header (else its ``Referer``) names ``host``, the ``Host`` (``name[:port]``)
+    the request came to. The scheme is not compared, so a proxy that ends TLS in
+    front of the server changes nothing. Neither header, or ``Origin: null``:
+    refused."""
     given = headers.get("origin")
-    if given is None or given == "null":
-        referer = headers.get("referer")
-        if not referer or given == "null":
-            return False
-        parts = urlsplit(referer)
-        given = f"{parts.scheme}://{parts.netloc}"
-    return given.lower() == request_origin.lower()
+    if given == "null":
+        return False
+    source = given if given is not None else headers.get("referer")
+    if not source or not host:
+        return False
+    parts = urlsplit(source)
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
+
+
+def addressed_directly(host: str) -> bool:
+    """Whether ``host`` (a ``Host`` header) is an IP address or ``localhost``.
+
+    A server with no tokens serves its pages only then: a page of another site
+    whose name was made to resolve to this machine (DNS rebinding) comes with
+    its own name in ``Host`` and is refused."""
+    name = host
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,8 +498,8 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
         token = token_of(request)
         return tenant_of_token(config.tokens, token) if token else None
 
-    def own_origin(request: Request) -> str:
-        return f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+    def own_host(request: Request) -> str:
+        return request.headers.get("host", "")
 
     def wants_json(request: Request) -> bool:
         return request.headers.get("x-turnfsm-web") == "fetch"
@@ -487,6 +511,13 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
 
         @functools.wraps(fn)
         async def wrapped(request: Request, *args: Any, **kwargs: Any) -> Response:
+            if not config.tokens and not addressed_directly(own_host(request)):
+                return error(
+                    request,
+                    403,
+                    "Refused",
+                    "with no tokens, the pages answer only to an IP address or localhost",
+                )
             try:
                 return await fn(request, *args, **kwargs)
             except _Login:
@@ -515,7 +546,10 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
                 media_type="application/json",
                 headers=_HEADERS,
             )
-        back = request.headers.get("referer") if request.method == "POST" else None
+        back = None
+        referer = request.headers.get("referer", "")
+        if request.method == "POST" and same_origin(own_host(request), {"referer": referer}):
+            back = urlsplit(referer).path or "/"
         return render(request, "error.html", status=status, title=title, message=message, back=back)
 
     def who(request: Request) -> str:
@@ -525,7 +559,7 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
         return found
 
     def check_origin(request: Request) -> None:
-        if not same_origin(own_origin(request), request.headers):
+        if not same_origin(own_host(request), request.headers):
             raise _PageError(
                 403,
                 "Refused",
@@ -862,7 +896,10 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
         if starts:
             turn = min(max(turn, 1), len(starts))
             mermaid = sequence_diagram(records, ctx.message_pool, turn=turn)
-            participants, rows, heading = sequence_rows(mermaid)
+            try:
+                participants, rows, heading = sequence_rows(mermaid)
+            except RenderError:  # a line the table does not draw: the text alone
+                participants, rows, heading = [], [], ""
             seq = {
                 "participants": participants,
                 "rows": rows,

@@ -8,6 +8,17 @@
     return resting.indexOf(state) >= 0;
   }
 
+  // body[data-live]: "open" while the page's event stream is connected
+  function watch(stream) {
+    stream.addEventListener("open", function () {
+      body.dataset.live = "open";
+    });
+    stream.addEventListener("error", function () {
+      body.dataset.live = "reconnecting";
+    });
+    return stream;
+  }
+
   function setState(el, state) {
     if (el) {
       el.textContent = state;
@@ -22,7 +33,7 @@
     (out.dataset.ids || "").split(" ").filter(Boolean).forEach(function (id) {
       running[id] = true;
     });
-    var stream = new EventSource("/events");
+    var stream = watch(new EventSource("/events"));
     stream.addEventListener("StateChanged", function (e) {
       var d = JSON.parse(e.data);
       if (isResting(d.new_state)) {
@@ -64,7 +75,7 @@
     var live = document.getElementById("live");
     var status = document.getElementById("live-status");
     var current = null;
-    var stream = new EventSource("/contexts/" + encodeURIComponent(cid) + "/events");
+    var stream = watch(new EventSource("/contexts/" + encodeURIComponent(cid) + "/events"));
 
     stream.addEventListener("ContentDelta", function (e) {
       var d = JSON.parse(e.data);
