@@ -9,11 +9,14 @@ def anyio_backend() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` tests (long conversations, many contexts: seconds each) run only
-    when selected: ``pytest -m slow``."""
-    if "slow" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with -m slow")
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(skip)
+    """``slow`` tests (long conversations, many contexts: seconds each) and
+    ``browser`` tests (a real headless Chromium) run only when selected:
+    ``pytest -m slow``, ``pytest -m browser``."""
+    markexpr = config.option.markexpr or ""
+    for marker in ("slow", "browser"):
+        if marker in markexpr:
+            continue
+        skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)

@@ -85,6 +85,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "psycopg": ("turnfsm.storage._postgres",),
     "psycopg_pool": ("turnfsm.storage._postgres",),
     "uvicorn": ("turnfsm.server",),
+    "jinja2": ("turnfsm.server._web",),
 }
 
 
