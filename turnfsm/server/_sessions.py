@@ -1,0 +1,391 @@
+"""Session-style chat endpoints: ``/sessions`` and ``POST /chat``.
+
+The shape of a simple file-backed chat backend: a *session* is a context of the
+caller's tenant, and a conversation is a list of *records* of the session JSON
+format (the ``session`` export of ``turnfsm.adapters.outbound``): message
+records and tool call records. ``POST /chat`` runs one turn on the engine, as
+``POST /api/contexts/{id}/messages`` does, and streams it as server-sent events
+``record``, ``tool_calls_start``, ``tool_result``, ``error`` and ``done``. See
+the section "Session endpoints" of ``docs/server.md``.
+
+Nothing is kept twice: the records are made from the messages the engine
+stored, read after each event of the turn (the events only say when to read).
+The turn runs in a task the app owns, so the engine never waits for the
+stream, and a client that goes away does not stop the turn.
+"""
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..adapters.inbound.importers import import_session_records
+from ..adapters.outbound.exporters import export_session_records
+
+# One record per message, in the session JSON format's own shapes.
+from ..adapters.outbound.exporters._session_records import _message_record, _tool_record
+from ..engine import Subscription, Turn
+from ..errors import ContextNotFound, InvalidInput, TurnFSMError
+from ..model import (
+    ApprovalStatus,
+    ChatContext,
+    ContentPart,
+    InternalMessage,
+    MessageNode,
+    Role,
+    TextPart,
+    ToolCallRequest,
+)
+from ..states import State
+from ._errors import ApiError, status_of
+from ._tenants import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from ._app import Hub, _Job
+
+__all__ = ["ACCEPTED_BINARY", "SESSION_HEADER", "sessions_router"]
+
+SESSION_HEADER = "x-turnfsm-session-id"
+"""The response header naming the session ``POST /chat`` ran its turn on."""
+MAX_SESSION_PAGE = 100
+"""Sessions a page of ``GET /sessions`` may hold (each is read from the store)."""
+SHUTDOWN_GRACE = 2.0
+"""Seconds a chat stream has, once the server stops, to send its last events."""
+ACCEPTED_BINARY = (
+    "a binary_content item is {'data': <base64>, 'media_type': 'image/png', "
+    "'identifier'?: <file name>, 'kind'?: 'binary'} (an image/* media type is "
+    "sent as an image, any other as a file), {'url': <https or data URL of an "
+    "image>, 'kind'?: 'image-url'}, or a base64 data URL string"
+)
+
+
+class SessionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str | None = None
+
+
+class SessionOut(BaseModel):
+    id: str
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, ctx: ChatContext) -> "SessionOut":
+        return cls(
+            id=ctx.id, title=ctx.config.title, created_at=ctx.created_at, updated_at=ctx.updated_at
+        )
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page")
+
+
+class SessionRecords(SessionOut):
+    state: str
+    records: list[dict[str, Any]] = Field(description="the active branch in the session format")
+
+
+class ChatIn(BaseModel):
+    """One user message for a session (none: a new session is made)."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str | None = None
+    message: str
+    binary_content: list[Any] | None = Field(
+        default=None, description="attachments: images and files (see docs/server.md)"
+    )
+
+
+def _content(body: ChatIn) -> list[ContentPart]:
+    """The user message as content parts: its text, then each attachment, read
+    as the session format reads a record's ``binary_content``."""
+    if not body.message.strip():
+        raise InvalidInput("body.message", "must not be empty")
+    parts: list[ContentPart] = [TextPart(text=body.message)]
+    if not body.binary_content:
+        return parts
+    record = {"type": "message", "role": "user", "binary_content": body.binary_content}
+    try:
+        ctx = import_session_records([record])
+    except InvalidInput as exc:
+        where = exc.where.replace("$[0].", "body.", 1)
+        raise InvalidInput(where, f"{exc.reason}; {ACCEPTED_BINARY}") from None
+    parts.extend(ctx.history()[0].message.content)
+    return parts
+
+
+def _thinking_record(msg: InternalMessage) -> dict[str, Any]:
+    """An assistant message's thinking, as a message record of its own."""
+    record = _message_record(msg)
+    return {**record, "content": msg.thinking, "binary_content": [], "thinking": True}
+
+
+def _call(call: ToolCallRequest) -> dict[str, Any]:
+    arguments = call.raw_arguments if call.raw_arguments is not None else call.arguments
+    return {"tool_call_id": call.id, "tool_name": call.tool_name, "arguments": arguments}
+
+
+def _sse(event: str, data: Any) -> ServerSentEvent:
+    return ServerSentEvent(json.dumps(data), event=event)
+
+
+class _Feed:
+    """The records of the messages the turn stores, in their order, read from
+    the store: a message at a time, each once.
+
+    An assistant message asking for tools gives ``tool_calls_start`` once its
+    calls are decided (none pending): the calls approved, about to run. Until
+    then it is read again at each step; a turn that stops for a human leaves it
+    undecided, and ``done`` lists the pending calls.
+    """
+
+    def __init__(self, hub: "Hub", ctx: ChatContext) -> None:
+        self.hub = hub
+        self.cid = ctx.id
+        self.seen = len(ctx.active_branch.message_ids)
+        self.calls: dict[str, ToolCallRequest] = {c.id: c for c in ctx.open_tool_calls()}
+        self.undecided: int | None = None
+        """The index of an assistant message whose calls are not all decided."""
+
+    async def more(self) -> list[ServerSentEvent]:
+        start = self.seen if self.undecided is None else self.undecided
+        nodes = await self.hub.engine.messages(self.cid, offset=start)
+        out: list[ServerSentEvent] = []
+        for i, node in enumerate(nodes, start):
+            if i < self.seen:  # the undecided message, read again
+                out.extend(self._decided(i, node))
+                continue
+            self.seen = i + 1
+            out.extend(self._records(i, node))
+        return out
+
+    def _records(self, index: int, node: MessageNode) -> list[ServerSentEvent]:
+        msg = node.message
+        if msg.role is Role.TOOL:
+            done = msg.tool_result
+            call = self.calls.get(done.request_id) if done is not None else None
+            if call is None:
+                return []  # a result with no call: not a record the format has
+            return [_sse("tool_result", _tool_record(call, msg, msg))]
+        out: list[ServerSentEvent] = []
+        if msg.thinking:
+            out.append(_sse("record", _thinking_record(msg)))
+        if msg.role is not Role.ASSISTANT or msg.content or not msg.tool_calls:
+            out.append(_sse("record", _message_record(msg)))
+        if msg.tool_calls:
+            self.calls.update((c.id, c) for c in msg.tool_calls)
+            out.extend(self._decided(index, node))
+        return out
+
+    def _decided(self, index: int, node: MessageNode) -> list[ServerSentEvent]:
+        calls = node.message.tool_calls or []
+        for c in calls:
+            self.calls[c.id] = c  # the stored decision
+        if any(c.approval_status is ApprovalStatus.PENDING for c in calls):
+            self.undecided = index
+            return []
+        self.undecided = None
+        running = [_call(c) for c in calls if c.approval_status is ApprovalStatus.APPROVED]
+        return [_sse("tool_calls_start", running)] if running else []
+
+
+def _final(turn: Turn | None) -> dict[str, Any] | None:
+    """The record of the turn's last assistant message with text (None if none)."""
+    for msg in reversed(turn.messages if turn is not None else ()):
+        if msg.role is Role.ASSISTANT:
+            return _message_record(msg) if msg.content else None
+    return None
+
+
+def _error_body(job: "_Job") -> dict[str, Any] | None:
+    """The error of a failed turn, as an error response's body (None: it did not fail)."""
+    turn, exc = job.turn, job.error
+    if exc is not None:
+        if isinstance(exc, TurnFSMError):
+            _, code = status_of(exc)
+        else:
+            code = "internal_error"
+        return {"error": {"code": code, "message": str(exc)}}
+    if turn is not None and (turn.state is State.PERMANENT_FAILURE or turn.error is not None):
+        return {"error": {"code": "turn_failed", "message": turn.error or "the turn failed"}}
+    return None
+
+
+def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRouter:
+    """The ``/sessions`` and ``/chat`` routes over the app's ``hub``, authenticated
+    by ``tenant``."""
+    router = APIRouter(tags=["sessions"])
+    Tenant = Annotated[str, Depends(tenant)]
+
+    async def session(session_id: str, who: str) -> ChatContext:
+        """The tenant's session, else ``404 session_not_found`` (never a 403)."""
+        try:
+            await hub.check(session_id, who)
+            ctx = await hub.engine.get_context(session_id)
+        except ContextNotFound:
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}") from None
+        if ctx.parent_id is not None:  # a sub-context is not a session
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        return ctx
+
+    async def new_session(who: str, title: str | None) -> ChatContext:
+        cid = await hub.engine.create_context(title=title)
+        await hub.tenants.set(cid, who)
+        hub.tap(cid, who)
+        return await hub.engine.get_context(cid)
+
+    @router.post("/sessions", status_code=201)
+    async def create_session(who: Tenant, body: SessionIn | None = None) -> SessionOut:
+        """A new session (a context of the caller's tenant), with its ``title`` if given."""
+        try:
+            ctx = await new_session(who, body.title if body is not None else None)
+        except InvalidInput as exc:
+            raise InvalidInput(f"body.{exc.where}", exc.reason) from None
+        return SessionOut.of(ctx)
+
+    @router.get("/sessions")
+    async def list_sessions(
+        who: Tenant,
+        cursor: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_SESSION_PAGE)] = 20,
+    ) -> SessionList:
+        """The tenant's sessions, newest first (by creation), paged."""
+        owners = await hub.tenants.all()
+        fallback = DEFAULT_TENANT if not hub.config.tokens else None
+        mine = [
+            s.id
+            for s in await hub.engine.store.list_contexts()  # oldest first
+            if s.parent_id is None and owners.get(s.id, fallback) == who
+        ]
+        end = len(mine) if cursor in (None, "") else _cursor(cursor, len(mine))
+        start = max(0, end - limit)
+        page: list[SessionOut] = []
+        for cid in reversed(mine[start:end]):
+            try:
+                page.append(SessionOut.of(await hub.engine.get_context(cid)))
+            except ContextNotFound:
+                continue  # deleted meanwhile
+        return SessionList(sessions=page, next_cursor=str(start) if start > 0 else None)
+
+    @router.get("/sessions/{session_id}")
+    async def get_session(session_id: str, who: Tenant) -> SessionRecords:
+        """The session and its records (the active branch in the session format)."""
+        ctx = await session(session_id, who)
+        exported = export_session_records(ctx)
+        return SessionRecords(
+            **SessionOut.of(ctx).model_dump(),
+            state=ctx.current_state,
+            records=exported["records"],
+        )
+
+    @router.post(
+        "/chat",
+        response_class=EventSourceResponse,
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def chat(body: ChatIn, who: Tenant) -> EventSourceResponse:
+        """One turn on a session (none given: a new one), streamed as records."""
+        content = _content(body)  # bad input: 422 before anything is stored
+        if body.session_id is not None:
+            ctx = await session(body.session_id, who)
+        else:
+            # over the tenant's turn limit: 429 before a session is made
+            with hub.turn_limit.reserved(who):
+                ctx = await new_session(who, None)
+        cid = ctx.id
+        engine = hub.engine
+        feed = _Feed(hub, ctx)
+        sub = engine.subscribe(cid)
+        try:
+            job = await hub.launch(cid, lambda: engine.send(cid, content), wait=False)
+        except BaseException:
+            await sub.aclose()
+            raise
+        stop = anyio.Event()
+        return EventSourceResponse(
+            _stream(hub, feed, sub, job, stop),
+            headers={SESSION_HEADER: cid},
+            ping=hub.config.heartbeat,
+            shutdown_event=stop,
+            shutdown_grace_period=SHUTDOWN_GRACE,
+        )
+
+    return router
+
+
+async def _stream(
+    hub: "Hub", feed: _Feed, sub: Subscription, job: "_Job", stop: anyio.Event
+) -> AsyncIterator[ServerSentEvent]:
+    """The turn's records as they are stored, then ``error`` (if it failed) and ``done``."""
+    try:
+        while True:
+            finished = job.done.is_set() or stop.is_set() or hub.closing.is_set()
+            for sse in await feed.more():
+                yield sse
+            if finished:  # a stopping server cancels the turn: say where it is
+                break
+            await _step(sub, job, (stop, hub.closing))
+    finally:
+        await sub.aclose()
+    error = _error_body(job)
+    if error is not None:
+        yield _sse("error", error)
+    turn = job.turn
+    if turn is not None:
+        state, stop_reason = str(turn.state), turn.stop_reason
+        pending = [_call(c) for c in turn.pending_tool_calls]
+        questions = [
+            {"tool_call_id": q.call_id, "question": q.question, "choices": list(q.choices)}
+            for q in turn.questions
+        ]
+    else:  # the call raised, or still runs as the server stops: what the store holds
+        ctx = await hub.engine.get_context(feed.cid)
+        state, stop_reason = ctx.current_state, None
+        pending, questions = [_call(c) for c in ctx.pending_tool_calls()], []
+    yield _sse(
+        "done",
+        {
+            "session_id": feed.cid,
+            "state": state,
+            "stop_reason": None if stop_reason is None else str(stop_reason),
+            "record": _final(turn),
+            "pending_tool_calls": pending,
+            "questions": questions,
+        },
+    )
+
+
+async def _step(sub: Subscription, job: "_Job", stops: tuple[anyio.Event, ...]) -> None:
+    """Wait until the turn stored something (an event other than a streamed
+    delta), or ended, or the server stops; the events only say when to read."""
+
+    async def read(scope: anyio.CancelScope) -> None:
+        async for ev in sub:
+            if ev.kind != "ContentDelta":
+                break
+        else:  # the engine closed: the turn ends too
+            await job.done.wait()
+        sub.drain()
+        scope.cancel()
+
+    async def watch(event: anyio.Event, scope: anyio.CancelScope) -> None:
+        await event.wait()
+        scope.cancel()
+
+    async with anyio.create_task_group() as race:
+        race.start_soon(read, race.cancel_scope)
+        for event in (job.done, *stops):
+            race.start_soon(watch, event, race.cancel_scope)
+
+
+def _cursor(cursor: str, size: int) -> int:
+    if not cursor.isdigit() or len(cursor) > 12:
+        raise InvalidInput("cursor", f"not a cursor this server gave: {cursor!r}")
+    return min(int(cursor), size)
