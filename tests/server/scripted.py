@@ -3,10 +3,12 @@ and compatibility endpoints: one word of the user's message picks the answer.
 
 - ``add``: thinks, then calls ``add`` (no approval needed), then says the sum;
 - ``book``: calls ``book``, which needs approval;
-- ``fail``: the model refuses the request for good (HTTP 400);
+- ``refuse``: the model refuses to answer;
+- ``fail``: the model's API refuses the request for good (HTTP 400);
 - ``picture``: says how many images and files the message holds;
 - ``user``: says the ``user`` model parameter it was sent;
-- ``hold``: waits until the test lets it go (``GATE``), then answers;
+- ``hold``: waits until the test lets it go (``GATE``), then answers (with
+  ``add``: the answer after the tool's result waits);
 - anything else: a streamed greeting.
 """
 
@@ -53,6 +55,9 @@ def _text(message: dict[str, Any]) -> str:
 async def answer(request: LLMRequest) -> dict[str, Any]:
     last = request.messages[-1]
     if last["role"] == "tool":
+        asked = next(_text(m) for m in reversed(request.messages) if m["role"] == "user")
+        if "hold" in asked:
+            await anyio.to_thread.run_sync(GATE.wait, abandon_on_cancel=True)
         return {"chunks": ["The answer is ", f"{last['content']}."], "usage": USAGE}
     text = _text(last)
     if "add" in text:
@@ -61,6 +66,8 @@ async def answer(request: LLMRequest) -> dict[str, Any]:
     if "book" in text:
         call = {"id": "call_book", "name": "book", "arguments": {"city": "Oslo"}}
         return {"text": "I will book it.", "tool_calls": [call]}
+    if "refuse" in text:
+        return {"refusal": "I can't help with that."}
     if "fail" in text:
         return {"error": {"status": 400, "message": "the model refused the request"}}
     if "picture" in text:

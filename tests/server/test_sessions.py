@@ -166,6 +166,15 @@ def test_a_failed_turn_sends_error_then_done(server: Running) -> None:
         assert c.get(f"/api/contexts/{sid}/state").json()["state"] == "PermanentFailure"
 
 
+def test_a_refusal_is_a_record_with_its_refusal(server: Running) -> None:
+    with server.client() as c:
+        _, events = chat(c, session_id=new_session(c)["id"], message="please refuse")
+        assert [e.event for e in events] == ["record", "record", "done"]
+        answer = events[1].data
+        assert answer["content"] == "" and answer["refusal"] == "I can't help with that."
+        assert events[2].data["stop_reason"] == "refusal" and events[2].data["record"] == answer
+
+
 def test_without_a_session_id_a_session_is_made(server: Running) -> None:
     with server.client() as c:
         r, events = chat(c, message="hello")
@@ -238,16 +247,38 @@ def test_images_and_files_are_content_parts(server: Running) -> None:
 # ---------------------------------------------------------------------- the turn limit
 
 
+@pytest.fixture
+def gate() -> Iterator[None]:
+    """The ``hold`` answers wait until the test sets ``GATE``."""
+    GATE.clear()
+    try:
+        yield
+    finally:
+        GATE.set()
+
+
+def test_records_go_out_while_the_turn_runs(server: Running, gate: None) -> None:
+    with server.client() as c, c.stream("POST", "/chat", json={"message": "add and hold"}) as r:
+        sid = r.headers["x-turnfsm-session-id"]
+        events = read_events(r)
+        got = [next(events).event for _ in range(4)]
+        assert got == ["record", "record", "tool_calls_start", "tool_result"]
+        # the model has not answered yet: the records came as they were stored
+        with server.client() as other:
+            assert other.get(f"/api/contexts/{sid}/state").json()["running"] is True
+        GATE.set()
+        rest = [e.event for e in events]
+        assert rest == ["record", "done"]
+
+
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    GATE.clear()
     yield from scripted_server(
         tmp_path_factory.mktemp("limited") / "server.db", max_turns_per_tenant=1
     )
-    GATE.set()
 
 
-def test_a_turn_over_the_limit_is_429_and_stores_nothing(limited: Running) -> None:
+def test_a_turn_over_the_limit_is_429_and_stores_nothing(limited: Running, gate: None) -> None:
     with limited.client() as alice, limited.client("token-bob") as bob:
         held = new_session(alice)["id"]
         other = new_session(alice)["id"]

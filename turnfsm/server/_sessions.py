@@ -121,6 +121,14 @@ def _content(body: ChatIn) -> list[ContentPart]:
     return parts
 
 
+def _record(msg: InternalMessage) -> dict[str, Any]:
+    """A message record; a refusal, which the format has no place for, as ``refusal``."""
+    record = _message_record(msg)
+    if msg.refusal is not None:
+        record["refusal"] = msg.refusal
+    return record
+
+
 def _thinking_record(msg: InternalMessage) -> dict[str, Any]:
     """An assistant message's thinking, as a message record of its own."""
     record = _message_record(msg)
@@ -178,7 +186,7 @@ class _Feed:
         if msg.thinking:
             out.append(_sse("record", _thinking_record(msg)))
         if msg.role is not Role.ASSISTANT or msg.content or not msg.tool_calls:
-            out.append(_sse("record", _message_record(msg)))
+            out.append(_sse("record", _record(msg)))
         if msg.tool_calls:
             self.calls.update((c.id, c) for c in msg.tool_calls)
             out.extend(self._decided(index, node))
@@ -200,7 +208,7 @@ def _final(turn: Turn | None) -> dict[str, Any] | None:
     """The record of the turn's last assistant message with text (None if none)."""
     for msg in reversed(turn.messages if turn is not None else ()):
         if msg.role is Role.ASSISTANT:
-            return _message_record(msg) if msg.content else None
+            return _record(msg) if msg.content or msg.refusal is not None else None
     return None
 
 
