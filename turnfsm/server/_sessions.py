@@ -31,6 +31,7 @@ from ..adapters.outbound.exporters import export_session_records
 from ..adapters.outbound.exporters._session_records import _message_record, _tool_record
 from ..engine import Subscription, Turn
 from ..errors import ContextNotFound, InvalidInput, TurnFSMError
+from ..events import ContentDelta, Event, EventsMissed, MessageCompleted, StateChanged, ToolResult
 from ..model import (
     ApprovalStatus,
     ChatContext,
@@ -145,36 +146,71 @@ def _sse(event: str, data: Any) -> ServerSentEvent:
 
 
 class _Feed:
-    """The records of the messages the turn stores, in their order, read from
-    the store: a message at a time, each once.
+    """The records of the messages the turn stores, each once, in their order.
+
+    The branch is read once when the turn has taken its first step (the user's
+    message, and the results that closed calls left pending, are stored then)
+    and once when it has ended (the context then rests in memory: no load).
+    Between the two, each event of a stored message says which one to send: a
+    ``MessageCompleted`` carries the stored answer; a ``ToolResult`` names the
+    stored result, read by its id (not the whole context). After an
+    ``EventsMissed``, the branch is read again.
 
     An assistant message asking for tools gives ``tool_calls_start`` once its
-    calls are decided (none pending): the calls approved, about to run. Until
-    then it is read again at each step; a turn that stops for a human leaves it
-    undecided, and ``done`` lists the pending calls.
+    calls are decided (none pending: read again when the context enters
+    ``ExecutingTools``): the calls approved, about to run. A turn that stops
+    for a human leaves it undecided, and ``done`` lists the pending calls.
     """
 
-    def __init__(self, hub: "Hub", ctx: ChatContext) -> None:
+    def __init__(self, hub: "Hub", cid: str, before: list[MessageNode]) -> None:
         self.hub = hub
-        self.cid = ctx.id
-        self.seen = len(ctx.active_branch.message_ids)
-        self.calls: dict[str, ToolCallRequest] = {c.id: c for c in ctx.open_tool_calls()}
-        self.undecided: int | None = None
-        """The index of an assistant message whose calls are not all decided."""
+        self.cid = cid
+        self.start = len(before)
+        """Where the turn's messages begin in the branch (``before``: the branch)."""
+        self.sent: set[str] = set()
+        self.calls: dict[str, ToolCallRequest] = {}
+        """The calls whose results may come: the last batch before the turn (a
+        new message closes its pending calls), then the turn's own."""
+        last = next((n.message for n in reversed(before) if n.message.tool_calls), None)
+        if last is not None and last.tool_calls:
+            self.calls = {c.id: c for c in last.tool_calls}
+        self.undecided: str | None = None
+        """The id of an assistant message whose calls are not all decided."""
 
-    async def more(self) -> list[ServerSentEvent]:
-        start = self.seen if self.undecided is None else self.undecided
-        nodes = await self.hub.engine.messages(self.cid, offset=start)
+    async def catch_up(self) -> list[ServerSentEvent]:
+        """Every message the turn stored that was not sent yet (one read of the branch)."""
         out: list[ServerSentEvent] = []
-        for i, node in enumerate(nodes, start):
-            if i < self.seen:  # the undecided message, read again
-                out.extend(self._decided(i, node))
-                continue
-            self.seen = i + 1
-            out.extend(self._records(i, node))
+        for node in await self.hub.engine.messages(self.cid, offset=self.start):
+            if node.id == self.undecided:
+                out.extend(self._decided(node))
+            elif node.id not in self.sent:
+                out.extend(self._records(node))
         return out
 
-    def _records(self, index: int, node: MessageNode) -> list[ServerSentEvent]:
+    async def after(self, events: list[Event]) -> list[ServerSentEvent]:
+        """What these events say was stored, as records."""
+        out: list[ServerSentEvent] = []
+        for ev in events:
+            if isinstance(ev, EventsMissed):
+                out.extend(await self.catch_up())
+            elif isinstance(ev, MessageCompleted) and ev.message_id not in self.sent:
+                out.extend(self._records(MessageNode(id=ev.message_id, message=ev.message)))
+            elif isinstance(ev, ToolResult) and ev.message_id not in self.sent:
+                out.extend(self._records(await self._read(ev.message_id)))
+            elif (
+                isinstance(ev, StateChanged)
+                and ev.to_state == State.EXECUTING_TOOLS
+                and self.undecided is not None
+            ):
+                out.extend(self._decided(await self._read(self.undecided)))
+        return out
+
+    async def _read(self, message_id: str) -> MessageNode:
+        found = await self.hub.engine.store.load_messages(self.cid, [message_id])
+        return found[0]
+
+    def _records(self, node: MessageNode) -> list[ServerSentEvent]:
+        self.sent.add(node.id)
         msg = node.message
         if msg.role is Role.TOOL:
             done = msg.tool_result
@@ -188,16 +224,15 @@ class _Feed:
         if msg.role is not Role.ASSISTANT or msg.content or not msg.tool_calls:
             out.append(_sse("record", _record(msg)))
         if msg.tool_calls:
-            self.calls.update((c.id, c) for c in msg.tool_calls)
-            out.extend(self._decided(index, node))
+            out.extend(self._decided(node))
         return out
 
-    def _decided(self, index: int, node: MessageNode) -> list[ServerSentEvent]:
+    def _decided(self, node: MessageNode) -> list[ServerSentEvent]:
         calls = node.message.tool_calls or []
         for c in calls:
-            self.calls[c.id] = c  # the stored decision
+            self.calls[c.id] = c  # with its stored decision
         if any(c.approval_status is ApprovalStatus.PENDING for c in calls):
-            self.undecided = index
+            self.undecided = node.id
             return []
         self.undecided = None
         running = [_call(c) for c in calls if c.approval_status is ApprovalStatus.APPROVED]
@@ -232,31 +267,29 @@ def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRou
     router = APIRouter(tags=["sessions"])
     Tenant = Annotated[str, Depends(tenant)]
 
-    async def session(session_id: str, who: str) -> ChatContext:
-        """The tenant's session, else ``404 session_not_found`` (never a 403)."""
+    async def session(session_id: str, who: str) -> str:
+        """The tenant's session (or a sub-context of one, as for ``/api``), else
+        ``404 session_not_found`` (never a 403)."""
         try:
             await hub.check(session_id, who)
-            ctx = await hub.engine.get_context(session_id)
         except ContextNotFound:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}") from None
-        if ctx.parent_id is not None:  # a sub-context is not a session
-            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
-        return ctx
+        return session_id
 
-    async def new_session(who: str, title: str | None) -> ChatContext:
+    async def new_session(who: str, title: str | None) -> str:
         cid = await hub.engine.create_context(title=title)
         await hub.tenants.set(cid, who)
         hub.tap(cid, who)
-        return await hub.engine.get_context(cid)
+        return cid
 
     @router.post("/sessions", status_code=201)
     async def create_session(who: Tenant, body: SessionIn | None = None) -> SessionOut:
         """A new session (a context of the caller's tenant), with its ``title`` if given."""
         try:
-            ctx = await new_session(who, body.title if body is not None else None)
+            cid = await new_session(who, body.title if body is not None else None)
         except InvalidInput as exc:
             raise InvalidInput(f"body.{exc.where}", exc.reason) from None
-        return SessionOut.of(ctx)
+        return SessionOut.of(await hub.engine.store.load(cid))
 
     @router.get("/sessions")
     async def list_sessions(
@@ -277,7 +310,7 @@ def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRou
         page: list[SessionOut] = []
         for cid in reversed(mine[start:end]):
             try:
-                page.append(SessionOut.of(await hub.engine.get_context(cid)))
+                page.append(SessionOut.of(await hub.engine.store.load(cid)))
             except ContextNotFound:
                 continue  # deleted meanwhile
         return SessionList(sessions=page, next_cursor=str(start) if start > 0 else None)
@@ -285,7 +318,7 @@ def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRou
     @router.get("/sessions/{session_id}")
     async def get_session(session_id: str, who: Tenant) -> SessionRecords:
         """The session and its records (the active branch in the session format)."""
-        ctx = await session(session_id, who)
+        ctx = await hub.engine.store.load(await session(session_id, who))
         exported = export_session_records(ctx)
         return SessionRecords(
             **SessionOut.of(ctx).model_dump(),
@@ -301,15 +334,15 @@ def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRou
     async def chat(body: ChatIn, who: Tenant) -> EventSourceResponse:
         """One turn on a session (none given: a new one), streamed as records."""
         content = _content(body)  # bad input: 422 before anything is stored
+        engine = hub.engine
         if body.session_id is not None:
-            ctx = await session(body.session_id, who)
+            cid = await session(body.session_id, who)
+            feed = _Feed(hub, cid, await engine.messages(cid))  # in memory when loaded
         else:
             # over the tenant's turn limit: 429 before a session is made
             with hub.turn_limit.reserved(who):
-                ctx = await new_session(who, None)
-        cid = ctx.id
-        engine = hub.engine
-        feed = _Feed(hub, ctx)
+                cid = await new_session(who, None)
+            feed = _Feed(hub, cid, [])
         sub = engine.subscribe(cid)
         try:
             job = await hub.launch(cid, lambda: engine.send(cid, content), wait=False)
@@ -333,15 +366,17 @@ async def _stream(
 ) -> AsyncIterator[ServerSentEvent]:
     """The turn's records as they are stored, then ``error`` (if it failed) and ``done``."""
     try:
-        while True:
-            finished = job.done.is_set() or stop.is_set() or hub.closing.is_set()
-            for sse in await feed.more():
+        for sse in await feed.catch_up():
+            yield sse
+        while not (job.done.is_set() or stop.is_set() or hub.closing.is_set()):
+            for sse in await feed.after(await _step(sub, job, (stop, hub.closing))):
                 yield sse
-            if finished:  # a stopping server cancels the turn: say where it is
-                break
-            await _step(sub, job, (stop, hub.closing))
+        for sse in await feed.after(_stored(sub.drain())):
+            yield sse
     finally:
         await sub.aclose()
+    for sse in await feed.catch_up():  # anything stored with no event (a cancel's partial text)
+        yield sse
     error = _error_body(job)
     if error is not None:
         yield _sse("error", error)
@@ -370,17 +405,23 @@ async def _stream(
     )
 
 
-async def _step(sub: Subscription, job: "_Job", stops: tuple[anyio.Event, ...]) -> None:
-    """Wait until the turn stored something (an event other than a streamed
-    delta), or ended, or the server stops; the events only say when to read."""
+def _stored(events: list[Event]) -> list[Event]:
+    return [ev for ev in events if not isinstance(ev, ContentDelta)]
+
+
+async def _step(sub: Subscription, job: "_Job", stops: tuple[anyio.Event, ...]) -> list[Event]:
+    """The next events that say something was stored (a streamed delta says
+    nothing yet), all those waiting; none when the turn ends or the server stops."""
+    got: list[Event] = []
 
     async def read(scope: anyio.CancelScope) -> None:
         async for ev in sub:
-            if ev.kind != "ContentDelta":
+            if not isinstance(ev, ContentDelta):
+                got.append(ev)
                 break
         else:  # the engine closed: the turn ends too
             await job.done.wait()
-        sub.drain()
+        got.extend(_stored(sub.drain()))
         scope.cancel()
 
     async def watch(event: anyio.Event, scope: anyio.CancelScope) -> None:
@@ -391,6 +432,7 @@ async def _step(sub: Subscription, job: "_Job", stops: tuple[anyio.Event, ...]) 
         race.start_soon(read, race.cancel_scope)
         for event in (job.done, *stops):
             race.start_soon(watch, event, race.cancel_scope)
+    return got
 
 
 def _cursor(cursor: str, size: int) -> int:
