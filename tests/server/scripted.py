@@ -83,9 +83,15 @@ async def answer(request: LLMRequest) -> dict[str, Any]:
     return {"chunks": ["Hello", " there."], "usage": USAGE}
 
 
-def scripted_server(db: Path, **config: Any) -> Iterator[Running]:
+def scripted_server(
+    db: Path, engine: dict[str, Any] | None = None, **config: Any
+) -> Iterator[Running]:
+    """The server over the scripted model (``engine``: more ``Engine`` arguments)."""
+
     def factory() -> Engine:
-        return Engine(llm=ScriptedLLM(answer), tools=[add, book], store=f"sqlite:///{db}")
+        return Engine(
+            llm=ScriptedLLM(answer), tools=[add, book], store=f"sqlite:///{db}", **(engine or {})
+        )
 
     app = create_app(factory, ServerConfig(tokens=dict(TOKENS), heartbeat=0.5, **config))
     for url in serve_in_thread(app):

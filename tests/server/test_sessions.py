@@ -126,6 +126,22 @@ def test_a_tool_loop_streams_records_then_done(server: Running) -> None:
         assert session["records"] == [user, result, final]  # the thinking is not in the format
 
 
+@pytest.fixture(scope="module")
+def lossy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """Subscriptions of one event: a stream misses most of them (EventsMissed)."""
+    db = tmp_path_factory.mktemp("lossy") / "server.db"
+    yield from scripted_server(db, engine={"subscriber_buffer": 1})
+
+
+def test_a_stream_that_misses_events_still_sends_every_record_in_order(lossy: Running) -> None:
+    with lossy.client() as c:
+        for _ in range(3):
+            _, events = chat(c, message="please add 2 and 3")
+            got = [e.event for e in events]
+            assert got == ["record", "record", "tool_calls_start", "tool_result", "record", "done"]
+            assert events[-1].data["record"]["content"] == "The answer is 5."
+
+
 def test_an_approval_stop_ends_with_done_listing_the_pending_call(server: Running) -> None:
     with server.client() as c:
         sid = new_session(c)["id"]
