@@ -232,6 +232,14 @@ def test_tenants_unknown_sessions_and_bad_input(server: Running) -> None:
                 },
                 "body.binary_content[0].data",
             ),
+            (
+                {
+                    "session_id": sid,
+                    "message": "see",
+                    "binary_content": [PNG, {"url": "ftp://host/a.png"}],
+                },
+                "body.binary_content[1].url",
+            ),
         ):
             r, _ = chat(alice, **body)
             assert r.status_code == 422, r.text

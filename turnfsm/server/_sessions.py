@@ -9,9 +9,9 @@ records and tool call records. ``POST /chat`` runs one turn on the engine, as
 the section "Session endpoints" of ``docs/server.md``.
 
 Nothing is kept twice: the records are made from the messages the engine
-stored, read after each event of the turn (the events only say when to read).
-The turn runs in a task the app owns, so the engine never waits for the
-stream, and a client that goes away does not stop the turn.
+stored, found by the turn's events (:class:`_Feed` says how). The turn runs in
+a task the app owns, so the engine never waits for the stream, and a client
+that goes away does not stop the turn.
 """
 
 import json
@@ -36,6 +36,7 @@ from ..model import (
     ApprovalStatus,
     ChatContext,
     ContentPart,
+    ImagePart,
     InternalMessage,
     MessageNode,
     Role,
@@ -118,8 +119,17 @@ def _content(body: ChatIn) -> list[ContentPart]:
     except InvalidInput as exc:
         where = exc.where.replace("$[0].", "body.", 1)
         raise InvalidInput(where, f"{exc.reason}; {ACCEPTED_BINARY}") from None
-    parts.extend(ctx.history()[0].message.content)
-    return parts
+    attached = ctx.history()[0].message.content
+    for j, part in enumerate(attached):
+        if isinstance(part, ImagePart) and not part.url.startswith(("https://", "data:")):
+            where = f"body.binary_content[{j}]" + (
+                "" if isinstance(body.binary_content[j], str) else ".url"
+            )
+            raise InvalidInput(
+                where,
+                f"an image URL is https:// or data:, not {part.url[:40]!r}; {ACCEPTED_BINARY}",
+            )
+    return parts + attached
 
 
 def _record(msg: InternalMessage) -> dict[str, Any]:
@@ -251,10 +261,9 @@ def _error_body(job: "_Job") -> dict[str, Any] | None:
     """The error of a failed turn, as an error response's body (None: it did not fail)."""
     turn, exc = job.turn, job.error
     if exc is not None:
-        if isinstance(exc, TurnFSMError):
-            _, code = status_of(exc)
-        else:
-            code = "internal_error"
+        if not isinstance(exc, TurnFSMError):  # logged by the job; the stream says no more
+            return {"error": {"code": "internal_error", "message": "see the server's log"}}
+        _, code = status_of(exc)
         return {"error": {"code": code, "message": str(exc)}}
     if turn is not None and (turn.state is State.PERMANENT_FAILURE or turn.error is not None):
         return {"error": {"code": "turn_failed", "message": turn.error or "the turn failed"}}
