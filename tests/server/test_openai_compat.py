@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
 import openai
 import pytest
 
 from .conftest import Running
+from .scripted import scripted_server
 
 WEATHER = "What's the weather in Paris?"
 
@@ -118,3 +122,74 @@ def test_last_message_must_be_a_user_message(server: Running) -> None:
             model="turnfsm", messages=[{"role": "assistant", "content": "hi"}]
         )
     assert "messages[0].role" in str(info.value)
+
+
+# ---------------------------------------------------------------------- usage and user
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    yield from scripted_server(tmp_path_factory.mktemp("usage") / "server.db")
+
+
+def test_usage_is_the_sum_of_the_turns_llm_calls(scripted: Running) -> None:
+    add = [{"role": "user", "content": "please add 2 and 3"}]
+    done = client(scripted).chat.completions.create(model="turnfsm", messages=add)
+    assert done.choices[0].message.content == "The answer is 5."
+    assert done.usage is not None  # two calls of 10 + 4 tokens
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (20, 8)
+    assert done.usage.total_tokens == 28
+
+    chunks = list(
+        client(scripted).chat.completions.create(
+            model="turnfsm",
+            messages=add,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.total_tokens == 28
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert all(ch.usage is None for ch in chunks[:-1])
+
+    plain = list(
+        client(scripted).chat.completions.create(
+            model="turnfsm",
+            messages=add,
+            stream=True,
+        )
+    )
+    assert all(ch.usage is None and ch.choices for ch in plain)
+
+    # a model that reported nothing: null
+    booked = client(scripted).chat.completions.create(
+        model="turnfsm", messages=[{"role": "user", "content": "book a trip"}]
+    )
+    assert booked.usage is None
+
+
+def test_the_user_field_is_kept_as_the_contexts_user_parameter(scripted: Running) -> None:
+    raw = client(scripted).chat.completions.with_raw_response.create(
+        model="turnfsm", messages=[{"role": "user", "content": "which user am I?"}], user="u-1"
+    )
+    cid = raw.headers["x-turnfsm-context-id"]
+    assert raw.parse().choices[0].message.content == "user=u-1"  # the model was sent it
+    more = client(scripted).chat.completions.create(
+        model="turnfsm",
+        messages=[{"role": "user", "content": "which user now?"}],
+        user="u-2",
+        extra_headers={"x-turnfsm-context-id": cid},
+    )
+    assert more.choices[0].message.content == "user=u-2"
+    with scripted.client() as c:
+        assert c.get(f"/api/contexts/{cid}").json()["parameters"] == {"user": "u-2"}
+        audit = [json.loads(line) for line in c.get(f"/api/contexts/{cid}/audit").text.splitlines()]
+        changes = [a for a in audit if a.get("trigger") == "config_updated"]
+        assert len(changes) == 1 and "u-2" in json.dumps(changes[0])
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "user": ""},
+        )
+        assert r.status_code == 422 and r.json()["error"]["where"] == "body.user"

@@ -47,6 +47,7 @@ from ._models import (
 )
 from ._openai_compat import openai_router
 from ._request_compat import request_router
+from ._sessions import sessions_router
 from ._tenants import DEFAULT_TENANT, TenantTable, tenant_of_token
 from ._web import web_router
 
@@ -754,6 +755,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     add_event_routes(app, hub, tenant, owned)
     app.include_router(openai_router(hub, tenant))
     app.include_router(request_router(hub, tenant))
+    app.include_router(sessions_router(hub, tenant))
     app.include_router(web_router(hub, config))  # the web view at / (docs/web.md)
 
     if config.cors_origins:

@@ -1,6 +1,9 @@
 """The per-tenant limit on concurrent turns (``--max-turns-per-tenant``; see
 the section "Limits" of ``docs/server.md``)."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ._errors import ApiError
 
 __all__ = ["DEFAULT_MAX_TURNS_PER_TENANT", "RETRY_AFTER", "TurnLimit"]
@@ -43,3 +46,15 @@ class TurnLimit:
             self._running[tenant] = left
         else:
             self._running.pop(tenant, None)
+
+    @contextmanager
+    def reserved(self, tenant: str) -> Iterator[None]:
+        """Hold a slot while a request makes what its turn needs (a new context,
+        its imported history): ``429`` comes before anything is stored. The slot
+        is given back on leaving; the caller then launches the turn with no await
+        in between, so the launch takes it again before any other request can."""
+        self.acquire(tenant)
+        try:
+            yield
+        finally:
+            self.release(tenant)

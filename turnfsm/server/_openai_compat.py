@@ -9,7 +9,9 @@ the same tenant) is continued and only the last message is sent. Tools run
 server-side under their approval policies; a turn that stops for a human ends
 the completion with a note naming the pending calls, and the context is
 resumed through ``/api``. Every answer carries the context id in the
-``x-turnfsm-context-id`` header (and in the ``turnfsm`` field of the body).
+``x-turnfsm-context-id`` header (and in the ``turnfsm`` field of the body), and
+``usage``: the tokens the model reported for the turn's LLM calls, summed. The
+request's ``user`` becomes the context's model parameter ``user``.
 """
 
 import json
@@ -27,6 +29,7 @@ from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
 from ..errors import InvalidInput
 from ..events import ContentDelta, Event
+from ..model import TokenUsage
 from ..states import State
 from ._errors import ApiError
 
@@ -39,6 +42,15 @@ CONTEXT_HEADER = "x-turnfsm-context-id"
 """The header naming the context a completion made or continued."""
 MODEL_ID = "turnfsm"
 """The one model ``/v1/models`` lists: the server's agent, whatever its LLM."""
+MAX_USER_LENGTH = 256
+"""Characters the request's ``user`` may have."""
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+    """Send the turn's ``usage`` in one more chunk (with no choices) before ``[DONE]``."""
 
 
 class ChatCompletionIn(BaseModel):
@@ -51,6 +63,10 @@ class ChatCompletionIn(BaseModel):
     model: str = MODEL_ID
     messages: list[dict[str, Any]] = Field(min_length=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, min_length=1, max_length=MAX_USER_LENGTH)
+    """The end user's id: kept as the context's model parameter ``user`` (see
+    ``docs/server.md``)."""
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -101,6 +117,21 @@ def _extra(turn: Turn) -> dict[str, Any]:
     }
 
 
+def _usage(turn: Turn) -> dict[str, int] | None:
+    """The tokens the model reported for the turn's LLM calls, summed (``None``
+    when it reported none). A call that reported no total counts prompt plus
+    completion."""
+    reported: list[TokenUsage] = [
+        m.metadata.usage for m in turn.messages if m.metadata.usage is not None
+    ]
+    if not reported:
+        return None
+    prompt = sum(u.prompt_tokens for u in reported)
+    completion = sum(u.completion_tokens for u in reported)
+    total = sum(u.total_tokens or u.prompt_tokens + u.completion_tokens for u in reported)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+
+
 def _failed(turn: Turn) -> ApiError | None:
     if turn.state is State.PERMANENT_FAILURE or turn.error is not None:
         return ApiError(502, "turn_failed", turn.error or "the turn failed")
@@ -119,20 +150,35 @@ def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRoute
             "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "turnfsm"}],
         }
 
+    async def keep_user(cid: str, user: str) -> None:
+        """The request's ``user`` as the context's model parameter (a
+        ``config_updated`` record in the audit when it changes)."""
+        params = (await hub.engine.get_context(cid)).config.parameters
+        if params.get("user") != user:
+            await hub.engine.update_config(cid, parameters={**params, "user": user})
+
     async def context_for(body: ChatCompletionIn, who: str, given: str | None) -> tuple[str, str]:
         text = _last_user_text(body.messages)
         if given is not None:
             await hub.check(given, who)
+            if body.user is not None:
+                with hub.turn_limit.reserved(who):  # 429 before the config changes
+                    await keep_user(given, body.user)
             return given, text
         earlier = body.messages[:-1]
-        if earlier:
-            ctx = import_openai_messages(earlier)
-            await hub.engine.store.create(ctx)
-            cid = ctx.id
-        else:
-            cid = await hub.engine.create_context()
-        await hub.tenants.set(cid, who)
-        hub.tap(cid, who)
+        params = {"user": body.user} if body.user is not None else None
+        # over the tenant's turn limit: 429 before a context is made
+        with hub.turn_limit.reserved(who):
+            if earlier:
+                ctx = import_openai_messages(earlier)
+                if params is not None:
+                    ctx.config = ctx.config.model_copy(update={"parameters": params})
+                await hub.engine.store.create(ctx)
+                cid = ctx.id
+            else:
+                cid = await hub.engine.create_context(parameters=params)
+            await hub.tenants.set(cid, who)
+            hub.tap(cid, who)
         return cid, text
 
     @router.post("/chat/completions", response_model=None)
@@ -170,7 +216,7 @@ def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRoute
                             "finish_reason": "stop",
                         }
                     ],
-                    "usage": None,
+                    "usage": _usage(turn),
                     "turnfsm": _extra(turn),
                 },
                 headers=headers,
@@ -183,15 +229,21 @@ def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRoute
             await sub.aclose()
             raise
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
-            data = {
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None, **more: Any) -> str:
+            data: dict[str, Any] = {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": body.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                **more,
+                "choices": []
+                if delta is None
+                else [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
+            if include_usage:  # as OpenAI does: null on every chunk but the usage one
+                data["usage"] = None
+            data.update(more)
             return f"data: {json.dumps(data)}\n\n"
 
         async def events(job: "_Job") -> AsyncIterator[str]:
@@ -224,6 +276,8 @@ def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRoute
             if tail:
                 yield chunk({"content": tail})
             yield chunk({}, "stop", turnfsm=_extra(turn))
+            if include_usage:
+                yield chunk(None, usage=_usage(turn))
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(job), media_type="text/event-stream", headers=headers)

@@ -43,9 +43,11 @@ def request_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRout
         parse_request(body)  # a malformed body is refused before anything is stored
         engine = hub.engine
         if context_id is None:
-            cid = await engine.create_context()
-            await hub.tenants.set(cid, who)
-            hub.tap(cid, who)
+            # over the tenant's turn limit: 429 before a context is made
+            with hub.turn_limit.reserved(who):
+                cid = await engine.create_context()
+                await hub.tenants.set(cid, who)
+                hub.tap(cid, who)
         else:
             await hub.check(context_id, who)
             cid = context_id
