@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..adapters.inbound.importers import import_session_records
-from ..adapters.outbound.exporters import export_session_records
-
-# One record per message, in the session JSON format's own shapes.
-from ..adapters.outbound.exporters._session_records import _message_record, _tool_record
+from ..adapters.outbound.exporters import (  # records in the session JSON format's shapes
+    export_session_records,
+    message_record,
+    tool_record,
+)
 from ..engine import Subscription, Turn
 from ..errors import ContextNotFound, InvalidInput, TurnFSMError
 from ..events import ContentDelta, Event, EventsMissed, MessageCompleted, StateChanged, ToolResult
@@ -134,7 +135,7 @@ def _content(body: ChatIn) -> list[ContentPart]:
 
 def _record(msg: InternalMessage) -> dict[str, Any]:
     """A message record; a refusal, which the format has no place for, as ``refusal``."""
-    record = _message_record(msg)
+    record = message_record(msg)
     if msg.refusal is not None:
         record["refusal"] = msg.refusal
     return record
@@ -142,7 +143,7 @@ def _record(msg: InternalMessage) -> dict[str, Any]:
 
 def _thinking_record(msg: InternalMessage) -> dict[str, Any]:
     """An assistant message's thinking, as a message record of its own."""
-    record = _message_record(msg)
+    record = message_record(msg)
     return {**record, "content": msg.thinking, "binary_content": [], "thinking": True}
 
 
@@ -227,7 +228,7 @@ class _Feed:
             call = self.calls.get(done.request_id) if done is not None else None
             if call is None:
                 return []  # a result with no call: not a record the format has
-            return [_sse("tool_result", _tool_record(call, msg, msg))]
+            return [_sse("tool_result", tool_record(call, msg, msg))]
         out: list[ServerSentEvent] = []
         if msg.thinking:
             out.append(_sse("record", _thinking_record(msg)))

@@ -37,7 +37,7 @@ What they share (:mod:`._common`):
 from ._conversation_entries import export_conversation_entries
 from ._export import EXPORT_FORMATS, ExportFormat, export_context
 from ._openai_messages import export_openai_messages
-from ._session_records import export_session_records
+from ._session_records import export_session_records, message_record, tool_record
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -46,4 +46,6 @@ __all__ = [
     "export_conversation_entries",
     "export_openai_messages",
     "export_session_records",
+    "message_record",
+    "tool_record",
 ]

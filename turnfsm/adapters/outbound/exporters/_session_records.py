@@ -63,6 +63,8 @@ from ._common import (
 
 __all__ = [
     "export_session_records",
+    "message_record",
+    "tool_record",
 ]
 
 _ROLES = {
@@ -93,7 +95,8 @@ def _binary_item(part: ImagePart | FilePart, rest: dict[str, Any]) -> dict[str, 
     return {**item, **{k: v for k, v in rest.items() if k not in item}}
 
 
-def _message_record(msg: InternalMessage) -> dict[str, Any]:
+def message_record(msg: InternalMessage) -> dict[str, Any]:
+    """One system, user or assistant message as a ``MessageRecord`` (see above)."""
     extra = msg.metadata.extra
     kept = extra.get("binary_content")
     leftovers = kept if isinstance(kept, list) else []
@@ -114,9 +117,11 @@ def _message_record(msg: InternalMessage) -> dict[str, Any]:
     return {**record, **extra_fields(extra, _MESSAGE_RECORD)}
 
 
-def _tool_record(
+def tool_record(
     call: ToolCallRequest, asked: InternalMessage, result: InternalMessage | None
 ) -> dict[str, Any]:
+    """One call of ``asked`` as a ``ToolCallRecord``, with ``result`` (None: the
+    result an import gives a call whose result is missing)."""
     done = result.tool_result if result is not None else None
     return {
         "type": "tool_call",
@@ -152,9 +157,9 @@ def export_session_records(ctx: ChatContext, *, branch: str | None = None) -> di
             continue  # written with its call
         calls = msg.tool_calls or []
         if not calls or msg.content:
-            records.append(_message_record(msg))
+            records.append(message_record(msg))
         for i, call in enumerate(calls):
-            record = _tool_record(call, msg, results.get(call.id))
+            record = tool_record(call, msg, results.get(call.id))
             if i == 0 and not msg.content:
                 record |= extra_fields(msg.metadata.extra, _TOOL_RECORD)
             records.append(record)
