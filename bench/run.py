@@ -9,6 +9,7 @@
     python bench/run.py --workload bytes              # bytes written per turn, 100 vs 5,000
     python bench/run.py --workload W8 --baseline /tmp/old-checkout --baseline-python PY
     python bench/run.py --workload prepare            # building one request, 100 vs 5,000
+    python bench/run.py --workload W7                 # a W1 turn over HTTP + SSE vs in-process
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -38,7 +39,7 @@ if HERE not in sys.path:
 
 from _common import SYNCHRONOUS, ensure_prepared, turnfsm_fingerprint  # noqa: E402
 
-IMPLEMENTED = ("W1", "W2", "W3", "W4", "W5", "W6", "W8", "BYTES")
+IMPLEMENTED = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "BYTES")
 DURABLE = ("W4", "W5", "W8", "BYTES")
 """On SQLite: they take ``--synchronous`` and report it."""
 PREPARED = ("W5", "BYTES")
@@ -48,6 +49,11 @@ TARGETS = {"W1": 15.0, "W2": 3.0, "W3": 15.0, "W4": 1.5, "W5": 2.0, "W6": 15.0}
 """The targets, as ratios to the floor (W3: wall; peak RSS <= 2x). W4 and W5 are
 compared with the floor at the same ``synchronous`` setting."""
 W3_RSS_TARGET = 2.0
+W7_TARGET_MS = 3.0
+"""W7's target: at most 3 ms per W1 turn over HTTP + SSE on top of the same turn
+in-process (not a ratio to the floor: both sides are turnfsm)."""
+W7_SYSTEMS = ("inprocess", "http")
+"""W7's two measuring processes (bench/http_side.py), alternated like floor and turnfsm."""
 THROUGHPUT = ("W8",)
 """Figures in sends per second (higher is better): their ``ratio_to_floor`` is the
 floor's figure divided by turnfsm's (how many times slower), like the others."""
@@ -64,6 +70,10 @@ def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
         import prepare_view
 
         return prepare_view.run()
+    if workload == "W7":
+        import http_side
+
+        return {"system": system, "workload": workload, **http_side.run(system)}
     if system == "floor":
         import floor as side
     else:  # turnfsm, or the baseline (turnfsm_side on an older turnfsm)
@@ -206,6 +216,53 @@ def _measure(
     return out
 
 
+def _measure_w7(runs: int, quiet: bool) -> list[dict[str, Any]]:
+    """W7: the W1 turn in-process and over HTTP + SSE, in fresh processes run
+    alternately; the figure is the difference of the two medians, in ms per turn."""
+    source_before = turnfsm_fingerprint()
+    samples: dict[str, list[dict[str, Any]]] = {s: [] for s in W7_SYSTEMS}
+    for r in range(runs):
+        for system in W7_SYSTEMS:
+            t0 = time.perf_counter()
+            res = _spawn("W7", system, "FULL")
+            samples[system].append(res)
+            if not quiet:
+                print(
+                    f"  W7 {system:<9} run {r + 1}/{runs}: {res['value']:.4g} us/turn, "
+                    f"{res['extra']['deltas_per_s']:.4g} deltas/s  "
+                    f"({time.perf_counter() - t0:.1f}s)",
+                    file=sys.stderr,
+                )
+    source_after = _source_after("W7", ("turnfsm",), source_before)
+
+    def med(system: str, key: str) -> float:
+        return statistics.median(r[key] if key in r else r["extra"][key] for r in samples[system])
+
+    inproc, http = med("inprocess", "value"), med("http", "value")
+    line: dict[str, Any] = {
+        "system": "turnfsm",
+        "workload": "W7",
+        "value": _round((http - inproc) / 1000, 4),
+        "unit": "ms/turn",
+        "target_ms": W7_TARGET_MS,
+        "http_us_per_turn": _round(http, 4),
+        "inprocess_us_per_turn": _round(inproc, 4),
+        "server_cpu_us_per_turn": _round(med("http", "server_cpu_us"), 4),
+        "client_cpu_us_per_turn": _round(med("http", "client_cpu_us"), 4),
+        "inprocess_cpu_us_per_turn": _round(med("inprocess", "cpu_value"), 4),
+        "sse_deltas_per_s": _round(med("http", "deltas_per_s"), 4),
+        "inprocess_deltas_per_s": _round(med("inprocess", "deltas_per_s"), 4),
+        "peak_rss_mib": round(med("http", "peak_rss_mib"), 1),
+        "ratio_to_floor": None,
+        "runs": [
+            _round((h["value"] - i["value"]) / 1000, 4)
+            for h, i in zip(samples["http"], samples["inprocess"], strict=True)
+        ],
+        "turnfsm_src": source_after if source_before == source_after else "changed",
+    }
+    return [line]
+
+
 def _source_after(workload: str, systems: tuple[str, ...], before: str | None) -> str | None:
     after = turnfsm_fingerprint() if "turnfsm" in systems else None
     if before != after:
@@ -265,6 +322,23 @@ def _summary(lines: list[dict[str, Any]]) -> str:
     ]
     floor_w4 = next((x for x in lines if x["workload"] == "W4" and x["system"] == "floor"), None)
     for ln in lines:
+        if ln["workload"] == "W7":
+            extra = ln["value"]
+            ok = "ok" if extra <= ln["target_ms"] else "MISSED"
+            rows.append(
+                f"{'W7':<9}{ln['system']:<9}{extra:>12.4g} {'ms/turn':<9}"
+                f"{ln['peak_rss_mib']:>7.1f} MiB{'':>9} <= {ln['target_ms']:g} ms over HTTP + SSE "
+                + ok
+            )
+            rows.append(
+                f"{'':<18}(over HTTP {ln['http_us_per_turn']:.4g} us/turn, in-process "
+                f"{ln['inprocess_us_per_turn']:.4g}; CPU per turn: server "
+                f"{ln['server_cpu_us_per_turn']:.4g} us, client "
+                f"{ln['client_cpu_us_per_turn']:.4g} us; "
+                f"SSE {ln['sse_deltas_per_s']:.4g} deltas/s, in-process "
+                f"{ln['inprocess_deltas_per_s']:.4g})"
+            )
+            continue
         if ln["workload"] == "bytes":
             rows.append(
                 f"{'bytes':<9}{ln['system']:<9}{ln['bytes_per_turn_at_100']:>9} B/turn at 100 "
@@ -348,8 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, bytes or all")
-    p.add_argument("--system", choices=("turnfsm", "floor", "baseline", "both"), default="both")
+    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, bytes or all")
+    p.add_argument(
+        "--system",
+        choices=("turnfsm", "floor", "baseline", "both", *W7_SYSTEMS),
+        default="both",
+        help="the system measured (W7 always runs both of its own: inprocess and http)",
+    )
     p.add_argument(
         "--baseline",
         metavar="DIR",
@@ -392,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workload and args.workload.upper() == "PREPARE":
         return _run_prepare(args.runs, args.json)
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|W8|bytes|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|bytes|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")
@@ -411,11 +490,16 @@ def main(argv: list[str] | None = None) -> int:
             runs = 1 if w == "BYTES" else args.runs
             sync = f" (synchronous={args.synchronous})" if w in DURABLE else ""
             names = systems if w in THROUGHPUT else [s for s in systems if s != "baseline"]
+            if w == "W7":
+                names = list(W7_SYSTEMS)
             print(f"{w}: {runs} run(s) of {' + '.join(names)}{sync}", file=sys.stderr)
         # the baseline runs W8 only (what its target compares)
         sys_w = systems if w in THROUGHPUT else tuple(s for s in systems if s != "baseline")
         try:
-            lines = _measure(w, sys_w, args.runs, quiet=args.json, synchronous=args.synchronous)
+            if w == "W7":
+                lines = _measure_w7(args.runs, quiet=args.json)
+            else:
+                lines = _measure(w, sys_w, args.runs, args.json, args.synchronous)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -9,11 +9,12 @@ def anyio_backend() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` tests (long conversations, many contexts: seconds each) and
-    ``browser`` tests (a real headless Chromium) run only when selected:
-    ``pytest -m slow``, ``pytest -m browser``."""
+    """``slow`` tests (long conversations, many contexts: seconds each),
+    ``browser`` tests (a real headless Chromium) and the ``load`` test (a server
+    under 200 clients) run only when selected: ``pytest -m slow``, ``-m browser``,
+    ``-m load``."""
     markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser"):
+    for marker in ("slow", "browser", "load"):
         if marker in markexpr:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
