@@ -69,8 +69,8 @@ class Runtime:
     lease_claim: bool = False
     """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
     hand_back: bool = False
-    """Stop the running call before its next wait on the outside world (the
-    model, a tool, a backoff), once what it did is committed: the context stays
+    """Stop the running call before its next call of the model or backoff
+    (after the tools it is running), once what it did is committed: the context stays
     away from rest with its lease released, for another engine to resume
     (a worker that shuts down)."""
 

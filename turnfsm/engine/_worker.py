@@ -15,8 +15,8 @@ to free, or ``poll`` seconds, whichever comes first: nothing waits on a lost
 notification longer than ``poll``.
 
 :meth:`Worker.stop` stops claiming and asks every running turn to hand itself
-back before its next wait on the outside world (the model, a tool, a backoff),
-once what it did is committed; its last commit releases the lease, so another
+back before its next call of the model or backoff (a batch of tools being run
+is run to its end), once what it did is committed; its last commit releases the lease, so another
 worker resumes it at once. Turns still running after ``grace`` seconds are
 interrupted (not cancelled: the context keeps its last committed state, as
 after a crash) and their leases released.
