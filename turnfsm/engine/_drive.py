@@ -63,15 +63,15 @@ T = Trigger
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
 _WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
+"""Effects that wait on the outside world (the LLM, tools, the clock). What was
+taken before them is committed first; the steps between two waits (a user
+message and its prepared request; an answer and the policy's decision on its
+calls) share one commit, and each keeps its own audit step."""
 _HAND_BACK_BEFORE = frozenset({Effect.CALL_LLM, Effect.BACKOFF})
 """Where a call asked to hand back (``Runtime.hand_back``) stops: before a wait
 that the next owner starts afresh. Not before ``run_tools``: the calls about
 to run are recorded as started by then, and a tool that is not idempotent,
 started and not run, would come back as ``outcome_unknown``."""
-"""Effects that wait on the outside world (the LLM, tools, the clock). What was
-taken before them is committed first; the steps between two waits (a user
-message and its prepared request; an answer and the policy's decision on its
-calls) share one commit, and each keeps its own audit step."""
 
 Start = Callable[[Runtime], Awaitable[None]]
 """What a public call does first: check against the loaded context, take its trigger."""

@@ -997,7 +997,9 @@ class PostgresStore:
         """Take the leases of up to ``limit`` (None: all) contexts that are away from rest
         (their state is not ``Idle``, ``AwaitingToolApproval`` or
         ``PermanentFailure``) and whose lease was released, expired at ``now``,
-        or never taken, oldest first: each with the next fencing token, for
+        or never taken, the longest waiting first (by their last commit, so a
+        context handed off again goes behind those handed off before it): each
+        with the next fencing token, for
         ``ttl`` seconds. Rows another engine is claiming at the same moment are
         skipped (``FOR UPDATE SKIP LOCKED``), so engines claiming at once get
         disjoint sets: each such context is resumed by one of them."""
@@ -1016,7 +1018,7 @@ class PostgresStore:
                 "SELECT l.context_id, l.token FROM contexts c "
                 "JOIN leases l ON l.context_id = c.id "
                 "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
-                "ORDER BY c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # LIMIT NULL: all
+                "ORDER BY c.updated_at, c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # NULL: all
                 (resting, now, limit),
             )
             leases = [

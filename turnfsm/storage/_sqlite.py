@@ -1296,7 +1296,9 @@ class SQLiteStore:
         """Take the leases of up to ``limit`` (None: all) contexts that are away from
         rest (their state is not ``Idle``, ``AwaitingToolApproval`` or
         ``PermanentFailure``) and whose lease was released, expired at ``now``,
-        or never taken, oldest first: each with the next fencing token, for
+        or never taken, the longest waiting first (by their last commit, so a
+        context handed off again goes behind those handed off before it): each
+        with the next fencing token, for
         ``ttl`` seconds. One write of the writer's group: processes claiming at
         once are serialized by SQLite's write lock and get disjoint sets, as
         PostgreSQL's ``claim_expired`` gives them."""
@@ -1309,7 +1311,7 @@ class SQLiteStore:
                 "LEFT JOIN leases l ON l.context_id = c.id "
                 f"WHERE c.state NOT IN ({marks}) "
                 "AND (l.context_id IS NULL OR l.owner IS NULL OR l.expires_at <= ?) "
-                "ORDER BY c.seq LIMIT ?",
+                "ORDER BY c.updated_at, c.seq LIMIT ?",
                 (*resting, now, -1 if limit is None else limit),
             ).fetchall()
             leases = [Lease(cid, owner, token + 1, now + ttl) for cid, token in found]
