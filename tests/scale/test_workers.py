@@ -238,6 +238,24 @@ async def test_sqlite_claims_contexts_away_from_rest_without_a_live_lease(tmp_pa
 
 
 @pytest.mark.anyio
+async def test_the_longest_waiting_context_is_claimed_first_not_the_oldest(
+    tmp_path: Path,
+) -> None:
+    """A conversation handed off again queues behind those handed off before
+    it, so a busy one cannot starve the others."""
+    path = tmp_path / "c.db"
+    async with engine_on(f"sqlite:///{path}") as engine:
+        older, newer = await engine.create_context(), await engine.create_context()
+        await engine.submit(newer, "first")
+        await anyio.sleep(0.01)
+        await engine.submit(older, "second")
+        store = engine.store
+        assert isinstance(store, SQLiteStore)
+        claimed = await store.claim_expired("a:1:x", 10, now=time.time(), limit=1)
+        assert [x.context_id for x in claimed] == [newer]
+
+
+@pytest.mark.anyio
 async def test_an_older_sqlite_file_gets_the_fencing_columns_and_keeps_its_rows(
     tmp_path: Path,
 ) -> None:
