@@ -27,7 +27,7 @@ def test_workers_and_servers_killed_and_paused_lose_and_repeat_nothing(
     non-idempotent tool ran twice only where its outcome was marked unknown,
     and no two processes ever committed for the same context."""
     report = kill.run(pg_cluster.new_database(), seconds=20, seed=None)
-    assert report.problems == []
+    assert report.problems == [], report
     assert report.contexts == 12
     assert report.acked >= 12 * 3
     assert report.kills >= 3
@@ -39,7 +39,7 @@ def test_the_checker_catches_a_worker_whose_commits_skip_the_fence(pg_cluster: C
     """The control: workers whose commit skips the fencing check
     (``planted_worker.py``) commit under a lease another worker has claimed,
     and the checker says so."""
-    report = kill.run(pg_cluster.new_database(), seconds=10, planted=True, min_stale=2)
-    assert report.stale_wakeups >= 1
+    report = kill.run(pg_cluster.new_database(), seconds=10, planted=True, min_stale=3)
+    assert report.stale_wakeups >= 1, report
     fencing = [p for p in report.problems if p.startswith("fencing:")]
-    assert fencing, report.problems
+    assert fencing, report
