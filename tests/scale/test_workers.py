@@ -395,3 +395,16 @@ def test_turnfsm_worker_runs_what_serve_turns_workers_hands_it_and_exits_0_on_si
     text = out.decode()
     assert worker.returncode == 0, text
     assert "turnfsm worker: stopped (2 turns run, 0 failed)" in text
+
+
+def test_serve_turns_workers_and_worker_refuse_a_store_no_worker_can_claim_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from turnfsm.cli import main
+
+    assert main(["serve", "--turns", "workers", "--store", "memory://"]) == 2
+    assert "--turns workers: the store memory:// cannot hand turns to workers" in (
+        capsys.readouterr().err
+    )
+    assert main(["worker", "--store", "memory://"]) == 2
+    assert "memory:// cannot hand out work" in capsys.readouterr().err
