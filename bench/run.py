@@ -10,6 +10,7 @@
     python bench/run.py --workload W8 --baseline /tmp/old-checkout --baseline-python PY
     python bench/run.py --workload prepare            # building one request, 100 vs 5,000
     python bench/run.py --workload W7                 # a W1 turn over HTTP + SSE vs in-process
+    python bench/run.py --workload W9                 # 1, 2 and 4 workers on PostgreSQL
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, bytes or all")
+    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, W9, bytes, prepare or all")
     p.add_argument(
         "--system",
         choices=("turnfsm", "floor", "baseline", "both", *W7_SYSTEMS),
@@ -450,6 +451,16 @@ def main(argv: list[str] | None = None) -> int:
         default="FULL",
         help="SQLite's synchronous setting for W4, W5 and bytes, on both sides (default FULL)",
     )
+    p.add_argument(
+        "--w9-concurrency",
+        type=int,
+        default=16,
+        metavar="N",
+        help="W9: turns each worker runs at once (16)",
+    )
+    p.add_argument(
+        "--w9-think", type=float, default=0.05, metavar="S", help="W9: the model's think time"
+    )
     p.add_argument("--one", metavar="W", help=argparse.SUPPRESS)  # internal: one measurement
     p.add_argument("--prepare", metavar="W", help=argparse.SUPPRESS)  # internal: setup process
     p.add_argument("--dest", help=argparse.SUPPRESS)  # internal: where --prepare writes
@@ -470,8 +481,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workload and args.workload.upper() == "PREPARE":
         return _run_prepare(args.runs, args.json)
+    if args.workload and args.workload.upper() == "W9":  # its own runner: bench/w9.py
+        import w9
+
+        w9_args = ["--concurrency", str(args.w9_concurrency), "--think", str(args.w9_think)]
+        return w9.main([*w9_args, *(["--json"] if args.json else [])])
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|bytes|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|bytes|prepare|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")

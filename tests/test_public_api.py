@@ -103,6 +103,7 @@ EXPECTED_ALL = {
     "TurnFSMError",
     "UnknownToolCall",
     "VersionConflict",
+    "Worker",
     "__version__",
     "open_store",
     "tool",

@@ -35,6 +35,7 @@ from .engine import (
     Summarizer,
     SummaryFunction,
     Turn,
+    Worker,
 )
 from .errors import (
     AnswerNotAChoice,
@@ -184,6 +185,7 @@ __all__ = [
     "TurnFSMError",
     "UnknownToolCall",
     "VersionConflict",
+    "Worker",
     "__version__",
     "ask_user",
     "open_store",

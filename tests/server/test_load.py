@@ -50,7 +50,6 @@ DEADLINE = 300.0
 SERVER = Path(__file__).with_name("load_server.py")
 
 
-
 def question(k: int, i: int) -> str:
     return f"client {k}, turn {i}: what is the weather in {CITIES[k % len(CITIES)]}?"
 

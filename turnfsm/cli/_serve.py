@@ -3,7 +3,10 @@
 The store is the one ``turnfsm chat`` uses (``--store``, ``$TURNFSM_STORE``, else a
 SQLite file in the user's data folder). The model is the demo model (no key,
 no network) unless ``--base-url``, ``--model`` or ``OPENAI_API_KEY`` names one;
-``--tools module:attribute`` adds tools (a tool or a list of them). Bearer
+``--tools module:attribute`` adds tools (a tool or a list of them), ``--llm
+module:attribute`` names a model adapter of the application's. ``--turns
+workers`` hands each posted message's turn to ``turnfsm worker`` processes on
+the same store instead of running it here (``docs/workers.md``). Bearer
 tokens (``--tokens FILE``, lines ``token tenant``, else
 ``$TURNFSM_SERVER_TOKENS``) make each token a tenant; a ``--host`` that is not
 the loopback is refused without tokens unless ``--insecure``. Needs the
@@ -18,12 +21,13 @@ import os
 from typing import Any
 
 from ..engine import Engine, RetryPolicy
+from ..engine._leases import DEFAULT_LEASE_TTL
 from ..errors import InvalidInput
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option, open_cli_store
 
-__all__ = ["add_parser", "load_tools"]
+__all__ = ["add_model_options", "add_parser", "load_tools", "model_of"]
 
 
 def add_parser(sub: Any) -> None:
@@ -41,12 +45,14 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="allow a non-loopback --host without tokens (one tenant, no authentication)",
     )
-    p.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help="add tools")
-    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
-    p.add_argument("--model", metavar="NAME", help="the model of new contexts")
-    p.add_argument("--responses", action="store_true", help="use the Responses API")
+    add_model_options(p)
     p.add_argument(
-        "--timeout", type=seconds(3600.0), default=60.0, metavar="S", help="seconds per request"
+        "--turns",
+        choices=("here", "workers"),
+        default="here",
+        help="where a posted message's turn runs: in this process (here, the default), or "
+        "on a `turnfsm worker` of the same store (workers: the message is committed and "
+        "202 returned; see docs/workers.md)",
     )
     p.add_argument(
         "--max-body",
@@ -76,6 +82,25 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
     )
+    add_store_option(p)
+    p.set_defaults(run=guarded("turnfsm serve", _run))
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model and tool flags ``serve`` and ``worker`` share, and ``--lease-ttl``."""
+    p.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help="add tools")
+    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
+    p.add_argument("--model", metavar="NAME", help="the model of new contexts")
+    p.add_argument("--responses", action="store_true", help="use the Responses API")
+    p.add_argument(
+        "--llm",
+        metavar="MODULE:ATTR",
+        help="the model adapter to use instead (an object with stream(request), or a "
+        "function of no arguments returning one)",
+    )
+    p.add_argument(
+        "--timeout", type=seconds(3600.0), default=60.0, metavar="S", help="seconds per request"
+    )
     p.add_argument(
         "--demo-delay",
         type=seconds(60.0),
@@ -83,23 +108,35 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between the demo model's streamed chunks (0)",
     )
-    add_store_option(p)
-    p.set_defaults(run=guarded("turnfsm serve", _run))
+    p.add_argument(
+        "--lease-ttl",
+        type=seconds(3600.0),
+        default=DEFAULT_LEASE_TTL,
+        metavar="S",
+        help="seconds a running turn's lease lasts without a heartbeat: how soon a "
+        f"killed process's turns are taken over ({DEFAULT_LEASE_TTL:g})",
+    )
+
+
+def _named(flag: str, spec: str) -> Any:
+    """The object ``module:attribute`` names."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise CLIError(f"{flag} {spec!r}: expected module:attribute")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise CLIError(f"{flag} {spec!r}: {exc}") from None
+    return found
 
 
 def load_tools(specs: list[str]) -> list[Tool]:
     """The tools ``module:attribute`` names (a tool, or a list of them)."""
     out: list[Tool] = []
     for spec in specs:
-        module, sep, attr = spec.partition(":")
-        if not sep or not module or not attr:
-            raise CLIError(f"--tools {spec!r}: expected module:attribute")
-        try:
-            found: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError) as exc:
-            raise CLIError(f"--tools {spec!r}: {exc}") from None
+        found = _named("--tools", spec)
         items = list(found) if isinstance(found, list | tuple) else [found]
         for item in items:
             if not isinstance(item, Tool):
@@ -108,7 +145,17 @@ def load_tools(specs: list[str]) -> list[Tool]:
     return out
 
 
-def _llm(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
+def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
+    """The model adapter the flags name, and the tools that come with it (the
+    demo model's weather tool)."""
+    if args.llm is not None:
+        found = _named("--llm", args.llm)
+        llm = found if callable(getattr(found, "stream", None)) else None
+        if llm is None and callable(found):
+            llm = found()
+        if not callable(getattr(llm, "stream", None)):
+            raise CLIError(f"--llm {args.llm!r}: {found!r} is no model adapter (no stream method)")
+        return llm, []
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
     key = os.environ.get("OPENAI_API_KEY") or None
     if base_url is None and key is None and args.model is None:
@@ -151,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
             "or $TURNFSM_SERVER_TOKENS): anyone who reaches it could use every context; "
             "give tokens, or --insecure to serve without them"
         )
-    llm, tools = _llm(args)
+    llm, tools = model_of(args)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
     config = ServerConfig(
@@ -160,10 +207,18 @@ def _run(args: argparse.Namespace) -> int:
         cors_origins=list(args.cors_origin),
         heartbeat=args.heartbeat,
         max_turns_per_tenant=args.max_turns_per_tenant,
+        turns=args.turns,
     )
+    if args.turns == "workers" and getattr(store, "claim_expired", None) is None:
+        raise CLIError(
+            f"--turns workers: the store {url} cannot hand turns to workers; "
+            "use a SQLite or PostgreSQL store"
+        )
 
     def factory() -> Engine:
-        return Engine(llm=llm, tools=tools, store=store, retry=RetryPolicy())
+        return Engine(
+            llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
+        )
 
     print(f"turnfsm serve: http://{args.host}:{args.port} (store {url})", flush=True)
     run_server(factory, config, host=args.host, port=args.port)

@@ -21,6 +21,7 @@ from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import Subscription
 from ._turn import Question, StopReason, Turn
+from ._worker import Worker
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -46,6 +47,7 @@ __all__ = [
     "SystemClock",
     "Turn",
     "Unset",
+    "Worker",
     "context_tree",
     "delete_tree",
     "wait_exponential",

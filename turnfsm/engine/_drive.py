@@ -26,7 +26,7 @@ import anyio
 
 from ..adapters.llm import LLM
 from ..enhancers import Enhancer
-from ..errors import ContextBusy, IllegalTransition, LeaseLost
+from ..errors import ContextBusy, IllegalTransition, InvalidInput, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import (
     ChatContext,
@@ -67,6 +67,11 @@ _WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
 taken before them is committed first; the steps between two waits (a user
 message and its prepared request; an answer and the policy's decision on its
 calls) share one commit, and each keeps its own audit step."""
+_HAND_BACK_BEFORE = frozenset({Effect.CALL_LLM, Effect.BACKOFF})
+"""Where a call asked to hand back (``Runtime.hand_back``) stops: before a wait
+that the next owner starts afresh. Not before ``run_tools``: the calls about
+to run are recorded as started by then, and a tool that is not idempotent,
+started and not run, would come back as ``outcome_unknown``."""
 
 Start = Callable[[Runtime], Awaitable[None]]
 """What a public call does first: check against the loaded context, take its trigger."""
@@ -168,6 +173,15 @@ class Driver:
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), UTC)
 
+    def request_hand_back(self, context_id: str) -> bool:
+        """Ask the running call on the context to stop before its next wait (see
+        ``Runtime.hand_back``); False when no call runs on it."""
+        rt = self.loaded.get(context_id)
+        if rt is None or context_id not in self.busy:
+            return False
+        rt.hand_back = True
+        return True
+
     def request_cancel(self, context_id: str) -> None:
         """Ask the running call on the context to cancel (nothing when none runs)."""
         rt = self.loaded.get(context_id)
@@ -184,8 +198,21 @@ class Driver:
 
     # ------------------------------------------------------------------ a call
 
-    async def run(self, context_id: str, start: Start) -> Turn:
+    async def run(
+        self,
+        context_id: str,
+        start: Start,
+        *,
+        lease: Lease | None = None,
+        hand_off: bool = False,
+    ) -> Turn:
         """Load the context for a call (busy, leased), then run it.
+
+        ``lease``: a lease this engine already holds on the context (claimed
+        with ``claim_expired``): the call runs under it, on a freshly loaded
+        copy, and its commits carry its fencing token. ``hand_off``: the call
+        commits what ``start`` did and releases the lease in that same commit,
+        without running the effects (see :meth:`Engine.submit`).
 
         A context this engine ran the last call on, and still holds loaded,
         takes its lease with the call's first commit (``Commit.take_lease``,
@@ -200,11 +227,39 @@ class Driver:
         is run again from the start on a freshly loaded copy under a lease
         of its own; another owner's live lease raises ContextLeased as before.
         """
+        if lease is not None:
+            return await self._call(await self._enter_claimed(context_id, lease), start, hand_off)
         try:
-            return await self._call(await self._enter(context_id, claim=True), start)
+            return await self._call(await self._enter(context_id, claim=True), start, hand_off)
         except _StaleCopy:
             self.loaded.unload(context_id)
-        return await self._call(await self._enter(context_id), start)
+        return await self._call(await self._enter(context_id), start, hand_off)
+
+    async def _enter_claimed(self, context_id: str, lease: Lease) -> Runtime:
+        """Mark the context busy and load it afresh under ``lease`` (this
+        engine's, claimed from the store): whatever copy was loaded before the
+        claim may be stale. The lease is released if the load fails."""
+        if lease.owner != self.owner or lease.context_id != context_id:
+            raise InvalidInput(
+                "lease", f"is {lease.owner}'s lease on {lease.context_id!r}, not this engine's"
+            )
+        try:
+            self.refuse_if_busy(context_id)
+        except ContextBusy:
+            await _leases.release(self, lease)
+            raise
+        self.busy.add(context_id)
+        try:
+            self.loaded.unload(context_id)
+            rt = self.loaded.attach(await self.store.load(context_id))
+        except BaseException:
+            await _leases.release(self, lease)
+            self.busy.discard(context_id)
+            raise
+        rt.lease = lease
+        rt.lease_held = True
+        rt.lease_claim = False
+        return self._begin(rt)
 
     async def _enter(self, context_id: str, *, claim: bool = False) -> Runtime:
         """Mark the context busy and return it loaded; raise ContextBusy if it is busy.
@@ -255,6 +310,7 @@ class Driver:
         rt.turn_nodes = []
         rt.stop_reason = None
         rt.cancel_requested = False
+        rt.hand_back = False
         rt.done = anyio.Event()
         return rt
 
@@ -266,11 +322,14 @@ class Driver:
         if len(self.loaded.runtimes) > self.max_loaded:
             self.loaded.evict(self.max_loaded, self.busy)
 
-    async def _call(self, rt: Runtime, start: Start) -> Turn:
+    async def _call(self, rt: Runtime, start: Start, hand_off: bool = False) -> Turn:
         """Run ``start`` (validation, first trigger) then the effects until rest.
 
         On any error, a context with uncommitted changes or stopped mid-turn is
         unloaded, so that the next call starts from the last committed state.
+        ``hand_off``: commit what ``start`` did, releasing the lease in that
+        commit, and run no effect; the context is then unloaded (whoever claims
+        it next changes it).
         """
         try:
             with anyio.CancelScope() as scope:
@@ -283,12 +342,16 @@ class Driver:
                     if rt.lease_claim:  # was the loaded copy current? (see run)
                         await self._confirm_claim(rt)
                     raise
-                if rt.holder.effect is not None:
+                if hand_off:
+                    rt.hand_back = True
+                elif rt.holder.effect is not None:
                     await self._drive(rt)
                 if dirty(rt):  # ... and before the call returns
-                    # the call's last commit: at rest, it also ends the lease (unless
-                    # a cancel is pending, whose commit comes after it)
-                    last = State(rt.holder.state) in RESTING and not rt.cancel_requested
+                    # the call's last commit: at rest, or handed back, it also ends
+                    # the lease (unless a cancel is pending, whose commit comes after)
+                    last = (
+                        State(rt.holder.state) in RESTING or rt.hand_back
+                    ) and not rt.cancel_requested
                     await self.commit(rt, release=last)
             rt.scope = None
             if rt.lease_claim:  # nothing was committed: was the loaded copy current?
@@ -303,6 +366,8 @@ class Driver:
             raise
         finally:
             rt.last_turn = self._turn(rt)
+            if rt.hand_back and State(rt.holder.state) not in RESTING:
+                self.loaded.unload(rt.ctx.id)  # the next owner changes it
             if rt.lease_claim and rt.lease is not None:  # never taken: the last one stands
                 rt.lease_claim = False
                 rt.lease = replace(rt.lease, token=rt.lease.token - 1)
@@ -389,9 +454,12 @@ class Driver:
     async def _effects_until_rest(self, rt: Runtime) -> None:
         effect = rt.holder.effect
         while effect is not None:
-            if effect in _WAITS and dirty(rt):
-                # durable before the engine waits on the outside world
-                await self.commit(rt)
+            if effect in _WAITS:
+                if rt.hand_back and effect in _HAND_BACK_BEFORE:
+                    return  # handed back: the call's last commit releases the lease
+                if dirty(rt):
+                    # durable before the engine waits on the outside world
+                    await self.commit(rt)
             await self.effects[effect](self, rt)
             effect = rt.holder.effect
 
@@ -490,6 +558,7 @@ class Driver:
             active_branch=ctx.active_branch_name if rt.active_changed else None,
             config=ctx.config if rt.config_changed else None,
             lease_token=lease.token if lease is not None else None,
+            lease_owner=lease.owner if lease is not None else None,
             take_lease=lease if claim else None,
             release_lease=release,
         )

@@ -473,6 +473,42 @@ class Engine:
             ),
         )
 
+    async def submit(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+    ) -> str:
+        """Hand a user (or frontend operator) message's turn to a worker: commit
+        the message and the ``user_message`` transition (what :meth:`send`
+        commits first, the checks included) and release the context's lease in
+        that same commit, then return the message's id without running the turn.
+
+        The context is then away from rest (``ProcessingUserMessage``) with its
+        lease released: exactly what ``claim_expired`` hands out, so a
+        :class:`~turnfsm.engine.Worker` (``turnfsm worker``) on the same store
+        claims it and resumes it from there (see ``docs/workers.md``). On
+        PostgreSQL the commit also notifies the workers (``NOTIFY turnfsm_work``).
+        A store that no worker can claim from (it has no ``claim_expired``: the
+        memory and files stores) is refused with :class:`StoreError`.
+        """
+        check_id("context_id", context_id)
+        if not isinstance(role, str) or role not in _INPUT_ROLES:
+            raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
+        parts = check_content("content", content)
+        d = self._d
+        if getattr(d.store, "claim_expired", None) is None:
+            raise StoreError(
+                f"{d.store!r} cannot hand turns to workers (it has no claim_expired): "
+                "use a SQLite or PostgreSQL store, or send() to run the turn here"
+            )
+        turn = await d.run(
+            context_id,
+            functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role]),
+            hand_off=True,
+        )
+        return turn.message_ids[-1]
+
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
         """Approve pending tool calls; once none is pending, the approved calls run.
 

@@ -68,6 +68,11 @@ class Runtime:
     call's last commit, or on its own) and between calls."""
     lease_claim: bool = False
     """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
+    hand_back: bool = False
+    """Stop the running call before its next call of the model or backoff
+    (after the tools it is running), once what it did is committed: the context stays
+    away from rest with its lease released, for another engine to resume
+    (a worker that shuts down)."""
 
 
 def dirty(rt: Runtime) -> bool:

@@ -25,6 +25,7 @@ from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_
 from ..storage import SQLiteStore
 from ._errors import ApiError, error_response, install_handlers
 from ._events import add_event_routes, sse_data
+from ._handoff import wait_for_rest
 from ._limits import DEFAULT_MAX_TURNS_PER_TENANT, TurnLimit
 from ._models import (
     AcceptedOut,
@@ -75,6 +76,10 @@ class ServerConfig:
     recover_on_start: bool = True
     shutdown_grace: float = 5.0
     max_turns_per_tenant: int = DEFAULT_MAX_TURNS_PER_TENANT
+    turns: Literal["here", "workers"] = "here"
+    """Where a posted message's turn runs: in this process, or on the workers
+    of the same store (``docs/workers.md``; the server then runs no
+    ``recover()`` on start: the workers claim what a crash left)."""
 
 
 class _Job:
@@ -145,7 +150,7 @@ class Hub:
             self._engine, self._tg = engine, tg
             for cid, tenant in (await self.tenants.all()).items():
                 self.tap(cid, tenant)  # before recover(): its events are kept too
-            if self.config.recover_on_start:
+            if self.config.recover_on_start and self.config.turns == "here":
                 recovery = await engine.recover()
                 log.info(
                     "recovered",
@@ -594,6 +599,14 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     )
     async def send_message(context_id: Owned, body: MessageIn, wait: Wait = False) -> Any:
         engine = hub.engine
+        if config.turns == "workers":  # committed here, run by a worker (docs/workers.md)
+            submitted = await engine.submit(context_id, body.content, body.role)
+            if wait:
+                turn = await wait_for_rest(engine, context_id, submitted)
+                return JSONResponse(TurnOut.of(turn).model_dump(mode="json"))
+            handed = "ProcessingUserMessage"  # what submit committed; a worker goes on
+            accepted = AcceptedOut(context_id=context_id, message_id=submitted, state=handed)
+            return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
         job = await hub.launch(
             context_id, lambda: engine.send(context_id, body.content, body.role), wait=wait
         )

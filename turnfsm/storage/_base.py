@@ -71,6 +71,13 @@ class StepLog:
     to_state: str
     at: datetime
     detail: dict[str, Any] | None = None
+    lease_token: int | None = field(default=None, compare=False)
+    """The fencing token of the lease the record was committed under (``None``:
+    committed without a lease, or by a store or a turnfsm that does not record
+    it). Stores that record it: SQLite and PostgreSQL. Not compared: two logs
+    with the same records are equal whoever wrote them."""
+    lease_owner: str | None = field(default=None, compare=False)
+    """The owner of that lease (``host:pid:random``), with ``lease_token``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,10 @@ class Commit:
     nothing of it is stored. The lease is then stored as ``take_lease`` (and
     released at once when ``release_lease`` is set too). Only stores that
     declare :class:`LeasesInCommits` are given a commit with it set."""
+    lease_owner: str | None = None
+    """With ``lease_token``: the owner of the writer's lease. Stores that record
+    fencing (SQLite, PostgreSQL) write the token and this owner on each step
+    row of the commit (``StepLog.lease_token``, ``StepLog.lease_owner``)."""
     release_lease: bool = False
     """With ``lease_token``: once the commit's checks pass, release the lease
     under that token in the same transaction (as :meth:`Store.release_lease`

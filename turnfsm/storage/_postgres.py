@@ -31,6 +31,7 @@ Only this module imports psycopg (``pip install 'turnfsm[postgres]'``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterable, Sequence
@@ -75,9 +76,14 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - depends on the ins
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["MIGRATIONS", "STORE_FORMAT", "PostgresStore", "redact", "upgrade"]
+__all__ = ["MIGRATIONS", "STORE_FORMAT", "WORK_CHANNEL", "PostgresStore", "redact", "upgrade"]
 
 _V = SCHEMA_VERSION
+_RESTING = frozenset(s.value for s in RESTING)
+
+WORK_CHANNEL = "turnfsm_work"
+"""The channel a commit that hands a context off (away from rest, its lease
+released) notifies in its transaction: the workers' doorbell."""
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the tables of the SQLite store
@@ -147,6 +153,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX contexts_not_resting ON contexts (seq)
         WHERE state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure');
+    """,
+    # 3: the fencing token and owner of the lease each step was committed under
+    # (NULL for older rows and for commits without a lease)
+    """
+    ALTER TABLE steps ADD COLUMN lease_token BIGINT, ADD COLUMN lease_owner TEXT;
     """,
 )
 """The table layout's migrations, in order; ``store_format`` counts those applied."""
@@ -274,6 +285,8 @@ class PostgresStore:
         self._pool: Any = None
         self._opening: anyio.Lock | None = None
         self._closed = False
+        self._listener: Any = None
+        """The connection that listens on WORK_CHANNEL (``wait_for_work``)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)!r})"
@@ -603,13 +616,7 @@ class PostgresStore:
                 current = await self._token(conn, cid)
                 raise LeaseLost(cid, take.token, current)
         elif commit.lease_token is not None:
-            cur = await conn.execute(
-                "SELECT token FROM leases WHERE context_id = %s FOR UPDATE", (cid,)
-            )
-            found = await cur.fetchone()
-            current = found[0] if found is not None and found[0] > 0 else None
-            if current != commit.lease_token:
-                raise LeaseLost(cid, commit.lease_token, current)
+            await self._check_fence(conn, cid, commit.lease_token)
         sets = "version = %s, state = %s, updated_at = %s, event_seq = %s, progress = %s"
         params: list[Any] = [
             commit.version,
@@ -684,7 +691,8 @@ class PostgresStore:
             async with conn.cursor() as c:
                 await c.executemany(
                     "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
-                    "to_state, at, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    "to_state, at, detail, lease_token, lease_owner) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     [
                         (
                             seq,
@@ -695,6 +703,8 @@ class PostgresStore:
                             s.to_state,
                             _ts(s.at),
                             None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
+                            commit.lease_token,
+                            None if commit.lease_token is None else commit.lease_owner,
                         )
                         for s in commit.steps
                     ],
@@ -704,6 +714,24 @@ class PostgresStore:
                 "UPDATE leases SET owner = NULL WHERE context_id = %s AND token = %s",
                 (cid, commit.lease_token),
             )
+        if commit.release_lease and commit.state not in _RESTING:
+            # handed off: away from rest with its lease released, the context is
+            # work for claim_expired; ring the workers' doorbell (delivered when
+            # this transaction commits, and not at all if it rolls back)
+            await conn.execute(f"NOTIFY {WORK_CHANNEL}")
+
+    @staticmethod
+    async def _check_fence(conn: Any, context_id: str, token: int) -> None:
+        """The fence of a commit under a lease: lock the lease's row and refuse
+        with LeaseLost unless ``token`` is still its token (another owner that
+        acquired or claimed it since has a larger one)."""
+        cur = await conn.execute(
+            "SELECT token FROM leases WHERE context_id = %s FOR UPDATE", (context_id,)
+        )
+        found = await cur.fetchone()
+        current = found[0] if found is not None and found[0] > 0 else None
+        if current != token:
+            raise LeaseLost(context_id, token, current)
 
     @staticmethod
     async def _token(conn: Any, context_id: str) -> int | None:
@@ -788,12 +816,12 @@ class PostgresStore:
             if head is None:
                 raise ContextNotFound(context_id)
             cur = await conn.execute(
-                "SELECT schema_version, version, from_state, trigger, to_state, at, detail "
-                "FROM steps WHERE ctx = %s ORDER BY seq",
+                "SELECT schema_version, version, from_state, trigger, to_state, at, detail, "
+                "lease_token, lease_owner FROM steps WHERE ctx = %s ORDER BY seq",
                 head,
             )
             out = []
-            for schema_version, version, a, t, b, at, detail in await cur.fetchall():
+            for schema_version, version, a, t, b, at, detail, token, owner in await cur.fetchall():
                 row = self._row(context_id, "steps", f"version {version!r}")
                 if schema_version != _V:
                     check_version(schema_version, where=self._where(context_id, ", steps"))
@@ -804,7 +832,8 @@ class PostgresStore:
                 problem = step_problem(a, b)
                 if problem is not None:
                     raise StoreError(f"{row}, column {problem}")
-                out.append(StepLog(version, a, t, b, when, step_detail_column(row, detail)))
+                detail_ = step_detail_column(row, detail)
+                out.append(StepLog(version, a, t, b, when, detail_, token, owner))
             return out
 
         found: list[StepLog] = await self._read(read)
@@ -837,11 +866,48 @@ class PostgresStore:
         return out
 
     async def aclose(self) -> None:
-        """Close the pool; harmless twice. A call after it raises StoreError."""
+        """Close the pool (and the doorbell's connection); harmless twice. A call
+        after it raises StoreError."""
         self._closed = True
         pool, self._pool = self._pool, None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close()
         if pool is not None:
             await pool.close()
+
+    async def wait_for_work(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the doorbell: a commit that handed a
+        context off (:data:`WORK_CHANNEL`). True when it rang (every notification
+        that came meanwhile is taken), False when the time is up. The first call opens
+        a connection of its own that listens from then on; a lost connection is
+        opened again by the next call. A worker polls ``claim_expired`` after
+        each wait anyway, so a notification lost with a connection delays work
+        by one timeout at most."""
+        await self._get_pool()  # the layout's checks first
+        conn = self._listener
+        try:
+            if conn is None or conn.closed:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, connect_timeout=10, autocommit=True
+                )
+                await conn.execute(f"LISTEN {WORK_CHANNEL}")
+                self._listener = conn
+            rang = False
+            async for _ in conn.notifies(timeout=seconds, stop_after=1):
+                rang = True
+            if rang:  # the rest of a burst: one claim answers them all
+                async for _ in conn.notifies(timeout=0.001):
+                    pass
+            return rang
+        except psycopg.Error as exc:
+            self._listener = None
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            where = f"{redact(self.url)}: the doorbell's connection"
+            raise StoreError(f"{where}: {_said(exc)}") from exc
 
     # ------------------------------------------------------------------ leases
     #
@@ -931,7 +997,9 @@ class PostgresStore:
         """Take the leases of up to ``limit`` (None: all) contexts that are away from rest
         (their state is not ``Idle``, ``AwaitingToolApproval`` or
         ``PermanentFailure``) and whose lease was released, expired at ``now``,
-        or never taken, oldest first: each with the next fencing token, for
+        or never taken, the longest waiting first (by their last commit, so a
+        context handed off again goes behind those handed off before it): each
+        with the next fencing token, for
         ``ttl`` seconds. Rows another engine is claiming at the same moment are
         skipped (``FOR UPDATE SKIP LOCKED``), so engines claiming at once get
         disjoint sets: each such context is resumed by one of them."""
@@ -950,7 +1018,7 @@ class PostgresStore:
                 "SELECT l.context_id, l.token FROM contexts c "
                 "JOIN leases l ON l.context_id = c.id "
                 "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
-                "ORDER BY c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # LIMIT NULL: all
+                "ORDER BY c.updated_at, c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # NULL: all
                 (resting, now, limit),
             )
             leases = [

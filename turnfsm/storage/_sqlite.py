@@ -9,7 +9,10 @@ Layout (one database file, WAL mode)::
     branches         one row per branch, without its message ids (JSON)
     branch_messages  (context, branch, position) -> message id
     messages         one row per message: ``MessageNode.model_dump_json()``
-    steps            one row per committed transition, in order
+    steps            one row per committed transition, in order, with the
+                     fencing token and owner of the lease it was committed
+                     under (NULL without one; the columns are added to older
+                     files when they are opened)
     leases           one row per context that was ever leased: owner (NULL once
                      released), fencing token, expiry (added to older files
                      when they are opened)
@@ -94,6 +97,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
+from ..states import RESTING
 from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
@@ -170,7 +174,9 @@ CREATE TABLE IF NOT EXISTS steps (
     trigger TEXT NOT NULL,
     to_state TEXT NOT NULL,
     at TEXT NOT NULL,
-    detail TEXT
+    detail TEXT,
+    lease_token INTEGER,
+    lease_owner TEXT
 );
 CREATE INDEX IF NOT EXISTS steps_by_context ON steps (ctx);
 """
@@ -195,6 +201,16 @@ def _column(row: str, column: str, value: object, kind: type | tuple[type, ...])
         names = (kind,) if isinstance(kind, type) else kind
         want = " or ".join("NULL" if k is type(None) else k.__name__ for k in names)
         raise StoreError(f"{row}, column {column}: expected {want}, found {value!r}")
+
+
+def _fence(row: str, token: object, owner: object) -> tuple[int | None, str | None]:
+    """A step row's ``lease_token`` and ``lease_owner`` (both NULL, or an
+    integer and a text), checked like every other column."""
+    _column(row, "lease_token", token, (int, type(None)))
+    _column(row, "lease_owner", owner, (str, type(None)))
+    assert token is None or isinstance(token, int)
+    assert owner is None or isinstance(owner, str)
+    return token, owner
 
 
 def check_database_file(path: Path) -> None:
@@ -884,6 +900,8 @@ class SQLiteStore:
                     s.to_state,
                     _ts(s.at),
                     None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
+                    commit.lease_token,
+                    commit.lease_owner if commit.lease_token is not None else None,
                 )
                 for s in commit.steps
             ],
@@ -943,7 +961,8 @@ class SQLiteStore:
         if rows.steps:
             conn.executemany(
                 "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
-                "to_state, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "to_state, at, detail, lease_token, lease_owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(seq, _V, *step) for step in rows.steps],
             )
         take = commit.take_lease if commit.lease_token is not None else None
@@ -1081,9 +1100,9 @@ class SQLiteStore:
             if row is None:
                 raise ContextNotFound(context_id)
             out = []
-            for schema_version, version, a, t, b, at, detail in conn.execute(
-                "SELECT schema_version, version, from_state, trigger, to_state, at, detail "
-                "FROM steps "
+            for schema_version, version, a, t, b, at, detail, token, owner in conn.execute(
+                "SELECT schema_version, version, from_state, trigger, to_state, at, detail, "
+                "lease_token, lease_owner FROM steps "
                 "WHERE ctx = ? ORDER BY rowid",
                 row,
             ):
@@ -1106,7 +1125,8 @@ class SQLiteStore:
                 problem = step_problem(a, b)
                 if problem is not None:
                     raise StoreError(f"{row}, column {problem}")
-                out.append(StepLog(version, a, t, b, when, step_detail_column(row, detail)))
+                detail_ = step_detail_column(row, detail)
+                out.append(StepLog(version, a, t, b, when, detail_, *_fence(row, token, owner)))
             conn.execute("COMMIT")
             return out
 
@@ -1162,8 +1182,9 @@ class SQLiteStore:
         return await self._submit(fn, reader=False, durable=False)
 
     def _prepare_leases(self, conn: sqlite3.Connection) -> None:
-        """Add the ``leases`` table, and the ``detail`` column of ``steps``, to a
-        file made before they existed."""
+        """Add the ``leases`` table, and the ``detail``, ``lease_token`` and
+        ``lease_owner`` columns of ``steps``, to a file made before they existed
+        (old rows keep NULL in the new columns)."""
         try:
             known = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
@@ -1171,9 +1192,15 @@ class SQLiteStore:
             if known is None:
                 conn.execute(_LEASES_TABLE)
             columns = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
-            if "detail" not in columns:
+            for column, kind in (
+                ("detail", "TEXT"),
+                ("lease_token", "INTEGER"),
+                ("lease_owner", "TEXT"),
+            ):
+                if column in columns:
+                    continue
                 try:
-                    conn.execute("ALTER TABLE steps ADD COLUMN detail TEXT")
+                    conn.execute(f"ALTER TABLE steps ADD COLUMN {column} {kind}")
                 except sqlite3.OperationalError as exc:
                     if "duplicate column" not in str(exc):  # another process added it
                         raise
@@ -1263,6 +1290,41 @@ class SQLiteStore:
 
         return await self._run(read)
 
+    async def claim_expired(
+        self, owner: str, ttl: float, *, now: float, limit: int | None = 100
+    ) -> list[Lease]:
+        """Take the leases of up to ``limit`` (None: all) contexts that are away from
+        rest (their state is not ``Idle``, ``AwaitingToolApproval`` or
+        ``PermanentFailure``) and whose lease was released, expired at ``now``,
+        or never taken, the longest waiting first (by their last commit, so a
+        context handed off again goes behind those handed off before it): each
+        with the next fencing token, for
+        ``ttl`` seconds. One write of the writer's group: processes claiming at
+        once are serialized by SQLite's write lock and get disjoint sets, as
+        PostgreSQL's ``claim_expired`` gives them."""
+        resting = sorted(s.value for s in RESTING)
+        marks = ",".join("?" * len(resting))
+
+        def claim(conn: sqlite3.Connection) -> list[Lease]:
+            found = conn.execute(
+                "SELECT c.id, IFNULL(l.token, 0) FROM contexts c "
+                "LEFT JOIN leases l ON l.context_id = c.id "
+                f"WHERE c.state NOT IN ({marks}) "
+                "AND (l.context_id IS NULL OR l.owner IS NULL OR l.expires_at <= ?) "
+                "ORDER BY c.updated_at, c.seq LIMIT ?",
+                (*resting, now, -1 if limit is None else limit),
+            ).fetchall()
+            leases = [Lease(cid, owner, token + 1, now + ttl) for cid, token in found]
+            conn.executemany(
+                "INSERT INTO leases (context_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
+                "token = excluded.token, expires_at = excluded.expires_at",
+                [(x.context_id, x.owner, x.token, x.expires_at) for x in leases],
+            )
+            return leases
+
+        return await self._lease_write(claim)
+
     # ------------------------------------------------------------------ messages
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
@@ -1331,8 +1393,8 @@ class _CommitRows(NamedTuple):
     """(body, message id)"""
     appended: list[tuple[str, str, str]]
     """(branch, message id, body)"""
-    steps: list[tuple[int, str, str, str, str, str | None]]
-    """(version, from, trigger, to, at, detail as JSON)"""
+    steps: list[tuple[int, str, str, str, str, str | None, int | None, str | None]]
+    """(version, from, trigger, to, at, detail as JSON, lease token, lease owner)"""
 
 
 class _Redo(Exception):

@@ -1,0 +1,99 @@
+"""``turnfsm worker``: run the turns handed off through the store (``docs/workers.md``).
+
+A worker serves no HTTP. It claims the contexts that are away from rest with
+their lease released or expired (a message a ``turnfsm serve --turns workers``
+committed, a turn a killed process left), at most ``--concurrency`` at once,
+and runs each under its claimed lease until it rests. On PostgreSQL it wakes
+on the hand-off's notification; it also looks every ``--poll`` seconds.
+
+SIGTERM or SIGINT: it stops claiming, lets each running turn reach its next
+commit and hands it back (its lease released, another worker goes on), and
+exits 0; turns still running after ``--grace`` seconds are interrupted as a
+crash would (their last commit stands) and their leases released. A SIGKILL
+leaves the leases to expire (``--lease-ttl``). The model and tool flags are
+``turnfsm serve``'s. Works on PostgreSQL, and on SQLite for processes of one
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from typing import Any
+
+import anyio
+
+from ..engine import Engine, RetryPolicy, Worker
+from ._errors import CLIError, count, guarded, seconds
+from ._serve import add_model_options, load_tools, model_of
+from ._store import add_store_option, open_cli_store
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "worker",
+        help="run the turns handed off through the store (no HTTP)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--concurrency",
+        type=count(1, 10_000),
+        default=16,
+        metavar="N",
+        help="turns run at once (16)",
+    )
+    p.add_argument(
+        "--poll",
+        type=seconds(60.0),
+        default=0.5,
+        metavar="S",
+        help="the longest wait between two claims (0.5)",
+    )
+    p.add_argument(
+        "--grace",
+        type=seconds(3600.0),
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM, seconds running turns get to reach their next commit (10)",
+    )
+    add_model_options(p)
+    add_store_option(p)
+    p.set_defaults(run=guarded("turnfsm worker", _run))
+
+
+def _run(args: argparse.Namespace) -> int:
+    llm, tools = model_of(args)
+    tools += load_tools(args.tools)
+    store, url = open_cli_store(args.store)
+    if getattr(store, "claim_expired", None) is None:
+        raise CLIError(f"--store: {url} cannot hand out work; use a SQLite or PostgreSQL store")
+    engine = Engine(
+        llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
+    )
+    worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
+
+    async def main() -> None:
+        async with engine, anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        worker.stop()
+
+            tg.start_soon(on_signal)
+            print(
+                f"turnfsm worker: {engine.owner} on {url}, concurrency {args.concurrency}",
+                flush=True,
+            )
+            await worker.run()
+            tg.cancel_scope.cancel()
+        print(
+            f"turnfsm worker: stopped ({worker.finished} turns run, {worker.failed} failed)",
+            flush=True,
+        )
+
+    anyio.run(main)
+    return 0
