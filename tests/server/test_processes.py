@@ -229,3 +229,33 @@ def test_a_plain_engine_with_the_relay_reaches_a_server_stream(
     assert seqs(got) == list(range(1, len(got) + 1))
     assert {"StateChanged", "ContentDelta", "MessageCompleted"} <= {e.event for e in got}
     assert got[-1].data["stop_reason"] == "completed"
+
+
+def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) -> None:
+    """Two servers on one SQLite file: a stream on A shows B's turn from the log
+    (polled), its durable events as they were, its deltas as one Resync."""
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
+    a = Served(store, tokens, tmp_path / "a.log")
+    b = Served(store, tokens, tmp_path / "b.log")
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        with a.client() as ca, b.client() as cb:
+            cid = create(ca)
+            with ThreadPoolExecutor(2) as pool:
+                on_a = pool.submit(stream_until, ca, cid, "TurnCompleted")
+                on_b = pool.submit(stream_until, cb, cid, "TurnCompleted")
+                time.sleep(1.0)  # both streams are open
+                assert cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"}).is_success
+                seen_a, seen_b = on_a.result(30), on_b.result(30)
+    finally:
+        a.stop()
+        b.stop()
+    durable_b = [(e.id, e.event, e.data) for e in seen_b if e.event != "ContentDelta"]
+    durable_a = [(e.id, e.event, e.data) for e in seen_a if e.event != "Resync"]
+    assert durable_a == durable_b
+    resyncs = [e.data for e in seen_a if e.event == "Resync"]
+    deltas = [int(e.id or 0) for e in seen_b if e.event == "ContentDelta"]
+    assert [(r["first_seq"], r["last_seq"]) for r in resyncs] == [(deltas[0], deltas[-1])]
