@@ -196,7 +196,7 @@ class Channel:
                 upto = seq if isinstance(item, int) else seq - 1
                 try:
                     rows = await hub.tenants.events_after(self.context_id, start - 1, upto)
-                except TurnFSMError as exc:
+                except Exception as exc:  # the log is unreachable: what it held is a Resync
                     log.warning("event_log_read_failed", context_id=self.context_id, error=str(exc))
                     rows = []
                 expect = start

@@ -238,16 +238,24 @@ class SQLiteEventLog:
             await self._run("DELETE FROM server_context_tenants WHERE context_id = ?", (cid,))
 
     async def listen(self, deliver: Deliver, on_connect: OnConnect) -> None:
-        rows = await self._run("SELECT coalesce(max(rowid), 0) FROM server_events")
+        while True:
+            try:
+                rows = await self._run("SELECT coalesce(max(rowid), 0) FROM server_events")
+                break
+            except sqlite3.Error:
+                await anyio.sleep(self.poll_interval)
         last = int(rows[0][0])
         await on_connect()
         while True:
             await anyio.sleep(self.poll_interval)
-            found = await self._run(
-                "SELECT rowid, context_id, seq FROM server_events WHERE rowid > ? "
-                "ORDER BY rowid LIMIT 10000",
-                (last,),
-            )
+            try:
+                found = await self._run(
+                    "SELECT rowid, context_id, seq FROM server_events WHERE rowid > ? "
+                    "ORDER BY rowid LIMIT 10000",
+                    (last,),
+                )
+            except sqlite3.Error:
+                continue  # locked or busy for long: the next poll reads from the same row
             for rowid, cid, seq in found:
                 last = max(last, int(rowid))
                 deliver(LogNote(str(cid), int(seq)))
