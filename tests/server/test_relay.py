@@ -87,3 +87,34 @@ async def test_a_locked_database_never_slows_a_turn(tmp_path: Path) -> None:
     assert kept[ids[0]][:2] == [1, 2]  # the first batch waited for the lock, then went in
     assert any(not seqs for seqs in kept.values())  # the later ones were dropped
     assert relay.written == sum(len(s) for s in kept.values())
+
+
+def test_a_batch_rings_few_notifications_and_keeps_every_delta() -> None:
+    from turnfsm.relay import event_json
+    from turnfsm.storage._pg_events import MAX_PAYLOAD, parse_payload, payloads
+
+    def delta(cid: str, seq: int, text: str) -> ContentDelta:
+        return ContentDelta(
+            context_id=cid, seq=seq, timestamp=0.0, message_id="m", delta=text, index=0, attempt=1
+        )
+
+    changed = StateChanged(
+        context_id="a", seq=1, timestamp=0.0, from_state="Idle", to_state="X", trigger="t"
+    )
+    events: list[Event] = [changed, *[delta("a", s, "tok " * 10) for s in range(2, 300)]]
+    events += [delta("b", 5, "x"), delta("a", 300, "y" * MAX_PAYLOAD)]  # too long to ring
+    _, notes = split_events(events)
+    texts = payloads(notes)
+    assert len(texts) < 20 and all(len(t.encode()) <= MAX_PAYLOAD for t in texts)
+    heard = [n for t in texts for n in parse_payload(t)]
+    got = {(n.context_id, n.seq): n.event for n in heard if n.event is not None}
+    sent = {(ev.context_id, ev.seq): ev for ev in events if ev.kind == "ContentDelta"}
+    del sent[("a", 300)]  # left out: a listener sees a gap there and sends a Resync
+    assert {k: EVENT_ADAPTER.validate_python(v) for k, v in got.items()} == sent
+    bells = [(n.context_id, n.seq) for n in heard if n.event is None]
+    assert ("a", 300) in bells and ("b", 5) in bells  # every event's seq is rung
+    assert heard[0].first == 1  # a listener new to "a" starts at its first event
+    a_seqs = [n.seq for n in heard if n.context_id == "a"]
+    assert a_seqs == sorted(a_seqs)  # in order
+    assert parse_payload("not ours") == [] and parse_payload('{"c": 1}') == []
+    assert event_json(changed) not in "".join(texts)  # durable events are read from the log

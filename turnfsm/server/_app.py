@@ -287,13 +287,19 @@ class Hub:
 
     def _on_note(self, note: LogNote) -> None:
         """A doorbell from the event log (another process, or this one's echo)."""
-        if self.channel(note.context_id) is None:
+        ch = self.channel(note.context_id)
+        if ch is None:
             return  # nobody here streams it
+        if ch.next is None and note.first is not None and not ch.filling:
+            ch.next = note.first  # a new channel: from the first event rung with it
         if note.event is None:
             self.offer(note.context_id, note.seq)
             return
         try:
-            ev = EVENT_ADAPTER.validate_json(note.event)
+            if isinstance(note.event, str):
+                ev = EVENT_ADAPTER.validate_json(note.event)
+            else:
+                ev = EVENT_ADAPTER.validate_python(note.event)
         except ValueError:
             self.offer(note.context_id, note.seq)
         else:

@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -53,13 +53,17 @@ LogRow = tuple[str, int, str, str]
 
 @dataclass(frozen=True, slots=True)
 class LogNote:
-    """A doorbell: event ``seq`` of a context went out. ``event`` is the event's
-    JSON when it travels in the note itself (a delta, which the log does not
-    keep); otherwise the event is read from the log."""
+    """A doorbell: event ``seq`` of a context went out (and the events before it).
+    ``event`` is the event itself when it travels in the note (a delta, which
+    the log does not keep): its JSON as the relay rings it, parsed as a
+    listener hears it; otherwise the event is read from the log."""
 
     context_id: str
     seq: int
-    event: str | None = None
+    event: str | dict[str, Any] | None = None
+    first: int | None = None
+    """The first seq the doorbell covers, when it covers several (a listener
+    that has seen nothing of the context yet starts there)."""
 
 
 Deliver = Callable[[LogNote], None]

@@ -8,12 +8,14 @@ once do not collide. They are not part of the store's migrations: the engine
 never reads them.
 
 The doorbell: a write of events is one transaction that inserts the durable
-ones and calls ``pg_notify`` once per event, in seq order; PostgreSQL
-delivers the notifications at commit, in that order, after the rows are
-visible. A note's payload is JSON ``{"c": context_id, "s": seq}``, and for a
-delta (which the log does not keep) ``"e"``: the event itself, unless the
-payload would pass :data:`MAX_PAYLOAD` bytes (then a listener sees a gap and
-sends a ``Resync``). The channel is named after the database and schema
+ones and calls ``pg_notify``, per context, once for the events of the batch
+(more when its deltas do not fit in one): PostgreSQL delivers the
+notifications at commit, in order, after the rows are visible. A payload is
+JSON ``{"c": context_id, "f": first, "s": seq, "e": [delta, ...]}``: the
+context's events ``first`` to ``seq`` went out; the deltas among them (which the log does not keep)
+are in ``"e"``, the others are read from the log. A delta that would not fit
+in :data:`MAX_PAYLOAD` bytes is left out (a listener sees a gap and sends a
+``Resync``). The channel is named after the database and schema
 (``turnfsm_events_`` and a hash), so two stores in one database do not hear
 each other.
 
@@ -45,7 +47,7 @@ except ModuleNotFoundError:  # pragma: no cover - open_event_log is reached thro
     psycopg = None  # type: ignore[assignment]
     AsyncConnectionPool = None  # type: ignore[assignment,misc]
 
-__all__ = ["MAX_PAYLOAD", "PostgresEventLog"]
+__all__ = ["MAX_PAYLOAD", "PostgresEventLog", "parse_payload", "payloads"]
 
 MAX_PAYLOAD = 7900
 """Bytes a notification may carry (PostgreSQL's limit is 8000)."""
@@ -73,27 +75,64 @@ def _said(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def payload(note: LogNote) -> str:
-    """A note as the JSON a notification carries (the event left out when too long)."""
-    body: dict[str, Any] = {"c": note.context_id, "s": note.seq}
-    if note.event is not None:
-        full = json.dumps({**body, "e": json.loads(note.event)}, separators=(",", ":"))
-        if len(full.encode()) <= MAX_PAYLOAD:
-            return full
-    return json.dumps(body, separators=(",", ":"))
+def payloads(notes: Sequence[LogNote]) -> list[str]:
+    """Notes as the payloads of notifications: per context, in the order given,
+    ``{"c": context_id, "f": first, "s": seq, "e": [delta, ...]}``: the
+    context's events ``first`` to ``seq`` went out, and the deltas among them
+    are in ``"e"`` (the other events are in the log); cut where a payload
+    would pass :data:`MAX_PAYLOAD` bytes. A delta alone over it is left out
+    (a listener sees a gap)."""
+    out: list[str] = []
+    groups: dict[str, list[LogNote]] = {}
+    for note in notes:
+        groups.setdefault(note.context_id, []).append(note)
+    for cid, mine in groups.items():
+        head = '{"c":' + json.dumps(cid) + ',"f":'
+        deltas: list[str] = []
+        size = len(head) + 48
+        first = last = mine[0].seq
+
+        for note in mine:
+            event = note.event
+            if isinstance(event, str):
+                if size + len(event) + 1 > MAX_PAYLOAD and (deltas or first < note.seq):
+                    out.append(_payload(head, first, last, deltas))
+                    deltas, size, first = [], len(head) + 48, note.seq
+                if size + len(event) + 1 <= MAX_PAYLOAD:
+                    deltas.append(event)
+                    size += len(event) + 1
+            last = note.seq
+        out.append(_payload(head, first, last, deltas))
+    return out
 
 
-def parse_payload(text: str) -> LogNote | None:
-    """A notification's note; None for one that is not ours."""
+def _payload(head: str, first: int, last: int, deltas: list[str]) -> str:
+    return f'{head}{first},"s":{last},"e":[' + ",".join(deltas) + "]}"
+
+
+def parse_payload(text: str) -> list[LogNote]:
+    """A notification's notes: its deltas, then the doorbell at its last seq (the
+    first note says the first seq it covers); none for one that is not ours."""
     try:
         body = json.loads(text)
-        cid, seq = body["c"], body["s"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(cid, str) or not isinstance(seq, int):
-        return None
-    event = body.get("e")
-    return LogNote(cid, seq, json.dumps(event) if isinstance(event, dict) else None)
+        cid, first, seq, events = body["c"], body["f"], body["s"], body.get("e", [])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    if not (
+        isinstance(cid, str)
+        and isinstance(first, int)
+        and isinstance(seq, int)
+        and isinstance(events, list)
+    ):
+        return []
+    out = [
+        LogNote(cid, ev["seq"], ev)
+        for ev in events
+        if isinstance(ev, dict) and isinstance(ev.get("seq"), int)
+    ]
+    out.append(LogNote(cid, seq))
+    out[0] = LogNote(cid, out[0].seq, out[0].event, first)
+    return out
 
 
 class PostgresEventLog:
@@ -166,7 +205,7 @@ class PostgresEventLog:
                 if notes:
                     await cur.executemany(
                         "SELECT pg_notify(%s, %s)",
-                        [(self.channel, payload(n)) for n in notes],
+                        [(self.channel, text) for text in payloads(notes)],
                     )
 
         await self._run(write, transaction=True)
@@ -220,8 +259,7 @@ class PostgresEventLog:
                     await conn.execute(f'LISTEN "{self.channel}"'.encode())
                     await on_connect()
                     async for n in conn.notifies():
-                        note = parse_payload(n.payload)
-                        if note is not None:
+                        for note in parse_payload(n.payload):
                             deliver(note)
             except psycopg.Error:
                 pass  # the database went away: listen again, and say so (on_connect)
