@@ -163,6 +163,10 @@ class Channel:
         """Send ``item`` if it is next; True when the log must be read first
         (the caller then runs :meth:`fill`)."""
         if self.filling:
+            if len(self.backlog) >= RECENT_EVENTS:
+                # the log is slow to answer: the oldest waiting item goes (a
+                # durable one is read from the log later, a delta is a Resync)
+                self.backlog.popleft()
             self.backlog.append(item)
             return False
         if self._quick(item):
