@@ -13,6 +13,7 @@ violation in a module that is never imported is caught too. Layers::
         storage/ render/
     L3  engine/                       L0-L2
         replay/                       L0-L3
+        relay                         L0-L3 (the event relay: engine events to the log)
     L4  server/ cli/ testing          anything; nothing outside L4 imports them
         __main__ pytest_plugin
 
@@ -48,6 +49,7 @@ LAYER: dict[str, int] = {
     "render": 2,
     "engine": 3,
     "replay": 3,
+    "relay": 3,  # the event relay: a server's or a worker's events to the event log
     "server": 4,
     "cli": 4,
     "testing": 4,
@@ -70,6 +72,7 @@ ALLOWED: dict[str, set[str]] = {
     **{c: L0 | L1 for c in L2},  # never another L2 package
     "engine": L0 | L1 | L2,
     "replay": L0 | L1 | L2 | L3,
+    "relay": L0 | L1 | L2 | {"engine"},
     **{c: set(LAYER) | {"<root>"} for c in L4},
     "<root>": L0 | L1 | L2 | L3,
 }
@@ -82,8 +85,8 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),
-    "psycopg": ("turnfsm.storage._postgres",),
-    "psycopg_pool": ("turnfsm.storage._postgres",),
+    "psycopg": ("turnfsm.storage._postgres", "turnfsm.storage._pg_events"),
+    "psycopg_pool": ("turnfsm.storage._postgres", "turnfsm.storage._pg_events"),
     "uvicorn": ("turnfsm.server",),
     "jinja2": ("turnfsm.server._web",),
 }

@@ -72,7 +72,7 @@ from ._leases import DEFAULT_LEASE_TTL, HOST
 from ._modes import Mode, Modes
 from ._recovery import Recovery
 from ._retry import RetryPolicy
-from ._subscribers import Subscription
+from ._subscribers import EngineSubscription, Subscription
 from ._turn import Turn
 
 __all__ = ["Engine"]
@@ -324,7 +324,10 @@ class Engine:
         for subs in loaded.subscribers.values():
             for sub in subs:
                 sub.end()
+        for sub in loaded.everywhere:
+            sub.end()
         loaded.subscribers.clear()
+        loaded.everywhere.clear()
         await self._d.store.aclose()
 
     # ------------------------------------------------------------------ contexts
@@ -934,15 +937,41 @@ class Engine:
     def subscribe(self, context_id: str) -> Subscription:
         """Events of one context from now on (see :class:`Subscription`)."""
         check_id("context_id", context_id)
-        subs = self._d.loaded.subscribers.setdefault(context_id, [])
+        subs = self._d.loaded.subscribers_of(context_id)
         sub = Subscription(context_id, self._subscriber_buffer, self._drop_subscriber)
         subs.append(sub)
         return sub
 
+    def subscribe_all(self, buffer: int | None = None) -> EngineSubscription:
+        """Events of every context from now on, in the order they go out (see
+        :class:`EngineSubscription`; ``buffer``: events it may fall behind by,
+        the engine's ``subscriber_buffer`` by default). One subscription for
+        all contexts: a reader of everything (an event relay, say) keeps no
+        per-context state in the engine."""
+        if buffer is not None:
+            check_count("buffer", buffer, minimum=1)
+        loaded = self._d.loaded
+        sub = EngineSubscription(buffer or self._subscriber_buffer, self._drop_everywhere)
+        loaded.everywhere.append(sub)
+        for subs in loaded.subscribers.values():
+            subs.append(sub)
+        return sub
+
     def _drop_subscriber(self, sub: Subscription) -> None:
-        subs = self._d.loaded.subscribers.get(sub.context_id)
+        loaded = self._d.loaded
+        subs = loaded.subscribers.get(sub.context_id)
         if subs is not None and sub in subs:
             subs.remove(sub)
+            if not subs and sub.context_id not in loaded.runtimes:
+                del loaded.subscribers[sub.context_id]
+
+    def _drop_everywhere(self, sub: Subscription) -> None:
+        loaded = self._d.loaded
+        if sub in loaded.everywhere:
+            loaded.everywhere.remove(sub)
+        for subs in loaded.subscribers.values():
+            if sub in subs:
+                subs.remove(sub)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         """The audit trail: every committed transition of the context, and the

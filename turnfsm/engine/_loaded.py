@@ -25,6 +25,9 @@ class Loaded:
         self.request_cancel = request_cancel
         self.runtimes: dict[str, Runtime] = {}
         self.subscribers: dict[str, list[Subscription]] = {}
+        """Per context: its subscribers (each list also holds :attr:`everywhere`)."""
+        self.everywhere: list[Subscription] = []
+        """The subscribers to every context (``Engine.subscribe_all``)."""
         self.seq_marks: dict[str, int] = {}
         """Per unloaded context: the last seq its subscribers saw, when the store
         holds less (a failed commit)."""
@@ -48,7 +51,7 @@ class Loaded:
             ctx=ctx,
             holder=holder,
             chat=to_chat_messages(n.message for n in ctx.history()),
-            subscribers=self.subscribers.setdefault(cid, []),
+            subscribers=self.subscribers_of(cid),
             log=self.log.bind(context_id=cid),
             # after a failed commit the stored seq may lag what subscribers saw
             seq=max(ctx.event_seq, self.seq_marks.pop(cid, 0)),
@@ -58,12 +61,24 @@ class Loaded:
         self.runtimes[cid] = rt
         return rt
 
+    def subscribers_of(self, context_id: str) -> list[Subscription]:
+        """The context's list of subscribers (made with :attr:`everywhere` in it)."""
+        subs = self.subscribers.get(context_id)
+        if subs is None:
+            subs = self.subscribers[context_id] = list(self.everywhere)
+        return subs
+
     def unload(self, context_id: str) -> None:
         rt = self.runtimes.pop(context_id, None)
         if rt is not None:
             self.machine.detach(rt.holder)
             if rt.sent_seq > rt.ctx.event_seq:  # seqs seen but not stored: never reuse them
                 self.seq_marks[context_id] = rt.sent_seq
+        subs = self.subscribers.get(context_id)
+        if subs is not None and len(subs) == len(self.everywhere):
+            # nobody subscribed to this context alone: the list goes with it
+            # (the engine keeps a list per loaded context, not per context seen)
+            del self.subscribers[context_id]
 
     def evict(self, max_loaded: int, busy: set[str]) -> None:
         """Unload the least recently used resting contexts beyond ``max_loaded``

@@ -11,7 +11,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..events import Event, EventsMissed
 
-__all__ = ["Subscription", "yield_to_readers"]
+__all__ = ["EngineSubscription", "Subscription", "yield_to_readers"]
 
 yield_to_readers = anyio.lowlevel.cancel_shielded_checkpoint
 """One turn of the event loop for other tasks (a subscriber's reader), without
@@ -148,3 +148,60 @@ class Subscription:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class EngineSubscription(Subscription):
+    """An async iterator of the events of every context the engine runs
+    (:meth:`Engine.subscribe_all`), in the order they go out.
+
+    Bounded like :class:`Subscription`. When the buffer is full, events are
+    dropped for this subscriber, counted per context; once the reader has
+    emptied the buffer, each context that lost some gets one
+    :class:`~turnfsm.events.EventsMissed` (its ``first_seq`` and ``count``;
+    its ``seq`` is the last one dropped), and nothing is delivered meanwhile,
+    so the order is kept.
+    """
+
+    def __init__(self, buffer: int, on_close: Callable[[Subscription], None]):
+        super().__init__("*", buffer, on_close)
+        self._gaps: dict[str, EventsMissed] = {}
+
+    def offer(self, event: Event) -> bool:
+        if not self._gaps:
+            try:
+                self._send.send_nowait(event)
+            except anyio.WouldBlock:
+                pass
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return False
+            else:
+                self._queued += 1
+                return self._queued >= self._half
+        gap = self._gaps.get(event.context_id)
+        if gap is None:
+            self._gaps[event.context_id] = EventsMissed(
+                context_id=event.context_id,
+                seq=event.seq,
+                timestamp=event.timestamp,
+                count=1,
+                first_seq=event.seq,
+            )
+        else:
+            gap.seq = event.seq
+            gap.count += 1
+            gap.timestamp = event.timestamp
+        return True
+
+    def _take_missed(self) -> EventsMissed | None:
+        if not self._gaps:
+            return None
+        cid = next(iter(self._gaps))
+        return self._gaps.pop(cid)
+
+    def drain(self) -> list[Event]:
+        out = super().drain()
+        while self._gaps:  # the buffer is empty: every note goes now
+            note = self._take_missed()
+            assert note is not None
+            out.append(note)
+        return out

@@ -1,8 +1,7 @@
 """The FastAPI application: the engine's calls under ``/api`` (see ``docs/server.md``)."""
 
-import contextlib
 import time
-from collections import deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -10,21 +9,21 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectSendStream
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..audit import audit_jsonl, audit_records, verify_audit_log
-from ..engine import UNSET, Engine, Subscription, Turn
+from ..engine import UNSET, Engine, EngineSubscription, Turn
 from ..errors import ContextNotFound, InvalidInput, RenderError, TurnFSMError
-from ..events import Event
+from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, MessageNode, Role
+from ..relay import EventRelay
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
-from ..storage import SQLiteStore
+from ..storage._eventlog import LogNote, open_event_log
 from ._errors import ApiError, error_response, install_handlers
-from ._events import add_event_routes, sse_data
+from ._events import Channel, Listener, add_event_routes
 from ._handoff import wait_for_rest
 from ._limits import DEFAULT_MAX_TURNS_PER_TENANT, TurnLimit
 from ._models import (
@@ -59,8 +58,12 @@ log = structlog.get_logger("turnfsm.server")
 DEFAULT_MAX_BODY = 1_000_000
 """Bytes a request body may have (``413`` beyond)."""
 MAX_PAGE = 500
-RECENT_EVENTS = 4096
-"""Events kept per context for streams that reconnect (``Last-Event-ID``)."""
+IDLE_CHANNELS = 64
+"""Channels kept (with their recent events) once no stream and no call uses them."""
+KNOWN_OWNERS = 4096
+"""Contexts whose tenant the hub remembers for the tenant-wide streams."""
+LOCAL_BUFFER = 4096
+"""Events of this process the hub may fall behind by (then read from the log)."""
 
 
 @dataclass
@@ -92,7 +95,11 @@ class _Job:
         self.error: Exception | None = None
 
     async def run(
-        self, fn: Callable[[], Awaitable[Turn]], hub: "Hub", tenant: str | None = None
+        self,
+        fn: Callable[[], Awaitable[Turn]],
+        hub: "Hub",
+        tenant: str | None = None,
+        channel: Channel | None = None,
     ) -> None:
         # a call refused because another runs must not hide that one
         mine = hub.running.setdefault(self.context_id, self) is self
@@ -106,11 +113,23 @@ class _Job:
                 del hub.running[self.context_id]
             if tenant is not None:
                 hub.turn_limit.release(tenant)
+            if channel is not None:
+                hub.release(channel)
             self.done.set()
 
 
 class Hub:
-    """The app's engine, tenant table and running calls (set up by the lifespan)."""
+    """The app's engine, tenant table, event channels and running calls (set
+    up by the lifespan).
+
+    Per context, a :class:`~turnfsm.server._events.Channel` puts the events
+    of this process's engine and those other processes relayed (the event
+    log and its doorbell) in one order, deduplicated by seq, for the streams
+    on it. A channel exists while a stream or a running call of this server
+    needs it; then it stays among the :data:`IDLE_CHANNELS` most recently
+    used (a reconnect just after a turn gets its deltas from the ring), and
+    goes: memory does not grow with the contexts ever touched.
+    """
 
     def __init__(self, factory: Callable[[], Engine], config: ServerConfig) -> None:
         self.factory = factory
@@ -122,11 +141,14 @@ class Hub:
         self.turn_limit = TurnLimit(config.max_turns_per_tenant)
         self.ready = False
         self.closing = anyio.Event()
-        self.recent: dict[str, deque[Event]] = {}
-        """Per context, the last events the server saw (for ``Last-Event-ID``)."""
-        self._taps: dict[str, Subscription] = {}
-        self._tap_tenant: dict[str, str] = {}
-        self.listeners: dict[str, set[MemoryObjectSendStream[Event]]] = {}
+        self.channels: dict[str, Channel] = {}
+        """The channels a stream or a running call uses."""
+        self.idle: OrderedDict[str, Channel] = OrderedDict()
+        """Channels nobody uses, least recently used first (at most IDLE_CHANNELS)."""
+        self.owners: OrderedDict[str, str] = OrderedDict()
+        """The tenant of recently seen contexts (at most KNOWN_OWNERS), for the
+        tenant-wide streams of events from contexts without a channel."""
+        self.listeners: dict[str, set[Listener]] = {}
         """Per tenant, the tenant-wide streams (``/api/events``)."""
 
     @property
@@ -143,31 +165,40 @@ class Hub:
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         engine = self.factory()
-        store = engine.store
-        path = str(store.path) if isinstance(store, SQLiteStore) else None
-        self._tenants = await anyio.to_thread.run_sync(TenantTable, path)
-        async with engine, anyio.create_task_group() as tg:
-            self._engine, self._tg = engine, tg
-            for cid, tenant in (await self.tenants.all()).items():
-                self.tap(cid, tenant)  # before recover(): its events are kept too
-            if self.config.recover_on_start and self.config.turns == "here":
-                recovery = await engine.recover()
-                log.info(
-                    "recovered",
-                    resumed=sorted(recovery.resumed),
-                    skipped=sorted(recovery.skipped),
-                    failed=sorted(recovery.failed),
-                )
-            tg.start_soon(self._cancel_on_closing)
-            self.ready = True
-            try:
-                yield
-            finally:
-                self.ready = False
-                self.closing.set()
-                await self._stop_running()
-                tg.cancel_scope.cancel()
-        self._engine = None
+        event_log = open_event_log(engine.store)
+        await event_log.open()
+        self._tenants = TenantTable(event_log)
+        try:
+            async with (
+                engine,
+                EventRelay(engine, event_log),
+                anyio.create_task_group() as tg,
+            ):
+                self._engine, self._tg = engine, tg
+                local = engine.subscribe_all(LOCAL_BUFFER)
+                tg.start_soon(self._pump_local, local)
+                tg.start_soon(event_log.listen, self._on_note, self._on_listening)
+                if self.config.recover_on_start and self.config.turns == "here":
+                    recovery = await engine.recover()
+                    log.info(
+                        "recovered",
+                        resumed=sorted(recovery.resumed),
+                        skipped=sorted(recovery.skipped),
+                        failed=sorted(recovery.failed),
+                    )
+                tg.start_soon(self._cancel_on_closing)
+                self.ready = True
+                try:
+                    yield
+                finally:
+                    self.ready = False
+                    self.closing.set()
+                    await self._stop_running()
+                    tg.cancel_scope.cancel()
+                    await local.aclose()
+        finally:
+            self._engine = None
+            await event_log.aclose()
 
     async def _cancel_on_closing(self) -> None:
         await self.closing.wait()
@@ -206,68 +237,101 @@ class Hub:
             raise ContextNotFound(context_id)
         self.tap(context_id, tenant)
 
-    # ------------------------------------------------------------------ recent events
-
     def tap(self, context_id: str, tenant: str) -> None:
-        """Keep the context's recent events from now on (a reconnecting stream's
-        ``Last-Event-ID`` is served from them)."""
-        if context_id in self._taps or self._tg is None:
+        """Remember the context's tenant (its events then reach the tenant's
+        streams even when no channel is open on it)."""
+        self.owners[context_id] = tenant
+        self.owners.move_to_end(context_id)
+        while len(self.owners) > KNOWN_OWNERS:
+            self.owners.popitem(last=False)
+
+    # ------------------------------------------------------------------ channels
+
+    def hold(self, context_id: str) -> Channel:
+        """The context's channel, used until :meth:`release`."""
+        ch = self.channels.get(context_id)
+        if ch is None:
+            ch = self.idle.pop(context_id, None) or Channel(context_id, self.listeners)
+            self.channels[context_id] = ch
+        ch.tenant = self.owners.get(context_id, ch.tenant)
+        ch.users += 1
+        return ch
+
+    def release(self, ch: Channel) -> None:
+        ch.users -= 1
+        if ch.users > 0 or self.channels.get(ch.context_id) is not ch:
             return
-        sub = self.engine.subscribe(context_id)
-        self._taps[context_id] = sub
-        self._tap_tenant[context_id] = tenant
-        self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
+        del self.channels[ch.context_id]
+        self.idle[ch.context_id] = ch
+        while len(self.idle) > IDLE_CHANNELS:
+            self.idle.popitem(last=False)
 
-        async def keep() -> None:
-            async with sub:
-                async for first in sub:
-                    await self._write(context_id, self._absorb(context_id, [first, *sub.drain()]))
+    def channel(self, context_id: str) -> Channel | None:
+        return self.channels.get(context_id) or self.idle.get(context_id)
 
-        self._tg.start_soon(keep)
-
-    def catch_up(self, context_id: str) -> None:
-        """Take in every event the engine already sent to the context's tap, so
-        that :attr:`recent` holds all of them (it is read by a reconnecting stream)."""
-        sub = self._taps.get(context_id)
-        if sub is None or self._tg is None:
+    def offer(self, context_id: str, item: Event | int) -> None:
+        """An event (or a doorbell: a seq to read from the log) of a context,
+        from this process's engine or another's."""
+        ch = self.channel(context_id)
+        if ch is not None:
+            if ch.take(item) and self._tg is not None:
+                self._tg.start_soon(ch.fill, self)
             return
-        durable = self._absorb(context_id, sub.drain())
-        if durable:
-            self._tg.start_soon(self._write, context_id, durable)
+        if not isinstance(item, int) and self.listeners:
+            tenant = self.owners.get(context_id)
+            for stream in list(self.listeners.get(tenant or "", ())):
+                stream.put(item)
 
-    def _absorb(self, context_id: str, batch: list[Event]) -> list[tuple[int, str, str]]:
-        """Events into the ring and the tenant's streams; the durable ones to write."""
-        ring = self.recent.setdefault(context_id, deque(maxlen=RECENT_EVENTS))
-        tenant = self._tap_tenant.get(context_id, "")
-        for ev in batch:
-            if ev.kind == "EventsMissed":
-                ring.clear()  # a gap: the ring no longer covers what it held
-            else:
-                ring.append(ev)
-            for stream in list(self.listeners.get(tenant, ())):
-                with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
-                    stream.send_nowait(ev)  # a slow tenant stream loses, never waits
-        return [
-            (ev.seq, ev.kind, sse_data(ev))
-            for ev in batch
-            if ev.kind not in ("ContentDelta", "EventsMissed")
-        ]
+    async def _pump_local(self, sub: EngineSubscription) -> None:
+        """This process's events, to the channels and the tenant streams."""
+        async with sub:
+            async for first in sub:
+                for ev in [first, *sub.drain()]:
+                    if ev.kind == "EventsMissed":
+                        self.offer(ev.context_id, ev.seq)  # read what it lost from the log
+                    else:
+                        self.offer(ev.context_id, ev)
 
-    async def _write(self, context_id: str, durable: list[tuple[int, str, str]]) -> None:
-        if not durable:
+    def _on_note(self, note: LogNote) -> None:
+        """A doorbell from the event log (another process, or this one's echo)."""
+        ch = self.channel(note.context_id)
+        if ch is None:
+            return  # nobody here streams it
+        if ch.next is None and note.first is not None and not ch.filling:
+            ch.next = note.first  # a new channel: from the first event rung with it
+        if note.event is None:
+            self.offer(note.context_id, note.seq)
             return
         try:
-            await self.tenants.add_events(context_id, durable)
-        except Exception as exc:  # the log is a convenience; never fatal
-            log.warning("event_log_failed", context_id=context_id, error=str(exc))
+            if isinstance(note.event, str):
+                ev = EVENT_ADAPTER.validate_json(note.event)
+            else:
+                ev = EVENT_ADAPTER.validate_python(note.event)
+        except ValueError:
+            self.offer(note.context_id, note.seq)
+        else:
+            self.offer(note.context_id, ev)
+
+    async def _on_listening(self) -> None:
+        """Listening (again): notes rung meanwhile are lost, so each channel
+        reads the log up to its newest kept event."""
+        ids = [*self.channels, *self.idle]
+        if not ids:
+            return
+        try:
+            newest = await self.tenants.log.newest(ids)
+        except Exception as exc:  # the next note of each context reads the log anyway
+            log.warning("event_log_read_failed", error=str(exc))
+            return
+        for cid, seq in newest.items():
+            self.offer(cid, seq)
 
     async def untap(self, context_ids: list[str]) -> None:
         for cid in context_ids:
-            sub = self._taps.pop(cid, None)
-            if sub is not None:
-                await sub.aclose()
-            self.recent.pop(cid, None)
-            self._tap_tenant.pop(cid, None)
+            ch = self.channels.pop(cid, None) or self.idle.pop(cid, None)
+            if ch is not None:
+                ch.close()
+            self.owners.pop(cid, None)
 
     # ------------------------------------------------------------------ calls
 
@@ -278,12 +342,12 @@ class Hub:
         else until it took its first step (or failed its checks, raised here)."""
         assert self._tg is not None
         job = _Job(context_id)
-        tenant = self._tap_tenant.get(context_id)
+        tenant = self.owners.get(context_id)
         if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
             self.turn_limit.acquire(tenant)
         sub = self.engine.subscribe(context_id)
         try:
-            self._tg.start_soon(job.run, fn, self, tenant)
+            self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
             if wait:
                 await job.done.wait()
             else:

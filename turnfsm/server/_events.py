@@ -4,32 +4,55 @@ Each engine event goes out with its kind as the SSE ``event:`` and its ``seq``
 as ``id:``; its data is the event as JSON (``turnfsm.events.EVENT_ADAPTER``)
 plus the names thin frontends read: ``new_state`` on ``StateChanged``,
 ``sequence`` on ``ContentDelta``. ``Heartbeat`` goes out when nothing else
-did for ``ServerConfig.heartbeat`` seconds. The engine never waits for a
-stream: events go through the engine's bounded subscription, and a stream
-that falls behind gets ``EventsMissed``.
+did for ``ServerConfig.heartbeat`` seconds.
+
+A stream reads its context's :class:`Channel` on this server, which puts in
+one order (by seq, each once) the events of this process's engine and those
+of other processes (the event log and its doorbell, ``turnfsm.relay``). The
+engine never waits for a stream: a stream that falls behind by
+:data:`STREAM_BUFFER` gets a ``Resync`` for what it lost.
 """
 
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
+import structlog
 from fastapi import Depends, FastAPI, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext
 
 if TYPE_CHECKING:
     from ._app import Hub
 
-__all__ = ["STREAM_BUFFER", "add_event_routes", "sse_data", "sse_of"]
+__all__ = [
+    "RECENT_EVENTS",
+    "STREAM_BUFFER",
+    "Channel",
+    "Gap",
+    "Listener",
+    "add_event_routes",
+    "sse_data",
+    "sse_of",
+]
+
+log = structlog.get_logger("turnfsm.server")
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a stream has, once the server stops, to send its last event."""
 STREAM_BUFFER = 1024
-"""Events a tenant-wide stream may fall behind by; beyond, they are dropped for it."""
+"""Events a stream may fall behind by; beyond, they are dropped for it (a Resync)."""
+RECENT_EVENTS = 4096
+"""Events kept per channel for streams that reconnect (``Last-Event-ID``)."""
+
+T = TypeVar("T")
 
 
 def sse_data(ev: Event) -> str:
@@ -46,18 +69,193 @@ def sse_of(ev: Event) -> ServerSentEvent:
     return ServerSentEvent(sse_data(ev), event=ev.kind, id=str(ev.seq))
 
 
-def _resync(ctx: ChatContext, first: int, last: int) -> ServerSentEvent:
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Events ``first`` to ``last`` of a context that cannot be sent (deltas
+    another process's notes lost, events dropped for a slow reader): a stream
+    sends a ``Resync`` for them."""
+
+    context_id: str
+    first: int
+    last: int
+
+
+Item = Event | Gap
+
+
+def _first(item: Item) -> int:
+    return item.first if isinstance(item, Gap) else item.seq
+
+
+def _last(item: Item) -> int:
+    return item.last if isinstance(item, Gap) else item.seq
+
+
+class Listener:
+    """One stream's queue of items, bounded: a stream that falls behind by
+    ``cap`` items loses the next ones until it caught up, and gets one
+    :class:`Gap` for them (per context), never slowing anyone."""
+
+    def __init__(self, cap: int = STREAM_BUFFER) -> None:
+        self.cap = cap
+        self.items: deque[Item] = deque()
+        self.gaps: dict[str, Gap] = {}
+        self.closed = False
+        self._wake = anyio.Event()
+
+    def put(self, item: Item) -> None:
+        if self.closed:
+            return
+        if self.gaps or len(self.items) >= self.cap:
+            cid = item.context_id
+            gap = self.gaps.get(cid)
+            self.gaps[cid] = Gap(cid, gap.first if gap else _first(item), _last(item))
+        else:
+            self.items.append(item)
+        self._wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+
+    def __aiter__(self) -> "Listener":
+        return self
+
+    async def __anext__(self) -> Item:
+        while True:
+            if self.items:
+                return self.items.popleft()
+            if self.gaps:
+                return self.gaps.pop(next(iter(self.gaps)))
+            if self.closed:
+                raise StopAsyncIteration
+            self._wake = anyio.Event()
+            await self._wake.wait()
+
+
+class Channel:
+    """One context's events on this server, in seq order, each once.
+
+    Items come from this process's engine and from the event log's notes
+    (another process's events): an event, or a seq (a doorbell: that event is
+    in the log). ``next`` is the seq it expects (None: whatever comes first).
+    An item after a gap (a doorbell, or an event after some were lost) makes
+    the channel read the log up to it first; what the log does not hold (the
+    deltas of another process, a lost note) goes out as a :class:`Gap`.
+    Items that come while the log is read wait in ``backlog``.
+    """
+
+    def __init__(self, context_id: str, tenant_streams: dict[str, set[Listener]]) -> None:
+        self.context_id = context_id
+        self.tenant: str | None = None
+        self.tenant_streams = tenant_streams
+        """Per tenant, the tenant-wide streams (the hub's)."""
+        self.next: int | None = None
+        self.ring: deque[Item] = deque(maxlen=RECENT_EVENTS)
+        """The last items it sent (for ``Last-Event-ID``)."""
+        self.listeners: set[Listener] = set()
+        self.users = 0
+        self.backlog: deque[Event | int] = deque()
+        self.filling = False
+        self.closed = False
+
+    def take(self, item: Event | int) -> bool:
+        """Send ``item`` if it is next; True when the log must be read first
+        (the caller then runs :meth:`fill`)."""
+        if self.filling:
+            if len(self.backlog) >= RECENT_EVENTS:
+                # the log is slow to answer: the oldest waiting item goes (a
+                # durable one is read from the log later, a delta is a Resync)
+                self.backlog.popleft()
+            self.backlog.append(item)
+            return False
+        if self._quick(item):
+            return False
+        self.filling = True
+        self.backlog.appendleft(item)
+        return True
+
+    def _quick(self, item: Event | int) -> bool:
+        """Handled without the log: sent, or already sent."""
+        seq = item if isinstance(item, int) else item.seq
+        if self.next is not None and seq < self.next:
+            return True
+        if isinstance(item, int):
+            return False
+        if self.next is None or seq == self.next:
+            self.send(item)
+            return True
+        return False
+
+    async def fill(self, hub: "Hub") -> None:
+        """Read the log up to each backlog item that follows a gap, send what it
+        holds (a Gap for the rest), then the item; until the backlog is empty."""
+        try:
+            while self.backlog and not self.closed:
+                item = self.backlog.popleft()
+                if self._quick(item):
+                    continue
+                seq = item if isinstance(item, int) else item.seq
+                start = self.next if self.next is not None else seq
+                upto = seq if isinstance(item, int) else seq - 1
+                try:
+                    rows = await hub.tenants.events_after(self.context_id, start - 1, upto)
+                except Exception as exc:  # the log is unreachable: what it held is a Resync
+                    log.warning("event_log_read_failed", context_id=self.context_id, error=str(exc))
+                    rows = []
+                expect = start
+                for got, _kind, data in rows:
+                    if got < expect:
+                        continue
+                    if got > expect:
+                        self.send(Gap(self.context_id, expect, got - 1))
+                    try:
+                        self.send(EVENT_ADAPTER.validate_json(data))
+                    except ValueError:
+                        self.send(Gap(self.context_id, got, got))
+                    expect = got + 1
+                if isinstance(item, int):
+                    if seq >= expect:  # rung, but not in the log (lost to a slow relay)
+                        self.send(Gap(self.context_id, expect, seq))
+                else:
+                    if seq > expect:
+                        self.send(Gap(self.context_id, expect, seq - 1))
+                    self.send(item)
+        finally:
+            self.filling = False
+
+    def send(self, item: Item) -> None:
+        """To the ring, the streams on the context and its tenant's streams."""
+        self.next = _last(item) + 1
+        self.ring.append(item)
+        for listener in list(self.listeners):
+            listener.put(item)
+        if self.tenant is not None and self.tenant_streams:
+            for listener in list(self.tenant_streams.get(self.tenant, ())):
+                listener.put(item)
+
+    def close(self) -> None:
+        self.closed = True
+        for listener in list(self.listeners):
+            listener.close()
+
+
+async def _resync(hub: "Hub", gap: Gap) -> ServerSentEvent:
     """Events ``first`` to ``last`` cannot be sent again: pull the state and the
     messages (``GET .../state``, ``.../messages``), which hold everything durable."""
+    try:
+        ctx: ChatContext | None = await hub.engine.store.load(gap.context_id)
+    except TurnFSMError:
+        ctx = None
     data = {
         "kind": "Resync",
-        "context_id": ctx.id,
-        "first_seq": first,
-        "last_seq": last,
-        "state": ctx.current_state,
-        "version": ctx.version,
+        "context_id": gap.context_id,
+        "first_seq": gap.first,
+        "last_seq": gap.last,
+        "state": ctx.current_state if ctx is not None else None,
+        "version": ctx.version if ctx is not None else None,
     }
-    return ServerSentEvent(json.dumps(data), event="Resync", id=str(last))
+    return ServerSentEvent(json.dumps(data), event="Resync", id=str(gap.last))
 
 
 def _control(kind: str, **data: Any) -> ServerSentEvent:
@@ -73,40 +271,64 @@ def _last_id(value: str | None) -> int | None:
 def add_event_routes(
     app: FastAPI, hub: "Hub", tenant: Callable[..., Any], owned: Callable[..., Any]
 ) -> None:
+    async def history(ch: Channel, after: int) -> AsyncIterator[Item]:
+        """What a stream that saw ``after`` missed, before the live items."""
+        ring = list(ch.ring)
+        if ring and _first(ring[0]) <= after + 1:
+            for item in ring:  # every item it missed, as sent
+                if _last(item) > after:
+                    yield item
+            return
+        # Older than the ring (a restart, another process, a long absence):
+        # the kept durable events, and a Gap for each stretch the log lacks
+        # (deltas, or the events of a crash's last moments).
+        ctx = await hub.engine.store.load(ch.context_id)
+        newest = max(ctx.event_seq, _last(ring[-1]) if ring else 0)
+        if newest <= after:
+            return
+        expect = after + 1
+        for seq, _kind, data in await hub.tenants.events_after(ch.context_id, after, newest):
+            if seq > expect:
+                yield Gap(ch.context_id, expect, seq - 1)
+            try:
+                yield EVENT_ADAPTER.validate_json(data)
+            except ValueError:
+                yield Gap(ch.context_id, seq, seq)
+            expect = seq + 1
+        if newest >= expect:
+            yield Gap(ch.context_id, expect, newest)
+
     async def context_stream(
         cid: str, after: int | None, stop: anyio.Event
     ) -> AsyncIterator[ServerSentEvent]:
-        engine = hub.engine
-        async with engine.subscribe(cid) as sub:
+        ch = hub.hold(cid)
+        listener = Listener()
+        ch.listeners.add(listener)
+        try:
+            sent = after
             if after is not None:
-                hub.catch_up(cid)  # every event sent before `sub` is in the ring now
-                ring = list(hub.recent.get(cid, ()))
-                ctx = await engine.store.load(cid)
-                newest = max(ctx.event_seq, ring[-1].seq if ring else 0)
-                if newest > after and ring and ring[0].seq <= after + 1:
-                    for ev in ring:  # every event it missed, as sent
-                        if ev.seq > after:
-                            yield sse_of(ev)
-                            after = ev.seq
-                elif newest > after:
-                    # Older than the ring (or from before a restart): the kept
-                    # durable events, and a Resync for each stretch it cannot get
-                    # (deltas, or events of a crash's last moments).
-                    expect = after + 1
-                    for seq, kind, data in await hub.tenants.events_after(cid, after):
-                        if seq > expect:
-                            yield _resync(ctx, expect, seq - 1)
-                        yield ServerSentEvent(data, event=kind, id=str(seq))
-                        expect = seq + 1
-                    if newest >= expect:
-                        yield _resync(ctx, expect, newest)
-                    after = max(newest, expect - 1)
-            async for item in _with_heartbeats(sub, hub, stop):
+                async for old in history(ch, after):
+                    yield await _sse(old)
+                    sent = _last(old)
+            async for item in _with_heartbeats(listener, hub, stop):
                 if item is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())
-                elif after is None or item.seq > after:
-                    yield sse_of(item)
-        yield _control("StreamClosed", context_id=cid)
+                    continue
+                if sent is not None and _last(item) <= sent:
+                    continue  # sent already (from the ring or the log)
+                if isinstance(item, Gap) and sent is not None and item.first <= sent:
+                    item = Gap(item.context_id, sent + 1, item.last)
+                yield await _sse(item)
+                sent = _last(item)
+            yield _control("StreamClosed", context_id=cid)
+        finally:
+            ch.listeners.discard(listener)
+            hub.release(ch)
+
+    async def _sse(item: Item) -> ServerSentEvent:
+        if isinstance(item, Gap):
+            return await _resync(hub, item)
+        return sse_of(item)
 
     @app.get("/api/contexts/{context_id}/events", tags=["events"])
     async def events(
@@ -122,21 +344,24 @@ def add_event_routes(
         )
 
     async def tenant_stream(who: str, stop: anyio.Event) -> AsyncIterator[ServerSentEvent]:
-        send, receive = anyio.create_memory_object_stream[Event](STREAM_BUFFER)
-        hub.listeners.setdefault(who, set()).add(send)
+        listener = Listener()
+        hub.listeners.setdefault(who, set()).add(listener)
         try:
-            async with receive:
-                async for item in _with_heartbeats(receive, hub, stop):
-                    if item is None:
-                        yield _control("Heartbeat", timestamp=time.time())
-                    else:
-                        sse = sse_of(item)
-                        sse.id = None  # seqs are per context: no Last-Event-ID here
-                        yield sse
+            async for item in _with_heartbeats(listener, hub, stop):
+                if item is None:
+                    yield _control("Heartbeat", timestamp=time.time())
+                else:
+                    sse = await _sse(item)
+                    # seqs are per context: the id names both
+                    sse.id = f"{item.context_id}/{_last(item)}"
+                    yield sse
             yield _control("StreamClosed")
         finally:
-            hub.listeners.get(who, set()).discard(send)
-            send.close()
+            listeners = hub.listeners.get(who)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del hub.listeners[who]
 
     @app.get("/api/events", tags=["events"])
     async def all_events(who: Annotated[str, Depends(tenant)]) -> EventSourceResponse:
@@ -148,8 +373,8 @@ def add_event_routes(
 
 
 async def _with_heartbeats(
-    sub: AsyncIterator[Event], hub: "Hub", stop: anyio.Event
-) -> AsyncIterator[Event | None]:
+    sub: AsyncIterator[T], hub: "Hub", stop: anyio.Event
+) -> AsyncIterator[T | None]:
     """The subscription's events, ``None`` for a heartbeat; ends at once when the
     server stops (``hub.closing``) or sse-starlette saw the shutdown (``stop``)."""
     it = sub.__aiter__()
@@ -163,12 +388,10 @@ async def _with_heartbeats(
             yield step
 
 
-async def _next(
-    it: AsyncIterator[Event], stops: tuple[anyio.Event, ...], idle: float
-) -> Event | str:
+async def _next(it: AsyncIterator[T], stops: tuple[anyio.Event, ...], idle: float) -> T | str:
     """The next event, or ``"idle"`` after ``idle`` seconds, ``"stopped"`` when
     one of ``stops`` is set, ``"ended"`` when the iterator ends."""
-    out: list[Event | str] = []
+    out: list[T | str] = []
 
     async def read(scope: anyio.CancelScope) -> None:
         try:

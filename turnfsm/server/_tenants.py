@@ -1,23 +1,21 @@
 """Who owns a context: bearer tokens name tenants, a table names each context's tenant.
 
 A context's tenant is kept by the server, not in the context: in a table
-``server_context_tenants`` of the same SQLite file as the store (another
-connection, its own table; the engine's tables are untouched), or in memory
-for a store that is not a SQLite file. A context made by the engine itself
-(a sub-task's child) has no row and belongs to its parent's tenant.
+``server_context_tenants`` beside the store's own, in the same database (the
+SQLite file or the PostgreSQL schema; the engine's tables are untouched), or
+in memory for any other store. A context made by the engine itself (a
+sub-task's child) has no row and belongs to its parent's tenant.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-import anyio.to_thread
-
 from ..errors import InvalidInput
+from ..storage._eventlog import EventLog
 
 __all__ = ["DEFAULT_TENANT", "TOKENS_ENV", "TenantTable", "load_tokens", "parse_tokens"]
 
@@ -70,123 +68,28 @@ def tenant_of_token(tokens: Mapping[str, str], given: str) -> str | None:
 
 
 class TenantTable:
-    """context id -> tenant, in the store's SQLite file (``path``) or in memory (``None``)."""
+    """context id -> tenant, in the tables beside the store (see
+    :func:`turnfsm.storage._eventlog.open_event_log`): the store's SQLite file,
+    its PostgreSQL database, or memory for any other store."""
 
-    def __init__(self, path: str | None) -> None:
-        self._path = path
-        self._memory: dict[str, str] = {}
-        if path is not None:
-            db = self._connect()
-            try:
-                with db:
-                    db.execute(
-                        "CREATE TABLE IF NOT EXISTS server_context_tenants "
-                        "(context_id TEXT PRIMARY KEY, tenant TEXT NOT NULL)"
-                    )
-                    db.execute(
-                        "CREATE TABLE IF NOT EXISTS server_events (context_id TEXT NOT NULL, "
-                        "seq INTEGER NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL, "
-                        "PRIMARY KEY (context_id, seq))"
-                    )
-            finally:
-                db.close()
-        self._events: dict[str, dict[int, tuple[str, str]]] = {}
-
-    def _connect(self) -> sqlite3.Connection:
-        assert self._path is not None
-        return sqlite3.connect(self._path, timeout=30)
-
-    def _run_sql(self, sql: str, args: tuple[str, ...]) -> list[tuple[str, str]]:
-        db = self._connect()
-        try:
-            with db:
-                rows = db.execute(sql, args).fetchall()
-        finally:
-            db.close()
-        return [(str(a), str(b)) for a, b in rows]
+    def __init__(self, event_log: EventLog) -> None:
+        self.log = event_log
 
     async def set(self, context_id: str, tenant: str) -> None:
-        if self._path is None:
-            self._memory[context_id] = tenant
-            return
-        await anyio.to_thread.run_sync(
-            self._run_sql,
-            "INSERT OR REPLACE INTO server_context_tenants VALUES (?, ?) RETURNING context_id, "
-            "tenant",
-            (context_id, tenant),
-        )
+        await self.log.set_tenant(context_id, tenant)
 
     async def get(self, context_id: str) -> str | None:
-        if self._path is None:
-            return self._memory.get(context_id)
-        rows = await anyio.to_thread.run_sync(
-            self._run_sql,
-            "SELECT context_id, tenant FROM server_context_tenants WHERE context_id = ?",
-            (context_id,),
-        )
-        return rows[0][1] if rows else None
+        return await self.log.tenant(context_id)
 
     async def all(self) -> dict[str, str]:
-        if self._path is None:
-            return dict(self._memory)
-        rows = await anyio.to_thread.run_sync(
-            self._run_sql, "SELECT context_id, tenant FROM server_context_tenants", ()
-        )
-        return dict(rows)
+        return await self.log.tenants()
 
-    # ------------------------------------------------------------------ the event log
-
-    def _add(self, rows: list[tuple[str, int, str, str]]) -> None:
-        db = self._connect()
-        try:
-            with db:
-                db.executemany("INSERT OR IGNORE INTO server_events VALUES (?, ?, ?, ?)", rows)
-        finally:
-            db.close()
-
-    async def add_events(self, context_id: str, events: list[tuple[int, str, str]]) -> None:
-        """Keep a context's durable events: (seq, kind, JSON data) each."""
-        if self._path is None:
-            log = self._events.setdefault(context_id, {})
-            for seq, kind, data in events:
-                log[seq] = (kind, data)
-            return
-        rows = [(context_id, seq, kind, data) for seq, kind, data in events]
-        await anyio.to_thread.run_sync(self._add, rows)
-
-    def _after(self, context_id: str, after: int) -> list[tuple[int, str, str]]:
-        db = self._connect()
-        try:
-            rows = db.execute(
-                "SELECT seq, kind, data FROM server_events WHERE context_id = ? AND seq > ? "
-                "ORDER BY seq",
-                (context_id, after),
-            ).fetchall()
-        finally:
-            db.close()
-        return [(int(a), str(b), str(c)) for a, b, c in rows]
-
-    async def events_after(self, context_id: str, after: int) -> list[tuple[int, str, str]]:
-        """The kept events of a context after seq ``after``, in seq order."""
-        if self._path is None:
-            log = self._events.get(context_id, {})
-            return [(seq, *log[seq]) for seq in sorted(log) if seq > after]
-        return await anyio.to_thread.run_sync(self._after, context_id, after)
+    async def events_after(
+        self, context_id: str, after: int, upto: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        """The kept events of a context after seq ``after`` (to ``upto``), in seq order."""
+        return await self.log.after(context_id, after, upto)
 
     async def forget(self, context_ids: list[str]) -> None:
-        for cid in context_ids:
-            self._events.pop(cid, None)
-            if self._path is None:
-                self._memory.pop(cid, None)
-            else:
-                await anyio.to_thread.run_sync(
-                    self._run_sql,
-                    "DELETE FROM server_events WHERE context_id = ? RETURNING context_id, kind",
-                    (cid,),
-                )
-                await anyio.to_thread.run_sync(
-                    self._run_sql,
-                    "DELETE FROM server_context_tenants WHERE context_id = ? "
-                    "RETURNING context_id, tenant",
-                    (cid,),
-                )
+        """Delete the contexts' tenant rows and their event log."""
+        await self.log.forget(context_ids)

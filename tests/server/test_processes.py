@@ -1,0 +1,261 @@
+"""Event streams across processes on one PostgreSQL database: two real
+``turnfsm serve`` processes, and a plain engine with the event relay
+(``docs/server.md``, "Several processes")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("psycopg")
+
+from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__init__.py)
+
+from .conftest import TOKENS
+from .test_events import Sse, read_events, until
+from .test_rest import create, wait_rest
+
+__all__ = ["pg_cluster"]
+
+DELAY = 0.1
+"""Seconds between the demo model's chunks: a turn streams for about a second."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    """``turnfsm serve`` in a process of its own."""
+
+    def __init__(self, store: str, tokens: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "turnfsm",
+                "serve",
+                "--store",
+                store,
+                "--port",
+                str(self.port),
+                "--tokens",
+                str(tokens),
+                "--demo-delay",
+                str(DELAY),
+                "--heartbeat",
+                "0.5",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""},
+        )
+        self.log_path = log
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, self.log_path.read_text()
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, self.log_path.read_text()
+            time.sleep(0.1)
+
+    def client(self, token: str = "token-alice") -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def pair(
+    pg_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Served, Served, str]]:
+    """Servers A and B on one database schema, and its URL (each test makes
+    contexts of its own)."""
+    url = pg_cluster.new_schema()
+    folder = tmp_path_factory.mktemp("processes")
+    tokens = folder / "tokens"
+    tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
+    a = Served(url, tokens, folder / "a.log")
+    b = Served(url, tokens, folder / "b.log")
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        yield a, b, url
+    finally:
+        a.stop()
+        b.stop()
+
+
+def stream_until(c: httpx.Client, cid: str, done: str, **headers: str) -> list[Sse]:
+    with c.stream("GET", f"/api/contexts/{cid}/events", headers=headers) as r:
+        assert r.status_code == 200
+        return [e for e in until(read_events(r), done) if e.event != "Heartbeat"]
+
+
+def seqs(events: list[Sse]) -> list[int]:
+    return [int(e.id or 0) for e in events]
+
+
+def test_a_stream_on_one_server_shows_a_turn_run_on_another(
+    pair: tuple[Served, Served, str],
+) -> None:
+    a, b = pair[0], pair[1]
+    with a.client() as ca, b.client() as cb:
+        cid = create(ca)
+        with ThreadPoolExecutor(2) as pool:
+            on_a = pool.submit(stream_until, ca, cid, "TurnCompleted")
+            on_b = pool.submit(stream_until, cb, cid, "TurnCompleted")
+            time.sleep(1.0)  # both streams are open (each sends a Heartbeat first)
+            r = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+            assert r.status_code == 202, r.text
+            seen_a, seen_b = on_a.result(30), on_b.result(30)
+        text = cb.get(f"/api/contexts/{cid}/messages").json()["messages"][-1]
+    # A shows what B's own stream shows: the same events, seqs and data, deltas
+    # included (they came in the notes), nothing missing, nothing twice
+    assert [(e.id, e.event, e.data) for e in seen_a] == [(e.id, e.event, e.data) for e in seen_b]
+    assert seqs(seen_a) == list(range(seqs(seen_a)[0], seqs(seen_a)[0] + len(seen_a)))
+    deltas = [e.data["delta"] for e in seen_a if e.event == "ContentDelta"]
+    assert len(deltas) > 3 and "".join(deltas) == text["message"]["content"][0]["text"]
+    assert "Resync" not in {e.event for e in seen_a}
+
+
+def test_reconnect_to_the_server_that_runs_the_turn_loses_nothing_durable(
+    pair: tuple[Served, Served, str],
+) -> None:
+    a, b = pair[0], pair[1]
+    with a.client() as ca, b.client() as cb:
+        cid = create(ca)
+        first: list[Sse] = []
+        with ca.stream("GET", f"/api/contexts/{cid}/events") as r:
+            events = read_events(r)
+            assert next(events).event == "Heartbeat"  # the stream is open
+            posted = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+            assert posted.status_code == 202, posted.text
+            for n, ev in enumerate(events):  # away mid-turn, after a few deltas
+                assert n < 100, [e.event for e in first]
+                if ev.event == "Heartbeat":
+                    continue
+                first.append(ev)
+                if sum(e.event == "ContentDelta" for e in first) == 3:
+                    break
+        last = first[-1].id
+        assert last is not None
+        assert cb.get(f"/api/contexts/{cid}/state").json()["running"]  # still mid-turn
+        second = stream_until(cb, cid, "TurnCompleted", **{"Last-Event-ID": last})
+        wait_rest(cb, cid)
+        audit = [json.loads(x) for x in cb.get(f"/api/contexts/{cid}/audit").text.splitlines()]
+        stored = cb.get(f"/api/contexts/{cid}/messages").json()["messages"]
+    both = first + second
+    assert seqs(both) == list(range(1, len(both) + 1))  # no gap, no repeat
+    assert "Resync" not in {e.event for e in both}
+    seen = [(e.data["from_state"], e.data["to_state"]) for e in both if e.event == "StateChanged"]
+    assert seen == [(x["from"], x["to"]) for x in audit]
+    completed = [e.data["message_id"] for e in both if e.event == "MessageCompleted"]
+    assert completed == [stored[-1]["id"]]
+    deltas = "".join(e.data["delta"] for e in both if e.event == "ContentDelta")
+    assert deltas == stored[-1]["message"]["content"][0]["text"]
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from turnfsm import Engine
+    from turnfsm.adapters.llm.demo import DemoLLM
+    from turnfsm.relay import EventRelay
+    from turnfsm.storage._eventlog import open_event_log
+
+    async def main(url: str, cid: str) -> None:
+        engine = Engine(llm=DemoLLM(delay=float(sys.argv[3])), store=url)
+        log = open_event_log(engine.store)
+        await log.open()
+        async with engine, EventRelay(engine, log):
+            await engine.send(cid, "hello")
+        await log.aclose()
+
+    anyio.run(main, sys.argv[1], sys.argv[2])
+    """
+)
+
+
+def test_a_plain_engine_with_the_relay_reaches_a_server_stream(
+    pair: tuple[Served, Served, str],
+) -> None:
+    a, url = pair[0], pair[2]
+    with a.client() as ca:
+        cid = create(ca)
+        with ca.stream("GET", f"/api/contexts/{cid}/events") as r:
+            events = read_events(r)
+            assert next(events).event == "Heartbeat"
+            worker = subprocess.run(
+                [sys.executable, "-c", WORKER, url, cid, str(DELAY / 4)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert worker.returncode == 0, worker.stderr
+            got = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
+    assert seqs(got) == list(range(1, len(got) + 1))
+    assert {"StateChanged", "ContentDelta", "MessageCompleted"} <= {e.event for e in got}
+    assert got[-1].data["stop_reason"] == "completed"
+
+
+def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) -> None:
+    """Two servers on one SQLite file: a stream on A shows B's turn from the log
+    (polled), its durable events as they were, its deltas as one Resync."""
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
+    a = Served(store, tokens, tmp_path / "a.log")
+    b = Served(store, tokens, tmp_path / "b.log")
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        with a.client() as ca, b.client() as cb:
+            cid = create(ca)
+            with ThreadPoolExecutor(2) as pool:
+                on_a = pool.submit(stream_until, ca, cid, "TurnCompleted")
+                on_b = pool.submit(stream_until, cb, cid, "TurnCompleted")
+                time.sleep(1.0)  # both streams are open
+                assert cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"}).is_success
+                seen_a, seen_b = on_a.result(30), on_b.result(30)
+    finally:
+        a.stop()
+        b.stop()
+    durable_b = [(e.id, e.event, e.data) for e in seen_b if e.event != "ContentDelta"]
+    durable_a = [(e.id, e.event, e.data) for e in seen_a if e.event != "Resync"]
+    assert durable_a == durable_b
+    resyncs = [e.data for e in seen_a if e.event == "Resync"]
+    deltas = [int(e.id or 0) for e in seen_b if e.event == "ContentDelta"]
+    assert [(r["first_seq"], r["last_seq"]) for r in resyncs] == [(deltas[0], deltas[-1])]

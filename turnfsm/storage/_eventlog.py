@@ -1,0 +1,297 @@
+"""The tables kept beside a store's own: the event log and the context tenants.
+
+The event log holds each context's durable events (every event but
+``ContentDelta``) by ``(context_id, seq)``, as JSON; the tenant table names
+the tenant of each context the HTTP server made. Neither is part of the
+store's contract: the engine never reads them, and a store is whole without
+them. They live in the store's own database, beside its tables:
+
+- a SQLite store: tables ``server_events`` and ``server_context_tenants`` in
+  the same file (a connection of their own; the engine's tables are
+  untouched). Another process's events are seen by polling the log
+  (:data:`POLL_INTERVAL`); deltas are not relayed between processes.
+- a PostgreSQL store: the same tables under the store's schema
+  (``search_path``), created on open if missing; each write rings a
+  doorbell, ``NOTIFY`` on a channel named after the database and schema
+  (see ``turnfsm/storage/_pg_events.py``).
+- any other store: in memory, for one process.
+
+:func:`open_event_log` picks the one for a store. See ``docs/server.md``
+("Several processes").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+
+from ._base import Store
+from ._sqlite import SQLiteStore
+
+__all__ = [
+    "POLL_INTERVAL",
+    "EventLog",
+    "LogNote",
+    "LogRow",
+    "MemoryEventLog",
+    "SQLiteEventLog",
+    "open_event_log",
+]
+
+POLL_INTERVAL = 0.5
+"""Seconds between two reads of a SQLite event log for other processes' events."""
+
+LogRow = tuple[str, int, str, str]
+"""One durable event: (context_id, seq, kind, the event as JSON)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogNote:
+    """A doorbell: event ``seq`` of a context went out (and the events before it).
+    ``event`` is the event itself when it travels in the note (a delta, which
+    the log does not keep): its JSON as the relay rings it, parsed as a
+    listener hears it; otherwise the event is read from the log."""
+
+    context_id: str
+    seq: int
+    event: str | dict[str, Any] | None = None
+    first: int | None = None
+    """The first seq the doorbell covers, when it covers several (a listener
+    that has seen nothing of the context yet starts there)."""
+
+
+Deliver = Callable[[LogNote], None]
+OnConnect = Callable[[], Awaitable[None]]
+
+
+class EventLog(Protocol):
+    """What the server and the event relay need of the tables beside a store."""
+
+    shared: bool
+    """Whether other processes may write this log (a database file or server)."""
+
+    async def open(self) -> None:
+        """Make the tables if missing (idempotent)."""
+        ...
+
+    async def add(self, rows: Sequence[LogRow], notes: Sequence[LogNote]) -> None:
+        """Keep ``rows`` (a row already kept is left as it is), then ring ``notes``."""
+        ...
+
+    async def after(
+        self, context_id: str, after: int, upto: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        """A context's kept events with ``after < seq <= upto``: (seq, kind, JSON), by seq."""
+        ...
+
+    async def newest(self, context_ids: Sequence[str]) -> dict[str, int]:
+        """The last kept seq of each of these contexts that has one."""
+        ...
+
+    async def forget(self, context_ids: Sequence[str]) -> None:
+        """Delete the contexts' events and tenant rows."""
+        ...
+
+    async def listen(self, deliver: Deliver, on_connect: OnConnect) -> None:
+        """Call ``deliver`` with every note other writers ring (and, where the
+        log cannot tell them apart, this process's own), until cancelled.
+        ``on_connect`` runs whenever listening (re)starts, before the notes
+        that follow: notes rung while no one listened are lost, and the caller
+        reads the log for what it needs. Returns at once for a log that no
+        other process writes."""
+        ...
+
+    async def set_tenant(self, context_id: str, tenant: str) -> None: ...
+
+    async def tenant(self, context_id: str) -> str | None: ...
+
+    async def tenants(self) -> dict[str, str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryEventLog:
+    """The log and tenants in memory: one process, kept until it ends."""
+
+    shared = False
+
+    def __init__(self) -> None:
+        self._events: dict[str, dict[int, tuple[str, str]]] = {}
+        self._tenants: dict[str, str] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def add(self, rows: Sequence[LogRow], notes: Sequence[LogNote]) -> None:
+        for cid, seq, kind, data in rows:
+            self._events.setdefault(cid, {}).setdefault(seq, (kind, data))
+
+    async def after(
+        self, context_id: str, after: int, upto: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        log = self._events.get(context_id, {})
+        return [
+            (seq, *log[seq]) for seq in sorted(log) if seq > after and (upto is None or seq <= upto)
+        ]
+
+    async def newest(self, context_ids: Sequence[str]) -> dict[str, int]:
+        return {cid: max(self._events[cid]) for cid in context_ids if self._events.get(cid)}
+
+    async def forget(self, context_ids: Sequence[str]) -> None:
+        for cid in context_ids:
+            self._events.pop(cid, None)
+            self._tenants.pop(cid, None)
+
+    async def listen(self, deliver: Deliver, on_connect: OnConnect) -> None:
+        return None
+
+    async def set_tenant(self, context_id: str, tenant: str) -> None:
+        self._tenants[context_id] = tenant
+
+    async def tenant(self, context_id: str) -> str | None:
+        return self._tenants.get(context_id)
+
+    async def tenants(self) -> dict[str, str]:
+        return dict(self._tenants)
+
+    async def aclose(self) -> None:
+        return None
+
+
+_SQLITE_TABLES = (
+    "CREATE TABLE IF NOT EXISTS server_context_tenants "
+    "(context_id TEXT PRIMARY KEY, tenant TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS server_events (context_id TEXT NOT NULL, "
+    "seq INTEGER NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL, "
+    "PRIMARY KEY (context_id, seq))",
+)
+
+
+class SQLiteEventLog:
+    """The log and tenants in the store's SQLite file (a connection per call,
+    on a worker thread). Other processes' events are polled for by rowid."""
+
+    shared = True
+
+    def __init__(self, path: str | Path, *, poll_interval: float = POLL_INTERVAL) -> None:
+        self.path = str(path)
+        self.poll_interval = poll_interval
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def _sql(self, sql: str, args: Sequence[object] = (), many: bool = False) -> list[tuple]:  # type: ignore[type-arg]
+        db = self._connect()
+        try:
+            with db:
+                if many:
+                    db.executemany(sql, args)  # type: ignore[arg-type]
+                    return []
+                return db.execute(sql, tuple(args)).fetchall()
+        finally:
+            db.close()
+
+    async def _run(self, sql: str, args: Sequence[object] = (), many: bool = False) -> list[tuple]:  # type: ignore[type-arg]
+        return await anyio.to_thread.run_sync(self._sql, sql, args, many)
+
+    def _open(self) -> None:
+        db = self._connect()
+        try:
+            with db:
+                for statement in _SQLITE_TABLES:
+                    db.execute(statement)
+        finally:
+            db.close()
+
+    async def open(self) -> None:
+        await anyio.to_thread.run_sync(self._open)
+
+    async def add(self, rows: Sequence[LogRow], notes: Sequence[LogNote]) -> None:
+        if rows:
+            await self._run("INSERT OR IGNORE INTO server_events VALUES (?, ?, ?, ?)", rows, True)
+
+    async def after(
+        self, context_id: str, after: int, upto: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        rows = await self._run(
+            "SELECT seq, kind, data FROM server_events WHERE context_id = ? AND seq > ? "
+            "AND seq <= ? ORDER BY seq",
+            (context_id, after, upto if upto is not None else 1 << 62),
+        )
+        return [(int(a), str(b), str(c)) for a, b, c in rows]
+
+    async def newest(self, context_ids: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for cid in context_ids:
+            rows = await self._run(
+                "SELECT max(seq) FROM server_events WHERE context_id = ?", (cid,)
+            )
+            if rows and rows[0][0] is not None:
+                out[cid] = int(rows[0][0])
+        return out
+
+    async def forget(self, context_ids: Sequence[str]) -> None:
+        for cid in context_ids:
+            await self._run("DELETE FROM server_events WHERE context_id = ?", (cid,))
+            await self._run("DELETE FROM server_context_tenants WHERE context_id = ?", (cid,))
+
+    async def listen(self, deliver: Deliver, on_connect: OnConnect) -> None:
+        while True:
+            try:
+                rows = await self._run("SELECT coalesce(max(rowid), 0) FROM server_events")
+                break
+            except sqlite3.Error:
+                await anyio.sleep(self.poll_interval)
+        last = int(rows[0][0])
+        await on_connect()
+        while True:
+            await anyio.sleep(self.poll_interval)
+            try:
+                found = await self._run(
+                    "SELECT rowid, context_id, seq FROM server_events WHERE rowid > ? "
+                    "ORDER BY rowid LIMIT 10000",
+                    (last,),
+                )
+            except sqlite3.Error:
+                continue  # locked or busy for long: the next poll reads from the same row
+            for rowid, cid, seq in found:
+                last = max(last, int(rowid))
+                deliver(LogNote(str(cid), int(seq)))
+
+    async def set_tenant(self, context_id: str, tenant: str) -> None:
+        await self._run(
+            "INSERT OR REPLACE INTO server_context_tenants VALUES (?, ?)", (context_id, tenant)
+        )
+
+    async def tenant(self, context_id: str) -> str | None:
+        rows = await self._run(
+            "SELECT tenant FROM server_context_tenants WHERE context_id = ?", (context_id,)
+        )
+        return str(rows[0][0]) if rows else None
+
+    async def tenants(self) -> dict[str, str]:
+        rows = await self._run("SELECT context_id, tenant FROM server_context_tenants")
+        return {str(a): str(b) for a, b in rows}
+
+    async def aclose(self) -> None:
+        return None
+
+
+def open_event_log(store: Store) -> EventLog:
+    """The event log and tenant table beside ``store`` (not opened yet: call
+    :meth:`EventLog.open`)."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteEventLog(store.path)
+    from ._postgres import PostgresStore  # no psycopg needed to import it
+
+    if isinstance(store, PostgresStore):
+        from ._pg_events import PostgresEventLog
+
+        return PostgresEventLog(store.url)
+    return MemoryEventLog()
