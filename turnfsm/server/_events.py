@@ -45,6 +45,8 @@ __all__ = [
 
 log = structlog.get_logger("turnfsm.server")
 
+STOP_CHECK = 0.25
+"""Seconds a waiting stream may take to notice that the server stops."""
 SHUTDOWN_GRACE = 2.0
 """Seconds a stream has, once the server stops, to send its last event."""
 STREAM_BUFFER = 1024
@@ -375,39 +377,30 @@ def add_event_routes(
 async def _with_heartbeats(
     sub: AsyncIterator[T], hub: "Hub", stop: anyio.Event
 ) -> AsyncIterator[T | None]:
-    """The subscription's events, ``None`` for a heartbeat; ends at once when the
-    server stops (``hub.closing``) or sse-starlette saw the shutdown (``stop``)."""
+    """The subscription's events, ``None`` for a heartbeat; ends within
+    :data:`STOP_CHECK` seconds when the server stops (``hub.closing``) or
+    sse-starlette saw the shutdown (``stop``).
+
+    Each read is one wait under a deadline, no task per event: the stop events
+    are looked at between reads, and a read that waits is cut every
+    :data:`STOP_CHECK` seconds to look again (a cut read loses nothing: the
+    event stays queued for the next one)."""
     it = sub.__aiter__()
+    beat = hub.config.heartbeat
+    tick = min(beat, STOP_CHECK)
+    last = anyio.current_time()
     while not (hub.closing.is_set() or stop.is_set()):
-        step = await _next(it, (hub.closing, stop), hub.config.heartbeat)
-        if step == "ended":
-            return
-        if step == "idle":
+        got = False
+        with anyio.move_on_after(tick):
+            try:
+                item = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            got = True
+        now = anyio.current_time()
+        if got:
+            last = now
+            yield item
+        elif now - last >= beat:
+            last = now
             yield None
-        elif not isinstance(step, str):
-            yield step
-
-
-async def _next(it: AsyncIterator[T], stops: tuple[anyio.Event, ...], idle: float) -> T | str:
-    """The next event, or ``"idle"`` after ``idle`` seconds, ``"stopped"`` when
-    one of ``stops`` is set, ``"ended"`` when the iterator ends."""
-    out: list[T | str] = []
-
-    async def read(scope: anyio.CancelScope) -> None:
-        try:
-            out.append(await it.__anext__())
-        except StopAsyncIteration:
-            out.append("ended")
-        scope.cancel()
-
-    async def watch(event: anyio.Event, scope: anyio.CancelScope) -> None:
-        await event.wait()
-        out.append("stopped")
-        scope.cancel()
-
-    with anyio.move_on_after(idle):
-        async with anyio.create_task_group() as race:
-            race.start_soon(read, race.cancel_scope)
-            for event in stops:
-                race.start_soon(watch, event, race.cancel_scope)
-    return out[0] if out else "idle"
