@@ -42,7 +42,7 @@ def free_port() -> int:
 class Served:
     """``turnfsm serve`` in a process of its own."""
 
-    def __init__(self, store: str, tokens: Path, log: Path) -> None:
+    def __init__(self, store: str, tokens: Path, log: Path, *extra: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("w")
@@ -62,6 +62,7 @@ class Served:
                 str(DELAY),
                 "--heartbeat",
                 "0.5",
+                *extra,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -259,3 +260,43 @@ def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) ->
     resyncs = [e.data for e in seen_a if e.event == "Resync"]
     deltas = [int(e.id or 0) for e in seen_b if e.event == "ContentDelta"]
     assert [(r["first_seq"], r["last_seq"]) for r in resyncs] == [(deltas[0], deltas[-1])]
+
+
+def test_a_turn_handed_to_a_worker_streams_on_the_server(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """``serve --turns workers`` and a ``turnfsm worker`` process: the message
+    is posted to the server, the turn runs on the worker, and the server's
+    stream shows it live (the worker relays its events), deltas included."""
+    url = pg_cluster.new_schema()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
+    server = Served(url, tokens, tmp_path / "server.log", "--turns", "workers")
+    log = (tmp_path / "worker.log").open("w")
+    argv = ["worker", "--store", url, "--poll", "0.2", "--demo-delay", str(DELAY)]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *argv],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""},
+    )
+    try:
+        server.wait_ready()
+        with server.client() as c:
+            cid = create(c)
+            with ThreadPoolExecutor(1) as pool:
+                streamed = pool.submit(stream_until, c, cid, "TurnCompleted")
+                time.sleep(1.0)  # the stream is open
+                r = c.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+                assert r.status_code == 202, r.text
+                got = streamed.result(60)
+            stored = c.get(f"/api/contexts/{cid}/messages").json()["messages"]
+    finally:
+        server.stop()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, (tmp_path / "worker.log").read_text()
+        log.close()
+    assert seqs(got) == list(range(seqs(got)[0], seqs(got)[0] + len(got)))
+    assert "Resync" not in {e.event for e in got}
+    deltas = "".join(e.data["delta"] for e in got if e.event == "ContentDelta")
+    assert len(deltas) > 3 and deltas == stored[-1]["message"]["content"][0]["text"]

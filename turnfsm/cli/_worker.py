@@ -24,6 +24,8 @@ from typing import Any
 import anyio
 
 from ..engine import Engine, RetryPolicy, Worker
+from ..relay import EventRelay
+from ..storage._eventlog import open_event_log
 from ._errors import CLIError, count, guarded, seconds
 from ._serve import add_model_options, load_tools, model_of
 from ._store import add_store_option, open_cli_store
@@ -76,7 +78,16 @@ def _run(args: argparse.Namespace) -> int:
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
 
     async def main() -> None:
-        async with engine, anyio.create_task_group() as tg:
+        # the turns' events go to the event log, for the servers' streams
+        event_log = open_event_log(store)
+        await event_log.open()
+        try:
+            await work(EventRelay(engine, event_log))
+        finally:
+            await event_log.aclose()
+
+    async def work(relay: EventRelay) -> None:
+        async with engine, relay, anyio.create_task_group() as tg:
 
             async def on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
