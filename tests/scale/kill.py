@@ -245,13 +245,22 @@ class Run:
 
     async def chaos(self) -> None:
         """Faults for ``seconds``, and on (20 seconds at most) until at least
-        ``min_stale`` pauses woke a worker holding stale leases."""
+        ``min_stale`` pauses woke a worker holding stale leases and at least
+        ``MIN_KILLS`` processes were killed."""
         end = time.monotonic() + self.seconds
-        while time.monotonic() < end or (
-            self.report.stale_wakeups < self.min_stale and time.monotonic() < end + 20
-        ):
+
+        def short() -> tuple[bool, bool]:  # (stale wake-ups, kills) still wanted
+            r = self.report
+            return r.stale_wakeups < self.min_stale, r.kills < MIN_KILLS
+
+        while time.monotonic() < end or (any(short()) and time.monotonic() < end + 20):
             await asyncio.sleep(self.rng.uniform(0.6, 1.6))
-            if self.rng.random() < 0.4 or time.monotonic() >= end:
+            if time.monotonic() < end:
+                pause = self.rng.random() < 0.4
+            else:  # past the time: only what is still wanted
+                more_stale, more_kills = short()
+                pause = more_stale and not (more_kills and self.rng.random() < 0.5)
+            if pause:
                 holding = [w for w in self.workers if await self._leases_of(w.pid)]
                 if holding:
                     await self.pause(self.rng.choice(holding))
@@ -498,6 +507,10 @@ def check_fencing(cid: str, steps: list[StepLog], seen: dict[tuple[str, int], fl
                 )
                 break
     return out
+
+
+MIN_KILLS = 3
+"""SIGKILLs a run makes at the least (it goes on past ``seconds`` for them)."""
 
 
 def run(
