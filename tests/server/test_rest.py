@@ -95,6 +95,10 @@ def test_lifecycle(server: Running) -> None:
             x["id"] for x in c.get("/api/contexts", params={"state": "Idle"}).json()["contexts"]
         ]
         assert cid in listed
+        # a list item names the title and model, read from the summary (no context loaded)
+        titled = create(c, title="Weather desk", model="m-list")
+        [item] = [x for x in c.get("/api/contexts").json()["contexts"] if x["id"] == titled]
+        assert (item["title"], item["model"]) == ("Weather desk", "m-list")
         assert c.get(f"/api/contexts/{cid}/children").json() == []
 
         r = c.delete(f"/api/contexts/{cid}")

@@ -522,9 +522,9 @@ class StoreContract(abc.ABC):
         await store.create(ctx)
         assert await store.load("c1") == ctx
         (summary,) = await store.list_contexts()
-        assert summary == ContextSummary("c1", "Idle", 0, T0, None)
+        assert summary == ContextSummary("c1", "Idle", 0, T0, None, None, "scripted")
 
-    async def test_the_summary_carries_the_title_as_committed(self, store: Store) -> None:
+    async def test_the_summary_carries_the_title_and_model_as_committed(self, store: Store) -> None:
         ctx = empty_context("c1")
         ctx.config.title = 'A "quoted" trip'
         await store.create(ctx)
@@ -534,7 +534,11 @@ class StoreContract(abc.ABC):
         await store.commit(make_commit("c1", 0, config=config))
         (summary,) = await store.list_contexts()
         assert (summary.title, summary.version) == ("Renamed", 1)
-        await store.commit(make_commit("c1", 1, config=config.model_copy(update={"title": None})))
+        config = config.model_copy(update={"model_id": "m2"})
+        await store.commit(make_commit("c1", 1, config=config))
+        (summary,) = await store.list_contexts()
+        assert (summary.title, summary.model, summary.version) == ("Renamed", "m2", 2)
+        await store.commit(make_commit("c1", 2, config=config.model_copy(update={"title": None})))
         (summary,) = await store.list_contexts()
         assert summary.title is None
 
@@ -940,7 +944,7 @@ class StoreContract(abc.ABC):
         assert by_id["alpha"].state == "PermanentFailure"
         assert by_id["alpha"].version == 2
         assert by_id["alpha"].updated_at == T0 + timedelta(seconds=2)
-        assert by_id["zeta"] == ContextSummary("zeta", "Idle", 0, T0, None)
+        assert by_id["zeta"] == ContextSummary("zeta", "Idle", 0, T0, None, None, "scripted")
         assert by_id["mid"].parent_id == "alpha"
 
     async def test_delete(self, store: Store) -> None:

@@ -563,6 +563,8 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
                     version=s.version,
                     updated_at=s.updated_at,
                     parent_id=s.parent_id,
+                    title=s.title,
+                    model=s.model,
                 )
                 for s in page
             ],

@@ -126,6 +126,8 @@ class ContextSummaryOut(BaseModel):
     version: int
     updated_at: datetime
     parent_id: str | None
+    title: str | None = None
+    model: str | None = None
 
 
 class ContextList(BaseModel):

@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -658,22 +659,19 @@ def web_router(hub: Hub, config: ServerConfig) -> APIRouter:
             key=lambda s: str(s["updated_at"]),
             reverse=True,
         )
-        rows = []
-        for s in shown[offset : offset + PAGE_SIZE]:
-            try:
-                ctx = await hub.engine.store.load(s["id"])
-            except ContextNotFound:
-                continue  # deleted since the list was read
-            rows.append(
-                {
-                    "id": ctx.id,
-                    "state": ctx.current_state,
-                    "title": ctx.config.title or "",
-                    "model": ctx.config.model_id,
-                    "updated": ctx.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                    "parent": ctx.parent_id,
-                }
-            )
+        rows = [  # the list's summaries: no context is loaded
+            {
+                "id": s["id"],
+                "state": s["state"],
+                "title": s["title"] or "",
+                "model": s["model"] or "",
+                "updated": datetime.fromisoformat(s["updated_at"]).strftime(
+                    "%Y-%m-%d %H:%M:%S UTC"
+                ),
+                "parent": s["parent_id"],
+            }
+            for s in shown[offset : offset + PAGE_SIZE]
+        ]
         states = sorted({*(str(n.state) for n in declared_nodes())})
         return render(
             request,

@@ -52,6 +52,8 @@ class ContextSummary:
     parent_id: str | None = None
     title: str | None = None
     """The config's title (``None`` when it has none, or a store cannot tell)."""
+    model: str | None = None
+    """The config's model id (``None`` when a store cannot tell)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,6 +237,7 @@ class _SummaryConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     title: str | None = None
+    model_id: str | None = None
 
 
 class _Summary(BaseModel):
@@ -800,6 +801,7 @@ class FilesStore:
                 updated_at=s.updated_at,
                 parent_id=s.parent_id,
                 title=s.config.title if s.config is not None else None,
+                model=s.config.model_id if s.config is not None else None,
             )
             for s in found
         ]

@@ -131,6 +131,7 @@ class MemoryStore:
                 updated_at=r.context.updated_at,
                 parent_id=r.context.parent_id,
                 title=r.context.config.title,
+                model=r.context.config.model_id,
             )
             for r in self._records.values()
         ]

@@ -60,7 +60,7 @@ from ._schema import (
     message_from_record,
     step_detail_column,
     step_problem,
-    title_of_config,
+    summary_of_config,
     upcast_branch,
     upcast_context,
     validation_problem,
@@ -794,7 +794,8 @@ class PostgresStore:
                     at = datetime.fromisoformat(updated)
                 except ValueError:
                     continue
-                out.append(ContextSummary(cid, state, version, at, parent, title_of_config(config)))
+                title, model = summary_of_config(config)
+                out.append(ContextSummary(cid, state, version, at, parent, title, model))
             return out
 
         found: list[ContextSummary] = await self._run(read)

@@ -53,7 +53,7 @@ __all__ = [
     "json_path",
     "message_from_record",
     "step_detail_column",
-    "title_of_config",
+    "summary_of_config",
     "upcast_branch",
     "upcast_context",
     "upcast_message",
@@ -285,16 +285,23 @@ def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]
     return out
 
 
-def title_of_config(config: object) -> str | None:
-    """The title in a stored config column, for a context's summary (``None``
-    when it has none or the column cannot be read: ``load`` says why)."""
-    if not isinstance(config, str) or '"title"' not in config:
-        return None
+def summary_of_config(config: object) -> tuple[str | None, str | None]:
+    """The title and the model id in a stored config column, for a context's
+    summary (``None`` for what it lacks or when the column cannot be read:
+    ``load`` says why)."""
+    if not isinstance(config, str):
+        return None, None
     try:
-        title = json.loads(config).get("title")
-    except (ValueError, AttributeError):
-        return None
-    return title if isinstance(title, str) else None
+        found = json.loads(config)
+    except ValueError:
+        return None, None
+    if not isinstance(found, dict):
+        return None, None
+    title, model = found.get("title"), found.get("model_id")
+    return (
+        title if isinstance(title, str) else None,
+        model if isinstance(model, str) else None,
+    )
 
 
 def json_object_column(text: str, where: str) -> dict[str, Any]:

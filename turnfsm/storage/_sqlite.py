@@ -107,7 +107,7 @@ from ._schema import (
     message_from_record,
     step_detail_column,
     step_problem,
-    title_of_config,
+    summary_of_config,
     upcast_branch,
     upcast_context,
     validation_problem,
@@ -1067,6 +1067,7 @@ class SQLiteStore:
                     at = datetime.fromisoformat(updated)
                 except (StoreError, ValueError):
                     continue
+                title, model = summary_of_config(config)
                 out.append(
                     ContextSummary(
                         id=cid,
@@ -1074,7 +1075,8 @@ class SQLiteStore:
                         version=version,
                         updated_at=at,
                         parent_id=parent,
-                        title=title_of_config(config),
+                        title=title,
+                        model=model,
                     )
                 )
             return out
