@@ -245,6 +245,31 @@ async def test_bad_role(idle: tuple[Harness, str], role: Any) -> None:
     await h.refused(cid, lambda: h.engine.send(cid, "hi", role), "role")
 
 
+async def test_send_names_the_message_with_the_id_given(idle: tuple[Harness, str]) -> None:
+    h, cid = idle
+    mid = h.engine.new_id()
+    turn = await h.engine.send(cid, "Q2", message_id=mid)
+    assert turn.message_ids[0] == mid
+    stored = await h.stored(cid)
+    assert stored.message_pool[mid].message.content[0].text == "Q2"  # type: ignore[union-attr]
+    assert stored.active_branch.message_ids[-2] == mid
+    assert h.engine.new_id() != mid  # the factory moved on
+
+
+@pytest.mark.parametrize("bad", [123, "", "a\nb", "x" * (MAX_ID_LENGTH + 1)])
+async def test_send_refuses_a_bad_message_id(idle: tuple[Harness, str], bad: Any) -> None:
+    h, cid = idle
+    await h.refused(cid, lambda: h.engine.send(cid, "Q2", message_id=bad), "message_id")
+
+
+async def test_send_refuses_a_message_id_the_context_holds(idle: tuple[Harness, str]) -> None:
+    h, cid = idle
+    taken = (await h.engine.get_context(cid)).active_branch.message_ids[0]
+    err = await h.refused(cid, lambda: h.engine.send(cid, "Q2", message_id=taken), "message_id")
+    assert taken in str(err)
+    assert len(h.llm.requests) == 1  # no model call for the refused message
+
+
 # --------------------------------------------------------------------------- ids everywhere
 
 BAD_IDS: list[Any] = [None, 123, "", "x" * (MAX_ID_LENGTH + 1), "a\nb", "a\x00", "a\ud800"]

@@ -95,6 +95,10 @@ async def test_submit_commits_the_message_releases_the_lease_and_runs_nothing(
         # a second message is refused while the first one's turn waits
         with pytest.raises(IllegalTransition):
             await server.submit(cid, "again")
+        # the caller may name the message
+        other = await server.create_context()
+        assert await server.submit(other, "hi", message_id="note-1") == "note-1"
+        assert (await server.store.load(other)).active_branch.message_ids == ["note-1"]
 
 
 @pytest.mark.anyio

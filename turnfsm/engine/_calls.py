@@ -10,6 +10,7 @@ from ..errors import (
     AnswerNotAChoice,
     BranchError,
     IllegalTransition,
+    InvalidInput,
     LLMError,
     NotAQuestion,
     NotAtRest,
@@ -59,17 +60,23 @@ S = State
 T = Trigger
 
 
-async def start_send(d: Driver, parts: list[ContentPart], role: Role, rt: Runtime) -> None:
+async def start_send(
+    d: Driver, parts: list[ContentPart], role: Role, message_id: str | None, rt: Runtime
+) -> None:
     if rt.ctx.config.archived:
         raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
     state = d.require(rt, T.USER_MESSAGE)
+    if message_id is not None and message_id in rt.ctx.message_pool:
+        raise InvalidInput(
+            "message_id", f"context {rt.ctx.id!r} already has a message {message_id!r}"
+        )
     if state is S.AWAITING_TOOL_APPROVAL:
         d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
     now = d.now()
     _history.append(
         rt,
         InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
-        d.ids(),
+        d.ids() if message_id is None else message_id,
     )
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
     d.fire(rt, T.USER_MESSAGE)

@@ -458,29 +458,44 @@ class Engine:
         context_id: str,
         content: str | Sequence[ContentPart],
         role: str = "user",
+        *,
+        message_id: str | None = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
         At ``AwaitingToolApproval`` the pending calls are first closed with
-        "superseded" results.
+        "superseded" results. ``message_id`` is the id the message gets (default:
+        one from the engine's id factory, see :meth:`new_id`), so that a caller
+        knows it before the turn rests; an id the context already holds is
+        refused with :class:`InvalidInput`.
         """
         check_id("context_id", context_id)
         if not isinstance(role, str) or role not in _INPUT_ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
+        if message_id is not None:
+            check_id("message_id", message_id)
         d = self._d
         return await _subcontexts.surface(
             self,
             await d.run(
-                context_id, functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role])
+                context_id,
+                functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role], message_id),
             ),
         )
+
+    def new_id(self) -> str:
+        """A fresh id from the engine's id factory (the ``ids`` it was made with):
+        what its messages get; for a ``message_id`` chosen before a send."""
+        return self._d.ids()
 
     async def submit(
         self,
         context_id: str,
         content: str | Sequence[ContentPart],
         role: str = "user",
+        *,
+        message_id: str | None = None,
     ) -> str:
         """Hand a user (or frontend operator) message's turn to a worker: commit
         the message and the ``user_message`` transition (what :meth:`send`
@@ -492,6 +507,7 @@ class Engine:
         :class:`~turnfsm.engine.Worker` (``turnfsm worker``) on the same store
         claims it and resumes it from there (see ``docs/workers.md``). On
         PostgreSQL the commit also notifies the workers (``NOTIFY turnfsm_work``).
+        ``message_id`` names the message, as for :meth:`send`.
         A store that no worker can claim from (it has no ``claim_expired``: the
         memory and files stores) is refused with :class:`StoreError`.
         """
@@ -499,6 +515,8 @@ class Engine:
         if not isinstance(role, str) or role not in _INPUT_ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
+        if message_id is not None:
+            check_id("message_id", message_id)
         d = self._d
         if getattr(d.store, "claim_expired", None) is None:
             raise StoreError(
@@ -507,7 +525,7 @@ class Engine:
             )
         turn = await d.run(
             context_id,
-            functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role]),
+            functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role], message_id),
             hand_off=True,
         )
         return turn.message_ids[-1]
