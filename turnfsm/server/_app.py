@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..audit import audit_jsonl, audit_records, verify_audit_log
 from ..engine import UNSET, Engine, EngineSubscription, Turn
 from ..errors import ContextNotFound, InvalidInput, RenderError, TurnFSMError
-from ..events import EVENT_ADAPTER, Event
-from ..model import ChatContext, MessageNode, Role
+from ..events import EVENT_ADAPTER, Event, StateChanged
+from ..model import ChatContext, MessageNode
 from ..relay import EventRelay
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ..storage._eventlog import LogNote, open_event_log
@@ -85,6 +85,11 @@ class ServerConfig:
     ``recover()`` on start: the workers claim what a crash left)."""
 
 
+_FIRST_STEPS = frozenset({"StateChanged", "ToolResult", "ContextChanged", "EventsMissed"})
+"""The events that show a launched call has taken its first step (or that
+some of its events were lost: it has taken some step)."""
+
+
 class _Job:
     """One engine call run in a task the app owns (it outlives the request)."""
 
@@ -93,6 +98,11 @@ class _Job:
         self.done = anyio.Event()
         self.turn: Turn | None = None
         self.error: Exception | None = None
+        self.started = anyio.Event()
+        """Set at the call's first step (or when it returned or failed)."""
+        self.state: str | None = None
+        """The state the call had reached when :meth:`Hub.launch` returned
+        (None: it had taken no step yet)."""
 
     async def run(
         self,
@@ -115,6 +125,7 @@ class _Job:
                 hub.turn_limit.release(tenant)
             if channel is not None:
                 hub.release(channel)
+            self.started.set()
             self.done.set()
 
 
@@ -138,6 +149,8 @@ class Hub:
         self._tenants: TenantTable | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self.running: dict[str, _Job] = {}
+        self.starting: dict[str, list[_Job]] = {}
+        """Per context, the launched calls waiting for their first step."""
         self.turn_limit = TurnLimit(config.max_turns_per_tenant)
         self.ready = False
         self.closing = anyio.Event()
@@ -291,6 +304,11 @@ class Hub:
                         self.offer(ev.context_id, ev.seq)  # read what it lost from the log
                     else:
                         self.offer(ev.context_id, ev)
+                    if self.starting and ev.kind in _FIRST_STEPS:
+                        for job in self.starting.get(ev.context_id, ()):
+                            if isinstance(ev, StateChanged):
+                                job.state = ev.to_state
+                            job.started.set()
 
     def _on_note(self, note: LogNote) -> None:
         """A doorbell from the event log (another process, or this one's echo)."""
@@ -345,28 +363,21 @@ class Hub:
         tenant = self.owners.get(context_id)
         if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
             self.turn_limit.acquire(tenant)
-        sub = self.engine.subscribe(context_id)
-        try:
+        if wait:
             self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
-            if wait:
-                await job.done.wait()
-            else:
-                async with anyio.create_task_group() as race:
-
-                    async def first_step() -> None:
-                        async for ev in sub:
-                            if ev.kind in ("StateChanged", "ToolResult", "ContextChanged"):
-                                break
-                        race.cancel_scope.cancel()
-
-                    async def finished() -> None:
-                        await job.done.wait()
-                        race.cancel_scope.cancel()
-
-                    race.start_soon(first_step)
-                    race.start_soon(finished)
-        finally:
-            await sub.aclose()
+            await job.done.wait()
+        else:
+            # _pump_local sets job.started at the call's first step (the job
+            # itself when it returned or failed)
+            starting = self.starting.setdefault(context_id, [])
+            starting.append(job)
+            try:
+                self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
+                await job.started.wait()
+            finally:
+                starting.remove(job)
+                if not starting and self.starting.get(context_id) is starting:
+                    del self.starting[context_id]
         if job.done.is_set() and job.error is not None:
             raise job.error
         return job
@@ -497,8 +508,10 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
 
     Tenant = Annotated[str, Depends(tenant)]
 
-    async def owned(context_id: str, who: Tenant) -> str:
-        await hub.check(context_id, who)
+    async def owned(context_id: str, request: Request) -> str:
+        # the tenant read here rather than through Depends(tenant): one level
+        # of dependency less on every call about a context
+        await hub.check(context_id, await tenant(request))
         return context_id
 
     Owned = Annotated[str, Depends(owned)]
@@ -514,6 +527,14 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
 
     async def stored(cid: str) -> ChatContext:
         return await hub.engine.store.load(cid)
+
+    async def state_of(job: _Job) -> str:
+        """The state a launched call had reached when it was answered."""
+        if job.turn is not None:
+            return job.turn.state.value
+        if job.state is not None:
+            return job.state
+        return (await stored(job.context_id)).current_state
 
     # -------------------------------------------------------------- health
 
@@ -673,24 +694,19 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             handed = "ProcessingUserMessage"  # what submit committed; a worker goes on
             accepted = AcceptedOut(context_id=context_id, message_id=submitted, state=handed)
             return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
+        # the message's id is chosen here, so the 202 names it without a read
+        mid = engine.new_id()
         job = await hub.launch(
-            context_id, lambda: engine.send(context_id, body.content, body.role), wait=wait
+            context_id,
+            lambda: engine.send(context_id, body.content, body.role, message_id=mid),
+            wait=wait,
         )
         if wait and job.turn is not None:
             return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
-        ctx = await stored(context_id)
-        mid = next(
-            (
-                n.id
-                for n in reversed(ctx.history())
-                if n.message.role in (Role.USER, Role.FRONTEND_OPERATOR)
-            ),
-            None,
-        )
         return JSONResponse(
-            AcceptedOut(context_id=context_id, message_id=mid, state=ctx.current_state).model_dump(
-                mode="json"
-            ),
+            AcceptedOut(
+                context_id=context_id, message_id=mid, state=await state_of(job)
+            ).model_dump(mode="json"),
             status_code=202,
         )
 
@@ -711,9 +727,8 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         job = await hub.launch(context_id, fn, wait=wait)
         if wait and job.turn is not None:
             return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
-        ctx = await stored(context_id)
         return JSONResponse(
-            AcceptedOut(context_id=context_id, state=ctx.current_state).model_dump(mode="json"),
+            AcceptedOut(context_id=context_id, state=await state_of(job)).model_dump(mode="json"),
             status_code=202,
         )
 
