@@ -32,6 +32,7 @@ __all__ = [
     "ToolCallsRequested",
     "ToolResult",
     "TurnCompleted",
+    "event_bytes",
 ]
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__,
@@ -210,3 +211,23 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+_JSON_KEPT = 1024
+"""Events whose JSON :func:`event_bytes` remembers."""
+_json_memo: dict[int, tuple[Event, bytes]] = {}
+
+
+def event_bytes(ev: Event) -> bytes:
+    """``EVENT_ADAPTER.dump_json(ev)``, made once per event for the last
+    :data:`_JSON_KEPT` events: the server's event log and each of its streams
+    send the same event. Keyed by identity; an entry holds its event, so an
+    id cannot be reused while it is kept."""
+    key = id(ev)
+    hit = _json_memo.get(key)
+    if hit is not None and hit[0] is ev:
+        return hit[1]
+    data = EVENT_ADAPTER.dump_json(ev)
+    if len(_json_memo) >= _JSON_KEPT:
+        del _json_memo[next(iter(_json_memo))]
+    _json_memo[key] = (ev, data)
+    return data

@@ -108,3 +108,66 @@ def test_tenant_stream_sees_only_its_contexts(server: Running) -> None:
             alice.post(f"/api/contexts/{mine}/messages?wait=true", json={"content": "hi"})
             got = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
     assert {e.data["context_id"] for e in got} == {mine}
+
+
+# --------------------------------------------------------------------- frames and batches
+
+
+def _events() -> list[Any]:
+    from turnfsm.events import ContentDelta, StateChanged, TurnCompleted
+
+    return [
+        StateChanged(
+            context_id="c", seq=1, timestamp=1.5, from_state="Idle", to_state="X", trigger="t"
+        ),
+        ContentDelta(
+            context_id="c",
+            seq=2,
+            timestamp=1.5,
+            message_id="m",
+            delta='line\nbreak "quoted" \u00e9\r',
+            index=7,
+            attempt=1,
+        ),
+        TurnCompleted(context_id="c", seq=3, timestamp=2.0, stop_reason="completed", state="Idle"),
+    ]
+
+
+def test_a_frame_is_what_sse_starlette_writes_and_one_data_line() -> None:
+    from sse_starlette import ServerSentEvent
+
+    from turnfsm.server._events import sse_data, sse_frame
+
+    for ev in _events():
+        frame = sse_frame(ev)
+        assert frame == ServerSentEvent(sse_data(ev), event=ev.kind, id=str(ev.seq)).encode()
+        assert frame.count(b"data:") == 1 and frame.endswith(b"\r\n\r\n")
+    assert sse_frame(_events()[0], "c/1").startswith(b"id: c/1\r\n")
+
+
+def test_event_json_carries_the_names_thin_frontends_read() -> None:
+    from turnfsm.events import EVENT_ADAPTER
+    from turnfsm.server._events import event_json
+
+    changed, delta, done = _events()
+    data = json.loads(event_json(changed))
+    assert data["new_state"] == data["to_state"] == "X"
+    data = json.loads(event_json(delta))
+    assert data["sequence"] == data["index"] == 7
+    assert data["delta"] == 'line\nbreak "quoted" \u00e9\r'
+    assert json.loads(event_json(done)) == EVENT_ADAPTER.dump_python(done, mode="json")
+
+
+def test_a_listener_hands_out_what_is_queued_in_order_gaps_last() -> None:
+    from turnfsm.server._events import Gap, Listener
+
+    one, two, three = _events()
+    listener = Listener(cap=2)
+    for ev in (one, two, three):  # the third is over the cap: a gap for it
+        listener.put(ev)
+    assert listener.ready(limit=1) == [one]
+    assert listener.ready() == [two, Gap("c", 3, 3)]
+    assert listener.ready() == []
+    listener.put(one)
+    listener.close()
+    assert listener.ready() == [one] and listener.closed

@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import TurnFSMError
-from ..events import EVENT_ADAPTER, Event
+from ..events import EVENT_ADAPTER, Event, event_bytes
 from ..model import ChatContext
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ __all__ = [
     "Gap",
     "Listener",
     "add_event_routes",
+    "event_json",
     "sse_data",
+    "sse_frame",
     "sse_of",
 ]
 
@@ -53,18 +55,42 @@ STREAM_BUFFER = 1024
 """Events a stream may fall behind by; beyond, they are dropped for it (a Resync)."""
 RECENT_EVENTS = 4096
 """Events kept per channel for streams that reconnect (``Last-Event-ID``)."""
+BATCH = 256
+"""Events a stream writes at most in one piece (every event queued when it
+writes, up to this: one write per burst, not one per event)."""
 
 T = TypeVar("T")
 
 
-def sse_data(ev: Event) -> str:
-    """The event as the JSON a stream sends (with the names thin frontends read)."""
-    data: dict[str, Any] = EVENT_ADAPTER.dump_python(ev, mode="json")
+def event_json(ev: Event) -> bytes:
+    """The event as the JSON a stream sends (with the names thin frontends read:
+    ``new_state`` on ``StateChanged``, ``sequence`` on ``ContentDelta``). One
+    line: JSON escapes every line break inside a string."""
+    data = event_bytes(ev)
     if ev.kind == "StateChanged":
-        data["new_state"] = data["to_state"]
-    elif ev.kind == "ContentDelta":
-        data["sequence"] = data["index"]
-    return json.dumps(data)
+        return b"%s,%s}" % (data[:-1], _json_member("new_state", ev.to_state))
+    if ev.kind == "ContentDelta":
+        return b'%s,"sequence":%d}' % (data[:-1], ev.index)
+    return data
+
+
+def _json_member(name: str, value: str) -> bytes:
+    return b'"%s":%s' % (name.encode(), json.dumps(value).encode())
+
+
+def sse_data(ev: Event) -> str:
+    """:func:`event_json` as text."""
+    return event_json(ev).decode()
+
+
+def sse_frame(ev: Event, ident: str | None = None) -> bytes:
+    """The event as one SSE frame (``id:``, ``event:``, ``data:``), as
+    sse-starlette's ``ServerSentEvent`` writes it; ``ident`` defaults to its seq."""
+    return b"id: %s\r\nevent: %s\r\ndata: %s\r\n\r\n" % (
+        (str(ev.seq) if ident is None else ident).encode(),
+        ev.kind.encode(),
+        event_json(ev),
+    )
 
 
 def sse_of(ev: Event) -> ServerSentEvent:
@@ -120,6 +146,26 @@ class Listener:
         self.closed = True
         self._wake.set()
 
+    def ready(self, limit: int = BATCH) -> list[Item]:
+        """Up to ``limit`` queued items, without waiting (the gaps after the
+        items: a gap is for items that came after those queued)."""
+        items = self.items
+        if len(items) <= limit:
+            out = list(items)
+            items.clear()
+        else:
+            out = [items.popleft() for _ in range(limit)]
+        while self.gaps and len(out) < limit and not items:
+            out.append(self.gaps.pop(next(iter(self.gaps))))
+        return out
+
+    async def wait(self) -> None:
+        """Until an item is queued or the listener is closed."""
+        if self.items or self.gaps or self.closed:
+            return
+        self._wake = anyio.Event()
+        await self._wake.wait()
+
     def __aiter__(self) -> "Listener":
         return self
 
@@ -131,8 +177,7 @@ class Listener:
                 return self.gaps.pop(next(iter(self.gaps)))
             if self.closed:
                 raise StopAsyncIteration
-            self._wake = anyio.Event()
-            await self._wake.wait()
+            await self.wait()
 
 
 class Channel:
@@ -302,7 +347,7 @@ def add_event_routes(
 
     async def context_stream(
         cid: str, after: int | None, stop: anyio.Event
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncIterator[ServerSentEvent | bytes]:
         ch = hub.hold(cid)
         listener = Listener()
         ch.listeners.add(listener)
@@ -312,16 +357,23 @@ def add_event_routes(
                 async for old in history(ch, after):
                     yield await _sse(old)
                     sent = _last(old)
-            async for item in _with_heartbeats(listener, hub, stop):
-                if item is None:
+            async for batch in _batches(listener, hub, stop):
+                if batch is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())
                     continue
-                if sent is not None and _last(item) <= sent:
-                    continue  # sent already (from the ring or the log)
-                if isinstance(item, Gap) and sent is not None and item.first <= sent:
-                    item = Gap(item.context_id, sent + 1, item.last)
-                yield await _sse(item)
-                sent = _last(item)
+                frames: list[bytes] = []
+                for item in batch:
+                    if sent is not None and _last(item) <= sent:
+                        continue  # sent already (from the ring or the log)
+                    if isinstance(item, Gap):
+                        if sent is not None and item.first <= sent:
+                            item = Gap(item.context_id, sent + 1, item.last)
+                        frames.append((await _resync(hub, item)).encode())
+                    else:
+                        frames.append(sse_frame(item))
+                    sent = _last(item)
+                if frames:
+                    yield b"".join(frames)
             yield _control("StreamClosed", context_id=cid)
         finally:
             ch.listeners.discard(listener)
@@ -345,18 +397,25 @@ def add_event_routes(
             shutdown_grace_period=SHUTDOWN_GRACE,
         )
 
-    async def tenant_stream(who: str, stop: anyio.Event) -> AsyncIterator[ServerSentEvent]:
+    async def tenant_stream(who: str, stop: anyio.Event) -> AsyncIterator[ServerSentEvent | bytes]:
         listener = Listener()
         hub.listeners.setdefault(who, set()).add(listener)
         try:
-            async for item in _with_heartbeats(listener, hub, stop):
-                if item is None:
+            async for batch in _batches(listener, hub, stop):
+                if batch is None:
                     yield _control("Heartbeat", timestamp=time.time())
-                else:
-                    sse = await _sse(item)
+                    continue
+                frames: list[bytes] = []
+                for item in batch:
                     # seqs are per context: the id names both
-                    sse.id = f"{item.context_id}/{_last(item)}"
-                    yield sse
+                    ident = f"{item.context_id}/{_last(item)}"
+                    if isinstance(item, Gap):
+                        sse = await _resync(hub, item)
+                        sse.id = ident
+                        frames.append(sse.encode())
+                    else:
+                        frames.append(sse_frame(item, ident))
+                yield b"".join(frames)
             yield _control("StreamClosed")
         finally:
             listeners = hub.listeners.get(who)
@@ -374,33 +433,32 @@ def add_event_routes(
         )
 
 
-async def _with_heartbeats(
-    sub: AsyncIterator[T], hub: "Hub", stop: anyio.Event
-) -> AsyncIterator[T | None]:
-    """The subscription's events, ``None`` for a heartbeat; ends within
-    :data:`STOP_CHECK` seconds when the server stops (``hub.closing``) or
-    sse-starlette saw the shutdown (``stop``).
+async def _batches(
+    listener: Listener, hub: "Hub", stop: anyio.Event
+) -> AsyncIterator[list[Item] | None]:
+    """The listener's items, as many at a time as are queued (up to
+    :data:`BATCH`), ``None`` for a heartbeat; ends within :data:`STOP_CHECK`
+    seconds when the server stops (``hub.closing``) or sse-starlette saw the
+    shutdown (``stop``), and when the listener is closed.
 
-    Each read is one wait under a deadline, no task per event: the stop events
-    are looked at between reads, and a read that waits is cut every
-    :data:`STOP_CHECK` seconds to look again (a cut read loses nothing: the
-    event stays queued for the next one)."""
-    it = sub.__aiter__()
+    Queued items are taken without waiting; an empty queue is waited on under
+    a deadline, cut every :data:`STOP_CHECK` seconds to look at the stop
+    events again (a cut wait loses nothing: items stay queued)."""
     beat = hub.config.heartbeat
     tick = min(beat, STOP_CHECK)
-    last = anyio.current_time()
+    last = time.monotonic()
     while not (hub.closing.is_set() or stop.is_set()):
-        got = False
-        with anyio.move_on_after(tick):
-            try:
-                item = await it.__anext__()
-            except StopAsyncIteration:
+        batch = listener.ready()
+        if not batch:
+            if listener.closed:
                 return
-            got = True
-        now = anyio.current_time()
-        if got:
+            with anyio.move_on_after(tick):
+                await listener.wait()
+            batch = listener.ready()
+        now = time.monotonic()
+        if batch:
             last = now
-            yield item
+            yield batch
         elif now - last >= beat:
             last = now
             yield None
