@@ -36,7 +36,7 @@ import anyio.abc
 import structlog
 
 from .engine import Engine, EngineSubscription
-from .events import EVENT_ADAPTER, Event
+from .events import Event, event_bytes
 from .storage._eventlog import EventLog, LogNote, LogRow
 
 __all__ = ["RELAY_BATCH", "RELAY_BUFFER", "EventRelay", "event_json", "split_events"]
@@ -51,23 +51,30 @@ RELAY_BATCH = 512
 
 def event_json(ev: Event) -> str:
     """An event as the JSON the log keeps and a note carries."""
-    return EVENT_ADAPTER.dump_json(ev).decode()
+    return event_bytes(ev).decode()
 
 
-def split_events(events: Sequence[Event]) -> tuple[list[LogRow], list[LogNote]]:
+def split_events(
+    events: Sequence[Event], *, rings: bool = True
+) -> tuple[list[LogRow], list[LogNote]]:
     """The rows to keep and the notes to ring for events as they went out. An
     ``EventsMissed`` (events dropped for the relay) is a note at its last seq:
-    listeners read the log and find that stretch missing."""
+    listeners read the log and find that stretch missing. Without ``rings``
+    (a log that rings no notes) only the rows."""
     rows: list[LogRow] = []
     notes: list[LogNote] = []
     for ev in events:
-        if ev.kind == "ContentDelta":
-            notes.append(LogNote(ev.context_id, ev.seq, event_json(ev)))
-        elif ev.kind == "EventsMissed":
-            notes.append(LogNote(ev.context_id, ev.seq))
+        kind = ev.kind
+        if kind == "ContentDelta":
+            if rings:
+                notes.append(LogNote(ev.context_id, ev.seq, event_json(ev)))
+        elif kind == "EventsMissed":
+            if rings:
+                notes.append(LogNote(ev.context_id, ev.seq))
         else:
-            rows.append((ev.context_id, ev.seq, ev.kind, event_json(ev)))
-            notes.append(LogNote(ev.context_id, ev.seq))
+            rows.append((ev.context_id, ev.seq, kind, event_json(ev)))
+            if rings:
+                notes.append(LogNote(ev.context_id, ev.seq))
     return rows, notes
 
 
@@ -133,8 +140,12 @@ class EventRelay:
             self._done.set()
 
     async def _write(self, batch: list[Event]) -> None:
-        rows, notes = split_events(batch)
         self.dropped += sum(ev.count for ev in batch if ev.kind == "EventsMissed")
+        keep = getattr(self.event_log, "keep_events", None)
+        if keep is not None:  # a log in this process's memory: the events as they are
+            self.written += keep(batch)
+            return
+        rows, notes = split_events(batch, rings=getattr(self.event_log, "rings", True))
         try:
             await self.event_log.add(rows, notes)
         except Exception as exc:  # the log never stops a turn; its readers Resync

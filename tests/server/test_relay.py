@@ -30,6 +30,7 @@ async def test_every_contexts_durable_events_are_kept_at_their_seq() -> None:
                 sent = everything.drain()
     assert {ev.context_id for ev in sent} == set(ids)
     assert relay.dropped == 0
+    assert relay.written == sum(ev.kind != "ContentDelta" for ev in sent)
     for cid in ids:
         mine = [ev for ev in sent if ev.context_id == cid]
         assert [ev.seq for ev in mine] == list(range(1, len(mine) + 1))
@@ -52,6 +53,8 @@ def test_deltas_travel_in_the_notes_and_durable_events_in_the_log() -> None:
     ]
     rows, notes = split_events(events)
     assert [(r[0], r[1], r[2]) for r in rows] == [("c", 1, "StateChanged")]
+    # a log that rings nothing (SQLite: other processes poll it) gets the rows only
+    assert split_events(events, rings=False) == (rows, [])
     assert [(n.context_id, n.seq, n.event is not None) for n in notes] == [
         ("c", 1, False),
         ("c", 2, True),

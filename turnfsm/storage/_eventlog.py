@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 
+from ..events import Event, event_bytes
 from ._base import Store
 from ._sqlite import SQLiteStore
 
@@ -116,13 +117,20 @@ class EventLog(Protocol):
     async def aclose(self) -> None: ...
 
 
+_NOT_KEPT = frozenset({"ContentDelta", "EventsMissed"})
+"""The events a log does not keep (a delta is rung only; a note of missed
+events is no event)."""
+
+
 class MemoryEventLog:
     """The log and tenants in memory: one process, kept until it ends."""
 
     shared = False
+    rings = False
+    """Its ``add`` rings no notes (nobody else listens): a relay makes none."""
 
     def __init__(self) -> None:
-        self._events: dict[str, dict[int, tuple[str, str]]] = {}
+        self._events: dict[str, dict[int, tuple[str, str] | Event]] = {}
         self._tenants: dict[str, str] = {}
 
     async def open(self) -> None:
@@ -132,13 +140,30 @@ class MemoryEventLog:
         for cid, seq, kind, data in rows:
             self._events.setdefault(cid, {}).setdefault(seq, (kind, data))
 
+    def keep_events(self, events: Sequence[Event]) -> int:
+        """Keep the durable ones among ``events`` as they are (their JSON is
+        made when they are read): what a relay does in place of :meth:`add`,
+        since nothing outside this process reads the log. Returns how many."""
+        kept = 0
+        for ev in events:
+            if ev.kind not in _NOT_KEPT:
+                self._events.setdefault(ev.context_id, {}).setdefault(ev.seq, ev)
+                kept += 1
+        return kept
+
     async def after(
         self, context_id: str, after: int, upto: int | None = None
     ) -> list[tuple[int, str, str]]:
         log = self._events.get(context_id, {})
-        return [
-            (seq, *log[seq]) for seq in sorted(log) if seq > after and (upto is None or seq <= upto)
-        ]
+        out: list[tuple[int, str, str]] = []
+        for seq in sorted(log):
+            if seq > after and (upto is None or seq <= upto):
+                kept = log[seq]
+                if isinstance(kept, tuple):
+                    out.append((seq, *kept))
+                else:
+                    out.append((seq, kept.kind, event_bytes(kept).decode()))
+        return out
 
     async def newest(self, context_ids: Sequence[str]) -> dict[str, int]:
         return {cid: max(self._events[cid]) for cid in context_ids if self._events.get(cid)}
@@ -178,6 +203,8 @@ class SQLiteEventLog:
     on a worker thread). Other processes' events are polled for by rowid."""
 
     shared = True
+    rings = False
+    """Other processes poll the table: ``add`` rings no notes."""
 
     def __init__(self, path: str | Path, *, poll_interval: float = POLL_INTERVAL) -> None:
         self.path = str(path)
