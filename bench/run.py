@@ -53,8 +53,9 @@ W3_RSS_TARGET = 2.0
 W7_TARGET_MS = 3.0
 """W7's target: at most 3 ms per W1 turn over HTTP + SSE on top of the same turn
 in-process (not a ratio to the floor: both sides are turnfsm)."""
-W7_SYSTEMS = ("inprocess", "http")
-"""W7's two measuring processes (bench/http_side.py), alternated like floor and turnfsm."""
+W7_SYSTEMS = ("inprocess", "http", "httpx")
+"""W7's measuring processes (bench/http_side.py), alternated like floor and turnfsm:
+in-process, over HTTP with the lean client (the figure), and with httpx (beside it)."""
 THROUGHPUT = ("W8",)
 """Figures in sends per second (higher is better): their ``ratio_to_floor`` is the
 floor's figure divided by turnfsm's (how many times slower), like the others."""
@@ -252,6 +253,8 @@ def _measure_w7(runs: int, quiet: bool) -> list[dict[str, Any]]:
         "client_cpu_us_per_turn": _round(med("http", "client_cpu_us"), 4),
         "inprocess_cpu_us_per_turn": _round(med("inprocess", "cpu_value"), 4),
         "sse_deltas_per_s": _round(med("http", "deltas_per_s"), 4),
+        "httpx_extra_ms_per_turn": _round((med("httpx", "value") - inproc) / 1000, 4),
+        "httpx_client_cpu_us_per_turn": _round(med("httpx", "client_cpu_us"), 4),
         "inprocess_deltas_per_s": _round(med("inprocess", "deltas_per_s"), 4),
         "peak_rss_mib": round(med("http", "peak_rss_mib"), 1),
         "ratio_to_floor": None,
@@ -337,7 +340,9 @@ def _summary(lines: list[dict[str, Any]]) -> str:
                 f"{ln['server_cpu_us_per_turn']:.4g} us, client "
                 f"{ln['client_cpu_us_per_turn']:.4g} us; "
                 f"SSE {ln['sse_deltas_per_s']:.4g} deltas/s, in-process "
-                f"{ln['inprocess_deltas_per_s']:.4g})"
+                f"{ln['inprocess_deltas_per_s']:.4g}; with httpx as the client "
+                f"{ln['httpx_extra_ms_per_turn']:.4g} ms/turn extra, its CPU "
+                f"{ln['httpx_client_cpu_us_per_turn']:.4g} us/turn)"
             )
             continue
         if ln["workload"] == "bytes":
