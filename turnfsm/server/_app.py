@@ -397,9 +397,6 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_big = error_response(
-            413, "body_too_large", f"the request body is over {self.limit} bytes"
-        )
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -407,7 +404,7 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > self.limit:
-                    await too_big(scope, receive, send)
+                    await self._too_big(scope, receive, send)
                     return
         seen = 0
         started = False
@@ -431,7 +428,13 @@ class BodyLimit:
             await self.app(scope, counted, watched)
         except _TooBig:
             if not started:
-                await too_big(scope, receive, send)
+                await self._too_big(scope, receive, send)
+
+    async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = error_response(
+            413, "body_too_large", f"the request body is over {self.limit} bytes"
+        )
+        await answer(scope, receive, send)
 
 
 class _TooBig(Exception):
