@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ for _p in (str(HERE), str(ROOT / "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import pgcount  # noqa: E402
 from _common import (  # noqa: E402
     W8_CONVERSATIONS,
     W8_TURNS,
@@ -96,6 +98,7 @@ async def _measure(
     conversations: int,
     turns: int,
     server_pid: int | None,
+    count: bool = False,
 ) -> dict[str, Any]:
     import psycopg
 
@@ -103,6 +106,8 @@ async def _measure(
     from turnfsm.model import to_chat_messages
     from turnfsm.storage._postgres import PostgresStore, upgrade
 
+    if count:
+        pgcount.install()
     await upgrade(url)
     store = PostgresStore(url, max_size=16)
     engine = Engine(store=store, tools=tools())
@@ -115,10 +120,14 @@ async def _measure(
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
             "TURNFSM_W9_THINK": str(think),
         }
+        counts_file = None
+        if count:  # the workers count their round trips (bench/pgcount.py)
+            counts_file = Path(tempfile.mkdtemp(prefix="w9-count-")) / "counts.jsonl"
+            env["TURNFSM_PGCOUNT"] = str(counts_file)
+        command = [str(HERE / "pgcount.py")] if count else ["-m", "turnfsm"]
         argv = [
             sys.executable,
-            "-m",
-            "turnfsm",
+            *command,
             "worker",
             "--store",
             url,
@@ -176,6 +185,7 @@ async def _measure(
                     latencies.append(time.perf_counter() - t0)
 
             observer = asyncio.create_task(observe())
+            driver0 = pgcount.report() if count else {}
             cpu0 = time.process_time()
             pg0 = _tree_cpu(server_pid)
             t0 = time.perf_counter()
@@ -183,6 +193,7 @@ async def _measure(
             wall = time.perf_counter() - t0
             driver_cpu = time.process_time() - cpu0
             pg_cpu = _tree_cpu(server_pid) - pg0
+            driver1 = pgcount.report() if count else {}
             done.set()
             await observer
         finally:
@@ -207,6 +218,14 @@ async def _measure(
             got = to_chat_messages(n.message for n in ctx.history())
             check(got == expected, f"{cid}: the history differs from a fresh build")
     sends = conversations * turns
+    counted: dict[str, Any] = {}
+    if count:
+        counted["driver"] = _per_send(_minus(driver1, driver0), sends)
+        assert counts_file is not None
+        merged: dict[str, dict[str, int]] = {}
+        for text in counts_file.read_text().splitlines():
+            merged = _plus(merged, json.loads(text))
+        counted["workers"] = _per_send(merged, sends)
     lat = sorted(latencies)
     check(len(lat) == sends, f"{len(lat)} sends")
 
@@ -232,7 +251,35 @@ async def _measure(
         "think_s": think,
         "conversations": conversations,
         "turns": turns,
+        **({"per_send": counted} if count else {}),
     }
+
+
+def _minus(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {
+        k: {c: n - b.get(k, {}).get(c, 0) for c, n in a.get(k, {}).items()}
+        for k in ("trips", "statements")
+    }
+
+
+def _plus(a: dict[str, dict[str, int]], b: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for k in ("trips", "statements"):
+        mine = dict(a.get(k, {}))
+        for c, n in b.get(k, {}).items():
+            mine[c] = mine.get(c, 0) + n
+        out[k] = mine
+    return out
+
+
+def _per_send(found: dict[str, dict[str, int]], sends: int) -> dict[str, dict[str, float]]:
+    """Round trips and statements per send, by caller, and their totals."""
+    out: dict[str, dict[str, float]] = {}
+    for k in ("trips", "statements"):
+        mine = {c: round(n / sends, 2) for c, n in sorted(found.get(k, {}).items()) if n}
+        mine["total"] = round(sum(found.get(k, {}).values()) / sends, 2)
+        out[k] = mine
+    return out
 
 
 def _cpu_of(pid: int) -> float:
@@ -268,6 +315,7 @@ def run(
     conversations: int = W8_CONVERSATIONS,
     turns: int = W8_TURNS,
     quiet: bool = False,
+    count: bool = False,
 ) -> list[dict[str, Any]]:
     """One measurement per worker count (each on a fresh database of one
     throwaway cluster), then a summary line with the 4-vs-1 ratio."""
@@ -292,6 +340,7 @@ def run(
                     conversations=conversations,
                     turns=turns,
                     server_pid=cluster.pid,
+                    count=count,
                 )
             )
             lines.append(line)
@@ -334,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conversations", type=int, default=W8_CONVERSATIONS)
     p.add_argument("--turns", type=int, default=W8_TURNS)
     p.add_argument("--json", action="store_true", help="only the JSON lines")
+    p.add_argument(
+        "--count",
+        action="store_true",
+        help="count SQL round trips per send by caller (bench/pgcount.py; costs some CPU)",
+    )
     args = p.parse_args(argv)
     counts = tuple(int(x) for x in args.workers.split(","))
     try:
@@ -344,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             conversations=args.conversations,
             turns=args.turns,
             quiet=args.json,
+            count=args.count,
         )
     except CheckFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
