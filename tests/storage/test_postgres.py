@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,13 @@ from turnfsm.errors import (
     VersionConflict,
 )
 from turnfsm.storage import Store, open_store
-from turnfsm.storage._postgres import STORE_FORMAT, PostgresStore, redact, upgrade
+from turnfsm.storage._postgres import (
+    STORE_FORMAT,
+    PostgresStore,
+    check_connection,
+    redact,
+    upgrade,
+)
 
 from .contract import (
     StoreContract,
@@ -110,9 +117,50 @@ async def test_connections_the_server_dropped_are_replaced(pg_url: str) -> None:
             ("turnfsm",),
         )
         assert killed and all(row[0] for row in killed)
+        gone_within(pg_url, 10)
         assert await store.list_ids() == []
     finally:
         await store.aclose()
+
+
+def gone_within(url: str, seconds: float) -> None:
+    """Wait until the server has ended the backends of the ``turnfsm`` pool (a
+    terminated backend ends a moment after ``pg_terminate_backend`` returns)."""
+    deadline = time.monotonic() + seconds
+    while sql(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'turnfsm' "
+        "OR (datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend')",
+    ) != [(0,)]:
+        assert time.monotonic() < deadline, "the backends did not end"
+        time.sleep(0.01)
+
+
+async def test_the_pool_check_asks_the_server_only_about_a_suspect_connection(
+    pg_url: str,
+) -> None:
+    """A healthy idle connection passes the check without a query (nothing
+    waits to be read on it); one the server ended fails it, so that the pool
+    replaces it; one left inside a transaction is asked."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        await check_connection(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        sql(pg_url, "SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while sql(pg_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) != [
+            (0,)
+        ]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(psycopg.OperationalError):
+            await check_connection(conn)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        await conn.execute("SELECT 1")  # a transaction left open: asked, and refused
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        with pytest.raises(psycopg.Error):
+            await check_connection(conn)
 
 
 async def test_a_new_database_gets_the_current_layout(pg_url: str) -> None:

@@ -38,7 +38,7 @@ import anyio
 
 from ..errors import StoreError
 from ._eventlog import Deliver, LogNote, LogRow, OnConnect
-from ._postgres import redact
+from ._postgres import check_connection, redact
 
 try:  # the optional dependency: ``turnfsm[postgres]``
     import psycopg
@@ -172,7 +172,7 @@ class PostgresEventLog:
             open=False,
             kwargs={"autocommit": True},
             name="turnfsm-events",
-            check=AsyncConnectionPool.check_connection,
+            check=check_connection,
         )
         try:
             await pool.open(wait=True, timeout=30)

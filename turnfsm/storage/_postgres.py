@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -76,7 +77,15 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - depends on the ins
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["MIGRATIONS", "STORE_FORMAT", "WORK_CHANNEL", "PostgresStore", "redact", "upgrade"]
+__all__ = [
+    "MIGRATIONS",
+    "STORE_FORMAT",
+    "WORK_CHANNEL",
+    "PostgresStore",
+    "check_connection",
+    "redact",
+    "upgrade",
+]
 
 _V = SCHEMA_VERSION
 _RESTING = frozenset(s.value for s in RESTING)
@@ -159,6 +168,144 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE steps ADD COLUMN lease_token BIGINT, ADD COLUMN lease_owner TEXT;
     """,
+    # 4: a commit and a claim as one statement each (one round trip): what
+    # PostgresStore._commit_tx and claim_expired's three statements do, in
+    # functions. A commit that misses (a lost lease, a version conflict, an
+    # older row, an unknown branch or replaced message) raises with SQLSTATE
+    # TF001 (the lease: DETAIL is the current token) or TF002 (anything else),
+    # so that nothing of it is stored; the store then says why.
+    """
+    CREATE FUNCTION turnfsm_commit(
+        p_id TEXT, p_expected BIGINT, p_version BIGINT, p_schema INTEGER, p_state TEXT,
+        p_updated TEXT, p_event_seq BIGINT, p_progress TEXT, p_active TEXT, p_config TEXT,
+        p_token BIGINT, p_owner TEXT, p_take_token BIGINT, p_take_owner TEXT,
+        p_take_expires DOUBLE PRECISION, p_release BOOLEAN, p_notify BOOLEAN,
+        p_br_names TEXT[], p_br_bodies TEXT[],
+        p_bm_branch TEXT[], p_bm_pos INTEGER[], p_bm_ids TEXT[],
+        p_rep_ids TEXT[], p_rep_bodies TEXT[],
+        p_app_branch TEXT[], p_app_ids TEXT[], p_app_bodies TEXT[],
+        p_st_version BIGINT[], p_st_from TEXT[], p_st_trigger TEXT[], p_st_to TEXT[],
+        p_st_at TEXT[], p_st_detail TEXT[]
+    ) RETURNS BIGINT LANGUAGE plpgsql AS $$
+    DECLARE
+        v_seq BIGINT;
+        v_token BIGINT;
+        v_n BIGINT;
+    BEGIN
+        -- the lease first (its row before the context's): taken from the token
+        -- just before, released or ours; or else its token checked under a lock
+        IF p_take_token IS NOT NULL THEN
+            INSERT INTO leases AS l (context_id, owner, token, expires_at)
+            VALUES (p_id, CASE WHEN p_release THEN NULL ELSE p_take_owner END, p_take_token,
+                p_take_expires)
+            ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner,
+                token = excluded.token, expires_at = excluded.expires_at
+            WHERE l.token = p_take_token - 1 AND (l.owner IS NULL OR l.owner = p_take_owner)
+            RETURNING token INTO v_token;
+            IF v_token IS NULL THEN
+                SELECT token INTO v_token FROM leases WHERE context_id = p_id;
+                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
+                    DETAIL = coalesce(v_token::TEXT, '');
+            END IF;
+        ELSIF p_token IS NOT NULL THEN
+            SELECT token INTO v_token FROM leases WHERE context_id = p_id FOR UPDATE;
+            IF v_token IS NULL OR v_token <= 0 OR v_token <> p_token THEN
+                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
+                    DETAIL = coalesce(v_token::TEXT, '');
+            END IF;
+        END IF;
+        UPDATE contexts SET version = p_version, state = p_state, updated_at = p_updated,
+            event_seq = p_event_seq, progress = p_progress,
+            active_branch = coalesce(p_active, active_branch),
+            config = coalesce(p_config, config)
+        WHERE id = p_id AND version = p_expected AND schema_version = p_schema
+        RETURNING seq INTO v_seq;
+        IF v_seq IS NULL THEN
+            RAISE EXCEPTION 'turnfsm: version check missed' USING ERRCODE = 'TF002';
+        END IF;
+        IF cardinality(p_br_names) > 0 THEN
+            INSERT INTO branches (ctx, name, schema_version, body)
+            SELECT v_seq, n, p_schema, b FROM unnest(p_br_names, p_br_bodies) AS t (n, b)
+            ON CONFLICT (ctx, name) DO UPDATE SET
+                schema_version = excluded.schema_version, body = excluded.body;
+            DELETE FROM branch_messages WHERE ctx = v_seq AND branch = ANY (p_br_names);
+            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
+            SELECT v_seq, b, n, m, p_schema
+            FROM unnest(p_bm_branch, p_bm_pos, p_bm_ids) AS t (b, n, m);
+        END IF;
+        IF cardinality(p_rep_ids) > 0 THEN
+            UPDATE messages AS m SET schema_version = p_schema, body = t.b
+            FROM unnest(p_rep_ids, p_rep_bodies) AS t (i, b)
+            WHERE m.ctx = v_seq AND m.id = t.i;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF v_n <> cardinality(p_rep_ids) THEN
+                RAISE EXCEPTION 'turnfsm: a replaced message is not stored'
+                    USING ERRCODE = 'TF002';
+            END IF;
+        END IF;
+        IF cardinality(p_app_ids) > 0 THEN
+            IF EXISTS (SELECT 1 FROM unnest(p_app_branch) AS t (b) WHERE NOT EXISTS (
+                    SELECT 1 FROM branches WHERE ctx = v_seq AND name = t.b)) THEN
+                RAISE EXCEPTION 'turnfsm: an unknown branch' USING ERRCODE = 'TF002';
+            END IF;
+            INSERT INTO messages (ctx, id, schema_version, body)
+            SELECT v_seq, i, p_schema, b FROM unnest(p_app_ids, p_app_bodies) AS t (i, b)
+            ON CONFLICT (ctx, id) DO UPDATE SET
+                schema_version = excluded.schema_version, body = excluded.body;
+            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
+            SELECT v_seq, t.b, (coalesce(
+                    (SELECT max(pos) FROM branch_messages
+                     WHERE ctx = v_seq AND branch = t.b), -1)
+                + row_number() OVER (PARTITION BY t.b ORDER BY t.o))::INTEGER, t.i, p_schema
+            FROM unnest(p_app_branch, p_app_ids) WITH ORDINALITY AS t (b, i, o)
+            ORDER BY t.o;
+        END IF;
+        IF cardinality(p_st_version) > 0 THEN
+            INSERT INTO steps (ctx, schema_version, version, from_state, trigger, to_state, at,
+                detail, lease_token, lease_owner)
+            SELECT v_seq, p_schema, v, a, t, b, w, d, p_token,
+                CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
+            FROM unnest(p_st_version, p_st_from, p_st_trigger, p_st_to, p_st_at, p_st_detail)
+                AS s (v, a, t, b, w, d);
+        END IF;
+        IF p_take_token IS NULL AND p_release AND p_token IS NOT NULL THEN
+            UPDATE leases SET owner = NULL WHERE context_id = p_id AND token = p_token;
+        END IF;
+        IF p_notify THEN
+            PERFORM pg_notify('turnfsm_work', '');
+        END IF;
+        RETURN v_seq;
+    END
+    $$;
+    CREATE FUNCTION turnfsm_claim(
+        p_resting TEXT[], p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+        p_limit BIGINT
+    ) RETURNS TABLE (context_id TEXT, token BIGINT) LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    BEGIN
+        -- contexts never leased get their row first (token 0), so that they
+        -- can be locked and skipped like the others
+        INSERT INTO leases AS l (context_id, owner, token, expires_at)
+        SELECT c.id, NULL, 0, 0 FROM contexts AS c WHERE c.state <> ALL (p_resting)
+        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+        RETURN QUERY
+        WITH picked AS (
+            SELECT l.context_id AS cid FROM contexts AS c
+            JOIN leases AS l ON l.context_id = c.id
+            WHERE c.state <> ALL (p_resting) AND (l.owner IS NULL OR l.expires_at <= p_now)
+            ORDER BY c.updated_at, c.seq LIMIT p_limit FOR UPDATE OF l SKIP LOCKED
+        )
+        , taken AS (
+            UPDATE leases AS l SET owner = p_owner, token = l.token + 1, expires_at = p_expires
+            FROM picked WHERE l.context_id = picked.cid
+            RETURNING l.context_id AS cid, l.token AS tok
+        )
+        -- the longest waiting first, as they were picked
+        SELECT taken.cid, taken.tok FROM taken JOIN contexts AS c ON c.id = taken.cid
+        ORDER BY c.updated_at, c.seq;
+    END
+    $$;
+    """,
 )
 """The table layout's migrations, in order; ``store_format`` counts those applied."""
 
@@ -169,6 +316,26 @@ _HEAD_COLUMNS = (
     "seq, schema_version, id, parent_id, config, active_branch, state, created_at, "
     "updated_at, version, event_seq, progress"
 )
+_LOAD = (
+    "SELECT c.seq, c.schema_version, c.id, c.parent_id, c.config, c.active_branch, c.state, "
+    "c.created_at, c.updated_at, c.version, c.event_seq, c.progress, "
+    "bm.branch, bm.message_id, bm.schema_version, br.name, br.schema_version, br.body, "
+    "m.id, m.schema_version, m.body FROM contexts AS c "
+    "LEFT JOIN LATERAL (SELECT array_agg(branch ORDER BY branch, pos) AS branch, "
+    "array_agg(message_id ORDER BY branch, pos) AS message_id, "
+    "array_agg(schema_version ORDER BY branch, pos) AS schema_version "
+    "FROM branch_messages WHERE ctx = c.seq) AS bm ON true "
+    "LEFT JOIN LATERAL (SELECT array_agg(name ORDER BY seq) AS name, "
+    "array_agg(schema_version ORDER BY seq) AS schema_version, "
+    "array_agg(body ORDER BY seq) AS body FROM branches WHERE ctx = c.seq) AS br ON true "
+    "LEFT JOIN LATERAL (SELECT array_agg(id ORDER BY seq) AS id, "
+    "array_agg(schema_version ORDER BY seq) AS schema_version, "
+    "array_agg(body ORDER BY seq) AS body FROM messages WHERE ctx = c.seq) AS m ON true "
+    "WHERE c.id = %s"
+)
+"""A context whole, in one statement: its row, then its branch positions (by
+branch and position), its branches and its messages (in the order they were
+stored), each as parallel arrays."""
 _COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
 
 _LOCK_KEY = 0x7475726E66736D  # "turnfsm": the advisory lock migrations are applied under
@@ -263,6 +430,118 @@ async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
         raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
 
 
+_COMMIT = (
+    "SELECT turnfsm_commit(%s::text, %s::bigint, %s::bigint, %s::integer, %s::text, "
+    "%s::text, %s::bigint, %s::text, %s::text, %s::text, %s::bigint, %s::text, "
+    "%s::bigint, %s::text, %s::float8, %s::boolean, %s::boolean, %s::text[], %s::text[], "
+    "%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[])"
+)
+"""A commit as one statement (the function of migration 4)."""
+
+
+def _commit_args(commit: Commit) -> tuple[Any, ...] | None:
+    """The arguments of ``turnfsm_commit`` for ``commit``; None for one it does
+    not take (a message appended twice, which the statements store as an
+    insert then an update)."""
+    appended = commit.appended
+    if len({node.id for _, node in appended}) != len(appended):
+        return None
+    take = commit.take_lease if commit.lease_token is not None else None
+    token = commit.lease_token
+    # branches stored whole: a name given twice keeps its first place and its
+    # last body and positions, as one write after the other would
+    branches: dict[str, Branch] = {}
+    for b in commit.branches:
+        branches[b.name] = b
+    bm_branch: list[str] = []
+    bm_pos: list[int] = []
+    bm_ids: list[str] = []
+    for b in branches.values():
+        bm_branch += [b.name] * len(b.message_ids)
+        bm_pos += range(len(b.message_ids))
+        bm_ids += b.message_ids
+    steps = commit.steps
+    return (
+        commit.context_id,
+        commit.expected_version,
+        commit.version,
+        _V,
+        commit.state,
+        _ts(commit.updated_at),
+        commit.event_seq,
+        commit.progress.model_dump_json(),
+        commit.active_branch,
+        None if commit.config is None else commit.config.model_dump_json(),
+        token,
+        None if token is None else commit.lease_owner,
+        None if take is None else take.token,
+        None if take is None else take.owner,
+        None if take is None else take.expires_at,
+        commit.release_lease,
+        # handed off: away from rest with its lease released, the context is
+        # work for claim_expired; ring the workers' doorbell (delivered when
+        # the statement commits, and not at all if it fails)
+        commit.release_lease and commit.state not in _RESTING,
+        list(branches),
+        [b.model_dump_json(exclude={"message_ids"}) for b in branches.values()],
+        bm_branch,
+        bm_pos,
+        bm_ids,
+        [n.id for n in commit.replaced],
+        [n.model_dump_json() for n in commit.replaced],
+        [name for name, _ in appended],
+        [n.id for _, n in appended],
+        [n.model_dump_json() for _, n in appended],
+        [x.version for x in steps],
+        [x.from_state for x in steps],
+        [x.trigger for x in steps],
+        [x.to_state for x in steps],
+        [_ts(x.at) for x in steps],
+        [None if x.detail is None else json.dumps(x.detail, ensure_ascii=False) for x in steps],
+    )
+
+
+def _token_of(commit: Commit) -> int:
+    """The token a refused commit's LeaseLost names (as ``_commit_tx`` does)."""
+    take = commit.take_lease
+    if take is not None and commit.lease_token is not None:
+        return take.token
+    assert commit.lease_token is not None
+    return commit.lease_token
+
+
+def _current(exc: Any) -> int | None:
+    """The lease's current token that ``turnfsm_commit`` reports (DETAIL)."""
+    detail = exc.diag.message_detail or ""
+    try:
+        found = int(detail)
+    except ValueError:
+        return None
+    return found if found > 0 else None
+
+
+async def check_connection(conn: Any) -> None:
+    """The pool's check of a connection it is about to hand out: raise if the
+    server dropped it, so that the pool replaces it. A healthy idle connection
+    has nothing to read, so it is passed without a round trip; one the server
+    ended (a restart, ``pg_terminate_backend``, an idle timeout) has its error
+    or end of file waiting, and one in any other state is suspect: those are
+    asked ``""`` (psycopg_pool's own check)."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    pgconn = conn.pgconn
+    if pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            readable = [True]
+        if not readable:
+            return
+    await AsyncConnectionPool.check_connection(conn)
+
+
 class PostgresStore:
     """A store in a PostgreSQL database (see the module docstring).
 
@@ -312,7 +591,7 @@ class PostgresStore:
                     name="turnfsm",
                     # a connection the server dropped (a restart, an idle
                     # timeout) is replaced before it is handed out
-                    check=AsyncConnectionPool.check_connection,
+                    check=check_connection,
                 )
                 try:
                     await pool.open(wait=True, timeout=30)
@@ -472,33 +751,35 @@ class PostgresStore:
                     )
 
     async def load(self, context_id: str) -> ChatContext:
-        ctx: ChatContext = await self._read(lambda conn: self._load_tx(conn, context_id))
-        return ctx
+        """One statement: the context's row with its branch positions, branches
+        and messages aggregated beside it (one snapshot, one round trip)."""
 
-    async def _load_tx(self, conn: Any, context_id: str) -> ChatContext:
-        cur = await conn.execute(
-            f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = %s", (context_id,)
-        )
-        head = await cur.fetchone()
-        if head is None:
+        async def read(conn: Any) -> Any:
+            cur = await conn.execute(_LOAD, (context_id,))
+            return await cur.fetchone()
+
+        found = await self._run(read)
+        if found is None:
             raise ContextNotFound(context_id)
-        seq = head[0]
+        return self._context_of_load(context_id, found)
+
+    def _context_of_load(self, context_id: str, found: Sequence[Any]) -> ChatContext:
+        """The context of a row of ``_LOAD``, every part validated strictly."""
+        head = found[:12]
+        bm_branch, bm_ids, bm_versions, br_names, br_versions, br_bodies = found[12:18]
+        m_ids, m_versions, m_bodies = found[18:21]
         ctx = self._context_of(head)
         positions: dict[str, list[str]] = {}
-        cur = await conn.execute(
-            "SELECT branch, message_id, schema_version FROM branch_messages WHERE ctx = %s "
-            "ORDER BY branch, pos",
-            (seq,),
-        )
-        for branch, mid, version in await cur.fetchall():
+        for branch, mid, version in zip(
+            bm_branch or (), bm_ids or (), bm_versions or (), strict=True
+        ):
             if version != _V:
                 check_version(version, where=self._where(context_id, f", branch {branch!r}"))
             positions.setdefault(branch, []).append(mid)
         branches: dict[str, Branch] = {}
-        cur = await conn.execute(
-            "SELECT name, schema_version, body FROM branches WHERE ctx = %s ORDER BY seq", (seq,)
-        )
-        for name, version, body in await cur.fetchall():
+        for name, version, body in zip(
+            br_names or (), br_versions or (), br_bodies or (), strict=True
+        ):
             row = self._row(context_id, "branches", f"name {name!r}")
             data = json_object_column(body, f"{row}, column body")
             if version != _V:
@@ -512,11 +793,8 @@ class PostgresStore:
                 raise StoreError(
                     f"{row}, column body: not a valid Branch record: {validation_problem(exc)}"
                 ) from exc
-        cur = await conn.execute(
-            "SELECT id, schema_version, body FROM messages WHERE ctx = %s ORDER BY seq", (seq,)
-        )
         pool: dict[str, MessageNode] = {}
-        for mid, version, body in await cur.fetchall():
+        for mid, version, body in zip(m_ids or (), m_versions or (), m_bodies or (), strict=True):
             pool[mid] = self._message(context_id, mid, version, body)
         ctx.branches = branches
         ctx.message_pool = pool
@@ -590,7 +868,29 @@ class PostgresStore:
     # ------------------------------------------------------------------ commit
 
     async def commit(self, commit: Commit) -> None:
-        await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
+        """One statement (``turnfsm_commit``, one round trip) in the common case.
+        When it misses, nothing of it was stored, and the commit is made again
+        as the statements of :meth:`_commit_tx` in one transaction: they say
+        why with the errors they always raised (or, for an older row, bring it
+        up to date and apply the commit)."""
+        args = _commit_args(commit)
+        if args is None:  # a shape the function does not take: the statements
+            await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
+            return
+
+        async def one(conn: Any) -> None:
+            try:
+                await conn.execute(_COMMIT, args)
+                return
+            except psycopg.Error as exc:
+                if exc.sqlstate == "TF001":
+                    raise LeaseLost(commit.context_id, _token_of(commit), _current(exc)) from None
+                if exc.sqlstate != "TF002":
+                    raise
+            async with conn.transaction():
+                await self._commit_tx(conn, commit)
+
+        await self._run(one)
 
     async def _commit_tx(self, conn: Any, commit: Commit) -> None:
         cid = commit.context_id
