@@ -156,20 +156,21 @@ async def _measure(
             done = asyncio.Event()
 
             async def observe() -> None:
-                # the contexts away from rest (by the store's partial index): a
-                # context waited for that is not among them in a look that started
-                # after its submit has come to rest
+                # the contexts waited for that are at rest: one waited for found
+                # among them in a look that started after its submit has come to
+                # rest (only those are asked about, by id)
                 async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                     while not done.is_set():
                         started = time.time()
-                        cur = await conn.execute(
-                            "SELECT id FROM contexts WHERE state NOT IN "
-                            "('Idle', 'AwaitingToolApproval', 'PermanentFailure')"
-                        )
-                        busy = {row[0] for row in await cur.fetchall()}
-                        for cid, (after, event) in list(waiting.items()):
-                            if started > after and cid not in busy:
-                                del waiting[cid]
+                        asked = [cid for cid, (after, _) in waiting.items() if started > after]
+                        if asked:
+                            cur = await conn.execute(
+                                "SELECT id FROM contexts WHERE id = ANY(%s) AND state IN "
+                                "('Idle', 'AwaitingToolApproval', 'PermanentFailure')",
+                                (asked,),
+                            )
+                            for (cid,) in await cur.fetchall():
+                                _, event = waiting.pop(cid)
                                 event.set()
                         await asyncio.sleep(0.01)
 

@@ -117,24 +117,29 @@ async def test_connections_the_server_dropped_are_replaced(pg_url: str) -> None:
             ("turnfsm",),
         )
         assert killed and all(row[0] for row in killed)
-        gone_within(pg_url, 10)
+        await gone_within(pg_url, 10)
         assert await store.list_ids() == []
     finally:
         await store.aclose()
 
 
-def gone_within(url: str, seconds: float) -> None:
-    """Wait until the server has ended the backends of the ``turnfsm`` pool (a
-    terminated backend ends a moment after ``pg_terminate_backend`` returns)."""
+async def gone_within(url: str, seconds: float, pid: int | None = None) -> None:
+    """Wait until the server has ended the backends of the ``turnfsm`` pool (or
+    the one of ``pid``): a terminated backend ends a moment after
+    ``pg_terminate_backend`` returns."""
+    if pid is None:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'turnfsm' "
+            "OR (datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend')"
+        )
+        params: tuple[Any, ...] = ()
+    else:
+        query, params = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
     deadline = time.monotonic() + seconds
-    while sql(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'turnfsm' "
-        "OR (datname = current_database() AND pid <> pg_backend_pid() "
-        "AND backend_type = 'client backend')",
-    ) != [(0,)]:
+    while sql(url, query, params) != [(0,)]:
         assert time.monotonic() < deadline, "the backends did not end"
-        time.sleep(0.01)
+        await anyio.sleep(0.01)
 
 
 async def test_the_pool_check_asks_the_server_only_about_a_suspect_connection(
@@ -148,12 +153,7 @@ async def test_the_pool_check_asks_the_server_only_about_a_suspect_connection(
         await check_connection(conn)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         sql(pg_url, "SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.monotonic() + 10
-        while sql(pg_url, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) != [
-            (0,)
-        ]:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        await gone_within(pg_url, 10, pid)
         with pytest.raises(psycopg.OperationalError):
             await check_connection(conn)
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:

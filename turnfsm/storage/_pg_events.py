@@ -68,6 +68,13 @@ CREATE TABLE IF NOT EXISTS server_events (
     PRIMARY KEY (context_id, seq)
 );
 """
+_ADD = (
+    "WITH kept AS (INSERT INTO server_events (context_id, seq, kind, data) "
+    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[]) "
+    "ON CONFLICT DO NOTHING) "
+    "SELECT count(pg_notify(%s::text, p)) FROM unnest(%s::text[]) AS t (p)"
+)
+"""A batch of the log in one statement: its rows, then its notifications."""
 _LOCK_KEY = 0x7475726E65766C  # "turnevl": the advisory lock the tables are made under
 
 
@@ -194,21 +201,20 @@ class PostgresEventLog:
             raise self._error(exc) from exc
 
     async def add(self, rows: Sequence[LogRow], notes: Sequence[LogNote]) -> None:
-        async def write(conn: Any) -> None:
-            async with conn.cursor() as cur:
-                if rows:
-                    await cur.executemany(
-                        "INSERT INTO server_events (context_id, seq, kind, data) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        list(rows),
-                    )
-                if notes:
-                    await cur.executemany(
-                        "SELECT pg_notify(%s, %s)",
-                        [(self.channel, text) for text in payloads(notes)],
-                    )
+        """One statement: the rows inserted and the notes rung (``pg_notify``,
+        in order), both delivered when it commits."""
+        if not rows and not notes:
+            return
+        ids = [r[0] for r in rows]
+        seqs = [r[1] for r in rows]
+        kinds = [r[2] for r in rows]
+        data = [r[3] for r in rows]
+        texts = payloads(notes) if notes else []
 
-        await self._run(write, transaction=True)
+        async def write(conn: Any) -> None:
+            await conn.execute(_ADD, (ids, seqs, kinds, data, self.channel, texts))
+
+        await self._run(write)
 
     async def after(
         self, context_id: str, after: int, upto: int | None = None

@@ -52,7 +52,7 @@ from ..errors import (
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import (
     check_version,
     context_problems,
@@ -336,6 +336,17 @@ _LOAD = (
 """A context whole, in one statement: its row, then its branch positions (by
 branch and position), its branches and its messages (in the order they were
 stored), each as parallel arrays."""
+_ACQUIRE = (
+    "WITH ctx AS (SELECT 1 FROM contexts WHERE id = %s), "
+    "taken AS (INSERT INTO leases AS l (context_id, owner, token, expires_at) "
+    "SELECT %s, %s, 1, %s FROM ctx ON CONFLICT (context_id) DO UPDATE "
+    "SET owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at "
+    "WHERE NOT (l.token > 0 AND l.owner IS NOT NULL AND l.owner <> excluded.owner "
+    "AND %s < l.expires_at AND l.token IS DISTINCT FROM %s::bigint) RETURNING l.token) "
+    "SELECT EXISTS (SELECT 1 FROM ctx), (SELECT token FROM taken)"
+)
+"""acquire_lease in one statement: whether the context exists, and the new
+token (NULL when another owner holds the lease: ``lease_is_held``)."""
 _COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
 
 _LOCK_KEY = 0x7475726E66736D  # "turnfsm": the advisory lock migrations are applied under
@@ -1226,31 +1237,20 @@ class PostgresStore:
         now: float,
         take_over: int | None = None,
     ) -> Lease | None:
-        async def acquire(conn: Any) -> Lease | None:
-            cur = await conn.execute("SELECT 1 FROM contexts WHERE id = %s", (context_id,))
-            if await cur.fetchone() is None:
-                raise ContextNotFound(context_id)
-            # the row exists from here on (token 0: never leased), and is locked
+        async def acquire(conn: Any) -> tuple[bool, int | None]:
+            # one statement: the row made (token 1) or, unless another owner
+            # holds it (lease_is_held, in SQL), taken with the next token; the
+            # row is locked by the INSERT ... ON CONFLICT either way
             cur = await conn.execute(
-                "INSERT INTO leases AS l (context_id, owner, token, expires_at) "
-                "VALUES (%s, NULL, 0, 0) ON CONFLICT (context_id) DO UPDATE "
-                "SET token = l.token RETURNING owner, token, expires_at",
-                (context_id,),
+                _ACQUIRE, (context_id, context_id, owner, now + ttl, now, take_over)
             )
-            held_by, token, expires_at = await cur.fetchone()
-            if token > 0 and lease_is_held(
-                held_by, token, expires_at, owner=owner, now=now, take_over=take_over
-            ):
-                return None
-            lease = Lease(context_id, owner, token + 1, now + ttl)
-            await conn.execute(
-                "UPDATE leases SET owner = %s, token = %s, expires_at = %s WHERE context_id = %s",
-                (owner, lease.token, lease.expires_at, context_id),
-            )
-            return lease
+            found, token = await cur.fetchone()
+            return bool(found), token
 
-        lease: Lease | None = await self._run(acquire, transaction=True)
-        return lease
+        found, token = await self._run(acquire)
+        if not found:
+            raise ContextNotFound(context_id)
+        return None if token is None else Lease(context_id, owner, token, now + ttl)
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
@@ -1267,7 +1267,7 @@ class PostgresStore:
                 )
             return renewed
 
-        result: Lease = await self._run(renew, transaction=True)
+        result: Lease = await self._run(renew)
         return result
 
     async def release_lease(self, lease: Lease) -> None:
@@ -1307,32 +1307,15 @@ class PostgresStore:
         resting = sorted(s.value for s in RESTING)
 
         async def claim(conn: Any) -> list[Lease]:
-            # contexts never leased get their row first (token 0), so that they
-            # can be locked and skipped like the others
-            await conn.execute(
-                "INSERT INTO leases (context_id, owner, token, expires_at) "
-                "SELECT id, NULL, 0, 0 FROM contexts WHERE state <> ALL(%s) "
-                "ON CONFLICT (context_id) DO NOTHING",
-                (resting,),
-            )
+            # one statement: what the function does is the three of old (rows
+            # made for contexts never leased, those free locked SKIP LOCKED,
+            # then taken), in one transaction
             cur = await conn.execute(
-                "SELECT l.context_id, l.token FROM contexts c "
-                "JOIN leases l ON l.context_id = c.id "
-                "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
-                "ORDER BY c.updated_at, c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # NULL: all
-                (resting, now, limit),
+                "SELECT context_id, token FROM turnfsm_claim(%s::text[], %s::text, "
+                "%s::float8, %s::float8, %s::bigint)",
+                (resting, owner, now, now + ttl, limit),
             )
-            leases = [
-                Lease(cid, owner, token + 1, now + ttl) for cid, token in await cur.fetchall()
-            ]
-            if leases:
-                async with conn.cursor() as c:
-                    await c.executemany(
-                        "UPDATE leases SET owner = %s, token = %s, expires_at = %s "
-                        "WHERE context_id = %s",
-                        [(x.owner, x.token, x.expires_at, x.context_id) for x in leases],
-                    )
-            return leases
+            return [Lease(cid, owner, token, now + ttl) for cid, token in await cur.fetchall()]
 
-        claimed: list[Lease] = await self._run(claim, transaction=True)
+        claimed: list[Lease] = await self._run(claim)
         return claimed
