@@ -27,7 +27,8 @@ from turnfsm.errors import (
     StoreError,
     VersionConflict,
 )
-from turnfsm.storage import Store, open_store
+from turnfsm.model import Branch, ChatConfig, Role
+from turnfsm.storage import Commit, Lease, StepLog, Store, open_store
 from turnfsm.storage._postgres import (
     STORE_FORMAT,
     PostgresStore,
@@ -37,6 +38,7 @@ from turnfsm.storage._postgres import (
 )
 
 from .contract import (
+    T0,
     StoreContract,
     empty_context,
     make_commit,
@@ -196,6 +198,142 @@ async def test_an_older_layout_names_the_upgrade_command(
     try:
         await store.create(rich_context("r"))
         assert await store.load("r") == rich_context("r")
+    finally:
+        await store.aclose()
+
+
+async def test_the_layout_before_the_commit_function_is_refused_then_upgraded(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store made at the previous format (before the one-statement commit's
+    functions) is refused naming the upgrade command, its data untouched;
+    after ``turnfsm db upgrade`` commits and claims run on it."""
+    previous = STORE_FORMAT - 1
+    assert await upgrade(pg_url, to=previous) == (0, previous)
+    sql(
+        pg_url,
+        "INSERT INTO contexts (id, schema_version, version, state, active_branch, event_seq, "
+        "created_at, updated_at, config, progress) VALUES ('old', 1, 0, 'Idle', 'main', 0, "
+        "%s, %s, '{}', '{}')",
+        (T0.isoformat(), T0.isoformat()),
+    )
+    sql(
+        pg_url,
+        "INSERT INTO branches (ctx, name, schema_version, body) "
+        "SELECT seq, 'main', 1, '{\"name\": \"main\"}' FROM contexts WHERE id = 'old'",
+    )
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.load("old")
+        assert f"turnfsm db upgrade --store {pg_url}" in str(info.value)
+        assert f"format {previous}, this turnfsm needs {STORE_FORMAT}" in str(info.value)
+    finally:
+        await store.aclose()
+    assert sql(pg_url, "SELECT version FROM contexts") == [(0,)]
+    assert await anyio.to_thread.run_sync(cli_main, ["db", "upgrade", "--store", pg_url]) == 0
+    assert f"from format {previous} to {STORE_FORMAT}" in capsys.readouterr().out
+    store = PostgresStore(pg_url)
+    try:
+        first = msg("m1", Role.USER, "hello")
+        await store.commit(
+            make_commit(
+                "old",
+                0,
+                state="ProcessingUserMessage",
+                steps=[("Idle", "user_message", "ProcessingUserMessage")],
+                appended=[("main", first)],
+            )
+        )
+        ctx = await store.load("old")
+        assert ctx.version == 1
+        assert ctx.branches["main"].message_ids == ["m1"]
+        assert ctx.message_pool["m1"] == first
+        claimed = await store.claim_expired("w", 30, now=NOW)
+        assert [(x.context_id, x.token) for x in claimed] == [("old", 1)]
+    finally:
+        await store.aclose()
+
+
+async def test_the_one_statement_commit_stores_what_the_statements_store(pg_url: str) -> None:
+    """The same commits (a fork stored whole, appends to two branches, a
+    replaced message, change records, a config, a lease taken, checked and
+    released) applied to two copies of a context, to one by ``commit`` (the
+    ``turnfsm_commit`` function) and to the other by the statements a missed
+    commit falls back to, leave the same rows."""
+    store = PostgresStore(pg_url)
+
+    async def by_statements(commit: Commit) -> None:
+        await store._run(lambda conn: store._commit_tx(conn, commit), transaction=True)
+
+    try:
+        for cid in ("fn", "sql"):
+            await store.create(rich_context(cid))
+        base = rich_context("x")
+        node = base.message_pool["m2"]
+        decided = node.model_copy(
+            update={"message": node.message.model_copy(update={"thinking": "decided"})}
+        )
+        fork = Branch(name="side", message_ids=["m1", "m2"], parent_message_id="m2")
+        lease = Lease("?", "me", 1, NOW + 30)
+        for apply, cid in ((store.commit, "fn"), (by_statements, "sql")):
+            c1 = make_commit(
+                cid,
+                7,
+                state="AwaitingToolApproval",
+                steps=[("AwaitingToolApproval", "fork", "AwaitingToolApproval")],
+                branches=[fork, Branch(name="alt", message_ids=["m1", "m5"])],
+                active_branch="side",
+                config=ChatConfig(model_id="other", title="T"),
+                replaced=[decided],
+                appended=[("side", msg("s1", Role.USER, "x")), ("main", msg("x1", Role.USER, "y"))],
+            )
+            c1.steps[0] = StepLog(
+                8,
+                "AwaitingToolApproval",
+                "fork",
+                "AwaitingToolApproval",
+                c1.updated_at,
+                {"branch": "side", "n": [1, "ü"]},
+            )
+            c1.lease_token = 1
+            c1.lease_owner = "me"
+            c1.take_lease = Lease(cid, "me", 1, lease.expires_at)
+            await apply(c1)
+            c2 = make_commit(
+                cid,
+                8,
+                state="ProcessingUserMessage",
+                steps=[("AwaitingToolApproval", "user_message", "ProcessingUserMessage")],
+                appended=[("side", msg("s2", Role.USER, "z")), ("side", msg("s3", Role.USER, "w"))],
+            )
+            c2.lease_token = 1
+            c2.lease_owner = "me"
+            c2.release_lease = True
+            await apply(c2)
+        fn, sql_ = await snapshot(store, "fn"), await snapshot(store, "sql")
+        assert fn[0].model_copy(update={"id": "sql"}) == sql_[0]
+        assert fn[1] == sql_[1]
+        assert [(s.lease_token, s.lease_owner) for s in fn[1]] == [
+            (s.lease_token, s.lease_owner) for s in sql_[1]
+        ]
+        assert await store.lease("fn") is None and await store.lease("sql") is None
+        rows = {
+            cid: sql(
+                pg_url,
+                "SELECT 'bm', branch, pos::text, message_id FROM branch_messages b "
+                "JOIN contexts c ON c.seq = b.ctx WHERE c.id = %s UNION ALL "
+                "SELECT 'm', m.id, m.schema_version::text, m.body FROM messages m "
+                "JOIN contexts c ON c.seq = m.ctx WHERE c.id = %s UNION ALL "
+                "SELECT 'l', owner, token::text, expires_at::text FROM leases "
+                "WHERE context_id = %s ORDER BY 1, 2, 3",
+                (cid, cid, cid),
+            )
+            for cid in ("fn", "sql")
+        }
+        assert rows["fn"] == rows["sql"]
+        assert fn[0].branches["side"].message_ids == ["m1", "m2", "s1", "s2", "s3"]
+        assert fn[0].message_pool["m2"].message.thinking == "decided"
     finally:
         await store.aclose()
 
