@@ -7,7 +7,8 @@ waits for the context to rest; the workers claim the turns and run them with
 the W1 model (``Handler`` of ``turnfsm_side.py``) behind a think time of
 ``--think`` seconds (0.05) per model call, so a W1 turn (two model calls) takes
 at least 0.1 s. A send's latency is from the submit to the first look at the
-store (every 10 ms) that finds the context at rest. Figures: sends per second
+store (every 10 ms, asking about the contexts waited for) that finds the
+context at rest. Figures: sends per second
 and the p99 latency of a send, per worker count, and the 4-vs-1 ratio of sends
 per second (target >= 3x).
 
@@ -16,6 +17,10 @@ W1 history a fresh build gives, and every worker exits 0 on SIGTERM.
 
     python bench/run.py --workload W9 [--w9-concurrency N] [--w9-think S]
     python bench/w9.py [--workers 1,2,4] [--conversations 1000] [--turns 5]
+    python bench/w9.py --workers 1 --conversations 200 --turns 3 --count
+
+``--count`` adds the SQL round trips (and statements) per send, by caller, to
+each line (``per_send``; ``bench/pgcount.py``), at some cost in CPU.
 """
 
 from __future__ import annotations

@@ -625,3 +625,29 @@ async def test_two_engines_recovering_at_once_resume_each_context_once(pg_url: s
             assert ctx.current_state == State.IDLE
             answers = [n.message.text for n in ctx.history() if n.message.role == "assistant"]
             assert answers == [f"from {'a' if cid in resumed_a else 'b'}"]
+
+
+async def test_a_batch_of_the_event_log_is_stored_and_rung_in_order(pg_url: str) -> None:
+    """The event log's write (one statement): its rows are stored (a row
+    already there is left as it was), and its notes are rung in order, after
+    the rows are visible, with the payloads ``payloads`` makes."""
+    from turnfsm.storage._eventlog import LogNote
+    from turnfsm.storage._pg_events import PostgresEventLog, payloads
+
+    log = PostgresEventLog(pg_url)
+    await log.open()
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f'LISTEN "{log.channel}"'.encode())
+            rows = [("a", 1, "StateChanged", '{"q": "\\"x\\" ü"}'), ("b", 1, "TurnCompleted", "{}")]
+            await log.add(rows[:1], [])
+            notes = [LogNote("a", 1), LogNote("a", 2, '{"seq": 2}'), LogNote("b", 1)]
+            await log.add([("a", 1, "Changed", "{}"), rows[1]], notes)
+            heard = []
+            async for n in listener.notifies(timeout=5, stop_after=len(payloads(notes))):
+                heard.append(n.payload)
+        assert heard == payloads(notes)
+        assert await log.after("a", 0) == [(1, "StateChanged", '{"q": "\\"x\\" ü"}')]
+        assert await log.after("b", 0) == [(1, "TurnCompleted", "{}")]
+    finally:
+        await log.aclose()

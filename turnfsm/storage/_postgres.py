@@ -170,24 +170,21 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 4: a commit and a claim as one statement each (one round trip): what
     # PostgresStore._commit_tx and claim_expired's three statements do, in
-    # functions. A commit that misses (a lost lease, a version conflict, an
-    # older row, an unknown branch or replaced message) raises with SQLSTATE
-    # TF001 (the lease: DETAIL is the current token) or TF002 (anything else),
-    # so that nothing of it is stored; the store then says why.
+    # functions (a commit's fields given as one JSON document). A commit that
+    # misses (a lost lease, a version conflict, an older row, an unknown branch
+    # or replaced message) raises with SQLSTATE TF001 (the lease: DETAIL is the
+    # current token) or TF002 (anything else), so that nothing of it is
+    # stored; the store then says why.
     """
-    CREATE FUNCTION turnfsm_commit(
-        p_id TEXT, p_expected BIGINT, p_version BIGINT, p_schema INTEGER, p_state TEXT,
-        p_updated TEXT, p_event_seq BIGINT, p_progress TEXT, p_active TEXT, p_config TEXT,
-        p_token BIGINT, p_owner TEXT, p_take_token BIGINT, p_take_owner TEXT,
-        p_take_expires DOUBLE PRECISION, p_release BOOLEAN, p_notify BOOLEAN,
-        p_br_names TEXT[], p_br_bodies TEXT[],
-        p_bm_branch TEXT[], p_bm_pos INTEGER[], p_bm_ids TEXT[],
-        p_rep_ids TEXT[], p_rep_bodies TEXT[],
-        p_app_branch TEXT[], p_app_ids TEXT[], p_app_bodies TEXT[],
-        p_st_version BIGINT[], p_st_from TEXT[], p_st_trigger TEXT[], p_st_to TEXT[],
-        p_st_at TEXT[], p_st_detail TEXT[]
-    ) RETURNS BIGINT LANGUAGE plpgsql AS $$
+    CREATE FUNCTION turnfsm_commit(p JSON) RETURNS BIGINT LANGUAGE plpgsql AS $$
     DECLARE
+        p_id TEXT := p->>'id';
+        p_schema INTEGER := (p->>'sv')::INTEGER;
+        p_token BIGINT := (p->>'tk')::BIGINT;
+        p_owner TEXT := p->>'ow';
+        p_take_token BIGINT := (p->>'tt')::BIGINT;
+        p_take_owner TEXT := p->>'to';
+        p_release BOOLEAN := (p->>'rl')::BOOLEAN;
         v_seq BIGINT;
         v_token BIGINT;
         v_n BIGINT;
@@ -197,7 +194,7 @@ MIGRATIONS: tuple[str, ...] = (
         IF p_take_token IS NOT NULL THEN
             INSERT INTO leases AS l (context_id, owner, token, expires_at)
             VALUES (p_id, CASE WHEN p_release THEN NULL ELSE p_take_owner END, p_take_token,
-                p_take_expires)
+                (p->>'te')::DOUBLE PRECISION)
             ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner,
                 token = excluded.token, expires_at = excluded.expires_at
             WHERE l.token = p_take_token - 1 AND (l.owner IS NULL OR l.owner = p_take_owner)
@@ -214,42 +211,43 @@ MIGRATIONS: tuple[str, ...] = (
                     DETAIL = coalesce(v_token::TEXT, '');
             END IF;
         END IF;
-        UPDATE contexts SET version = p_version, state = p_state, updated_at = p_updated,
-            event_seq = p_event_seq, progress = p_progress,
-            active_branch = coalesce(p_active, active_branch),
-            config = coalesce(p_config, config)
-        WHERE id = p_id AND version = p_expected AND schema_version = p_schema
+        UPDATE contexts SET version = (p->>'v')::BIGINT, state = p->>'st',
+            updated_at = p->>'at', event_seq = (p->>'es')::BIGINT, progress = p->>'pg',
+            active_branch = coalesce(p->>'ab', active_branch),
+            config = coalesce(p->>'cf', config)
+        WHERE id = p_id AND version = (p->>'ev')::BIGINT AND schema_version = p_schema
         RETURNING seq INTO v_seq;
         IF v_seq IS NULL THEN
             RAISE EXCEPTION 'turnfsm: version check missed' USING ERRCODE = 'TF002';
         END IF;
-        IF cardinality(p_br_names) > 0 THEN
+        IF json_array_length(p->'br') > 0 THEN
             INSERT INTO branches (ctx, name, schema_version, body)
-            SELECT v_seq, n, p_schema, b FROM unnest(p_br_names, p_br_bodies) AS t (n, b)
+            SELECT v_seq, e->>0, p_schema, e->>1 FROM json_array_elements(p->'br') AS e
             ON CONFLICT (ctx, name) DO UPDATE SET
                 schema_version = excluded.schema_version, body = excluded.body;
-            DELETE FROM branch_messages WHERE ctx = v_seq AND branch = ANY (p_br_names);
+            DELETE FROM branch_messages WHERE ctx = v_seq
+                AND branch IN (SELECT e->>0 FROM json_array_elements(p->'br') AS e);
             INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
-            SELECT v_seq, b, n, m, p_schema
-            FROM unnest(p_bm_branch, p_bm_pos, p_bm_ids) AS t (b, n, m);
+            SELECT v_seq, e->>0, (e->>1)::INTEGER, e->>2, p_schema
+            FROM json_array_elements(p->'bm') AS e;
         END IF;
-        IF cardinality(p_rep_ids) > 0 THEN
-            UPDATE messages AS m SET schema_version = p_schema, body = t.b
-            FROM unnest(p_rep_ids, p_rep_bodies) AS t (i, b)
-            WHERE m.ctx = v_seq AND m.id = t.i;
+        IF json_array_length(p->'rp') > 0 THEN
+            UPDATE messages AS m SET schema_version = p_schema, body = e->>1
+            FROM json_array_elements(p->'rp') AS e
+            WHERE m.ctx = v_seq AND m.id = e->>0;
             GET DIAGNOSTICS v_n = ROW_COUNT;
-            IF v_n <> cardinality(p_rep_ids) THEN
+            IF v_n <> json_array_length(p->'rp') THEN
                 RAISE EXCEPTION 'turnfsm: a replaced message is not stored'
                     USING ERRCODE = 'TF002';
             END IF;
         END IF;
-        IF cardinality(p_app_ids) > 0 THEN
-            IF EXISTS (SELECT 1 FROM unnest(p_app_branch) AS t (b) WHERE NOT EXISTS (
-                    SELECT 1 FROM branches WHERE ctx = v_seq AND name = t.b)) THEN
+        IF json_array_length(p->'ap') > 0 THEN
+            IF EXISTS (SELECT 1 FROM json_array_elements(p->'ap') AS e WHERE NOT EXISTS (
+                    SELECT 1 FROM branches WHERE ctx = v_seq AND name = e->>0)) THEN
                 RAISE EXCEPTION 'turnfsm: an unknown branch' USING ERRCODE = 'TF002';
             END IF;
             INSERT INTO messages (ctx, id, schema_version, body)
-            SELECT v_seq, i, p_schema, b FROM unnest(p_app_ids, p_app_bodies) AS t (i, b)
+            SELECT v_seq, e->>1, p_schema, e->>2 FROM json_array_elements(p->'ap') AS e
             ON CONFLICT (ctx, id) DO UPDATE SET
                 schema_version = excluded.schema_version, body = excluded.body;
             INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
@@ -257,21 +255,21 @@ MIGRATIONS: tuple[str, ...] = (
                     (SELECT max(pos) FROM branch_messages
                      WHERE ctx = v_seq AND branch = t.b), -1)
                 + row_number() OVER (PARTITION BY t.b ORDER BY t.o))::INTEGER, t.i, p_schema
-            FROM unnest(p_app_branch, p_app_ids) WITH ORDINALITY AS t (b, i, o)
+            FROM (SELECT e->>0 AS b, e->>1 AS i, o
+                  FROM json_array_elements(p->'ap') WITH ORDINALITY AS x (e, o)) AS t
             ORDER BY t.o;
         END IF;
-        IF cardinality(p_st_version) > 0 THEN
+        IF json_array_length(p->'s') > 0 THEN
             INSERT INTO steps (ctx, schema_version, version, from_state, trigger, to_state, at,
                 detail, lease_token, lease_owner)
-            SELECT v_seq, p_schema, v, a, t, b, w, d, p_token,
-                CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
-            FROM unnest(p_st_version, p_st_from, p_st_trigger, p_st_to, p_st_at, p_st_detail)
-                AS s (v, a, t, b, w, d);
+            SELECT v_seq, p_schema, (e->>0)::BIGINT, e->>1, e->>2, e->>3, e->>4, e->>5,
+                p_token, CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
+            FROM json_array_elements(p->'s') AS e;
         END IF;
         IF p_take_token IS NULL AND p_release AND p_token IS NOT NULL THEN
             UPDATE leases SET owner = NULL WHERE context_id = p_id AND token = p_token;
         END IF;
-        IF p_notify THEN
+        IF (p->>'nt')::BOOLEAN THEN
             PERFORM pg_notify('turnfsm_work', '');
         END IF;
         RETURN v_seq;
@@ -441,21 +439,16 @@ async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
         raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
 
 
-_COMMIT = (
-    "SELECT turnfsm_commit(%s::text, %s::bigint, %s::bigint, %s::integer, %s::text, "
-    "%s::text, %s::bigint, %s::text, %s::text, %s::text, %s::bigint, %s::text, "
-    "%s::bigint, %s::text, %s::float8, %s::boolean, %s::boolean, %s::text[], %s::text[], "
-    "%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
-    "%s::text[], %s::text[])"
-)
-"""A commit as one statement (the function of migration 4)."""
+_COMMIT = "SELECT turnfsm_commit(%s::json)"
+"""A commit as one statement (the function of migration 4), its fields as one
+JSON document (one parameter: cheaper to send than many arrays)."""
 
 
-def _commit_args(commit: Commit) -> tuple[Any, ...] | None:
-    """The arguments of ``turnfsm_commit`` for ``commit``; None for one it does
-    not take (a message appended twice, which the statements store as an
-    insert then an update)."""
+def _commit_document(commit: Commit) -> str | None:
+    """The JSON document ``turnfsm_commit`` takes for ``commit``; None for one it
+    does not take (a message appended twice, which the statements store as an
+    insert then an update). Stored texts (bodies, details) are JSON strings in
+    it, so that the function stores them as the statements would."""
     appended = commit.appended
     if len({node.id for _, node in appended}) != len(appended):
         return None
@@ -466,52 +459,46 @@ def _commit_args(commit: Commit) -> tuple[Any, ...] | None:
     branches: dict[str, Branch] = {}
     for b in commit.branches:
         branches[b.name] = b
-    bm_branch: list[str] = []
-    bm_pos: list[int] = []
-    bm_ids: list[str] = []
-    for b in branches.values():
-        bm_branch += [b.name] * len(b.message_ids)
-        bm_pos += range(len(b.message_ids))
-        bm_ids += b.message_ids
-    steps = commit.steps
-    return (
-        commit.context_id,
-        commit.expected_version,
-        commit.version,
-        _V,
-        commit.state,
-        _ts(commit.updated_at),
-        commit.event_seq,
-        commit.progress.model_dump_json(),
-        commit.active_branch,
-        None if commit.config is None else commit.config.model_dump_json(),
-        token,
-        None if token is None else commit.lease_owner,
-        None if take is None else take.token,
-        None if take is None else take.owner,
-        None if take is None else take.expires_at,
-        commit.release_lease,
+    document = {
+        "id": commit.context_id,
+        "ev": commit.expected_version,
+        "v": commit.version,
+        "sv": _V,
+        "st": commit.state,
+        "at": _ts(commit.updated_at),
+        "es": commit.event_seq,
+        "pg": commit.progress.model_dump_json(),
+        "ab": commit.active_branch,
+        "cf": None if commit.config is None else commit.config.model_dump_json(),
+        "tk": token,
+        "ow": None if token is None else commit.lease_owner,
+        "tt": None if take is None else take.token,
+        "to": None if take is None else take.owner,
+        "te": None if take is None else take.expires_at,
+        "rl": commit.release_lease,
         # handed off: away from rest with its lease released, the context is
         # work for claim_expired; ring the workers' doorbell (delivered when
         # the statement commits, and not at all if it fails)
-        commit.release_lease and commit.state not in _RESTING,
-        list(branches),
-        [b.model_dump_json(exclude={"message_ids"}) for b in branches.values()],
-        bm_branch,
-        bm_pos,
-        bm_ids,
-        [n.id for n in commit.replaced],
-        [n.model_dump_json() for n in commit.replaced],
-        [name for name, _ in appended],
-        [n.id for _, n in appended],
-        [n.model_dump_json() for _, n in appended],
-        [x.version for x in steps],
-        [x.from_state for x in steps],
-        [x.trigger for x in steps],
-        [x.to_state for x in steps],
-        [_ts(x.at) for x in steps],
-        [None if x.detail is None else json.dumps(x.detail, ensure_ascii=False) for x in steps],
-    )
+        "nt": commit.release_lease and commit.state not in _RESTING,
+        "br": [[b.name, b.model_dump_json(exclude={"message_ids"})] for b in branches.values()],
+        "bm": [
+            [b.name, pos, mid] for b in branches.values() for pos, mid in enumerate(b.message_ids)
+        ],
+        "rp": [[n.id, n.model_dump_json()] for n in commit.replaced],
+        "ap": [[name, n.id, n.model_dump_json()] for name, n in appended],
+        "s": [
+            [
+                x.version,
+                x.from_state,
+                x.trigger,
+                x.to_state,
+                _ts(x.at),
+                None if x.detail is None else json.dumps(x.detail, ensure_ascii=False),
+            ]
+            for x in commit.steps
+        ],
+    }
+    return json.dumps(document, ensure_ascii=False, allow_nan=False)
 
 
 def _token_of(commit: Commit) -> int:
@@ -766,7 +753,7 @@ class PostgresStore:
         and messages aggregated beside it (one snapshot, one round trip)."""
 
         async def read(conn: Any) -> Any:
-            cur = await conn.execute(_LOAD, (context_id,))
+            cur = await conn.execute(_LOAD, (context_id,), binary=True)
             return await cur.fetchone()
 
         found = await self._run(read)
@@ -884,14 +871,14 @@ class PostgresStore:
         as the statements of :meth:`_commit_tx` in one transaction: they say
         why with the errors they always raised (or, for an older row, bring it
         up to date and apply the commit)."""
-        args = _commit_args(commit)
-        if args is None:  # a shape the function does not take: the statements
+        document = _commit_document(commit)
+        if document is None:  # a shape the function does not take: the statements
             await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
             return
 
         async def one(conn: Any) -> None:
             try:
-                await conn.execute(_COMMIT, args)
+                await conn.execute(_COMMIT, (document,))
                 return
             except psycopg.Error as exc:
                 if exc.sqlstate == "TF001":
