@@ -651,3 +651,16 @@ async def test_a_batch_of_the_event_log_is_stored_and_rung_in_order(pg_url: str)
         assert await log.after("b", 0) == [(1, "TurnCompleted", "{}")]
     finally:
         await log.aclose()
+
+
+def test_the_layout_spells_the_resting_states_of_the_table() -> None:
+    """Migration 2's index and migration 4's claim write the resting states
+    out (a parameter would not match the index's predicate): they must be
+    the table's."""
+    from turnfsm.states import RESTING
+    from turnfsm.storage._postgres import MIGRATIONS
+
+    spelled = "('Idle', 'AwaitingToolApproval', 'PermanentFailure')"
+    assert {"Idle", "AwaitingToolApproval", "PermanentFailure"} == {s.value for s in RESTING}
+    assert spelled in MIGRATIONS[1]
+    assert MIGRATIONS[3].count(spelled) == 2

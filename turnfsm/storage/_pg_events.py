@@ -69,11 +69,11 @@ CREATE TABLE IF NOT EXISTS server_events (
 );
 """
 _ADD = (
-    "WITH d AS (SELECT %s::json AS j), "
+    "WITH d AS (SELECT %s::jsonb AS j), "
     "kept AS (INSERT INTO server_events (context_id, seq, kind, data) "
-    "SELECT e->>0, (e->>1)::bigint, e->>2, e->>3 FROM d, json_array_elements(d.j->'r') AS e "
+    "SELECT e->>0, (e->>1)::bigint, e->>2, e->>3 FROM d, jsonb_array_elements(d.j->'r') AS e "
     "ON CONFLICT DO NOTHING) "
-    "SELECT count(pg_notify(%s::text, n)) FROM d, json_array_elements_text(d.j->'n') AS t (n)"
+    "SELECT count(pg_notify(%s::text, n)) FROM d, jsonb_array_elements_text(d.j->'n') AS t (n)"
 )
 """A batch of the log in one statement: its rows, then its notifications (one
 JSON document: cheaper to send than arrays)."""

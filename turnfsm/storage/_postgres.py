@@ -176,7 +176,7 @@ MIGRATIONS: tuple[str, ...] = (
     # current token) or TF002 (anything else), so that nothing of it is
     # stored; the store then says why.
     """
-    CREATE FUNCTION turnfsm_commit(p JSON) RETURNS BIGINT LANGUAGE plpgsql AS $$
+    CREATE FUNCTION turnfsm_commit(p JSONB) RETURNS BIGINT LANGUAGE plpgsql AS $$
     DECLARE
         p_id TEXT := p->>'id';
         p_schema INTEGER := (p->>'sv')::INTEGER;
@@ -220,34 +220,34 @@ MIGRATIONS: tuple[str, ...] = (
         IF v_seq IS NULL THEN
             RAISE EXCEPTION 'turnfsm: version check missed' USING ERRCODE = 'TF002';
         END IF;
-        IF json_array_length(p->'br') > 0 THEN
+        IF jsonb_array_length(p->'br') > 0 THEN
             INSERT INTO branches (ctx, name, schema_version, body)
-            SELECT v_seq, e->>0, p_schema, e->>1 FROM json_array_elements(p->'br') AS e
+            SELECT v_seq, e->>0, p_schema, e->>1 FROM jsonb_array_elements(p->'br') AS e
             ON CONFLICT (ctx, name) DO UPDATE SET
                 schema_version = excluded.schema_version, body = excluded.body;
             DELETE FROM branch_messages WHERE ctx = v_seq
-                AND branch IN (SELECT e->>0 FROM json_array_elements(p->'br') AS e);
+                AND branch IN (SELECT e->>0 FROM jsonb_array_elements(p->'br') AS e);
             INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
             SELECT v_seq, e->>0, (e->>1)::INTEGER, e->>2, p_schema
-            FROM json_array_elements(p->'bm') AS e;
+            FROM jsonb_array_elements(p->'bm') AS e;
         END IF;
-        IF json_array_length(p->'rp') > 0 THEN
+        IF jsonb_array_length(p->'rp') > 0 THEN
             UPDATE messages AS m SET schema_version = p_schema, body = e->>1
-            FROM json_array_elements(p->'rp') AS e
+            FROM jsonb_array_elements(p->'rp') AS e
             WHERE m.ctx = v_seq AND m.id = e->>0;
             GET DIAGNOSTICS v_n = ROW_COUNT;
-            IF v_n <> json_array_length(p->'rp') THEN
+            IF v_n <> jsonb_array_length(p->'rp') THEN
                 RAISE EXCEPTION 'turnfsm: a replaced message is not stored'
                     USING ERRCODE = 'TF002';
             END IF;
         END IF;
-        IF json_array_length(p->'ap') > 0 THEN
-            IF EXISTS (SELECT 1 FROM json_array_elements(p->'ap') AS e WHERE NOT EXISTS (
+        IF jsonb_array_length(p->'ap') > 0 THEN
+            IF EXISTS (SELECT 1 FROM jsonb_array_elements(p->'ap') AS e WHERE NOT EXISTS (
                     SELECT 1 FROM branches WHERE ctx = v_seq AND name = e->>0)) THEN
                 RAISE EXCEPTION 'turnfsm: an unknown branch' USING ERRCODE = 'TF002';
             END IF;
             INSERT INTO messages (ctx, id, schema_version, body)
-            SELECT v_seq, e->>1, p_schema, e->>2 FROM json_array_elements(p->'ap') AS e
+            SELECT v_seq, e->>1, p_schema, e->>2 FROM jsonb_array_elements(p->'ap') AS e
             ON CONFLICT (ctx, id) DO UPDATE SET
                 schema_version = excluded.schema_version, body = excluded.body;
             INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
@@ -256,15 +256,15 @@ MIGRATIONS: tuple[str, ...] = (
                      WHERE ctx = v_seq AND branch = t.b), -1)
                 + row_number() OVER (PARTITION BY t.b ORDER BY t.o))::INTEGER, t.i, p_schema
             FROM (SELECT e->>0 AS b, e->>1 AS i, o
-                  FROM json_array_elements(p->'ap') WITH ORDINALITY AS x (e, o)) AS t
+                  FROM jsonb_array_elements(p->'ap') WITH ORDINALITY AS x (e, o)) AS t
             ORDER BY t.o;
         END IF;
-        IF json_array_length(p->'s') > 0 THEN
+        IF jsonb_array_length(p->'s') > 0 THEN
             INSERT INTO steps (ctx, schema_version, version, from_state, trigger, to_state, at,
                 detail, lease_token, lease_owner)
             SELECT v_seq, p_schema, (e->>0)::BIGINT, e->>1, e->>2, e->>3, e->>4, e->>5,
                 p_token, CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
-            FROM json_array_elements(p->'s') AS e;
+            FROM jsonb_array_elements(p->'s') AS e;
         END IF;
         IF p_take_token IS NULL AND p_release AND p_token IS NOT NULL THEN
             UPDATE leases SET owner = NULL WHERE context_id = p_id AND token = p_token;
@@ -276,21 +276,25 @@ MIGRATIONS: tuple[str, ...] = (
     END
     $$;
     CREATE FUNCTION turnfsm_claim(
-        p_resting TEXT[], p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
-        p_limit BIGINT
+        p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION, p_limit BIGINT
     ) RETURNS TABLE (context_id TEXT, token BIGINT) LANGUAGE plpgsql AS $$
     #variable_conflict use_column
     BEGIN
+        -- away from rest: the resting states written out as migration 2's
+        -- index has them, so that the index serves (a parameter would not
+        -- match its predicate)
         -- contexts never leased get their row first (token 0), so that they
         -- can be locked and skipped like the others
         INSERT INTO leases AS l (context_id, owner, token, expires_at)
-        SELECT c.id, NULL, 0, 0 FROM contexts AS c WHERE c.state <> ALL (p_resting)
+        SELECT c.id, NULL, 0, 0 FROM contexts AS c
+        WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
         RETURN QUERY
         WITH picked AS (
             SELECT l.context_id AS cid FROM contexts AS c
             JOIN leases AS l ON l.context_id = c.id
-            WHERE c.state <> ALL (p_resting) AND (l.owner IS NULL OR l.expires_at <= p_now)
+            WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
+                AND (l.owner IS NULL OR l.expires_at <= p_now)
             ORDER BY c.updated_at, c.seq LIMIT p_limit FOR UPDATE OF l SKIP LOCKED
         )
         , taken AS (
@@ -439,7 +443,7 @@ async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
         raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
 
 
-_COMMIT = "SELECT turnfsm_commit(%s::json)"
+_COMMIT = "SELECT turnfsm_commit(%s::jsonb)"
 """A commit as one statement (the function of migration 4), its fields as one
 JSON document (one parameter: cheaper to send than many arrays)."""
 
@@ -1291,16 +1295,15 @@ class PostgresStore:
         ``ttl`` seconds. Rows another engine is claiming at the same moment are
         skipped (``FOR UPDATE SKIP LOCKED``), so engines claiming at once get
         disjoint sets: each such context is resumed by one of them."""
-        resting = sorted(s.value for s in RESTING)
 
         async def claim(conn: Any) -> list[Lease]:
             # one statement: what the function does is the three of old (rows
             # made for contexts never leased, those free locked SKIP LOCKED,
             # then taken), in one transaction
             cur = await conn.execute(
-                "SELECT context_id, token FROM turnfsm_claim(%s::text[], %s::text, "
-                "%s::float8, %s::float8, %s::bigint)",
-                (resting, owner, now, now + ttl, limit),
+                "SELECT context_id, token FROM turnfsm_claim(%s::text, %s::float8, "
+                "%s::float8, %s::bigint)",
+                (owner, now, now + ttl, limit),
             )
             return [Lease(cid, owner, token, now + ttl) for cid, token in await cur.fetchall()]
 
