@@ -7,8 +7,9 @@ TABLE IF NOT EXISTS`` under an advisory lock, so two processes opening at
 once do not collide. They are not part of the store's migrations: the engine
 never reads them.
 
-The doorbell: a write of events is one transaction that inserts the durable
-ones and calls ``pg_notify``, per context, once for the events of the batch
+The doorbell: a write of events is one statement (one transaction, one round
+trip, the batch given as one JSON document) that inserts the durable ones and
+calls ``pg_notify``, per context, once for the events of the batch
 (more when its deltas do not fit in one): PostgreSQL delivers the
 notifications at commit, in order, after the rows are visible. A payload is
 JSON ``{"c": context_id, "f": first, "s": seq, "e": [delta, ...]}``: the

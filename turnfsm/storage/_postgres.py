@@ -16,14 +16,20 @@ a database of an older layout is refused with a
 which applies the missing ones (:func:`upgrade`); a newer one is a
 :class:`~turnfsm.errors.SchemaVersionError` (upgrade turnfsm).
 
-A commit is one transaction on a connection of a ``psycopg_pool`` pool. When
-it names a lease, the lease's row is locked first (``SELECT ... FOR UPDATE``,
-or, for a commit that takes the lease, an ``INSERT ... ON CONFLICT DO UPDATE
-... WHERE`` that applies only from the token just before), so an acquire by
-another owner waits for the commit or happens before it; then the version
-check is the ``UPDATE contexts ... WHERE id = %s AND version = %s`` that writes
-the small fields. A commit that is refused stores nothing. Locks are taken in
-one order everywhere (a lease row before its context row).
+A commit is one statement on a connection of a ``psycopg_pool`` pool: the
+``turnfsm_commit`` function of the layout, given the commit as one JSON
+document (see :data:`MIGRATIONS`, 4). When it names a lease, the lease's row
+is locked first (``SELECT ... FOR UPDATE``, or, for a commit that takes the
+lease, an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` that applies only
+from the token just before), so an acquire by another owner waits for the
+commit or happens before it; then the version check is the ``UPDATE contexts
+... WHERE id = ... AND version = ...`` that writes the small fields. A commit
+that is refused stores nothing: the function raises, and the store makes the
+commit again as separate statements in one transaction (:meth:`PostgresStore._commit_tx`), which
+say why with the store's typed errors (or bring an older row up to date and
+apply it). Locks are taken in one order everywhere (a lease row before its
+context row). A load is one statement too, and so are a lease's acquire and
+a claim.
 
 Only this module imports psycopg (``pip install 'turnfsm[postgres]'``).
 """
