@@ -285,32 +285,43 @@ MIGRATIONS: tuple[str, ...] = (
         p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION, p_limit BIGINT
     ) RETURNS TABLE (context_id TEXT, token BIGINT) LANGUAGE plpgsql AS $$
     #variable_conflict use_column
+    DECLARE
+        v_id TEXT;
+        v_token BIGINT;
+        v_taken BIGINT := 0;
     BEGIN
-        -- away from rest: the resting states written out as migration 2's
-        -- index has them, so that the index serves (a parameter would not
-        -- match its predicate)
-        -- contexts never leased get their row first (token 0), so that they
-        -- can be locked and skipped like the others
-        INSERT INTO leases AS l (context_id, owner, token, expires_at)
-        SELECT c.id, NULL, 0, 0 FROM contexts AS c
-        WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
-        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-        RETURN QUERY
-        WITH picked AS (
-            SELECT l.context_id AS cid FROM contexts AS c
-            JOIN leases AS l ON l.context_id = c.id
+        -- the contexts away from rest (the resting states written out as
+        -- migration 2's index has them, so that the index can serve), the
+        -- longest waiting first; each one's lease taken if it is free
+        -- (released, expired, or never leased: its row made, token 0) and no
+        -- other claim holds its lock (SKIP LOCKED), until p_limit are taken
+        -- (NULL: all). One lease row looked up at a time, by its key, rather
+        -- than a join of every lease.
+        FOR v_id IN
+            SELECT c.id FROM contexts AS c
             WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
-                AND (l.owner IS NULL OR l.expires_at <= p_now)
-            ORDER BY c.updated_at, c.seq LIMIT p_limit FOR UPDATE OF l SKIP LOCKED
-        )
-        , taken AS (
-            UPDATE leases AS l SET owner = p_owner, token = l.token + 1, expires_at = p_expires
-            FROM picked WHERE l.context_id = picked.cid
-            RETURNING l.context_id AS cid, l.token AS tok
-        )
-        -- the longest waiting first, as they were picked
-        SELECT taken.cid, taken.tok FROM taken JOIN contexts AS c ON c.id = taken.cid
-        ORDER BY c.updated_at, c.seq;
+            ORDER BY c.updated_at, c.seq
+        LOOP
+            EXIT WHEN p_limit IS NOT NULL AND v_taken >= p_limit;
+            SELECT l.token INTO v_token FROM leases AS l
+            WHERE l.context_id = v_id AND (l.owner IS NULL OR l.expires_at <= p_now)
+            FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- held, locked by another claim, or never leased: only the
+                -- last gets its row here (made and locked by this insert)
+                CONTINUE WHEN EXISTS (SELECT 1 FROM leases AS l WHERE l.context_id = v_id);
+                INSERT INTO leases AS l (context_id, owner, token, expires_at)
+                VALUES (v_id, NULL, 0, 0) ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+                RETURNING l.token INTO v_token;
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE leases AS l SET owner = p_owner, token = v_token + 1, expires_at = p_expires
+            WHERE l.context_id = v_id;
+            v_taken := v_taken + 1;
+            context_id := v_id;
+            token := v_token + 1;
+            RETURN NEXT;
+        END LOOP;
     END
     $$;
     """,
