@@ -7,7 +7,8 @@ waits for the context to rest; the workers claim the turns and run them with
 the W1 model (``Handler`` of ``turnfsm_side.py``) behind a think time of
 ``--think`` seconds (0.05) per model call, so a W1 turn (two model calls) takes
 at least 0.1 s. A send's latency is from the submit to the first look at the
-store (every 10 ms) that finds the context at rest. Figures: sends per second
+store (every 10 ms, asking about the contexts waited for) that finds the
+context at rest. Figures: sends per second
 and the p99 latency of a send, per worker count, and the 4-vs-1 ratio of sends
 per second (target >= 3x).
 
@@ -16,6 +17,10 @@ W1 history a fresh build gives, and every worker exits 0 on SIGTERM.
 
     python bench/run.py --workload W9 [--w9-concurrency N] [--w9-think S]
     python bench/w9.py [--workers 1,2,4] [--conversations 1000] [--turns 5]
+    python bench/w9.py --workers 1 --conversations 200 --turns 3 --count
+
+``--count`` adds the SQL round trips (and statements) per send, by caller, to
+each line (``per_send``; ``bench/pgcount.py``), at some cost in CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,7 @@ for _p in (str(HERE), str(ROOT / "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import pgcount  # noqa: E402
 from _common import (  # noqa: E402
     W8_CONVERSATIONS,
     W8_TURNS,
@@ -96,6 +103,7 @@ async def _measure(
     conversations: int,
     turns: int,
     server_pid: int | None,
+    count: bool = False,
 ) -> dict[str, Any]:
     import psycopg
 
@@ -103,6 +111,8 @@ async def _measure(
     from turnfsm.model import to_chat_messages
     from turnfsm.storage._postgres import PostgresStore, upgrade
 
+    if count:
+        pgcount.install()
     await upgrade(url)
     store = PostgresStore(url, max_size=16)
     engine = Engine(store=store, tools=tools())
@@ -115,10 +125,14 @@ async def _measure(
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
             "TURNFSM_W9_THINK": str(think),
         }
+        counts_file = None
+        if count:  # the workers count their round trips (bench/pgcount.py)
+            counts_file = Path(tempfile.mkdtemp(prefix="w9-count-")) / "counts.jsonl"
+            env["TURNFSM_PGCOUNT"] = str(counts_file)
+        command = [str(HERE / "pgcount.py")] if count else ["-m", "turnfsm"]
         argv = [
             sys.executable,
-            "-m",
-            "turnfsm",
+            *command,
             "worker",
             "--store",
             url,
@@ -147,20 +161,21 @@ async def _measure(
             done = asyncio.Event()
 
             async def observe() -> None:
-                # the contexts away from rest (by the store's partial index): a
-                # context waited for that is not among them in a look that started
-                # after its submit has come to rest
+                # the contexts waited for that are at rest: one waited for found
+                # among them in a look that started after its submit has come to
+                # rest (only those are asked about, by id)
                 async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                     while not done.is_set():
                         started = time.time()
-                        cur = await conn.execute(
-                            "SELECT id FROM contexts WHERE state NOT IN "
-                            "('Idle', 'AwaitingToolApproval', 'PermanentFailure')"
-                        )
-                        busy = {row[0] for row in await cur.fetchall()}
-                        for cid, (after, event) in list(waiting.items()):
-                            if started > after and cid not in busy:
-                                del waiting[cid]
+                        asked = [cid for cid, (after, _) in waiting.items() if started > after]
+                        if asked:
+                            cur = await conn.execute(
+                                "SELECT id FROM contexts WHERE id = ANY(%s) AND state IN "
+                                "('Idle', 'AwaitingToolApproval', 'PermanentFailure')",
+                                (asked,),
+                            )
+                            for (cid,) in await cur.fetchall():
+                                _, event = waiting.pop(cid)
                                 event.set()
                         await asyncio.sleep(0.01)
 
@@ -176,6 +191,7 @@ async def _measure(
                     latencies.append(time.perf_counter() - t0)
 
             observer = asyncio.create_task(observe())
+            driver0 = pgcount.report() if count else {}
             cpu0 = time.process_time()
             pg0 = _tree_cpu(server_pid)
             t0 = time.perf_counter()
@@ -183,6 +199,7 @@ async def _measure(
             wall = time.perf_counter() - t0
             driver_cpu = time.process_time() - cpu0
             pg_cpu = _tree_cpu(server_pid) - pg0
+            driver1 = pgcount.report() if count else {}
             done.set()
             await observer
         finally:
@@ -207,6 +224,14 @@ async def _measure(
             got = to_chat_messages(n.message for n in ctx.history())
             check(got == expected, f"{cid}: the history differs from a fresh build")
     sends = conversations * turns
+    counted: dict[str, Any] = {}
+    if count:
+        counted["driver"] = _per_send(_minus(driver1, driver0), sends)
+        assert counts_file is not None
+        merged: dict[str, dict[str, int]] = {}
+        for text in counts_file.read_text().splitlines():
+            merged = _plus(merged, json.loads(text))
+        counted["workers"] = _per_send(merged, sends)
     lat = sorted(latencies)
     check(len(lat) == sends, f"{len(lat)} sends")
 
@@ -232,7 +257,35 @@ async def _measure(
         "think_s": think,
         "conversations": conversations,
         "turns": turns,
+        **({"per_send": counted} if count else {}),
     }
+
+
+def _minus(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {
+        k: {c: n - b.get(k, {}).get(c, 0) for c, n in a.get(k, {}).items()}
+        for k in ("trips", "statements")
+    }
+
+
+def _plus(a: dict[str, dict[str, int]], b: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for k in ("trips", "statements"):
+        mine = dict(a.get(k, {}))
+        for c, n in b.get(k, {}).items():
+            mine[c] = mine.get(c, 0) + n
+        out[k] = mine
+    return out
+
+
+def _per_send(found: dict[str, dict[str, int]], sends: int) -> dict[str, dict[str, float]]:
+    """Round trips and statements per send, by caller, and their totals."""
+    out: dict[str, dict[str, float]] = {}
+    for k in ("trips", "statements"):
+        mine = {c: round(n / sends, 2) for c, n in sorted(found.get(k, {}).items()) if n}
+        mine["total"] = round(sum(found.get(k, {}).values()) / sends, 2)
+        out[k] = mine
+    return out
 
 
 def _cpu_of(pid: int) -> float:
@@ -268,6 +321,7 @@ def run(
     conversations: int = W8_CONVERSATIONS,
     turns: int = W8_TURNS,
     quiet: bool = False,
+    count: bool = False,
 ) -> list[dict[str, Any]]:
     """One measurement per worker count (each on a fresh database of one
     throwaway cluster), then a summary line with the 4-vs-1 ratio."""
@@ -292,6 +346,7 @@ def run(
                     conversations=conversations,
                     turns=turns,
                     server_pid=cluster.pid,
+                    count=count,
                 )
             )
             lines.append(line)
@@ -334,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conversations", type=int, default=W8_CONVERSATIONS)
     p.add_argument("--turns", type=int, default=W8_TURNS)
     p.add_argument("--json", action="store_true", help="only the JSON lines")
+    p.add_argument(
+        "--count",
+        action="store_true",
+        help="count SQL round trips per send by caller (bench/pgcount.py; costs some CPU)",
+    )
     args = p.parse_args(argv)
     counts = tuple(int(x) for x in args.workers.split(","))
     try:
@@ -344,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             conversations=args.conversations,
             turns=args.turns,
             quiet=args.json,
+            count=args.count,
         )
     except CheckFailed as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -38,6 +38,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -117,6 +118,12 @@ def torn_postgres(base: type) -> type:
     class TornPostgresStore(base):  # type: ignore[valid-type,misc]
         async def _run(self, fn: Any, *, transaction: bool = False) -> Any:
             return await super()._run(fn)
+
+        async def commit(self, commit: Any) -> None:
+            # the store's commit is one statement (atomic by itself); the torn
+            # one runs the statements a missed commit falls back to, each on
+            # its own
+            await self._run(lambda conn: self._commit_tx(conn, commit))
 
     return TornPostgresStore
 
@@ -306,7 +313,8 @@ class Steps:
 
 def _count_pg_statements(steps: Steps) -> None:
     """Call ``steps`` before every statement psycopg sends that is not a plain
-    read, and before each transaction's ``COMMIT`` (psycopg's classes are
+    read (a ``SELECT`` of one of the store's functions, ``turnfsm_commit``,
+    writes), and before each transaction's ``COMMIT`` (psycopg's classes are
     patched: this runs in a process of its own)."""
     import psycopg
 
@@ -315,7 +323,9 @@ def _count_pg_statements(steps: Steps) -> None:
         if not text.strip():
             return None  # the pool's check that a connection is alive
         head = text.lstrip().split(None, 1)[0].upper()
-        if head == "SET" or (head == "SELECT" and "FOR UPDATE" not in text.upper()):
+        upper = text.upper()
+        writes = "FOR UPDATE" in upper or re.search(r"\bTURNFSM_\w+\s*\(", upper) is not None
+        if head == "SET" or (head == "SELECT" and not writes):
             return None  # a plain read, or a read transaction's isolation level
         return " ".join(text.split())[:40]
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,18 @@ from turnfsm.errors import (
     StoreError,
     VersionConflict,
 )
-from turnfsm.storage import Store, open_store
-from turnfsm.storage._postgres import STORE_FORMAT, PostgresStore, redact, upgrade
+from turnfsm.model import Branch, ChatConfig, Role
+from turnfsm.storage import Commit, Lease, StepLog, Store, open_store
+from turnfsm.storage._postgres import (
+    STORE_FORMAT,
+    PostgresStore,
+    check_connection,
+    redact,
+    upgrade,
+)
 
 from .contract import (
+    T0,
     StoreContract,
     empty_context,
     make_commit,
@@ -110,9 +119,50 @@ async def test_connections_the_server_dropped_are_replaced(pg_url: str) -> None:
             ("turnfsm",),
         )
         assert killed and all(row[0] for row in killed)
+        await gone_within(pg_url, 10)
         assert await store.list_ids() == []
     finally:
         await store.aclose()
+
+
+async def gone_within(url: str, seconds: float, pid: int | None = None) -> None:
+    """Wait until the server has ended the backends of the ``turnfsm`` pool (or
+    the one of ``pid``): a terminated backend ends a moment after
+    ``pg_terminate_backend`` returns."""
+    if pid is None:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'turnfsm' "
+            "OR (datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend')"
+        )
+        params: tuple[Any, ...] = ()
+    else:
+        query, params = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+    deadline = time.monotonic() + seconds
+    while sql(url, query, params) != [(0,)]:
+        assert time.monotonic() < deadline, "the backends did not end"
+        await anyio.sleep(0.01)
+
+
+async def test_the_pool_check_asks_the_server_only_about_a_suspect_connection(
+    pg_url: str,
+) -> None:
+    """A healthy idle connection passes the check without a query (nothing
+    waits to be read on it); one the server ended fails it, so that the pool
+    replaces it; one left inside a transaction is asked."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        await check_connection(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        sql(pg_url, "SELECT pg_terminate_backend(%s)", (pid,))
+        await gone_within(pg_url, 10, pid)
+        with pytest.raises(psycopg.OperationalError):
+            await check_connection(conn)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        await conn.execute("SELECT 1")  # a transaction left open: asked, and refused
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        with pytest.raises(psycopg.Error):
+            await check_connection(conn)
 
 
 async def test_a_new_database_gets_the_current_layout(pg_url: str) -> None:
@@ -148,6 +198,142 @@ async def test_an_older_layout_names_the_upgrade_command(
     try:
         await store.create(rich_context("r"))
         assert await store.load("r") == rich_context("r")
+    finally:
+        await store.aclose()
+
+
+async def test_the_layout_before_the_commit_function_is_refused_then_upgraded(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store made at the previous format (before the one-statement commit's
+    functions) is refused naming the upgrade command, its data untouched;
+    after ``turnfsm db upgrade`` commits and claims run on it."""
+    previous = STORE_FORMAT - 1
+    assert await upgrade(pg_url, to=previous) == (0, previous)
+    sql(
+        pg_url,
+        "INSERT INTO contexts (id, schema_version, version, state, active_branch, event_seq, "
+        "created_at, updated_at, config, progress) VALUES ('old', 1, 0, 'Idle', 'main', 0, "
+        "%s, %s, '{}', '{}')",
+        (T0.isoformat(), T0.isoformat()),
+    )
+    sql(
+        pg_url,
+        "INSERT INTO branches (ctx, name, schema_version, body) "
+        "SELECT seq, 'main', 1, '{\"name\": \"main\"}' FROM contexts WHERE id = 'old'",
+    )
+    store = PostgresStore(pg_url)
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.load("old")
+        assert f"turnfsm db upgrade --store {pg_url}" in str(info.value)
+        assert f"format {previous}, this turnfsm needs {STORE_FORMAT}" in str(info.value)
+    finally:
+        await store.aclose()
+    assert sql(pg_url, "SELECT version FROM contexts") == [(0,)]
+    assert await anyio.to_thread.run_sync(cli_main, ["db", "upgrade", "--store", pg_url]) == 0
+    assert f"from format {previous} to {STORE_FORMAT}" in capsys.readouterr().out
+    store = PostgresStore(pg_url)
+    try:
+        first = msg("m1", Role.USER, "hello")
+        await store.commit(
+            make_commit(
+                "old",
+                0,
+                state="ProcessingUserMessage",
+                steps=[("Idle", "user_message", "ProcessingUserMessage")],
+                appended=[("main", first)],
+            )
+        )
+        ctx = await store.load("old")
+        assert ctx.version == 1
+        assert ctx.branches["main"].message_ids == ["m1"]
+        assert ctx.message_pool["m1"] == first
+        claimed = await store.claim_expired("w", 30, now=NOW)
+        assert [(x.context_id, x.token) for x in claimed] == [("old", 1)]
+    finally:
+        await store.aclose()
+
+
+async def test_the_one_statement_commit_stores_what_the_statements_store(pg_url: str) -> None:
+    """The same commits (a fork stored whole, appends to two branches, a
+    replaced message, change records, a config, a lease taken, checked and
+    released) applied to two copies of a context, to one by ``commit`` (the
+    ``turnfsm_commit`` function) and to the other by the statements a missed
+    commit falls back to, leave the same rows."""
+    store = PostgresStore(pg_url)
+
+    async def by_statements(commit: Commit) -> None:
+        await store._run(lambda conn: store._commit_tx(conn, commit), transaction=True)
+
+    try:
+        for cid in ("fn", "sql"):
+            await store.create(rich_context(cid))
+        base = rich_context("x")
+        node = base.message_pool["m2"]
+        decided = node.model_copy(
+            update={"message": node.message.model_copy(update={"thinking": "decided"})}
+        )
+        fork = Branch(name="side", message_ids=["m1", "m2"], parent_message_id="m2")
+        lease = Lease("?", "me", 1, NOW + 30)
+        for apply, cid in ((store.commit, "fn"), (by_statements, "sql")):
+            c1 = make_commit(
+                cid,
+                7,
+                state="AwaitingToolApproval",
+                steps=[("AwaitingToolApproval", "fork", "AwaitingToolApproval")],
+                branches=[fork, Branch(name="alt", message_ids=["m1", "m5"])],
+                active_branch="side",
+                config=ChatConfig(model_id="other", title="T"),
+                replaced=[decided],
+                appended=[("side", msg("s1", Role.USER, "x")), ("main", msg("x1", Role.USER, "y"))],
+            )
+            c1.steps[0] = StepLog(
+                8,
+                "AwaitingToolApproval",
+                "fork",
+                "AwaitingToolApproval",
+                c1.updated_at,
+                {"branch": "side", "n": [1, "ü"]},
+            )
+            c1.lease_token = 1
+            c1.lease_owner = "me"
+            c1.take_lease = Lease(cid, "me", 1, lease.expires_at)
+            await apply(c1)
+            c2 = make_commit(
+                cid,
+                8,
+                state="ProcessingUserMessage",
+                steps=[("AwaitingToolApproval", "user_message", "ProcessingUserMessage")],
+                appended=[("side", msg("s2", Role.USER, "z")), ("side", msg("s3", Role.USER, "w"))],
+            )
+            c2.lease_token = 1
+            c2.lease_owner = "me"
+            c2.release_lease = True
+            await apply(c2)
+        fn, sql_ = await snapshot(store, "fn"), await snapshot(store, "sql")
+        assert fn[0].model_copy(update={"id": "sql"}) == sql_[0]
+        assert fn[1] == sql_[1]
+        assert [(s.lease_token, s.lease_owner) for s in fn[1]] == [
+            (s.lease_token, s.lease_owner) for s in sql_[1]
+        ]
+        assert await store.lease("fn") is None and await store.lease("sql") is None
+        rows = {
+            cid: sql(
+                pg_url,
+                "SELECT 'bm', branch, pos::text, message_id FROM branch_messages b "
+                "JOIN contexts c ON c.seq = b.ctx WHERE c.id = %s UNION ALL "
+                "SELECT 'm', m.id, m.schema_version::text, m.body FROM messages m "
+                "JOIN contexts c ON c.seq = m.ctx WHERE c.id = %s UNION ALL "
+                "SELECT 'l', owner, token::text, expires_at::text FROM leases "
+                "WHERE context_id = %s ORDER BY 1, 2, 3",
+                (cid, cid, cid),
+            )
+            for cid in ("fn", "sql")
+        }
+        assert rows["fn"] == rows["sql"]
+        assert fn[0].branches["side"].message_ids == ["m1", "m2", "s1", "s2", "s3"]
+        assert fn[0].message_pool["m2"].message.thinking == "decided"
     finally:
         await store.aclose()
 
@@ -439,3 +625,42 @@ async def test_two_engines_recovering_at_once_resume_each_context_once(pg_url: s
             assert ctx.current_state == State.IDLE
             answers = [n.message.text for n in ctx.history() if n.message.role == "assistant"]
             assert answers == [f"from {'a' if cid in resumed_a else 'b'}"]
+
+
+async def test_a_batch_of_the_event_log_is_stored_and_rung_in_order(pg_url: str) -> None:
+    """The event log's write (one statement): its rows are stored (a row
+    already there is left as it was), and its notes are rung in order, after
+    the rows are visible, with the payloads ``payloads`` makes."""
+    from turnfsm.storage._eventlog import LogNote
+    from turnfsm.storage._pg_events import PostgresEventLog, payloads
+
+    log = PostgresEventLog(pg_url)
+    await log.open()
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f'LISTEN "{log.channel}"'.encode())
+            rows = [("a", 1, "StateChanged", '{"q": "\\"x\\" ü"}'), ("b", 1, "TurnCompleted", "{}")]
+            await log.add(rows[:1], [])
+            notes = [LogNote("a", 1), LogNote("a", 2, '{"seq": 2}'), LogNote("b", 1)]
+            await log.add([("a", 1, "Changed", "{}"), rows[1]], notes)
+            heard = []
+            async for n in listener.notifies(timeout=5, stop_after=len(payloads(notes))):
+                heard.append(n.payload)
+        assert heard == payloads(notes)
+        assert await log.after("a", 0) == [(1, "StateChanged", '{"q": "\\"x\\" ü"}')]
+        assert await log.after("b", 0) == [(1, "TurnCompleted", "{}")]
+    finally:
+        await log.aclose()
+
+
+def test_the_layout_spells_the_resting_states_of_the_table() -> None:
+    """Migration 2's index and migration 4's claim write the resting states
+    out (a parameter would not match the index's predicate): they must be
+    the table's."""
+    from turnfsm.states import RESTING
+    from turnfsm.storage._postgres import MIGRATIONS
+
+    spelled = "('Idle', 'AwaitingToolApproval', 'PermanentFailure')"
+    assert {"Idle", "AwaitingToolApproval", "PermanentFailure"} == {s.value for s in RESTING}
+    assert spelled in MIGRATIONS[1]
+    assert spelled in MIGRATIONS[3]

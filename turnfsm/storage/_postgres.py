@@ -16,14 +16,20 @@ a database of an older layout is refused with a
 which applies the missing ones (:func:`upgrade`); a newer one is a
 :class:`~turnfsm.errors.SchemaVersionError` (upgrade turnfsm).
 
-A commit is one transaction on a connection of a ``psycopg_pool`` pool. When
-it names a lease, the lease's row is locked first (``SELECT ... FOR UPDATE``,
-or, for a commit that takes the lease, an ``INSERT ... ON CONFLICT DO UPDATE
-... WHERE`` that applies only from the token just before), so an acquire by
-another owner waits for the commit or happens before it; then the version
-check is the ``UPDATE contexts ... WHERE id = %s AND version = %s`` that writes
-the small fields. A commit that is refused stores nothing. Locks are taken in
-one order everywhere (a lease row before its context row).
+A commit is one statement on a connection of a ``psycopg_pool`` pool: the
+``turnfsm_commit`` function of the layout, given the commit as one JSON
+document (see :data:`MIGRATIONS`, 4). When it names a lease, the lease's row
+is locked first (``SELECT ... FOR UPDATE``, or, for a commit that takes the
+lease, an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` that applies only
+from the token just before), so an acquire by another owner waits for the
+commit or happens before it; then the version check is the ``UPDATE contexts
+... WHERE id = ... AND version = ...`` that writes the small fields. A commit
+that is refused stores nothing: the function raises, and the store makes the
+commit again as separate statements in one transaction (:meth:`PostgresStore._commit_tx`), which
+say why with the store's typed errors (or bring an older row up to date and
+apply it). Locks are taken in one order everywhere (a lease row before its
+context row). A load is one statement too, and so are a lease's acquire and
+a claim.
 
 Only this module imports psycopg (``pip install 'turnfsm[postgres]'``).
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -51,7 +58,7 @@ from ..errors import (
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import (
     check_version,
     context_problems,
@@ -76,7 +83,15 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - depends on the ins
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["MIGRATIONS", "STORE_FORMAT", "WORK_CHANNEL", "PostgresStore", "redact", "upgrade"]
+__all__ = [
+    "MIGRATIONS",
+    "STORE_FORMAT",
+    "WORK_CHANNEL",
+    "PostgresStore",
+    "check_connection",
+    "redact",
+    "upgrade",
+]
 
 _V = SCHEMA_VERSION
 _RESTING = frozenset(s.value for s in RESTING)
@@ -159,6 +174,157 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE steps ADD COLUMN lease_token BIGINT, ADD COLUMN lease_owner TEXT;
     """,
+    # 4: a commit and a claim as one statement each (one round trip): what
+    # PostgresStore._commit_tx and claim_expired's three statements do, in
+    # functions (a commit's fields given as one JSON document). A commit that
+    # misses (a lost lease, a version conflict, an older row, an unknown branch
+    # or replaced message) raises with SQLSTATE TF001 (the lease: DETAIL is the
+    # current token) or TF002 (anything else), so that nothing of it is
+    # stored; the store then says why.
+    """
+    CREATE FUNCTION turnfsm_commit(p JSONB) RETURNS BIGINT LANGUAGE plpgsql AS $$
+    DECLARE
+        p_id TEXT := p->>'id';
+        p_schema INTEGER := (p->>'sv')::INTEGER;
+        p_token BIGINT := (p->>'tk')::BIGINT;
+        p_owner TEXT := p->>'ow';
+        p_take_token BIGINT := (p->>'tt')::BIGINT;
+        p_take_owner TEXT := p->>'to';
+        p_release BOOLEAN := (p->>'rl')::BOOLEAN;
+        v_seq BIGINT;
+        v_token BIGINT;
+        v_n BIGINT;
+    BEGIN
+        -- the lease first (its row before the context's): taken from the token
+        -- just before, released or ours; or else its token checked under a lock
+        IF p_take_token IS NOT NULL THEN
+            INSERT INTO leases AS l (context_id, owner, token, expires_at)
+            VALUES (p_id, CASE WHEN p_release THEN NULL ELSE p_take_owner END, p_take_token,
+                (p->>'te')::DOUBLE PRECISION)
+            ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner,
+                token = excluded.token, expires_at = excluded.expires_at
+            WHERE l.token = p_take_token - 1 AND (l.owner IS NULL OR l.owner = p_take_owner)
+            RETURNING token INTO v_token;
+            IF v_token IS NULL THEN
+                SELECT token INTO v_token FROM leases WHERE context_id = p_id;
+                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
+                    DETAIL = coalesce(v_token::TEXT, '');
+            END IF;
+        ELSIF p_token IS NOT NULL THEN
+            SELECT token INTO v_token FROM leases WHERE context_id = p_id FOR UPDATE;
+            IF v_token IS NULL OR v_token <= 0 OR v_token <> p_token THEN
+                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
+                    DETAIL = coalesce(v_token::TEXT, '');
+            END IF;
+        END IF;
+        UPDATE contexts SET version = (p->>'v')::BIGINT, state = p->>'st',
+            updated_at = p->>'at', event_seq = (p->>'es')::BIGINT, progress = p->>'pg',
+            active_branch = coalesce(p->>'ab', active_branch),
+            config = coalesce(p->>'cf', config)
+        WHERE id = p_id AND version = (p->>'ev')::BIGINT AND schema_version = p_schema
+        RETURNING seq INTO v_seq;
+        IF v_seq IS NULL THEN
+            RAISE EXCEPTION 'turnfsm: version check missed' USING ERRCODE = 'TF002';
+        END IF;
+        IF jsonb_array_length(p->'br') > 0 THEN
+            INSERT INTO branches (ctx, name, schema_version, body)
+            SELECT v_seq, e->>0, p_schema, e->>1 FROM jsonb_array_elements(p->'br') AS e
+            ON CONFLICT (ctx, name) DO UPDATE SET
+                schema_version = excluded.schema_version, body = excluded.body;
+            DELETE FROM branch_messages WHERE ctx = v_seq
+                AND branch IN (SELECT e->>0 FROM jsonb_array_elements(p->'br') AS e);
+            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
+            SELECT v_seq, e->>0, (e->>1)::INTEGER, e->>2, p_schema
+            FROM jsonb_array_elements(p->'bm') AS e;
+        END IF;
+        IF jsonb_array_length(p->'rp') > 0 THEN
+            UPDATE messages AS m SET schema_version = p_schema, body = e->>1
+            FROM jsonb_array_elements(p->'rp') AS e
+            WHERE m.ctx = v_seq AND m.id = e->>0;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            IF v_n <> jsonb_array_length(p->'rp') THEN
+                RAISE EXCEPTION 'turnfsm: a replaced message is not stored'
+                    USING ERRCODE = 'TF002';
+            END IF;
+        END IF;
+        IF jsonb_array_length(p->'ap') > 0 THEN
+            IF EXISTS (SELECT 1 FROM jsonb_array_elements(p->'ap') AS e WHERE NOT EXISTS (
+                    SELECT 1 FROM branches WHERE ctx = v_seq AND name = e->>0)) THEN
+                RAISE EXCEPTION 'turnfsm: an unknown branch' USING ERRCODE = 'TF002';
+            END IF;
+            INSERT INTO messages (ctx, id, schema_version, body)
+            SELECT v_seq, e->>1, p_schema, e->>2 FROM jsonb_array_elements(p->'ap') AS e
+            ON CONFLICT (ctx, id) DO UPDATE SET
+                schema_version = excluded.schema_version, body = excluded.body;
+            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
+            SELECT v_seq, t.b, (coalesce(
+                    (SELECT max(pos) FROM branch_messages
+                     WHERE ctx = v_seq AND branch = t.b), -1)
+                + row_number() OVER (PARTITION BY t.b ORDER BY t.o))::INTEGER, t.i, p_schema
+            FROM (SELECT e->>0 AS b, e->>1 AS i, o
+                  FROM jsonb_array_elements(p->'ap') WITH ORDINALITY AS x (e, o)) AS t
+            ORDER BY t.o;
+        END IF;
+        IF jsonb_array_length(p->'s') > 0 THEN
+            INSERT INTO steps (ctx, schema_version, version, from_state, trigger, to_state, at,
+                detail, lease_token, lease_owner)
+            SELECT v_seq, p_schema, (e->>0)::BIGINT, e->>1, e->>2, e->>3, e->>4, e->>5,
+                p_token, CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
+            FROM jsonb_array_elements(p->'s') AS e;
+        END IF;
+        IF p_take_token IS NULL AND p_release AND p_token IS NOT NULL THEN
+            UPDATE leases SET owner = NULL WHERE context_id = p_id AND token = p_token;
+        END IF;
+        IF (p->>'nt')::BOOLEAN THEN
+            PERFORM pg_notify('turnfsm_work', '');
+        END IF;
+        RETURN v_seq;
+    END
+    $$;
+    CREATE FUNCTION turnfsm_claim(
+        p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION, p_limit BIGINT
+    ) RETURNS TABLE (context_id TEXT, token BIGINT) LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    DECLARE
+        v_id TEXT;
+        v_token BIGINT;
+        v_taken BIGINT := 0;
+    BEGIN
+        -- the contexts away from rest (the resting states written out as
+        -- migration 2's index has them, so that the index can serve), the
+        -- longest waiting first; each one's lease taken if it is free
+        -- (released, expired, or never leased: its row made, token 0) and no
+        -- other claim holds its lock (SKIP LOCKED), until p_limit are taken
+        -- (NULL: all). One lease row looked up at a time, by its key, rather
+        -- than a join of every lease.
+        FOR v_id IN
+            SELECT c.id FROM contexts AS c
+            WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
+            ORDER BY c.updated_at, c.seq
+        LOOP
+            EXIT WHEN p_limit IS NOT NULL AND v_taken >= p_limit;
+            SELECT l.token INTO v_token FROM leases AS l
+            WHERE l.context_id = v_id AND (l.owner IS NULL OR l.expires_at <= p_now)
+            FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- held, locked by another claim, or never leased: only the
+                -- last gets its row here (made and locked by this insert)
+                CONTINUE WHEN EXISTS (SELECT 1 FROM leases AS l WHERE l.context_id = v_id);
+                INSERT INTO leases AS l (context_id, owner, token, expires_at)
+                VALUES (v_id, NULL, 0, 0) ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+                RETURNING l.token INTO v_token;
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE leases AS l SET owner = p_owner, token = v_token + 1, expires_at = p_expires
+            WHERE l.context_id = v_id;
+            v_taken := v_taken + 1;
+            context_id := v_id;
+            token := v_token + 1;
+            RETURN NEXT;
+        END LOOP;
+    END
+    $$;
+    """,
 )
 """The table layout's migrations, in order; ``store_format`` counts those applied."""
 
@@ -169,6 +335,37 @@ _HEAD_COLUMNS = (
     "seq, schema_version, id, parent_id, config, active_branch, state, created_at, "
     "updated_at, version, event_seq, progress"
 )
+_LOAD = (
+    "SELECT c.seq, c.schema_version, c.id, c.parent_id, c.config, c.active_branch, c.state, "
+    "c.created_at, c.updated_at, c.version, c.event_seq, c.progress, "
+    "bm.branch, bm.message_id, bm.schema_version, br.name, br.schema_version, br.body, "
+    "m.id, m.schema_version, m.body FROM contexts AS c "
+    "LEFT JOIN LATERAL (SELECT array_agg(branch ORDER BY branch, pos) AS branch, "
+    "array_agg(message_id ORDER BY branch, pos) AS message_id, "
+    "array_agg(schema_version ORDER BY branch, pos) AS schema_version "
+    "FROM branch_messages WHERE ctx = c.seq) AS bm ON true "
+    "LEFT JOIN LATERAL (SELECT array_agg(name ORDER BY seq) AS name, "
+    "array_agg(schema_version ORDER BY seq) AS schema_version, "
+    "array_agg(body ORDER BY seq) AS body FROM branches WHERE ctx = c.seq) AS br ON true "
+    "LEFT JOIN LATERAL (SELECT array_agg(id ORDER BY seq) AS id, "
+    "array_agg(schema_version ORDER BY seq) AS schema_version, "
+    "array_agg(body ORDER BY seq) AS body FROM messages WHERE ctx = c.seq) AS m ON true "
+    "WHERE c.id = %s"
+)
+"""A context whole, in one statement: its row, then its branch positions (by
+branch and position), its branches and its messages (in the order they were
+stored), each as parallel arrays."""
+_ACQUIRE = (
+    "WITH ctx AS (SELECT 1 FROM contexts WHERE id = %s), "
+    "taken AS (INSERT INTO leases AS l (context_id, owner, token, expires_at) "
+    "SELECT %s, %s, 1, %s FROM ctx ON CONFLICT (context_id) DO UPDATE "
+    "SET owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at "
+    "WHERE NOT (l.token > 0 AND l.owner IS NOT NULL AND l.owner <> excluded.owner "
+    "AND %s < l.expires_at AND l.token IS DISTINCT FROM %s::bigint) RETURNING l.token) "
+    "SELECT EXISTS (SELECT 1 FROM ctx), (SELECT token FROM taken)"
+)
+"""acquire_lease in one statement: whether the context exists, and the new
+token (NULL when another owner holds the lease: ``lease_is_held``)."""
 _COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
 
 _LOCK_KEY = 0x7475726E66736D  # "turnfsm": the advisory lock migrations are applied under
@@ -263,6 +460,107 @@ async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
         raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
 
 
+_COMMIT = "SELECT turnfsm_commit(%s::jsonb)"
+"""A commit as one statement (the function of migration 4), its fields as one
+JSON document (one parameter: cheaper to send than many arrays)."""
+
+
+def _commit_document(commit: Commit) -> str | None:
+    """The JSON document ``turnfsm_commit`` takes for ``commit``; None for one it
+    does not take (a message appended twice, which the statements store as an
+    insert then an update). Stored texts (bodies, details) are JSON strings in
+    it, so that the function stores them as the statements would."""
+    appended = commit.appended
+    if len({node.id for _, node in appended}) != len(appended):
+        return None
+    take = commit.take_lease if commit.lease_token is not None else None
+    token = commit.lease_token
+    # branches stored whole: a name given twice keeps its first place and its
+    # last body and positions, as one write after the other would
+    branches: dict[str, Branch] = {}
+    for b in commit.branches:
+        branches[b.name] = b
+    document = {
+        "id": commit.context_id,
+        "ev": commit.expected_version,
+        "v": commit.version,
+        "sv": _V,
+        "st": commit.state,
+        "at": _ts(commit.updated_at),
+        "es": commit.event_seq,
+        "pg": commit.progress.model_dump_json(),
+        "ab": commit.active_branch,
+        "cf": None if commit.config is None else commit.config.model_dump_json(),
+        "tk": token,
+        "ow": None if token is None else commit.lease_owner,
+        "tt": None if take is None else take.token,
+        "to": None if take is None else take.owner,
+        "te": None if take is None else take.expires_at,
+        "rl": commit.release_lease,
+        # handed off: away from rest with its lease released, the context is
+        # work for claim_expired; ring the workers' doorbell (delivered when
+        # the statement commits, and not at all if it fails)
+        "nt": commit.release_lease and commit.state not in _RESTING,
+        "br": [[b.name, b.model_dump_json(exclude={"message_ids"})] for b in branches.values()],
+        "bm": [
+            [b.name, pos, mid] for b in branches.values() for pos, mid in enumerate(b.message_ids)
+        ],
+        "rp": [[n.id, n.model_dump_json()] for n in commit.replaced],
+        "ap": [[name, n.id, n.model_dump_json()] for name, n in appended],
+        "s": [
+            [
+                x.version,
+                x.from_state,
+                x.trigger,
+                x.to_state,
+                _ts(x.at),
+                None if x.detail is None else json.dumps(x.detail, ensure_ascii=False),
+            ]
+            for x in commit.steps
+        ],
+    }
+    return json.dumps(document, ensure_ascii=False, allow_nan=False)
+
+
+def _token_of(commit: Commit) -> int:
+    """The token a refused commit's LeaseLost names (as ``_commit_tx`` does)."""
+    take = commit.take_lease
+    if take is not None and commit.lease_token is not None:
+        return take.token
+    assert commit.lease_token is not None
+    return commit.lease_token
+
+
+def _current(exc: Any) -> int | None:
+    """The lease's current token that ``turnfsm_commit`` reports (DETAIL)."""
+    detail = exc.diag.message_detail or ""
+    try:
+        found = int(detail)
+    except ValueError:
+        return None
+    return found if found > 0 else None
+
+
+async def check_connection(conn: Any) -> None:
+    """The pool's check of a connection it is about to hand out: raise if the
+    server dropped it, so that the pool replaces it. A healthy idle connection
+    has nothing to read, so it is passed without a round trip; one the server
+    ended (a restart, ``pg_terminate_backend``, an idle timeout) has its error
+    or end of file waiting, and one in any other state is suspect: those are
+    asked ``""`` (psycopg_pool's own check)."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    pgconn = conn.pgconn
+    if pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            readable = [True]
+        if not readable:
+            return
+    await AsyncConnectionPool.check_connection(conn)
+
+
 class PostgresStore:
     """A store in a PostgreSQL database (see the module docstring).
 
@@ -312,7 +610,7 @@ class PostgresStore:
                     name="turnfsm",
                     # a connection the server dropped (a restart, an idle
                     # timeout) is replaced before it is handed out
-                    check=AsyncConnectionPool.check_connection,
+                    check=check_connection,
                 )
                 try:
                     await pool.open(wait=True, timeout=30)
@@ -472,33 +770,35 @@ class PostgresStore:
                     )
 
     async def load(self, context_id: str) -> ChatContext:
-        ctx: ChatContext = await self._read(lambda conn: self._load_tx(conn, context_id))
-        return ctx
+        """One statement: the context's row with its branch positions, branches
+        and messages aggregated beside it (one snapshot, one round trip)."""
 
-    async def _load_tx(self, conn: Any, context_id: str) -> ChatContext:
-        cur = await conn.execute(
-            f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = %s", (context_id,)
-        )
-        head = await cur.fetchone()
-        if head is None:
+        async def read(conn: Any) -> Any:
+            cur = await conn.execute(_LOAD, (context_id,), binary=True)
+            return await cur.fetchone()
+
+        found = await self._run(read)
+        if found is None:
             raise ContextNotFound(context_id)
-        seq = head[0]
+        return self._context_of_load(context_id, found)
+
+    def _context_of_load(self, context_id: str, found: Sequence[Any]) -> ChatContext:
+        """The context of a row of ``_LOAD``, every part validated strictly."""
+        head = found[:12]
+        bm_branch, bm_ids, bm_versions, br_names, br_versions, br_bodies = found[12:18]
+        m_ids, m_versions, m_bodies = found[18:21]
         ctx = self._context_of(head)
         positions: dict[str, list[str]] = {}
-        cur = await conn.execute(
-            "SELECT branch, message_id, schema_version FROM branch_messages WHERE ctx = %s "
-            "ORDER BY branch, pos",
-            (seq,),
-        )
-        for branch, mid, version in await cur.fetchall():
+        for branch, mid, version in zip(
+            bm_branch or (), bm_ids or (), bm_versions or (), strict=True
+        ):
             if version != _V:
                 check_version(version, where=self._where(context_id, f", branch {branch!r}"))
             positions.setdefault(branch, []).append(mid)
         branches: dict[str, Branch] = {}
-        cur = await conn.execute(
-            "SELECT name, schema_version, body FROM branches WHERE ctx = %s ORDER BY seq", (seq,)
-        )
-        for name, version, body in await cur.fetchall():
+        for name, version, body in zip(
+            br_names or (), br_versions or (), br_bodies or (), strict=True
+        ):
             row = self._row(context_id, "branches", f"name {name!r}")
             data = json_object_column(body, f"{row}, column body")
             if version != _V:
@@ -512,11 +812,8 @@ class PostgresStore:
                 raise StoreError(
                     f"{row}, column body: not a valid Branch record: {validation_problem(exc)}"
                 ) from exc
-        cur = await conn.execute(
-            "SELECT id, schema_version, body FROM messages WHERE ctx = %s ORDER BY seq", (seq,)
-        )
         pool: dict[str, MessageNode] = {}
-        for mid, version, body in await cur.fetchall():
+        for mid, version, body in zip(m_ids or (), m_versions or (), m_bodies or (), strict=True):
             pool[mid] = self._message(context_id, mid, version, body)
         ctx.branches = branches
         ctx.message_pool = pool
@@ -590,7 +887,29 @@ class PostgresStore:
     # ------------------------------------------------------------------ commit
 
     async def commit(self, commit: Commit) -> None:
-        await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
+        """One statement (``turnfsm_commit``, one round trip) in the common case.
+        When it misses, nothing of it was stored, and the commit is made again
+        as the statements of :meth:`_commit_tx` in one transaction: they say
+        why with the errors they always raised (or, for an older row, bring it
+        up to date and apply the commit)."""
+        document = _commit_document(commit)
+        if document is None:  # a shape the function does not take: the statements
+            await self._run(lambda conn: self._commit_tx(conn, commit), transaction=True)
+            return
+
+        async def one(conn: Any) -> None:
+            try:
+                await conn.execute(_COMMIT, (document,))
+                return
+            except psycopg.Error as exc:
+                if exc.sqlstate == "TF001":
+                    raise LeaseLost(commit.context_id, _token_of(commit), _current(exc)) from None
+                if exc.sqlstate != "TF002":
+                    raise
+            async with conn.transaction():
+                await self._commit_tx(conn, commit)
+
+        await self._run(one)
 
     async def _commit_tx(self, conn: Any, commit: Commit) -> None:
         cid = commit.context_id
@@ -926,31 +1245,20 @@ class PostgresStore:
         now: float,
         take_over: int | None = None,
     ) -> Lease | None:
-        async def acquire(conn: Any) -> Lease | None:
-            cur = await conn.execute("SELECT 1 FROM contexts WHERE id = %s", (context_id,))
-            if await cur.fetchone() is None:
-                raise ContextNotFound(context_id)
-            # the row exists from here on (token 0: never leased), and is locked
+        async def acquire(conn: Any) -> tuple[bool, int | None]:
+            # one statement: the row made (token 1) or, unless another owner
+            # holds it (lease_is_held, in SQL), taken with the next token; the
+            # row is locked by the INSERT ... ON CONFLICT either way
             cur = await conn.execute(
-                "INSERT INTO leases AS l (context_id, owner, token, expires_at) "
-                "VALUES (%s, NULL, 0, 0) ON CONFLICT (context_id) DO UPDATE "
-                "SET token = l.token RETURNING owner, token, expires_at",
-                (context_id,),
+                _ACQUIRE, (context_id, context_id, owner, now + ttl, now, take_over)
             )
-            held_by, token, expires_at = await cur.fetchone()
-            if token > 0 and lease_is_held(
-                held_by, token, expires_at, owner=owner, now=now, take_over=take_over
-            ):
-                return None
-            lease = Lease(context_id, owner, token + 1, now + ttl)
-            await conn.execute(
-                "UPDATE leases SET owner = %s, token = %s, expires_at = %s WHERE context_id = %s",
-                (owner, lease.token, lease.expires_at, context_id),
-            )
-            return lease
+            found, token = await cur.fetchone()
+            return bool(found), token
 
-        lease: Lease | None = await self._run(acquire, transaction=True)
-        return lease
+        found, token = await self._run(acquire)
+        if not found:
+            raise ContextNotFound(context_id)
+        return None if token is None else Lease(context_id, owner, token, now + ttl)
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
@@ -967,7 +1275,7 @@ class PostgresStore:
                 )
             return renewed
 
-        result: Lease = await self._run(renew, transaction=True)
+        result: Lease = await self._run(renew)
         return result
 
     async def release_lease(self, lease: Lease) -> None:
@@ -1004,35 +1312,17 @@ class PostgresStore:
         ``ttl`` seconds. Rows another engine is claiming at the same moment are
         skipped (``FOR UPDATE SKIP LOCKED``), so engines claiming at once get
         disjoint sets: each such context is resumed by one of them."""
-        resting = sorted(s.value for s in RESTING)
 
         async def claim(conn: Any) -> list[Lease]:
-            # contexts never leased get their row first (token 0), so that they
-            # can be locked and skipped like the others
-            await conn.execute(
-                "INSERT INTO leases (context_id, owner, token, expires_at) "
-                "SELECT id, NULL, 0, 0 FROM contexts WHERE state <> ALL(%s) "
-                "ON CONFLICT (context_id) DO NOTHING",
-                (resting,),
-            )
+            # one statement: what the function does is the three of old (rows
+            # made for contexts never leased, those free locked SKIP LOCKED,
+            # then taken), in one transaction
             cur = await conn.execute(
-                "SELECT l.context_id, l.token FROM contexts c "
-                "JOIN leases l ON l.context_id = c.id "
-                "WHERE c.state <> ALL(%s) AND (l.owner IS NULL OR l.expires_at <= %s) "
-                "ORDER BY c.updated_at, c.seq LIMIT %s FOR UPDATE OF l SKIP LOCKED",  # NULL: all
-                (resting, now, limit),
+                "SELECT context_id, token FROM turnfsm_claim(%s::text, %s::float8, "
+                "%s::float8, %s::bigint)",
+                (owner, now, now + ttl, limit),
             )
-            leases = [
-                Lease(cid, owner, token + 1, now + ttl) for cid, token in await cur.fetchall()
-            ]
-            if leases:
-                async with conn.cursor() as c:
-                    await c.executemany(
-                        "UPDATE leases SET owner = %s, token = %s, expires_at = %s "
-                        "WHERE context_id = %s",
-                        [(x.owner, x.token, x.expires_at, x.context_id) for x in leases],
-                    )
-            return leases
+            return [Lease(cid, owner, token, now + ttl) for cid, token in await cur.fetchall()]
 
-        claimed: list[Lease] = await self._run(claim, transaction=True)
+        claimed: list[Lease] = await self._run(claim)
         return claimed
