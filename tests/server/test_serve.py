@@ -175,3 +175,40 @@ def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
     assert covered == list(range(1, len(covered) + 1)), [(e.event, e.id) for e in got]
     changes = [e.data for e in got if e.event == "StateChanged"]
     assert changes[0]["from_state"] == "Idle" and changes[-1]["to_state"] == "Idle"
+
+
+# ---------------------------------------------------------------------- the log
+
+
+LOG_PROGRAM = """
+import structlog
+from turnfsm.server._run import configure_logging
+if {configured}:
+    structlog.configure(processors=[structlog.processors.JSONRenderer()])
+configure_logging()
+structlog.get_logger("turnfsm.server").info("request", method="GET", status=200)
+structlog.get_logger("turnfsm.server").debug("not shown")
+"""
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_the_server_logs_key_value_lines_unless_the_application_configured_structlog(
+    configured: bool,
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", LOG_PROGRAM.format(configured=configured)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    if configured:  # the application's own renderer and levels, untouched
+        assert lines == [
+            '{"method": "GET", "status": 200, "event": "request"}',
+            '{"event": "not shown"}',
+        ]
+    else:
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("timestamp='")
+        assert lines[0].split(" ", 1)[1] == "level='info' event='request' method='GET' status=200"
