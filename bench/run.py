@@ -459,9 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--w9-concurrency",
         type=int,
-        default=16,
+        default=3,
         metavar="N",
-        help="W9: turns each worker runs at once (16)",
+        help="W9: turns each worker runs at once (3; see bench/w9.py)",
     )
     p.add_argument(
         "--w9-think", type=float, default=0.05, metavar="S", help="W9: the model's think time"
