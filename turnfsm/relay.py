@@ -102,6 +102,8 @@ class EventRelay:
         self.grace = grace
         self.written = 0
         self.dropped = 0
+        self._keep = getattr(event_log, "keep_events", None)
+        """A log in this process's memory keeps the events themselves."""
         self._sub: EngineSubscription | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._done = anyio.Event()
@@ -141,11 +143,10 @@ class EventRelay:
 
     async def _write(self, batch: list[Event]) -> None:
         self.dropped += sum(ev.count for ev in batch if ev.kind == "EventsMissed")
-        keep = getattr(self.event_log, "keep_events", None)
-        if keep is not None:  # a log in this process's memory: the events as they are
-            self.written += keep(batch)
+        if self._keep is not None:
+            self.written += self._keep(batch)
             return
-        rows, notes = split_events(batch, rings=getattr(self.event_log, "rings", True))
+        rows, notes = split_events(batch, rings=self.event_log.rings)
         try:
             await self.event_log.add(rows, notes)
         except Exception as exc:  # the log never stops a turn; its readers Resync

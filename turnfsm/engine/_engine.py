@@ -55,7 +55,7 @@ from . import _calls, _children, _leases, _requests, _subcontexts
 from ._children import Child, ChildInfo, Finished, Summarizer
 from ._clock import Clock, SystemClock
 from ._defaults import Ids, checked_id, default_logger
-from ._drive import Driver
+from ._drive import Driver, Start
 from ._inputs import (
     UNSET,
     Unset,
@@ -469,20 +469,25 @@ class Engine:
         knows it before the turn rests; an id the context already holds is
         refused with :class:`InvalidInput`.
         """
+        start = self._start_send(context_id, content, role, message_id)
+        return await _subcontexts.surface(self, await self._d.run(context_id, start))
+
+    def _start_send(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str,
+        message_id: str | None,
+    ) -> Start:
+        """The checked arguments of :meth:`send` and :meth:`submit`, as the
+        call's start."""
         check_id("context_id", context_id)
         if not isinstance(role, str) or role not in _INPUT_ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        d = self._d
-        return await _subcontexts.surface(
-            self,
-            await d.run(
-                context_id,
-                functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role], message_id),
-            ),
-        )
+        return functools.partial(_calls.start_send, self._d, parts, _INPUT_ROLES[role], message_id)
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
@@ -511,23 +516,14 @@ class Engine:
         A store that no worker can claim from (it has no ``claim_expired``: the
         memory and files stores) is refused with :class:`StoreError`.
         """
-        check_id("context_id", context_id)
-        if not isinstance(role, str) or role not in _INPUT_ROLES:
-            raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
-        parts = check_content("content", content)
-        if message_id is not None:
-            check_id("message_id", message_id)
+        start = self._start_send(context_id, content, role, message_id)
         d = self._d
         if getattr(d.store, "claim_expired", None) is None:
             raise StoreError(
                 f"{d.store!r} cannot hand turns to workers (it has no claim_expired): "
                 "use a SQLite or PostgreSQL store, or send() to run the turn here"
             )
-        turn = await d.run(
-            context_id,
-            functools.partial(_calls.start_send, d, parts, _INPUT_ROLES[role], message_id),
-            hand_off=True,
-        )
+        turn = await d.run(context_id, start, hand_off=True)
         return turn.message_ids[-1]
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:

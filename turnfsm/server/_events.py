@@ -42,7 +42,6 @@ __all__ = [
     "event_json",
     "sse_data",
     "sse_frame",
-    "sse_of",
 ]
 
 log = structlog.get_logger("turnfsm.server")
@@ -91,10 +90,6 @@ def sse_frame(ev: Event, ident: str | None = None) -> bytes:
         ev.kind.encode(),
         event_json(ev),
     )
-
-
-def sse_of(ev: Event) -> ServerSentEvent:
-    return ServerSentEvent(sse_data(ev), event=ev.kind, id=str(ev.seq))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,19 +160,6 @@ class Listener:
             return
         self._wake = anyio.Event()
         await self._wake.wait()
-
-    def __aiter__(self) -> "Listener":
-        return self
-
-    async def __anext__(self) -> Item:
-        while True:
-            if self.items:
-                return self.items.popleft()
-            if self.gaps:
-                return self.gaps.pop(next(iter(self.gaps)))
-            if self.closed:
-                raise StopAsyncIteration
-            await self.wait()
 
 
 class Channel:
@@ -305,6 +287,16 @@ async def _resync(hub: "Hub", gap: Gap) -> ServerSentEvent:
     return ServerSentEvent(json.dumps(data), event="Resync", id=str(gap.last))
 
 
+async def _frame(hub: "Hub", item: Item, ident: str | None = None) -> bytes:
+    """An item as the bytes a stream writes: an event's frame, or a gap's ``Resync``."""
+    if isinstance(item, Gap):
+        sse = await _resync(hub, item)
+        if ident is not None:
+            sse.id = ident
+        return sse.encode()
+    return sse_frame(item, ident)
+
+
 def _control(kind: str, **data: Any) -> ServerSentEvent:
     return ServerSentEvent(json.dumps({"kind": kind, **data}), event=kind)
 
@@ -351,38 +343,45 @@ def add_event_routes(
         ch = hub.hold(cid)
         listener = Listener()
         ch.listeners.add(listener)
+        sent = after
+
+        async def unsent(items: list[Item]) -> bytes:
+            """The frames of the items after ``sent`` (a gap cut to what is not sent)."""
+            nonlocal sent
+            frames: list[bytes] = []
+            for item in items:
+                if sent is not None and _last(item) <= sent:
+                    continue  # sent already (from the ring or the log)
+                if isinstance(item, Gap) and sent is not None and item.first <= sent:
+                    item = Gap(item.context_id, sent + 1, item.last)
+                frames.append(await _frame(hub, item))
+                sent = _last(item)
+            return b"".join(frames)
+
         try:
-            sent = after
-            if after is not None:
-                async for old in history(ch, after):
-                    yield await _sse(old)
-                    sent = _last(old)
+            if after is not None:  # what it missed, BATCH items a write
+                pending: list[Item] = []
+                async for item in history(ch, after):
+                    pending.append(item)
+                    if len(pending) == BATCH:
+                        chunk = await unsent(pending)
+                        pending = []
+                        if chunk:
+                            yield chunk
+                chunk = await unsent(pending)
+                if chunk:
+                    yield chunk
             async for batch in _batches(listener, hub, stop):
                 if batch is None:
                     yield _control("Heartbeat", context_id=cid, timestamp=time.time())
                     continue
-                frames: list[bytes] = []
-                for item in batch:
-                    if sent is not None and _last(item) <= sent:
-                        continue  # sent already (from the ring or the log)
-                    if isinstance(item, Gap):
-                        if sent is not None and item.first <= sent:
-                            item = Gap(item.context_id, sent + 1, item.last)
-                        frames.append((await _resync(hub, item)).encode())
-                    else:
-                        frames.append(sse_frame(item))
-                    sent = _last(item)
-                if frames:
-                    yield b"".join(frames)
+                chunk = await unsent(batch)
+                if chunk:
+                    yield chunk
             yield _control("StreamClosed", context_id=cid)
         finally:
             ch.listeners.discard(listener)
             hub.release(ch)
-
-    async def _sse(item: Item) -> ServerSentEvent:
-        if isinstance(item, Gap):
-            return await _resync(hub, item)
-        return sse_of(item)
 
     @app.get("/api/contexts/{context_id}/events", tags=["events"])
     async def events(
@@ -405,17 +404,10 @@ def add_event_routes(
                 if batch is None:
                     yield _control("Heartbeat", timestamp=time.time())
                     continue
-                frames: list[bytes] = []
-                for item in batch:
-                    # seqs are per context: the id names both
-                    ident = f"{item.context_id}/{_last(item)}"
-                    if isinstance(item, Gap):
-                        sse = await _resync(hub, item)
-                        sse.id = ident
-                        frames.append(sse.encode())
-                    else:
-                        frames.append(sse_frame(item, ident))
-                yield b"".join(frames)
+                # seqs are per context: the id names both
+                yield b"".join(
+                    [await _frame(hub, item, f"{item.context_id}/{_last(item)}") for item in batch]
+                )
             yield _control("StreamClosed")
         finally:
             listeners = hub.listeners.get(who)

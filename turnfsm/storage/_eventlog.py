@@ -76,6 +76,9 @@ class EventLog(Protocol):
 
     shared: bool
     """Whether other processes may write this log (a database file or server)."""
+    rings: bool
+    """Whether :meth:`add` rings its notes (other processes listen for them);
+    a log that does not is given none."""
 
     async def open(self) -> None:
         """Make the tables if missing (idempotent)."""

@@ -149,6 +149,7 @@ class PostgresEventLog:
     """The event log, tenants and doorbell in a PostgreSQL database (``url``)."""
 
     shared = True
+    rings = True
 
     def __init__(self, url: str, *, max_size: int = 4) -> None:
         if psycopg is None:
