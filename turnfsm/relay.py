@@ -6,7 +6,9 @@ its engine, so that a stream served by another process sees those turns
 
 - it reads the engine's events of every context through one
   :meth:`~turnfsm.engine.Engine.subscribe_all` subscription (nothing is kept
-  per context);
+  per context); a log kept in this process's memory (a server on a memory
+  store) takes each event as it goes out instead (:meth:`~turnfsm.engine.Engine.tap`):
+  there is no write to wait for;
 - it writes each durable event (every kind but ``ContentDelta``) to the
   store's event log (:func:`turnfsm.storage._eventlog.open_event_log`) at
   ``(context_id, seq)``, the event as JSON (``EVENT_ADAPTER``);
@@ -35,7 +37,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from .engine import Engine, EngineSubscription
+from .engine import Engine, EngineSubscription, EventTap
 from .events import Event, event_bytes
 from .storage._eventlog import EventLog, LogNote, LogRow
 
@@ -105,10 +107,15 @@ class EventRelay:
         self._keep = getattr(event_log, "keep_events", None)
         """A log in this process's memory keeps the events themselves."""
         self._sub: EngineSubscription | None = None
+        self._tap: EventTap | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._done = anyio.Event()
 
     async def __aenter__(self) -> EventRelay:
+        if self._keep is not None:
+            # kept in this process's memory: no write to wait for, so no queue
+            self._tap = self.engine.tap(self._kept)
+            return self
         self._sub = self.engine.subscribe_all(self.buffer)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -121,6 +128,9 @@ class EventRelay:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._tap is not None:
+            self._tap.close()
+            return
         assert self._sub is not None and self._tg is not None
         self._sub.end()  # the events already taken are written, then the task ends
         with anyio.move_on_after(self.grace, shield=True):
@@ -141,11 +151,12 @@ class EventRelay:
         finally:
             self._done.set()
 
+    def _kept(self, ev: Event) -> None:
+        assert self._keep is not None
+        self.written += self._keep((ev,))
+
     async def _write(self, batch: list[Event]) -> None:
         self.dropped += sum(ev.count for ev in batch if ev.kind == "EventsMissed")
-        if self._keep is not None:
-            self.written += self._keep(batch)
-            return
         rows, notes = split_events(batch, rings=self.event_log.rings)
         try:
             await self.event_log.add(rows, notes)

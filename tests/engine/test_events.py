@@ -9,6 +9,7 @@ import anyio
 import anyio.lowlevel
 import kit
 import pytest
+import structlog.testing
 
 from turnfsm import (
     ContentDelta,
@@ -16,6 +17,7 @@ from turnfsm import (
     Event,
     EventsMissed,
     Failed,
+    InvalidInput,
     MemoryStore,
     MessageCompleted,
     RetryPolicy,
@@ -274,6 +276,55 @@ async def test_engine_close_ends_subscriptions() -> None:
         events = [ev async for ev in sub]
     assert events[-1].kind == "TurnCompleted"
     await sub.aclose()
+
+
+# --------------------------------------------------------------------------- taps
+
+
+async def test_a_tap_sees_every_contexts_events_as_they_go_out() -> None:
+    engine, _, _ = make_engine([*STREAMED_TOOL_TURN, {"text": "two"}, {"text": "three"}])
+    tapped: list[Event] = []
+    async with engine:
+        one, two = await engine.create_context(), await engine.create_context()
+        async with engine.subscribe(one) as sub:
+            with engine.tap(tapped.append):
+                await engine.send(one, "Weather?")
+                subscribed = await drain(sub)
+                await engine.send(two, "Hi")
+            await engine.send(two, "after the tap")  # the tap is closed: not seen
+    assert [ev for ev in tapped if ev.context_id == one] == subscribed
+    mine = [ev for ev in tapped if ev.context_id == two]
+    assert [ev.seq for ev in mine] == list(range(1, len(mine) + 1))
+    assert mine[-1].kind == "TurnCompleted"
+    assert {ev.context_id for ev in tapped} == {one, two}
+
+
+async def test_a_failing_tap_is_logged_and_nobody_else_loses_an_event() -> None:
+    engine, _, _ = make_engine([{"chunks": ["a", "b"]}])
+    calls: list[int] = []
+
+    def broken(ev: Event) -> None:
+        calls.append(ev.seq)
+        raise RuntimeError("tap broke")
+
+    async with engine:
+        cid = await engine.create_context()
+        with structlog.testing.capture_logs() as logs, engine.tap(broken):
+            async with engine.subscribe(cid) as sub:
+                turn = await engine.send(cid, "Hi")
+                got = await drain(sub)
+    assert turn.text == "ab"
+    assert calls == [ev.seq for ev in got]
+    failed = [entry for entry in logs if entry["event"] == "event_tap_failed"]
+    assert [entry["seq"] for entry in failed] == calls
+    assert failed[0]["context_id"] == cid
+
+
+async def test_a_tap_must_be_callable() -> None:
+    engine, _, _ = make_engine([])
+    async with engine:
+        with pytest.raises(InvalidInput, match="fn"):
+            engine.tap("not a function")  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- slow subscribers

@@ -19,7 +19,7 @@ from ._inputs import UNSET, Unset
 from ._modes import Mode
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
-from ._subscribers import EngineSubscription, Subscription
+from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._turn import Question, StopReason, Turn
 from ._worker import Worker
 
@@ -32,6 +32,7 @@ __all__ = [
     "ContextTree",
     "Engine",
     "EngineSubscription",
+    "EventTap",
     "FakeClock",
     "FinalAnswer",
     "Finished",

@@ -38,6 +38,7 @@ from ..errors import (
     SubContextError,
     TurnFSMError,
 )
+from ..events import Event
 from ..model import (
     ApprovalStatus,
     Branch,
@@ -72,7 +73,7 @@ from ._leases import DEFAULT_LEASE_TTL, HOST
 from ._modes import Mode, Modes
 from ._recovery import Recovery
 from ._retry import RetryPolicy
-from ._subscribers import EngineSubscription, Subscription
+from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._turn import Turn
 
 __all__ = ["Engine"]
@@ -971,6 +972,21 @@ class Engine:
             subs.append(sub)
         return sub
 
+    def tap(self, fn: Callable[[Event], object]) -> EventTap:
+        """Call ``fn`` with every event of every context from now on, as it
+        goes out, in the engine's task (see :class:`EventTap`): for a reader
+        in this process that hands events on without waiting. ``fn`` must not
+        block; what it raises is logged. ``close()`` the tap (or use it as a
+        ``with`` block) to stop."""
+        if not callable(fn):
+            raise InvalidInput("fn", f"must be callable, not {fn!r}")
+        loaded = self._d.loaded
+        tap = EventTap(fn, self._drop_everywhere)
+        loaded.everywhere.append(tap)
+        for subs in loaded.subscribers.values():
+            subs.append(tap)
+        return tap
+
     def _drop_subscriber(self, sub: Subscription) -> None:
         loaded = self._d.loaded
         subs = loaded.subscribers.get(sub.context_id)
@@ -979,7 +995,7 @@ class Engine:
             if not subs and sub.context_id not in loaded.runtimes:
                 del loaded.subscribers[sub.context_id]
 
-    def _drop_everywhere(self, sub: Subscription) -> None:
+    def _drop_everywhere(self, sub: Sink) -> None:
         loaded = self._d.loaded
         if sub in loaded.everywhere:
             loaded.everywhere.remove(sub)

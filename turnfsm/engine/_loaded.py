@@ -9,7 +9,7 @@ from typing import Any
 from ..model import ChatContext, to_chat_messages
 from ..states import ContextHolder, State, TurnMachine
 from ._runtime import Runtime
-from ._subscribers import Subscription
+from ._subscribers import Sink
 
 __all__ = ["Loaded"]
 
@@ -24,10 +24,10 @@ class Loaded:
         self.log = log
         self.request_cancel = request_cancel
         self.runtimes: dict[str, Runtime] = {}
-        self.subscribers: dict[str, list[Subscription]] = {}
+        self.subscribers: dict[str, list[Sink]] = {}
         """Per context: its subscribers (each list also holds :attr:`everywhere`)."""
-        self.everywhere: list[Subscription] = []
-        """The subscribers to every context (``Engine.subscribe_all``)."""
+        self.everywhere: list[Sink] = []
+        """The subscribers to every context (``Engine.subscribe_all``, ``Engine.tap``)."""
         self.seq_marks: dict[str, int] = {}
         """Per unloaded context: the last seq its subscribers saw, when the store
         holds less (a failed commit)."""
@@ -61,7 +61,7 @@ class Loaded:
         self.runtimes[cid] = rt
         return rt
 
-    def subscribers_of(self, context_id: str) -> list[Subscription]:
+    def subscribers_of(self, context_id: str) -> list[Sink]:
         """The context's list of subscribers (made with :attr:`everywhere` in it)."""
         subs = self.subscribers.get(context_id)
         if subs is None:

@@ -12,7 +12,7 @@ from ..events import Event
 from ..model import Branch, ChatContext, LLMRequest, MessageNode
 from ..states import ContextHolder, State
 from ..storage import Lease
-from ._subscribers import Subscription
+from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
 __all__ = ["Runtime", "dirty"]
@@ -26,7 +26,7 @@ class Runtime:
     holder: ContextHolder
     chat: list[dict[str, Any]]
     """The active branch in chat format, kept in step with ``ctx``."""
-    subscribers: list[Subscription]
+    subscribers: list[Sink]
     log: Any
     request_cancel: Callable[[], None] = lambda: None
     seq: int = 0

@@ -4,18 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
+import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import Event, EventsMissed
 
-__all__ = ["EngineSubscription", "Subscription", "yield_to_readers"]
+__all__ = ["EngineSubscription", "EventTap", "Sink", "Subscription", "yield_to_readers"]
+
+log = structlog.get_logger("turnfsm.engine")
 
 yield_to_readers = anyio.lowlevel.cancel_shielded_checkpoint
 """One turn of the event loop for other tasks (a subscriber's reader), without
 being a point where the engine's call can be cancelled."""
+
+
+class Sink(Protocol):
+    """What the engine hands each event to as it goes out: a
+    :class:`Subscription` or an :class:`EventTap`."""
+
+    def offer(self, event: Event) -> bool:
+        """Take ``event`` without waiting; True asks the engine to give the
+        event loop a turn (a reader is falling behind)."""
+        ...
+
+    def end(self) -> None:
+        """No more events will come."""
+        ...
 
 
 class Subscription:
@@ -205,3 +223,51 @@ class EngineSubscription(Subscription):
             assert note is not None
             out.append(note)
         return out
+
+
+class EventTap:
+    """A function the engine calls with every event of every context as it
+    goes out (:meth:`Engine.tap <turnfsm.engine.Engine.tap>`), in the order
+    they go out, inside the engine's own task: no queue, no task to wake.
+
+    For a reader in the same process that only hands events on without
+    waiting (a server putting them on its streams' queues, a log kept in
+    memory). The function must not block or await; an exception it raises is
+    logged and the event still goes to every other subscriber and tap. Use it
+    as ``with engine.tap(fn):`` or call :meth:`close`.
+    """
+
+    def __init__(self, fn: Callable[[Event], object], on_close: Callable[[EventTap], None]):
+        self._fn = fn
+        self._on_close = on_close
+        self.closed = False
+
+    def offer(self, event: Event) -> bool:
+        try:
+            self._fn(event)
+        except Exception:
+            log.exception(
+                "event_tap_failed", context_id=event.context_id, seq=event.seq, kind=event.kind
+            )
+        return False
+
+    def end(self) -> None:
+        """The engine closed: the function is not called again."""
+        self.closed = True
+
+    def close(self) -> None:
+        """Stop calling the function (from the next event on)."""
+        if not self.closed:
+            self.closed = True
+            self._on_close(self)
+
+    def __enter__(self) -> EventTap:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..audit import audit_jsonl, audit_records, verify_audit_log
-from ..engine import UNSET, Engine, EngineSubscription, Turn
+from ..engine import UNSET, Engine, Turn
 from ..errors import ContextNotFound, InvalidInput, RenderError, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
 from ..model import ChatContext, MessageNode
@@ -62,8 +62,6 @@ IDLE_CHANNELS = 64
 """Channels kept (with their recent events) once no stream and no call uses them."""
 KNOWN_OWNERS = 4096
 """Contexts whose tenant the hub remembers for the tenant-wide streams."""
-LOCAL_BUFFER = 4096
-"""Events of this process the hub may fall behind by (then read from the log)."""
 
 
 @dataclass
@@ -85,9 +83,8 @@ class ServerConfig:
     ``recover()`` on start: the workers claim what a crash left)."""
 
 
-_FIRST_STEPS = frozenset({"StateChanged", "ToolResult", "ContextChanged", "EventsMissed"})
-"""The events that show a launched call has taken its first step (or that
-some of its events were lost: it has taken some step)."""
+_FIRST_STEPS = frozenset({"StateChanged", "ToolResult", "ContextChanged"})
+"""The events that show a launched call has taken its first step."""
 
 
 class _Job:
@@ -188,8 +185,7 @@ class Hub:
                 anyio.create_task_group() as tg,
             ):
                 self._engine, self._tg = engine, tg
-                local = engine.subscribe_all(LOCAL_BUFFER)
-                tg.start_soon(self._pump_local, local)
+                local = engine.tap(self._on_local)
                 tg.start_soon(event_log.listen, self._on_note, self._on_listening)
                 if self.config.recover_on_start and self.config.turns == "here":
                     recovery = await engine.recover()
@@ -208,7 +204,7 @@ class Hub:
                     self.closing.set()
                     await self._stop_running()
                     tg.cancel_scope.cancel()
-                    await local.aclose()
+                    local.close()
         finally:
             self._engine = None
             await event_log.aclose()
@@ -295,20 +291,15 @@ class Hub:
             for stream in list(self.listeners.get(tenant or "", ())):
                 stream.put(item)
 
-    async def _pump_local(self, sub: EngineSubscription) -> None:
-        """This process's events, to the channels and the tenant streams."""
-        async with sub:
-            async for first in sub:
-                for ev in [first, *sub.drain()]:
-                    if ev.kind == "EventsMissed":
-                        self.offer(ev.context_id, ev.seq)  # read what it lost from the log
-                    else:
-                        self.offer(ev.context_id, ev)
-                    if self.starting and ev.kind in _FIRST_STEPS:
-                        for job in self.starting.get(ev.context_id, ()):
-                            if isinstance(ev, StateChanged):
-                                job.state = ev.to_state
-                            job.started.set()
+    def _on_local(self, ev: Event) -> None:
+        """An event of this process's engine as it goes out (the engine's tap:
+        no queue, no task), to the channels and the tenant streams."""
+        self.offer(ev.context_id, ev)
+        if self.starting and ev.kind in _FIRST_STEPS:
+            for job in self.starting.get(ev.context_id, ()):
+                if isinstance(ev, StateChanged):
+                    job.state = ev.to_state
+                job.started.set()
 
     def _on_note(self, note: LogNote) -> None:
         """A doorbell from the event log (another process, or this one's echo)."""
@@ -367,7 +358,7 @@ class Hub:
             self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
             await job.done.wait()
         else:
-            # _pump_local sets job.started at the call's first step (the job
+            # _on_local sets job.started at the call's first step (the job
             # itself when it returned or failed)
             starting = self.starting.setdefault(context_id, [])
             starting.append(job)
