@@ -294,7 +294,12 @@ class Hub:
     def _on_local(self, ev: Event) -> None:
         """An event of this process's engine as it goes out (the engine's tap:
         no queue, no task), to the channels and the tenant streams."""
-        self.offer(ev.context_id, ev)
+        cid = ev.context_id
+        ch = self.channels.get(cid) or self.idle.get(cid)
+        if ch is not None and not ch.filling and (ch.next is None or ch.next == ev.seq):
+            ch.send(ev)  # the usual case: next in line (Channel.take, without the checks)
+        else:
+            self.offer(cid, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
             for job in self.starting.get(ev.context_id, ()):
                 if isinstance(ev, StateChanged):
@@ -377,8 +382,11 @@ class Hub:
 # ---------------------------------------------------------------------- middleware
 
 
-class BodyLimit:
-    """``413`` for a request body over ``limit`` bytes (declared or streamed)."""
+class Gate:
+    """Every HTTP request's way in: ``413`` for a body over ``limit`` bytes
+    (declared or streamed), and one structlog line per request (method, path,
+    status, milliseconds). One middleware for both: each layer wraps every
+    message of every request."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -388,17 +396,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > self.limit:
-                    await self._too_big(scope, receive, send)
-                    return
+        start = time.perf_counter()
+        status = 0
         seen = 0
-        started = False
 
         async def counted() -> Message:
             nonlocal seen
@@ -410,16 +410,38 @@ class BodyLimit:
             return message
 
         async def watched(message: Message) -> None:
-            nonlocal started
+            nonlocal status
             if message["type"] == "http.response.start":
-                started = True
+                status = int(message["status"])
             await send(message)
 
         try:
-            await self.app(scope, counted, watched)
-        except _TooBig:
-            if not started:
-                await self._too_big(scope, receive, send)
+            if self._declared(scope) > self.limit:
+                await self._too_big(scope, receive, watched)
+                return
+            try:
+                await self.app(scope, counted, watched)
+            except _TooBig:
+                if not status:
+                    await self._too_big(scope, receive, watched)
+        finally:
+            log.info(
+                "request",
+                method=scope.get("method"),
+                path=scope.get("path"),
+                status=status,
+                ms=round((time.perf_counter() - start) * 1000, 1),
+            )
+
+    @staticmethod
+    def _declared(scope: Scope) -> int:
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return 0
+        return 0
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer = error_response(
@@ -430,37 +452,6 @@ class BodyLimit:
 
 class _TooBig(Exception):
     pass
-
-
-class AccessLog:
-    """One structlog line per request: method, path, status, milliseconds."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 0
-
-        async def watched(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched)
-        finally:
-            log.info(
-                "request",
-                method=scope.get("method"),
-                path=scope.get("path"),
-                status=status,
-                ms=round((time.perf_counter() - start) * 1000, 1),
-            )
 
 
 # ---------------------------------------------------------------------- the app
@@ -697,12 +688,8 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         )
         if wait and job.turn is not None:
             return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
-        return JSONResponse(
-            AcceptedOut(
-                context_id=context_id, message_id=mid, state=await state_of(job)
-            ).model_dump(mode="json"),
-            status_code=202,
-        )
+        accepted = AcceptedOut(context_id=context_id, message_id=mid, state=await state_of(job))
+        return Response(accepted.model_dump_json(), 202, media_type="application/json")
 
     # -------------------------------------------------------------- calls on a turn
 
@@ -853,8 +840,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             allow_methods=["*"],
             allow_headers=["*"],
         )
-    app.add_middleware(BodyLimit, limit=config.max_body)
-    app.add_middleware(AccessLog)
+    app.add_middleware(Gate, limit=config.max_body)
     return app
 
 

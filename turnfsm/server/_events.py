@@ -13,6 +13,7 @@ engine never waits for a stream: a stream that falls behind by
 :data:`STREAM_BUFFER` gets a ``Resync`` for what it lost.
 """
 
+import functools
 import json
 import time
 from collections import deque
@@ -73,7 +74,9 @@ def event_json(ev: Event) -> bytes:
     return data
 
 
+@functools.lru_cache(maxsize=256)
 def _json_member(name: str, value: str) -> bytes:
+    """``"name":"value"`` (a state's name: a handful of values, each made once)."""
     return b'"%s":%s' % (name.encode(), json.dumps(value).encode())
 
 
@@ -135,7 +138,9 @@ class Listener:
             self.gaps[cid] = Gap(cid, gap.first if gap else _first(item), _last(item))
         else:
             self.items.append(item)
-        self._wake.set()
+        wake = self._wake
+        if not wake.is_set():
+            wake.set()
 
     def close(self) -> None:
         self.closed = True
@@ -255,10 +260,11 @@ class Channel:
 
     def send(self, item: Item) -> None:
         """To the ring, the streams on the context and its tenant's streams."""
-        self.next = _last(item) + 1
+        self.next = (item.last if isinstance(item, Gap) else item.seq) + 1
         self.ring.append(item)
-        for listener in list(self.listeners):
-            listener.put(item)
+        if self.listeners:
+            for listener in list(self.listeners):
+                listener.put(item)
         if self.tenant is not None and self.tenant_streams:
             for listener in list(self.tenant_streams.get(self.tenant, ())):
                 listener.put(item)
@@ -350,12 +356,17 @@ def add_event_routes(
             nonlocal sent
             frames: list[bytes] = []
             for item in items:
-                if sent is not None and _last(item) <= sent:
+                if not isinstance(item, Gap):  # an event: the usual case, framed here
+                    if sent is None or item.seq > sent:
+                        frames.append(sse_frame(item))
+                        sent = item.seq
+                    continue
+                if sent is not None and item.last <= sent:
                     continue  # sent already (from the ring or the log)
-                if isinstance(item, Gap) and sent is not None and item.first <= sent:
+                if sent is not None and item.first <= sent:
                     item = Gap(item.context_id, sent + 1, item.last)
                 frames.append(await _frame(hub, item))
-                sent = _last(item)
+                sent = item.last
             return b"".join(frames)
 
         try:
