@@ -19,6 +19,7 @@ from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.server import ServerConfig, create_app
+from turnfsm.server._run import HTTP_PROTOCOL
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 
@@ -38,7 +39,13 @@ def serve_in_thread(app: object) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", ws="none")  # type: ignore[arg-type]
+        uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            log_level="warning",
+            lifespan="on",
+            ws="none",
+            http=HTTP_PROTOCOL,  # as turnfsm serve runs it
+        )
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

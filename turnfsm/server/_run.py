@@ -4,22 +4,94 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
+from typing import Any, cast
 
 import structlog
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from ..engine import Engine
 from ._app import ServerConfig, create_app
 
-__all__ = ["LOOPBACK", "configure_logging", "is_loopback", "run_server"]
+__all__ = [
+    "HTTP_PROTOCOL",
+    "LOOPBACK",
+    "OneWritePerTurn",
+    "configure_logging",
+    "is_loopback",
+    "run_server",
+]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK or host.startswith("127.")
+
+
+class OneWritePerTurn:
+    """A connection's transport whose writes made in one turn of the event
+    loop go out together: one system call, one wake-up of the client.
+
+    uvicorn writes a response's head and its body separately, so a client
+    woke for the head and again for the body of every ``202``. Writes are
+    joined and handed to the real transport at the next turn of the loop (or
+    before it closes); everything else is the real transport's."""
+
+    __slots__ = ("_loop", "_parts", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._parts: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._parts:
+            self._loop.call_soon(self._flush)
+        self._parts.append(bytes(data))
+
+    def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in lines:
+            self.write(data)
+
+    def _flush(self) -> None:
+        parts = self._parts
+        if parts:
+            self._parts = []
+            if not self._transport.is_closing():
+                self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._parts))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._parts = []
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def _one_write_per_turn(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    class Protocol(base):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            # uvloop's transports are not asyncio.Transport subclasses: no check
+            wire = OneWritePerTurn(cast(asyncio.Transport, transport), asyncio.get_running_loop())
+            super().connection_made(wire)
+
+    Protocol.__name__ = Protocol.__qualname__ = f"OneWritePerTurn{base.__name__}"
+    return Protocol
+
+
+HTTP_PROTOCOL = _one_write_per_turn(AutoHTTPProtocol)
+"""uvicorn's HTTP protocol (httptools when installed, as the ``server`` extra
+does; h11 otherwise) over :class:`OneWritePerTurn`: ``uvicorn.Config(http=...)``."""
 
 
 class _Server(uvicorn.Server):
@@ -71,6 +143,7 @@ def run_server(
             log_level="warning",
             lifespan="on",
             ws="none",
+            http=HTTP_PROTOCOL,
             timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
         )
     )

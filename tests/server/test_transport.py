@@ -1,0 +1,132 @@
+"""How ``turnfsm serve`` writes to a connection (``turnfsm.server._run``): the
+writes of one turn of the event loop go out as one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from turnfsm.server._run import HTTP_PROTOCOL, OneWritePerTurn
+
+
+class Recorded(asyncio.Transport):
+    """A transport that keeps what it is given, as the socket would get it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        assert not self.closed, "a write after close"
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 7
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_writes_of_one_loop_turn_go_out_as_one_write() -> None:
+    async def scenario() -> list[list[bytes]]:
+        real = Recorded()
+        wire = OneWritePerTurn(real, asyncio.get_running_loop())
+        seen = []
+        wire.write(b"HTTP/1.1 202 Accepted\r\n\r\n")
+        wire.write(memoryview(b'{"state":"Idle"}'))
+        seen.append(list(real.writes))  # nothing yet: the turn is not over
+        assert wire.get_write_buffer_size() == 7 + 41
+        await asyncio.sleep(0)
+        seen.append(list(real.writes))
+        wire.writelines([b"a", b"b"])
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # no second flush of the same writes
+        seen.append(list(real.writes))
+        return seen
+
+    before, after_one, after_two = asyncio.run(scenario())
+    assert before == []
+    assert after_one == [b'HTTP/1.1 202 Accepted\r\n\r\n{"state":"Idle"}']
+    assert after_two == [*after_one, b"ab"]
+
+
+def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
+    async def scenario() -> tuple[Recorded, Recorded]:
+        loop = asyncio.get_running_loop()
+        closed, aborted = Recorded(), Recorded()
+        one, two = OneWritePerTurn(closed, loop), OneWritePerTurn(aborted, loop)
+        one.write(b"last words")
+        one.close()
+        two.write(b"never sent")
+        two.abort()
+        await asyncio.sleep(0)  # the pending flushes find nothing to send
+        return closed, aborted
+
+    closed, aborted = asyncio.run(scenario())
+    assert closed.writes == [b"last words"] and closed.closed
+    assert aborted.writes == [] and aborted.aborted
+
+
+def test_a_write_to_a_closing_transport_is_dropped() -> None:
+    async def scenario() -> Recorded:
+        real = Recorded()
+        wire = OneWritePerTurn(real, asyncio.get_running_loop())
+        wire.write(b"too late")
+        real.closed = True  # the peer went away before the flush
+        await asyncio.sleep(0)
+        return real
+
+    assert asyncio.run(scenario()).writes == []
+
+
+def test_uvicorns_response_goes_out_in_one_write() -> None:
+    """uvicorn's own protocol (as ``turnfsm serve`` runs it) answers a request
+    with its head and body in one write."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        await receive()
+        body = b'{"accepted":true}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"17")]
+        await send({"type": "http.response.start", "status": 202, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def scenario() -> Recorded:
+        config = uvicorn.Config(app, lifespan="off", ws="none", http=HTTP_PROTOCOL)
+        config.load()
+        protocol: Any = HTTP_PROTOCOL(  # type: ignore[call-arg]
+            config=config, server_state=ServerState(), app_state={}
+        )
+        real = Recorded()
+        protocol.connection_made(real)
+        protocol.data_received(b"POST /m HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        for _ in range(20):  # the app runs in a task; the flush a turn later
+            await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        return real
+
+    real = asyncio.run(scenario())
+    assert len(real.writes) == 1, real.writes
+    head, _, body = real.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 202 Accepted\r\n")
+    assert body == b'{"accepted":true}'
