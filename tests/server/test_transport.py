@@ -1,5 +1,5 @@
-"""How ``turnfsm serve`` writes to a connection (``turnfsm.server._run``): the
-writes of one turn of the event loop go out as one."""
+"""How ``turnfsm serve`` writes to a connection (``turnfsm.server._run``): a
+response's head goes out with its body, in one write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from turnfsm.server._run import HTTP_PROTOCOL, OneWritePerTurn
+from turnfsm.server._run import HTTP_PROTOCOL, HeadWithBody
 
 
 class Recorded(asyncio.Transport):
@@ -47,51 +47,71 @@ class Recorded(asyncio.Transport):
         pass
 
 
-def test_writes_of_one_loop_turn_go_out_as_one_write() -> None:
+HEAD = b"HTTP/1.1 202 Accepted\r\ncontent-length: 16\r\n\r\n"
+
+
+def test_a_head_goes_out_with_the_write_after_it_and_other_writes_at_once() -> None:
     async def scenario() -> list[list[bytes]]:
         real = Recorded()
-        wire = OneWritePerTurn(real, asyncio.get_running_loop())
+        wire = HeadWithBody(real, asyncio.get_running_loop())
         seen = []
-        wire.write(b"HTTP/1.1 202 Accepted\r\n\r\n")
+        wire.write(HEAD)
+        seen.append(list(real.writes))  # held
+        assert wire.get_write_buffer_size() == 7 + len(HEAD)
         wire.write(memoryview(b'{"state":"Idle"}'))
-        seen.append(list(real.writes))  # nothing yet: the turn is not over
-        assert wire.get_write_buffer_size() == 7 + 41
+        seen.append(list(real.writes))  # with its body, without waiting
+        wire.write(b"5\r\nhello\r\n")
+        wire.writelines([b"0\r\n", b"\r\n"])
+        seen.append(list(real.writes))  # not a head: at once
         await asyncio.sleep(0)
-        seen.append(list(real.writes))
-        wire.writelines([b"a", b"b"])
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)  # no second flush of the same writes
-        seen.append(list(real.writes))
+        seen.append(list(real.writes))  # the held head's flush finds nothing
         return seen
 
-    before, after_one, after_two = asyncio.run(scenario())
+    held, joined, body, later = asyncio.run(scenario())
+    assert held == []
+    assert joined == [HEAD + b'{"state":"Idle"}']
+    assert body == [*joined, b"5\r\nhello\r\n", b"0\r\n\r\n"]
+    assert later == body
+
+
+def test_a_head_alone_goes_out_at_the_next_turn_of_the_loop() -> None:
+    """A stream's head: its first event may be long in coming."""
+
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        real = Recorded()
+        wire = HeadWithBody(real, asyncio.get_running_loop())
+        wire.write(HEAD)
+        before = list(real.writes)
+        await asyncio.sleep(0)
+        return before, list(real.writes)
+
+    before, after = asyncio.run(scenario())
     assert before == []
-    assert after_one == [b'HTTP/1.1 202 Accepted\r\n\r\n{"state":"Idle"}']
-    assert after_two == [*after_one, b"ab"]
+    assert after == [HEAD]
 
 
-def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:
+def test_close_sends_a_held_head_first_and_abort_drops_it() -> None:
     async def scenario() -> tuple[Recorded, Recorded]:
         loop = asyncio.get_running_loop()
         closed, aborted = Recorded(), Recorded()
-        one, two = OneWritePerTurn(closed, loop), OneWritePerTurn(aborted, loop)
-        one.write(b"last words")
+        one, two = HeadWithBody(closed, loop), HeadWithBody(aborted, loop)
+        one.write(HEAD)
         one.close()
-        two.write(b"never sent")
+        two.write(HEAD)
         two.abort()
         await asyncio.sleep(0)  # the pending flushes find nothing to send
         return closed, aborted
 
     closed, aborted = asyncio.run(scenario())
-    assert closed.writes == [b"last words"] and closed.closed
+    assert closed.writes == [HEAD] and closed.closed
     assert aborted.writes == [] and aborted.aborted
 
 
-def test_a_write_to_a_closing_transport_is_dropped() -> None:
+def test_a_held_head_is_dropped_when_the_transport_closed_meanwhile() -> None:
     async def scenario() -> Recorded:
         real = Recorded()
-        wire = OneWritePerTurn(real, asyncio.get_running_loop())
-        wire.write(b"too late")
+        wire = HeadWithBody(real, asyncio.get_running_loop())
+        wire.write(HEAD)
         real.closed = True  # the peer went away before the flush
         await asyncio.sleep(0)
         return real

@@ -18,7 +18,7 @@ from ._app import ServerConfig, create_app
 __all__ = [
     "HTTP_PROTOCOL",
     "LOOPBACK",
-    "OneWritePerTurn",
+    "HeadWithBody",
     "configure_logging",
     "is_loopback",
     "run_server",
@@ -31,67 +31,76 @@ def is_loopback(host: str) -> bool:
     return host in LOOPBACK or host.startswith("127.")
 
 
-class OneWritePerTurn:
-    """A connection's transport whose writes made in one turn of the event
-    loop go out together: one system call, one wake-up of the client.
+class HeadWithBody:
+    """A connection's transport that sends a response's head with what
+    follows it: one system call, one wake-up of the client.
 
     uvicorn writes a response's head and its body separately, so a client
-    woke for the head and again for the body of every ``202``. Writes are
-    joined and handed to the real transport at the next turn of the loop (or
-    before it closes); everything else is the real transport's."""
+    woke for the head and again for the body of every ``202``. A head (a
+    write that starts with ``HTTP/`` and ends with the blank line) is held
+    until the next write, which it goes out with, or until the next turn of
+    the event loop (a stream's head, whose first event may be long in
+    coming). Every other write goes out at once; everything else is the real
+    transport's."""
 
-    __slots__ = ("_loop", "_parts", "_transport")
+    __slots__ = ("_held", "_loop", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._parts: list[bytes] = []
+        self._held: bytes | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._parts:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + bytes(data))
+        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
+            self._held = bytes(data)
             self._loop.call_soon(self._flush)
-        self._parts.append(bytes(data))
+        else:
+            self._transport.write(data)
 
     def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
-        for data in lines:
-            self.write(data)
+        self.write(b"".join(lines))
 
     def _flush(self) -> None:
-        parts = self._parts
-        if parts:
-            self._parts = []
+        held = self._held
+        if held is not None:
+            self._held = None
             if not self._transport.is_closing():
-                self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+                self._transport.write(held)
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._parts))
+        held = self._held
+        return self._transport.get_write_buffer_size() + (len(held) if held else 0)
 
     def close(self) -> None:
         self._flush()
         self._transport.close()
 
     def abort(self) -> None:
-        self._parts = []
+        self._held = None
         self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
 
-def _one_write_per_turn(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+def _head_with_body(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     class Protocol(base):  # type: ignore[misc,valid-type]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             # uvloop's transports are not asyncio.Transport subclasses: no check
-            wire = OneWritePerTurn(cast(asyncio.Transport, transport), asyncio.get_running_loop())
+            wire = HeadWithBody(cast(asyncio.Transport, transport), asyncio.get_running_loop())
             super().connection_made(wire)
 
-    Protocol.__name__ = Protocol.__qualname__ = f"OneWritePerTurn{base.__name__}"
+    Protocol.__name__ = Protocol.__qualname__ = f"HeadWithBody{base.__name__}"
     return Protocol
 
 
-HTTP_PROTOCOL = _one_write_per_turn(AutoHTTPProtocol)
+HTTP_PROTOCOL = _head_with_body(AutoHTTPProtocol)
 """uvicorn's HTTP protocol (httptools when installed, as the ``server`` extra
-does; h11 otherwise) over :class:`OneWritePerTurn`: ``uvicorn.Config(http=...)``."""
+does; h11 otherwise) over :class:`HeadWithBody`: ``uvicorn.Config(http=...)``."""
 
 
 class _Server(uvicorn.Server):
