@@ -30,7 +30,7 @@ from turnfsm import (
     TurnCompleted,
     tool,
 )
-from turnfsm.events import EVENT_ADAPTER
+from turnfsm.events import EVENT_ADAPTER, event_bytes
 from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -69,6 +69,14 @@ async def drain(sub: Subscription, *, until: type | None = TurnCompleted) -> lis
             if until is not None and isinstance(ev, until):
                 break
     return got
+
+
+def same_json(events: list[Event]) -> None:
+    """``event_bytes`` (each kind's own adapter, remembered) gives the bytes of
+    the union's adapter, for every event, the first time and again."""
+    for ev in events:
+        assert event_bytes(ev) == EVENT_ADAPTER.dump_json(ev), ev.kind
+        assert event_bytes(ev) == EVENT_ADAPTER.dump_json(ev), ev.kind
 
 
 def covered_seqs(events: list[Event]) -> list[int]:
@@ -164,6 +172,7 @@ async def test_events_serialise() -> None:
             data = EVENT_ADAPTER.dump_python(ev, mode="json")
             assert data["kind"] == ev.kind
             assert EVENT_ADAPTER.validate_python(data) == ev
+        same_json(events)
 
 
 async def test_approval_events() -> None:
@@ -198,6 +207,7 @@ async def test_approval_events() -> None:
         assert second[-1].stop_reason == "completed"  # type: ignore[union-attr]
         seqs = [ev.seq for ev in first + end_of_first + second]
         assert seqs == list(range(1, len(seqs) + 1))
+        same_json(first + end_of_first + second)
 
 
 async def test_retry_and_failure_events() -> None:
@@ -229,6 +239,9 @@ async def test_retry_and_failure_events() -> None:
         assert "503" in failed[0].error
         assert events[-1].kind == "TurnCompleted"
         assert events[-1].stop_reason == "failed"  # type: ignore[union-attr]
+        same_json(
+            [*events, EventsMissed(context_id=cid, seq=9, timestamp=1.0, count=2, first_seq=8)]
+        )
         assert [ev.seq for ev in events] == list(range(1, len(events) + 1))
         ctx = await engine.get_context(cid)
         assert all("partial" not in n.message.text for n in ctx.message_pool.values())
