@@ -377,7 +377,8 @@ def over_http(lean: bool) -> dict[str, Any]:
             [sys.executable, SELF, "--serve", str(port)], stdout=subprocess.DEVNULL, stderr=err
         )
         try:
-            result = anyio.run(_client, port, proc, lean)
+            # the client's loop is uvloop, as the server's: lean, as a browser is
+            result = anyio.run(_client, port, proc, lean, backend_options={"use_uvloop": True})
         finally:
             proc.terminate()
             try:
