@@ -841,7 +841,41 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             allow_headers=["*"],
         )
     app.add_middleware(Gate, limit=config.max_body)
+    _hot_routes_first(app)
     return app
+
+
+HOT_ROUTES = (
+    ("POST", "/api/contexts/{context_id}/messages"),
+    ("GET", "/api/contexts/{context_id}/events"),
+)
+"""The routes a conversation uses on every turn."""
+
+
+def _hot_routes_first(app: FastAPI) -> None:
+    """Match :data:`HOT_ROUTES` first. The router tries routes in order, and
+    these came after a dozen others (each a regular expression and a scope
+    made). No other route's path has their shapes, so no request goes
+    elsewhere than before. The OpenAPI document keeps the declared order."""
+    declared = list(app.router.routes)
+
+    def hot(route: Any) -> bool:
+        methods = getattr(route, "methods", None) or ()
+        return any((m, getattr(route, "path", None)) in HOT_ROUTES for m in methods)
+
+    app.router.routes.sort(key=lambda route: not hot(route))  # stable: the rest as declared
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            matched = app.router.routes
+            app.router.routes = declared
+            try:
+                FastAPI.openapi(app)
+            finally:
+                app.router.routes = matched
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _cursor(cursor: str | None) -> int:

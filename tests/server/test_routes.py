@@ -1,0 +1,37 @@
+"""The router's order (``turnfsm.server._app``): the routes of every turn are
+matched first, the OpenAPI document lists paths as declared."""
+
+from __future__ import annotations
+
+from starlette.routing import Match
+
+from turnfsm import Engine
+from turnfsm.server import ServerConfig, create_app
+from turnfsm.server._app import HOT_ROUTES
+
+
+def test_the_routes_of_every_turn_are_matched_first_and_take_nothing_else() -> None:
+    app = create_app(lambda: Engine(), ServerConfig())
+    first = [(m, r.path) for r in app.routes[: len(HOT_ROUTES)] for m in r.methods]  # type: ignore[attr-defined]
+    assert sorted(first) == sorted(HOT_ROUTES)
+    # a request for another route on the same path goes where it went before
+    for method, path in [
+        ("GET", "/api/contexts/c1/messages"),
+        ("GET", "/api/contexts/c1/messages/m1"),
+        ("POST", "/api/contexts/c1/tools/approve"),
+        ("GET", "/api/events"),
+    ]:
+        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        full = [r for r in app.routes if r.matches(scope)[0] is Match.FULL]
+        assert full, (method, path)
+        assert (method, full[0].path) not in HOT_ROUTES  # type: ignore[attr-defined]
+
+
+def test_the_openapi_document_lists_paths_as_declared() -> None:
+    app = create_app(lambda: Engine(), ServerConfig())
+    paths = list(app.openapi()["paths"])
+    assert paths[:3] == ["/healthz", "/readyz", "/api/contexts"]
+    messages = "/api/contexts/{context_id}/messages"
+    assert paths.index(messages) < paths.index("/api/contexts/{context_id}/events")
+    assert set(app.openapi()["paths"][messages]) == {"get", "post"}
+    assert app.openapi() is app.openapi()  # made once
