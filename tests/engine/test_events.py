@@ -333,6 +333,35 @@ async def test_a_failing_tap_is_logged_and_nobody_else_loses_an_event() -> None:
     assert failed[0]["context_id"] == cid
 
 
+async def test_a_tap_that_returns_true_lets_a_waiting_task_run_before_the_turn_goes_on() -> None:
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}])
+    seen: list[str] = []
+    first_step = anyio.Event()
+    observed: list[list[str]] = []
+
+    def tap(ev: Event) -> bool:
+        seen.append(ev.kind)
+        if ev.kind == "StateChanged" and not first_step.is_set():
+            first_step.set()
+            return True  # a task waits for this event
+        return False
+
+    async def waiter() -> None:
+        await first_step.wait()
+        observed.append(list(seen))
+
+    async with engine:
+        cid = await engine.create_context()
+        with engine.tap(tap):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.lowlevel.checkpoint()  # the waiter is waiting
+                await engine.send(cid, "first")
+    # the waiter ran at the first step, before the rest of the turn went out
+    assert observed == [["StateChanged"]]
+    assert seen[-1] == "TurnCompleted"
+
+
 async def test_a_tap_must_be_callable() -> None:
     engine, _, _ = make_engine([])
     async with engine:

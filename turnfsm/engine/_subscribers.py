@@ -233,8 +233,10 @@ class EventTap:
     For a reader in the same process that only hands events on without
     waiting (a server putting them on its streams' queues, a log kept in
     memory). The function must not block or await; an exception it raises is
-    logged and the event still goes to every other subscriber and tap. Use it
-    as ``with engine.tap(fn):`` or call :meth:`close`.
+    logged and the event still goes to every other subscriber and tap. When
+    it returns ``True`` (a task waits for this event: a request to answer),
+    the engine gives the event loop one turn before it goes on. Use it as
+    ``with engine.tap(fn):`` or call :meth:`close`.
     """
 
     def __init__(self, fn: Callable[[Event], object], on_close: Callable[[EventTap], None]):
@@ -244,12 +246,12 @@ class EventTap:
 
     def offer(self, event: Event) -> bool:
         try:
-            self._fn(event)
+            return self._fn(event) is True
         except Exception:
             log.exception(
                 "event_tap_failed", context_id=event.context_id, seq=event.seq, kind=event.kind
             )
-        return False
+            return False
 
     def end(self) -> None:
         """The engine closed: the function is not called again."""

@@ -291,9 +291,11 @@ class Hub:
             for stream in list(self.listeners.get(tenant or "", ())):
                 stream.put(item)
 
-    def _on_local(self, ev: Event) -> None:
+    def _on_local(self, ev: Event) -> bool:
         """An event of this process's engine as it goes out (the engine's tap:
-        no queue, no task), to the channels and the tenant streams."""
+        no queue, no task), to the channels and the tenant streams. True when
+        it started a launched call: the engine then lets the request answer
+        (its ``202``) before it goes on with the turn."""
         cid = ev.context_id
         ch = self.channels.get(cid) or self.idle.get(cid)
         if ch is not None and not ch.filling and (ch.next is None or ch.next == ev.seq):
@@ -301,10 +303,15 @@ class Hub:
         else:
             self.offer(cid, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
+            waiting = False
             for job in self.starting.get(ev.context_id, ()):
                 if isinstance(ev, StateChanged):
                     job.state = ev.to_state
-                job.started.set()
+                if not job.started.is_set():
+                    job.started.set()
+                    waiting = True
+            return waiting
+        return False
 
     def _on_note(self, note: LogNote) -> None:
         """A doorbell from the event log (another process, or this one's echo)."""
