@@ -212,3 +212,19 @@ def test_the_server_logs_key_value_lines_unless_the_application_configured_struc
         assert len(lines) == 1, lines
         assert lines[0].startswith("timestamp='")
         assert lines[0].split(" ", 1)[1] == "level='info' event='request' method='GET' status=200"
+
+
+def test_the_server_tunes_the_collector_for_its_life() -> None:
+    """``run_server`` freezes what exists at start and raises the collector's
+    first threshold (in a process of its own: the setting is process-wide)."""
+    code = (
+        "import gc\n"
+        "from turnfsm.server._run import GC_THRESHOLDS, tune_collector\n"
+        "assert gc.get_threshold() == (700, 10, 10), gc.get_threshold()\n"
+        "tune_collector()\n"
+        "print(gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] > 700)\n"
+        "print(gc.get_freeze_count() > 1000)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "True"]

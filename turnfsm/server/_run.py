@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable, Iterable
 from types import FrameType
@@ -16,12 +17,14 @@ from ..engine import Engine
 from ._app import ServerConfig, create_app
 
 __all__ = [
+    "GC_THRESHOLDS",
     "HTTP_PROTOCOL",
     "LOOPBACK",
     "HeadWithBody",
     "configure_logging",
     "is_loopback",
     "run_server",
+    "tune_collector",
 ]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -103,6 +106,21 @@ HTTP_PROTOCOL = _head_with_body(AutoHTTPProtocol)
 does; h11 otherwise) over :class:`HeadWithBody`: ``uvicorn.Config(http=...)``."""
 
 
+GC_THRESHOLDS = (10_000, 20, 20)
+"""The cyclic collector's thresholds in ``turnfsm serve`` (Python's: 700, 10, 10)."""
+
+
+def tune_collector() -> None:
+    """Python's cyclic garbage collector, set for a server's life: what exists
+    once the app is made (modules, the app, its routes) is frozen out of its
+    passes (``gc.freeze()``), and a pass runs after 10,000 allocations rather
+    than 700. A turn allocates a few thousand objects (models, events, dicts),
+    most freed at once by reference counting: with the defaults a pass ran
+    every few turns and cost about a sixteenth of the server's CPU."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 class _Server(uvicorn.Server):
     """On SIGTERM / SIGINT, event streams are told to close (a final
     ``StreamClosed`` event) before uvicorn waits for open requests."""
@@ -145,6 +163,7 @@ def run_server(
     close the engine. Logs as :func:`configure_logging` says."""
     configure_logging()
     app = create_app(factory, config)
+    tune_collector()
     hub = app.state.hub
     server = _Server(
         uvicorn.Config(
