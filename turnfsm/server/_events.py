@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import structlog
 from fastapi import Depends, FastAPI, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -457,6 +458,10 @@ async def _batches(
                 return
             with anyio.move_on_after(tick):
                 await listener.wait()
+                # Woken by the first events of a burst: the rest of the burst
+                # comes in the same turn of the loop (the engine goes on after
+                # it let the 202 out), so one more turn and it goes in one write.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             batch = listener.ready()
         now = time.monotonic()
         if batch:
