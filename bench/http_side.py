@@ -12,8 +12,8 @@ Two measuring processes, run alternately by ``run.py`` (docs/benchmarks.md, "W7"
   ``TurnCompleted``, parsing every event's JSON. The streamed part the same
   way, every ``ContentDelta`` read from the stream. The client speaks HTTP/1.1
   with h11 over one keep-alive TCP connection for the posts and one for the
-  stream (:class:`Wire`): lean, as a browser's ``fetch`` and ``EventSource``
-  are, so that the figure is the server's.
+  stream (:class:`Wire`), on uvloop as the server is: lean, as a browser's
+  ``fetch`` and ``EventSource`` are, so that the figure is the server's.
 - ``httpx``: the same as ``http`` with one ``httpx.AsyncClient`` as the
   client. Reported beside it: on this machine httpx spends about 2 ms of CPU
   on each request by itself (measured against a bare FastAPI endpoint), which
