@@ -296,12 +296,7 @@ class Hub:
         no queue, no task), to the channels and the tenant streams. True when
         it started a launched call: the engine then lets the request answer
         (its ``202``) before it goes on with the turn."""
-        cid = ev.context_id
-        ch = self.channels.get(cid) or self.idle.get(cid)
-        if ch is not None and not ch.filling and (ch.next is None or ch.next == ev.seq):
-            ch.send(ev)  # the usual case: next in line (Channel.take, without the checks)
-        else:
-            self.offer(cid, ev)
+        self.offer(ev.context_id, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
             waiting = False
             for job in self.starting.get(ev.context_id, ()):
