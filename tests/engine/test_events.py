@@ -313,7 +313,8 @@ async def test_a_tap_sees_every_contexts_events_as_they_go_out() -> None:
 
 
 async def test_a_failing_tap_is_logged_and_nobody_else_loses_an_event() -> None:
-    engine, _, _ = make_engine([{"chunks": ["a", "b"]}])
+    # the engine's own logger: here the application's structlog, captured
+    engine, _, _ = make_engine([{"chunks": ["a", "b"]}], logger=structlog.get_logger())
     calls: list[int] = []
 
     def broken(ev: Event) -> None:

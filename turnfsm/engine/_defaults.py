@@ -73,6 +73,9 @@ def _structlog_logger(level: int, file: Any) -> Any:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
+            # an exception logged with exc_info (a failing tap, a tool's crash)
+            # shows its traceback, not "exc_info=True"
+            structlog.processors.format_exc_info,
             structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
         ],
     )

@@ -981,7 +981,7 @@ class Engine:
         if not callable(fn):
             raise InvalidInput("fn", f"must be callable, not {fn!r}")
         loaded = self._d.loaded
-        tap = EventTap(fn, self._drop_everywhere)
+        tap = EventTap(fn, self._drop_everywhere, self._d.log)
         loaded.everywhere.append(tap)
         for subs in loaded.subscribers.values():
             subs.append(tap)

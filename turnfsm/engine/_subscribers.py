@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import Event, EventsMissed
 
 __all__ = ["EngineSubscription", "EventTap", "Sink", "Subscription", "yield_to_readers"]
 
-log = structlog.get_logger("turnfsm.engine")
 
 yield_to_readers = anyio.lowlevel.cancel_shielded_checkpoint
 """One turn of the event loop for other tasks (a subscriber's reader), without
@@ -239,16 +237,21 @@ class EventTap:
     ``with engine.tap(fn):`` or call :meth:`close`.
     """
 
-    def __init__(self, fn: Callable[[Event], object], on_close: Callable[[EventTap], None]):
+    def __init__(
+        self, fn: Callable[[Event], object], on_close: Callable[[EventTap], None], log: Any
+    ):
         self._fn = fn
         self._on_close = on_close
+        self._log = log
+        """The engine's logger (the application's ``logger=``, or the default
+        one, which imports structlog only when it first logs)."""
         self.closed = False
 
     def offer(self, event: Event) -> bool:
         try:
             return self._fn(event) is True
         except Exception:
-            log.exception(
+            self._log.exception(
                 "event_tap_failed", context_id=event.context_id, seq=event.seq, kind=event.kind
             )
             return False
