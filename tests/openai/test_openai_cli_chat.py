@@ -18,7 +18,7 @@ import pytest
 from openai_loopback import LoopbackServer, Reply, error_body
 from openai_samples import ResponsesStream, chunk, completion, text_stream, tool_call_stream
 
-from turnfsm.cli import _chat
+from turnfsm.cli import _chat, _chat_model
 from turnfsm.cli._chat import run_chat
 from turnfsm.cli._demo_tools import builtin_tools, calculate
 from turnfsm.tools import ToolError
@@ -138,7 +138,7 @@ async def test_one_streamed_message(loopback: LoopbackServer) -> None:
     assert "resume with --context" in out
     [got] = loopback.requests
     assert got.body["model"] == "local-model"
-    assert got.body["messages"][0] == {"role": "system", "content": _chat.DEFAULT_SYSTEM}
+    assert got.body["messages"][0] == {"role": "system", "content": _chat_model.DEFAULT_SYSTEM}
     assert got.body["messages"][1] == {"role": "user", "content": "Hi"}
     assert [t["function"]["name"] for t in got.body["tools"]] == [
         "clock",

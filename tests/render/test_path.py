@@ -21,6 +21,7 @@ from turnfsm.render import (
     path_from_trace_out,
     render_svg,
     sequence_diagram,
+    sequence_rows,
 )
 from turnfsm.states import State
 
@@ -252,3 +253,18 @@ def test_same_states_through_another_trigger_differ() -> None:
     result = diff_paths(a, b)
     assert result.index == 1 and result.a == result.b == str(State.IDLE)
     assert "via turn_complete" in result.report() and "via cancel" in result.report()
+
+
+def test_sequence_rows_are_the_diagram_as_data(golden_runs: dict[str, Run]) -> None:
+    run = golden_runs["parallel_mixed_approval.json"]
+    drawn = sequence_rows(run.records, run.ctx.message_pool)
+    text = sequence_diagram(run.records, run.ctx.message_pool)
+    assert drawn.mermaid() == text
+    assert parse_sequence(text)[5:] == [row.mermaid() for row in drawn.rows]
+    assert drawn.participants == PARTICIPANTS and drawn.heading in text
+    asked = [r for r in drawn.rows if r.source == "engine" and r.target == "approver"]
+    assert asked and all(r.kind == "arrow" and r.style == "call" for r in asked)
+    steps = [r for r in drawn.rows if r.kind == "note" and " → " in r.text]
+    assert [int(r.text.split(" ")[0]) for r in steps] == list(
+        range(drawn.first_seq, drawn.last_seq + 1)
+    )

@@ -136,18 +136,26 @@ def _events() -> list[Any]:
 def test_a_frame_is_what_sse_starlette_writes_and_one_data_line() -> None:
     from sse_starlette import ServerSentEvent
 
-    from turnfsm.server._events import sse_data, sse_frame
+    from turnfsm.server._sse import event_frame, event_json, json_frame, sse_frame
 
     for ev in _events():
-        frame = sse_frame(ev)
-        assert frame == ServerSentEvent(sse_data(ev), event=ev.kind, id=str(ev.seq)).encode()
+        frame = event_frame(ev)
+        data = event_json(ev).decode()
+        assert frame == ServerSentEvent(data, event=ev.kind, id=str(ev.seq)).encode()
         assert frame.count(b"data:") == 1 and frame.endswith(b"\r\n\r\n")
-    assert sse_frame(_events()[0], "c/1").startswith(b"id: c/1\r\n")
+    assert event_frame(_events()[0], "c/1").startswith(b"id: c/1\r\n")
+    # the one framing helper, for every stream: with or without id and event
+    for ident in (None, "7"):
+        for event in (None, "record"):
+            value = {"kind": "x", "text": "two\nlines é"}
+            expected = ServerSentEvent(json.dumps(value), event=event, id=ident).encode()
+            assert json_frame(value, event, ident) == expected
+    assert sse_frame(b"[DONE]") == ServerSentEvent("[DONE]").encode() == b"data: [DONE]\r\n\r\n"
 
 
 def test_event_json_carries_the_names_thin_frontends_read() -> None:
     from turnfsm.events import EVENT_ADAPTER
-    from turnfsm.server._events import event_json
+    from turnfsm.server._sse import event_json
 
     changed, delta, done = _events()
     data = json.loads(event_json(changed))
@@ -159,7 +167,7 @@ def test_event_json_carries_the_names_thin_frontends_read() -> None:
 
 
 def test_a_listener_hands_out_what_is_queued_in_order_gaps_last() -> None:
-    from turnfsm.server._events import Gap, Listener
+    from turnfsm.server._channels import Gap, Listener
 
     one, two, three = _events()
     listener = Listener(cap=2)

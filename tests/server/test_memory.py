@@ -9,8 +9,8 @@ import pytest
 from kit import make_engine  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.server import Hub, ServerConfig
-from turnfsm.server._app import IDLE_CHANNELS, KNOWN_OWNERS
-from turnfsm.server._events import _last
+from turnfsm.server._channels import last_seq
+from turnfsm.server._hub import IDLE_CHANNELS, KNOWN_OWNERS
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,9 @@ async def test_a_channel_comes_back_with_its_recent_events() -> None:
         hub.release(ch)
         assert cid in hub.idle and cid not in hub.channels
         again = hub.hold(cid)
-        assert again is ch and [_last(ev) for ev in again.ring] == list(range(1, len(ch.ring) + 1))
+        assert again is ch and [last_seq(ev) for ev in again.ring] == list(
+            range(1, len(ch.ring) + 1)
+        )
         hub.release(again)
         others = [await engine.create_context() for _ in range(IDLE_CHANNELS)]
         for other in others:

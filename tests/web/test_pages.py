@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+from server.conftest import serve_in_thread
 
+from turnfsm.server import ServerConfig, create_app
+from turnfsm.server._models import ContextIn
 from turnfsm.server._web import COOKIE
 
-from .conftest import Web
+from .conftest import TOKENS, Web, _engine
 
 
 def test_pages_render_for_their_tenant(web: Web) -> None:
@@ -225,3 +229,26 @@ def _wait_idle(web: Web, cid: str) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError(f"{cid} did not come to rest")
+
+
+def test_the_page_forms_go_where_the_api_goes(tmp_path: Path) -> None:
+    """A page's form makes a context as POST /api/contexts does, and its message
+    is handed to the workers as a posted one is (no worker runs here)."""
+    db = tmp_path / "workers.db"
+    app = create_app(
+        lambda: _engine(db), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5, turns="workers")
+    )
+    for url in serve_in_thread(app):
+        web = Web(url, db)
+        with web.page_client() as tab, web.api() as api:
+            made = tab.post("/contexts", data={"title": "Handed off"})
+            assert made.status_code == 303
+            cid = made.headers["location"].rsplit("/", 1)[1]
+            ctx = api.get(f"/api/contexts/{cid}").json()
+            assert ctx["model"] == ContextIn().model == "demo"  # the API's default
+            sent = tab.post(f"/contexts/{cid}/send", data={"content": "What's the weather?"})
+            assert sent.status_code == 303
+            state = api.get(f"/api/contexts/{cid}/state").json()
+            assert state["state"] == "ProcessingUserMessage" and not state["running"]
+            messages = api.get(f"/api/contexts/{cid}/messages").json()["messages"]
+            assert [m["message"]["role"] for m in messages][-1] == "user"

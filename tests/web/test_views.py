@@ -15,9 +15,9 @@ import pytest
 from server.conftest import serve_in_thread
 
 from turnfsm import Engine
-from turnfsm.errors import RenderError
+from turnfsm.render import SequenceRow, SequenceTurn
 from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._web import addressed_directly, branch_paths, same_origin, sequence_rows
+from turnfsm.server._web import addressed_directly, branch_paths, same_origin
 from turnfsm.storage import StepLog
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
@@ -149,31 +149,30 @@ def test_addressed_directly() -> None:
         assert not addressed_directly(host), host
 
 
-def test_sequence_rows() -> None:
-    text = (
+def test_sequence_rows_are_what_the_table_and_the_mermaid_text_draw() -> None:
+    rows = (
+        SequenceRow("arrow", "user", "engine", "hi; there <b> #1", "call"),
+        SequenceRow("arrow", "LLM", "engine", "answer", "reply"),
+        SequenceRow("arrow", "LLM", "engine", "transient error", "failed"),
+        SequenceRow("note", "engine", "engine", "1 · user_message → ProcessingUserMessage"),
+        SequenceRow("note", "engine", "LLM", "both"),
+    )
+    drawn = SequenceTurn("c#1", 1, 2, 1, 5, rows, participants=("user", "engine", "LLM"))
+    assert drawn.heading == "turnfsm: turn 1 of 2 of context c#1, steps 1 to 5"
+    assert drawn.mermaid() == (
         "sequenceDiagram\n"
-        "    %% turnfsm: turn 1 of 1\n"
+        "    %% turnfsm: turn 1 of 2 of context c#35;1, steps 1 to 5\n"
         "    participant user\n    participant engine\n    participant LLM\n"
-        "    user->>engine: hi #59; there #lt;b#gt;\n"
+        "    user->>engine: hi#59; there #lt;b#gt; #35;1\n"
         "    LLM-->>engine: answer\n"
         "    LLM--xengine: transient error\n"
         "    Note over engine: 1 · user_message → ProcessingUserMessage\n"
         "    Note over engine,LLM: both\n"
     )
-    participants, rows, heading = sequence_rows(text)
-    assert participants == ["user", "engine", "LLM"]
-    assert heading == "turnfsm: turn 1 of 1"
-    assert [(r.kind, r.source, r.target, r.style) for r in rows] == [
-        ("arrow", "user", "engine", "call"),
-        ("arrow", "LLM", "engine", "reply"),
-        ("arrow", "LLM", "engine", "failed"),
-        ("note", "engine", "engine", ""),
-        ("note", "engine", "LLM", ""),
-    ]
-    assert rows[0].text == "hi ; there <b>"
+    participants = drawn.participants
     assert rows[1].span(participants) == (1, 2) and rows[1].direction(participants) == "left"
-    with pytest.raises(RenderError, match="line 2"):
-        sequence_rows("sequenceDiagram\n    loop forever\n")
+    assert rows[0].span(participants) == (0, 2) and rows[0].direction(participants) == "right"
+    assert rows[3].span(participants) == (1, 1)
 
 
 def test_branch_paths() -> None:

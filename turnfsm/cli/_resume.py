@@ -26,7 +26,8 @@ import anyio
 
 from ..engine import Recovery
 from ..states import State
-from ._chat import _Chat, add_model_options
+from ._chat import add_model_options
+from ._chat_session import Chat
 from ._errors import guarded
 
 __all__ = ["add_parsers", "recovery_lines"]
@@ -53,13 +54,13 @@ def add_parsers(sub: Any) -> None:
 
 
 def _run_resume(args: argparse.Namespace) -> int:
-    chat = _Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm resume")
+    chat = Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm resume")
     return anyio.run(chat.resume, args.context_id)
 
 
 def _run_recover(args: argparse.Namespace) -> int:
     async def go() -> int:
-        chat = _Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm recover")
+        chat = Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm recover")
         async with chat.session(create=False) as (engine, url):
             result = await engine.recover()
         lines, failed = recovery_lines(result)

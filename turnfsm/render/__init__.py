@@ -11,7 +11,8 @@ pure functions; SVG and PNG run Graphviz's ``dot`` locally.
   (:func:`states_markdown`);
 - one conversation: :class:`RunPath` (from store steps, a replay
   ``--trace-out`` file or an audit log) drawn over the machine by the same two
-  functions, :func:`sequence_diagram` of one turn, :func:`diff_paths`.
+  functions, :func:`sequence_diagram` of one turn (:func:`sequence_rows`: the
+  same as data), :func:`diff_paths`.
 
 Audit logs (written, read back, verified) are :mod:`turnfsm.audit`; this
 package draws them.
@@ -37,7 +38,14 @@ from ._path import (
     path_from_steps,
     path_from_trace_out,
 )
-from ._sequence import PARTICIPANTS, sequence_diagram, turn_starts
+from ._sequence import (
+    PARTICIPANTS,
+    SequenceRow,
+    SequenceTurn,
+    sequence_diagram,
+    sequence_rows,
+    turn_starts,
+)
 
 __all__ = [
     "FAILURE_STATES",
@@ -52,6 +60,8 @@ __all__ = [
     "PathStep",
     "RenderError",
     "RunPath",
+    "SequenceRow",
+    "SequenceTurn",
     "StepLike",
     "declared_edges",
     "declared_nodes",
@@ -70,6 +80,7 @@ __all__ = [
     "render_png",
     "render_svg",
     "sequence_diagram",
+    "sequence_rows",
     "states_markdown",
     "svg_digest",
     "turn_starts",

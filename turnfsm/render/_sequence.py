@@ -6,33 +6,137 @@ human who approves tool calls). Built from the audit records of a context
 touched) and the message pool. A turn is a user message and every step after
 it until the next one (approvals, retries and cancels included). Each step is
 a note on the engine (``seq · trigger → state``) after the arrows that caused it.
+
+:func:`sequence_rows` gives the diagram as data (a :class:`SequenceTurn` of
+:class:`SequenceRow`); :func:`sequence_diagram` is its Mermaid text. The web
+view lays the same rows out as a table.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..audit import AuditRecord
 from ..errors import RenderError
 from ..model import ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ..states import State, Trigger
 
-__all__ = ["PARTICIPANTS", "sequence_diagram", "turn_starts"]
+__all__ = [
+    "PARTICIPANTS",
+    "SequenceRow",
+    "SequenceTurn",
+    "sequence_diagram",
+    "sequence_rows",
+    "turn_starts",
+]
 
 PARTICIPANTS = ("user", "engine", "LLM", "tools", "approver")
 _IND = "    "
 _PREVIEW = 60
 T = Trigger
 
+_ARROWS = {"call": "->>", "reply": "-->>", "failed": "--x"}
+"""A row's style and the Mermaid arrow that draws it."""
+_ENTITIES = str.maketrans({"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;"})
+
 
 def _text(value: str, limit: int = _PREVIEW) -> str:
-    """Text safe after a Mermaid ``:`` (entity codes for ``#``, ``;``, ``<``, ``>``)."""
+    """A preview of ``value``: on one line, at most ``limit`` characters."""
     flat = " ".join(value.split())
     if len(flat) > limit:
         flat = flat[: limit - 1] + "…"
-    return flat.replace("#", "#35;").replace(";", "#59;").replace("<", "#lt;").replace(">", "#gt;")
+    return flat
+
+
+def _escaped(text: str) -> str:
+    """Text safe after a Mermaid ``:`` (entity codes for ``#``, ``;``, ``<``, ``>``)."""
+    return text.translate(_ENTITIES)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceRow:
+    """One line of a turn's sequence diagram.
+
+    An ``arrow`` goes from ``source`` to ``target``; its ``style`` is ``call``,
+    ``reply`` or ``failed``. A ``note`` is over ``source`` to ``target`` (the
+    same participant for a note over one). ``text`` is as shown (no escapes)."""
+
+    kind: Literal["arrow", "note"]
+    source: str
+    target: str
+    text: str
+    style: str = ""
+
+    def span(self, participants: Sequence[str]) -> tuple[int, int]:
+        """The first column and how many columns the row covers."""
+        a, b = participants.index(self.source), participants.index(self.target)
+        return min(a, b), abs(a - b) + 1
+
+    def direction(self, participants: Sequence[str]) -> str:
+        """``right`` or ``left``: where the arrow points."""
+        a, b = participants.index(self.source), participants.index(self.target)
+        return "right" if b >= a else "left"
+
+    def mermaid(self) -> str:
+        """The row as a line of a Mermaid ``sequenceDiagram``."""
+        if self.kind == "note":
+            over = self.source if self.source == self.target else f"{self.source},{self.target}"
+            return f"Note over {over}: {_escaped(self.text)}"
+        return f"{self.source}{_ARROWS[self.style]}{self.target}: {_escaped(self.text)}"
+
+
+def _call_to(source: str, target: str, text: str) -> SequenceRow:
+    return SequenceRow("arrow", source, target, text, "call")
+
+
+def _reply(source: str, target: str, text: str) -> SequenceRow:
+    return SequenceRow("arrow", source, target, text, "reply")
+
+
+def _failed(source: str, target: str, text: str) -> SequenceRow:
+    return SequenceRow("arrow", source, target, text, "failed")
+
+
+def _note(text: str, over: str = "engine", to: str | None = None) -> SequenceRow:
+    return SequenceRow("note", over, to or over, text)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceTurn:
+    """The sequence diagram of one turn: turn ``turn`` of ``turns``, steps
+    ``first_seq`` to ``last_seq`` of the context, drawn as ``rows``."""
+
+    context_id: str
+    turn: int
+    turns: int
+    first_seq: int
+    last_seq: int
+    rows: tuple[SequenceRow, ...]
+    participants: tuple[str, ...] = PARTICIPANTS
+
+    def _heading(self, context: str) -> str:
+        return (
+            f"turnfsm: turn {self.turn} of {self.turns} of context {context}, "
+            f"steps {self.first_seq} to {self.last_seq}"
+        )
+
+    @property
+    def heading(self) -> str:
+        """What the diagram shows, in a line (the Mermaid text's comment)."""
+        return self._heading(_text(self.context_id))
+
+    def mermaid(self) -> str:
+        """The Mermaid ``sequenceDiagram``."""
+        lines = [
+            "sequenceDiagram",
+            f"{_IND}%% {self._heading(_escaped(_text(self.context_id)))}",
+            *(f"{_IND}participant {p}" for p in self.participants),
+            *(f"{_IND}{row.mermaid()}" for row in self.rows),
+        ]
+        return "\n".join(lines) + "\n"
 
 
 def _json(value: Any) -> str:
@@ -78,13 +182,13 @@ class _Book:
         return _call(call) if call is not None else f"[{call_id}]"
 
 
-def sequence_diagram(
+def sequence_rows(
     records: Sequence[AuditRecord],
     pool: Mapping[str, MessageNode],
     *,
     turn: int | None = None,
-) -> str:
-    """The ``sequenceDiagram`` of turn ``turn`` (1 for the first; the last by default)."""
+) -> SequenceTurn:
+    """The sequence diagram of turn ``turn`` (1 for the first; the last by default)."""
     starts = turn_starts(records)
     if not starts:
         raise RenderError("the conversation has no turn yet (no user message was taken)")
@@ -95,13 +199,7 @@ def sequence_diagram(
     end = starts[number] if number < len(starts) else len(records)
     chunk = records[first:end]
     book = _Book(pool)
-    cid = chunk[0].context_id
-    lines = [
-        "sequenceDiagram",
-        f"{_IND}%% turnfsm: turn {number} of {len(starts)} of context {_text(cid)}, "
-        f"steps {chunk[0].seq} to {chunk[-1].seq}",
-        *(f"{_IND}participant {p}" for p in PARTICIPANTS),
-    ]
+    rows: list[SequenceRow] = []
     iteration = 0
     answer = ""
     for rec in chunk:
@@ -112,13 +210,31 @@ def sequence_diagram(
         elif rec.trigger in (T.RESPONSE_RECEIVED, T.STREAM_ENDED):
             node = _message(book, rec, Role.ASSISTANT)
             answer = node.message.text if node is not None else ""
-        lines += [f"{_IND}{ln}" for ln in _arrows(rec, book, answer)]
-        lines.append(f"{_IND}Note over engine: {rec.seq} · {rec.trigger} → {rec.to_state}")
+        rows += _arrows(rec, book, answer)
+        rows.append(_note(f"{rec.seq} · {rec.trigger} → {rec.to_state}"))
         if rec.to_state == State.AWAITING_LLM_RESPONSE:
-            lines.append(
-                f"{_IND}engine->>LLM: request (LLM call {iteration}, attempt {rec.attempt})"
+            rows.append(
+                _call_to("engine", "LLM", f"request (LLM call {iteration}, attempt {rec.attempt})")
             )
-    return "\n".join(lines) + "\n"
+    return SequenceTurn(
+        context_id=chunk[0].context_id,
+        turn=number,
+        turns=len(starts),
+        first_seq=chunk[0].seq,
+        last_seq=chunk[-1].seq,
+        rows=tuple(rows),
+    )
+
+
+def sequence_diagram(
+    records: Sequence[AuditRecord],
+    pool: Mapping[str, MessageNode],
+    *,
+    turn: int | None = None,
+) -> str:
+    """The Mermaid ``sequenceDiagram`` of turn ``turn`` (1 for the first; the
+    last by default): :func:`sequence_rows` as text."""
+    return sequence_rows(records, pool, turn=turn).mermaid()
 
 
 def _message(book: _Book, rec: AuditRecord, role: Role) -> MessageNode | None:
@@ -129,7 +245,7 @@ def _message(book: _Book, rec: AuditRecord, role: Role) -> MessageNode | None:
     return None
 
 
-def _closed(book: _Book, rec: AuditRecord, why: str) -> list[str]:
+def _closed(book: _Book, rec: AuditRecord, why: str) -> list[SequenceRow]:
     out = []
     for call_id in rec.tool_results:
         node = book.results.get(call_id)
@@ -138,11 +254,11 @@ def _closed(book: _Book, rec: AuditRecord, why: str) -> list[str]:
             result = node.message.tool_result.result
             if isinstance(result, Mapping) and isinstance(result.get("status"), str):
                 status = str(result["status"])
-        out.append(f"Note over engine,tools: {_text(book.describe(call_id))} closed: {status}")
+        out.append(_note(f"{_text(book.describe(call_id))} closed: {status}", to="tools"))
     return out
 
 
-def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[str]:
+def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
     trig = rec.trigger
     if trig == T.USER_MESSAGE:
         out = _closed(book, rec, "superseded")
@@ -156,31 +272,31 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[str]:
             None,
         )
         if node is None:
-            return [*out, "user->>engine: message"]
+            return [*out, _call_to("user", "engine", "message")]
         who = "[frontend operator] " if node.message.role is Role.FRONTEND_OPERATOR else ""
         text = node.message.text or f"({len(node.message.content)} content parts)"
-        return [*out, f"user->>engine: {who}{_text(text)}"]
+        return [*out, _call_to("user", "engine", f"{who}{_text(text)}")]
     if trig == T.PREPARE_FAILED:
-        return ["engine-->>user: failed: an enhancer raised"]
+        return [_reply("engine", "user", "failed: an enhancer raised")]
     if trig == T.STREAM_STARTED:
-        return ["LLM-->>engine: first chunk (streaming)"]
+        return [_reply("LLM", "engine", "first chunk (streaming)")]
     if trig in (T.RESPONSE_RECEIVED, T.STREAM_ENDED):
         node = _message(book, rec, Role.ASSISTANT)
         if node is None:
-            return ["LLM-->>engine: answer"]
+            return [_reply("LLM", "engine", "answer")]
         out = []
         if node.message.text:
-            out.append(f"LLM-->>engine: {_text(node.message.text)}")
+            out.append(_reply("LLM", "engine", _text(node.message.text)))
         for call_id in rec.tool_calls:
-            out.append(f"LLM-->>engine: tool call {_text(book.describe(call_id))}")
-        return out or ["LLM-->>engine: (an empty answer)"]
+            out.append(_reply("LLM", "engine", f"tool call {_text(book.describe(call_id))}"))
+        return out or [_reply("LLM", "engine", "(an empty answer)")]
     if trig == T.NEEDS_APPROVAL:
         out = []
         for c in book.batch_calls(rec):
             if c.decided_by == "policy":
-                out.append(f"Note over engine: policy: {c.id} {str(c.approval_status).lower()}")
+                out.append(_note(f"policy: {c.id} {str(c.approval_status).lower()}"))
             else:
-                out.append(f"engine->>approver: approve {_text(_call(c))}?")
+                out.append(_call_to("engine", "approver", f"approve {_text(_call(c))}?"))
         return out
     if trig == T.TOOLS_DECIDED:
         decided = [
@@ -189,56 +305,59 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[str]:
             else f"{c.id} (decided again later)"
             for c in book.batch_calls(rec)
         ]
-        return [f"Note over engine: policy: {_text(', '.join(decided) or 'decided')}"]
+        return [_note(f"policy: {_text(', '.join(decided) or 'decided')}")]
     if trig == T.APPROVALS_RESOLVED:
         out = []
         for c in book.batch_calls(rec):
             if c.decided_by != "human":
                 continue
             if c.approval_status is ApprovalStatus.APPROVED:
-                out.append(f"approver->>engine: approve {c.id}")
+                out.append(_call_to("approver", "engine", f"approve {c.id}"))
             else:
                 reason = f": {c.reason}" if c.reason else ""
-                out.append(f"approver->>engine: deny {_text(c.id + reason)}")
-        return out or ["approver->>engine: decisions"]
+                out.append(_call_to("approver", "engine", f"deny {_text(c.id + reason)}"))
+        return out or [_call_to("approver", "engine", "decisions")]
     if trig == T.OUTCOME_UNKNOWN:
         return [
-            f"engine->>approver: outcome unknown, run again? {_text(_call(c))}"
+            _call_to("engine", "approver", f"outcome unknown, run again? {_text(_call(c))}")
             for c in book.batch_calls(rec)
             if c.outcome_unknown
-        ] or ["engine->>approver: outcome unknown"]
+        ] or [_call_to("engine", "approver", "outcome unknown")]
     if trig == T.TOOLS_DONE:
         return _tool_runs(rec, book)
     if trig == T.SUBTASK_WAITS:
-        return [*_tool_runs(rec, book), "engine->>approver: a sub-task waits for a decision"]
+        return [
+            *_tool_runs(rec, book),
+            _call_to("engine", "approver", "a sub-task waits for a decision"),
+        ]
     if trig == T.TURN_COMPLETE:
         out = _closed(book, rec, "not executed")
         if rec.tool_results:  # the iteration limit: the last answer asked for tools
             answer = "stopped: the limit of LLM calls was reached"
-        out.append(f"engine-->>user: {_text(answer) if answer else 'turn complete'}")
+        out.append(_reply("engine", "user", _text(answer) if answer else "turn complete"))
         return out
     if trig == T.LLM_FAILED_TRANSIENT:
-        return ["LLM--xengine: transient error"]
+        return [_failed("LLM", "engine", "transient error")]
     if trig == T.LLM_FAILED_PERMANENT:
-        return ["LLM--xengine: permanent error", "engine-->>user: failed"]
+        return [_failed("LLM", "engine", "permanent error"), _reply("engine", "user", "failed")]
     if trig == T.RETRY:
         if rec.from_state == State.PERMANENT_FAILURE:
-            return ["user->>engine: retry"]
-        return ["Note over engine: backoff elapsed"]
+            return [_call_to("user", "engine", "retry")]
+        return [_note("backoff elapsed")]
     if trig == T.GIVE_UP:
-        return ["engine-->>user: failed: attempts exhausted"]
+        return [_reply("engine", "user", "failed: attempts exhausted")]
     if trig == T.RESET:
-        return ["user->>engine: reset"]
+        return [_call_to("user", "engine", "reset")]
     if trig == T.CANCEL:
         return [
-            "user->>engine: cancel",
+            _call_to("user", "engine", "cancel"),
             *_closed(book, rec, "cancelled"),
-            "engine-->>user: cancelled",
+            _reply("engine", "user", "cancelled"),
         ]
     return []
 
 
-def _tool_runs(rec: AuditRecord, book: _Book) -> list[str]:
+def _tool_runs(rec: AuditRecord, book: _Book) -> list[SequenceRow]:
     out = []
     for call_id in rec.tool_results:
         call = book.calls.get(call_id)
@@ -246,13 +365,13 @@ def _tool_runs(rec: AuditRecord, book: _Book) -> list[str]:
         tr = node.message.tool_result if node is not None else None
         if call is not None and call.approval_status is ApprovalStatus.DENIED:
             reason = f" ({call.reason})" if call.reason else ""
-            out.append(f"Note over engine: {_text(call_id + ' denied' + reason)}, not run")
+            out.append(_note(f"{_text(call_id + ' denied' + reason)}, not run"))
             continue
-        out.append(f"engine->>tools: {_text(book.describe(call_id))}")
+        out.append(_call_to("engine", "tools", _text(book.describe(call_id))))
         if tr is None:
-            out.append("tools-->>engine: (no result)")
+            out.append(_reply("tools", "engine", "(no result)"))
         elif tr.success:
-            out.append(f"tools-->>engine: ok: {_text(_json(tr.result))}")
+            out.append(_reply("tools", "engine", f"ok: {_text(_json(tr.result))}"))
         else:
-            out.append(f"tools--xengine: failed: {_text(_json(tr.result))}")
+            out.append(_failed("tools", "engine", f"failed: {_text(_json(tr.result))}"))
     return out

@@ -6,7 +6,9 @@ Only this package imports ``fastapi``, ``starlette``, ``sse_starlette`` and
 
 from __future__ import annotations
 
-from ._app import DEFAULT_MAX_BODY, Hub, ServerConfig, create_app
+from ._app import create_app
+from ._config import DEFAULT_MAX_BODY, ServerConfig
+from ._hub import Hub
 from ._tenants import DEFAULT_TENANT, TOKENS_ENV, TenantTable, load_tokens, parse_tokens
 
 __all__ = [

@@ -14,14 +14,13 @@ resumed through ``/api``. Every answer carries the context id in the
 request's ``user`` becomes the context's model parameter ``user``.
 """
 
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,12 +30,13 @@ from ..errors import InvalidInput
 from ..events import ContentDelta, Event
 from ..model import TokenUsage
 from ..states import State
+from ._calls import create_context
+from ._deps import HubOf, Tenant
 from ._errors import ApiError
+from ._hub import Hub, Job
+from ._sse import json_frame, sse_frame
 
-if TYPE_CHECKING:
-    from ._app import Hub, _Job
-
-__all__ = ["CONTEXT_HEADER", "MODEL_ID", "openai_router"]
+__all__ = ["CONTEXT_HEADER", "MODEL_ID", "router"]
 
 CONTEXT_HEADER = "x-turnfsm-context-id"
 """The header naming the context a completion made or continued."""
@@ -138,148 +138,149 @@ def _failed(turn: Turn) -> ApiError | None:
     return None
 
 
-def openai_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRouter:
-    """The ``/v1`` routes over the app's ``hub``, authenticated by ``tenant``."""
-    router = APIRouter(prefix="/v1", tags=["openai"])
-    Tenant = Annotated[str, Depends(tenant)]
+router = APIRouter(prefix="/v1", tags=["openai"])
 
-    @router.get("/models")
-    async def models(who: Tenant) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "turnfsm"}],
-        }
 
-    async def keep_user(cid: str, user: str) -> None:
-        """The request's ``user`` as the context's model parameter (a
-        ``config_updated`` record in the audit when it changes)."""
-        params = (await hub.engine.get_context(cid)).config.parameters
-        if params.get("user") != user:
-            await hub.engine.update_config(cid, parameters={**params, "user": user})
+@router.get("/models")
+async def models(who: Tenant) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "turnfsm"}],
+    }
 
-    async def context_for(body: ChatCompletionIn, who: str, given: str | None) -> tuple[str, str]:
-        text = _last_user_text(body.messages)
-        if given is not None:
-            await hub.check(given, who)
-            if body.user is not None:
-                with hub.turn_limit.reserved(who):  # 429 before the config changes
-                    await keep_user(given, body.user)
-            return given, text
-        earlier = body.messages[:-1]
-        params = {"user": body.user} if body.user is not None else None
-        # over the tenant's turn limit: 429 before a context is made
-        with hub.turn_limit.reserved(who):
-            if earlier:
-                ctx = import_openai_messages(earlier)
-                if params is not None:
-                    ctx.config = ctx.config.model_copy(update={"parameters": params})
-                await hub.engine.store.create(ctx)
-                cid = ctx.id
-            else:
-                cid = await hub.engine.create_context(parameters=params)
-            await hub.tenants.set(cid, who)
-            hub.tap(cid, who)
-        return cid, text
 
-    @router.post("/chat/completions", response_model=None)
-    async def chat_completions(
-        body: ChatCompletionIn,
-        who: Tenant,
-        context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
-    ) -> Any:
-        cid, text = await context_for(body, who, context_id)
-        engine = hub.engine
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        headers = {CONTEXT_HEADER: cid}
+async def _keep_user(hub: Hub, cid: str, user: str) -> None:
+    """The request's ``user`` as the context's model parameter (a
+    ``config_updated`` record in the audit when it changes)."""
+    params = (await hub.engine.get_context(cid)).config.parameters
+    if params.get("user") != user:
+        await hub.engine.update_config(cid, parameters={**params, "user": user})
 
-        def send() -> Awaitable[Turn]:
-            return engine.send(cid, text)
 
-        if not body.stream:
-            job = await hub.launch(cid, send, wait=True)
-            assert job.turn is not None
-            turn = job.turn
-            failed = _failed(turn)
-            if failed is not None:
-                raise failed
-            return JSONResponse(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": body.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": turn.text + _note(turn)},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": _usage(turn),
-                    "turnfsm": _extra(turn),
-                },
-                headers=headers,
-            )
+async def _context_for(
+    hub: Hub, body: ChatCompletionIn, who: str, given: str | None
+) -> tuple[str, str]:
+    text = _last_user_text(body.messages)
+    if given is not None:
+        await hub.check(given, who)
+        if body.user is not None:
+            with hub.turn_limit.reserved(who):  # 429 before the config changes
+                await _keep_user(hub, given, body.user)
+        return given, text
+    earlier = body.messages[:-1]
+    params = {"user": body.user} if body.user is not None else None
+    # over the tenant's turn limit: 429 before a context is made
+    with hub.turn_limit.reserved(who):
+        if earlier:
+            ctx = import_openai_messages(earlier)
+            if params is not None:
+                ctx.config = ctx.config.model_copy(update={"parameters": params})
+            await hub.engine.store.create(ctx)
+            cid = ctx.id
+            await hub.adopt(cid, who)
+        else:
+            cid = await create_context(hub, who, parameters=params)
+    return cid, text
 
-        sub = engine.subscribe(cid)
-        try:
-            job = await hub.launch(cid, send, wait=False)
-        except BaseException:
-            await sub.aclose()
-            raise
 
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(
+    hub: HubOf,
+    body: ChatCompletionIn,
+    who: Tenant,
+    context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
+) -> Any:
+    cid, text = await _context_for(hub, body, who, context_id)
+    engine = hub.engine
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    headers = {CONTEXT_HEADER: cid}
 
-        def chunk(delta: dict[str, Any] | None, finish: str | None = None, **more: Any) -> str:
-            data: dict[str, Any] = {
+    def send() -> Awaitable[Turn]:
+        return engine.send(cid, text)
+
+    if not body.stream:
+        job = await hub.launch(cid, send, wait=True)
+        assert job.turn is not None
+        turn = job.turn
+        failed = _failed(turn)
+        if failed is not None:
+            raise failed
+        return JSONResponse(
+            {
                 "id": completion_id,
-                "object": "chat.completion.chunk",
+                "object": "chat.completion",
                 "created": created,
                 "model": body.model,
-                "choices": []
-                if delta is None
-                else [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            if include_usage:  # as OpenAI does: null on every chunk but the usage one
-                data["usage"] = None
-            data.update(more)
-            return f"data: {json.dumps(data)}\n\n"
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": turn.text + _note(turn)},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": _usage(turn),
+                "turnfsm": _extra(turn),
+            },
+            headers=headers,
+        )
 
-        async def events(job: "_Job") -> AsyncIterator[str]:
-            streamed = False
-            try:
-                yield chunk({"role": "assistant", "content": ""})
-                while True:
-                    batch: list[Event] = sub.drain()
-                    if not batch and not job.done.is_set():
-                        with anyio.move_on_after(0.1):
-                            try:
-                                batch = [await sub.__anext__()]
-                            except StopAsyncIteration:  # the engine closed
-                                await job.done.wait()
-                    for ev in batch:
-                        if isinstance(ev, ContentDelta) and ev.channel == "text" and ev.delta:
-                            streamed = True
-                            yield chunk({"content": ev.delta})
-                    if job.done.is_set() and not batch:
-                        break
-            finally:
-                await sub.aclose()
-            turn = job.turn
-            if turn is None or _failed(turn) is not None:
-                reason = (turn.error if turn else None) or str(job.error or "the turn failed")
-                error = {"message": reason, "type": "turn_failed", "code": "turn_failed"}
-                yield f"data: {json.dumps({'error': error})}\n\n"
-                return
-            tail = ("" if streamed else turn.text) + _note(turn)
-            if tail:
-                yield chunk({"content": tail})
-            yield chunk({}, "stop", turnfsm=_extra(turn))
-            if include_usage:
-                yield chunk(None, usage=_usage(turn))
-            yield "data: [DONE]\n\n"
+    sub = engine.subscribe(cid)
+    try:
+        job = await hub.launch(cid, send, wait=False)
+    except BaseException:
+        await sub.aclose()
+        raise
 
-        return StreamingResponse(events(job), media_type="text/event-stream", headers=headers)
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
 
-    return router
+    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **more: Any) -> bytes:
+        data: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": body.model,
+            "choices": []
+            if delta is None
+            else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if include_usage:  # as OpenAI does: null on every chunk but the usage one
+            data["usage"] = None
+        data.update(more)
+        return json_frame(data)
+
+    async def events(job: Job) -> AsyncIterator[bytes]:
+        streamed = False
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            while True:
+                batch: list[Event] = sub.drain()
+                if not batch and not job.done.is_set():
+                    with anyio.move_on_after(0.1):
+                        try:
+                            batch = [await sub.__anext__()]
+                        except StopAsyncIteration:  # the engine closed
+                            await job.done.wait()
+                for ev in batch:
+                    if isinstance(ev, ContentDelta) and ev.channel == "text" and ev.delta:
+                        streamed = True
+                        yield chunk({"content": ev.delta})
+                if job.done.is_set() and not batch:
+                    break
+        finally:
+            await sub.aclose()
+        turn = job.turn
+        if turn is None or _failed(turn) is not None:
+            reason = (turn.error if turn else None) or str(job.error or "the turn failed")
+            error = {"message": reason, "type": "turn_failed", "code": "turn_failed"}
+            yield json_frame({"error": error})
+            return
+        tail = ("" if streamed else turn.text) + _note(turn)
+        if tail:
+            yield chunk({"content": tail})
+        yield chunk({}, "stop", turnfsm=_extra(turn))
+        if include_usage:
+            yield chunk(None, usage=_usage(turn))
+        yield sse_frame(b"[DONE]")
+
+    return StreamingResponse(events(job), media_type="text/event-stream", headers=headers)

@@ -5,63 +5,56 @@ The body is the ``contextManagement`` body or the legacy ``messages`` body
 "The chat request endpoint" of ``docs/server.md``.
 """
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Awaitable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 
 from ..adapters.inbound import parse_request
 from ..engine import Turn
+from ._calls import create_context
+from ._deps import HubOf, Tenant
 from ._models import AcceptedOut, TurnOut
 
-if TYPE_CHECKING:
-    from ._app import Hub
+__all__ = ["router"]
 
-__all__ = ["request_router"]
+router = APIRouter(prefix="/api", tags=["messages"])
 
 
-def request_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRouter:
-    """The ``/api/chat`` route over the app's ``hub``, authenticated by ``tenant``."""
-    router = APIRouter(prefix="/api", tags=["messages"])
-    Tenant = Annotated[str, Depends(tenant)]
+@router.post(
+    "/chat",
+    status_code=202,
+    responses={200: {"model": TurnOut}, 202: {"model": AcceptedOut}},
+    response_model=None,
+)
+async def chat(
+    hub: HubOf,
+    body: Annotated[Any, Body(description="a contextManagement or a legacy messages body")],
+    who: Tenant,
+    context_id: Annotated[
+        str | None, Query(description="the tenant's context to add to (none: a new one)")
+    ] = None,
+    wait: Annotated[bool, Query(description="return the Turn once the context rests")] = False,
+) -> JSONResponse:
+    parse_request(body)  # a malformed body is refused before anything is stored
+    engine = hub.engine
+    if context_id is None:
+        # over the tenant's turn limit: 429 before a context is made
+        with hub.turn_limit.reserved(who):
+            cid = await create_context(hub, who)
+    else:
+        await hub.check(context_id, who)
+        cid = context_id
 
-    @router.post(
-        "/chat",
+    def answer() -> Awaitable[Turn]:
+        return engine.send_request(body, cid)
+
+    job = await hub.launch(cid, answer, wait=wait)
+    if wait and job.turn is not None:
+        return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
+    ctx = await engine.store.load(cid)
+    return JSONResponse(
+        AcceptedOut(context_id=cid, state=ctx.current_state).model_dump(mode="json"),
         status_code=202,
-        responses={200: {"model": TurnOut}, 202: {"model": AcceptedOut}},
-        response_model=None,
     )
-    async def chat(
-        body: Annotated[Any, Body(description="a contextManagement or a legacy messages body")],
-        who: Tenant,
-        context_id: Annotated[
-            str | None, Query(description="the tenant's context to add to (none: a new one)")
-        ] = None,
-        wait: Annotated[bool, Query(description="return the Turn once the context rests")] = False,
-    ) -> JSONResponse:
-        parse_request(body)  # a malformed body is refused before anything is stored
-        engine = hub.engine
-        if context_id is None:
-            # over the tenant's turn limit: 429 before a context is made
-            with hub.turn_limit.reserved(who):
-                cid = await engine.create_context()
-                await hub.tenants.set(cid, who)
-                hub.tap(cid, who)
-        else:
-            await hub.check(context_id, who)
-            cid = context_id
-
-        def answer() -> Awaitable[Turn]:
-            return engine.send_request(body, cid)
-
-        job = await hub.launch(cid, answer, wait=wait)
-        if wait and job.turn is not None:
-            return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
-        ctx = await engine.store.load(cid)
-        return JSONResponse(
-            AcceptedOut(context_id=cid, state=ctx.current_state).model_dump(mode="json"),
-            status_code=202,
-        )
-
-    return router

@@ -14,7 +14,8 @@ import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from ..engine import Engine
-from ._app import ServerConfig, create_app
+from ._app import create_app
+from ._config import ServerConfig
 
 __all__ = [
     "GC_THRESHOLDS",

@@ -14,15 +14,14 @@ a task the app owns, so the engine never waits for the stream, and a client
 that goes away does not stop the turn.
 """
 
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from ..adapters.inbound.importers import import_session_records
 from ..adapters.outbound.exporters import (  # records in the session JSON format's shapes
@@ -45,13 +44,14 @@ from ..model import (
     ToolCallRequest,
 )
 from ..states import State
+from ._calls import create_context
+from ._deps import HubOf, Tenant
 from ._errors import ApiError, status_of
+from ._hub import Hub, Job
+from ._sse import json_frame
 from ._tenants import DEFAULT_TENANT
 
-if TYPE_CHECKING:
-    from ._app import Hub, _Job
-
-__all__ = ["ACCEPTED_BINARY", "SESSION_HEADER", "sessions_router"]
+__all__ = ["ACCEPTED_BINARY", "SESSION_HEADER", "router"]
 
 SESSION_HEADER = "x-turnfsm-session-id"
 """The response header naming the session ``POST /chat`` ran its turn on."""
@@ -152,8 +152,8 @@ def _call(call: ToolCallRequest) -> dict[str, Any]:
     return {"tool_call_id": call.id, "tool_name": call.tool_name, "arguments": arguments}
 
 
-def _sse(event: str, data: Any) -> ServerSentEvent:
-    return ServerSentEvent(json.dumps(data), event=event)
+def _sse(event: str, data: Any) -> bytes:
+    return json_frame(data, event)
 
 
 class _Feed:
@@ -173,7 +173,7 @@ class _Feed:
     for a human leaves it undecided, and ``done`` lists the pending calls.
     """
 
-    def __init__(self, hub: "Hub", cid: str, before: list[MessageNode]) -> None:
+    def __init__(self, hub: Hub, cid: str, before: list[MessageNode]) -> None:
         self.hub = hub
         self.cid = cid
         self.start = len(before)
@@ -188,9 +188,9 @@ class _Feed:
         self.undecided: str | None = None
         """The id of an assistant message whose calls are not all decided."""
 
-    async def catch_up(self) -> list[ServerSentEvent]:
+    async def catch_up(self) -> list[bytes]:
         """Every message the turn stored that was not sent yet (one read of the branch)."""
-        out: list[ServerSentEvent] = []
+        out: list[bytes] = []
         for node in await self.hub.engine.messages(self.cid, offset=self.start):
             if node.id == self.undecided:
                 out.extend(self._decided(node))
@@ -198,9 +198,9 @@ class _Feed:
                 out.extend(self._records(node))
         return out
 
-    async def after(self, events: list[Event]) -> list[ServerSentEvent]:
+    async def after(self, events: list[Event]) -> list[bytes]:
         """What these events say was stored, as records."""
-        out: list[ServerSentEvent] = []
+        out: list[bytes] = []
         for ev in events:
             if isinstance(ev, EventsMissed):
                 out.extend(await self.catch_up())
@@ -220,7 +220,7 @@ class _Feed:
         found = await self.hub.engine.store.load_messages(self.cid, [message_id])
         return found[0]
 
-    def _records(self, node: MessageNode) -> list[ServerSentEvent]:
+    def _records(self, node: MessageNode) -> list[bytes]:
         self.sent.add(node.id)
         msg = node.message
         if msg.role is Role.TOOL:
@@ -229,7 +229,7 @@ class _Feed:
             if call is None:
                 return []  # a result with no call: not a record the format has
             return [_sse("tool_result", tool_record(call, msg, msg))]
-        out: list[ServerSentEvent] = []
+        out: list[bytes] = []
         if msg.thinking:
             out.append(_sse("record", _thinking_record(msg)))
         if msg.role is not Role.ASSISTANT or msg.content or not msg.tool_calls:
@@ -238,7 +238,7 @@ class _Feed:
             out.extend(self._decided(node))
         return out
 
-    def _decided(self, node: MessageNode) -> list[ServerSentEvent]:
+    def _decided(self, node: MessageNode) -> list[bytes]:
         calls = node.message.tool_calls or []
         for c in calls:
             self.calls[c.id] = c  # with its stored decision
@@ -258,7 +258,7 @@ def _final(turn: Turn | None) -> dict[str, Any] | None:
     return None
 
 
-def _error_body(job: "_Job") -> dict[str, Any] | None:
+def _error_body(job: Job) -> dict[str, Any] | None:
     """The error of a failed turn, as an error response's body (None: it did not fail)."""
     turn, exc = job.turn, job.error
     if exc is not None:
@@ -271,109 +271,103 @@ def _error_body(job: "_Job") -> dict[str, Any] | None:
     return None
 
 
-def sessions_router(hub: "Hub", tenant: Callable[..., Awaitable[str]]) -> APIRouter:
-    """The ``/sessions`` and ``/chat`` routes over the app's ``hub``, authenticated
-    by ``tenant``."""
-    router = APIRouter(tags=["sessions"])
-    Tenant = Annotated[str, Depends(tenant)]
+router = APIRouter(tags=["sessions"])
 
-    async def session(session_id: str, who: str) -> str:
-        """The tenant's session (or a sub-context of one, as for ``/api``), else
-        ``404 session_not_found`` (never a 403)."""
+
+async def _session(hub: Hub, session_id: str, who: str) -> str:
+    """The tenant's session (or a sub-context of one, as for ``/api``), else
+    ``404 session_not_found`` (never a 403)."""
+    try:
+        await hub.check(session_id, who)
+    except ContextNotFound:
+        raise ApiError(404, "session_not_found", f"no session {session_id!r}") from None
+    return session_id
+
+
+@router.post("/sessions", status_code=201)
+async def create_session(hub: HubOf, who: Tenant, body: SessionIn | None = None) -> SessionOut:
+    """A new session (a context of the caller's tenant), with its ``title`` if given."""
+    try:
+        cid = await create_context(hub, who, title=body.title if body is not None else None)
+    except InvalidInput as exc:
+        raise InvalidInput(f"body.{exc.where}", exc.reason) from None
+    return SessionOut.of(await hub.engine.store.load(cid))
+
+
+@router.get("/sessions")
+async def list_sessions(
+    hub: HubOf,
+    who: Tenant,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_SESSION_PAGE)] = 20,
+) -> SessionList:
+    """The tenant's sessions, newest first (by creation), paged."""
+    owners = await hub.tenants.all()
+    fallback = DEFAULT_TENANT if not hub.config.tokens else None
+    mine = [
+        s.id
+        for s in await hub.engine.store.list_contexts()  # oldest first
+        if s.parent_id is None and owners.get(s.id, fallback) == who
+    ]
+    end = len(mine) if cursor in (None, "") else _cursor(cursor, len(mine))
+    start = max(0, end - limit)
+    page: list[SessionOut] = []
+    for cid in reversed(mine[start:end]):
         try:
-            await hub.check(session_id, who)
+            page.append(SessionOut.of(await hub.engine.store.load(cid)))
         except ContextNotFound:
-            raise ApiError(404, "session_not_found", f"no session {session_id!r}") from None
-        return session_id
+            continue  # deleted meanwhile
+    return SessionList(sessions=page, next_cursor=str(start) if start > 0 else None)
 
-    async def new_session(who: str, title: str | None) -> str:
-        cid = await hub.engine.create_context(title=title)
-        await hub.tenants.set(cid, who)
-        hub.tap(cid, who)
-        return cid
 
-    @router.post("/sessions", status_code=201)
-    async def create_session(who: Tenant, body: SessionIn | None = None) -> SessionOut:
-        """A new session (a context of the caller's tenant), with its ``title`` if given."""
-        try:
-            cid = await new_session(who, body.title if body is not None else None)
-        except InvalidInput as exc:
-            raise InvalidInput(f"body.{exc.where}", exc.reason) from None
-        return SessionOut.of(await hub.engine.store.load(cid))
-
-    @router.get("/sessions")
-    async def list_sessions(
-        who: Tenant,
-        cursor: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_SESSION_PAGE)] = 20,
-    ) -> SessionList:
-        """The tenant's sessions, newest first (by creation), paged."""
-        owners = await hub.tenants.all()
-        fallback = DEFAULT_TENANT if not hub.config.tokens else None
-        mine = [
-            s.id
-            for s in await hub.engine.store.list_contexts()  # oldest first
-            if s.parent_id is None and owners.get(s.id, fallback) == who
-        ]
-        end = len(mine) if cursor in (None, "") else _cursor(cursor, len(mine))
-        start = max(0, end - limit)
-        page: list[SessionOut] = []
-        for cid in reversed(mine[start:end]):
-            try:
-                page.append(SessionOut.of(await hub.engine.store.load(cid)))
-            except ContextNotFound:
-                continue  # deleted meanwhile
-        return SessionList(sessions=page, next_cursor=str(start) if start > 0 else None)
-
-    @router.get("/sessions/{session_id}")
-    async def get_session(session_id: str, who: Tenant) -> SessionRecords:
-        """The session and its records (the active branch in the session format)."""
-        ctx = await hub.engine.store.load(await session(session_id, who))
-        exported = export_session_records(ctx)
-        return SessionRecords(
-            **SessionOut.of(ctx).model_dump(),
-            state=ctx.current_state,
-            records=exported["records"],
-        )
-
-    @router.post(
-        "/chat",
-        response_class=EventSourceResponse,
-        responses={200: {"content": {"text/event-stream": {}}}},
+@router.get("/sessions/{session_id}")
+async def get_session(hub: HubOf, session_id: str, who: Tenant) -> SessionRecords:
+    """The session and its records (the active branch in the session format)."""
+    ctx = await hub.engine.store.load(await _session(hub, session_id, who))
+    exported = export_session_records(ctx)
+    return SessionRecords(
+        **SessionOut.of(ctx).model_dump(),
+        state=ctx.current_state,
+        records=exported["records"],
     )
-    async def chat(body: ChatIn, who: Tenant) -> EventSourceResponse:
-        """One turn on a session (none given: a new one), streamed as records."""
-        content = _content(body)  # bad input: 422 before anything is stored
-        engine = hub.engine
-        if body.session_id is not None:
-            cid = await session(body.session_id, who)
-            feed = _Feed(hub, cid, await engine.messages(cid))  # in memory when loaded
-        else:
-            # over the tenant's turn limit: 429 before a session is made
-            with hub.turn_limit.reserved(who):
-                cid = await new_session(who, None)
-            feed = _Feed(hub, cid, [])
-        sub = engine.subscribe(cid)
-        try:
-            job = await hub.launch(cid, lambda: engine.send(cid, content), wait=False)
-        except BaseException:
-            await sub.aclose()
-            raise
-        stop = anyio.Event()
-        return EventSourceResponse(
-            _stream(hub, feed, sub, job, stop),
-            headers={SESSION_HEADER: cid},
-            ping=hub.config.heartbeat,
-            shutdown_event=stop,
-            shutdown_grace_period=SHUTDOWN_GRACE,
-        )
 
-    return router
+
+@router.post(
+    "/chat",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def chat(hub: HubOf, body: ChatIn, who: Tenant) -> EventSourceResponse:
+    """One turn on a session (none given: a new one), streamed as records."""
+    content = _content(body)  # bad input: 422 before anything is stored
+    engine = hub.engine
+    if body.session_id is not None:
+        cid = await _session(hub, body.session_id, who)
+        feed = _Feed(hub, cid, await engine.messages(cid))  # in memory when loaded
+    else:
+        # over the tenant's turn limit: 429 before a session is made
+        with hub.turn_limit.reserved(who):
+            cid = await create_context(hub, who, title=None)
+        feed = _Feed(hub, cid, [])
+    sub = engine.subscribe(cid)
+    try:
+        job = await hub.launch(cid, lambda: engine.send(cid, content), wait=False)
+    except BaseException:
+        await sub.aclose()
+        raise
+    stop = anyio.Event()
+    return EventSourceResponse(
+        _stream(hub, feed, sub, job, stop),
+        headers={SESSION_HEADER: cid},
+        ping=hub.config.heartbeat,
+        shutdown_event=stop,
+        shutdown_grace_period=SHUTDOWN_GRACE,
+    )
 
 
 async def _stream(
-    hub: "Hub", feed: _Feed, sub: Subscription, job: "_Job", stop: anyio.Event
-) -> AsyncIterator[ServerSentEvent]:
+    hub: Hub, feed: _Feed, sub: Subscription, job: Job, stop: anyio.Event
+) -> AsyncIterator[bytes]:
     """The turn's records as they are stored, then ``error`` (if it failed) and ``done``."""
     try:
         for sse in await feed.catch_up():
@@ -419,7 +413,7 @@ def _stored(events: list[Event]) -> list[Event]:
     return [ev for ev in events if not isinstance(ev, ContentDelta)]
 
 
-async def _step(sub: Subscription, job: "_Job", stops: tuple[anyio.Event, ...]) -> list[Event]:
+async def _step(sub: Subscription, job: Job, stops: tuple[anyio.Event, ...]) -> list[Event]:
     """The next events that say something was stored (a streamed delta says
     nothing yet), all those waiting; none when the turn ends or the server stops."""
     got: list[Event] = []

@@ -1,0 +1,139 @@
+"""``turnfsm chat``'s model: the endpoint the options name (or the demo
+model), its failures that are setup problems, the modes and the defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..adapters.llm import LLMChunk, LLMRequest
+from ..engine import Mode
+from ..errors import InvalidInput, LLMError
+from ..model import MessageType
+from ..tools import Tool, ask_user
+from ._demo_tools import builtin_tools
+from ._errors import CLIError
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_SYSTEM",
+    "MODES",
+    "MODE_NAMES",
+    "PLACEHOLDER_KEY",
+    "ApproveMode",
+    "ModelSetup",
+    "Watched",
+    "check_message",
+    "open_model",
+    "setup_problem",
+]
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_SYSTEM = (
+    "You are a helpful assistant in a terminal. You can tell the time, do arithmetic "
+    "and read text files in the user's working directory with your tools."
+)
+PLACEHOLDER_KEY = "not-needed"
+"""Sent with ``--base-url`` when no ``OPENAI_API_KEY`` is set (local servers need none)."""
+
+ApproveMode = Literal["all", "none", "ask"]
+
+MODES = (
+    Mode(
+        name="plan",
+        instructions=(
+            "Plan mode: work out how you would do what the user asks, using your tools "
+            "only to look things up, and answer with a short numbered plan. Do not carry "
+            "it out; the user will switch to chat mode for that."
+        ),
+        answer_type=MessageType.PLAN,
+    ),
+)
+"""The modes of the command's engine, beside ``chat`` (the built-in tools only read)."""
+MODE_NAMES = ("chat", *(m.name for m in MODES))
+
+
+def check_message(text: str, where: str) -> str:
+    """A message to send: refused when empty or only whitespace."""
+    if not text.strip():
+        raise CLIError(f"{where}: the message is empty")
+    return text
+
+
+class Watched:
+    """The LLM, remembering the last error it raised (to tell setup problems apart)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.last_error: LLMError | None = None
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        self.last_error = None
+        inner = self.llm.stream(request)
+        try:
+            async for chunk in inner:
+                yield chunk
+        except LLMError as exc:
+            self.last_error = exc
+            raise
+        finally:
+            close = getattr(inner, "aclose", None)
+            if close is not None:
+                await close()
+
+
+@dataclass
+class ModelSetup:
+    llm: Any
+    endpoint: str
+    tools: list[Tool]
+
+
+def open_model(args: argparse.Namespace) -> ModelSetup:
+    tools = builtin_tools()
+    if getattr(args, "ask_user", False):
+        tools.append(ask_user)
+    if args.demo:
+        from ..adapters.llm.demo import DemoLLM
+        from ._demo import get_weather
+
+        return ModelSetup(DemoLLM(delay=0.0), "the demo model", [*tools, get_weather])
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = os.environ.get("OPENAI_API_KEY") or None
+    if base_url is None and key is None:
+        raise CLIError(
+            "no OPENAI_API_KEY is set and no --base-url was given; without a key, try the "
+            "demo model: `turnfsm chat --demo` (or `turnfsm demo`), or a local server: "
+            "`turnfsm chat --base-url http://localhost:11434/v1 --model llama3.2`",
+        )
+    from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
+    cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
+    try:
+        llm = cls(
+            base_url=base_url,
+            api_key=key or PLACEHOLDER_KEY,
+            model=args.model,
+            timeout=args.timeout,
+            stream=not args.no_stream,
+        )
+    except InvalidInput as exc:
+        raise CLIError(str(exc)) from None
+    return ModelSetup(llm, llm.base_url, tools)
+
+
+def setup_problem(error: LLMError | None, endpoint: str) -> str | None:
+    """A failure that is a setup problem (exit 2), said in one line."""
+    if error is None:
+        return None
+    if error.kind == "connection" and not error.partial_text:
+        return f"cannot reach {endpoint}: {error.message}"
+    if error.status in (401, 403):
+        return (
+            f"{endpoint} refused the API key ({error.describe()}); "
+            "check OPENAI_API_KEY (or --base-url)"
+        )
+    return None

@@ -1,0 +1,30 @@
+"""How a server runs: :class:`ServerConfig` (``docs/server.md``)."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._limits import DEFAULT_MAX_TURNS_PER_TENANT
+
+__all__ = ["DEFAULT_MAX_BODY", "ServerConfig"]
+
+DEFAULT_MAX_BODY = 1_000_000
+"""Bytes a request body may have (``413`` beyond)."""
+
+
+@dataclass
+class ServerConfig:
+    """How the app runs: ``tokens`` (token -> tenant; empty: one tenant, no
+    authentication), the body limit, the CORS origins (none: CORS off), the
+    heartbeat of event streams, and whether ``recover()`` runs on start."""
+
+    tokens: dict[str, str] = field(default_factory=dict)
+    max_body: int = DEFAULT_MAX_BODY
+    cors_origins: list[str] = field(default_factory=list)
+    heartbeat: float = 15.0
+    recover_on_start: bool = True
+    shutdown_grace: float = 5.0
+    max_turns_per_tenant: int = DEFAULT_MAX_TURNS_PER_TENANT
+    turns: Literal["here", "workers"] = "here"
+    """Where a posted message's turn runs: in this process, or on the workers
+    of the same store (``docs/workers.md``; the server then runs no
+    ``recover()`` on start: the workers claim what a crash left)."""

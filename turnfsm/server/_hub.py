@@ -1,0 +1,336 @@
+"""The hub: the app's engine, tenants, event channels and running calls.
+
+The routes reach it as ``request.app.state.hub`` (``_deps.py``); the lifespan
+of the app (``_app.py``) runs :meth:`Hub.lifespan`.
+"""
+
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import structlog
+
+from ..engine import Engine, Turn
+from ..errors import ContextNotFound, TurnFSMError
+from ..events import EVENT_ADAPTER, Event, StateChanged
+from ..relay import EventRelay
+from ..storage._eventlog import LogNote, open_event_log
+from ._channels import Channel, Listener
+from ._config import ServerConfig
+from ._errors import ApiError
+from ._limits import TurnLimit
+from ._tenants import DEFAULT_TENANT, TenantTable
+
+__all__ = ["IDLE_CHANNELS", "KNOWN_OWNERS", "Hub", "Job"]
+
+log = structlog.get_logger("turnfsm.server")
+
+IDLE_CHANNELS = 64
+"""Channels kept (with their recent events) once no stream and no call uses them."""
+KNOWN_OWNERS = 4096
+"""Contexts whose tenant the hub remembers for the tenant-wide streams."""
+
+
+_FIRST_STEPS = frozenset({"StateChanged", "ToolResult", "ContextChanged"})
+"""The events that show a launched call has taken its first step."""
+
+
+class Job:
+    """One engine call run in a task the app owns (it outlives the request)."""
+
+    def __init__(self, context_id: str) -> None:
+        self.context_id = context_id
+        self.done = anyio.Event()
+        self.turn: Turn | None = None
+        self.error: Exception | None = None
+        self.started = anyio.Event()
+        """Set at the call's first step (or when it returned or failed)."""
+        self.state: str | None = None
+        """The state the call had reached when :meth:`Hub.launch` returned
+        (None: it had taken no step yet)."""
+
+    async def run(
+        self,
+        fn: Callable[[], Awaitable[Turn]],
+        hub: "Hub",
+        tenant: str | None = None,
+        channel: Channel | None = None,
+    ) -> None:
+        # a call refused because another runs must not hide that one
+        mine = hub.running.setdefault(self.context_id, self) is self
+        try:
+            self.turn = await fn()
+        except Exception as exc:
+            self.error = exc
+            log.info("call_failed", context_id=self.context_id, error=str(exc))
+        finally:
+            if mine:
+                del hub.running[self.context_id]
+            if tenant is not None:
+                hub.turn_limit.release(tenant)
+            if channel is not None:
+                hub.release(channel)
+            self.started.set()
+            self.done.set()
+
+
+class Hub:
+    """The app's engine, tenant table, event channels and running calls (set
+    up by the lifespan).
+
+    Per context, a :class:`~turnfsm.server._channels.Channel` puts the events
+    of this process's engine and those other processes relayed (the event
+    log and its doorbell) in one order, deduplicated by seq, for the streams
+    on it. A channel exists while a stream or a running call of this server
+    needs it; then it stays among the :data:`IDLE_CHANNELS` most recently
+    used (a reconnect just after a turn gets its deltas from the ring), and
+    goes: memory does not grow with the contexts ever touched.
+    """
+
+    def __init__(self, factory: Callable[[], Engine], config: ServerConfig) -> None:
+        self.factory = factory
+        self.config = config
+        self._engine: Engine | None = None
+        self._tenants: TenantTable | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.running: dict[str, Job] = {}
+        self.starting: dict[str, list[Job]] = {}
+        """Per context, the launched calls waiting for their first step."""
+        self.turn_limit = TurnLimit(config.max_turns_per_tenant)
+        self.ready = False
+        self.closing = anyio.Event()
+        self.channels: dict[str, Channel] = {}
+        """The channels a stream or a running call uses."""
+        self.idle: OrderedDict[str, Channel] = OrderedDict()
+        """Channels nobody uses, least recently used first (at most IDLE_CHANNELS)."""
+        self.owners: OrderedDict[str, str] = OrderedDict()
+        """The tenant of recently seen contexts (at most KNOWN_OWNERS), for the
+        tenant-wide streams of events from contexts without a channel."""
+        self.listeners: dict[str, set[Listener]] = {}
+        """Per tenant, the tenant-wide streams (``/api/events``)."""
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise ApiError(503, "not_ready", "the server is starting or stopping")
+        return self._engine
+
+    @property
+    def tenants(self) -> TenantTable:
+        assert self._tenants is not None
+        return self._tenants
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        engine = self.factory()
+        event_log = open_event_log(engine.store)
+        await event_log.open()
+        self._tenants = TenantTable(event_log)
+        try:
+            async with (
+                engine,
+                EventRelay(engine, event_log),
+                anyio.create_task_group() as tg,
+            ):
+                self._engine, self._tg = engine, tg
+                local = engine.tap(self._on_local)
+                tg.start_soon(event_log.listen, self._on_note, self._on_listening)
+                if self.config.recover_on_start and self.config.turns == "here":
+                    recovery = await engine.recover()
+                    log.info(
+                        "recovered",
+                        resumed=sorted(recovery.resumed),
+                        skipped=sorted(recovery.skipped),
+                        failed=sorted(recovery.failed),
+                    )
+                tg.start_soon(self._cancel_on_closing)
+                self.ready = True
+                try:
+                    yield
+                finally:
+                    self.ready = False
+                    self.closing.set()
+                    await self._stop_running()
+                    tg.cancel_scope.cancel()
+                    local.close()
+        finally:
+            self._engine = None
+            await event_log.aclose()
+
+    async def _cancel_on_closing(self) -> None:
+        await self.closing.wait()
+        self.ready = False
+        await self._stop_running()
+
+    async def _stop_running(self) -> None:
+        """Cancel the running calls cleanly (each ends at Idle, its text kept)."""
+        with anyio.move_on_after(self.config.shutdown_grace):
+            for cid, job in list(self.running.items()):
+                try:
+                    await self.engine.cancel(cid)
+                except TurnFSMError as exc:
+                    log.info("cancel_on_shutdown_failed", context_id=cid, error=str(exc))
+                await job.done.wait()
+
+    # ------------------------------------------------------------------ tenants
+
+    async def owner(self, context_id: str) -> str | None:
+        """The tenant of a stored context (a child: its parent's); ContextNotFound."""
+        cid: str | None = context_id
+        for _ in range(100):
+            assert cid is not None
+            tenant = await self.tenants.get(cid)
+            if tenant is not None:
+                return tenant
+            ctx = await self.engine.store.load(cid)
+            if ctx.parent_id is None:
+                return DEFAULT_TENANT if not self.config.tokens else None
+            cid = ctx.parent_id
+        return None
+
+    async def check(self, context_id: str, tenant: str) -> None:
+        """ContextNotFound unless ``tenant`` owns the context (never a 403)."""
+        if await self.owner(context_id) != tenant:
+            raise ContextNotFound(context_id)
+        self.tap(context_id, tenant)
+
+    async def adopt(self, context_id: str, tenant: str) -> None:
+        """A context just made becomes ``tenant``'s (stored, and remembered)."""
+        await self.tenants.set(context_id, tenant)
+        self.tap(context_id, tenant)
+
+    def tap(self, context_id: str, tenant: str) -> None:
+        """Remember the context's tenant (its events then reach the tenant's
+        streams even when no channel is open on it)."""
+        self.owners[context_id] = tenant
+        self.owners.move_to_end(context_id)
+        while len(self.owners) > KNOWN_OWNERS:
+            self.owners.popitem(last=False)
+
+    # ------------------------------------------------------------------ channels
+
+    def hold(self, context_id: str) -> Channel:
+        """The context's channel, used until :meth:`release`."""
+        ch = self.channels.get(context_id)
+        if ch is None:
+            ch = self.idle.pop(context_id, None) or Channel(context_id, self.listeners)
+            self.channels[context_id] = ch
+        ch.tenant = self.owners.get(context_id, ch.tenant)
+        ch.users += 1
+        return ch
+
+    def release(self, ch: Channel) -> None:
+        ch.users -= 1
+        if ch.users > 0 or self.channels.get(ch.context_id) is not ch:
+            return
+        del self.channels[ch.context_id]
+        self.idle[ch.context_id] = ch
+        while len(self.idle) > IDLE_CHANNELS:
+            self.idle.popitem(last=False)
+
+    def channel(self, context_id: str) -> Channel | None:
+        return self.channels.get(context_id) or self.idle.get(context_id)
+
+    def offer(self, context_id: str, item: Event | int) -> None:
+        """An event (or a doorbell: a seq to read from the log) of a context,
+        from this process's engine or another's."""
+        ch = self.channel(context_id)
+        if ch is not None:
+            if ch.take(item) and self._tg is not None:
+                self._tg.start_soon(ch.fill, self.tenants)
+            return
+        if not isinstance(item, int) and self.listeners:
+            tenant = self.owners.get(context_id)
+            for stream in list(self.listeners.get(tenant or "", ())):
+                stream.put(item)
+
+    def _on_local(self, ev: Event) -> bool:
+        """An event of this process's engine as it goes out (the engine's tap:
+        no queue, no task), to the channels and the tenant streams. True when
+        it started a launched call: the engine then lets the request answer
+        (its ``202``) before it goes on with the turn."""
+        self.offer(ev.context_id, ev)
+        if self.starting and ev.kind in _FIRST_STEPS:
+            waiting = False
+            for job in self.starting.get(ev.context_id, ()):
+                if isinstance(ev, StateChanged):
+                    job.state = ev.to_state
+                if not job.started.is_set():
+                    job.started.set()
+                    waiting = True
+            return waiting
+        return False
+
+    def _on_note(self, note: LogNote) -> None:
+        """A doorbell from the event log (another process, or this one's echo)."""
+        ch = self.channel(note.context_id)
+        if ch is None:
+            return  # nobody here streams it
+        if ch.next is None and note.first is not None and not ch.filling:
+            ch.next = note.first  # a new channel: from the first event rung with it
+        if note.event is None:
+            self.offer(note.context_id, note.seq)
+            return
+        try:
+            if isinstance(note.event, str):
+                ev = EVENT_ADAPTER.validate_json(note.event)
+            else:
+                ev = EVENT_ADAPTER.validate_python(note.event)
+        except ValueError:
+            self.offer(note.context_id, note.seq)
+        else:
+            self.offer(note.context_id, ev)
+
+    async def _on_listening(self) -> None:
+        """Listening (again): notes rung meanwhile are lost, so each channel
+        reads the log up to its newest kept event."""
+        ids = [*self.channels, *self.idle]
+        if not ids:
+            return
+        try:
+            newest = await self.tenants.log.newest(ids)
+        except Exception as exc:  # the next note of each context reads the log anyway
+            log.warning("event_log_read_failed", error=str(exc))
+            return
+        for cid, seq in newest.items():
+            self.offer(cid, seq)
+
+    async def untap(self, context_ids: list[str]) -> None:
+        for cid in context_ids:
+            ch = self.channels.pop(cid, None) or self.idle.pop(cid, None)
+            if ch is not None:
+                ch.close()
+            self.owners.pop(cid, None)
+
+    # ------------------------------------------------------------------ calls
+
+    async def launch(
+        self, context_id: str, fn: Callable[[], Awaitable[Turn]], *, wait: bool
+    ) -> "Job":
+        """Run ``fn`` in the app's task group. With ``wait``, until it returns;
+        else until it took its first step (or failed its checks, raised here)."""
+        assert self._tg is not None
+        job = Job(context_id)
+        tenant = self.owners.get(context_id)
+        if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
+            self.turn_limit.acquire(tenant)
+        if wait:
+            self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
+            await job.done.wait()
+        else:
+            # _on_local sets job.started at the call's first step (the job
+            # itself when it returned or failed)
+            starting = self.starting.setdefault(context_id, [])
+            starting.append(job)
+            try:
+                self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
+                await job.started.wait()
+            finally:
+                starting.remove(job)
+                if not starting and self.starting.get(context_id) is starting:
+                    del self.starting[context_id]
+        if job.done.is_set() and job.error is not None:
+            raise job.error
+        return job

@@ -1,0 +1,209 @@
+"""What the web view's pages show, made from the engine's records: messages
+and their tool calls, a branch's path, the audit page's tables (``docs/web.md``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...model import ApprovalStatus, MessageNode, ToolCallRequest
+from ...model._message import FilePart, ImagePart
+from ...render import PathDiff, RunPath, path_from_steps
+from ...states import CHANGES
+from ...storage import StepLog
+from ...tools import QuestionTool
+
+__all__ = [
+    "CallView",
+    "MessageView",
+    "branch_paths",
+    "call_view",
+    "diff_rows",
+    "int_param",
+    "message_view",
+    "seconds",
+    "svg_body",
+    "verdict_text",
+]
+
+
+def branch_paths(steps: Sequence[StepLog], branches: Sequence[str]) -> dict[str, RunPath]:
+    """The path each branch went through: the transitions committed while it was
+    the active branch, after those of the branch it was forked from up to the
+    fork (a fork makes the new branch active; a switch changes the active one).
+    The first branch is ``main`` (or the first of ``branches``)."""
+    first = "main" if "main" in branches or not branches else branches[0]
+    taken: dict[str, list[StepLog]] = {first: []}
+    active = first
+    for step in steps:
+        if step.trigger in CHANGES:
+            detail = step.detail or {}
+            name = detail.get("branch")
+            if step.trigger == "branch_forked" and isinstance(name, str):
+                source = str(detail.get("forked_from") or active)
+                taken[name] = list(taken.get(source, []))
+                active = name
+            elif step.trigger == "branch_switched" and isinstance(name, str):
+                taken.setdefault(name, [])
+                active = name
+            continue
+        taken.setdefault(active, []).append(step)
+    return {name: path_from_steps(taken.get(name, [])) for name in branches}
+
+
+def svg_body(svg: bytes) -> str:
+    """The ``<svg>`` element of Graphviz's output, for inlining in a page."""
+    text = svg.decode("utf-8", "replace")
+    start = text.find("<svg")
+    return text[start:] if start >= 0 else ""
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+
+
+@dataclass
+class CallView:
+    id: str
+    name: str
+    arguments: str
+    status: str
+    decided_by: str | None
+    reason: str | None
+    pending: bool
+    question: str | None = None
+    choices: tuple[str, ...] = ()
+
+
+@dataclass
+class MessageView:
+    id: str
+    role: str
+    kind: str
+    text: str
+    at: str
+    model: str | None
+    thinking: str | None = None
+    reasoning: list[str] = field(default_factory=list)
+    refusal: str | None = None
+    marks: list[str] = field(default_factory=list)
+    attachments: list[str] = field(default_factory=list)
+    calls: list[CallView] = field(default_factory=list)
+    result_for: str | None = None
+    result: str | None = None
+    result_ok: bool = True
+
+
+_OUTCOME_MARK = {
+    "refusal": "refused",
+    "length": "truncated: cut at the token limit",
+    "content_filter": "truncated: cut or withheld by the provider's content filter",
+    "incomplete": "incomplete",
+}
+
+
+def call_view(call: ToolCallRequest, tools: Any) -> CallView:
+    args = call.raw_arguments if call.raw_arguments is not None else _pretty(call.arguments)
+    view = CallView(
+        id=call.id,
+        name=call.tool_name,
+        arguments=args,
+        status=str(call.approval_status).lower(),
+        decided_by=call.decided_by,
+        reason=call.reason,
+        pending=call.approval_status is ApprovalStatus.PENDING,
+    )
+    tool = tools.get(call.tool_name)
+    if isinstance(tool, QuestionTool):
+        asked = tool.ask(call)
+        if asked is not None:
+            view.question, view.choices = asked.question, asked.choices
+    return view
+
+
+def message_view(node: MessageNode, tools: Any) -> MessageView:
+    msg = node.message
+    meta = msg.metadata
+    view = MessageView(
+        id=node.id,
+        role=str(msg.role),
+        kind=str(msg.message_type),
+        text=msg.text,
+        at=meta.created_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        model=meta.model,
+        thinking=msg.thinking or None,
+        reasoning=[s for item in msg.reasoning or () for s in item.summary],
+        refusal=msg.refusal,
+    )
+    outcome = msg.outcome
+    if outcome is not None and outcome != "refusal":
+        mark = _OUTCOME_MARK.get(outcome, outcome)
+        if outcome == "incomplete" and meta.incomplete_reason:
+            mark += f" ({meta.incomplete_reason})"
+        view.marks.append(mark)
+    if meta.cancelled:
+        view.marks.append("cancelled: the partial text is kept")
+    for part in msg.content:
+        if isinstance(part, ImagePart):
+            view.attachments.append(f"image: {part.url[:200]}")  # named, never loaded
+        elif isinstance(part, FilePart):
+            view.attachments.append(f"file: {part.name} ({part.mime_type})")
+    view.calls = [call_view(c, tools) for c in msg.tool_calls or ()]
+    tr = msg.tool_result
+    if tr is not None:
+        view.result_for = tr.request_id
+        view.result = tr.result if isinstance(tr.result, str) else _pretty(tr.result)
+        view.result_ok = tr.success
+    return view
+
+
+def int_param(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def verdict_text(result: Any) -> str:
+    """What ``turnfsm audit verify`` prints for the log (docs/cli.md)."""
+    if not result.ok:
+        return f"line {result.line}: {result.reason}"
+    calls = f"{result.tool_calls} tool calls, all resolved"
+    if result.open_calls:
+        calls = (
+            f"{result.tool_calls} tool calls, {len(result.open_calls)} still waiting in "
+            f"{result.final_state}"
+        )
+    return f"ok: {result.steps} steps, declared edges only, ending in {result.final_state}; {calls}"
+
+
+def diff_rows(a: RunPath, b: RunPath, result: PathDiff) -> list[dict[str, Any]]:
+    ea = [(a.states[0], ""), *((s.to_state, s.trigger) for s in a.steps)]
+    eb = [(b.states[0], ""), *((s.to_state, s.trigger) for s in b.steps)]
+    rows = []
+    for i in range(max(len(ea), len(eb))):
+        rows.append(
+            {
+                "index": i,
+                "a": f"{ea[i][0]}" + (f" (via {ea[i][1]})" if i < len(ea) and ea[i][1] else "")
+                if i < len(ea)
+                else "(ended)",
+                "b": f"{eb[i][0]}" + (f" (via {eb[i][1]})" if i < len(eb) and eb[i][1] else "")
+                if i < len(eb)
+                else "(ended)",
+                "differs": result.index is not None and i >= result.index,
+            }
+        )
+    return rows
