@@ -3,31 +3,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..states import Trigger
+from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
-
-if TYPE_CHECKING:
-    from ._drive import Driver
 
 __all__ = ["backoff"]
 
 
-async def backoff(d: Driver, rt: Runtime) -> None:
+async def backoff(d: Host, rt: Runtime) -> None:
     """TransientFailure: wait out the delay and ``retry``, or ``give_up``."""
     ctx = rt.ctx
     p = ctx.progress
-    if p.attempt >= d.retry_policy.max_attempts or p.retry_at is None:
+    if p.attempt >= d.settings.retry_policy.max_attempts or p.retry_at is None:
         rt.stop_reason = StopReason.FAILED
         ctx.progress = p.model_copy(update={"retry_at": None})
         d.fire(rt, Trigger.GIVE_UP)
         d.failed(rt, p.last_error or "attempts exhausted", "")
         d.end_turn(rt)
         return
-    wait = p.retry_at - d.clock.time()
+    wait = p.retry_at - d.settings.clock.time()
     if wait > 0:
-        await d.clock.sleep(wait)
+        await d.settings.clock.sleep(wait)
     ctx.progress = p.model_copy(update={"attempt": p.attempt + 1, "retry_at": None})
     d.fire(rt, Trigger.RETRY)

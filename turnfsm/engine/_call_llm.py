@@ -8,7 +8,7 @@ functions of ``_answer``.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
 from ..events import ContentDelta, MessageCompleted, Retrying, ToolCallsRequested
@@ -33,18 +33,16 @@ from ._answer import (
     storable_error,
 )
 from ._approval import as_question
+from ._host import Host
 from ._prepare import build_request, compact
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
 
-if TYPE_CHECKING:
-    from ._drive import Driver
-
 __all__ = ["call_llm", "fail_llm"]
 
 
-async def call_llm(d: Driver, rt: Runtime) -> None:
+async def call_llm(d: Host, rt: Runtime) -> None:
     """AwaitingLLMResponse: one attempt; the answer, or a failure.
 
     Whatever the adapter returns or raises ends in a declared trigger (see
@@ -67,7 +65,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
             await fail_llm(d, rt, PermanentLLMError(str(exc)), transient=False)
             return
     progress = rt.ctx.progress
-    message_id = d.ids()
+    message_id = d.settings.ids()
     partial: list[str] = []
     rt.partial = partial
     rt.partial_id = message_id
@@ -77,7 +75,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
     response: object = None
     failure: LLMError | None = None
     index = 0
-    llm = d.llm
+    llm = d.settings.llm
     try:
         if llm is None:
             raise TypeError("the engine has no LLM (it was made with llm=None)")
@@ -89,7 +87,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         next_chunk = chunks.__anext__
         # per chunk: looked up once
         subscribers = rt.subscribers
-        clock_time = d.clock.time
+        clock_time = d.settings.clock.time
         context_id = rt.ctx.id
         attempt = progress.attempt
         while True:
@@ -185,7 +183,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                 model=request.model,
                 attempt=progress.attempt,
                 iteration=progress.iteration,
-                answer_type=d.answer_type(rt.ctx),
+                answer_type=d.settings.answer_type(rt.ctx),
             )
         except LLMError as exc:
             failure = exc
@@ -207,7 +205,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
     if calls:
         # type Question when it only asks (questions the context's mode offers)
-        message = as_question(message, d.offered(rt.ctx))
+        message = as_question(message, d.settings.offered(rt.ctx))
     node = _history.append(rt, message, message_id)
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)
@@ -218,7 +216,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         d.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
 
 
-async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | None = None) -> None:
+async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | None = None) -> None:
     """Take the failure edge for ``exc``: transient (``retryable``, unless
     ``transient`` says otherwise) or permanent."""
     storable_error(exc)
@@ -241,12 +239,12 @@ async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | N
         d.end_turn(rt)
         return
     attempt = ctx.progress.attempt
-    will_retry = attempt < d.retry_policy.max_attempts
-    delay = d.retry_policy.delay(attempt, exc) if will_retry else 0.0
+    will_retry = attempt < d.settings.retry_policy.max_attempts
+    delay = d.settings.retry_policy.delay(attempt, exc) if will_retry else 0.0
     ctx.progress = ctx.progress.model_copy(
         update={
             "last_error": error,
-            "retry_at": d.clock.time() + delay if will_retry else None,
+            "retry_at": d.settings.clock.time() + delay if will_retry else None,
         }
     )
     d.fire(rt, Trigger.LLM_FAILED_TRANSIENT)

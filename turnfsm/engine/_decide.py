@@ -4,24 +4,20 @@ tool calls are decided by policy (``tools_decided``) or left to a human
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..events import QuestionAsked, ToolApprovalRequested
 from ..model import ApprovalStatus
 from ..states import Trigger
 from ..tools import ToolOutcome
 from . import _history
 from ._approval import policy_decisions, questions_of
+from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
-
-if TYPE_CHECKING:
-    from ._drive import Driver
 
 __all__ = ["decide", "mark_started"]
 
 
-async def decide(d: Driver, rt: Runtime) -> None:
+async def decide(d: Host, rt: Runtime) -> None:
     """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy
     (see :func:`~turnfsm.engine._approval.policy_decisions`)."""
     ctx = rt.ctx
@@ -53,12 +49,12 @@ async def decide(d: Driver, rt: Runtime) -> None:
         d.fire(rt, Trigger.TURN_COMPLETE)
         d.end_turn(rt)
         return
-    if ctx.progress.iteration >= d.max_iterations:
+    if ctx.progress.iteration >= d.settings.max_iterations:
         _history.set_decisions(
             rt, {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls}
         )
         text = (
-            f"not executed: the limit of {d.max_iterations} LLM calls for one "
+            f"not executed: the limit of {d.settings.max_iterations} LLM calls for one "
             "user message was reached"
         )
         d.add_results(
@@ -71,7 +67,7 @@ async def decide(d: Driver, rt: Runtime) -> None:
         d.end_turn(rt)
         return
     # the mode's view: its approval overrides; a tool it does not offer is unknown
-    decisions, needs_human = policy_decisions(calls, d.offered(ctx))
+    decisions, needs_human = policy_decisions(calls, d.settings.offered(ctx))
     if decisions:
         _history.set_decisions(rt, decisions)
     if needs_human:
@@ -84,12 +80,12 @@ async def decide(d: Driver, rt: Runtime) -> None:
     d.fire(rt, Trigger.TOOLS_DECIDED)
 
 
-def _announce(d: Driver, rt: Runtime) -> None:
+def _announce(d: Host, rt: Runtime) -> None:
     """What waits for the human: the calls to approve or deny (one
     ``ToolApprovalRequested``, when there are some), then each question (a
     ``QuestionAsked``)."""
     pending = rt.ctx.pending_tool_calls()
-    questions = questions_of(d.tools, pending)
+    questions = questions_of(d.settings.tools, pending)
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
     if approvals:

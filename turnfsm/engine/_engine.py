@@ -6,9 +6,8 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
@@ -20,13 +19,8 @@ from ..adapters.inbound import parse_request
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
-    CurrentMessageMarker,
     Enhancer,
-    SystemPromptEnhancer,
     TokenBudget,
-    ToolCallHistory,
-    ToolDefinitionsEnhancer,
-    UserLocale,
 )
 from ..errors import (
     BranchError,
@@ -50,12 +44,11 @@ from ..model import (
     SystemPrompt,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
-from ..storage import MemoryStore, StepLog, Store
+from ..storage import StepLog, Store
 from ..tools import Tool, ToolRegistry
 from . import _calls, _children, _leases, _requests, _subcontexts
 from ._children import Child, ChildInfo, Finished, Summarizer
-from ._clock import Clock, SystemClock
-from ._defaults import Ids, checked_id, default_logger
+from ._clock import Clock
 from ._drive import Driver, Start
 from ._inputs import (
     UNSET,
@@ -68,11 +61,13 @@ from ._inputs import (
     check_parameters,
     check_text,
     check_title,
+    check_tools,
 )
-from ._leases import DEFAULT_LEASE_TTL, HOST
-from ._modes import Mode, Modes
+from ._leases import DEFAULT_LEASE_TTL
+from ._modes import Mode
 from ._recovery import Recovery
 from ._retry import RetryPolicy
+from ._settings import make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._turn import Turn
 
@@ -151,136 +146,81 @@ class Engine:
         token_budget: TokenBudget | None = None,
         compaction: Compaction | None = None,
     ) -> None:
-        check_count("max_iterations", max_iterations, minimum=1)
-        check_count("max_loaded", max_loaded, minimum=1)
-        check_count("subscriber_buffer", subscriber_buffer, minimum=1)
-        check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
-        if token_budget is not None and not isinstance(token_budget, TokenBudget):
-            raise InvalidInput(
-                "token_budget",
-                f"must be a TokenBudget or None, not {type(token_budget).__name__}",
-            )
-        if compaction is not None and not isinstance(compaction, Compaction):
-            raise InvalidInput(
-                "compaction", f"must be a Compaction or None, not {type(compaction).__name__}"
-            )
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidInput(
-                "retry", f"must be a RetryPolicy or None, not {type(retry).__name__}"
-            )
-        if store is not None and not isinstance(store, str) and not hasattr(store, "commit"):
-            raise InvalidInput(
-                "store", f"must be a Store, a store URL or None, not {type(store).__name__}"
-            )
-        if isinstance(enhancers, str | bytes) or not isinstance(enhancers, Iterable):
-            raise InvalidInput("enhancers", "must be a sequence of enhancers")
-        enhancers = tuple(enhancers)
-        for i, enhancer in enumerate(enhancers):
-            if not callable(getattr(enhancer, "enhance", None)):
-                raise InvalidInput(
-                    f"enhancers[{i}]", f"not an enhancer (no enhance method): {enhancer!r}"
-                )
-        if clock is not None and not (
-            callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
-        ):
-            raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
-        if ids is not None and not callable(ids):
-            raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
-        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
-            raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
-        if not lease_ttl > 0 or lease_ttl == float("inf"):
-            raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
-        registry = ToolRegistry(tools)
-        known_modes = Modes(modes, registry)
-        if isinstance(store, str):
-            from ..storage import open_store
-
-            store = open_store(store)
-        builtin: list[Enhancer] = []
-        history = None
-        if tool_history_rounds is not None:
-            history = ToolCallHistory(tool_history_rounds)
-            builtin.append(history)
-        builtin += [
-            SystemPromptEnhancer(mode=known_modes.instructions),
-            ToolDefinitionsEnhancer(per_context=known_modes.definitions),
-            UserLocale(),
-            CurrentMessageMarker(),
-        ]
-        last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
-        self._subscriber_buffer = subscriber_buffer
-        self._d = d = Driver(
+        settings = make_settings(
             llm=llm,
-            tools=registry,
-            store=store if store is not None else MemoryStore(),
-            enhancers=(*builtin, *enhancers, *last),
-            builtin_count=len(builtin),
-            modes=known_modes,
-            retry_policy=retry or RetryPolicy(),
+            tools=tools,
+            store=store,
+            enhancers=enhancers,
+            retry=retry,
             max_iterations=max_iterations,
-            clock=clock or SystemClock(),
-            ids=Ids() if ids is None else functools.partial(checked_id, ids),
-            log=logger if logger is not None else default_logger(),
+            clock=clock,
+            ids=ids,
+            tool_history_rounds=tool_history_rounds,
+            subscriber_buffer=subscriber_buffer,
             max_loaded=max_loaded,
-            lease_ttl=float(lease_ttl),
-            owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            logger=logger,
+            lease_ttl=lease_ttl,
+            modes=modes,
+            token_budget=token_budget,
+            compaction=compaction,
         )
-        d.subtask_host = _children.SubtaskRunner(self)
-        self._d.view_plan.budget = token_budget
-        self._d.view_plan.compaction = compaction
-        self._d.view_plan.shrink = history.shrink if history is not None else None
+        self._subscriber_buffer = subscriber_buffer
+        self._d = d = Driver(settings)
+        d.subtask_host = _subcontexts.SubtaskRunner(self)
 
     # ------------------------------------------------------------------ settings
+    # (read from the one Settings object; see _settings)
 
     @property
     def llm(self) -> LLM | None:
-        return self._d.llm
+        return self._d.settings.llm
 
     @llm.setter
     def llm(self, llm: LLM | None) -> None:
-        self._d.llm = llm
+        d = self._d
+        d.settings = dataclasses.replace(d.settings, llm=llm)
 
     @property
     def tools(self) -> ToolRegistry:
-        return self._d.tools
+        return self._d.settings.tools
 
     @property
     def modes(self) -> tuple[Mode, ...]:
         """The engine's modes (``chat`` first unless it was given one)."""
-        return tuple(self._d.modes)
+        return tuple(self._d.settings.modes)
 
     @property
     def store(self) -> Store:
-        return self._d.store
+        return self._d.settings.store
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        return self._d.retry_policy
+        return self._d.settings.retry_policy
 
     @property
     def max_iterations(self) -> int:
-        return self._d.max_iterations
+        return self._d.settings.max_iterations
 
     @property
     def clock(self) -> Clock:
-        return self._d.clock
+        return self._d.settings.clock
 
     @property
     def enhancers(self) -> tuple[Enhancer, ...]:
-        return self._d.enhancers
+        return self._d.settings.enhancers
 
     @property
     def max_loaded(self) -> int:
-        return self._d.max_loaded
+        return self._d.settings.max_loaded
 
     @property
     def lease_ttl(self) -> float:
-        return self._d.lease_ttl
+        return self._d.settings.lease_ttl
 
     @property
     def owner(self) -> str:
         """This engine's name on the leases it takes (one per Engine object)."""
-        return self._d.owner
+        return self._d.settings.owner
 
     @property
     def _machine(self) -> TurnMachine:
@@ -300,7 +240,7 @@ class Engine:
             # (an engine used without ``async with`` starts one per call instead)
             beats = anyio.create_task_group()
             await beats.__aenter__()
-            beats.start_soon(_leases.heartbeat_all, d)
+            beats.start_soon(_leases.heartbeat_all, d.settings, d.busy, d.loaded)
             d.beats = beats
         return self
 
@@ -329,7 +269,7 @@ class Engine:
             sub.end()
         loaded.subscribers.clear()
         loaded.everywhere.clear()
-        await self._d.store.aclose()
+        await self._d.settings.store.aclose()
 
     # ------------------------------------------------------------------ contexts
 
@@ -396,7 +336,7 @@ class Engine:
     ) -> str:
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
-        self._d.check_mode("mode", mode)
+        self._d.settings.check_mode("mode", mode)
         params = check_parameters("parameters", parameters)
         check_text("user_prompt", user_prompt, optional=True)
         check_name("agent_role", agent_role)
@@ -408,7 +348,7 @@ class Engine:
         if context_id is not None:
             check_id("context_id", context_id)
         check_title("title", title)
-        allowed = _check_tools("tools", tools, self.tools)
+        allowed = check_tools("tools", tools, self.tools)
         if parent_id is not None:
             parent = await self.get_context(parent_id)
             if parent.config.archived:
@@ -416,9 +356,13 @@ class Engine:
                     parent_id, "it is a finished sub-context: it takes no new sub-contexts"
                 )
         now = self._d.now()
-        prompt = SystemPrompt(id=self._d.ids(), content=system_prompt) if system_prompt else None
+        prompt = (
+            SystemPrompt(id=self._d.settings.ids(), content=system_prompt)
+            if system_prompt
+            else None
+        )
         ctx = ChatContext(
-            id=context_id if context_id is not None else self._d.ids(),
+            id=context_id if context_id is not None else self._d.settings.ids(),
             parent_id=parent_id,
             config=ChatConfig(
                 model_id=model,
@@ -493,7 +437,7 @@ class Engine:
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
         what its messages get; for a ``message_id`` chosen before a send."""
-        return self._d.ids()
+        return self._d.settings.ids()
 
     async def submit(
         self,
@@ -519,9 +463,9 @@ class Engine:
         """
         start = self._start_send(context_id, content, role, message_id)
         d = self._d
-        if getattr(d.store, "claim_expired", None) is None:
+        if getattr(d.settings.store, "claim_expired", None) is None:
             raise StoreError(
-                f"{d.store!r} cannot hand turns to workers (it has no claim_expired): "
+                f"{d.settings.store!r} cannot hand turns to workers (it has no claim_expired): "
                 "use a SQLite or PostgreSQL store, or send() to run the turn here"
             )
         turn = await d.run(context_id, start, hand_off=True)
@@ -566,7 +510,7 @@ class Engine:
         check_text("call_id", call_id, empty=False)
         check_text("text", text, empty=False)
         d = self._d
-        routed = await _children.route_decisions(self, context_id, [call_id])
+        routed = await _subcontexts.route_decisions(self, context_id, [call_id])
         if routed is not None:  # a question of a sub-task's child, surfaced here
             _, by_child, waiting = routed
             for child_id in by_child:
@@ -650,7 +594,9 @@ class Engine:
         claimed: set[str] | None = None
         if claim is not None:
             d = self._d
-            leases = await claim(d.owner, d.lease_ttl, now=d.clock.time(), limit=None)
+            leases = await claim(
+                d.settings.owner, d.settings.lease_ttl, now=d.settings.clock.time(), limit=None
+            )
             claimed = {lease.context_id for lease in leases}
         for summary in await self.store.list_contexts():
             cid = summary.id
@@ -771,7 +717,7 @@ class Engine:
         if not isinstance(model, Unset):
             fields["model_id"] = check_name("model", model)
         if not isinstance(mode, Unset):
-            fields["mode"] = self._d.check_mode("mode", mode)
+            fields["mode"] = self._d.settings.check_mode("mode", mode)
         if not isinstance(parameters, Unset):
             fields["parameters"] = check_parameters("parameters", parameters)
         if not isinstance(title, Unset):
@@ -814,8 +760,8 @@ class Engine:
         if model is not None:
             check_name("model", model)
         if mode is not None:
-            self._d.check_mode("mode", mode)
-        allowed = _check_tools("tools", tools, self.tools)
+            self._d.settings.check_mode("mode", mode)
+        allowed = check_tools("tools", tools, self.tools)
         check_title("title", title)
         d = self._d
         d.refuse_if_busy(parent_id)
@@ -1014,26 +960,6 @@ class Engine:
         check_id("context_id", context_id)
         steps = await self.store.steps(context_id)
         return [State.IDLE, *(State(s.to_state) for s in steps if s.trigger not in CHANGES)]
-
-
-def _check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] | None:
-    """An allow-list of tool names: ``None``, or names of ``registry`` (each once)."""
-    if tools is None:
-        return None
-    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
-        raise InvalidInput(where, f"must be a list of tool names or None, not {tools!r}")
-    out: list[str] = []
-    for i, name in enumerate(tools):
-        if not isinstance(name, str):
-            raise InvalidInput(f"{where}[{i}]", f"must be a tool name, not {name!r}")
-        if name not in registry:
-            known = ", ".join(registry.names) or "(none)"
-            raise InvalidInput(
-                f"{where}[{i}]", f"the engine has no tool named {name!r} (its tools: {known})"
-            )
-        if name not in out:
-            out.append(name)
-    return out
 
 
 def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:

@@ -8,14 +8,15 @@ from typing import Any
 
 import anyio
 
+from ..errors import IllegalTransition
 from ..events import Event
 from ..model import Branch, ChatContext, LLMRequest, MessageNode
-from ..states import ContextHolder, State
+from ..states import ContextHolder, State, Trigger, next_state
 from ..storage import Lease
 from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
-__all__ = ["Runtime", "dirty"]
+__all__ = ["Runtime", "dirty", "require"]
 
 
 @dataclass(eq=False)
@@ -86,3 +87,12 @@ def dirty(rt: Runtime) -> bool:
         or rt.config_changed
         or rt.changes
     )
+
+
+def require(rt: Runtime, trigger: Trigger) -> State:
+    """The current state, when the table has an edge for ``trigger`` from it;
+    else :class:`~turnfsm.errors.IllegalTransition` (nothing changed)."""
+    state = State(rt.holder.state)
+    if next_state(state, trigger) is None:
+        raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
+    return state
