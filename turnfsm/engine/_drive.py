@@ -37,7 +37,7 @@ from ._approval import questions_of
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
-from ._runtime import Runtime, dirty
+from ._runtime import CLAIM, HELD, RELEASED, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
 from ._turn import Turn
@@ -194,8 +194,7 @@ class Driver:
             self.busy.discard(context_id)
             raise
         rt.lease = lease
-        rt.lease_held = True
-        rt.lease_claim = False
+        rt.lease_status = HELD
         return self._begin(rt)
 
     async def _enter(self, context_id: str, *, claim: bool = False) -> Runtime:
@@ -209,7 +208,7 @@ class Driver:
         lease: Lease | None = None
         loaded = self.loaded
         rt = loaded.get(context_id) if claim and self.leases_in_commits else None
-        if rt is not None and rt.lease is not None and not rt.lease_held:
+        if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
             loaded.put(loaded.take(context_id) or rt)  # most recently used last
             last = rt.lease
             s = self.settings
@@ -219,7 +218,7 @@ class Driver:
                 last.token + 1,
                 s.clock.time() + s.lease_ttl,
             )
-            rt.lease_claim = True
+            rt.lease_status = CLAIM
             return self._begin(rt)
         try:
             lease = await _leases.acquire(self.settings, context_id)
@@ -240,8 +239,7 @@ class Driver:
             self.busy.discard(context_id)
             raise
         rt.lease = lease
-        rt.lease_held = True
-        rt.lease_claim = False
+        rt.lease_status = HELD
         return self._begin(rt)
 
     @staticmethod
@@ -280,7 +278,7 @@ class Driver:
                 try:
                     await start(rt)
                 except Exception:
-                    if rt.lease_claim:  # was the loaded copy current? (see run)
+                    if rt.lease_status is CLAIM:  # was the loaded copy current? (see run)
                         await self._confirm_claim(rt)
                     raise
                 if hand_off:
@@ -295,7 +293,7 @@ class Driver:
                     ) and not rt.cancel_requested
                     await self.commit(rt, release=last)
             rt.scope = None
-            if rt.lease_claim:  # nothing was committed: was the loaded copy current?
+            if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
                 await self._confirm_claim(rt)
             if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
@@ -309,11 +307,11 @@ class Driver:
             rt.last_turn = self._turn(rt)
             if rt.hand_back and State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
-            if rt.lease_claim and rt.lease is not None:  # never taken: the last one stands
-                rt.lease_claim = False
+            if rt.lease_status is CLAIM and rt.lease is not None:  # never taken: the last stands
+                rt.lease_status = RELEASED
                 rt.lease = replace(rt.lease, token=rt.lease.token - 1)
-            if rt.lease is not None and rt.lease_held:
-                rt.lease_held = False  # first: a heartbeat racing the release stays quiet
+            if rt.lease is not None and rt.lease_status is HELD:
+                rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self.settings, rt.lease)
             self._leave(rt)
         return rt.last_turn
@@ -327,20 +325,20 @@ class Driver:
         outcome stands, and the lease is released when it returns."""
         claimed = rt.lease
         assert claimed is not None
-        rt.lease_claim = False
+        rt.lease_status = RELEASED
         lease = await _leases.acquire(self.settings, rt.ctx.id)
         if lease.token != claimed.token:
             await _leases.release(self.settings, lease)
             raise _StaleCopy
         rt.lease = lease
-        rt.lease_held = True
+        rt.lease_status = HELD
 
     async def _hold_again(self, rt: Runtime) -> bool:
         """Take the lease again for a cancel that came after the call's last
         commit had released it. False (and the context unloaded) when another
         owner ran on the context in between: the cancel then has nothing left
         to stop."""
-        if rt.lease_held or rt.lease_claim or rt.lease is None:
+        if rt.lease_status is not RELEASED or rt.lease is None:
             return True
         cid = rt.ctx.id
         lease = await _leases.acquire(self.settings, cid)
@@ -349,7 +347,7 @@ class Driver:
             self.loaded.unload(cid)
             return False
         rt.lease = lease
-        rt.lease_held = True
+        rt.lease_status = HELD
         return True
 
     def _turn(self, rt: Runtime) -> Turn:
@@ -418,7 +416,6 @@ class Driver:
         source = holder.state
         dest = self.machine.fire(holder, trigger)
         rt.turn_states.append(dest)
-        rt.ctx.__dict__["current_state"] = dest  # see commit on plain field writes
         rt.log.debug(
             "transition",
             from_state=source,
@@ -474,9 +471,12 @@ class Driver:
                 appended[i] = (appended[i][0], node)
             replaced = [n for n in replaced if n.id not in new]
         lease = rt.lease
-        claim = rt.lease_claim
+        claim = rt.lease_status is CLAIM
         release = (
-            release and self.leases_in_commits and lease is not None and (rt.lease_held or claim)
+            release
+            and self.leases_in_commits
+            and lease is not None
+            and rt.lease_status is not RELEASED
         )
         commit = Commit(
             context_id=ctx.id,
@@ -505,19 +505,17 @@ class Driver:
                     await self.settings.store.commit(commit)
         except LeaseLost:
             if claim:  # another owner ran since this engine's last call (see run)
-                rt.lease_claim = False
+                rt.lease_status = RELEASED
                 raise _StaleCopy from None
             raise
         except BaseException:
             if claim:  # the outcome is unknown: release the token, in case it was taken
-                rt.lease_claim = False
-                rt.lease_held = True
+                rt.lease_status = HELD
             raise
         if claim:
-            rt.lease_claim = False
-            rt.lease_held = not release
+            rt.lease_status = RELEASED if release else HELD
         elif release:
-            rt.lease_held = False
+            rt.lease_status = RELEASED
         holder.steps.clear()
         rt.appended = []
         rt.replaced = {}
@@ -527,9 +525,10 @@ class Driver:
         rt.changes = []
         # Plain field writes on the engine's own working copy: these models do no
         # validation on assignment, and pydantic's __setattr__ bookkeeping costs
-        # about a microsecond per field on the hot path (four per step).
+        # about a microsecond per field on the hot path (four per commit).
         fields = ctx.__dict__
         fields["version"] = version
+        fields["current_state"] = holder.state  # the holder's, between commits
         fields["updated_at"] = now
         fields["event_seq"] = rt.sent_seq = commit.event_seq
         if rt.outbox:

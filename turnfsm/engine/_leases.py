@@ -12,7 +12,7 @@ from ..errors import ContextLeased, LeaseLost, StoreError
 from ..storage import Lease
 from ._defaults import DEFAULT_LEASE_TTL, HOST
 from ._loaded import Loaded
-from ._runtime import Runtime
+from ._runtime import CLAIM, HELD, Runtime
 from ._settings import Settings
 
 __all__ = ["DEFAULT_LEASE_TTL", "HOST", "acquire", "heartbeat", "heartbeat_all", "release"]
@@ -85,18 +85,19 @@ async def renew(s: Settings, rt: Runtime) -> bool:
     """Renew the running call's lease; False once it is lost (the next commit
     is then refused with LeaseLost) or released. Never raises."""
     lease = rt.lease
-    if lease is None or not rt.lease_held:
-        return rt.lease_claim  # not taken yet (the call's first commit takes it)
+    status = rt.lease_status
+    if lease is None or status is not HELD:
+        return status is CLAIM  # not taken yet (the call's first commit takes it)
     try:
         renewed = await s.store.renew_lease(lease, s.lease_ttl, now=s.clock.time())
     except LeaseLost as exc:
-        if rt.lease is lease and rt.lease_held:  # not released meanwhile
+        if rt.lease is lease and rt.lease_status is HELD:  # not released meanwhile
             rt.log.warning("lease_lost", token=lease.token, current=exc.current)
         return False
     except Exception as exc:  # a store's failure; the next beat tries again
         rt.log.warning("lease_renew_failed", error=str(exc))
         return True
-    if rt.lease is lease and rt.lease_held:  # the call may have returned meanwhile
+    if rt.lease is lease and rt.lease_status is HELD:  # the call may have returned meanwhile
         rt.lease = renewed
     return True
 
@@ -120,5 +121,5 @@ async def heartbeat_all(s: Settings, busy: set[str], loaded: Loaded) -> None:
         await anyio.sleep(interval)
         for cid in list(busy):
             rt = loaded.get(cid)
-            if rt is not None and rt.lease is not None and rt.lease_held:
+            if rt is not None and rt.lease is not None and rt.lease_status is HELD:
                 await renew(s, rt)

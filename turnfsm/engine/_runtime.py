@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 import anyio
 
@@ -16,7 +17,34 @@ from ..storage import Lease
 from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
-__all__ = ["Runtime", "dirty", "require"]
+__all__ = ["CLAIM", "HELD", "RELEASED", "LeaseStatus", "Runtime", "dirty", "require"]
+
+
+class LeaseStatus(Enum):
+    """Where a loaded context's lease (``Runtime.lease``) stands; the one
+    owner of that fact. The drive loop moves it, the heartbeat reads it::
+
+        RELEASED --(a call takes the lease from the store)--------> HELD
+        RELEASED --(a call leaves it to its first commit)---------> CLAIM
+        CLAIM    --(that commit takes it / its outcome unknown)---> HELD
+        CLAIM    --(that commit releases it too / it was refused)-> RELEASED
+        HELD     --(the call's last commit, or release)-----------> RELEASED
+    """
+
+    RELEASED = "released"
+    """Not held: released by the call's last commit or on its own, or never
+    taken (between calls, ``lease`` is the last one held)."""
+    HELD = "held"
+    """Held by the running call; the heartbeat renews it."""
+    CLAIM = "claim"
+    """To be taken by the call's first commit (``Commit.take_lease``): the
+    context is still loaded from this engine's last call on it, and ``lease``
+    is the one that commit asks for (the next token)."""
+
+
+RELEASED: Final = LeaseStatus.RELEASED
+HELD: Final = LeaseStatus.HELD
+CLAIM: Final = LeaseStatus.CLAIM
 
 
 @dataclass(eq=False)
@@ -64,11 +92,8 @@ class Runtime:
     not scan the history on every call."""
     lease: Lease | None = None
     """The lease of the running call (after it returns: the last one it held)."""
-    lease_held: bool = False
-    """Whether ``lease`` is still held: False once it was released (by the
-    call's last commit, or on its own) and between calls."""
-    lease_claim: bool = False
-    """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
+    lease_status: LeaseStatus = LeaseStatus.RELEASED
+    """Where ``lease`` stands (see :class:`LeaseStatus`)."""
     hand_back: bool = False
     """Stop the running call before its next call of the model or backoff
     (after the tools it is running), once what it did is committed: the context stays
