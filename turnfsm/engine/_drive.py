@@ -20,15 +20,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
-from ..model import (
-    ToolCallRequest,
-)
+from ..model import ToolCallRequest
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome
@@ -41,9 +39,6 @@ from ._runtime import CLAIM, HELD, RELEASED, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
 from ._turn import Turn
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Driver"]
 
@@ -81,7 +76,8 @@ def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
 
 class Driver:
     """What the engine is made of (its settings, the loaded contexts, the
-    machine) and the loop that drives one call."""
+    machine) and the loop that drives one call: the engine's own
+    :class:`~turnfsm.engine._host.Host`."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
