@@ -157,6 +157,7 @@ async def read_stream(
     closed here only when the read is cancelled; else by the caller."""
     partial = read.partial
     thinking = read.thinking
+    streaming = read.streaming
     index = 0
     kinds = CHUNK_KINDS
     try:
@@ -196,8 +197,8 @@ async def read_stream(
                     exc.partial_text = "".join(partial)
                     read.failure = exc
                     break
-            if not read.streaming:
-                read.streaming = True
+            if not streaming:
+                streaming = read.streaming = True
                 await d.step(rt, Trigger.STREAM_STARTED)
             if channel is CALL:
                 continue
