@@ -40,7 +40,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
@@ -48,27 +48,42 @@ from ..errors import LLMError, PermanentLLMError
 from ..model import (
     InternalMessage,
     JSONProblem,
+    LLMRequest,
     LLMResponse,
     MessageMetadata,
     MessageType,
     ReasoningData,
     ReasoningItem,
     Role,
+    TextDelta,
     TextPart,
+    ThinkingDelta,
     TokenUsage,
     ToolCallData,
+    ToolCallDelta,
     ToolCallRequest,
     clean_json,
     clean_text,
 )
+from ..tools import ToolRegistry
+from ._approval import as_question
 
 __all__ = [
     "ADAPTER_ERROR",
+    "CALL",
+    "CHUNK_KINDS",
+    "INVALID",
     "INVALID_ANSWER",
     "RAW_ARGUMENTS_LIMIT",
+    "RESPONSE",
+    "TEXT",
+    "THINKING",
+    "ChunkKind",
     "adapter_failure",
     "build_answer",
+    "chunk_kind",
     "close_stream",
+    "conclude",
     "invalid_answer",
     "open_stream",
     "storable_error",
@@ -78,6 +93,37 @@ INVALID_ANSWER = "invalid_answer"
 ADAPTER_ERROR = "adapter_error"
 RAW_ARGUMENTS_LIMIT = 8192
 """Characters of unusable argument text kept on a call."""
+
+
+ChunkKind = Literal["text", "thinking", "call", "response", "invalid"]
+"""What a chunk of an adapter's stream is: a text or thinking delta, a tool
+call delta (nothing to publish), the final response, or not a chunk at all."""
+TEXT: Final = "text"
+THINKING: Final = "thinking"
+CALL: Final = "call"
+RESPONSE: Final = "response"
+INVALID: Final = "invalid"
+CHUNK_KINDS: dict[type, ChunkKind] = {
+    TextDelta: TEXT,
+    ThinkingDelta: THINKING,
+    ToolCallDelta: CALL,
+    LLMResponse: RESPONSE,
+}
+"""The kind of each chunk type (looked up by exact type on every chunk;
+:func:`chunk_kind` answers for subclasses)."""
+
+
+def chunk_kind(chunk: object) -> ChunkKind:
+    """The kind of a chunk whose type is not in :data:`CHUNK_KINDS` (a subclass)."""
+    if isinstance(chunk, LLMResponse):
+        return RESPONSE
+    if isinstance(chunk, TextDelta):
+        return TEXT
+    if isinstance(chunk, ThinkingDelta):
+        return THINKING
+    if isinstance(chunk, ToolCallDelta):
+        return CALL
+    return INVALID
 
 
 def _type(value: object) -> str:
@@ -411,4 +457,69 @@ def build_answer(
         reasoning=reasoning,
         phase=phase,
     )
+    return message, calls
+
+
+def conclude(
+    response: object,
+    failure: LLMError | None,
+    partial: list[str],
+    *,
+    taken_ids: Callable[[], set[str]],
+    streamed_thinking: str | None,
+    thinking_fixed: int,
+    created_at: datetime,
+    request: LLMRequest,
+    attempt: int,
+    iteration: int,
+    answer_type: MessageType,
+    offered: Callable[[], ToolRegistry],
+) -> tuple[InternalMessage, list[ToolCallRequest]] | LLMError:
+    """What one attempt amounts to, once its stream was read: the answer message
+    and its calls, or the failure to take (with the text that arrived as its
+    ``partial_text``).
+
+    ``response`` is the stream's final chunk (None: the stream ended without
+    one), ``failure`` what ended the stream early, ``partial`` the text deltas.
+    The message is built by :func:`build_answer` (``request``'s model, the
+    progress's ``attempt`` and ``iteration``); what the enhancers did to the
+    view (``request.metadata``) is kept in its ``metadata.extra["view"]``, and
+    an answer whose calls only ask questions of ``offered()`` is a ``Question``.
+    """
+    message: InternalMessage | None = None
+    calls: list[ToolCallRequest] = []
+    if failure is None and response is None:
+        failure = invalid_answer("the stream ended without a response", "".join(partial))
+    if failure is None:
+        try:
+            message, calls = build_answer(
+                response,
+                taken_ids=taken_ids,
+                streamed_thinking=streamed_thinking,
+                thinking_fixed=thinking_fixed,
+                created_at=created_at,
+                model=request.model,
+                attempt=attempt,
+                iteration=iteration,
+                answer_type=answer_type,
+            )
+        except LLMError as exc:
+            failure = exc
+        except Exception as exc:  # an answer object whose attributes raise
+            failure = invalid_answer(f"reading it raised {type(exc).__name__}: {exc}")
+    if failure is not None or message is None:
+        if failure is None:  # pragma: no cover - build_answer returns a message
+            failure = invalid_answer("no message")
+        if not failure.partial_text and partial:
+            failure.partial_text = "".join(partial)
+        return failure
+    if request.metadata:
+        # what the enhancers did to the view, kept with the answer for audits
+        # (and for the token budget's calibration)
+        meta = message.metadata
+        extra = {**meta.extra, "view": request.metadata}
+        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
+    if calls:
+        # type Question when it only asks (questions the context's mode offers)
+        message = as_question(message, offered())
     return message, calls

@@ -8,76 +8,80 @@ functions of ``_answer``.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Literal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
 from ..events import ContentDelta, MessageCompleted, Retrying, ToolCallsRequested
-from ..model import (
-    InternalMessage,
-    LLMResponse,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallRequest,
-    clean_text,
-)
+from ..model import LLMRequest, clean_text
 from ..states import Trigger
 from . import _history
 from ._answer import (
+    CALL,
+    CHUNK_KINDS,
+    INVALID,
+    RESPONSE,
+    TEXT,
+    THINKING,
     adapter_failure,
-    build_answer,
+    chunk_kind,
     close_stream,
+    conclude,
     delta_text,
     invalid_answer,
     open_stream,
     storable_error,
 )
-from ._approval import as_question
+from ._backoff import failure_edge
+from ._host import Host
 from ._prepare import build_request, compact
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
 
-if TYPE_CHECKING:
-    from ._drive import Driver
-
-__all__ = ["call_llm", "fail_llm"]
+__all__ = ["StreamRead", "call_llm", "fail_llm", "read_stream"]
 
 
-async def call_llm(d: Driver, rt: Runtime) -> None:
+@dataclass(slots=True)
+class StreamRead:
+    """What reading one attempt's stream gave: the final chunk, or the failure
+    that ended it, and what arrived before."""
+
+    partial: list[str]
+    """The text deltas, as published."""
+    response: object = None
+    """The final chunk (checked by :func:`~turnfsm.engine._answer.conclude`)."""
+    failure: LLMError | None = None
+    streaming: bool = False
+    """A delta arrived: the context took ``stream_started``."""
+    thinking: list[str] = field(default_factory=list)
+    thinking_fixed: int = 0
+
+
+async def call_llm(d: Host, rt: Runtime) -> None:
     """AwaitingLLMResponse: one attempt; the answer, or a failure.
 
-    Whatever the adapter returns or raises ends in a declared trigger (see
+    The shell around pure decisions: the request is prepared
+    (:func:`_request`), the adapter's stream read with its deltas published
+    (:func:`read_stream`), and what arrived is judged by
+    :func:`~turnfsm.engine._answer.conclude` (the answer message, or the
+    failure it amounts to); then the edge is taken. Whatever the adapter
+    returns or raises ends in a declared trigger (see
     :mod:`turnfsm.engine._answer` for the rules); only cancellation and other
     ``BaseException`` propagate. Only the adapter's own code runs under the
     ``except`` clauses: an error of the store still propagates.
     """
-    request = rt.request
-    rt.request = None
-    compacted, summary_failure = await compact(d, rt)
-    if summary_failure is not None:
-        await fail_llm(d, rt, summary_failure)
-        return
-    if compacted:
-        request = None  # built before the summary: build it again
+    request = await _request(d, rt)
     if request is None:
-        try:
-            request = build_request(d, rt)
-        except EnhancerError as exc:
-            await fail_llm(d, rt, PermanentLLMError(str(exc)), transient=False)
-            return
+        return
     progress = rt.ctx.progress
-    message_id = d.ids()
-    partial: list[str] = []
-    rt.partial = partial
+    s = d.settings
+    message_id = s.ids()
+    read = StreamRead(partial=[])
+    rt.partial = read.partial
     rt.partial_id = message_id
-    thinking: list[str] = []
-    thinking_fixed = 0
-    streaming = False
-    response: object = None
-    failure: LLMError | None = None
-    index = 0
-    llm = d.llm
+    llm = s.llm
     try:
         if llm is None:
             raise TypeError("the engine has no LLM (it was made with llm=None)")
@@ -85,48 +89,104 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
     except Exception as exc:
         await fail_llm(d, rt, adapter_failure(exc))
         return
+    await read_stream(d, rt, chunks, read, message_id, progress.attempt)
+    closed = await close_stream(chunks)
+    if read.failure is None and closed is not None:
+        read.failure = adapter_failure(closed, "".join(read.partial))
+    answer = conclude(
+        read.response,
+        read.failure,
+        read.partial,
+        taken_ids=functools.partial(_history.call_ids, rt),
+        streamed_thinking="".join(read.thinking) if read.thinking else None,
+        thinking_fixed=read.thinking_fixed,
+        created_at=d.now(),
+        request=request,
+        attempt=progress.attempt,
+        iteration=progress.iteration,
+        answer_type=s.answer_type(rt.ctx),
+        offered=functools.partial(s.offered, rt.ctx),
+    )
+    rt.partial = []
+    if isinstance(answer, LLMError):
+        await fail_llm(d, rt, answer)
+        return
+    message, calls = answer
+    node = _history.append(rt, message, message_id)
+    if calls and rt.call_ids is not None:
+        rt.call_ids.update(c.id for c in calls)
+    rt.answer = node
+    d.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
+    d.later(rt, MessageCompleted, message_id=node.id, message=message)
+    if calls:
+        d.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
+
+
+async def _request(d: Host, rt: Runtime) -> LLMRequest | None:
+    """The request of this attempt: the one ``prepare`` built, unless a
+    compaction summary was made first (then built again). None when that
+    failed: the failure edge is taken."""
+    request = rt.request
+    rt.request = None
+    compacted, summary_failure = await compact(d, rt)
+    if summary_failure is not None:
+        await fail_llm(d, rt, summary_failure)
+        return None
+    if compacted:
+        request = None  # built before the summary: build it again
+    if request is None:
+        try:
+            request = build_request(d, rt)
+        except EnhancerError as exc:
+            await fail_llm(d, rt, PermanentLLMError(str(exc)), transient=False)
+            return None
+    return request
+
+
+async def read_stream(
+    d: Host,
+    rt: Runtime,
+    chunks: AsyncIterator[Any],
+    read: StreamRead,
+    message_id: str,
+    attempt: int,
+) -> None:
+    """Read the adapter's stream into ``read`` until its final chunk or a
+    failure: each delta published as a ContentDelta at once (no commit: deltas
+    are not stored), the first one taking ``stream_started``. The stream is
+    closed here only when the read is cancelled; else by the caller."""
+    partial = read.partial
+    thinking = read.thinking
+    streaming = read.streaming
+    index = 0
+    kinds = CHUNK_KINDS
     try:
         next_chunk = chunks.__anext__
         # per chunk: looked up once
         subscribers = rt.subscribers
-        clock_time = d.clock.time
+        clock_time = d.settings.clock.time
         context_id = rt.ctx.id
-        attempt = progress.attempt
         while True:
             try:
                 chunk = await next_chunk()
             except StopAsyncIteration:
                 break
             except Exception as exc:
-                failure = adapter_failure(exc, "".join(partial))
+                read.failure = adapter_failure(exc, "".join(partial))
                 break
             kind = type(chunk)
-            if kind is LLMResponse:
-                response = chunk
+            channel = kinds.get(kind) or chunk_kind(chunk)
+            if channel is RESPONSE:
+                read.response = chunk
                 break
-            if kind is TextDelta:
-                channel: Literal["text", "thinking"] | None = "text"
-            elif kind is ThinkingDelta:
-                channel = "thinking"
-            elif kind is ToolCallDelta:
-                channel = None
-            elif isinstance(chunk, LLMResponse):
-                response = chunk
-                break
-            elif isinstance(chunk, TextDelta):
-                channel = "text"
-            elif isinstance(chunk, ThinkingDelta):
-                channel = "thinking"
-            elif isinstance(chunk, ToolCallDelta):
-                channel = None
-            else:
-                failure = invalid_answer(
+            if channel is INVALID:
+                read.failure = invalid_answer(
                     f"the stream yielded a {type(chunk).__name__}, not a TextDelta, "
                     "ThinkingDelta, ToolCallDelta or LLMResponse",
                     "".join(partial),
                 )
                 break
-            if channel is not None:
+            if channel is not CALL:
                 try:
                     text = chunk.text
                     if type(text) is str and text.isascii():  # no lone surrogate in it
@@ -135,18 +195,21 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                         text, fixed = delta_text(chunk, kind.__name__)
                 except LLMError as exc:
                     exc.partial_text = "".join(partial)
-                    failure = exc
+                    read.failure = exc
                     break
             if not streaming:
-                streaming = True
+                streaming = read.streaming = True
                 await d.step(rt, Trigger.STREAM_STARTED)
-            if channel is None:
+            if channel is CALL:
                 continue
-            if channel == "text":
+            delta_channel: Literal["text", "thinking"]
+            if channel is TEXT:
                 partial.append(text)
+                delta_channel = TEXT
             else:
                 thinking.append(text)
-                thinking_fixed += fixed
+                read.thinking_fixed += fixed
+                delta_channel = THINKING
             rt.seq += 1
             rt.sent_seq = rt.seq
             if subscribers and d.publish(
@@ -159,7 +222,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
                     delta=text,
                     index=index,
                     attempt=attempt,
-                    channel=channel,
+                    channel=delta_channel,
                 ),
             ):
                 await yield_to_readers()
@@ -167,58 +230,9 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
     except BaseException:
         await close_stream(chunks)
         raise
-    closed = await close_stream(chunks)
-    if failure is None and closed is not None:
-        failure = adapter_failure(closed, "".join(partial))
-    if failure is None and response is None:
-        failure = invalid_answer("the stream ended without a response", "".join(partial))
-    message: InternalMessage | None = None
-    calls: list[ToolCallRequest] = []
-    if failure is None:
-        try:
-            message, calls = build_answer(
-                response,
-                taken_ids=functools.partial(_history.call_ids, rt),
-                streamed_thinking="".join(thinking) if thinking else None,
-                thinking_fixed=thinking_fixed,
-                created_at=d.now(),
-                model=request.model,
-                attempt=progress.attempt,
-                iteration=progress.iteration,
-                answer_type=d.answer_type(rt.ctx),
-            )
-        except LLMError as exc:
-            failure = exc
-        except Exception as exc:  # an answer object whose attributes raise
-            failure = invalid_answer(f"reading it raised {type(exc).__name__}: {exc}")
-    rt.partial = []
-    if failure is not None or message is None:
-        if failure is None:  # pragma: no cover - build_answer returns a message
-            failure = invalid_answer("no message")
-        if not failure.partial_text and partial:
-            failure.partial_text = "".join(partial)
-        await fail_llm(d, rt, failure)
-        return
-    if request.metadata:
-        # what the enhancers did to the view, kept with the answer for audits
-        # (and for the token budget's calibration)
-        meta = message.metadata
-        extra = {**meta.extra, "view": request.metadata}
-        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
-    if calls:
-        # type Question when it only asks (questions the context's mode offers)
-        message = as_question(message, d.offered(rt.ctx))
-    node = _history.append(rt, message, message_id)
-    if calls and rt.call_ids is not None:
-        rt.call_ids.update(c.id for c in calls)
-    rt.answer = node
-    d.fire(rt, Trigger.STREAM_ENDED if streaming else Trigger.RESPONSE_RECEIVED)
-    d.later(rt, MessageCompleted, message_id=node.id, message=message)
-    if calls:
-        d.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
 
 
-async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | None = None) -> None:
+async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | None = None) -> None:
     """Take the failure edge for ``exc``: transient (``retryable``, unless
     ``transient`` says otherwise) or permanent."""
     storable_error(exc)
@@ -233,20 +247,21 @@ async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | N
         error = f"{type(exc).__name__}: {exc.message}"
     error = clean_text(error)[0]
     rt.log.warning("llm_failed", error=error, transient=transient, attempt=ctx.progress.attempt)
-    if not transient:
+    policy = d.settings.retry_policy
+    attempt = ctx.progress.attempt
+    trigger, will_retry = failure_edge(transient, attempt, policy.max_attempts)
+    if trigger is Trigger.LLM_FAILED_PERMANENT:
         ctx.progress = ctx.progress.model_copy(update={"last_error": error})
         rt.stop_reason = StopReason.FAILED
         d.fire(rt, Trigger.LLM_FAILED_PERMANENT)
         d.failed(rt, error, exc.partial_text)
         d.end_turn(rt)
         return
-    attempt = ctx.progress.attempt
-    will_retry = attempt < d.retry_policy.max_attempts
-    delay = d.retry_policy.delay(attempt, exc) if will_retry else 0.0
+    delay = policy.delay(attempt, exc) if will_retry else 0.0
     ctx.progress = ctx.progress.model_copy(
         update={
             "last_error": error,
-            "retry_at": d.clock.time() + delay if will_retry else None,
+            "retry_at": d.settings.clock.time() + delay if will_retry else None,
         }
     )
     d.fire(rt, Trigger.LLM_FAILED_TRANSIENT)

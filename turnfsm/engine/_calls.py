@@ -4,7 +4,7 @@ that need the context, then the call's trigger. The drive loop runs the rest."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import (
     AnswerNotAChoice,
@@ -26,6 +26,7 @@ from ..model import (
     MessageMetadata,
     Role,
     SystemPrompt,
+    TextPart,
     TurnProgress,
     to_chat_messages,
 )
@@ -35,14 +36,13 @@ from . import _history
 from ._approval import checked_decisions
 from ._call_llm import fail_llm
 from ._decide import mark_started
+from ._host import Host
 from ._inputs import UNSET, Unset
-from ._runtime import Runtime
+from ._runtime import Runtime, require
 from ._turn import StopReason
 
-if TYPE_CHECKING:
-    from ._drive import Driver
-
 __all__ = [
+    "cancel_in_place",
     "start_answer",
     "start_cancel",
     "start_decide",
@@ -61,11 +61,11 @@ T = Trigger
 
 
 async def start_send(
-    d: Driver, parts: list[ContentPart], role: Role, message_id: str | None, rt: Runtime
+    d: Host, parts: list[ContentPart], role: Role, message_id: str | None, rt: Runtime
 ) -> None:
     if rt.ctx.config.archived:
         raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
-    state = d.require(rt, T.USER_MESSAGE)
+    state = require(rt, T.USER_MESSAGE)
     if message_id is not None and message_id in rt.ctx.message_pool:
         raise InvalidInput(
             "message_id", f"context {rt.ctx.id!r} already has a message {message_id!r}"
@@ -76,14 +76,14 @@ async def start_send(
     _history.append(
         rt,
         InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
-        d.ids() if message_id is None else message_id,
+        d.settings.ids() if message_id is None else message_id,
     )
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
     d.fire(rt, T.USER_MESSAGE)
 
 
 async def start_decide(
-    d: Driver, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
+    d: Host, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
 ) -> None:
     ctx = rt.ctx
     pending = {c.id: c for c in ctx.pending_tool_calls()}
@@ -93,7 +93,7 @@ async def start_decide(
             if found is None:
                 raise UnknownToolCall(ctx.id, cid)
             raise ToolCallNotPending(ctx.id, cid, _history.call_status(ctx, found))
-    decisions = checked_decisions(ctx.id, d.tools, pending, decisions)  # questions
+    decisions = checked_decisions(ctx.id, d.settings.tools, pending, decisions)  # questions
     state = State(rt.holder.state)
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
@@ -107,7 +107,7 @@ async def start_decide(
     d.fire(rt, T.APPROVALS_RESOLVED)
 
 
-async def start_answer(d: Driver, call_id: str, text: str, rt: Runtime) -> None:
+async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
     """Answer a pending question: ``text`` becomes its result (``success=True``);
     once no call is pending, the turn goes on as after :func:`start_decide`."""
     ctx = rt.ctx
@@ -115,7 +115,7 @@ async def start_answer(d: Driver, call_id: str, text: str, rt: Runtime) -> None:
     call = pending.get(call_id) or _history.find_call(ctx, call_id)
     if call is None:
         raise UnknownToolCall(ctx.id, call_id)
-    tool = d.tools.get(call.tool_name)
+    tool = d.settings.tools.get(call.tool_name)
     if not isinstance(tool, QuestionTool):
         raise NotAQuestion(ctx.id, call_id, call.tool_name)
     if call_id not in pending:
@@ -136,7 +136,7 @@ async def start_answer(d: Driver, call_id: str, text: str, rt: Runtime) -> None:
     d.fire(rt, T.APPROVALS_RESOLVED)
 
 
-async def start_retry(d: Driver, rt: Runtime) -> None:
+async def start_retry(d: Host, rt: Runtime) -> None:
     # the table also has retry from TransientFailure: that one is the engine's own
     if State(rt.holder.state) is not S.PERMANENT_FAILURE:
         raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
@@ -145,19 +145,19 @@ async def start_retry(d: Driver, rt: Runtime) -> None:
     d.fire(rt, T.RETRY)
 
 
-async def start_reset(d: Driver, rt: Runtime) -> None:
-    d.require(rt, T.RESET)
+async def start_reset(d: Host, rt: Runtime) -> None:
+    require(rt, T.RESET)
     rt.ctx.progress = TurnProgress()
     rt.stop_reason = StopReason.RESET
     d.fire(rt, T.RESET)
 
 
-async def start_cancel(d: Driver, rt: Runtime) -> None:
-    d.require(rt, T.CANCEL)
-    await d.cancel_in_place(rt)
+async def start_cancel(d: Host, rt: Runtime) -> None:
+    require(rt, T.CANCEL)
+    await cancel_in_place(d, rt)
 
 
-async def start_resume(d: Driver, rt: Runtime) -> None:
+async def start_resume(d: Host, rt: Runtime) -> None:
     state = State(rt.holder.state)
     if state in RESTING:
         return
@@ -171,14 +171,14 @@ async def start_resume(d: Driver, rt: Runtime) -> None:
     rt.holder.effect = STATE_EFFECTS.get(state)
 
 
-def _unknown_outcomes(d: Driver, rt: Runtime) -> bool:
+def _unknown_outcomes(d: Host, rt: Runtime) -> bool:
     """After a crash in ExecutingTools: started calls of tools that are not
     idempotent go back to a human (``outcome_unknown``)."""
     ctx = rt.ctx
     started = set(ctx.progress.started_call_ids)
     unknown: list[str] = []
     for c in ctx.open_tool_calls():
-        tool = d.tools.get(c.tool_name)
+        tool = d.settings.tools.get(c.tool_name)
         if c.id in started and tool is not None and not tool.idempotent:
             unknown.append(c.id)
     if not unknown:
@@ -191,7 +191,7 @@ def _unknown_outcomes(d: Driver, rt: Runtime) -> bool:
 
 
 async def start_fork(
-    d: Driver,
+    d: Host,
     name: str,
     at: int,
     prompts: Mapping[str, str | Unset | None],
@@ -227,7 +227,7 @@ async def start_fork(
     d.change(rt, Change.BRANCH_FORKED, detail)
 
 
-async def start_switch(d: Driver, name: str, rt: Runtime) -> None:
+async def start_switch(d: Host, name: str, rt: Runtime) -> None:
     _require_branchable(rt)
     if name not in rt.ctx.branches:
         raise BranchError(f"context {rt.ctx.id!r} has no branch named {name!r}")
@@ -240,7 +240,7 @@ async def start_switch(d: Driver, name: str, rt: Runtime) -> None:
 
 
 async def start_set_branch_prompts(
-    d: Driver, name: str, prompts: Mapping[str, str | Unset | None], rt: Runtime
+    d: Host, name: str, prompts: Mapping[str, str | Unset | None], rt: Runtime
 ) -> None:
     ctx = rt.ctx
     _require_resting(rt, "branch prompts")
@@ -256,7 +256,7 @@ async def start_set_branch_prompts(
 
 
 def _set_prompts(
-    d: Driver, branch: Branch, prompts: Mapping[str, str | Unset | None]
+    d: Host, branch: Branch, prompts: Mapping[str, str | Unset | None]
 ) -> dict[str, str | None]:
     """Give ``branch`` the prompts in ``prompts`` that are set and differ from
     its own; returns those (the change record's detail)."""
@@ -265,7 +265,9 @@ def _set_prompts(
     if not isinstance(system, Unset):
         current = branch.system_prompt.content if branch.system_prompt else None
         if (system or None) != current:
-            branch.system_prompt = SystemPrompt(id=d.ids(), content=system) if system else None
+            branch.system_prompt = (
+                SystemPrompt(id=d.settings.ids(), content=system) if system else None
+            )
             changed["system_prompt"] = system or None
     user = prompts.get("user_prompt", UNSET)
     if not isinstance(user, Unset) and (user or None) != branch.user_prompt:
@@ -275,7 +277,7 @@ def _set_prompts(
 
 
 async def start_update_config(
-    d: Driver, fields: Mapping[str, Any], out: list[Any], rt: Runtime
+    d: Host, fields: Mapping[str, Any], out: list[Any], rt: Runtime
 ) -> None:
     """Change the config's ``fields`` (already checked); ``out`` receives the
     config as it is after the call."""
@@ -309,3 +311,43 @@ def _activate(rt: Runtime, name: str) -> None:
     rt.ctx.active_branch_name = name
     rt.active_changed = True
     rt.chat = to_chat_messages(n.message for n in rt.ctx.history())
+
+
+async def cancel_in_place(d: Host, rt: Runtime) -> None:
+    """Take ``cancel``: keep partial text (marked), close open calls, go Idle."""
+    ctx = rt.ctx
+    if rt.partial:
+        assert rt.partial_id is not None
+        _history.append(
+            rt,
+            InternalMessage(
+                role=Role.ASSISTANT,
+                content=[TextPart(text="".join(rt.partial))],
+                metadata=MessageMetadata(
+                    created_at=d.now(),
+                    attempt=ctx.progress.attempt,
+                    iteration=ctx.progress.iteration,
+                    cancelled=True,
+                    finish_reason="cancelled",
+                ),
+            ),
+            rt.partial_id,
+        )
+        rt.partial = []
+    started = set(ctx.progress.started_call_ids)
+    d.close_open_calls(
+        rt,
+        "cancelled",
+        lambda c: (
+            "cancelled while running; the outcome is unknown"
+            if c.id in started
+            else "cancelled before it ran"
+        ),
+    )
+    ctx.progress = TurnProgress()
+    rt.request = None
+    rt.answer = None
+    rt.stop_reason = StopReason.CANCELLED
+    d.fire(rt, T.CANCEL)
+    d.end_turn(rt)
+    await d.commit(rt)

@@ -16,14 +16,12 @@ on the parent and does not add a second one).
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import ContextNotFound, InvalidInput, LLMError, NotAtRest, SubContextError
-from ..events import ToolApprovalRequested
 from ..model import (
     SUBTASK_WAITING,
     SUMMARY_KEY,
@@ -39,16 +37,15 @@ from ..model import (
     clean_text,
     to_chat_messages,
 )
-from ..states import RESTING, Change, State, Trigger
+from ..states import RESTING, Change, State
 from ..storage import Store
-from ..tools import SubtaskSpec, ToolError, ToolOutcome
 from . import _history
+from ._host import Host
 from ._runtime import Runtime
-from ._turn import StopReason, Turn
+from ._turn import Child, ChildInfo, Finished, StopReason
 
 if TYPE_CHECKING:
-    from ._drive import Driver
-    from ._engine import Engine
+    from ._api import EngineAPI
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -58,7 +55,6 @@ __all__ = [
     "FinalAnswer",
     "Finished",
     "LLMSummarizer",
-    "SubtaskRunner",
     "Summarizer",
     "SummaryFunction",
     "as_summarizer",
@@ -66,14 +62,11 @@ __all__ = [
     "context_tree",
     "delete_tree",
     "find_summary",
-    "peek",
-    "route_decisions",
     "start_archive",
     "start_child_finished",
     "start_child_spawned",
     "start_still_waiting",
     "summarizer_name",
-    "wait_for_subtasks",
     "waiting_child",
 ]
 
@@ -87,42 +80,6 @@ DEFAULT_SUMMARY_PROMPT = (
 """What :class:`LLMSummarizer` asks the model, after the child's history."""
 
 
-@dataclass(frozen=True, slots=True)
-class Child:
-    """What :meth:`Engine.spawn` returns: the new sub-context's id and the turn
-    its task ran (the child is at rest: ``turn.state``)."""
-
-    context_id: str
-    turn: Turn
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """What :meth:`Engine.finish` returns: the parent's message that now stands
-    for the child."""
-
-    context_id: str
-    """The parent's id."""
-    child_id: str
-    message_id: str
-    """The summary message, on the parent's active branch."""
-    summary: str
-    kept: bool
-    """The child was kept (finished, archived) rather than deleted."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChildInfo:
-    """One direct child, as :meth:`Engine.children` lists it."""
-
-    context_id: str
-    state: str
-    """The child's stored state (a name of the table)."""
-    title: str | None
-    finished: bool
-    """Finished and kept (``finish(keep=True)``): it takes no more input."""
-
-
 # ---------------------------------------------------------------------- summarizers
 
 
@@ -130,7 +87,7 @@ class ChildInfo:
 class Summarizer(Protocol):
     """Makes the one concise text that stands for a finished child in its parent."""
 
-    async def summarize(self, child: ChatContext, engine: Engine) -> str: ...
+    async def summarize(self, child: ChatContext, engine: EngineAPI) -> str: ...
 
 
 class LLMSummarizer:
@@ -151,7 +108,7 @@ class LLMSummarizer:
         self.prompt = prompt
         self.model = model
 
-    async def summarize(self, child: ChatContext, engine: Engine) -> str:
+    async def summarize(self, child: ChatContext, engine: EngineAPI) -> str:
         llm = engine.llm
         if llm is None:
             raise SubContextError(child.id, "the engine has no LLM adapter to summarise with")
@@ -192,7 +149,7 @@ class FinalAnswer:
 
     name = "final_answer"
 
-    async def summarize(self, child: ChatContext, engine: Engine) -> str:
+    async def summarize(self, child: ChatContext, engine: EngineAPI) -> str:
         for node in reversed(child.history()):
             msg = node.message
             if msg.role is Role.ASSISTANT and not msg.metadata.cancelled and msg.text.strip():
@@ -209,7 +166,7 @@ class SummaryFunction:
     def __init__(self, fn: Callable[[ChatContext], str | Awaitable[str]]) -> None:
         self.fn = fn
 
-    async def summarize(self, child: ChatContext, engine: Engine) -> str:
+    async def summarize(self, child: ChatContext, engine: EngineAPI) -> str:
         out = self.fn(child)
         if inspect.isawaitable(out):
             out = await out
@@ -349,7 +306,7 @@ def _require_idle(rt: Runtime, what: str) -> None:
         raise SubContextError(rt.ctx.id, f"{what} needs it at rest in Idle, and it is in {state}")
 
 
-async def start_child_spawned(d: Driver, detail: dict[str, Any], rt: Runtime) -> None:
+async def start_child_spawned(d: Host, detail: dict[str, Any], rt: Runtime) -> None:
     """On the parent: the ``child_spawned`` record (any resting state)."""
     state = State(rt.holder.state)
     if state not in RESTING:
@@ -358,7 +315,7 @@ async def start_child_spawned(d: Driver, detail: dict[str, Any], rt: Runtime) ->
 
 
 async def start_child_finished(
-    d: Driver, child: ChatContext, summary: str, summarizer: str, keep: bool, rt: Runtime
+    d: Host, child: ChatContext, summary: str, summarizer: str, keep: bool, rt: Runtime
 ) -> None:
     """On the parent: append the summary (one assistant message) with its
     ``child_finished`` record. Nothing when the summary is already there."""
@@ -384,12 +341,12 @@ async def start_child_finished(
             content=[TextPart(text=text)],
             metadata=MessageMetadata(created_at=d.now(), extra=extra),
         ),
-        d.ids(),
+        d.settings.ids(),
     )
     d.change(rt, Change.CHILD_FINISHED, {"child_id": child.id, "message_id": node.id, "kept": keep})
 
 
-async def start_archive(d: Driver, parent_id: str, message_id: str | None, rt: Runtime) -> None:
+async def start_archive(d: Host, parent_id: str, message_id: str | None, rt: Runtime) -> None:
     """On a finished child that is kept: mark it finished (``archived``)."""
     ctx = rt.ctx
     if ctx.config.archived:
@@ -413,170 +370,6 @@ def waiting_child(call: ToolCallRequest) -> str | None:
     return reason[len(SUBTASK_WAITING) :]
 
 
-class SubtaskRunner:
-    """Runs a sub-task tool's child for one engine (``tools.subtask``): spawn a
-    child of the calling context (or continue the one this call already has),
-    run the task, summarise it, delete or keep it; the summary is the call's
-    result.
-
-    The parent is in the middle of its own call (``ExecutingTools``), so nothing
-    is recorded on it but the call and its result; the child is linked by its
-    ``parent_id`` and ``config.subtask_call``. A child resting in
-    ``AwaitingToolApproval`` is noted in :attr:`waiting` (read by the
-    ``run_tools`` effect, which takes ``subtask_waits``). Any other failure (a
-    child that does not rest in ``Idle``, a refused argument, a failed summary)
-    is raised and becomes the call's error result.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.waiting: dict[str, dict[str, tuple[str, tuple[ToolCallRequest, ...]]]] = {}
-        """Per parent id: call id -> (child id, the child's pending calls)."""
-
-    def take_waiting(self, parent_id: str) -> dict[str, tuple[str, tuple[ToolCallRequest, ...]]]:
-        return self.waiting.pop(parent_id, {})
-
-    async def _existing(self, parent_id: str, call_id: str) -> ChatContext | None:
-        for info in await children_of(self.engine.store, parent_id):
-            if info.finished:
-                continue
-            ctx = await self.engine.get_context(info.context_id)
-            if ctx.config.subtask_call == call_id:
-                return ctx
-        return None
-
-    async def run_subtask(self, parent_id: str, call_id: str, task: str, spec: SubtaskSpec) -> str:
-        from ._engine import _check_tools
-        from ._inputs import check_content
-
-        engine = self.engine
-        d = engine._d
-        chosen = as_summarizer("summarizer", spec.summarizer)
-        existing = await self._existing(parent_id, call_id)
-        if existing is not None:  # run again (approved, or after a crash): the same child
-            cid = existing.id
-            state = State(existing.current_state)
-            turn = await engine.resume(cid) if state not in RESTING else None
-            state = turn.state if turn is not None else state
-            error = turn.error if turn is not None else existing.progress.last_error
-        else:
-            from . import _subcontexts  # (the module imports this one)
-
-            parts = check_content("task", task)
-            allowed = _check_tools("tools", spec.tools, engine.tools)
-            rt = d.loaded.get(parent_id)
-            parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
-            child = await _subcontexts.spawn(
-                engine,
-                parent,
-                parts,
-                spec.system_prompt,
-                spec.model,
-                None,
-                allowed,
-                spec.tool_name,
-                announce=False,
-                subtask_call=call_id,
-            )
-            cid = child.context_id
-            state = child.turn.state
-            error = child.turn.error
-        if state is State.AWAITING_TOOL_APPROVAL:
-            from . import _subcontexts  # (the module imports this one)
-
-            pending = await _subcontexts.surfaced_pending(engine, cid)
-            self.waiting.setdefault(parent_id, {})[call_id] = (cid, pending)
-            raise ToolError(f"the sub-task (context {cid!r}) waits for a human's decision")
-        if state is not State.IDLE:
-            why = f": {error}" if error else ""
-            raise ToolError(
-                f"the sub-task (context {cid!r}) stopped in {state}{why}; "
-                "the context is kept as it is"
-            )
-        ctx = await engine.get_context(cid)
-        text = await chosen.summarize(ctx, engine)
-        if not isinstance(text, str) or not text.strip():
-            raise ToolError(f"the sub-task (context {cid!r}) gave no summary: {text!r}")
-        if spec.keep:
-            await d.run(cid, functools.partial(start_archive, d, parent_id, None))
-        else:
-            await engine.delete_context(cid)
-        return text
-
-
-async def peek(engine: Engine, context_id: str) -> ChatContext:
-    """The context as last committed, to read only: the loaded working copy
-    when no call runs on it (no copy made), else the stored one."""
-    d = engine._d
-    rt = d.loaded.get(context_id)
-    if rt is not None and context_id not in d.busy:
-        return rt.ctx
-    return await engine.store.load(context_id)
-
-
-async def route_decisions(
-    engine: Engine, context_id: str, ids: Sequence[str]
-) -> tuple[list[str], dict[str, list[str]], dict[str, str]] | None:
-    """Split decisions on a context that waits for sub-task children: its own
-    call ids, the ids of each child (the direct child they surface through),
-    and its waiting calls (call id -> child id). None when no child is
-    involved or an id is unknown (the plain path then decides, or refuses with
-    its typed error, changing nothing)."""
-    ctx = await peek(engine, context_id)
-    if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
-        return None
-    pending = ctx.pending_tool_calls()
-    waiting = {c.id: child for c in pending if (child := waiting_child(c)) is not None}
-    if not waiting:
-        return None
-    through: dict[str, str] = {}
-    from . import _subcontexts  # (the module imports this one)
-
-    for child in waiting.values():
-        try:
-            for c in await _subcontexts.surfaced_pending(engine, child, frozenset({context_id})):
-                through[c.id] = child
-        except ContextNotFound:
-            continue
-    own_ids = {c.id for c in pending}
-    own: list[str] = []
-    by_child: dict[str, list[str]] = {}
-    for i in ids:
-        if i in own_ids:
-            own.append(i)
-        elif i in through:
-            by_child.setdefault(through[i], []).append(i)
-        else:
-            return None
-    if not by_child:
-        return None
-    return own, by_child, waiting
-
-
-async def start_still_waiting(d: Driver, rt: Runtime) -> None:
+async def start_still_waiting(d: Host, rt: Runtime) -> None:
     """A context whose decisions all went to its children, which still wait."""
     rt.stop_reason = StopReason.AWAITING_APPROVAL
-
-
-def wait_for_subtasks(
-    d: Driver,
-    rt: Runtime,
-    calls: Sequence[ToolCallRequest],
-    outcomes: Sequence[ToolOutcome],
-    waiting: dict[str, tuple[str, tuple[ToolCallRequest, ...]]],
-) -> None:
-    """ExecutingTools, when sub-task calls wait for their children: the other
-    calls get their results, the waiting ones are pending again (their reason
-    names the child), and the context takes ``subtask_waits`` to
-    AwaitingToolApproval, where the children's pending calls surface."""
-    done = [(c, o) for c, o in zip(calls, outcomes, strict=True) if c.id not in waiting]
-    if done:
-        d.add_results(rt, [c for c, _ in done], [o for _, o in done])
-    _history.back_to_pending(
-        rt, {cid: SUBTASK_WAITING + child for cid, (child, _) in waiting.items()}
-    )
-    rt.stop_reason = StopReason.AWAITING_APPROVAL
-    d.fire(rt, Trigger.SUBTASK_WAITS)
-    surfaced = [c for _, pending in waiting.values() for c in pending]
-    d.later(rt, ToolApprovalRequested, calls=surfaced)
-    d.end_turn(rt)

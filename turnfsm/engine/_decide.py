@@ -4,26 +4,93 @@ tool calls are decided by policy (``tools_decided``) or left to a human
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..events import QuestionAsked, ToolApprovalRequested
-from ..model import ApprovalStatus
+from ..model import ApprovalStatus, ToolCallRequest
 from ..states import Trigger
-from ..tools import ToolOutcome
+from ..tools import ToolOutcome, ToolRegistry
 from . import _history
 from ._approval import policy_decisions, questions_of
+from ._history import Decisions
+from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
 
-if TYPE_CHECKING:
-    from ._drive import Driver
-
-__all__ = ["decide", "mark_started"]
+__all__ = ["Decision", "decide", "decide_answer", "mark_started"]
 
 
-async def decide(d: Driver, rt: Runtime) -> None:
-    """ProcessingLLMResponse: text ends the turn; tool calls are decided by policy
-    (see :func:`~turnfsm.engine._approval.policy_decisions`)."""
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What an answer means: the edge to take and what goes with it."""
+
+    trigger: Trigger
+    """``turn_complete``, ``needs_approval`` or ``tools_decided``."""
+    stop_reason: StopReason | None
+    """How the turn stops (None: it goes on, to the tools)."""
+    decisions: Decisions
+    """Approval decisions to record on the answer's calls (per call id)."""
+    results: tuple[ToolOutcome, ...] = ()
+    """One result per call, in order, when the calls will not run (the
+    answer was cut, or the iteration limit was reached); else empty."""
+
+
+def decide_answer(
+    calls: Sequence[ToolCallRequest],
+    outcome: str | None,
+    iteration: int,
+    max_iterations: int,
+    offered: ToolRegistry,
+) -> Decision:
+    """ProcessingLLMResponse, as a pure function: ``calls`` are the answer's open
+    calls, ``outcome`` how it ended when not normally (``length``,
+    ``refusal``, ...), ``iteration`` the LLM calls made for this user message,
+    ``offered`` the tools the context's mode offers with their approval.
+
+    No calls: ``turn_complete`` (stop reason: the outcome, else ``completed``).
+    An answer that did not end normally: its calls never run (denied by the
+    system, each with a result saying why), ``turn_complete``. The last
+    allowed LLM call: likewise, with ``max_iterations``. Else the policy
+    decides (:func:`~turnfsm.engine._approval.policy_decisions`):
+    ``needs_approval`` when some call is left for a human, else
+    ``tools_decided``.
+    """
+    if not calls:
+        stop = StopReason(outcome) if outcome else StopReason.COMPLETED
+        return Decision(Trigger.TURN_COMPLETE, stop, {})
+    if outcome is not None:  # an answer that did not end normally: its calls never run
+        text = (
+            f"not executed: the answer did not end normally ({outcome}); the call may be incomplete"
+        )
+        return Decision(
+            Trigger.TURN_COMPLETE,
+            StopReason(outcome),
+            {c.id: (ApprovalStatus.DENIED, "system", outcome) for c in calls},
+            tuple(ToolOutcome(False, {"error": text, "status": outcome}) for _ in calls),
+        )
+    if iteration >= max_iterations:
+        text = (
+            f"not executed: the limit of {max_iterations} LLM calls for one "
+            "user message was reached"
+        )
+        return Decision(
+            Trigger.TURN_COMPLETE,
+            StopReason.MAX_ITERATIONS,
+            {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls},
+            tuple(ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls),
+        )
+    # the mode's view: its approval overrides; a tool it does not offer is unknown
+    decisions, needs_human = policy_decisions(calls, offered)
+    if needs_human:
+        return Decision(Trigger.NEEDS_APPROVAL, StopReason.AWAITING_APPROVAL, decisions)
+    return Decision(Trigger.TOOLS_DECIDED, None, decisions)
+
+
+async def decide(d: Host, rt: Runtime) -> None:
+    """ProcessingLLMResponse: find the answer (the one just received, or after a
+    resume the stored one), let :func:`decide_answer` say what it means, and
+    take its edge."""
     ctx = rt.ctx
     node = rt.answer
     if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
@@ -37,59 +104,35 @@ async def decide(d: Driver, rt: Runtime) -> None:
             ids = ctx.active_branch.message_ids
             answer = ctx.message_pool[ids[-1]] if ids else None
         outcome = answer.message.outcome if answer is not None else None
-        rt.stop_reason = StopReason(outcome) if outcome else StopReason.COMPLETED
-        d.fire(rt, Trigger.TURN_COMPLETE)
-        d.end_turn(rt)
+    else:
+        assert node is not None
+        outcome = node.message.outcome
+    s = d.settings
+    decision = decide_answer(
+        calls, outcome, ctx.progress.iteration, s.max_iterations, s.offered(ctx)
+    )
+    if decision.decisions:
+        _history.set_decisions(rt, decision.decisions)
+    if decision.results:
+        d.add_results(rt, calls, decision.results)
+    trigger = decision.trigger
+    if trigger is Trigger.TOOLS_DECIDED:
+        mark_started(rt)
+        d.fire(rt, trigger)
         return
-    assert node is not None
-    cut = node.message.outcome
-    if cut is not None:  # an answer that did not end normally: its calls never run
-        _history.set_decisions(rt, {c.id: (ApprovalStatus.DENIED, "system", cut) for c in calls})
-        text = f"not executed: the answer did not end normally ({cut}); the call may be incomplete"
-        d.add_results(
-            rt, calls, [ToolOutcome(False, {"error": text, "status": cut}) for _ in calls]
-        )
-        rt.stop_reason = StopReason(cut)
-        d.fire(rt, Trigger.TURN_COMPLETE)
-        d.end_turn(rt)
-        return
-    if ctx.progress.iteration >= d.max_iterations:
-        _history.set_decisions(
-            rt, {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls}
-        )
-        text = (
-            f"not executed: the limit of {d.max_iterations} LLM calls for one "
-            "user message was reached"
-        )
-        d.add_results(
-            rt,
-            calls,
-            [ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls],
-        )
-        rt.stop_reason = StopReason.MAX_ITERATIONS
-        d.fire(rt, Trigger.TURN_COMPLETE)
-        d.end_turn(rt)
-        return
-    # the mode's view: its approval overrides; a tool it does not offer is unknown
-    decisions, needs_human = policy_decisions(calls, d.offered(ctx))
-    if decisions:
-        _history.set_decisions(rt, decisions)
-    if needs_human:
-        rt.stop_reason = StopReason.AWAITING_APPROVAL
-        d.fire(rt, Trigger.NEEDS_APPROVAL)
+    rt.stop_reason = decision.stop_reason
+    d.fire(rt, trigger)
+    if trigger is Trigger.NEEDS_APPROVAL:
         _announce(d, rt)
-        d.end_turn(rt)
-        return
-    mark_started(rt)
-    d.fire(rt, Trigger.TOOLS_DECIDED)
+    d.end_turn(rt)
 
 
-def _announce(d: Driver, rt: Runtime) -> None:
+def _announce(d: Host, rt: Runtime) -> None:
     """What waits for the human: the calls to approve or deny (one
     ``ToolApprovalRequested``, when there are some), then each question (a
     ``QuestionAsked``)."""
     pending = rt.ctx.pending_tool_calls()
-    questions = questions_of(d.tools, pending)
+    questions = questions_of(d.settings.tools, pending)
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
     if approvals:

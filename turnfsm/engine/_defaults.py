@@ -1,9 +1,11 @@
-"""What the engine uses when the application gives nothing: ids and a logger."""
+"""What the engine uses when the application gives nothing: ids, a logger, the
+lease's time to live, and the host name in a lease owner's name."""
 
 from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import sys
 import uuid
 from collections.abc import Callable
@@ -12,7 +14,12 @@ from typing import Any
 from ..errors import InvalidInput
 from ._inputs import check_id
 
-__all__ = ["Ids", "checked_id", "default_logger"]
+__all__ = ["DEFAULT_LEASE_TTL", "HOST", "Ids", "checked_id", "default_logger"]
+
+HOST = socket.gethostname()
+
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a call's lease on its context lasts without a heartbeat."""
 
 
 class Ids:

@@ -20,41 +20,25 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from ..adapters.llm import LLM
-from ..enhancers import Enhancer
-from ..errors import ContextBusy, IllegalTransition, InvalidInput, LeaseLost
+from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
-from ..model import (
-    ChatContext,
-    InternalMessage,
-    MessageMetadata,
-    MessageType,
-    Role,
-    TextPart,
-    ToolCallRequest,
-    TurnProgress,
-)
-from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
+from ..model import ToolCallRequest
+from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
-from ..tools import ToolOutcome, ToolRegistry
-from . import _backoff, _call_llm, _decide, _history, _leases, _prepare, _run_tools
+from ..tools import ToolOutcome
+from . import _backoff, _call_llm, _calls, _decide, _history, _leases, _prepare, _run_tools
 from ._approval import questions_of
-from ._clock import Clock
 from ._history import Result
-from ._inputs import check_name
+from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
-from ._modes import Mode, Modes
-from ._retry import RetryPolicy
-from ._runtime import Runtime, dirty
+from ._runtime import CLAIM, HELD, RELEASED, Runtime, dirty
+from ._settings import Settings
 from ._subscribers import yield_to_readers
-from ._turn import StopReason, Turn
-
-if TYPE_CHECKING:
-    from ._children import SubtaskRunner
+from ._turn import Turn
 
 __all__ = ["Driver"]
 
@@ -92,54 +76,26 @@ def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
 
 class Driver:
     """What the engine is made of (its settings, the loaded contexts, the
-    machine) and the loop that drives one call."""
+    machine) and the loop that drives one call: the engine's own
+    :class:`~turnfsm.engine._host.Host`."""
 
-    def __init__(
-        self,
-        *,
-        llm: LLM | None,
-        tools: ToolRegistry,
-        store: Store,
-        enhancers: tuple[Enhancer, ...],
-        builtin_count: int,
-        modes: Modes,
-        retry_policy: RetryPolicy,
-        max_iterations: int,
-        clock: Clock,
-        ids: Callable[[], str],
-        log: Any,
-        max_loaded: int,
-        lease_ttl: float,
-        owner: str,
-    ) -> None:
-        self.llm: LLM | None = llm
-        self.tools = tools
-        self.store = store
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        """The engine's settings (replaced as a whole when one changes)."""
+        store = settings.store
         self.commit_nowait = _commit_nowait(store)
         self.leases_in_commits = (
             isinstance(store, LeasesInCommits) and store.leases_in_commits is True
         )
         """The store takes and releases a lease with a commit (``Commit.take_lease``,
         ``Commit.release_lease``)."""
-        self.enhancers = enhancers
-        self.builtin_count = builtin_count
-        self.modes = modes
-        self.retry_policy = retry_policy
-        self.max_iterations = max_iterations
-        self.clock = clock
-        self.ids = ids
-        self.log = log
-        self.max_loaded = max_loaded
-        self.lease_ttl = lease_ttl
-        self.owner = owner
-        self.view_plan = _prepare.ViewPlan()
         self.machine = TurnMachine()
-        self.loaded = Loaded(self.machine, log, self.request_cancel)
+        self.loaded = Loaded(self.machine, settings.log, self.request_cancel)
         self.busy: set[str] = set()
         self.beats: anyio.abc.TaskGroup | None = None
-        self.subtask_host: SubtaskRunner | None = None
+        self.subtask_host: SubtaskRunnerHost | None = None
         """Runs the sub-task tools' children (the engine sets it)."""
-        self.effects: dict[Effect, Callable[[Driver, Runtime], Awaitable[None]]] = {
+        self.effects: dict[Effect, Callable[[Host, Runtime], Awaitable[None]]] = {
             Effect.PREPARE: _prepare.prepare,
             Effect.CALL_LLM: _call_llm.call_llm,
             Effect.DECIDE: _decide.decide,
@@ -147,31 +103,8 @@ class Driver:
             Effect.BACKOFF: _backoff.backoff,
         }
 
-    def check_mode(self, where: str, mode: object) -> str:
-        """A mode name given to a public call: one of the engine's modes
-        (:class:`InvalidInput` lists them)."""
-        return self.modes.check(where, check_name(where, mode))
-
-    def mode(self, ctx: ChatContext) -> Mode | None:
-        """The mode in force for ``ctx``; None when the engine does not know the
-        stored name (see :class:`~turnfsm.engine._modes.UnknownMode`)."""
-        return self.modes.get(ctx.config.mode)
-
-    def answer_type(self, ctx: ChatContext) -> MessageType:
-        """The type of a text answer in the context's mode (``Text`` when unknown)."""
-        mode = self.modes.get(ctx.config.mode)
-        return MessageType.TEXT if mode is None else mode.answer_type
-
-    def offered(self, ctx: ChatContext) -> ToolRegistry:
-        """The tools the model is offered for ``ctx``, with their approval as
-        the mode says, narrowed to the context's own allow-list
-        (``config.tools``): the one view the tool definitions, the approval
-        policy and the tool runs use. A context whose mode is unknown is
-        offered none."""
-        return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
-
     def now(self) -> datetime:
-        return datetime.fromtimestamp(self.clock.time(), UTC)
+        return datetime.fromtimestamp(self.settings.clock.time(), UTC)
 
     def request_hand_back(self, context_id: str) -> bool:
         """Ask the running call on the context to stop before its next wait (see
@@ -239,26 +172,25 @@ class Driver:
         """Mark the context busy and load it afresh under ``lease`` (this
         engine's, claimed from the store): whatever copy was loaded before the
         claim may be stale. The lease is released if the load fails."""
-        if lease.owner != self.owner or lease.context_id != context_id:
+        if lease.owner != self.settings.owner or lease.context_id != context_id:
             raise InvalidInput(
                 "lease", f"is {lease.owner}'s lease on {lease.context_id!r}, not this engine's"
             )
         try:
             self.refuse_if_busy(context_id)
         except ContextBusy:
-            await _leases.release(self, lease)
+            await _leases.release(self.settings, lease)
             raise
         self.busy.add(context_id)
         try:
             self.loaded.unload(context_id)
-            rt = self.loaded.attach(await self.store.load(context_id))
+            rt = self.loaded.attach(await self.settings.store.load(context_id))
         except BaseException:
-            await _leases.release(self, lease)
+            await _leases.release(self.settings, lease)
             self.busy.discard(context_id)
             raise
         rt.lease = lease
-        rt.lease_held = True
-        rt.lease_claim = False
+        rt.lease_status = HELD
         return self._begin(rt)
 
     async def _enter(self, context_id: str, *, claim: bool = False) -> Runtime:
@@ -272,16 +204,20 @@ class Driver:
         lease: Lease | None = None
         loaded = self.loaded
         rt = loaded.get(context_id) if claim and self.leases_in_commits else None
-        if rt is not None and rt.lease is not None and not rt.lease_held:
+        if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
             loaded.put(loaded.take(context_id) or rt)  # most recently used last
             last = rt.lease
+            s = self.settings
             rt.lease = Lease(
-                context_id, self.owner, last.token + 1, self.clock.time() + self.lease_ttl
+                context_id,
+                s.owner,
+                last.token + 1,
+                s.clock.time() + s.lease_ttl,
             )
-            rt.lease_claim = True
+            rt.lease_status = CLAIM
             return self._begin(rt)
         try:
-            lease = await _leases.acquire(self, context_id)
+            lease = await _leases.acquire(self.settings, context_id)
             rt = loaded.take(context_id)
             if rt is not None and (rt.lease is None or rt.lease.token + 1 != lease.token):
                 # another owner held the context since this engine's last call
@@ -290,17 +226,16 @@ class Driver:
                 loaded.unload(context_id)
                 rt = None
             if rt is None:
-                rt = loaded.attach(await self.store.load(context_id))
+                rt = loaded.attach(await self.settings.store.load(context_id))
             else:
                 loaded.put(rt)  # most recently used last
         except BaseException:
             if lease is not None:
-                await _leases.release(self, lease)
+                await _leases.release(self.settings, lease)
             self.busy.discard(context_id)
             raise
         rt.lease = lease
-        rt.lease_held = True
-        rt.lease_claim = False
+        rt.lease_status = HELD
         return self._begin(rt)
 
     @staticmethod
@@ -319,8 +254,8 @@ class Driver:
         rt.scope = None
         if rt.done is not None:
             rt.done.set()
-        if len(self.loaded.runtimes) > self.max_loaded:
-            self.loaded.evict(self.max_loaded, self.busy)
+        if len(self.loaded.runtimes) > self.settings.max_loaded:
+            self.loaded.evict(self.settings.max_loaded, self.busy)
 
     async def _call(self, rt: Runtime, start: Start, hand_off: bool = False) -> Turn:
         """Run ``start`` (validation, first trigger) then the effects until rest.
@@ -339,7 +274,7 @@ class Driver:
                 try:
                     await start(rt)
                 except Exception:
-                    if rt.lease_claim:  # was the loaded copy current? (see run)
+                    if rt.lease_status is CLAIM:  # was the loaded copy current? (see run)
                         await self._confirm_claim(rt)
                     raise
                 if hand_off:
@@ -354,12 +289,12 @@ class Driver:
                     ) and not rt.cancel_requested
                     await self.commit(rt, release=last)
             rt.scope = None
-            if rt.lease_claim:  # nothing was committed: was the loaded copy current?
+            if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
                 await self._confirm_claim(rt)
             if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
                     if await self._hold_again(rt):
-                        await self.cancel_in_place(rt)
+                        await _calls.cancel_in_place(self, rt)
         except BaseException:
             if dirty(rt) or State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)
@@ -368,12 +303,12 @@ class Driver:
             rt.last_turn = self._turn(rt)
             if rt.hand_back and State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
-            if rt.lease_claim and rt.lease is not None:  # never taken: the last one stands
-                rt.lease_claim = False
+            if rt.lease_status is CLAIM and rt.lease is not None:  # never taken: the last stands
+                rt.lease_status = RELEASED
                 rt.lease = replace(rt.lease, token=rt.lease.token - 1)
-            if rt.lease is not None and rt.lease_held:
-                rt.lease_held = False  # first: a heartbeat racing the release stays quiet
-                await _leases.release(self, rt.lease)
+            if rt.lease is not None and rt.lease_status is HELD:
+                rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
+                await _leases.release(self.settings, rt.lease)
             self._leave(rt)
         return rt.last_turn
 
@@ -386,29 +321,29 @@ class Driver:
         outcome stands, and the lease is released when it returns."""
         claimed = rt.lease
         assert claimed is not None
-        rt.lease_claim = False
-        lease = await _leases.acquire(self, rt.ctx.id)
+        rt.lease_status = RELEASED
+        lease = await _leases.acquire(self.settings, rt.ctx.id)
         if lease.token != claimed.token:
-            await _leases.release(self, lease)
+            await _leases.release(self.settings, lease)
             raise _StaleCopy
         rt.lease = lease
-        rt.lease_held = True
+        rt.lease_status = HELD
 
     async def _hold_again(self, rt: Runtime) -> bool:
         """Take the lease again for a cancel that came after the call's last
         commit had released it. False (and the context unloaded) when another
         owner ran on the context in between: the cancel then has nothing left
         to stop."""
-        if rt.lease_held or rt.lease_claim or rt.lease is None:
+        if rt.lease_status is not RELEASED or rt.lease is None:
             return True
         cid = rt.ctx.id
-        lease = await _leases.acquire(self, cid)
+        lease = await _leases.acquire(self.settings, cid)
         if lease.token != rt.lease.token + 1:
-            await _leases.release(self, lease)
+            await _leases.release(self.settings, lease)
             self.loaded.unload(cid)
             return False
         rt.lease = lease
-        rt.lease_held = True
+        rt.lease_status = HELD
         return True
 
     def _turn(self, rt: Runtime) -> Turn:
@@ -425,7 +360,7 @@ class Driver:
             message_ids=tuple(n.id for n in rt.turn_nodes),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
-            questions=questions_of(self.tools, pending),
+            questions=questions_of(self.settings.tools, pending),
         )
 
     async def _drive(self, rt: Runtime) -> None:
@@ -438,7 +373,7 @@ class Driver:
             return
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_leases.heartbeat, self, rt)
+            tg.start_soon(_leases.heartbeat, self.settings, rt)
             try:
                 await self._effects_until_rest(rt)
             except BaseException as exc:
@@ -465,12 +400,6 @@ class Driver:
 
     # ------------------------------------------------------------------ steps
 
-    def require(self, rt: Runtime, trigger: Trigger) -> State:
-        state = State(rt.holder.state)
-        if next_state(state, trigger) is None:
-            raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
-        return state
-
     async def step(self, rt: Runtime, trigger: Trigger) -> State:
         """Take ``trigger`` and commit it at once (then its events go out)."""
         dest = self.fire(rt, trigger)
@@ -483,7 +412,6 @@ class Driver:
         source = holder.state
         dest = self.machine.fire(holder, trigger)
         rt.turn_states.append(dest)
-        rt.ctx.__dict__["current_state"] = dest  # see commit on plain field writes
         rt.log.debug(
             "transition",
             from_state=source,
@@ -502,7 +430,7 @@ class Driver:
         """
         rt.seq += 1
         if rt.subscribers:
-            rt.outbox.append((kind, rt.seq, self.clock.time(), fields))
+            rt.outbox.append((kind, rt.seq, self.settings.clock.time(), fields))
 
     def change(self, rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
         """Record a change that is not a transition (see :class:`Change`): an
@@ -539,9 +467,12 @@ class Driver:
                 appended[i] = (appended[i][0], node)
             replaced = [n for n in replaced if n.id not in new]
         lease = rt.lease
-        claim = rt.lease_claim
+        claim = rt.lease_status is CLAIM
         release = (
-            release and self.leases_in_commits and lease is not None and (rt.lease_held or claim)
+            release
+            and self.leases_in_commits
+            and lease is not None
+            and rt.lease_status is not RELEASED
         )
         commit = Commit(
             context_id=ctx.id,
@@ -567,22 +498,20 @@ class Driver:
                 self.commit_nowait(commit)
             else:
                 with anyio.CancelScope(shield=True):
-                    await self.store.commit(commit)
+                    await self.settings.store.commit(commit)
         except LeaseLost:
             if claim:  # another owner ran since this engine's last call (see run)
-                rt.lease_claim = False
+                rt.lease_status = RELEASED
                 raise _StaleCopy from None
             raise
         except BaseException:
             if claim:  # the outcome is unknown: release the token, in case it was taken
-                rt.lease_claim = False
-                rt.lease_held = True
+                rt.lease_status = HELD
             raise
         if claim:
-            rt.lease_claim = False
-            rt.lease_held = not release
+            rt.lease_status = RELEASED if release else HELD
         elif release:
-            rt.lease_held = False
+            rt.lease_status = RELEASED
         holder.steps.clear()
         rt.appended = []
         rt.replaced = {}
@@ -592,9 +521,10 @@ class Driver:
         rt.changes = []
         # Plain field writes on the engine's own working copy: these models do no
         # validation on assignment, and pydantic's __setattr__ bookkeeping costs
-        # about a microsecond per field on the hot path (four per step).
+        # about a microsecond per field on the hot path (four per commit).
         fields = ctx.__dict__
         fields["version"] = version
+        fields["current_state"] = holder.state  # the holder's, between commits
         fields["updated_at"] = now
         fields["event_seq"] = rt.sent_seq = commit.event_seq
         if rt.outbox:
@@ -621,13 +551,17 @@ class Driver:
         self, rt: Runtime, calls: Sequence[ToolCallRequest], outcomes: Sequence[ToolOutcome]
     ) -> None:
         """Append one result per call; each has its ToolResult event."""
-        self._results_out(rt, _history.add_results(rt, calls, outcomes, self.now(), self.ids))
+        self._results_out(
+            rt, _history.add_results(rt, calls, outcomes, self.now(), self.settings.ids)
+        )
 
     def close_open_calls(
         self, rt: Runtime, why: str, error: Callable[[ToolCallRequest], str]
     ) -> None:
         """Close the open calls with failed results (see ``_history.close_open_calls``)."""
-        self._results_out(rt, _history.close_open_calls(rt, why, error, self.now(), self.ids))
+        self._results_out(
+            rt, _history.close_open_calls(rt, why, error, self.now(), self.settings.ids)
+        )
 
     def _results_out(self, rt: Runtime, results: list[Result]) -> None:
         for call, outcome, node in results:
@@ -640,42 +574,3 @@ class Driver:
                 result=outcome.result,
                 message_id=node.id,
             )
-
-    async def cancel_in_place(self, rt: Runtime) -> None:
-        """Take ``cancel``: keep partial text (marked), close open calls, go Idle."""
-        ctx = rt.ctx
-        if rt.partial:
-            assert rt.partial_id is not None
-            _history.append(
-                rt,
-                InternalMessage(
-                    role=Role.ASSISTANT,
-                    content=[TextPart(text="".join(rt.partial))],
-                    metadata=MessageMetadata(
-                        created_at=self.now(),
-                        attempt=ctx.progress.attempt,
-                        iteration=ctx.progress.iteration,
-                        cancelled=True,
-                        finish_reason="cancelled",
-                    ),
-                ),
-                rt.partial_id,
-            )
-            rt.partial = []
-        started = set(ctx.progress.started_call_ids)
-        self.close_open_calls(
-            rt,
-            "cancelled",
-            lambda c: (
-                "cancelled while running; the outcome is unknown"
-                if c.id in started
-                else "cancelled before it ran"
-            ),
-        )
-        ctx.progress = TurnProgress()
-        rt.request = None
-        rt.answer = None
-        rt.stop_reason = StopReason.CANCELLED
-        self.fire(rt, T.CANCEL)
-        self.end_turn(rt)
-        await self.commit(rt)

@@ -1,16 +1,16 @@
 """The public class: :class:`Engine`. Each method checks its arguments, then
 hands the call to the drive loop (``_drive``); what a call does first is in
-``_calls``, the work of each state in one module per effect. See
+``_calls``, the work of each state in one module per effect. The methods
+that manage contexts (create, fork, branches, config, sub-contexts, delete)
+are in ``_manage``, the engine's settings in ``_settings``. See
 docs/architecture.md for the map.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -20,59 +20,41 @@ from ..adapters.inbound import parse_request
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
-    CurrentMessageMarker,
     Enhancer,
-    SystemPromptEnhancer,
     TokenBudget,
-    ToolCallHistory,
-    ToolDefinitionsEnhancer,
-    UserLocale,
 )
 from ..errors import (
     BranchError,
-    ContextBusy,
-    ContextLeased,
     InvalidInput,
-    NotAtRest,
     StoreError,
-    SubContextError,
-    TurnFSMError,
 )
 from ..events import Event
 from ..model import (
     ApprovalStatus,
-    Branch,
-    ChatConfig,
     ChatContext,
     ContentPart,
     MessageNode,
     Role,
-    SystemPrompt,
 )
-from ..states import CHANGES, RESTING, State, TurnMachine
-from ..storage import MemoryStore, StepLog, Store
+from ..states import CHANGES, State, TurnMachine
+from ..storage import StepLog, Store
 from ..tools import Tool, ToolRegistry
-from . import _calls, _children, _leases, _requests, _subcontexts
-from ._children import Child, ChildInfo, Finished, Summarizer
-from ._clock import Clock, SystemClock
-from ._defaults import Ids, checked_id, default_logger
+from . import _calls, _leases, _recovery, _requests, _subcontexts
+from ._clock import Clock
 from ._drive import Driver, Start
 from ._inputs import (
-    UNSET,
-    Unset,
     check_call_ids,
     check_content,
     check_count,
     check_id,
-    check_name,
-    check_parameters,
     check_text,
-    check_title,
 )
-from ._leases import DEFAULT_LEASE_TTL, HOST
-from ._modes import Mode, Modes
+from ._leases import DEFAULT_LEASE_TTL
+from ._manage import ContextManagement
+from ._modes import Mode
 from ._recovery import Recovery
 from ._retry import RetryPolicy
+from ._settings import make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._turn import Turn
 
@@ -81,7 +63,7 @@ __all__ = ["Engine"]
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
-class Engine:
+class Engine(ContextManagement):
     """Drives conversations through the declared state machine.
 
     ::
@@ -151,136 +133,81 @@ class Engine:
         token_budget: TokenBudget | None = None,
         compaction: Compaction | None = None,
     ) -> None:
-        check_count("max_iterations", max_iterations, minimum=1)
-        check_count("max_loaded", max_loaded, minimum=1)
-        check_count("subscriber_buffer", subscriber_buffer, minimum=1)
-        check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
-        if token_budget is not None and not isinstance(token_budget, TokenBudget):
-            raise InvalidInput(
-                "token_budget",
-                f"must be a TokenBudget or None, not {type(token_budget).__name__}",
-            )
-        if compaction is not None and not isinstance(compaction, Compaction):
-            raise InvalidInput(
-                "compaction", f"must be a Compaction or None, not {type(compaction).__name__}"
-            )
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidInput(
-                "retry", f"must be a RetryPolicy or None, not {type(retry).__name__}"
-            )
-        if store is not None and not isinstance(store, str) and not hasattr(store, "commit"):
-            raise InvalidInput(
-                "store", f"must be a Store, a store URL or None, not {type(store).__name__}"
-            )
-        if isinstance(enhancers, str | bytes) or not isinstance(enhancers, Iterable):
-            raise InvalidInput("enhancers", "must be a sequence of enhancers")
-        enhancers = tuple(enhancers)
-        for i, enhancer in enumerate(enhancers):
-            if not callable(getattr(enhancer, "enhance", None)):
-                raise InvalidInput(
-                    f"enhancers[{i}]", f"not an enhancer (no enhance method): {enhancer!r}"
-                )
-        if clock is not None and not (
-            callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
-        ):
-            raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
-        if ids is not None and not callable(ids):
-            raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
-        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
-            raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
-        if not lease_ttl > 0 or lease_ttl == float("inf"):
-            raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
-        registry = ToolRegistry(tools)
-        known_modes = Modes(modes, registry)
-        if isinstance(store, str):
-            from ..storage import open_store
-
-            store = open_store(store)
-        builtin: list[Enhancer] = []
-        history = None
-        if tool_history_rounds is not None:
-            history = ToolCallHistory(tool_history_rounds)
-            builtin.append(history)
-        builtin += [
-            SystemPromptEnhancer(mode=known_modes.instructions),
-            ToolDefinitionsEnhancer(per_context=known_modes.definitions),
-            UserLocale(),
-            CurrentMessageMarker(),
-        ]
-        last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
-        self._subscriber_buffer = subscriber_buffer
-        self._d = d = Driver(
+        settings = make_settings(
             llm=llm,
-            tools=registry,
-            store=store if store is not None else MemoryStore(),
-            enhancers=(*builtin, *enhancers, *last),
-            builtin_count=len(builtin),
-            modes=known_modes,
-            retry_policy=retry or RetryPolicy(),
+            tools=tools,
+            store=store,
+            enhancers=enhancers,
+            retry=retry,
             max_iterations=max_iterations,
-            clock=clock or SystemClock(),
-            ids=Ids() if ids is None else functools.partial(checked_id, ids),
-            log=logger if logger is not None else default_logger(),
+            clock=clock,
+            ids=ids,
+            tool_history_rounds=tool_history_rounds,
+            subscriber_buffer=subscriber_buffer,
             max_loaded=max_loaded,
-            lease_ttl=float(lease_ttl),
-            owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            logger=logger,
+            lease_ttl=lease_ttl,
+            modes=modes,
+            token_budget=token_budget,
+            compaction=compaction,
         )
-        d.subtask_host = _children.SubtaskRunner(self)
-        self._d.view_plan.budget = token_budget
-        self._d.view_plan.compaction = compaction
-        self._d.view_plan.shrink = history.shrink if history is not None else None
+        self._subscriber_buffer = subscriber_buffer
+        self._d = d = Driver(settings)
+        d.subtask_host = _subcontexts.SubtaskRunner(self)
 
     # ------------------------------------------------------------------ settings
+    # (read from the one Settings object; see _settings)
 
     @property
     def llm(self) -> LLM | None:
-        return self._d.llm
+        return self._d.settings.llm
 
     @llm.setter
     def llm(self, llm: LLM | None) -> None:
-        self._d.llm = llm
+        d = self._d
+        d.settings = dataclasses.replace(d.settings, llm=llm)
 
     @property
     def tools(self) -> ToolRegistry:
-        return self._d.tools
+        return self._d.settings.tools
 
     @property
     def modes(self) -> tuple[Mode, ...]:
         """The engine's modes (``chat`` first unless it was given one)."""
-        return tuple(self._d.modes)
+        return tuple(self._d.settings.modes)
 
     @property
     def store(self) -> Store:
-        return self._d.store
+        return self._d.settings.store
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        return self._d.retry_policy
+        return self._d.settings.retry_policy
 
     @property
     def max_iterations(self) -> int:
-        return self._d.max_iterations
+        return self._d.settings.max_iterations
 
     @property
     def clock(self) -> Clock:
-        return self._d.clock
+        return self._d.settings.clock
 
     @property
     def enhancers(self) -> tuple[Enhancer, ...]:
-        return self._d.enhancers
+        return self._d.settings.enhancers
 
     @property
     def max_loaded(self) -> int:
-        return self._d.max_loaded
+        return self._d.settings.max_loaded
 
     @property
     def lease_ttl(self) -> float:
-        return self._d.lease_ttl
+        return self._d.settings.lease_ttl
 
     @property
     def owner(self) -> str:
         """This engine's name on the leases it takes (one per Engine object)."""
-        return self._d.owner
+        return self._d.settings.owner
 
     @property
     def _machine(self) -> TurnMachine:
@@ -300,7 +227,7 @@ class Engine:
             # (an engine used without ``async with`` starts one per call instead)
             beats = anyio.create_task_group()
             await beats.__aenter__()
-            beats.start_soon(_leases.heartbeat_all, d)
+            beats.start_soon(_leases.heartbeat_all, d.settings, d.busy, d.loaded)
             d.beats = beats
         return self
 
@@ -329,114 +256,9 @@ class Engine:
             sub.end()
         loaded.subscribers.clear()
         loaded.everywhere.clear()
-        await self._d.store.aclose()
+        await self._d.settings.store.aclose()
 
     # ------------------------------------------------------------------ contexts
-
-    async def create_context(
-        self,
-        *,
-        system_prompt: str | None = None,
-        model: str = "scripted",
-        mode: str = "chat",
-        parameters: dict[str, Any] | None = None,
-        user_prompt: str | None = None,
-        agent_role: str = "assistant",
-        workspace_path: str | None = None,
-        parent_id: str | None = None,
-        context_id: str | None = None,
-        title: str | None = None,
-        tools: Sequence[str] | None = None,
-    ) -> str:
-        """Create and store a new context in ``Idle``; returns its id.
-
-        Every argument is checked first (:class:`InvalidInput` names the one
-        refused; nothing is stored): ``context_id`` and ``parent_id`` by the id
-        rule (1 to 200 characters, no control character, no lone surrogate),
-        texts for valid Unicode, ``parameters`` by the JSON payload rules of
-        :mod:`turnfsm.model` (depth, size, string keys, finite numbers).
-        ``parent_id`` must name a stored context
-        (:class:`~turnfsm.errors.ContextNotFound`) that is not a finished
-        sub-context (:class:`~turnfsm.errors.SubContextError`); :meth:`spawn`
-        makes a child and runs its task in one call. ``tools`` is an allow-list
-        of the engine's tool names (``None``: all of them; an unknown name is
-        refused): the model is offered only those, and a call to another tool
-        gets an error result and never runs.
-        """
-        return await self._create(
-            system_prompt=system_prompt,
-            model=model,
-            mode=mode,
-            parameters=parameters,
-            user_prompt=user_prompt,
-            agent_role=agent_role,
-            workspace_path=workspace_path,
-            parent_id=parent_id,
-            context_id=context_id,
-            title=title,
-            tools=tools,
-            subtask_call=None,
-        )
-
-    async def _create(
-        self,
-        *,
-        system_prompt: str | None,
-        model: str,
-        mode: str,
-        parameters: dict[str, Any] | None,
-        user_prompt: str | None,
-        agent_role: str,
-        workspace_path: str | None,
-        parent_id: str | None,
-        context_id: str | None,
-        title: str | None,
-        tools: Sequence[str] | None,
-        subtask_call: str | None,
-    ) -> str:
-        check_text("system_prompt", system_prompt, optional=True)
-        check_name("model", model)
-        self._d.check_mode("mode", mode)
-        params = check_parameters("parameters", parameters)
-        check_text("user_prompt", user_prompt, optional=True)
-        check_name("agent_role", agent_role)
-        check_text("workspace_path", workspace_path, optional=True)
-        if workspace_path is not None and "\x00" in workspace_path:
-            raise InvalidInput("workspace_path", "holds a NUL character")
-        if parent_id is not None:
-            check_id("parent_id", parent_id)
-        if context_id is not None:
-            check_id("context_id", context_id)
-        check_title("title", title)
-        allowed = _check_tools("tools", tools, self.tools)
-        if parent_id is not None:
-            parent = await self.get_context(parent_id)
-            if parent.config.archived:
-                raise SubContextError(
-                    parent_id, "it is a finished sub-context: it takes no new sub-contexts"
-                )
-        now = self._d.now()
-        prompt = SystemPrompt(id=self._d.ids(), content=system_prompt) if system_prompt else None
-        ctx = ChatContext(
-            id=context_id if context_id is not None else self._d.ids(),
-            parent_id=parent_id,
-            config=ChatConfig(
-                model_id=model,
-                mode=mode,
-                parameters=params,
-                system_prompt_id=prompt.id if prompt else None,
-                agent_role=agent_role,
-                workspace_path=workspace_path,
-                title=title,
-                tools=allowed,
-                subtask_call=subtask_call,
-            ),
-            branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
-            created_at=now,
-            updated_at=now,
-        )
-        await self.store.create(ctx)
-        return ctx.id
 
     async def get_context(self, context_id: str) -> ChatContext:
         """A copy of the context as last committed."""
@@ -493,7 +315,7 @@ class Engine:
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
         what its messages get; for a ``message_id`` chosen before a send."""
-        return self._d.ids()
+        return self._d.settings.ids()
 
     async def submit(
         self,
@@ -519,9 +341,9 @@ class Engine:
         """
         start = self._start_send(context_id, content, role, message_id)
         d = self._d
-        if getattr(d.store, "claim_expired", None) is None:
+        if getattr(d.settings.store, "claim_expired", None) is None:
             raise StoreError(
-                f"{d.store!r} cannot hand turns to workers (it has no claim_expired): "
+                f"{d.settings.store!r} cannot hand turns to workers (it has no claim_expired): "
                 "use a SQLite or PostgreSQL store, or send() to run the turn here"
             )
         turn = await d.run(context_id, start, hand_off=True)
@@ -566,7 +388,7 @@ class Engine:
         check_text("call_id", call_id, empty=False)
         check_text("text", text, empty=False)
         d = self._d
-        routed = await _children.route_decisions(self, context_id, [call_id])
+        routed = await _subcontexts.route_decisions(self, context_id, [call_id])
         if routed is not None:  # a question of a sub-task's child, surfaced here
             _, by_child, waiting = routed
             for child_id in by_child:
@@ -638,252 +460,7 @@ class Engine:
         not know, or whose resume raises a turnfsm error, is listed in ``failed``
         with that error. Reading the list of contexts itself can still raise.
         """
-        resumed: dict[str, Turn] = {}
-        skipped: dict[str, str] = {}
-        failed: dict[str, TurnFSMError] = {}
-        busy = self._d.busy
-        # A store that claims work (PostgreSQL: ``claim_expired``) hands each
-        # context away from rest to one of the engines recovering at once; the
-        # others skip it. Contexts it does not hand out are resumed only when
-        # their holder is a dead process of this host (taken over at once).
-        claim = getattr(self.store, "claim_expired", None)
-        claimed: set[str] | None = None
-        if claim is not None:
-            d = self._d
-            leases = await claim(d.owner, d.lease_ttl, now=d.clock.time(), limit=None)
-            claimed = {lease.context_id for lease in leases}
-        for summary in await self.store.list_contexts():
-            cid = summary.id
-            try:
-                state = State(summary.state)
-            except ValueError:
-                failed[cid] = StoreError(
-                    f"context {cid!r}: its stored state {summary.state!r} is not a state "
-                    "of the table; it was left as it is"
-                )
-                continue
-            if state in RESTING:
-                continue
-            if cid in busy:
-                skipped[cid] = f"a call of this engine ({self.owner}) is running on it"
-                continue
-            if claimed is not None and cid not in claimed:
-                held = await self.store.lease(cid)
-                if held is None:
-                    continue  # another engine claimed it and has brought it to rest
-                if held.owner != self.owner and not _leases.owner_gone(held.owner):
-                    until = datetime.fromtimestamp(held.expires_at, UTC).isoformat()
-                    skipped[cid] = f"leased by {held.owner} until {until}"
-                    continue
-            try:
-                resumed[cid] = await self.resume(cid)
-            except ContextLeased as exc:
-                until = datetime.fromtimestamp(exc.expires_at, UTC).isoformat()
-                skipped[cid] = f"leased by {exc.owner} until {until}"
-            except ContextBusy:
-                skipped[cid] = f"a call of this engine ({self.owner}) is running on it"
-            except TurnFSMError as exc:
-                failed[cid] = exc
-        return Recovery(resumed=resumed, skipped=skipped, failed=failed)
-
-    async def fork(
-        self,
-        context_id: str,
-        name: str,
-        at: int,
-        *,
-        system_prompt: str | Unset | None = UNSET,
-        user_prompt: str | Unset | None = UNSET,
-    ) -> Turn:
-        """A new branch with the active branch's messages up to index ``at``; made active.
-
-        ``name`` follows the id rule; ``at`` is an ``int`` (-1 forks before the
-        first message). The new branch keeps the source branch's prompts unless
-        ``system_prompt`` / ``user_prompt`` are given (``None`` or ``""``: none),
-        so two branches can run different prompts on the same history. The fork
-        is a change record of the audit trail (``branch_forked``) with a
-        ``ContextChanged`` event.
-        """
-        check_id("context_id", context_id)
-        check_id("name", name)
-        if isinstance(at, bool) or not isinstance(at, int):
-            raise InvalidInput("at", f"must be an integer, not {type(at).__name__}")
-        prompts = _check_prompts(system_prompt, user_prompt)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_fork, d, name, at, prompts))
-
-    async def switch_branch(self, context_id: str, name: str) -> Turn:
-        """Make another branch active (a ``branch_switched`` change record)."""
-        check_id("context_id", context_id)
-        check_id("name", name)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_switch, d, name))
-
-    async def set_branch_prompts(
-        self,
-        context_id: str,
-        branch: str,
-        *,
-        system_prompt: str | Unset | None = UNSET,
-        user_prompt: str | Unset | None = UNSET,
-    ) -> ChatContext:
-        """Give a branch its own system prompt and/or user prompt (``None`` or
-        ``""`` removes one; an argument left out keeps it).
-
-        The next request on that branch uses them (the system prompt, then the
-        user prompt, first in the request). Allowed at rest (``Idle``,
-        ``AwaitingToolApproval``, ``PermanentFailure``); committed as a
-        ``branch_prompts_set`` change record with a ``ContextChanged`` event.
-        Returns the context as committed. :class:`~turnfsm.errors.BranchError`
-        for an unknown branch.
-        """
-        check_id("context_id", context_id)
-        check_id("branch", branch)
-        prompts = _check_prompts(system_prompt, user_prompt)
-        d = self._d
-        await d.run(
-            context_id, functools.partial(_calls.start_set_branch_prompts, d, branch, prompts)
-        )
-        return await self.get_context(context_id)
-
-    async def update_config(
-        self,
-        context_id: str,
-        *,
-        model: str | Unset = UNSET,
-        mode: str | Unset = UNSET,
-        parameters: dict[str, Any] | Unset = UNSET,
-        title: str | Unset | None = UNSET,
-    ) -> ChatConfig:
-        """Change the context's config: the fields given, the others kept.
-
-        ``model`` and ``mode`` are names; ``parameters`` (the provider's request
-        parameters: temperature, max_tokens, ...) replace the stored ones as a
-        whole; ``title`` is one line (``None`` clears it). Allowed at rest
-        (``Idle``, ``AwaitingToolApproval``, ``PermanentFailure``): the next LLM
-        call uses the new config. Committed (the version grows) as a
-        ``config_updated`` change record whose detail holds the fields that
-        changed, with a ``ContextChanged`` event; a call that changes nothing
-        commits nothing. Returns the config as it is now.
-        """
-        check_id("context_id", context_id)
-        fields: dict[str, Any] = {}
-        if not isinstance(model, Unset):
-            fields["model_id"] = check_name("model", model)
-        if not isinstance(mode, Unset):
-            fields["mode"] = self._d.check_mode("mode", mode)
-        if not isinstance(parameters, Unset):
-            fields["parameters"] = check_parameters("parameters", parameters)
-        if not isinstance(title, Unset):
-            fields["title"] = check_title("title", title)
-        out: list[ChatConfig] = []
-        d = self._d
-        await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))
-        return out[0]
-
-    # ------------------------------------------------------------------ sub-contexts
-
-    async def spawn(
-        self,
-        parent_id: str,
-        task: str | Sequence[ContentPart],
-        *,
-        system_prompt: str | None = None,
-        model: str | None = None,
-        mode: str | None = None,
-        tools: Sequence[str] | None = None,
-        title: str | None = None,
-    ) -> Child:
-        """Run a sub-task in a new child context of ``parent_id``; returns the
-        child's id and the turn its task ran (the child is then at rest).
-
-        The parent must be stored (:class:`~turnfsm.errors.ContextNotFound`),
-        at rest, not busy, and not a finished sub-context. The child gets
-        ``system_prompt`` (none by default), and the parent's model, mode,
-        parameters, agent role and workspace unless ``model`` / ``mode`` are
-        given. ``tools`` is an allow-list of the engine's tool names; by
-        default the child may use what the parent may, and a parent's list
-        cannot be widened (:class:`InvalidInput`). The parent gets a
-        ``child_spawned`` change record naming the child; ``task`` is then
-        sent as the child's first user message and runs until the child rests.
-        Bring the child back with :meth:`finish`.
-        """
-        check_id("parent_id", parent_id)
-        parts = check_content("task", task)
-        check_text("system_prompt", system_prompt, optional=True)
-        if model is not None:
-            check_name("model", model)
-        if mode is not None:
-            self._d.check_mode("mode", mode)
-        allowed = _check_tools("tools", tools, self.tools)
-        check_title("title", title)
-        d = self._d
-        d.refuse_if_busy(parent_id)
-        parent = await self.get_context(parent_id)
-        if parent.config.archived:
-            raise SubContextError(
-                parent_id, "it is a finished sub-context: it takes no new sub-contexts"
-            )
-        if State(parent.current_state) not in RESTING:
-            raise NotAtRest(parent_id, parent.current_state, "sub-contexts")
-        return await _subcontexts.spawn(
-            self, parent, parts, system_prompt, model, mode, allowed, title, announce=True
-        )
-
-    async def finish(
-        self,
-        child_id: str,
-        *,
-        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
-        keep: bool = False,
-    ) -> Finished:
-        """Summarise a child into its parent, then delete the child (or, with
-        ``keep=True``, keep it finished).
-
-        The child must be a sub-context at rest in ``Idle`` with no unfinished
-        sub-context of its own, and its parent at rest in ``Idle``
-        (:class:`~turnfsm.errors.SubContextError` otherwise; nothing changes).
-        ``summarizer`` makes the text: by default :class:`LLMSummarizer` (the
-        engine's adapter, with a documented prompt); :class:`FinalAnswer` takes
-        the child's last answer as it is; any other :class:`Summarizer`, or a
-        plain callable ``fn(child) -> str`` (sync or async). The summary is
-        appended to the parent's active branch as one assistant message whose
-        ``metadata.extra["sub_context"]`` names the child and the child's
-        message ids it stands for, committed with a ``child_finished`` change
-        record. A kept child gets an ``archived`` record and refuses input.
-
-        After a crash between those commits, calling ``finish`` again completes
-        it without a second summary.
-        """
-        check_id("child_id", child_id)
-        if not isinstance(keep, bool):
-            raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
-        chosen = _children.as_summarizer("summarizer", summarizer)
-        return await _subcontexts.finish(self, child_id, chosen, keep)
-
-    async def children(self, context_id: str) -> list[ChildInfo]:
-        """The direct sub-contexts of a context (id, stored state, title, finished),
-        oldest first. :class:`~turnfsm.errors.ContextNotFound` for an unknown id."""
-        check_id("context_id", context_id)
-        await self.get_context(context_id)
-        return await _children.children_of(self.store, context_id)
-
-    async def delete_context(self, context_id: str) -> list[str]:
-        """Delete a context and its finished (kept) sub-contexts; returns the ids
-        deleted, the context last.
-
-        Refused with :class:`~turnfsm.errors.SubContextError` while it has a
-        sub-context (at any depth) that is not finished: finish those first, so
-        that no sub-task's work is lost unsummarised. A context on which a call
-        is running is refused too (:class:`~turnfsm.errors.ContextBusy`).
-        """
-        check_id("context_id", context_id)
-        d = self._d
-        d.refuse_if_busy(context_id)
-        deleted = await _children.delete_tree(self.store, context_id, busy=tuple(d.busy))
-        for cid in deleted:
-            d.loaded.unload(cid)
-        return deleted
+        return await _recovery.recover(self)
 
     # ------------------------------------------------------------------ request bodies
 
@@ -1014,33 +591,3 @@ class Engine:
         check_id("context_id", context_id)
         steps = await self.store.steps(context_id)
         return [State.IDLE, *(State(s.to_state) for s in steps if s.trigger not in CHANGES)]
-
-
-def _check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] | None:
-    """An allow-list of tool names: ``None``, or names of ``registry`` (each once)."""
-    if tools is None:
-        return None
-    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
-        raise InvalidInput(where, f"must be a list of tool names or None, not {tools!r}")
-    out: list[str] = []
-    for i, name in enumerate(tools):
-        if not isinstance(name, str):
-            raise InvalidInput(f"{where}[{i}]", f"must be a tool name, not {name!r}")
-        if name not in registry:
-            known = ", ".join(registry.names) or "(none)"
-            raise InvalidInput(
-                f"{where}[{i}]", f"the engine has no tool named {name!r} (its tools: {known})"
-            )
-        if name not in out:
-            out.append(name)
-    return out
-
-
-def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:
-    """The prompts given to ``fork`` / ``set_branch_prompts``, checked as texts."""
-    prompts: dict[str, str | Unset | None] = {}
-    for where, value in (("system_prompt", system_prompt), ("user_prompt", user_prompt)):
-        if not isinstance(value, Unset):
-            check_text(where, value, optional=True)
-        prompts[where] = value  # type: ignore[assignment]
-    return prompts

@@ -23,7 +23,7 @@ The rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ from ..model import (
     id_problem,
     title_problem,
 )
+from ..tools import ToolRegistry
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -55,6 +56,7 @@ __all__ = [
     "check_parameters",
     "check_text",
     "check_title",
+    "check_tools",
 ]
 
 
@@ -202,3 +204,23 @@ def check_title(where: str, value: Any) -> str | None:
     if reason is not None:
         raise InvalidInput(where, reason)
     return value  # type: ignore[no-any-return]
+
+
+def check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] | None:
+    """An allow-list of tool names: ``None``, or names of ``registry`` (each once)."""
+    if tools is None:
+        return None
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise InvalidInput(where, f"must be a list of tool names or None, not {tools!r}")
+    out: list[str] = []
+    for i, name in enumerate(tools):
+        if not isinstance(name, str):
+            raise InvalidInput(f"{where}[{i}]", f"must be a tool name, not {name!r}")
+        if name not in registry:
+            known = ", ".join(registry.names) or "(none)"
+            raise InvalidInput(
+                f"{where}[{i}]", f"the engine has no tool named {name!r} (its tools: {known})"
+            )
+        if name not in out:
+            out.append(name)
+    return out

@@ -4,25 +4,18 @@ heartbeat that renews it, and the takeover of a dead process's lease."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
-from typing import TYPE_CHECKING
 
 import anyio
 
 from ..errors import ContextLeased, LeaseLost, StoreError
 from ..storage import Lease
-from ._runtime import Runtime
-
-if TYPE_CHECKING:
-    from ._drive import Driver
+from ._defaults import DEFAULT_LEASE_TTL, HOST
+from ._loaded import Loaded
+from ._runtime import CLAIM, HELD, Runtime
+from ._settings import Settings
 
 __all__ = ["DEFAULT_LEASE_TTL", "HOST", "acquire", "heartbeat", "heartbeat_all", "release"]
-
-HOST = socket.gethostname()
-
-DEFAULT_LEASE_TTL = 30.0
-"""Seconds a call's lease on its context lasts without a heartbeat."""
 
 
 def owner_gone(owner: str) -> bool:
@@ -47,27 +40,27 @@ def owner_gone(owner: str) -> bool:
     return False
 
 
-async def acquire(d: Driver, context_id: str) -> Lease:
+async def acquire(s: Settings, context_id: str) -> Lease:
     """Take the context's lease for this engine; ContextLeased when another
     live owner holds it. A lease whose owner is a dead process of this host
     is taken over at once (after a crash and restart, say)."""
-    store = d.store
-    now = d.clock.time()
-    lease = await store.acquire_lease(context_id, d.owner, d.lease_ttl, now=now)
+    store = s.store
+    now = s.clock.time()
+    lease = await store.acquire_lease(context_id, s.owner, s.lease_ttl, now=now)
     if lease is not None:
         return lease
     held = await store.lease(context_id)
     if held is not None and owner_gone(held.owner):
         lease = await store.acquire_lease(
-            context_id, d.owner, d.lease_ttl, now=now, take_over=held.token
+            context_id, s.owner, s.lease_ttl, now=now, take_over=held.token
         )
         if lease is not None:
-            rt_log = d.log.bind(context_id=context_id)
+            rt_log = s.log.bind(context_id=context_id)
             rt_log.warning("lease_taken_over", dead_owner=held.owner, token=lease.token)
             return lease
         held = await store.lease(context_id)
     if held is None:  # released in between: try once more
-        lease = await store.acquire_lease(context_id, d.owner, d.lease_ttl, now=now)
+        lease = await store.acquire_lease(context_id, s.owner, s.lease_ttl, now=now)
         if lease is not None:
             return lease
         held = await store.lease(context_id)
@@ -78,54 +71,55 @@ async def acquire(d: Driver, context_id: str) -> Lease:
     )
 
 
-async def release(d: Driver, lease: Lease) -> None:
+async def release(s: Settings, lease: Lease) -> None:
     """Give the lease up, shielded from cancellation; a store error is logged
     (the lease then ends at its expiry), never raised over the call's outcome."""
     with anyio.CancelScope(shield=True):
         try:
-            await d.store.release_lease(lease)
+            await s.store.release_lease(lease)
         except StoreError as exc:
-            d.log.warning("lease_release_failed", context_id=lease.context_id, error=str(exc))
+            s.log.warning("lease_release_failed", context_id=lease.context_id, error=str(exc))
 
 
-async def renew(d: Driver, rt: Runtime) -> bool:
+async def renew(s: Settings, rt: Runtime) -> bool:
     """Renew the running call's lease; False once it is lost (the next commit
     is then refused with LeaseLost) or released. Never raises."""
     lease = rt.lease
-    if lease is None or not rt.lease_held:
-        return rt.lease_claim  # not taken yet (the call's first commit takes it)
+    status = rt.lease_status
+    if lease is None or status is not HELD:
+        return status is CLAIM  # not taken yet (the call's first commit takes it)
     try:
-        renewed = await d.store.renew_lease(lease, d.lease_ttl, now=d.clock.time())
+        renewed = await s.store.renew_lease(lease, s.lease_ttl, now=s.clock.time())
     except LeaseLost as exc:
-        if rt.lease is lease and rt.lease_held:  # not released meanwhile
+        if rt.lease is lease and rt.lease_status is HELD:  # not released meanwhile
             rt.log.warning("lease_lost", token=lease.token, current=exc.current)
         return False
     except Exception as exc:  # a store's failure; the next beat tries again
         rt.log.warning("lease_renew_failed", error=str(exc))
         return True
-    if rt.lease is lease and rt.lease_held:  # the call may have returned meanwhile
+    if rt.lease is lease and rt.lease_status is HELD:  # the call may have returned meanwhile
         rt.lease = renewed
     return True
 
 
-async def heartbeat(d: Driver, rt: Runtime) -> None:
+async def heartbeat(s: Settings, rt: Runtime) -> None:
     """Renew one call's lease every third of its ttl, in real time
     (``anyio.sleep``: the engine's clock may be a test's, which only moves
     when told), until the lease is lost or the call returns."""
-    interval = d.lease_ttl / 3
+    interval = s.lease_ttl / 3
     while True:
         await anyio.sleep(interval)
-        if not await renew(d, rt):
+        if not await renew(s, rt):
             return
 
 
-async def heartbeat_all(d: Driver) -> None:
+async def heartbeat_all(s: Settings, busy: set[str], loaded: Loaded) -> None:
     """The entered engine's heartbeat: every third of the ttl, renew the lease
     of every call running then."""
-    interval = d.lease_ttl / 3
+    interval = s.lease_ttl / 3
     while True:
         await anyio.sleep(interval)
-        for cid in list(d.busy):
-            rt = d.loaded.get(cid)
-            if rt is not None and rt.lease is not None and rt.lease_held:
-                await renew(d, rt)
+        for cid in list(busy):
+            rt = loaded.get(cid)
+            if rt is not None and rt.lease is not None and rt.lease_status is HELD:
+                await renew(s, rt)

@@ -3,11 +3,7 @@ the request; ``prompt_ready``, or ``prepare_failed`` when an enhancer raises."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from ..enhancers import Compaction, TokenBudget, summary_of
+from ..enhancers import summary_of
 from ..errors import EnhancerError, LLMError
 from ..model import (
     InternalMessage,
@@ -21,43 +17,23 @@ from ..model import (
 from ..states import Trigger
 from . import _history
 from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
+from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
 
-if TYPE_CHECKING:
-    from ._drive import Driver
-
-__all__ = ["ViewPlan", "build_request", "compact", "prepare"]
+__all__ = ["build_request", "compact", "prepare"]
 
 
-@dataclass(slots=True)
-class ViewPlan:
-    """What the engine does to the history before the enhancers see it.
-
-    ``budget``: the engine's token budget (:class:`TokenBudget`, run last as an
-    enhancer); before the enhancers run, its :meth:`~TokenBudget.window` cuts the
-    turns it would drop anyway, counting each message at its ``shrink`` form
-    (what the tool history enhancer may make of it), so that preparing a
-    request costs the same however long the history is.
-    """
-
-    budget: TokenBudget | None = None
-    compaction: Compaction | None = None
-    """The engine's compaction: its summary replaces what it covers before the
-    enhancers run (and :func:`compact` makes the summaries)."""
-    shrink: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-
-
-def build_request(d: Driver, rt: Runtime) -> LLMRequest:
+def build_request(d: Host, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
     through every enhancer (EnhancerError when one raises, or
     :class:`~turnfsm.engine._modes.UnknownMode` when the engine does not know
     the context's mode)."""
     ctx = rt.ctx
-    d.modes.require(ctx)
+    d.settings.modes.require(ctx)
     p = ctx.progress
     messages = rt.chat
-    plan = d.view_plan
+    plan = d.settings.view_plan
     start = 0
     compacted = None
     if plan.compaction is not None:
@@ -90,8 +66,8 @@ def build_request(d: Driver, rt: Runtime) -> LLMRequest:
     if start:
         request.metadata["token_budget"] = {"dropped_messages": start}
     copied = False
-    for i, enhancer in enumerate(d.enhancers):
-        if not copied and i == d.builtin_count:
+    for i, enhancer in enumerate(d.settings.enhancers):
+        if not copied and i == d.settings.builtin_count:
             # the built-in enhancers never change the list they are given; from
             # here on, the request must own its list (the engine keeps appending
             # to rt.chat, and an adapter may keep the request)
@@ -107,7 +83,7 @@ def build_request(d: Driver, rt: Runtime) -> LLMRequest:
     return request
 
 
-async def prepare(d: Driver, rt: Runtime) -> None:
+async def prepare(d: Host, rt: Runtime) -> None:
     """ProcessingUserMessage: run the enhancers; ``prompt_ready`` or ``prepare_failed``."""
     try:
         rt.request = build_request(d, rt)
@@ -122,14 +98,14 @@ async def prepare(d: Driver, rt: Runtime) -> None:
     d.fire(rt, Trigger.PROMPT_READY)
 
 
-async def compact(d: Driver, rt: Runtime) -> tuple[bool, LLMError | None]:
+async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:
     """Before the turn's next LLM call (in ``call_llm``, so that it shares the
     call's retry and failure edges): when the view is over the compaction
     threshold, one summary call through the engine's adapter, and the summary
     stored as its own message (committed at once). Returns whether a summary
     was made, and the failure of the summary call (None when it succeeded or
     none was needed)."""
-    comp = d.view_plan.compaction
+    comp = d.settings.view_plan.compaction
     if comp is None:
         return False, None
     ctx = rt.ctx
@@ -152,7 +128,7 @@ async def compact(d: Driver, rt: Runtime) -> tuple[bool, LLMError | None]:
         request_cancel=rt.request_cancel,
         metadata={"purpose": "compaction", "covers": plan.end},
     )
-    llm = d.llm
+    llm = d.settings.llm
     try:
         if llm is None:
             raise TypeError("the engine has no LLM (it was made with llm=None)")
@@ -196,7 +172,7 @@ async def compact(d: Driver, rt: Runtime) -> tuple[bool, LLMError | None]:
             extra={"summary": covers},
         ),
     )
-    node = _history.append(rt, message, d.ids())
+    node = _history.append(rt, message, d.settings.ids())
     assert summary_of(node) is not None
     rt.log.info("compacted", summary_id=node.id, covers=plan.end)
     await d.commit(rt)

@@ -1,13 +1,21 @@
-"""What :meth:`Engine.recover` did with each context it looked at."""
+"""After a crash: :meth:`Engine.recover` resumes every context left away from
+rest, and says what it did with each one (:class:`Recovery`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from ..errors import TurnFSMError
+from ..errors import ContextBusy, ContextLeased, StoreError, TurnFSMError
+from ..states import RESTING, State
+from . import _leases
 from ._turn import Turn
 
-__all__ = ["Recovery"]
+if TYPE_CHECKING:
+    from ._api import EngineAPI
+
+__all__ = ["Recovery", "recover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +34,56 @@ class Recovery:
     failed: dict[str, TurnFSMError]
     """Context id -> the typed error that stopped it (a stored state the table
     does not know, a store error, an illegal transition, ...)."""
+
+
+async def recover(engine: EngineAPI) -> Recovery:
+    """:meth:`Engine.recover` (see there)."""
+    resumed: dict[str, Turn] = {}
+    skipped: dict[str, str] = {}
+    failed: dict[str, TurnFSMError] = {}
+    busy = engine._d.busy
+    # A store that claims work (PostgreSQL: ``claim_expired``) hands each
+    # context away from rest to one of the engines recovering at once; the
+    # others skip it. Contexts it does not hand out are resumed only when
+    # their holder is a dead process of this host (taken over at once).
+    claim = getattr(engine.store, "claim_expired", None)
+    claimed: set[str] | None = None
+    if claim is not None:
+        d = engine._d
+        leases = await claim(
+            d.settings.owner, d.settings.lease_ttl, now=d.settings.clock.time(), limit=None
+        )
+        claimed = {lease.context_id for lease in leases}
+    for summary in await engine.store.list_contexts():
+        cid = summary.id
+        try:
+            state = State(summary.state)
+        except ValueError:
+            failed[cid] = StoreError(
+                f"context {cid!r}: its stored state {summary.state!r} is not a state "
+                "of the table; it was left as it is"
+            )
+            continue
+        if state in RESTING:
+            continue
+        if cid in busy:
+            skipped[cid] = f"a call of this engine ({engine.owner}) is running on it"
+            continue
+        if claimed is not None and cid not in claimed:
+            held = await engine.store.lease(cid)
+            if held is None:
+                continue  # another engine claimed it and has brought it to rest
+            if held.owner != engine.owner and not _leases.owner_gone(held.owner):
+                until = datetime.fromtimestamp(held.expires_at, UTC).isoformat()
+                skipped[cid] = f"leased by {held.owner} until {until}"
+                continue
+        try:
+            resumed[cid] = await engine.resume(cid)
+        except ContextLeased as exc:
+            until = datetime.fromtimestamp(exc.expires_at, UTC).isoformat()
+            skipped[cid] = f"leased by {exc.owner} until {until}"
+        except ContextBusy:
+            skipped[cid] = f"a call of this engine ({engine.owner}) is running on it"
+        except TurnFSMError as exc:
+            failed[cid] = exc
+    return Recovery(resumed=resumed, skipped=skipped, failed=failed)

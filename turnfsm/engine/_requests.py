@@ -4,17 +4,13 @@ message."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..adapters.inbound import InboundMessage, InboundRequest
 from ..errors import InvalidInput
 from ..model import InternalMessage, MessageNode, Role, TurnProgress
 from ..states import State, Trigger
 from . import _history
-from ._runtime import Runtime
-
-if TYPE_CHECKING:
-    from ._drive import Driver
+from ._host import Host
+from ._runtime import Runtime, require
 
 __all__ = ["new_context_messages", "start_request"]
 
@@ -70,7 +66,7 @@ def new_context_messages(rt: Runtime, request: InboundRequest) -> list[InboundMe
     return out
 
 
-async def start_request(d: Driver, request: InboundRequest, rt: Runtime) -> None:
+async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
     """The ``user_message`` trigger for a request body: the new context
     messages, then the current message (flagged ``current``, with the user's
     language and time zone), appended in the same step. When the current
@@ -92,7 +88,7 @@ async def start_request(d: Driver, request: InboundRequest, rt: Runtime) -> None
                 f"{current_id!r} is already a message of context {rt.ctx.id!r}: "
                 "a request is answered once",
             )
-    state = d.require(rt, Trigger.USER_MESSAGE)
+    state = require(rt, Trigger.USER_MESSAGE)
     if state is State.AWAITING_TOOL_APPROVAL:
         d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
     if not waiting:
@@ -102,6 +98,6 @@ async def start_request(d: Driver, request: InboundRequest, rt: Runtime) -> None
         ]
         messages += request.to_messages(now=now)[len(request.history) :]
         for message in messages:
-            _history.append(rt, message, d.ids())
+            _history.append(rt, message, d.settings.ids())
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
     d.fire(rt, Trigger.USER_MESSAGE)

@@ -3,23 +3,22 @@ one result per call, in the order asked; then ``tools_done``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING
 
-from ..model import ApprovalStatus, ToolCallRequest, TurnProgress
+from ..events import ToolApprovalRequested
+from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
-from ._children import wait_for_subtasks
+from . import _history
+from ._host import Host
 from ._runtime import Runtime
-
-if TYPE_CHECKING:
-    from ._drive import Driver
+from ._turn import StopReason
 
 __all__ = ["run_tools"]
 
 
-async def run_tools(d: Driver, rt: Runtime) -> None:
+async def run_tools(d: Host, rt: Runtime) -> None:
     """ExecutingTools: run the approved calls; one result per call, in the order asked."""
     ctx = rt.ctx
     calls = ctx.open_tool_calls()
@@ -28,11 +27,11 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
         await d.commit(rt)
-    offered = d.offered(ctx)
+    offered = d.settings.offered(ctx)
     refused = {
         c.id: _not_offered(d, rt, offered, c)
         for c in to_run
-        if c.tool_name not in offered and c.tool_name in d.tools
+        if c.tool_name not in offered and c.tool_name in d.settings.tools
     }
     if refused:
         to_run = [c for c in to_run if c.id not in refused]
@@ -64,16 +63,14 @@ async def run_tools(d: Driver, rt: Runtime) -> None:
     d.fire(rt, Trigger.TOOLS_DONE)
 
 
-def _not_offered(
-    d: Driver, rt: Runtime, offered: ToolRegistry, call: ToolCallRequest
-) -> ToolOutcome:
+def _not_offered(d: Host, rt: Runtime, offered: ToolRegistry, call: ToolCallRequest) -> ToolOutcome:
     """The result of a call to an engine's tool that the context's mode does
     not offer (other names get the "unknown tool" result of
     :func:`~turnfsm.tools.run_calls`): not run, and the model is told why."""
     available = ", ".join(offered.names) or "(none)"
     mode = rt.ctx.config.mode
     allowed = rt.ctx.config.tools
-    if d.mode(rt.ctx) is None:
+    if d.settings.mode(rt.ctx) is None:
         why = f"tool {call.tool_name!r} is not offered: mode {mode!r} is unknown to this engine"
     elif allowed is not None and call.tool_name not in allowed:
         why = f"tool {call.tool_name!r} is not among this context's tools"
@@ -82,3 +79,27 @@ def _not_offered(
     return ToolOutcome(
         False, {"error": f"{why}; available tools: {available}", "status": "not_offered"}
     )
+
+
+def wait_for_subtasks(
+    d: Host,
+    rt: Runtime,
+    calls: Sequence[ToolCallRequest],
+    outcomes: Sequence[ToolOutcome],
+    waiting: dict[str, tuple[str, tuple[ToolCallRequest, ...]]],
+) -> None:
+    """ExecutingTools, when sub-task calls wait for their children: the other
+    calls get their results, the waiting ones are pending again (their reason
+    names the child), and the context takes ``subtask_waits`` to
+    AwaitingToolApproval, where the children's pending calls surface."""
+    done = [(c, o) for c, o in zip(calls, outcomes, strict=True) if c.id not in waiting]
+    if done:
+        d.add_results(rt, [c for c, _ in done], [o for _, o in done])
+    _history.back_to_pending(
+        rt, {cid: SUBTASK_WAITING + child for cid, (child, _) in waiting.items()}
+    )
+    rt.stop_reason = StopReason.AWAITING_APPROVAL
+    d.fire(rt, Trigger.SUBTASK_WAITS)
+    surfaced = [c for _, pending in waiting.values() for c in pending]
+    d.later(rt, ToolApprovalRequested, calls=surfaced)
+    d.end_turn(rt)

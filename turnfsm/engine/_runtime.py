@@ -4,18 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 import anyio
 
+from ..errors import IllegalTransition
 from ..events import Event
 from ..model import Branch, ChatContext, LLMRequest, MessageNode
-from ..states import ContextHolder, State
+from ..states import ContextHolder, State, Trigger, next_state
 from ..storage import Lease
 from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
-__all__ = ["Runtime", "dirty"]
+__all__ = ["CLAIM", "HELD", "RELEASED", "LeaseStatus", "Runtime", "dirty", "require"]
+
+
+class LeaseStatus(Enum):
+    """Where a loaded context's lease (``Runtime.lease``) stands; the one
+    owner of that fact. The drive loop moves it, the heartbeat reads it::
+
+        RELEASED --(a call takes the lease from the store)--------> HELD
+        RELEASED --(a call leaves it to its first commit)---------> CLAIM
+        CLAIM    --(that commit takes it / its outcome unknown)---> HELD
+        CLAIM    --(that commit releases it too / it was refused)-> RELEASED
+        HELD     --(the call's last commit, or release)-----------> RELEASED
+    """
+
+    RELEASED = "released"
+    """Not held: released by the call's last commit or on its own, or never
+    taken (between calls, ``lease`` is the last one held)."""
+    HELD = "held"
+    """Held by the running call; the heartbeat renews it."""
+    CLAIM = "claim"
+    """To be taken by the call's first commit (``Commit.take_lease``): the
+    context is still loaded from this engine's last call on it, and ``lease``
+    is the one that commit asks for (the next token)."""
+
+
+RELEASED: Final = LeaseStatus.RELEASED
+HELD: Final = LeaseStatus.HELD
+CLAIM: Final = LeaseStatus.CLAIM
 
 
 @dataclass(eq=False)
@@ -63,11 +92,8 @@ class Runtime:
     not scan the history on every call."""
     lease: Lease | None = None
     """The lease of the running call (after it returns: the last one it held)."""
-    lease_held: bool = False
-    """Whether ``lease`` is still held: False once it was released (by the
-    call's last commit, or on its own) and between calls."""
-    lease_claim: bool = False
-    """``lease`` is to be taken by the call's first commit (``Commit.take_lease``)."""
+    lease_status: LeaseStatus = LeaseStatus.RELEASED
+    """Where ``lease`` stands (see :class:`LeaseStatus`)."""
     hand_back: bool = False
     """Stop the running call before its next call of the model or backoff
     (after the tools it is running), once what it did is committed: the context stays
@@ -86,3 +112,12 @@ def dirty(rt: Runtime) -> bool:
         or rt.config_changed
         or rt.changes
     )
+
+
+def require(rt: Runtime, trigger: Trigger) -> State:
+    """The current state, when the table has an edge for ``trigger`` from it;
+    else :class:`~turnfsm.errors.IllegalTransition` (nothing changed)."""
+    state = State(rt.holder.state)
+    if next_state(state, trigger) is None:
+        raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
+    return state

@@ -14,32 +14,41 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from ..errors import ContextNotFound, InvalidInput, NotAtRest, SubContextError
 from ..model import SUBTASK_RESUMED, ApprovalStatus, ChatContext, ContentPart, ToolCallRequest
 from ..states import RESTING, State
+from ..tools import SubtaskSpec, ToolError
 from . import _calls, _children
+from ._api import EngineAPI
 from ._approval import questions_of
 from ._children import Child, Finished, Summarizer
-from ._inputs import check_text
+from ._inputs import check_content, check_text, check_tools
 from ._turn import Turn
 
-if TYPE_CHECKING:
-    from ._engine import Engine
-
-__all__ = ["after_children", "decide", "finish", "spawn", "surface", "surfaced_pending"]
+__all__ = [
+    "SubtaskRunner",
+    "after_children",
+    "decide",
+    "finish",
+    "peek",
+    "route_decisions",
+    "spawn",
+    "surface",
+    "surfaced_pending",
+]
 
 
 async def decide(
-    engine: Engine, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
+    engine: EngineAPI, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
 ) -> Turn:
     """Decisions on pending calls: the context's own, and those of the
     sub-task children it waits for (routed to them first)."""
     d = engine._d
-    routed = await _children.route_decisions(engine, context_id, ids)
+    routed = await route_decisions(engine, context_id, ids)
     if routed is None:  # no child involved: the plain path (and its errors)
         decisions = dict.fromkeys(ids, (status, reason))
         return await surface(
@@ -52,7 +61,7 @@ async def decide(
 
 
 async def after_children(
-    engine: Engine,
+    engine: EngineAPI,
     context_id: str,
     decisions: dict[str, tuple[ApprovalStatus, str | None]],
     waiting: dict[str, str],
@@ -75,7 +84,7 @@ async def after_children(
 
 
 async def spawn(
-    engine: Engine,
+    engine: EngineAPI,
     parent: ChatContext,
     parts: list[ContentPart],
     system_prompt: str | None,
@@ -129,7 +138,7 @@ async def spawn(
     return Child(context_id=child_id, turn=turn)
 
 
-async def surface(engine: Engine, turn: Turn) -> Turn:
+async def surface(engine: EngineAPI, turn: Turn) -> Turn:
     """A turn resting at AwaitingToolApproval lists, instead of the calls of
     its own that wait for a sub-task's child, that child's pending calls."""
     if turn.state is not State.AWAITING_TOOL_APPROVAL or not any(
@@ -143,11 +152,11 @@ async def surface(engine: Engine, turn: Turn) -> Turn:
 
 
 async def surfaced_pending(
-    engine: Engine, context_id: str, seen: frozenset[str] = frozenset()
+    engine: EngineAPI, context_id: str, seen: frozenset[str] = frozenset()
 ) -> tuple[ToolCallRequest, ...]:
     """The calls a human decides for a context: its own pending calls, and
     for each that waits for a sub-task's child, that child's (at any depth)."""
-    ctx = await _children.peek(engine, context_id)
+    ctx = await peek(engine, context_id)
     if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
         return ()
     out: list[ToolCallRequest] = []
@@ -166,7 +175,7 @@ async def surfaced_pending(
     return tuple(out)
 
 
-async def finish(engine: Engine, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
+async def finish(engine: EngineAPI, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
     """``Engine.finish`` once its arguments are checked (see there)."""
     d = engine._d
     d.refuse_if_busy(child_id)
@@ -230,3 +239,137 @@ async def finish(engine: Engine, child_id: str, chosen: Summarizer, keep: bool) 
 def _task_text(parts: Sequence[ContentPart]) -> str:
     """The text of a task, for the parent's ``child_spawned`` record."""
     return "".join(getattr(p, "text", "") for p in parts)
+
+
+# ---------------------------------------------------------------------- a sub-task as a tool
+
+
+class SubtaskRunner:
+    """Runs a sub-task tool's child for one engine (``tools.subtask``): spawn a
+    child of the calling context (or continue the one this call already has),
+    run the task, summarise it, delete or keep it; the summary is the call's
+    result.
+
+    The parent is in the middle of its own call (``ExecutingTools``), so nothing
+    is recorded on it but the call and its result; the child is linked by its
+    ``parent_id`` and ``config.subtask_call``. A child resting in
+    ``AwaitingToolApproval`` is noted in :attr:`waiting` (read by the
+    ``run_tools`` effect, which takes ``subtask_waits``). Any other failure (a
+    child that does not rest in ``Idle``, a refused argument, a failed summary)
+    is raised and becomes the call's error result.
+    """
+
+    def __init__(self, engine: EngineAPI) -> None:
+        self.engine = engine
+        self.waiting: dict[str, dict[str, tuple[str, tuple[ToolCallRequest, ...]]]] = {}
+        """Per parent id: call id -> (child id, the child's pending calls)."""
+
+    def take_waiting(self, parent_id: str) -> dict[str, tuple[str, tuple[ToolCallRequest, ...]]]:
+        return self.waiting.pop(parent_id, {})
+
+    async def _existing(self, parent_id: str, call_id: str) -> ChatContext | None:
+        for info in await _children.children_of(self.engine.store, parent_id):
+            if info.finished:
+                continue
+            ctx = await self.engine.get_context(info.context_id)
+            if ctx.config.subtask_call == call_id:
+                return ctx
+        return None
+
+    async def run_subtask(self, parent_id: str, call_id: str, task: str, spec: SubtaskSpec) -> str:
+        engine = self.engine
+        d = engine._d
+        chosen = _children.as_summarizer("summarizer", spec.summarizer)
+        existing = await self._existing(parent_id, call_id)
+        if existing is not None:  # run again (approved, or after a crash): the same child
+            cid = existing.id
+            state = State(existing.current_state)
+            turn = await engine.resume(cid) if state not in RESTING else None
+            state = turn.state if turn is not None else state
+            error = turn.error if turn is not None else existing.progress.last_error
+        else:
+            parts = check_content("task", task)
+            allowed = check_tools("tools", spec.tools, engine.tools)
+            rt = d.loaded.get(parent_id)
+            parent = rt.ctx if rt is not None else await engine.get_context(parent_id)
+            child = await spawn(
+                engine,
+                parent,
+                parts,
+                spec.system_prompt,
+                spec.model,
+                None,
+                allowed,
+                spec.tool_name,
+                announce=False,
+                subtask_call=call_id,
+            )
+            cid = child.context_id
+            state = child.turn.state
+            error = child.turn.error
+        if state is State.AWAITING_TOOL_APPROVAL:
+            pending = await surfaced_pending(engine, cid)
+            self.waiting.setdefault(parent_id, {})[call_id] = (cid, pending)
+            raise ToolError(f"the sub-task (context {cid!r}) waits for a human's decision")
+        if state is not State.IDLE:
+            why = f": {error}" if error else ""
+            raise ToolError(
+                f"the sub-task (context {cid!r}) stopped in {state}{why}; "
+                "the context is kept as it is"
+            )
+        ctx = await engine.get_context(cid)
+        text = await chosen.summarize(ctx, engine)
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError(f"the sub-task (context {cid!r}) gave no summary: {text!r}")
+        if spec.keep:
+            await d.run(cid, functools.partial(_children.start_archive, d, parent_id, None))
+        else:
+            await engine.delete_context(cid)
+        return text
+
+
+async def peek(engine: EngineAPI, context_id: str) -> ChatContext:
+    """The context as last committed, to read only: the loaded working copy
+    when no call runs on it (no copy made), else the stored one."""
+    d = engine._d
+    rt = d.loaded.get(context_id)
+    if rt is not None and context_id not in d.busy:
+        return rt.ctx
+    return await engine.store.load(context_id)
+
+
+async def route_decisions(
+    engine: EngineAPI, context_id: str, ids: Sequence[str]
+) -> tuple[list[str], dict[str, list[str]], dict[str, str]] | None:
+    """Split decisions on a context that waits for sub-task children: its own
+    call ids, the ids of each child (the direct child they surface through),
+    and its waiting calls (call id -> child id). None when no child is
+    involved or an id is unknown (the plain path then decides, or refuses with
+    its typed error, changing nothing)."""
+    ctx = await peek(engine, context_id)
+    if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+        return None
+    pending = ctx.pending_tool_calls()
+    waiting = {c.id: child for c in pending if (child := _children.waiting_child(c)) is not None}
+    if not waiting:
+        return None
+    through: dict[str, str] = {}
+    for child in waiting.values():
+        try:
+            for c in await surfaced_pending(engine, child, frozenset({context_id})):
+                through[c.id] = child
+        except ContextNotFound:
+            continue
+    own_ids = {c.id for c in pending}
+    own: list[str] = []
+    by_child: dict[str, list[str]] = {}
+    for i in ids:
+        if i in own_ids:
+            own.append(i)
+        elif i in through:
+            by_child.setdefault(through[i], []).append(i)
+        else:
+            return None
+    if not by_child:
+        return None
+    return own, by_child, waiting

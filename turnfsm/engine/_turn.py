@@ -8,7 +8,7 @@ from enum import StrEnum
 from ..model import InternalMessage, Role, ToolCallRequest
 from ..states import State
 
-__all__ = ["Question", "StopReason", "Turn"]
+__all__ = ["Child", "ChildInfo", "Finished", "Question", "StopReason", "Turn"]
 
 
 class StopReason(StrEnum):
@@ -91,3 +91,39 @@ class Turn:
             if msg.role is Role.ASSISTANT:
                 return msg.refusal
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """What :meth:`Engine.spawn` returns: the new sub-context's id and the turn
+    its task ran (the child is at rest: ``turn.state``)."""
+
+    context_id: str
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What :meth:`Engine.finish` returns: the parent's message that now stands
+    for the child."""
+
+    context_id: str
+    """The parent's id."""
+    child_id: str
+    message_id: str
+    """The summary message, on the parent's active branch."""
+    summary: str
+    kept: bool
+    """The child was kept (finished, archived) rather than deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildInfo:
+    """One direct child, as :meth:`Engine.children` lists it."""
+
+    context_id: str
+    state: str
+    """The child's stored state (a name of the table)."""
+    title: str | None
+    finished: bool
+    """Finished and kept (``finish(keep=True)``): it takes no more input."""

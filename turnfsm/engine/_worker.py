@@ -106,7 +106,7 @@ class Worker:
     async def run(self) -> None:
         """Claim and run turns until :meth:`stop`."""
         d = self.engine._d
-        log = d.log.bind(owner=d.owner)
+        log = d.settings.log.bind(owner=d.settings.owner)
         log.info("worker_started", concurrency=self.concurrency)
         async with anyio.create_task_group() as tg:
             if self._doorbell is not None:
@@ -117,7 +117,10 @@ class Worker:
                 if free > 0:
                     try:
                         leases = await self._claim(
-                            d.owner, d.lease_ttl, now=d.clock.time(), limit=free
+                            d.settings.owner,
+                            d.settings.lease_ttl,
+                            now=d.settings.clock.time(),
+                            limit=free,
                         )
                     except StoreError as exc:
                         log.warning("worker_claim_failed", error=str(exc))
@@ -160,7 +163,7 @@ class Worker:
         d = engine._d
         try:
             if self._stopping.is_set():
-                await d.store.release_lease(lease)  # claimed as the worker stopped
+                await d.settings.store.release_lease(lease)  # claimed as the worker stopped
                 return
             turn: Turn = await _subcontexts.surface(
                 engine,

@@ -63,10 +63,15 @@ class ContextHolder:
     ``state`` is set by the machine; ``effect`` is the work declared on the state
     just entered (None in a resting state); ``steps`` collects the transitions
     taken since the engine last drained it.
+
+    The holder owns a loaded context's current state: the engine reads it
+    here, and the context's ``current_state`` is the state as last committed
+    (the engine writes it when a commit succeeds, from this one).
     """
 
     state: str
-    """Set by the machine (the state's name; transitions keeps it a plain string)."""
+    """Set by the machine (the state's name; transitions keeps it a plain string).
+    The one current state of the loaded context."""
 
     def __init__(self, context_id: str) -> None:
         self.context_id = context_id

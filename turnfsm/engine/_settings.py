@@ -1,0 +1,213 @@
+"""The engine's settings, checked and made once: :class:`Settings`.
+
+``Engine.__init__`` hands its arguments to :func:`make_settings`, which checks
+each of them (:class:`InvalidInput` names the one refused), builds the
+built-in enhancers and the tool registry, and returns one frozen
+:class:`Settings`. The drive loop, the effects and the lease code read their
+settings from it; nothing else holds a copy. Changing a setting that may
+change (``Engine.llm``) replaces the object as a whole.
+
+What follows from the settings alone, with no I/O (the tools a context is
+offered, the mode in force, the type of an answer), is a method here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..adapters.llm import LLM
+from ..enhancers import (
+    Compaction,
+    CurrentMessageMarker,
+    Enhancer,
+    SystemPromptEnhancer,
+    TokenBudget,
+    ToolCallHistory,
+    ToolDefinitionsEnhancer,
+    UserLocale,
+)
+from ..errors import InvalidInput
+from ..model import ChatContext, MessageType
+from ..storage import MemoryStore, Store
+from ..tools import Tool, ToolRegistry
+from ._clock import Clock, SystemClock
+from ._defaults import HOST, Ids, checked_id, default_logger
+from ._inputs import check_count, check_name
+from ._modes import Mode, Modes
+from ._retry import RetryPolicy
+
+__all__ = ["Settings", "ViewPlan", "make_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPlan:
+    """What the engine does to the history before the enhancers see it.
+
+    ``budget``: the engine's token budget (:class:`TokenBudget`, run last as an
+    enhancer); before the enhancers run, its :meth:`~TokenBudget.window` cuts the
+    turns it would drop anyway, counting each message at its ``shrink`` form
+    (what the tool history enhancer may make of it), so that preparing a
+    request costs the same however long the history is.
+    """
+
+    budget: TokenBudget | None = None
+    compaction: Compaction | None = None
+    """The engine's compaction: its summary replaces what it covers before the
+    enhancers run (and ``_prepare.compact`` makes the summaries)."""
+    shrink: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything an engine was made with, checked (see :func:`make_settings`)."""
+
+    llm: LLM | None
+    tools: ToolRegistry
+    store: Store
+    enhancers: tuple[Enhancer, ...]
+    """The built-in enhancers first (``builtin_count`` of them), then the
+    caller's, then the token budget."""
+    builtin_count: int
+    modes: Modes
+    retry_policy: RetryPolicy
+    max_iterations: int
+    clock: Clock
+    ids: Callable[[], str]
+    log: Any
+    max_loaded: int
+    lease_ttl: float
+    owner: str
+    """This engine's name on its leases (``host:pid:random``)."""
+    subscriber_buffer: int
+    view_plan: ViewPlan
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.time(), UTC)
+
+    def check_mode(self, where: str, mode: object) -> str:
+        """A mode name given to a public call: one of the engine's modes
+        (:class:`InvalidInput` lists them)."""
+        return self.modes.check(where, check_name(where, mode))
+
+    def mode(self, ctx: ChatContext) -> Mode | None:
+        """The mode in force for ``ctx``; None when the engine does not know the
+        stored name (see :class:`~turnfsm.engine._modes.UnknownMode`)."""
+        return self.modes.get(ctx.config.mode)
+
+    def answer_type(self, ctx: ChatContext) -> MessageType:
+        """The type of a text answer in the context's mode (``Text`` when unknown)."""
+        mode = self.modes.get(ctx.config.mode)
+        return MessageType.TEXT if mode is None else mode.answer_type
+
+    def offered(self, ctx: ChatContext) -> ToolRegistry:
+        """The tools the model is offered for ``ctx``, with their approval as
+        the mode says, narrowed to the context's own allow-list
+        (``config.tools``): the one view the tool definitions, the approval
+        policy and the tool runs use. A context whose mode is unknown is
+        offered none."""
+        return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
+
+
+def make_settings(
+    *,
+    llm: LLM | None,
+    tools: Iterable[Tool],
+    store: Store | str | None,
+    enhancers: Sequence[Enhancer],
+    retry: RetryPolicy | None,
+    max_iterations: int,
+    clock: Clock | None,
+    ids: Callable[[], str] | None,
+    tool_history_rounds: int | None,
+    subscriber_buffer: int,
+    max_loaded: int,
+    logger: Any,
+    lease_ttl: float,
+    modes: Iterable[Mode],
+    token_budget: TokenBudget | None,
+    compaction: Compaction | None,
+) -> Settings:
+    """Check ``Engine``'s arguments (the same names) and make its settings."""
+    check_count("max_iterations", max_iterations, minimum=1)
+    check_count("max_loaded", max_loaded, minimum=1)
+    check_count("subscriber_buffer", subscriber_buffer, minimum=1)
+    check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+    if token_budget is not None and not isinstance(token_budget, TokenBudget):
+        raise InvalidInput(
+            "token_budget",
+            f"must be a TokenBudget or None, not {type(token_budget).__name__}",
+        )
+    if compaction is not None and not isinstance(compaction, Compaction):
+        raise InvalidInput(
+            "compaction", f"must be a Compaction or None, not {type(compaction).__name__}"
+        )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InvalidInput("retry", f"must be a RetryPolicy or None, not {type(retry).__name__}")
+    if store is not None and not isinstance(store, str) and not hasattr(store, "commit"):
+        raise InvalidInput(
+            "store", f"must be a Store, a store URL or None, not {type(store).__name__}"
+        )
+    if isinstance(enhancers, str | bytes) or not isinstance(enhancers, Iterable):
+        raise InvalidInput("enhancers", "must be a sequence of enhancers")
+    enhancers = tuple(enhancers)
+    for i, enhancer in enumerate(enhancers):
+        if not callable(getattr(enhancer, "enhance", None)):
+            raise InvalidInput(
+                f"enhancers[{i}]", f"not an enhancer (no enhance method): {enhancer!r}"
+            )
+    if clock is not None and not (
+        callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
+    ):
+        raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
+    if ids is not None and not callable(ids):
+        raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
+    if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
+        raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
+    if not lease_ttl > 0 or lease_ttl == float("inf"):
+        raise InvalidInput("lease_ttl", f"must be > 0 seconds, not {lease_ttl!r}")
+    registry = ToolRegistry(tools)
+    known_modes = Modes(modes, registry)
+    if isinstance(store, str):
+        from ..storage import open_store
+
+        store = open_store(store)
+    builtin: list[Enhancer] = []
+    history = None
+    if tool_history_rounds is not None:
+        history = ToolCallHistory(tool_history_rounds)
+        builtin.append(history)
+    builtin += [
+        SystemPromptEnhancer(mode=known_modes.instructions),
+        ToolDefinitionsEnhancer(per_context=known_modes.definitions),
+        UserLocale(),
+        CurrentMessageMarker(),
+    ]
+    last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
+    return Settings(
+        llm=llm,
+        tools=registry,
+        store=store if store is not None else MemoryStore(),
+        enhancers=(*builtin, *enhancers, *last),
+        builtin_count=len(builtin),
+        modes=known_modes,
+        retry_policy=retry or RetryPolicy(),
+        max_iterations=max_iterations,
+        clock=clock or SystemClock(),
+        ids=Ids() if ids is None else functools.partial(checked_id, ids),
+        log=logger if logger is not None else default_logger(),
+        max_loaded=max_loaded,
+        lease_ttl=float(lease_ttl),
+        owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+        subscriber_buffer=subscriber_buffer,
+        view_plan=ViewPlan(
+            budget=token_budget,
+            compaction=compaction,
+            shrink=history.shrink if history is not None else None,
+        ),
+    )
