@@ -558,7 +558,7 @@ class Engine(ContextManagement):
         if not callable(fn):
             raise InvalidInput("fn", f"must be callable, not {fn!r}")
         loaded = self._d.loaded
-        tap = EventTap(fn, self._drop_everywhere, self._d.log)
+        tap = EventTap(fn, self._drop_everywhere, self._d.settings.log)
         loaded.everywhere.append(tap)
         for subs in loaded.subscribers.values():
             subs.append(tap)
