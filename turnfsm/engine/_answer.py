@@ -44,6 +44,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import records
 from ..errors import LLMError, PermanentLLMError
 from ..model import (
     InternalMessage,
@@ -254,7 +255,7 @@ def _usage(value: object, notes: list[str]) -> TokenUsage | None:
         return None
     try:
         cleaned, found = clean_json(dict(value), "usage")
-        usage = TokenUsage.model_validate(cleaned)
+        usage = records.from_python(TokenUsage, cleaned)
     except JSONProblem as problem:
         raise invalid_answer(str(problem)) from None
     except ValidationError as exc:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ..states import Trigger
@@ -21,7 +22,7 @@ async def backoff(d: Driver, rt: Runtime) -> None:
     p = ctx.progress
     if p.attempt >= d.retry_policy.max_attempts or p.retry_at is None:
         rt.stop_reason = StopReason.FAILED
-        ctx.progress = p.model_copy(update={"retry_at": None})
+        ctx.progress = dataclasses.replace(p, retry_at=None)
         d.fire(rt, Trigger.GIVE_UP)
         d.failed(rt, p.last_error or "attempts exhausted", "")
         d.end_turn(rt)
@@ -29,5 +30,5 @@ async def backoff(d: Driver, rt: Runtime) -> None:
     wait = p.retry_at - d.clock.time()
     if wait > 0:
         await d.clock.sleep(wait)
-    ctx.progress = p.model_copy(update={"attempt": p.attempt + 1, "retry_at": None})
+    ctx.progress = dataclasses.replace(p, attempt=p.attempt + 1, retry_at=None)
     d.fire(rt, Trigger.RETRY)

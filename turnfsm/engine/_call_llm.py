@@ -7,6 +7,7 @@ functions of ``_answer``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, Literal
 
@@ -204,7 +205,7 @@ async def call_llm(d: Driver, rt: Runtime) -> None:
         # (and for the token budget's calibration)
         meta = message.metadata
         extra = {**meta.extra, "view": request.metadata}
-        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
+        message = dataclasses.replace(message, metadata=dataclasses.replace(meta, extra=extra))
     if calls:
         # type Question when it only asks (questions the context's mode offers)
         message = as_question(message, d.offered(rt.ctx))
@@ -234,7 +235,7 @@ async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | N
     error = clean_text(error)[0]
     rt.log.warning("llm_failed", error=error, transient=transient, attempt=ctx.progress.attempt)
     if not transient:
-        ctx.progress = ctx.progress.model_copy(update={"last_error": error})
+        ctx.progress = dataclasses.replace(ctx.progress, last_error=error)
         rt.stop_reason = StopReason.FAILED
         d.fire(rt, Trigger.LLM_FAILED_PERMANENT)
         d.failed(rt, error, exc.partial_text)
@@ -243,11 +244,10 @@ async def fail_llm(d: Driver, rt: Runtime, exc: LLMError, *, transient: bool | N
     attempt = ctx.progress.attempt
     will_retry = attempt < d.retry_policy.max_attempts
     delay = d.retry_policy.delay(attempt, exc) if will_retry else 0.0
-    ctx.progress = ctx.progress.model_copy(
-        update={
-            "last_error": error,
-            "retry_at": d.clock.time() + delay if will_retry else None,
-        }
+    ctx.progress = dataclasses.replace(
+        ctx.progress,
+        last_error=error,
+        retry_at=d.clock.time() + delay if will_retry else None,
     )
     d.fire(rt, Trigger.LLM_FAILED_TRANSIENT)
     if will_retry:

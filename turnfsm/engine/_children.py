@@ -16,6 +16,7 @@ on the parent and does not add a second one).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -395,7 +396,7 @@ async def start_archive(d: Driver, parent_id: str, message_id: str | None, rt: R
     if ctx.config.archived:
         return
     _require_idle(rt, "finishing a sub-context")
-    ctx.config = ctx.config.model_copy(update={"archived": True})
+    ctx.config = dataclasses.replace(ctx.config, archived=True)
     rt.config_changed = True
     d.change(rt, Change.ARCHIVED, {"parent_id": parent_id, "message_id": message_id})
 

@@ -483,7 +483,7 @@ class Driver:
         source = holder.state
         dest = self.machine.fire(holder, trigger)
         rt.turn_states.append(dest)
-        rt.ctx.__dict__["current_state"] = dest  # see commit on plain field writes
+        rt.ctx.current_state = dest
         rt.log.debug(
             "transition",
             from_state=source,
@@ -590,13 +590,10 @@ class Driver:
         rt.active_changed = False
         rt.config_changed = False
         rt.changes = []
-        # Plain field writes on the engine's own working copy: these models do no
-        # validation on assignment, and pydantic's __setattr__ bookkeeping costs
-        # about a microsecond per field on the hot path (four per step).
-        fields = ctx.__dict__
-        fields["version"] = version
-        fields["updated_at"] = now
-        fields["event_seq"] = rt.sent_seq = commit.event_seq
+        # the engine's own working copy (a plain dataclass: no checks on assignment)
+        ctx.version = version
+        ctx.updated_at = now
+        ctx.event_seq = rt.sent_seq = commit.event_seq
         if rt.outbox:
             outbox = rt.outbox
             rt.outbox = []

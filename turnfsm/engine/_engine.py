@@ -6,6 +6,7 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import uuid
@@ -443,7 +444,7 @@ class Engine:
         check_id("context_id", context_id)
         rt = self._d.loaded.get(context_id)
         if rt is not None and context_id not in self._d.busy:
-            return rt.ctx.model_copy(deep=True)
+            return copy.deepcopy(rt.ctx)
         return await self.store.load(context_id)
 
     async def unload(self, context_id: str) -> None:

@@ -1,4 +1,5 @@
-"""L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
+"""L0: the data model. Slotted dataclasses (validated and serialised by pydantic
+through :mod:`turnfsm.records`), no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import (
     RESPONSES_KEY,
