@@ -3,7 +3,6 @@ that need the context, then the call's trigger. The drive loop runs the rest."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from ..model import (
     Role,
     SystemPrompt,
     TurnProgress,
+    detached,
     to_chat_messages,
 )
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
@@ -287,10 +287,10 @@ async def start_update_config(
     config = ctx.config
     changed = {k: v for k, v in fields.items() if getattr(config, k) != v}
     if changed:
-        ctx.config = config = dataclasses.replace(copy.deepcopy(config), **changed)
+        ctx.config = config = dataclasses.replace(detached(config), **changed)
         rt.config_changed = True
         d.change(rt, Change.CONFIG_UPDATED, dict(changed))
-    out.append(copy.deepcopy(config))
+    out.append(detached(config))
 
 
 def _require_resting(rt: Runtime, what: str) -> None:

@@ -37,6 +37,7 @@ from ..model import (
     TextPart,
     ToolCallRequest,
     TurnProgress,
+    detached,
 )
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine, next_state
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
@@ -421,9 +422,9 @@ class Driver:
             stop_reason=rt.stop_reason,
             states=tuple(rt.turn_states),
             # the pool holds the latest version of each (decisions replace nodes)
-            messages=tuple(ctx.message_pool[n.id].message for n in rt.turn_nodes),
+            messages=tuple(detached(ctx.message_pool[n.id].message) for n in rt.turn_nodes),
             message_ids=tuple(n.id for n in rt.turn_nodes),
-            pending_tool_calls=pending,
+            pending_tool_calls=detached(pending),
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
             questions=questions_of(self.tools, pending),
         )
@@ -599,7 +600,8 @@ class Driver:
             rt.outbox = []
             cid = ctx.id
             for kind, seq, at, event_fields in outbox:
-                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **event_fields)):
+                fields = {k: detached(v) for k, v in event_fields.items()}  # nothing shared
+                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **fields)):
                     await yield_to_readers()
 
     def publish(self, rt: Runtime, event: Event) -> bool:

@@ -6,7 +6,6 @@ docs/architecture.md for the map.
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import uuid
@@ -49,6 +48,7 @@ from ..model import (
     MessageNode,
     Role,
     SystemPrompt,
+    detached,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
 from ..storage import MemoryStore, StepLog, Store
@@ -444,7 +444,7 @@ class Engine:
         check_id("context_id", context_id)
         rt = self._d.loaded.get(context_id)
         if rt is not None and context_id not in self._d.busy:
-            return copy.deepcopy(rt.ctx)
+            return detached(rt.ctx)
         return await self.store.load(context_id)
 
     async def unload(self, context_id: str) -> None:
@@ -946,7 +946,7 @@ class Engine:
             raise BranchError(f"context {context_id!r} has no branch {name!r}")
         end = None if limit is None else offset + limit
         pool = ctx.message_pool
-        return [pool[mid] for mid in found.message_ids[offset:end]]
+        return [detached(pool[mid]) for mid in found.message_ids[offset:end]]
 
     # ------------------------------------------------------------------ events and audit
 

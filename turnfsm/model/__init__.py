@@ -19,6 +19,7 @@ from ._context import (
     SystemPrompt,
     TurnProgress,
 )
+from ._detach import detached
 from ._json import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
@@ -103,6 +104,7 @@ __all__ = [
     "check_text",
     "clean_json",
     "clean_text",
+    "detached",
     "has_lone_surrogate",
     "id_problem",
     "title_problem",

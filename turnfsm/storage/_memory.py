@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
-from ..model import Branch, ChatContext, MessageNode
+from ..model import Branch, ChatContext, MessageNode, detached
 from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 
 __all__ = ["MemoryStore"]
@@ -62,10 +62,9 @@ class MemoryStore:
 
     async def load(self, context_id: str) -> ChatContext:
         rec = self._get(context_id)
-        return dataclasses.replace(
-            rec.context,
-            message_pool=dict(rec.pool),
-            branches={n: _branch_copy(b) for n, b in rec.branches.items()},
+        # shares nothing that can change with what is stored, as a real store
+        return detached(
+            dataclasses.replace(rec.context, message_pool=rec.pool, branches=rec.branches)
         )
 
     async def commit(self, commit: Commit) -> None:
