@@ -245,10 +245,20 @@ def test_unknown_fields_are_refused() -> None:
         records.from_python(ChatContext, data)
 
 
-def test_messages_are_frozen() -> None:
-    m = msg(Role.USER, "hi")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        m.role = Role.SYSTEM  # type: ignore[misc]
+def test_parts_prompts_and_progress_are_frozen() -> None:
+    # shared by the copies the engine hands out (tests/engine/test_handed_out.py
+    # shows that changing those cannot change the engine's context)
+    frozen = [
+        TextPart(text="hi"),
+        ImagePart(url="https://x/a.png"),
+        FilePart(name="a", data="AA=="),
+        SystemPrompt(id="p", content="c"),
+        TurnProgress(),
+    ]
+    for record in frozen:
+        name = dataclasses.fields(record)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, name, getattr(record, name))
 
 
 def test_history_follows_the_branch() -> None:

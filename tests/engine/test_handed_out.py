@@ -1,10 +1,13 @@
 """What the engine hands out cannot change its state (docs/architecture.md, "Records").
 
-Records are frozen (a field cannot be set), and what ``get_context``,
-``messages``, ``Turn.messages``, ``Turn.pending_tool_calls``, ``update_config``
-and the events hand out shares no list or dict with the engine's loaded
-context or with the store: each test changes everything it was given, in
-place, and then finds the engine's context and the stored one as they were.
+What ``get_context``, ``messages``, ``Turn.messages``,
+``Turn.pending_tool_calls``, ``update_config`` and the events hand out are
+copies that share nothing that can change with the engine's loaded context
+or with the store (the frozen records, content parts, system prompts and
+progress, are shared). The test changes everything it was given, in place:
+every text field of every record, every list and dict; setting a field of a
+frozen record is refused. Then it finds the engine's context and the stored
+one as they were.
 """
 
 from __future__ import annotations
@@ -71,14 +74,15 @@ def _vandalise(value: Any, seen: set[int] | None = None) -> None:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             _vandalise(getattr(value, f.name), seen)
-        if isinstance(value, records.RECORD_TYPES) and not isinstance(
-            value, ChatContext | records.Branch | records.ChatConfig
-        ):
+        if type(value).__dataclass_params__.frozen:  # type: ignore[attr-defined]
             name = dataclasses.fields(value)[0].name
             with pytest.raises(dataclasses.FrozenInstanceError):
                 setattr(value, name, getattr(value, name))
-        elif isinstance(value, ChatContext):
-            value.current_state = "PermanentFailure"
+            return
+        for f in dataclasses.fields(value):
+            if isinstance(getattr(value, f.name), str):
+                setattr(value, f.name, "vandal")
+        if isinstance(value, ChatContext):
             value.message_pool.clear()
 
 

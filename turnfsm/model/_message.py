@@ -36,10 +36,12 @@ __all__ = [
     "ToolCallResult",
 ]
 
-# Records are slotted, frozen dataclasses: plain to build and to replace
+# Records are slotted dataclasses: plain to build and to replace
 # (``dataclasses.replace``) on the engine's hot path, validated and serialised
-# by pydantic only where data enters or leaves (turnfsm.records). Frozen: a
-# record handed out cannot be changed in place (docs/architecture.md, "Records").
+# by pydantic only where data enters or leaves (turnfsm.records). The content
+# parts are frozen (copies share them); the others are not, as measured: the
+# engine never changes a record in place, and what it hands out is a copy
+# (``detached``). See docs/architecture.md, "Records".
 _FORBID = ConfigDict(extra="forbid")
 
 
@@ -102,7 +104,7 @@ class FilePart:
 ContentPart = Annotated[TextPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallRequest:
     """One call the assistant asked for.
 
@@ -140,7 +142,7 @@ class ToolCallRequest:
     """The id the model sent, when the engine gave the call another (see above)."""
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCallResult:
     """The one result of a tool call.
 
@@ -164,7 +166,7 @@ class ToolCallResult:
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
-@dataclass(slots=True, frozen=True, init=False)
+@dataclass(slots=True, init=False)
 class TokenUsage:
     # No docstring: pydantic would put it in the JSON schema (the server's
     # OpenAPI document), which has none for this record.
@@ -188,11 +190,10 @@ class TokenUsage:
         total_tokens: int = 0,
         **extras: Any,
     ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "prompt_tokens", prompt_tokens)
-        setattr_(self, "completion_tokens", completion_tokens)
-        setattr_(self, "total_tokens", total_tokens)
-        setattr_(self, "extras", extras)
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.total_tokens = total_tokens
+        self.extras = extras
 
     @model_validator(mode="wrap")
     @classmethod
@@ -202,7 +203,7 @@ class TokenUsage:
         counts = {k: data[k] for k in _USAGE_FIELDS if k in data}
         usage = handler({**counts, "extras": {}})
         extras = {k: v for k, v in data.items() if k not in _USAGE_FIELDS}
-        object.__setattr__(usage, "extras", extras)
+        usage.extras = extras
         return usage
 
     @model_serializer(mode="wrap")
@@ -233,7 +234,7 @@ ABNORMAL_FINISH = {"length": "length", "content_filter": "content_filter"}
 normally, and the outcome each gives."""
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class MessageMetadata:
     """What is known about a message besides its content.
 
@@ -259,7 +260,7 @@ class MessageMetadata:
     logprobs: Annotated[list[Any] | None, Field(exclude_if=_is_none)] = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class ReasoningItem:
     """A reasoning item of a Responses answer, kept so it can be sent back.
 
@@ -274,7 +275,7 @@ class ReasoningItem:
     encrypted_content: Annotated[str | None, Field(exclude_if=_is_none)] = None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class InternalMessage:
     """The one message shape every provider format is converted to and from."""
 
@@ -320,7 +321,7 @@ class InternalMessage:
         return None
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class MessageNode:
     """A message in the pool, with its id and the id of the message before it."""
 

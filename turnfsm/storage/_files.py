@@ -219,7 +219,7 @@ class _Metadata(ChatContext):
     """How much of ``steps.jsonl`` belongs to committed versions."""
 
 
-@dataclass(slots=True, kw_only=True, frozen=True)
+@dataclass(slots=True, kw_only=True)
 class _MessageFile(MessageNode):
     """``messages/{id}.json``: a message node and its schema version."""
 

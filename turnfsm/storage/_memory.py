@@ -214,7 +214,7 @@ class MemoryStore:
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
         pool = self._get(context_id).pool
-        return [_pick(pool, context_id, mid) for mid in ids]
+        return [detached(_pick(pool, context_id, mid)) for mid in ids]
 
 
 def _pick(pool: dict[str, MessageNode], context_id: str, mid: str) -> MessageNode:
