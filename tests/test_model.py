@@ -6,6 +6,7 @@ import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from pydantic import ValidationError
@@ -564,3 +565,27 @@ def test_the_view_keeps_a_batchs_results_in_the_order_of_its_calls() -> None:
     plain: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
     append_chat(plain, {"role": "tool", "tool_call_id": "a", "content": ""})
     assert [m["role"] for m in plain] == ["user", "tool"]
+
+
+def test_validation_errors_name_the_place_as_before() -> None:
+    # an unknown key is "Extra inputs are not permitted" (extra_forbidden), at its path
+    data = json.loads(records.to_json(rich_context()))
+    node = next(iter(data["message_pool"].values()))
+    node["message"]["content"] = [{"type": "text", "text": "x", "bold": True}]
+    node["message"]["metadata"]["created_at"] = 5
+    data["colour"] = "red"
+    with pytest.raises(ValidationError) as info:
+        records.from_json(ChatContext, json.dumps(data), strict=True)
+    errors = sorted(
+        (e["type"], ".".join(map(str, e["loc"])), e["msg"]) for e in info.value.errors()
+    )
+    mid = node["id"]
+    assert errors == [
+        ("datetime_type", f"message_pool.{mid}.message.metadata.created_at", ANY),
+        ("extra_forbidden", "colour", "Extra inputs are not permitted"),
+        (
+            "extra_forbidden",
+            f"message_pool.{mid}.message.content.0.text.bold",
+            "Extra inputs are not permitted",
+        ),
+    ]

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar, cast
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import InitErrorDetails
 
 from .model import (
     ApprovalStatus,
@@ -131,9 +132,33 @@ def to_python(obj: Any, *, mode: Literal["json", "python"] = "json", **options: 
 
 def from_json(tp: type[T], data: str | bytes | bytearray, *, strict: bool | None = None) -> T:
     """A ``tp`` read from JSON text, checked (``pydantic.ValidationError`` if not)."""
-    return cast(T, adapter(tp).validate_json(data, strict=strict))
+    try:
+        return cast(T, adapter(tp).validate_json(data, strict=strict))
+    except ValidationError as exc:
+        raise _as_models_said(exc) from None
 
 
 def from_python(tp: type[T], data: Any, *, strict: bool | None = None) -> T:
     """A ``tp`` made from plain Python data (as :func:`to_python` gives), checked."""
-    return cast(T, adapter(tp).validate_python(data, strict=strict))
+    try:
+        return cast(T, adapter(tp).validate_python(data, strict=strict))
+    except ValidationError as exc:
+        raise _as_models_said(exc) from None
+
+
+def _as_models_said(exc: ValidationError) -> ValidationError:
+    """``exc``, with an unknown key reported as pydantic models report it
+    (``extra_forbidden``, "Extra inputs are not permitted") rather than as a
+    dataclass argument ("Unexpected keyword argument"): the same words, and
+    the same place, as before records were dataclasses."""
+    errors = exc.errors(include_url=False)
+    if not any(e["type"] == "unexpected_keyword_argument" for e in errors):
+        return exc
+    details: list[InitErrorDetails] = []
+    for e in errors:
+        kind = "extra_forbidden" if e["type"] == "unexpected_keyword_argument" else e["type"]
+        detail: InitErrorDetails = {"type": kind, "loc": e["loc"], "input": e["input"]}
+        if "ctx" in e and kind != "extra_forbidden":
+            detail["ctx"] = e["ctx"]
+        details.append(detail)
+    return ValidationError.from_exception_data(exc.title, details)
