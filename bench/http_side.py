@@ -53,7 +53,7 @@ from _common import (
 )
 from turnfsm_side import Handler, StreamingLLM, get_weather
 
-from turnfsm import ContentDelta, Engine, EventsMissed, State, StopReason, TurnCompleted
+from turnfsm import ContentDelta, Engine, EventsMissed, State, StopReason, TurnCompleted, records
 from turnfsm.model import MessageNode, to_chat_messages
 from turnfsm.testing import ScriptedLLM
 
@@ -364,7 +364,7 @@ class Client:
                 "GET", f"/api/contexts/{cid}/messages?limit=500&cursor={cursor}"
             )
             check(status == 200, f"messages: {status} {page}")
-            nodes += [MessageNode.model_validate(n) for n in page["messages"]]
+            nodes += [records.from_python(MessageNode, n) for n in page["messages"]]
             cursor = page["next_cursor"]
         return to_chat_messages(n.message for n in nodes)
 

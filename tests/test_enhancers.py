@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from turnfsm import records
 from turnfsm.enhancers import (
     Enhancer,
     SystemPromptEnhancer,
@@ -106,9 +107,9 @@ def test_system_prompt_of_the_active_branch_is_used() -> None:
 
 def test_system_prompt_enhancer_leaves_the_context_alone() -> None:
     ctx = context("You help.", "Ada")
-    before = ctx.model_dump_json()
+    before = records.to_json(ctx).decode()
     SystemPromptEnhancer().enhance(request(), ctx)
-    assert ctx.model_dump_json() == before
+    assert records.to_json(ctx).decode() == before
 
 
 # --- ToolDefinitionsEnhancer ---------------------------------------------------------------
@@ -345,6 +346,6 @@ def test_shrink_gives_the_smallest_form() -> None:
 
 def test_trimmer_leaves_the_context_alone() -> None:
     ctx = context("sys")
-    before = ctx.model_dump_json()
+    before = records.to_json(ctx).decode()
     ToolCallHistory(0).enhance(request(history(3)), ctx)
-    assert ctx.model_dump_json() == before
+    assert records.to_json(ctx).decode() == before

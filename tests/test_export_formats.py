@@ -5,6 +5,7 @@ for a conversation the engine had itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import pytest
 from canonical import WEATHER_CALLS, get_weather, get_weather_approved
 from test_import_formats import FIXTURES, NOW, PNG_1PX, SAMPLES  # the import samples
 
-from turnfsm import MemoryStore
+from turnfsm import MemoryStore, records
 from turnfsm.adapters.inbound import (
     MISSING_RESULT,
     detect_format,
@@ -93,7 +94,7 @@ def _parts(msg: InternalMessage, fmt: str) -> tuple[Any, ...]:
             if kept and p.url.startswith(("data:image/png;", "data:image/jpeg;")):  # type: ignore[union-attr]
                 out.append(p.url)  # type: ignore[union-attr]
         elif msg.role is not Role.ASSISTANT:
-            out.append(p.model_dump())
+            out.append(records.to_python(p, mode="python"))
     return tuple(out)
 
 
@@ -218,7 +219,7 @@ def test_session_top_level_fields_come_back() -> None:
 
 def test_session_title_is_the_contexts_own_when_it_has_one() -> None:
     ctx = imported("session.json")
-    titled = ctx.model_copy(update={"config": ctx.config.model_copy(update={"title": "Mine"})})
+    titled = dataclasses.replace(ctx, **{"config": dataclasses.replace(ctx.config, title="Mine")})
     assert export_session_records(titled)["title"] == "Mine"
     engine_ctx = imported("openai.json")
     assert export_session_records(engine_ctx)["title"] is None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import turnfsm.storage
+from turnfsm import records
 from turnfsm.adapters.inbound import (
     MISSING_RESULT,
     count_tool_calls,
@@ -125,7 +126,7 @@ def test_every_tool_call_has_exactly_one_result_right_after_its_batch(name: str)
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_every_import_round_trips_as_json_and_has_a_chat_view(name: str) -> None:
     ctx = import_context(load(name), now=NOW, ids=seq_ids())
-    assert ChatContext.model_validate_json(ctx.model_dump_json()) == ctx
+    assert records.from_json(ChatContext, records.to_json(ctx).decode()) == ctx
     chat = to_chat_messages(messages(ctx))
     assert len(chat) == len(ctx.message_pool)
 
@@ -1263,7 +1264,7 @@ def test_cli_prints_the_id_and_a_summary(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_cli_json_prints_the_whole_context(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli([str(FIXTURES / "openai.json"), "--json"]) == 0
-    ctx = ChatContext.model_validate_json(capsys.readouterr().out)
+    ctx = records.from_json(ChatContext, capsys.readouterr().out)
     assert count_tool_calls(ctx) == 3
     assert ctx.active_branch.system_prompt is not None
 

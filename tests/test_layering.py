@@ -40,6 +40,7 @@ LAYER: dict[str, int] = {
     "errors": 0,
     "model": 0,
     "events": 0,
+    "records": 0,
     "states": 1,
     "audit": 1,
     "adapters": 2,
@@ -67,6 +68,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "model": {"errors"},
     "events": {"model", "errors"},
+    "records": {"model"},
     "states": L0,
     "audit": L0 | {"states"},
     **{c: L0 | L1 for c in L2},  # never another L2 package

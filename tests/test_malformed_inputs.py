@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import pytest
 
-from turnfsm import Engine, State, tool
+from turnfsm import Engine, State, records, tool
 from turnfsm.errors import ContextNotFound, InvalidInput, StoreError, TurnFSMError
 from turnfsm.model import LLMResponse, TextDelta, ThinkingDelta, ToolCallData, ToolCallDelta
 from turnfsm.storage import FilesStore, SQLiteStore
@@ -64,7 +64,7 @@ async def _snapshot(path: Path) -> dict[str, str]:
         out = {}
         for summary in await engine.store.list_contexts():
             ctx = await engine.store.load(summary.id)
-            out[summary.id] = ctx.model_dump_json()
+            out[summary.id] = records.to_json(ctx).decode()
         return out
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from pydantic import ValidationError
 
+from turnfsm import records
 from turnfsm.model import (
     SCHEMA_VERSION,
     ApprovalStatus,
@@ -163,11 +166,12 @@ def rich_context() -> ChatContext:
         msg(Role.ASSISTANT, "any question?", message_type=MessageType.QUESTION),
     ]
     build(main, ctx=ctx)
-    ctx.branches["main"] = ctx.branches["main"].model_copy(
-        update={
+    ctx.branches["main"] = dataclasses.replace(
+        ctx.branches["main"],
+        **{
             "system_prompt": SystemPrompt(id="sp-1", content="You help."),
             "user_prompt": "Be kind.",
-        }
+        },
     )
     build(
         [msg(Role.USER, "alternative")], ctx=ctx, branch="alt", parent_message_id="m1", prefix="a"
@@ -179,21 +183,21 @@ def rich_context() -> ChatContext:
 
 def test_json_round_trip_is_lossless() -> None:
     ctx = rich_context()
-    text = ctx.model_dump_json()
-    back = ChatContext.model_validate_json(text)
+    text = records.to_json(ctx).decode()
+    back = records.from_json(ChatContext, text)
     assert back == ctx
-    assert back.model_dump_json() == text
+    assert records.to_json(back).decode() == text
     assert back.schema_version == SCHEMA_VERSION
 
 
 def test_json_round_trip_through_python_json() -> None:
     ctx = rich_context()
-    data = json.loads(json.dumps(ctx.model_dump(mode="json")))
-    assert ChatContext.model_validate(data) == ctx
+    data = json.loads(json.dumps(records.to_python(ctx)))
+    assert records.from_python(ChatContext, data) == ctx
 
 
 def test_round_trip_keeps_part_kinds_statuses_and_results() -> None:
-    back = ChatContext.model_validate_json(rich_context().model_dump_json())
+    back = records.from_json(ChatContext, records.to_json(rich_context()).decode())
     user = back.message_pool["m1"].message
     assert [type(p) for p in user.content] == [TextPart, ImagePart, ImagePart, FilePart, FilePart]
     asked = back.message_pool["m3"].message
@@ -213,7 +217,7 @@ def test_round_trip_keeps_part_kinds_statuses_and_results() -> None:
     assert answer.thinking == "the user wants the temperature"
     assert answer.metadata.usage is not None
     assert answer.metadata.usage.total_tokens == 15
-    assert answer.metadata.usage.model_extra == {"cached_tokens": 3}
+    assert answer.metadata.usage.extras == {"cached_tokens": 3}
     assert answer.metadata.cancelled is True
     assert answer.message_type is MessageType.PLAN
     assert back.message_pool["m2"].message.role is Role.FRONTEND_OPERATOR
@@ -226,7 +230,7 @@ def test_round_trip_keeps_part_kinds_statuses_and_results() -> None:
 
 
 def test_json_uses_the_exact_enum_names() -> None:
-    data = json.loads(rich_context().model_dump_json())
+    data = json.loads(records.to_json(rich_context()).decode())
     m3 = data["message_pool"]["m3"]["message"]
     assert [c["approval_status"] for c in m3["tool_calls"]] == ["Approved", "Denied", "Pending"]
     assert m3["message_type"] == "ToolCall"
@@ -236,16 +240,26 @@ def test_json_uses_the_exact_enum_names() -> None:
 
 
 def test_unknown_fields_are_refused() -> None:
-    data = json.loads(rich_context().model_dump_json())
+    data = json.loads(records.to_json(rich_context()).decode())
     data["surprise"] = 1
     with pytest.raises(ValidationError):
-        ChatContext.model_validate(data)
+        records.from_python(ChatContext, data)
 
 
-def test_messages_are_frozen() -> None:
-    m = msg(Role.USER, "hi")
-    with pytest.raises(ValidationError):
-        m.role = Role.SYSTEM  # type: ignore[misc]
+def test_parts_prompts_and_progress_are_frozen() -> None:
+    # shared by the copies the engine hands out (tests/engine/test_handed_out.py
+    # shows that changing those cannot change the engine's context)
+    frozen = [
+        TextPart(text="hi"),
+        ImagePart(url="https://x/a.png"),
+        FilePart(name="a", data="AA=="),
+        SystemPrompt(id="p", content="c"),
+        TurnProgress(),
+    ]
+    for record in frozen:
+        name = dataclasses.fields(record)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, name, getattr(record, name))
 
 
 def test_history_follows_the_branch() -> None:
@@ -523,11 +537,11 @@ def test_views_follow_the_active_branch() -> None:
 
 def test_views_do_not_mutate_the_context() -> None:
     ctx = build([assistant_calls(call("c1"), call("c2")), result("c1")])
-    before = ctx.model_dump_json()
+    before = records.to_json(ctx).decode()
     ctx.last_tool_batch()
     ctx.open_tool_calls()
     ctx.pending_tool_calls()
-    assert ctx.model_dump_json() == before
+    assert records.to_json(ctx).decode() == before
 
 
 def test_the_view_keeps_a_batchs_results_in_the_order_of_its_calls() -> None:
@@ -551,3 +565,27 @@ def test_the_view_keeps_a_batchs_results_in_the_order_of_its_calls() -> None:
     plain: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
     append_chat(plain, {"role": "tool", "tool_call_id": "a", "content": ""})
     assert [m["role"] for m in plain] == ["user", "tool"]
+
+
+def test_validation_errors_name_the_place_as_before() -> None:
+    # an unknown key is "Extra inputs are not permitted" (extra_forbidden), at its path
+    data = json.loads(records.to_json(rich_context()))
+    node = next(iter(data["message_pool"].values()))
+    node["message"]["content"] = [{"type": "text", "text": "x", "bold": True}]
+    node["message"]["metadata"]["created_at"] = 5
+    data["colour"] = "red"
+    with pytest.raises(ValidationError) as info:
+        records.from_json(ChatContext, json.dumps(data), strict=True)
+    errors = sorted(
+        (e["type"], ".".join(map(str, e["loc"])), e["msg"]) for e in info.value.errors()
+    )
+    mid = node["id"]
+    assert errors == [
+        ("datetime_type", f"message_pool.{mid}.message.metadata.created_at", ANY),
+        ("extra_forbidden", "colour", "Extra inputs are not permitted"),
+        (
+            "extra_forbidden",
+            f"message_pool.{mid}.message.content.0.text.bold",
+            "Extra inputs are not permitted",
+        ),
+    ]

@@ -106,6 +106,7 @@ EXPECTED_ALL = {
     "Worker",
     "__version__",
     "open_store",
+    "records",
     "tool",
 }
 
@@ -117,6 +118,7 @@ PUBLIC_MODULES = [
     "turnfsm.enhancers",
     "turnfsm.storage",
     "turnfsm.events",
+    "turnfsm.records",
     "turnfsm.errors",
     "turnfsm.testing",
     "turnfsm.adapters.llm",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from turnfsm import Engine, State, tool
+from turnfsm import Engine, State, records, tool
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.replay import Recorder, replay
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
@@ -60,7 +60,7 @@ async def _live(recorder: Recorder, drive: Any) -> tuple[dict[str, Any], list[An
         await drive(recorder)
         script = await recorder.script()
         ctx = await engine.get_context(cid)
-        return script, [n.model_dump(mode="json") for n in ctx.history()]
+        return script, [records.to_python(n) for n in ctx.history()]
 
 
 @pytest.mark.anyio

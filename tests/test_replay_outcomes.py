@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from turnfsm import records
 from turnfsm.adapters.llm.scripted import AnswerSpec, ScriptedLLM
 from turnfsm.errors import InvalidInput
 from turnfsm.model import InternalMessage
@@ -108,9 +109,9 @@ def test_old_stored_messages_load_and_new_fields_stay_out_of_the_json() -> None:
         "content": [{"type": "text", "text": "hi"}],
         "metadata": {"created_at": "2026-01-01T00:00:00Z", "finish_reason": "stop"},
     }
-    msg = InternalMessage.model_validate(old)
+    msg = records.from_python(InternalMessage, old)
     assert (msg.refusal, msg.reasoning, msg.phase, msg.outcome) == (None, None, None, None)
-    dumped = msg.model_dump(mode="json")
+    dumped = records.to_python(msg)
     for key in ("refusal", "reasoning", "phase"):
         assert key not in dumped
     assert "incomplete_reason" not in dumped["metadata"]
@@ -138,15 +139,17 @@ async def test_resumed_in_processing_the_stored_answer_gives_the_outcome(
 
     at = datetime(2026, 1, 1, tzinfo=UTC)
     finish = answer.pop("finish_reason", "stop")
-    user = InternalMessage.model_validate(
+    user = records.from_python(
+        InternalMessage,
         {
             "role": "user",
             "content": [{"type": "text", "text": "Hi"}],
             "metadata": {"created_at": at},
-        }
+        },
     )
-    reply = InternalMessage.model_validate(
-        {"role": "assistant", "metadata": {"created_at": at, "finish_reason": finish}, **answer}
+    reply = records.from_python(
+        InternalMessage,
+        {"role": "assistant", "metadata": {"created_at": at, "finish_reason": finish}, **answer},
     )
     ctx = ChatContext(
         id="c1",

@@ -19,6 +19,7 @@ Authors of the other parts import from the package that defines them:
 - tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
 """
 
+from . import records
 from .engine import (
     Child,
     ChildInfo,
@@ -190,6 +191,7 @@ __all__ = [
     "ask_user",
     "open_store",
     "question_tool",
+    "records",
     "subtask",
     "tool",
 ]

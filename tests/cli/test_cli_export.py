@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from turnfsm import Engine
+from turnfsm import Engine, records
 from turnfsm.adapters.inbound import import_context
 from turnfsm.storage import open_store
 from turnfsm.testing import ScriptedLLM
@@ -60,7 +60,7 @@ def test_an_imported_file_exported_imports_back_the_same(
     back = cli("import", str(out), "--format", fmt, "--json")
     assert back.code == 0, back.err
     original = import_context(json.loads((FIXTURES / name).read_text()), fmt)  # type: ignore[arg-type]
-    expected = _conversation(original.model_dump(mode="json"))
+    expected = _conversation(records.to_python(original))
     assert _conversation(json.loads(back.out)) == expected
     # the format is detected from the file's shape too
     detected = cli("import", str(out))

@@ -50,7 +50,7 @@ from typing import Any
 
 import anyio
 
-from turnfsm import Engine, ask_user, subtask, tool
+from turnfsm import Engine, ask_user, records, subtask, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.engine import DEFAULT_SUMMARY_PROMPT
 from turnfsm.errors import ContextNotFound
@@ -270,7 +270,7 @@ async def snapshot(store: Store) -> str | None:
     steps = [
         (s.version, s.from_state, s.trigger, s.to_state, s.detail) for s in await store.steps(CID)
     ]
-    return json.dumps([ctx.model_dump(mode="json"), steps], sort_keys=True)
+    return json.dumps([records.to_python(ctx), steps], sort_keys=True)
 
 
 # ---------------------------------------------------------------------- kill points

@@ -33,6 +33,7 @@ from turnfsm import (
     TextPart,
     Tool,
     Turn,
+    records,
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
@@ -924,7 +925,7 @@ async def test_fork_switch_and_branch_history() -> None:
         ]
         ctx = await engine.get_context(cid)
         assert len(ctx.history("alt")) == 4
-        assert ChatContext.model_validate_json(ctx.model_dump_json()) == ctx
+        assert records.from_json(ChatContext, records.to_json(ctx).decode()) == ctx
 
 
 async def test_fork_at_minus_one_is_an_empty_branch() -> None:
@@ -1164,7 +1165,7 @@ async def test_tool_results_are_stored_as_json_data() -> None:
         cid = await engine.create_context()
         await engine.send(cid, "when?")
         ctx = await engine.get_context(cid)
-        restored = ChatContext.model_validate_json(ctx.model_dump_json())
+        restored = records.from_json(ChatContext, records.to_json(ctx).decode())
         assert restored == ctx
         # what the LLM was sent is what a reloaded context would send again
         rebuilt = turnfsm.model.to_chat_messages(n.message for n in restored.history()[:3])
@@ -1214,9 +1215,9 @@ async def test_context_json_round_trip_after_tools() -> None:
         assert_every_call_answered_once(ctx)
         kinds = Counter(n.message.role for n in ctx.history())
         assert kinds[Role.TOOL] == 5
-        restored = ChatContext.model_validate_json(ctx.model_dump_json())
+        restored = records.from_json(ChatContext, records.to_json(ctx).decode())
         assert restored == ctx
-        assert restored.model_dump() == ctx.model_dump()
+        assert records.to_python(restored, mode="python") == records.to_python(ctx, mode="python")
         first_answer = ctx.history()[1].message
         assert first_answer.thinking == "let me see"
         assert first_answer.metadata.usage is not None

@@ -229,8 +229,8 @@ async def test_bad_call_ids(
         ([ImagePart(url="https://x/\ud800.png")], "content[0].url"),
         ([FilePart(name="a\ud800", data="AA==")], "content[0].name"),
         ([FilePart(name="a", data="AA==", mime_type="x/\udc00")], "content[0].mime_type"),
-        ([TextPart.model_construct(text=None)], "content[0].text"),
-        ([ImagePart.model_construct(url="https://x", detail="huge")], "content[0].detail"),
+        ([TextPart(text=None)], "content[0].text"),
+        ([ImagePart(url="https://x", detail="huge")], "content[0].detail"),
     ],
 )
 async def test_bad_content(idle: tuple[Harness, str], content: Any, where: str) -> None:

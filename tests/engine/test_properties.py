@@ -28,6 +28,7 @@ Invariants after every step:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections import deque
@@ -61,6 +62,7 @@ from turnfsm import (
     Turn,
     UnknownToolCall,
     ask_user,
+    records,
     subtask,
     tool,
 )
@@ -633,7 +635,7 @@ class EngineMachine(RuleBasedStateMachine):
             update["parameters"] = parameters
         if title is not UNSET:
             update["title"] = title
-        want = ctx.config.model_copy(update=update)
+        want = dataclasses.replace(ctx.config, **update)
         assert after.config == want
         assert after.version == ctx.version + (want != ctx.config)
         assert after.current_state == ctx.current_state
@@ -732,7 +734,7 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def json_round_trip(self) -> None:
         ctx = self.ctx()
-        assert ChatContext.model_validate_json(ctx.model_dump_json()) == ctx
+        assert records.from_json(ChatContext, records.to_json(ctx).decode()) == ctx
 
     @invariant()
     def store_holds_what_the_engine_holds(self) -> None:

@@ -36,6 +36,7 @@ from turnfsm import (
     UnknownToolCall,
     ask_user,
     question_tool,
+    records,
     tool,
 )
 from turnfsm.storage import SQLiteStore
@@ -175,7 +176,9 @@ async def test_choices_are_binding(store: Any) -> None:
             await engine.answer(cid, "q1", "Window")  # exact match only
         assert info.value.choices == ("window", "aisle")
         assert "'window', 'aisle'" in str(info.value)
-        assert (await engine.get_context(cid)).model_dump() == before.model_dump()
+        assert records.to_python(
+            (await engine.get_context(cid)), mode="python"
+        ) == records.to_python(before, mode="python")
         turn = await engine.answer(cid, "q1", "aisle")
         assert turn.state is State.IDLE
         assert (await _results(engine, cid))["q1"].result == "aisle"
@@ -374,12 +377,12 @@ async def test_refused_answers_change_nothing(
 ) -> None:
     made, cid = await _resting_on_question(SQLiteStore(tmp_path / "r.db"))
     async with made.engine as engine:
-        before = (await engine.get_context(cid)).model_dump()
+        before = records.to_python((await engine.get_context(cid)), mode="python")
         with pytest.raises(error) as info:
             await call(engine, cid)
         if where is not None:
             assert isinstance(info.value, InvalidInput) and info.value.where == where
-        assert (await engine.get_context(cid)).model_dump() == before
+        assert records.to_python((await engine.get_context(cid)), mode="python") == before
         assert [q.call_id for q in (await engine.answer(cid, "q1", "hi")).questions] == []
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from turnfsm import records as record_io
 from turnfsm.audit import audit_records
 from turnfsm.model import MessageNode
 from turnfsm.render import (
@@ -210,7 +211,7 @@ def test_sequence_from_a_trace_out_file(golden_runs: dict[str, Run]) -> None:
     run = golden_runs["weather_with_approval.json"]
     data = json.loads(json.dumps(run.result.trace_out()))
     path = path_from_trace_out(data)
-    messages = [MessageNode.model_validate(m) for m in data["messages"]]
+    messages = [record_io.from_python(MessageNode, m) for m in data["messages"]]
     records = audit_records(run.context_id, path.steps, messages)
     from_trace = sequence_diagram(records, {m.id: m for m in messages})
     assert from_trace == sequence_diagram(run.records, run.ctx.message_pool)

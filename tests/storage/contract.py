@@ -88,6 +88,7 @@ level so that a backend's own tests can reuse them.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -507,7 +508,7 @@ class StoreContract(abc.ABC):
         assert loaded.message_pool["orphan"].message.text == "not on any branch"
         assert loaded.progress.started_call_ids == ("call-a",)
         usage = loaded.message_pool["m2"].message.metadata.usage
-        assert usage is not None and usage.model_extra == {"cached_tokens": 3}
+        assert usage is not None and usage.extras == {"cached_tokens": 3}
         assert (
             loaded.message_pool["m2"].message.tool_calls
             == ctx.message_pool["m2"].message.tool_calls
@@ -530,15 +531,15 @@ class StoreContract(abc.ABC):
         await store.create(ctx)
         (summary,) = await store.list_contexts()
         assert summary.title == 'A "quoted" trip'
-        config = ctx.config.model_copy(update={"title": "Renamed"})
+        config = dataclasses.replace(ctx.config, title="Renamed")
         await store.commit(make_commit("c1", 0, config=config))
         (summary,) = await store.list_contexts()
         assert (summary.title, summary.version) == ("Renamed", 1)
-        config = config.model_copy(update={"model_id": "m2"})
+        config = dataclasses.replace(config, model_id="m2")
         await store.commit(make_commit("c1", 1, config=config))
         (summary,) = await store.list_contexts()
         assert (summary.title, summary.model, summary.version) == ("Renamed", "m2", 2)
-        await store.commit(make_commit("c1", 2, config=config.model_copy(update={"title": None})))
+        await store.commit(make_commit("c1", 2, config=dataclasses.replace(config, title=None)))
         (summary,) = await store.list_contexts()
         assert summary.title is None
 
@@ -737,22 +738,25 @@ class StoreContract(abc.ABC):
                 "c", 0, state="AwaitingToolApproval", appended=[("main", other), ("main", ask)]
             )
         )
-        decided = ask.model_copy(
-            update={
-                "message": ask.message.model_copy(
-                    update={
+        decided = dataclasses.replace(
+            ask,
+            **{
+                "message": dataclasses.replace(
+                    ask.message,
+                    **{
                         "tool_calls": [
-                            pending.model_copy(
-                                update={
+                            dataclasses.replace(
+                                pending,
+                                **{
                                     "approval_status": ApprovalStatus.DENIED,
                                     "decided_by": "human",
                                     "reason": "no",
-                                }
+                                },
                             )
                         ]
-                    }
+                    },
                 )
-            }
+            },
         )
         await store.commit(make_commit("c", 1, state="Idle", replaced=[decided]))
         loaded = await store.load("c")

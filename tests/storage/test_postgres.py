@@ -8,6 +8,7 @@ The server is a throwaway cluster the tests start themselves
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -271,8 +272,8 @@ async def test_the_one_statement_commit_stores_what_the_statements_store(pg_url:
             await store.create(rich_context(cid))
         base = rich_context("x")
         node = base.message_pool["m2"]
-        decided = node.model_copy(
-            update={"message": node.message.model_copy(update={"thinking": "decided"})}
+        decided = dataclasses.replace(
+            node, **{"message": dataclasses.replace(node.message, thinking="decided")}
         )
         fork = Branch(name="side", message_ids=["m1", "m2"], parent_message_id="m2")
         lease = Lease("?", "me", 1, NOW + 30)
@@ -312,7 +313,7 @@ async def test_the_one_statement_commit_stores_what_the_statements_store(pg_url:
             c2.release_lease = True
             await apply(c2)
         fn, sql_ = await snapshot(store, "fn"), await snapshot(store, "sql")
-        assert fn[0].model_copy(update={"id": "sql"}) == sql_[0]
+        assert dataclasses.replace(fn[0], id="sql") == sql_[0]
         assert fn[1] == sql_[1]
         assert [(s.lease_token, s.lease_owner) for s in fn[1]] == [
             (s.lease_token, s.lease_owner) for s in sql_[1]

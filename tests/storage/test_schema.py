@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from turnfsm import records
 from turnfsm.errors import SchemaVersionError, StoreError
 from turnfsm.model import SCHEMA_VERSION, Branch, ChatConfig, MessageNode, Role, TurnProgress
 from turnfsm.storage import SQLiteStore, _schema
@@ -160,7 +161,7 @@ def test_the_public_functions_at_the_current_version() -> None:
 
 def test_message_from_record() -> None:
     node = msg("m", Role.USER, "hi")
-    assert message_from_record(node.model_dump_json(), SCHEMA_VERSION, where="w") == node
+    assert message_from_record(records.to_json(node).decode(), SCHEMA_VERSION, where="w") == node
     with pytest.raises(SchemaVersionError, match="msg-file"):
         message_from_record("not even json", SCHEMA_VERSION + 1, where="msg-file")
     with pytest.raises(StoreError, match="msg-file: not a valid message record"):

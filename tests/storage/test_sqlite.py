@@ -23,7 +23,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from turnfsm import Engine
+from turnfsm import Engine, records
 from turnfsm.errors import (
     ContextNotFound,
     InvalidInput,
@@ -174,7 +174,7 @@ async def test_messages_are_stored_as_model_json(sqlite_store: SQLiteStore) -> N
     ctx = rich_context()
     await sqlite_store.create(ctx)
     stored = dict(rows(sqlite_store.path, "SELECT id, body FROM messages"))
-    assert stored == {mid: n.model_dump_json() for mid, n in ctx.message_pool.items()}
+    assert stored == {mid: records.to_json(n).decode() for mid, n in ctx.message_pool.items()}
 
 
 async def test_parent_directories_are_created(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import structlog
 from rich.console import Console
 from rich.markup import escape
 
+from .. import records
 from ..engine import Engine, RetryPolicy, Turn
 from ..errors import ContextNotFound, InvalidInput
 from ..events import (
@@ -497,7 +498,7 @@ def _message_json(msg: InternalMessage, decided: dict[str, ToolCallRequest]) -> 
     if msg.thinking:
         out["thinking"] = msg.thinking
     if msg.metadata.usage is not None:
-        out["usage"] = msg.metadata.usage.model_dump()
+        out["usage"] = records.to_python(msg.metadata.usage)
     if msg.refusal is not None:
         out["refusal"] = msg.refusal
     if msg.outcome is not None:

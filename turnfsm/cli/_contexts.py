@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from .. import records
 from ..adapters.outbound import EXPORT_FORMATS, export_context
 from ..engine import ContextTree, context_tree, delete_tree
 from ..errors import ContextNotFound
@@ -112,7 +113,7 @@ async def _main(args: argparse.Namespace) -> int:
                 print(f"deleted {cid}")
             return 0
         ctx = await store.load(args.context_id)
-        data: Any = ctx.model_dump(mode="json")
+        data: Any = records.to_python(ctx)
         if args.verb == "export" and args.format != "context":
             data = export_context(ctx, args.format, branch=args.branch)
         if args.verb == "show":

@@ -37,6 +37,7 @@ from typing import Any
 
 import anyio
 
+from .. import records as record_io
 from ..audit import AuditRecord, audit_records, records_from_audit_lines
 from ..model import MessageNode
 from ..render import (
@@ -223,7 +224,7 @@ def _load_file(path: Path) -> _Run:
     if isinstance(whole, dict) and "trace" in whole:
         run_path = path_from_trace_out(whole)
         try:
-            messages = [MessageNode.model_validate(m) for m in whole.get("messages") or []]
+            messages = record_io.from_python(list[MessageNode], whole.get("messages") or [])
         except ValueError as exc:
             raise RenderError(f"{path}: a message is malformed: {exc}") from None
         events = whole.get("events") or []

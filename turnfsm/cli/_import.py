@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from .. import records
 from ..adapters.inbound import (
     IMPORT_FORMATS,
     ImportFormat,
@@ -128,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         except (TurnFSMError, OSError) as exc:  # refused, e.g. the id is already stored
             return _fail(f"{args.store}: {exc}")
     if args.json:
-        print(json.dumps(ctx.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        print(json.dumps(records.to_python(ctx), indent=2, ensure_ascii=False))
         return 0
     print(ctx.id)
     where = f"; stored in {args.store}" if args.store else " (not stored: give --store URL)"

@@ -36,6 +36,7 @@ message's ``metadata.extra["conversions"]`` (a list of notes):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -44,6 +45,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
+from .. import records
 from ..errors import LLMError, PermanentLLMError
 from ..model import (
     InternalMessage,
@@ -300,7 +302,7 @@ def _usage(value: object, notes: list[str]) -> TokenUsage | None:
         return None
     try:
         cleaned, found = clean_json(dict(value), "usage")
-        usage = TokenUsage.model_validate(cleaned)
+        usage = records.from_python(TokenUsage, cleaned)
     except JSONProblem as problem:
         raise invalid_answer(str(problem)) from None
     except ValidationError as exc:
@@ -518,7 +520,7 @@ def conclude(
         # (and for the token budget's calibration)
         meta = message.metadata
         extra = {**meta.extra, "view": request.metadata}
-        message = message.model_copy(update={"metadata": meta.model_copy(update={"extra": extra})})
+        message = dataclasses.replace(message, metadata=dataclasses.replace(meta, extra=extra))
     if calls:
         # type Question when it only asks (questions the context's mode offers)
         message = as_question(message, offered())

@@ -3,6 +3,7 @@ question to the user, as pure functions."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ..errors import QuestionNeedsAnswer
@@ -88,7 +89,7 @@ def as_question(message: InternalMessage, tools: ToolRegistry) -> InternalMessag
     calls = message.tool_calls
     if not calls or not all(asked(tools, c) is not None for c in calls):
         return message
-    return message.model_copy(update={"message_type": MessageType.QUESTION})
+    return dataclasses.replace(message, message_type=MessageType.QUESTION)
 
 
 def checked_decisions(

@@ -9,6 +9,8 @@ long, or ``give_up``). The effect only sleeps and applies what they say.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..states import Trigger
 from ._host import Host
 from ._runtime import Runtime
@@ -47,12 +49,12 @@ async def backoff(d: Host, rt: Runtime) -> None:
     )
     if trigger is Trigger.GIVE_UP:
         rt.stop_reason = StopReason.FAILED
-        ctx.progress = p.model_copy(update={"retry_at": None})
+        ctx.progress = dataclasses.replace(p, retry_at=None)
         d.fire(rt, Trigger.GIVE_UP)
         d.failed(rt, p.last_error or "attempts exhausted", "")
         d.end_turn(rt)
         return
     if wait > 0:
         await s.clock.sleep(wait)
-    ctx.progress = p.model_copy(update={"attempt": p.attempt + 1, "retry_at": None})
+    ctx.progress = dataclasses.replace(p, attempt=p.attempt + 1, retry_at=None)
     d.fire(rt, Trigger.RETRY)

@@ -7,6 +7,7 @@ functions of ``_answer``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -251,18 +252,17 @@ async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | Non
     attempt = ctx.progress.attempt
     trigger, will_retry = failure_edge(transient, attempt, policy.max_attempts)
     if trigger is Trigger.LLM_FAILED_PERMANENT:
-        ctx.progress = ctx.progress.model_copy(update={"last_error": error})
+        ctx.progress = dataclasses.replace(ctx.progress, last_error=error)
         rt.stop_reason = StopReason.FAILED
         d.fire(rt, Trigger.LLM_FAILED_PERMANENT)
         d.failed(rt, error, exc.partial_text)
         d.end_turn(rt)
         return
     delay = policy.delay(attempt, exc) if will_retry else 0.0
-    ctx.progress = ctx.progress.model_copy(
-        update={
-            "last_error": error,
-            "retry_at": d.settings.clock.time() + delay if will_retry else None,
-        }
+    ctx.progress = dataclasses.replace(
+        ctx.progress,
+        last_error=error,
+        retry_at=d.settings.clock.time() + delay if will_retry else None,
     )
     d.fire(rt, Trigger.LLM_FAILED_TRANSIENT)
     if will_retry:

@@ -3,6 +3,7 @@ that need the context, then the call's trigger. The drive loop runs the rest."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..model import (
     SystemPrompt,
     TextPart,
     TurnProgress,
+    detached,
     to_chat_messages,
 )
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
@@ -165,7 +167,7 @@ async def start_resume(d: Host, rt: Runtime) -> None:
         return
     if state is S.STREAMING_LLM_RESPONSE:
         err = "the stream was interrupted (the process stopped)"
-        rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": err})
+        rt.ctx.progress = dataclasses.replace(rt.ctx.progress, last_error=err)
         await fail_llm(d, rt, LLMError(err, kind="interrupted"), transient=True)
         return
     rt.holder.effect = STATE_EFFECTS.get(state)
@@ -221,7 +223,7 @@ async def start_fork(
     detail: dict[str, Any] = {"branch": name, "at": at, "forked_from": source.name}
     detail.update(_set_prompts(d, branch, prompts))
     ctx.branches[name] = branch
-    rt.branches.append(branch.model_copy(deep=True))
+    rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
     _activate(rt, name)
     rt.stop_reason = StopReason.BRANCH
     d.change(rt, Change.BRANCH_FORKED, detail)
@@ -246,12 +248,13 @@ async def start_set_branch_prompts(
     _require_resting(rt, "branch prompts")
     if name not in ctx.branches:
         raise BranchError(f"context {ctx.id!r} has no branch named {name!r}")
-    branch = ctx.branches[name].model_copy(deep=True)
+    branch = ctx.branches[name]
+    branch = dataclasses.replace(branch, message_ids=list(branch.message_ids))
     changed = _set_prompts(d, branch, prompts)
     if not changed:
         return
     ctx.branches[name] = branch
-    rt.branches.append(branch.model_copy(deep=True))
+    rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
     d.change(rt, Change.BRANCH_PROMPTS_SET, {"branch": name, **changed})
 
 
@@ -286,10 +289,10 @@ async def start_update_config(
     config = ctx.config
     changed = {k: v for k, v in fields.items() if getattr(config, k) != v}
     if changed:
-        ctx.config = config = config.model_copy(update=changed, deep=True)
+        ctx.config = config = dataclasses.replace(detached(config), **changed)
         rt.config_changed = True
         d.change(rt, Change.CONFIG_UPDATED, dict(changed))
-    out.append(config.model_copy(deep=True))
+    out.append(detached(config))
 
 
 def _require_resting(rt: Runtime, what: str) -> None:

@@ -16,6 +16,7 @@ on the parent and does not add a second one).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -352,7 +353,7 @@ async def start_archive(d: Host, parent_id: str, message_id: str | None, rt: Run
     if ctx.config.archived:
         return
     _require_idle(rt, "finishing a sub-context")
-    ctx.config = ctx.config.model_copy(update={"archived": True})
+    ctx.config = dataclasses.replace(ctx.config, archived=True)
     rt.config_changed = True
     d.change(rt, Change.ARCHIVED, {"parent_id": parent_id, "message_id": message_id})
 

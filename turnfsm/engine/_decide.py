@@ -4,6 +4,7 @@ tool calls are decided by policy (``tools_decided``) or left to a human
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -155,4 +156,4 @@ def mark_started(rt: Runtime) -> None:
     which is the safe side.)"""
     ctx = rt.ctx
     ids = tuple(c.id for c in ctx.open_tool_calls() if c.approval_status is ApprovalStatus.APPROVED)
-    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
+    ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)

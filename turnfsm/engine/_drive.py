@@ -26,7 +26,7 @@ import anyio
 
 from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
-from ..model import ToolCallRequest
+from ..model import ToolCallRequest, detached
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome
@@ -356,9 +356,9 @@ class Driver:
             stop_reason=rt.stop_reason,
             states=tuple(rt.turn_states),
             # the pool holds the latest version of each (decisions replace nodes)
-            messages=tuple(ctx.message_pool[n.id].message for n in rt.turn_nodes),
+            messages=tuple(detached(ctx.message_pool[n.id].message) for n in rt.turn_nodes),
             message_ids=tuple(n.id for n in rt.turn_nodes),
-            pending_tool_calls=pending,
+            pending_tool_calls=detached(pending),
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
             questions=questions_of(self.settings.tools, pending),
         )
@@ -519,20 +519,18 @@ class Driver:
         rt.active_changed = False
         rt.config_changed = False
         rt.changes = []
-        # Plain field writes on the engine's own working copy: these models do no
-        # validation on assignment, and pydantic's __setattr__ bookkeeping costs
-        # about a microsecond per field on the hot path (four per commit).
-        fields = ctx.__dict__
-        fields["version"] = version
-        fields["current_state"] = holder.state  # the holder's, between commits
-        fields["updated_at"] = now
-        fields["event_seq"] = rt.sent_seq = commit.event_seq
+        # the engine's own working copy (a plain dataclass: no checks on assignment)
+        ctx.version = version
+        ctx.current_state = holder.state  # the holder's, between commits
+        ctx.updated_at = now
+        ctx.event_seq = rt.sent_seq = commit.event_seq
         if rt.outbox:
             outbox = rt.outbox
             rt.outbox = []
             cid = ctx.id
             for kind, seq, at, event_fields in outbox:
-                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **event_fields)):
+                fields = {k: detached(v) for k, v in event_fields.items()}  # nothing shared
+                if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **fields)):
                     await yield_to_readers()
 
     def publish(self, rt: Runtime, event: Event) -> bool:

@@ -35,6 +35,7 @@ from ..model import (
     ContentPart,
     MessageNode,
     Role,
+    detached,
 )
 from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store
@@ -265,7 +266,7 @@ class Engine(ContextManagement):
         check_id("context_id", context_id)
         rt = self._d.loaded.get(context_id)
         if rt is not None and context_id not in self._d.busy:
-            return rt.ctx.model_copy(deep=True)
+            return detached(rt.ctx)
         return await self.store.load(context_id)
 
     async def unload(self, context_id: str) -> None:
@@ -522,7 +523,7 @@ class Engine(ContextManagement):
             raise BranchError(f"context {context_id!r} has no branch {name!r}")
         end = None if limit is None else offset + limit
         pool = ctx.message_pool
-        return [pool[mid] for mid in found.message_ids[offset:end]]
+        return [detached(pool[mid]) for mid in found.message_ids[offset:end]]
 
     # ------------------------------------------------------------------ events and audit
 

@@ -7,6 +7,7 @@ talks to the store. See docs/architecture.md, "Where each thing lives".
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -84,14 +85,14 @@ def back_to_pending(
     if outcome_unknown:
         update["outcome_unknown"] = True
     calls = [
-        c.model_copy(update={**update, "reason": reasons[c.id]}) if c.id in reasons else c
+        dataclasses.replace(c, **update, reason=reasons[c.id]) if c.id in reasons else c
         for c in node.message.tool_calls
     ]
     replace(
         rt,
-        node.model_copy(update={"message": node.message.model_copy(update={"tool_calls": calls})}),
+        dataclasses.replace(node, message=dataclasses.replace(node.message, tool_calls=calls)),
     )
-    ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ()})
+    ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=())
 
 
 def set_decisions(rt: Runtime, decisions: Decisions) -> None:
@@ -109,10 +110,15 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> None:
         else:
             status, by, reason = d
             new_calls.append(
-                c.model_copy(update={"approval_status": status, "decided_by": by, "reason": reason})
+                dataclasses.replace(
+                    c,
+                    approval_status=status,
+                    decided_by=by,  # type: ignore[arg-type]  # one of the three, by its callers
+                    reason=reason,
+                )
             )
-    message = node.message.model_copy(update={"tool_calls": new_calls})
-    replace(rt, node.model_copy(update={"message": message}))
+    message = dataclasses.replace(node.message, tool_calls=new_calls)
+    replace(rt, dataclasses.replace(node, message=message))
 
 
 def add_results(

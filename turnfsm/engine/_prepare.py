@@ -3,6 +3,8 @@ the request; ``prompt_ready``, or ``prepare_failed`` when an enhancer raises."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..enhancers import summary_of
 from ..errors import EnhancerError, LLMError
 from ..model import (
@@ -88,7 +90,7 @@ async def prepare(d: Host, rt: Runtime) -> None:
     try:
         rt.request = build_request(d, rt)
     except EnhancerError as exc:
-        rt.ctx.progress = rt.ctx.progress.model_copy(update={"last_error": str(exc)})
+        rt.ctx.progress = dataclasses.replace(rt.ctx.progress, last_error=str(exc))
         rt.stop_reason = StopReason.FAILED
         rt.log.warning("prepare_failed", error=str(exc))
         d.fire(rt, Trigger.PREPARE_FAILED)

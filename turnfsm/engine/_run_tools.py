@@ -3,6 +3,7 @@ one result per call, in the order asked; then ``tools_done``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 
@@ -25,7 +26,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
     ids = tuple(c.id for c in to_run)
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
-        ctx.progress = ctx.progress.model_copy(update={"started_call_ids": ids})
+        ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)
         await d.commit(rt)
     offered = d.settings.offered(ctx)
     refused = {

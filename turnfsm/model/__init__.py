@@ -1,4 +1,5 @@
-"""L0: the data model. Pydantic v2, no I/O, imports nothing else of turnfsm."""
+"""L0: the data model. Slotted dataclasses (validated and serialised by pydantic
+through :mod:`turnfsm.records`), no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import (
     RESPONSES_KEY,
@@ -18,6 +19,7 @@ from ._context import (
     SystemPrompt,
     TurnProgress,
 )
+from ._detach import detached
 from ._json import (
     MAX_ID_LENGTH,
     MAX_JSON_BYTES,
@@ -102,6 +104,7 @@ __all__ = [
     "check_text",
     "clean_json",
     "clean_text",
+    "detached",
     "has_lone_surrogate",
     "id_problem",
     "title_problem",

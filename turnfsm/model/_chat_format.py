@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ._message import FilePart, ImagePart, InternalMessage, Role, TextPart
+from ._message import FilePart, ImagePart, InternalMessage, ReasoningItem, Role, TextPart
 
 __all__ = [
     "RESPONSES_KEY",
@@ -30,6 +30,15 @@ API needs back: ``{"reasoning": [{"id", "summary": [...],
 # same encoders, built once.
 _encode_result = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 _encode_arguments = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _reasoning_json(item: ReasoningItem) -> dict[str, Any]:
+    """The item's JSON form (as ``turnfsm.records.to_python`` gives it), built
+    directly: this runs for every answer of a Responses model."""
+    out: dict[str, Any] = {"id": item.id, "summary": list(item.summary)}
+    if item.encrypted_content is not None:
+        out["encrypted_content"] = item.encrypted_content
+    return out
 
 
 def tool_result_content(result: Any) -> str:
@@ -111,7 +120,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
         if msg.reasoning or msg.phase is not None:
             extra: dict[str, Any] = {}
             if msg.reasoning:
-                extra["reasoning"] = [r.model_dump(mode="json") for r in msg.reasoning]
+                extra["reasoning"] = [_reasoning_json(r) for r in msg.reasoning]
             if msg.phase is not None:
                 extra["phase"] = msg.phase
             out[RESPONSES_KEY] = extra

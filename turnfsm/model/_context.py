@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
 
@@ -38,18 +39,23 @@ SUBTASK_RESUMED = "resumed: sub-context "
 runs again (the child's id follows)."""
 
 
-class SystemPrompt(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_FORBID = ConfigDict(extra="forbid")
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class SystemPrompt:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     id: str
     content: str
 
 
-class Branch(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class Branch:
     """One line of conversation: an ordered list of message ids in the pool."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     name: str
-    message_ids: list[str] = Field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)
     parent_message_id: str | None = None
     """The message this branch forked after (None for the first branch)."""
     forked_from: str | None = None
@@ -66,28 +72,30 @@ def _is_false(value: object) -> bool:
     return value is False
 
 
-class ChatConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(slots=True, kw_only=True)
+class ChatConfig:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     model_id: str = "scripted"
     mode: str = "chat"
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
     system_prompt_id: str | None = None
     agent_role: str = "assistant"
     workspace_path: str | None = None
     title: str | None = None
     """A name for people (lists, the web view); the engine does not read it."""
-    tools: list[str] | None = Field(default=None, exclude_if=_is_none)
+    tools: Annotated[list[str] | None, Field(exclude_if=_is_none)] = None
     """The names of the engine's tools this context may use (``None``: all of
     them), within what its mode offers. The model is offered only these, and a
     call to any other tool gets an error result and never runs."""
-    archived: bool = Field(default=False, exclude_if=_is_false)
+    archived: Annotated[bool, Field(exclude_if=_is_false)] = False
     """A finished sub-context that was kept: it takes no more input."""
-    subtask_call: str | None = Field(default=None, exclude_if=_is_none)
+    subtask_call: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The parent's tool call this sub-context runs (the child of a sub-task
     tool): a run of that call again continues this child."""
 
 
-class TurnProgress(BaseModel):
+@dataclass(slots=True, kw_only=True, frozen=True)
+class TurnProgress:
     """Where the running turn is, so that a reloaded context can resume it.
 
     ``iteration`` counts LLM calls for the current user message; ``attempt``
@@ -97,7 +105,7 @@ class TurnProgress(BaseModel):
     it changes, so a store may keep the object it was given.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     iteration: int = 0
     attempt: int = 0
     retry_at: float | None = None
@@ -105,23 +113,24 @@ class TurnProgress(BaseModel):
     started_call_ids: tuple[str, ...] = ()
 
 
-class ChatContext(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ChatContext:
     """A whole conversation; serialisable, and owned by the engine while loaded."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     schema_version: int = SCHEMA_VERSION
     id: str
     parent_id: str | None = None
-    config: ChatConfig = Field(default_factory=ChatConfig)
-    message_pool: dict[str, MessageNode] = Field(default_factory=dict)
-    branches: dict[str, Branch] = Field(default_factory=dict)
+    config: ChatConfig = field(default_factory=ChatConfig)
+    message_pool: dict[str, MessageNode] = field(default_factory=dict)
+    branches: dict[str, Branch] = field(default_factory=dict)
     active_branch_name: str = "main"
     current_state: str = "Idle"
     created_at: datetime
     updated_at: datetime
     version: int = 0
     event_seq: int = 0
-    progress: TurnProgress = Field(default_factory=TurnProgress)
+    progress: TurnProgress = field(default_factory=TurnProgress)
 
     @property
     def active_branch(self) -> Branch:

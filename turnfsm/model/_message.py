@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 __all__ = [
     "ApprovalStatus",
@@ -25,7 +36,13 @@ __all__ = [
     "ToolCallResult",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# Records are slotted dataclasses: plain to build and to replace
+# (``dataclasses.replace``) on the engine's hot path, validated and serialised
+# by pydantic only where data enters or leaves (turnfsm.records). The content
+# parts are frozen (copies share them); the others are not, as measured: the
+# engine never changes a record in place, and what it hands out is a copy
+# (``detached``). See docs/architecture.md, "Records".
+_FORBID = ConfigDict(extra="forbid")
 
 
 def _is_none(value: object) -> bool:
@@ -56,25 +73,28 @@ class ApprovalStatus(StrEnum):
     DENIED = "Denied"
 
 
-class TextPart(BaseModel):
-    model_config = _FROZEN
+@dataclass(slots=True, kw_only=True, frozen=True)
+class TextPart:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     type: Literal["text"] = "text"
     text: str
 
 
-class ImagePart(BaseModel):
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ImagePart:
     """An image, by URL (``https://…`` or a ``data:`` URL)."""
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     type: Literal["image"] = "image"
     url: str
     detail: Literal["auto", "low", "high"] | None = None
 
 
-class FilePart(BaseModel):
+@dataclass(slots=True, kw_only=True, frozen=True)
+class FilePart:
     """A file or other binary content, base64-encoded."""
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     type: Literal["file"] = "file"
     name: str
     mime_type: str = "application/octet-stream"
@@ -84,7 +104,8 @@ class FilePart(BaseModel):
 ContentPart = Annotated[TextPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
-class ToolCallRequest(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ToolCallRequest:
     """One call the assistant asked for.
 
     ``decided_by`` says who set ``approval_status``: the tool's policy, a human, or
@@ -102,10 +123,10 @@ class ToolCallRequest(BaseModel):
     the new id on the call and on its result alike.
     """
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     id: str
     tool_name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
     approval_status: ApprovalStatus = ApprovalStatus.PENDING
     decided_by: Literal["policy", "human", "system"] | None = None
     reason: str | None = None
@@ -114,14 +135,15 @@ class ToolCallRequest(BaseModel):
     """The argument text as the model sent it, when it was not a JSON object
     (or could not be stored: too deep, too large, no JSON form); a long text
     is cut to its first 8192 characters (the cut is marked)."""
-    arguments_error: str | None = Field(default=None, exclude_if=_is_none)
+    arguments_error: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """Why the arguments were not usable, when it is more than "not a JSON
     object" (the tool's error result says it); left out of the JSON when ``None``."""
-    provider_id: str | None = Field(default=None, exclude_if=_is_none)
+    provider_id: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The id the model sent, when the engine gave the call another (see above)."""
 
 
-class ToolCallResult(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ToolCallResult:
     """The one result of a tool call.
 
     ``result`` is JSON data. What a tool returned is converted by visible
@@ -135,17 +157,76 @@ class ToolCallResult(BaseModel):
     whose ``"error"`` says what and where.
     """
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     request_id: str
     result: Any = None
     success: bool = True
 
 
-class TokenUsage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+@dataclass(slots=True, init=False)
+class TokenUsage:
+    # No docstring: pydantic would put it in the JSON schema (the server's
+    # OpenAPI document), which has none for this record.
+    #
+    # The counts, and ``extras``: whatever else the provider said about usage
+    # (``prompt_tokens_details``, ``reasoning_tokens``, ...), kept as sent.
+    # The JSON form is flat, as the provider's: the extras sit beside the
+    # counts, after them, in the order they came; ``TokenUsage(prompt_tokens=1,
+    # reasoning_tokens=2)`` puts ``reasoning_tokens`` in ``extras``.
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="allow")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        total_tokens: int = 0,
+        **extras: Any,
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.total_tokens = total_tokens
+        self.extras = extras
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _flat_in(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(data, dict):
+            return handler(data)
+        counts = {k: data[k] for k in _USAGE_FIELDS if k in data}
+        usage = handler({**counts, "extras": {}})
+        extras = {k: v for k, v in data.items() if k not in _USAGE_FIELDS}
+        usage.extras = extras
+        return usage
+
+    @model_serializer(mode="wrap")
+    def _flat_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            data.update(data.pop("extras", None) or {})
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # the flat form, in both modes (validation and serialisation alike)
+        count = {"default": 0, "type": "integer"}
+        return {
+            "additionalProperties": True,
+            "properties": {
+                name: {**count, "title": name.replace("_", " ").title()} for name in _USAGE_FIELDS
+            },
+            "title": "TokenUsage",
+            "type": "object",
+        }
 
 
 ABNORMAL_FINISH = {"length": "length", "content_filter": "content_filter"}
@@ -153,7 +234,8 @@ ABNORMAL_FINISH = {"length": "length", "content_filter": "content_filter"}
 normally, and the outcome each gives."""
 
 
-class MessageMetadata(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class MessageMetadata:
     """What is known about a message besides its content.
 
     ``finish_reason`` is the provider's reason in the Chat Completions names
@@ -165,7 +247,7 @@ class MessageMetadata(BaseModel):
     are left out of the stored JSON when ``None``.
     """
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     created_at: datetime
     model: str | None = None
     usage: TokenUsage | None = None
@@ -173,12 +255,13 @@ class MessageMetadata(BaseModel):
     iteration: int | None = None
     finish_reason: str | None = None
     cancelled: bool = False
-    extra: dict[str, Any] = Field(default_factory=dict)
-    incomplete_reason: str | None = Field(default=None, exclude_if=_is_none)
-    logprobs: list[Any] | None = Field(default=None, exclude_if=_is_none)
+    extra: dict[str, Any] = field(default_factory=dict)
+    incomplete_reason: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    logprobs: Annotated[list[Any] | None, Field(exclude_if=_is_none)] = None
 
 
-class ReasoningItem(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class ReasoningItem:
     """A reasoning item of a Responses answer, kept so it can be sent back.
 
     ``summary`` holds the summary parts, one string each, with their
@@ -186,29 +269,30 @@ class ReasoningItem(BaseModel):
     when the request asked for ``reasoning.encrypted_content``.
     """
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     id: str
-    summary: list[str] = Field(default_factory=list)
-    encrypted_content: str | None = Field(default=None, exclude_if=_is_none)
+    summary: list[str] = field(default_factory=list)
+    encrypted_content: Annotated[str | None, Field(exclude_if=_is_none)] = None
 
 
-class InternalMessage(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class InternalMessage:
     """The one message shape every provider format is converted to and from."""
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     role: Role
-    content: list[ContentPart] = Field(default_factory=list)
+    content: list[ContentPart] = field(default_factory=list)
     tool_calls: list[ToolCallRequest] | None = None
     tool_result: ToolCallResult | None = None
     message_type: MessageType = MessageType.TEXT
     metadata: MessageMetadata
     thinking: str | None = None
-    refusal: str | None = Field(default=None, exclude_if=_is_none)
+    refusal: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The model's refusal, kept apart from its text (an assistant message)."""
-    reasoning: list[ReasoningItem] | None = Field(default=None, exclude_if=_is_none)
+    reasoning: Annotated[list[ReasoningItem] | None, Field(exclude_if=_is_none)] = None
     """The Responses API's reasoning items of this answer, sent back on the
     next Responses request."""
-    phase: str | None = Field(default=None, exclude_if=_is_none)
+    phase: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The Responses API's ``phase`` of the answer's message (``commentary``,
     ``final_answer``), sent back as it came."""
 
@@ -237,10 +321,11 @@ class InternalMessage(BaseModel):
         return None
 
 
-class MessageNode(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class MessageNode:
     """A message in the pool, with its id and the id of the message before it."""
 
-    model_config = _FROZEN
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     id: str
     message: InternalMessage
     parent_id: str | None = None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import records
 from ..adapters.llm.scripted import play
 from ..engine import (
     Engine,
@@ -475,7 +476,7 @@ async def replay(
         result.failures.extend(_check_final(script.expect, result.trace, ctx))
     result.failures.sort(key=lambda f: (f.step is None, f.step or 0))
     result.events = [EVENT_ADAPTER.dump_python(e, mode="json") for e in events]
-    result.messages = [n.model_dump(mode="json") for n in ctx.history()]
+    result.messages = [records.to_python(n) for n in ctx.history()]
     return result
 
 

@@ -14,6 +14,7 @@ resumed through ``/api``. Every answer carries the context id in the
 request's ``user`` becomes the context's model parameter ``user``.
 """
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -174,7 +175,7 @@ async def _context_for(
         if earlier:
             ctx = import_openai_messages(earlier)
             if params is not None:
-                ctx.config = ctx.config.model_copy(update={"parameters": params})
+                ctx.config = dataclasses.replace(ctx.config, parameters=params)
             await hub.engine.store.create(ctx)
             cid = ctx.id
             await hub.adopt(cid, who)

@@ -57,6 +57,8 @@ conversations.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import errno
 import fcntl
 import json
@@ -66,9 +68,10 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -81,6 +84,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
+from ..records import from_json, to_python
 from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
     check_version,
@@ -99,7 +103,7 @@ JOURNAL = "commit.journal"
 _JOURNAL_FORMAT = 1
 _CREATING = ".creating-"
 _DELETED = ".deleted-"
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M")
 
 # ---------------------------------------------------------------------- file operations
 #
@@ -205,15 +209,17 @@ def _dumps(data: Any) -> bytes:
 # ---------------------------------------------------------------------- reading
 
 
+@dataclass(slots=True, kw_only=True)
 class _Metadata(ChatContext):
     """``metadata.json``: the context without its messages, and two fields of the layout."""
 
-    detached_message_ids: list[str] = Field(default_factory=list)
+    detached_message_ids: list[str] = field(default_factory=list)
     """Pool messages no branch names (the pool is kept whole)."""
-    steps_bytes: int = Field(default=0, ge=0)
+    steps_bytes: Annotated[int, Field(ge=0)] = 0
     """How much of ``steps.jsonl`` belongs to committed versions."""
 
 
+@dataclass(slots=True, kw_only=True)
 class _MessageFile(MessageNode):
     """``messages/{id}.json``: a message node and its schema version."""
 
@@ -278,7 +284,7 @@ def _json_document(raw: bytes, path: Path | str) -> Any:
 def _validated(model: type[_M], raw: bytes, path: Path | str) -> _M:
     """``raw`` as ``model``, strictly, or a StoreError naming the file and the field."""
     try:
-        return model.model_validate_json(raw, strict=True)
+        return from_json(model, raw, strict=True)
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             _json_document(raw, path)  # says why (not UTF-8, not JSON)
@@ -299,10 +305,7 @@ def _safe_name(name: str) -> bool:
 
 
 def _node_of(file: _MessageFile) -> MessageNode:
-    return MessageNode.model_construct(
-        _fields_set=file.model_fields_set - {"schema_version"},
-        **{name: getattr(file, name) for name in MessageNode.model_fields},
-    )
+    return MessageNode(id=file.id, message=file.message, parent_id=file.parent_id)
 
 
 def _read_message(path: Path, mid: str, named_at: str) -> MessageNode:
@@ -311,7 +314,7 @@ def _read_message(path: Path, mid: str, named_at: str) -> MessageNode:
     except (FileNotFoundError, NotADirectoryError):
         raise StoreError(f"{path}: missing, but metadata.json names it at {named_at}") from None
     try:
-        file: _MessageFile | None = _MessageFile.model_validate_json(raw, strict=True)
+        file: _MessageFile | None = from_json(_MessageFile, raw, strict=True)
     except ValidationError:
         file = None
     if file is None or file.schema_version != SCHEMA_VERSION:
@@ -330,7 +333,7 @@ def _read_metadata(path: Path) -> _Metadata:
     """metadata.json at the current schema version (upcast when older), validated."""
     raw = _read_bytes(path)
     try:
-        meta: _Metadata | None = _Metadata.model_validate_json(raw, strict=True)
+        meta: _Metadata | None = from_json(_Metadata, raw, strict=True)
     except ValidationError:
         meta = None
     if meta is None or meta.schema_version != SCHEMA_VERSION:
@@ -374,9 +377,9 @@ def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, int]:
         if not _safe_name(mid):
             raise StoreError(f"{path}: {json_path(loc)}: {mid!r} cannot be a message file name")
         pool[mid] = _read_message(messages / f"{mid}.json", mid, json_path(loc))
-    fields = {name: getattr(meta, name) for name in ChatContext.model_fields}
+    fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ChatContext)}
     fields["message_pool"] = pool
-    ctx = ChatContext.model_construct(_fields_set=set(ChatContext.model_fields), **fields)
+    ctx = ChatContext(**fields)
     problems = context_problems(ctx)
     if problems:
         loc, problem = problems[0]
@@ -587,7 +590,7 @@ class FilesStore:
 
     @staticmethod
     def _metadata(ctx: ChatContext, steps_bytes: int) -> dict[str, Any]:
-        data = ctx.model_dump(mode="json", exclude={"message_pool"})
+        data = to_python(ctx, exclude={"message_pool"})
         on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
         return {
             "schema_version": SCHEMA_VERSION,
@@ -617,7 +620,7 @@ class FilesStore:
     def _message(node: MessageNode) -> tuple[str, bytes]:
         if not _safe_name(node.id):
             raise StoreError(f"message id {node.id!r} cannot be a file name")
-        data = {"schema_version": SCHEMA_VERSION, **node.model_dump(mode="json")}
+        data = {"schema_version": SCHEMA_VERSION, **to_python(node)}
         return f"messages/{node.id}.json", _dumps(data)
 
     # ------------------------------------------------------------------ Store
@@ -695,7 +698,7 @@ class FilesStore:
             if ctx.version != commit.expected_version:
                 raise VersionConflict(cid, commit.expected_version, ctx.version)
             for b in commit.branches:
-                ctx.branches[b.name] = b.model_copy(deep=True)
+                ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
             for name, _ in commit.appended:
                 if name not in ctx.branches:
                     raise StoreError(f"commit appends to unknown branch {name!r}")
@@ -742,7 +745,7 @@ class FilesStore:
             if commit.active_branch is not None:
                 ctx.active_branch_name = commit.active_branch
             if commit.config is not None:
-                ctx.config = commit.config.model_copy(deep=True)
+                ctx.config = copy.deepcopy(commit.config)
             files.append(("message_index.json", self._index(ctx)))
             files.append(("metadata.json", _dumps(self._metadata(ctx, steps_bytes))))
             journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)

@@ -7,15 +7,22 @@ at once after its version check, so a refused commit leaves nothing behind.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
-from ..model import Branch, ChatContext, MessageNode
+from ..model import Branch, ChatContext, MessageNode, detached
 from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 
 __all__ = ["MemoryStore"]
+
+
+def _branch_copy(branch: Branch) -> Branch:
+    """A copy that shares nothing mutable (its other fields are immutable)."""
+    return dataclasses.replace(branch, message_ids=list(branch.message_ids))
 
 
 @dataclass(slots=True)
@@ -40,11 +47,11 @@ class MemoryStore:
     async def create(self, context: ChatContext) -> None:
         if context.id in self._records:
             raise StoreError(f"context {context.id!r} already exists")
-        head = context.model_copy(update={"message_pool": {}, "branches": {}})
+        head = dataclasses.replace(context, message_pool={}, branches={})
         self._records[context.id] = _Record(
             context=head,
             pool=dict(context.message_pool),
-            branches={n: b.model_copy(deep=True) for n, b in context.branches.items()},
+            branches={n: _branch_copy(b) for n, b in context.branches.items()},
         )
 
     def _get(self, context_id: str) -> _Record:
@@ -55,11 +62,9 @@ class MemoryStore:
 
     async def load(self, context_id: str) -> ChatContext:
         rec = self._get(context_id)
-        return rec.context.model_copy(
-            update={
-                "message_pool": dict(rec.pool),
-                "branches": {n: b.model_copy(deep=True) for n, b in rec.branches.items()},
-            }
+        # shares nothing that can change with what is stored, as a real store
+        return detached(
+            dataclasses.replace(rec.context, message_pool=rec.pool, branches=rec.branches)
         )
 
     async def commit(self, commit: Commit) -> None:
@@ -93,7 +98,7 @@ class MemoryStore:
                 raise StoreError(f"commit appends to unknown branch {name!r}")
         # checks passed: apply everything
         for b in commit.branches:
-            rec.branches[b.name] = b.model_copy(deep=True)
+            rec.branches[b.name] = _branch_copy(b)
         pool = rec.pool
         for name, node in commit.appended:
             pool[node.id] = node
@@ -101,18 +106,16 @@ class MemoryStore:
         for node in commit.replaced:
             pool[node.id] = node
         rec.steps.extend(commit.steps)
-        # plain field writes on the store's own copy (no validation is due:
-        # the values come typed from the commit)
-        fields = head.__dict__
-        fields["version"] = commit.version
-        fields["current_state"] = commit.state
-        fields["updated_at"] = commit.updated_at
-        fields["progress"] = commit.progress
-        fields["event_seq"] = commit.event_seq
+        # plain field writes on the store's own copy
+        head.version = commit.version
+        head.current_state = commit.state
+        head.updated_at = commit.updated_at
+        head.progress = commit.progress
+        head.event_seq = commit.event_seq
         if commit.active_branch is not None:
             head.active_branch_name = commit.active_branch
         if commit.config is not None:
-            head.config = commit.config.model_copy(deep=True)
+            head.config = copy.deepcopy(commit.config)
         if take is not None:
             self._leases[commit.context_id] = (take, not commit.release_lease)
         elif commit.release_lease and commit.lease_token is not None:
@@ -211,7 +214,7 @@ class MemoryStore:
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
         pool = self._get(context_id).pool
-        return [_pick(pool, context_id, mid) for mid in ids]
+        return [detached(_pick(pool, context_id, mid)) for mid in ids]
 
 
 def _pick(pool: dict[str, MessageNode], context_id: str, mid: str) -> MessageNode:

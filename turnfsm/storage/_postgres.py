@@ -49,6 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 from pydantic import ValidationError
 
+from .. import records
 from ..errors import (
     ContextNotFound,
     LeaseLost,
@@ -57,6 +58,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
+from ..records import from_json, to_json
 from ..states import RESTING
 from ._base import Commit, ContextSummary, Lease, StepLog
 from ._schema import (
@@ -488,9 +490,9 @@ def _commit_document(commit: Commit) -> str | None:
         "st": commit.state,
         "at": _ts(commit.updated_at),
         "es": commit.event_seq,
-        "pg": commit.progress.model_dump_json(),
+        "pg": to_json(commit.progress).decode(),
         "ab": commit.active_branch,
-        "cf": None if commit.config is None else commit.config.model_dump_json(),
+        "cf": None if commit.config is None else to_json(commit.config).decode(),
         "tk": token,
         "ow": None if token is None else commit.lease_owner,
         "tt": None if take is None else take.token,
@@ -501,12 +503,12 @@ def _commit_document(commit: Commit) -> str | None:
         # work for claim_expired; ring the workers' doorbell (delivered when
         # the statement commits, and not at all if it fails)
         "nt": commit.release_lease and commit.state not in _RESTING,
-        "br": [[b.name, b.model_dump_json(exclude={"message_ids"})] for b in branches.values()],
+        "br": [[b.name, to_json(b, exclude={"message_ids"}).decode()] for b in branches.values()],
         "bm": [
             [b.name, pos, mid] for b in branches.values() for pos, mid in enumerate(b.message_ids)
         ],
-        "rp": [[n.id, n.model_dump_json()] for n in commit.replaced],
-        "ap": [[name, n.id, n.model_dump_json()] for name, n in appended],
+        "rp": [[n.id, to_json(n).decode()] for n in commit.replaced],
+        "ap": [[name, n.id, to_json(n).decode()] for name, n in appended],
         "s": [
             [
                 x.version,
@@ -724,8 +726,8 @@ class PostgresStore:
                     context.event_seq,
                     _ts(context.created_at),
                     _ts(context.updated_at),
-                    context.config.model_dump_json(),
-                    context.progress.model_dump_json(),
+                    to_json(context.config).decode(),
+                    to_json(context.progress).decode(),
                 ),
             )
             row = await cur.fetchone()
@@ -739,7 +741,7 @@ class PostgresStore:
                         "INSERT INTO messages (ctx, id, schema_version, body) "
                         "VALUES (%s, %s, %s, %s)",
                         [
-                            (seq, n.id, _V, n.model_dump_json())
+                            (seq, n.id, _V, to_json(n).decode())
                             for n in context.message_pool.values()
                         ],
                     )
@@ -755,7 +757,7 @@ class PostgresStore:
                     "INSERT INTO branches (ctx, name, schema_version, body) "
                     "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, name) DO UPDATE SET "
                     "schema_version = excluded.schema_version, body = excluded.body",
-                    (seq, b.name, _V, b.model_dump_json(exclude={"message_ids"})),
+                    (seq, b.name, _V, to_json(b, exclude={"message_ids"}).decode()),
                 )
                 if replace:
                     await c.execute(
@@ -807,7 +809,7 @@ class PostgresStore:
                 )
             data["message_ids"] = positions.get(name, [])
             try:
-                branches[name] = Branch.model_validate(data)
+                branches[name] = records.from_python(Branch, data)
             except ValidationError as exc:
                 raise StoreError(
                     f"{row}, column body: not a valid Branch record: {validation_problem(exc)}"
@@ -828,7 +830,7 @@ class PostgresStore:
         row = self._row(context_id, "messages", f"id {mid!r}")
         if version == _V:
             try:
-                node = MessageNode.model_validate_json(body, strict=True)
+                node = from_json(MessageNode, body, strict=True)
             except ValidationError as exc:
                 raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
         else:
@@ -873,11 +875,11 @@ class PostgresStore:
             data["schema_version"] = _V
         for column, model in (("config", ChatConfig), ("progress", TurnProgress)):
             try:  # strictly, as the SQLite store does
-                data[column] = model.model_validate_json(json.dumps(data[column]), strict=True)
+                data[column] = from_json(model, json.dumps(data[column]), strict=True)
             except ValidationError as exc:
                 raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
         try:
-            return ChatContext.model_validate(data)
+            return records.from_python(ChatContext, data)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             field = str(err["loc"][0]) if err["loc"] else ""
@@ -942,14 +944,14 @@ class PostgresStore:
             commit.state,
             _ts(commit.updated_at),
             commit.event_seq,
-            commit.progress.model_dump_json(),
+            to_json(commit.progress).decode(),
         ]
         if commit.active_branch is not None:
             sets += ", active_branch = %s"
             params.append(commit.active_branch)
         if commit.config is not None:
             sets += ", config = %s"
-            params.append(commit.config.model_dump_json())
+            params.append(to_json(commit.config).decode())
         update = (
             f"UPDATE contexts SET {sets} WHERE id = %s AND version = %s AND schema_version = %s "
             "RETURNING seq"
@@ -969,7 +971,7 @@ class PostgresStore:
         for node in commit.replaced:
             cur = await conn.execute(
                 "UPDATE messages SET schema_version = %s, body = %s WHERE ctx = %s AND id = %s",
-                (_V, node.model_dump_json(), seq, node.id),
+                (_V, to_json(node).decode(), seq, node.id),
             )
             if cur.rowcount != 1:
                 raise StoreError(
@@ -999,7 +1001,7 @@ class PostgresStore:
                     "INSERT INTO messages (ctx, id, schema_version, body) "
                     "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, id) DO UPDATE SET "
                     "schema_version = excluded.schema_version, body = excluded.body",
-                    [(seq, node.id, _V, node.model_dump_json()) for _, node in commit.appended],
+                    [(seq, node.id, _V, to_json(node).decode()) for _, node in commit.appended],
                 )
                 await c.executemany(
                     "INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version) "
@@ -1085,8 +1087,8 @@ class PostgresStore:
                 _ts(ctx.created_at),
                 _ts(ctx.updated_at),
                 ctx.event_seq,
-                ctx.config.model_dump_json(),
-                ctx.progress.model_dump_json(),
+                to_json(ctx.config).decode(),
+                to_json(ctx.progress).decode(),
                 row[0],
             ),
         )

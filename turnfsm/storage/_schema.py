@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import records
 from ..errors import SchemaVersionError, StoreError
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
 from ..states import State
@@ -150,7 +151,7 @@ def upcast_message(
 
 
 def message_from_record(body: str | bytes, version: int, *, where: str) -> MessageNode:
-    """A stored message (JSON text written by ``model_dump_json``) of ``version``.
+    """A stored message (JSON text written by ``records.to_json``) of ``version``.
 
     The current version is parsed straight from the text; an older one goes
     through the upcasters first.
@@ -158,16 +159,16 @@ def message_from_record(body: str | bytes, version: int, *, where: str) -> Messa
     v = check_version(version, where=where)
     try:
         if v == SCHEMA_VERSION:
-            return MessageNode.model_validate_json(body)
+            return records.from_json(MessageNode, body)
         data = _json_object(body, where=where)
-        return MessageNode.model_validate(upcast_message(data, v, where=where))
+        return records.from_python(MessageNode, upcast_message(data, v, where=where))
     except ValidationError as exc:
         raise StoreError(f"{where}: not a valid message record: {validation_problem(exc)}") from exc
 
 
 def context_from_document(document: str | bytes | dict[str, Any], *, where: str) -> ChatContext:
-    """A whole context as one JSON document (what ``ChatContext.model_dump_json``
-    writes: its own ``schema_version``, ``branches`` and ``message_pool``).
+    """A whole context as one JSON document (what ``records.to_json``
+    writes of a context: its own ``schema_version``, ``branches`` and ``message_pool``).
 
     Its branches and messages are of the document's version: each goes through
     its own upcasters, then the context record through the context upcasters.
@@ -190,7 +191,7 @@ def context_from_document(document: str | bytes | dict[str, Any], *, where: str)
         data = upcast_context(data, version, where=where)
         data["schema_version"] = SCHEMA_VERSION
     try:
-        return ChatContext.model_validate(data)
+        return records.from_python(ChatContext, data)
     except ValidationError as exc:
         raise StoreError(f"{where}: not a valid context record: {validation_problem(exc)}") from exc
 

@@ -8,7 +8,7 @@ Layout (one database file, WAL mode)::
                      config and progress as JSON, ...)
     branches         one row per branch, without its message ids (JSON)
     branch_messages  (context, branch, position) -> message id
-    messages         one row per message: ``MessageNode.model_dump_json()``
+    messages         one row per message: ``records.to_json(node)``
     steps            one row per committed transition, in order, with the
                      fencing token and owner of the lease it was committed
                      under (NULL without one; the columns are added to older
@@ -88,6 +88,7 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
+from .. import records
 from ..errors import (
     ContextNotFound,
     InvalidInput,
@@ -97,6 +98,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
+from ..records import from_json, to_json
 from ..states import RESTING
 from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
 from ._schema import (
@@ -666,8 +668,8 @@ class SQLiteStore:
                 context.event_seq,
                 _ts(context.created_at),
                 _ts(context.updated_at),
-                context.config.model_dump_json(),
-                context.progress.model_dump_json(),
+                to_json(context.config).decode(),
+                to_json(context.progress).decode(),
             ),
         )
         seq = cur.lastrowid
@@ -675,7 +677,7 @@ class SQLiteStore:
         self._put_branches(conn, seq, context.branches.values())
         conn.executemany(
             "INSERT INTO messages (ctx, id, schema_version, body) VALUES (?, ?, ?, ?)",
-            [(seq, n.id, _V, n.model_dump_json()) for n in context.message_pool.values()],
+            [(seq, n.id, _V, to_json(n).decode()) for n in context.message_pool.values()],
         )
 
     async def load(self, context_id: str) -> ChatContext:
@@ -741,7 +743,7 @@ class SQLiteStore:
         where the row is is made only for an error. Validating the bodies as one
         JSON array in a single call was measured no faster: the model's own
         validation is nearly all of the time (see docs/benchmarks.md)."""
-        validate = MessageNode.model_validate_json
+        validate = records.adapter(MessageNode).validate_json
         for mid, version, body in conn.execute(
             "SELECT id, schema_version, body FROM messages WHERE ctx = ? ORDER BY rowid", (seq,)
         ):
@@ -766,7 +768,7 @@ class SQLiteStore:
         _column(row, "body", body, str)
         if version == _V:
             try:
-                node = MessageNode.model_validate_json(body, strict=True)
+                node = from_json(MessageNode, body, strict=True)
             except ValidationError as exc:
                 raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
         else:
@@ -833,11 +835,11 @@ class SQLiteStore:
             data["schema_version"] = _V
         for column, model in (("config", ChatConfig), ("progress", TurnProgress)):
             try:  # strictly: a number stored as text is damage, not a number
-                data[column] = model.model_validate_json(json.dumps(data[column]), strict=True)
+                data[column] = from_json(model, json.dumps(data[column]), strict=True)
             except ValidationError as exc:
                 raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
         try:
-            return ChatContext.model_validate(data)
+            return records.from_python(ChatContext, data)
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             field = str(err["loc"][0]) if err["loc"] else ""
@@ -867,14 +869,14 @@ class SQLiteStore:
             commit.state,
             _ts(commit.updated_at),
             commit.event_seq,
-            commit.progress.model_dump_json(),
+            to_json(commit.progress).decode(),
         ]
         if commit.active_branch is not None:
             sets += ", active_branch = ?"
             params.append(commit.active_branch)
         if commit.config is not None:
             sets += ", config = ?"
-            params.append(commit.config.model_dump_json())
+            params.append(to_json(commit.config).decode())
         where = "WHERE id = ? AND version = ? AND schema_version = ?"
         params += [cid, commit.expected_version, _V]
         take = commit.take_lease if commit.lease_token is not None else None
@@ -890,8 +892,8 @@ class SQLiteStore:
         return _CommitRows(
             f"UPDATE contexts SET {sets} {where} RETURNING seq",
             params,
-            [(n.model_dump_json(), n.id) for n in commit.replaced],
-            [(name, n.id, n.model_dump_json()) for name, n in commit.appended],
+            [(to_json(n).decode(), n.id) for n in commit.replaced],
+            [(name, n.id, to_json(n).decode()) for name, n in commit.appended],
             [
                 (
                     s.version,
@@ -1016,8 +1018,8 @@ class SQLiteStore:
                 _ts(ctx.created_at),
                 _ts(ctx.updated_at),
                 ctx.event_seq,
-                ctx.config.model_dump_json(),
-                ctx.progress.model_dump_json(),
+                to_json(ctx.config).decode(),
+                to_json(ctx.progress).decode(),
                 row[0],
             ),
         )
@@ -1030,7 +1032,7 @@ class SQLiteStore:
                 "INSERT INTO branches (ctx, name, schema_version, body) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (ctx, name) DO UPDATE SET schema_version = excluded.schema_version, "
                 "body = excluded.body",
-                (seq, b.name, _V, b.model_dump_json(exclude={"message_ids"})),
+                (seq, b.name, _V, to_json(b, exclude={"message_ids"}).decode()),
             )
             if replace:
                 conn.execute(
@@ -1160,7 +1162,7 @@ class SQLiteStore:
     @staticmethod
     def _validate(model: type[_M], data: dict[str, Any], where: str) -> _M:
         try:
-            return model.model_validate(data)
+            return records.from_python(model, data)
         except ValidationError as exc:
             raise StoreError(
                 f"{where}: not a valid {model.__name__} record: {validation_problem(exc)}"
@@ -1351,7 +1353,7 @@ class SQLiteStore:
                     _column(where, "schema_version", version, int)
                     if version == _V:
                         try:
-                            node = MessageNode.model_validate_json(body, strict=True)
+                            node = from_json(MessageNode, body, strict=True)
                         except ValidationError as exc:
                             raise StoreError(
                                 f"{where}, column body: {validation_problem(exc)}"

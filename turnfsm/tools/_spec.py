@@ -45,6 +45,7 @@ import anyio.to_thread
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from turnfsm import records
 from turnfsm.errors import ToolDefinitionError
 from turnfsm.model import MAX_JSON_DEPTH, JSONProblem, ToolCallRequest, clean_json, clean_text
 
@@ -447,6 +448,8 @@ def _json_data(value: Any, path: str, depth: int) -> Any:
             return value.model_dump(mode="json")
         except Exception as exc:
             raise JSONProblem(path, f"{kind.__name__} cannot be dumped: {exc}") from None
+    if isinstance(value, records.RECORD_TYPES):  # a record of turnfsm: its own JSON form
+        return _json_data(records.to_python(value), path, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return _json_data(fields, path, depth)

@@ -4,6 +4,7 @@ then the context that holds it (:func:`build_context`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -114,12 +115,11 @@ class History:
         pos = batch.open.pop(call_id)
         self.answered.add(call_id)
         if denied is not None:
-            batch.calls[pos] = batch.calls[pos].model_copy(
-                update={
-                    "approval_status": ApprovalStatus.DENIED,
-                    "decided_by": "human",
-                    "reason": denied,
-                }
+            batch.calls[pos] = dataclasses.replace(
+                batch.calls[pos],
+                approval_status=ApprovalStatus.DENIED,
+                decided_by="human",
+                reason=denied,
             )
         self.messages.append(
             InternalMessage(
@@ -137,12 +137,11 @@ class History:
             return
         self.batch = None
         for call_id, pos in list(batch.open.items()):
-            batch.calls[pos] = batch.calls[pos].model_copy(
-                update={
-                    "approval_status": ApprovalStatus.DENIED,
-                    "decided_by": "system",
-                    "reason": "missing",
-                }
+            batch.calls[pos] = dataclasses.replace(
+                batch.calls[pos],
+                approval_status=ApprovalStatus.DENIED,
+                decided_by="system",
+                reason="missing",
             )
             self.answered.add(call_id)
             self.synthesized.add(call_id)
@@ -158,7 +157,7 @@ class History:
             )
         asked = self.messages[batch.index]
         if asked.tool_calls != batch.calls:
-            self.messages[batch.index] = asked.model_copy(update={"tool_calls": batch.calls})
+            self.messages[batch.index] = dataclasses.replace(asked, tool_calls=batch.calls)
 
     def finish(self) -> list[InternalMessage]:
         self._close()
@@ -175,8 +174,8 @@ def with_source(
         raise InvalidInput(path, "has no message to keep the source's fields on")
     first = messages[0]
     extra = merge_extra(dict(first.metadata.extra), {"source": source}, f"{path}[0]")
-    meta = first.metadata.model_copy(update={"extra": extra})
-    return [first.model_copy(update={"metadata": meta}), *messages[1:]]
+    meta = dataclasses.replace(first.metadata, extra=extra)
+    return [dataclasses.replace(first, metadata=meta), *messages[1:]]
 
 
 def build_context(
@@ -207,7 +206,7 @@ def build_context(
     times = [m.metadata.created_at for m in messages]
     config = ChatConfig(system_prompt_id=prompt.id if prompt else None, title=title)
     if model is not None:
-        config = config.model_copy(update={"model_id": model})
+        config = dataclasses.replace(config, model_id=model)
     return ChatContext(
         id=ctx_id,
         config=config,

@@ -1,0 +1,200 @@
+"""Copies that share nothing mutable: what the engine hands out (docs/architecture.md).
+
+Records are frozen, so a field of one cannot be set; but a record holds lists
+and dicts (a message's content, a call's arguments, a result, metadata), and
+those can be changed in place. :func:`detached` copies exactly those: every
+dict and list (and tuple) of JSON data, and every record that holds one;
+what cannot change (strings, numbers, enums, the content parts, a system
+prompt, turn progress) is shared. It is much cheaper than ``copy.deepcopy``
+and gives the same guarantee: changing the copy cannot change the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ._context import Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
+from ._message import (
+    FilePart,
+    ImagePart,
+    InternalMessage,
+    MessageMetadata,
+    MessageNode,
+    ReasoningItem,
+    TextPart,
+    TokenUsage,
+    ToolCallRequest,
+    ToolCallResult,
+)
+
+__all__ = ["detached"]
+
+T = TypeVar("T")
+
+
+def _json(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _json(v) for k, v in value.items()}
+    if kind is list:
+        return [_json(v) for v in value]
+    if kind is tuple:
+        return tuple(_json(v) for v in value)
+    return value
+
+
+def _usage(u: TokenUsage) -> TokenUsage:
+    return TokenUsage(u.prompt_tokens, u.completion_tokens, u.total_tokens, **_json(u.extras))
+
+
+def _metadata(m: MessageMetadata) -> MessageMetadata:
+    return MessageMetadata(
+        created_at=m.created_at,
+        model=m.model,
+        usage=None if m.usage is None else _usage(m.usage),
+        attempt=m.attempt,
+        iteration=m.iteration,
+        finish_reason=m.finish_reason,
+        cancelled=m.cancelled,
+        extra=_json(m.extra) if m.extra else {},
+        incomplete_reason=m.incomplete_reason,
+        logprobs=None if m.logprobs is None else _json(m.logprobs),
+    )
+
+
+def _call(c: ToolCallRequest) -> ToolCallRequest:
+    return ToolCallRequest(
+        id=c.id,
+        tool_name=c.tool_name,
+        arguments=_json(c.arguments),
+        approval_status=c.approval_status,
+        decided_by=c.decided_by,
+        reason=c.reason,
+        outcome_unknown=c.outcome_unknown,
+        raw_arguments=c.raw_arguments,
+        arguments_error=c.arguments_error,
+        provider_id=c.provider_id,
+    )
+
+
+def _result(r: ToolCallResult) -> ToolCallResult:
+    return ToolCallResult(request_id=r.request_id, result=_json(r.result), success=r.success)
+
+
+def _reasoning(r: ReasoningItem) -> ReasoningItem:
+    return ReasoningItem(id=r.id, summary=list(r.summary), encrypted_content=r.encrypted_content)
+
+
+def _message(m: InternalMessage) -> InternalMessage:
+    calls = m.tool_calls
+    result = m.tool_result
+    reasoning = m.reasoning
+    return InternalMessage(
+        role=m.role,
+        content=list(m.content),  # the parts themselves cannot change
+        tool_calls=None if calls is None else [_call(c) for c in calls],
+        tool_result=None if result is None else _result(result),
+        message_type=m.message_type,
+        metadata=_metadata(m.metadata),
+        thinking=m.thinking,
+        refusal=m.refusal,
+        reasoning=None if reasoning is None else [_reasoning(r) for r in reasoning],
+        phase=m.phase,
+    )
+
+
+def _node(n: MessageNode) -> MessageNode:
+    return MessageNode(id=n.id, message=_message(n.message), parent_id=n.parent_id)
+
+
+def _branch(b: Branch) -> Branch:
+    return Branch(
+        name=b.name,
+        message_ids=list(b.message_ids),
+        parent_message_id=b.parent_message_id,
+        forked_from=b.forked_from,
+        system_prompt=b.system_prompt,
+        user_prompt=b.user_prompt,
+    )
+
+
+def _config(c: ChatConfig) -> ChatConfig:
+    return ChatConfig(
+        model_id=c.model_id,
+        mode=c.mode,
+        parameters=_json(c.parameters),
+        system_prompt_id=c.system_prompt_id,
+        agent_role=c.agent_role,
+        workspace_path=c.workspace_path,
+        title=c.title,
+        tools=None if c.tools is None else list(c.tools),
+        archived=c.archived,
+        subtask_call=c.subtask_call,
+    )
+
+
+def _context(c: ChatContext) -> ChatContext:
+    return ChatContext(
+        schema_version=c.schema_version,
+        id=c.id,
+        parent_id=c.parent_id,
+        config=_config(c.config),
+        message_pool={k: _node(n) for k, n in c.message_pool.items()},
+        branches={k: _branch(b) for k, b in c.branches.items()},
+        active_branch_name=c.active_branch_name,
+        current_state=c.current_state,
+        created_at=c.created_at,
+        updated_at=c.updated_at,
+        version=c.version,
+        event_seq=c.event_seq,
+        progress=c.progress,  # frozen, and its one sequence is a tuple
+    )
+
+
+def _same(value: T) -> T:
+    return value
+
+
+_COPIERS: dict[type, Callable[[Any], Any]] = {
+    dict: _json,
+    list: _json,
+    tuple: _json,
+    InternalMessage: _message,
+    MessageNode: _node,
+    ToolCallRequest: _call,
+    ToolCallResult: _result,
+    MessageMetadata: _metadata,
+    TokenUsage: _usage,
+    ReasoningItem: _reasoning,
+    Branch: _branch,
+    ChatConfig: _config,
+    ChatContext: _context,
+    TextPart: _same,
+    ImagePart: _same,
+    FilePart: _same,
+    SystemPrompt: _same,
+    TurnProgress: _same,
+}
+
+
+def detached(value: T) -> T:
+    """``value`` copied so that the copy shares nothing that can change with it.
+
+    Records, and dicts, lists and tuples of them or of JSON data, are copied;
+    anything else is returned as it is (it must not change in place)."""
+    copier = _COPIERS.get(type(value))
+    if copier is None:
+        return value
+    if copier is _json:
+        return _items(value)  # type: ignore[no-any-return]
+    return copier(value)  # type: ignore[no-any-return]
+
+
+def _items(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: detached(v) for k, v in value.items()}
+    if kind is list:
+        return [detached(v) for v in value]
+    return tuple(detached(v) for v in value)
