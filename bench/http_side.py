@@ -53,7 +53,8 @@ from _common import (
 )
 from turnfsm_side import Handler, StreamingLLM, get_weather
 
-from turnfsm import ContentDelta, Engine, EventsMissed, State, StopReason, TurnCompleted, records
+from turnfsm import ContentDelta, Engine, State, StopReason, TurnCompleted, records
+from turnfsm.events import EventsMissed
 from turnfsm.model import MessageNode, to_chat_messages
 from turnfsm.testing import ScriptedLLM
 

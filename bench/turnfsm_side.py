@@ -62,12 +62,12 @@ from turnfsm import (  # noqa: E402
     ApprovalStatus,
     ContentDelta,
     Engine,
-    EventsMissed,
     State,
     StopReason,
     TurnCompleted,
     tool,
 )
+from turnfsm.events import EventsMissed  # noqa: E402
 
 try:
     from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ToolCallData

@@ -161,7 +161,8 @@ def test_record_command_writes_a_script_that_replays(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_questions_round_trip() -> None:
-    from turnfsm import AnswerNotAChoice, question_tool
+    from turnfsm import question_tool
+    from turnfsm.errors import AnswerNotAChoice
 
     clarify = question_tool("clarify", "Ask the user when unsure.")
     llm = ScriptedLLM(

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from turnfsm import Engine, MessageType, Mode, State, tool
+from turnfsm import Engine, Mode, State, tool
+from turnfsm.records import MessageType
 from turnfsm.replay import Recorder, ScriptError, parse_script, replay, run_script
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 

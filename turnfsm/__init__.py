@@ -2,11 +2,15 @@
 
 The public surface is what this module re-exports, for applications: the
 engine and what it returns, states, tools and approvals, the stores an
-application opens, the errors, the events it subscribes to and the model types
-it reads. Everything in a ``_module`` is private. See ``README.md`` for a tour.
+application opens, the errors it catches most, the events it reacts to most
+and the records it reads most. Everything in a ``_module`` is private. See
+``README.md`` for a tour.
 
-Authors of the other parts import from the package that defines them:
+The rest of each family lives in its public module, next to the names above:
 
+- every record type, and (de)serialising them: :mod:`turnfsm.records`;
+- every event kind: :mod:`turnfsm.events`;
+- every error: :mod:`turnfsm.errors`;
 - an LLM adapter: :mod:`turnfsm.adapters.llm` (:class:`LLM`, :class:`LLMRequest`,
   :class:`LLMResponse`, the deltas);
 - an enhancer: :mod:`turnfsm.enhancers` (:class:`Enhancer`, the request view,
@@ -17,7 +21,18 @@ Authors of the other parts import from the package that defines them:
   :class:`Trigger`, :class:`Transition`);
 - a clock: :mod:`turnfsm.engine` (:class:`Clock`, :class:`SystemClock`);
 - tests: :mod:`turnfsm.testing` (the scripted LLM, a fake clock, ids, replay).
+
+Names that earlier releases exported here and that now live only in their
+module (``turnfsm.TextPart``, ``turnfsm.Retrying``, ``turnfsm.LeaseLost``, ...)
+still resolve, with a ``DeprecationWarning`` that names their module
+(:data:`MOVED`).
 """
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
 
 from . import records
 from .engine import (
@@ -39,64 +54,32 @@ from .engine import (
     Worker,
 )
 from .errors import (
-    AnswerNotAChoice,
-    BranchError,
     ContextBusy,
-    ContextLeased,
     ContextNotFound,
-    EnhancerError,
     IllegalTransition,
     InvalidInput,
-    LeaseLost,
     LLMError,
-    NotAQuestion,
     NotAtRest,
-    PermanentLLMError,
-    QuestionNeedsAnswer,
-    RenderError,
-    SchemaVersionError,
     StoreError,
-    SubContextError,
-    TableError,
     ToolCallError,
-    ToolCallNotPending,
-    ToolDefinitionError,
-    TransientLLMError,
     TurnFSMError,
-    UnknownToolCall,
     VersionConflict,
 )
 from .events import (
     ContentDelta,
-    ContextChanged,
     Event,
-    EventsMissed,
     Failed,
-    MessageCompleted,
     QuestionAsked,
-    Retrying,
     StateChanged,
     ToolApprovalRequested,
-    ToolCallsRequested,
-    ToolResult,
     TurnCompleted,
 )
 from .model import (
     ApprovalStatus,
-    Branch,
-    ChatConfig,
     ChatContext,
-    ContentPart,
-    FilePart,
-    ImagePart,
     InternalMessage,
-    MessageMetadata,
     MessageNode,
-    MessageType,
     Role,
-    SystemPrompt,
-    TextPart,
-    TokenUsage,
     ToolCallRequest,
     ToolCallResult,
 )
@@ -107,84 +90,52 @@ from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question
 __version__ = "0.1.0"
 
 __all__ = [
-    "AnswerNotAChoice",
     "Approval",
     "ApprovalStatus",
-    "Branch",
-    "BranchError",
-    "ChatConfig",
     "ChatContext",
     "Child",
     "ChildInfo",
     "ContentDelta",
-    "ContentPart",
     "ContextBusy",
-    "ContextChanged",
-    "ContextLeased",
     "ContextNotFound",
     "Engine",
-    "EnhancerError",
     "Event",
-    "EventsMissed",
     "Failed",
-    "FilePart",
     "FilesStore",
     "FinalAnswer",
     "Finished",
     "IllegalTransition",
-    "ImagePart",
     "InternalMessage",
     "InvalidInput",
     "LLMError",
     "LLMSummarizer",
-    "LeaseLost",
     "MemoryStore",
-    "MessageCompleted",
-    "MessageMetadata",
     "MessageNode",
-    "MessageType",
     "Mode",
-    "NotAQuestion",
     "NotAtRest",
-    "PermanentLLMError",
     "Question",
     "QuestionAsked",
-    "QuestionNeedsAnswer",
     "Recovery",
-    "RenderError",
     "RetryPolicy",
-    "Retrying",
     "Role",
     "SQLiteStore",
-    "SchemaVersionError",
     "State",
     "StateChanged",
     "StopReason",
     "StoreError",
-    "SubContextError",
     "Subscription",
     "Summarizer",
     "SummaryFunction",
-    "SystemPrompt",
-    "TableError",
-    "TextPart",
-    "TokenUsage",
     "Tool",
     "ToolApprovalRequested",
     "ToolCallError",
-    "ToolCallNotPending",
     "ToolCallRequest",
     "ToolCallResult",
-    "ToolCallsRequested",
-    "ToolDefinitionError",
     "ToolOutcome",
     "ToolRegistry",
-    "ToolResult",
-    "TransientLLMError",
     "Turn",
     "TurnCompleted",
     "TurnFSMError",
-    "UnknownToolCall",
     "VersionConflict",
     "Worker",
     "__version__",
@@ -195,3 +146,66 @@ __all__ = [
     "subtask",
     "tool",
 ]
+
+MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "Branch",
+            "ChatConfig",
+            "ContentPart",
+            "FilePart",
+            "ImagePart",
+            "MessageMetadata",
+            "MessageType",
+            "SystemPrompt",
+            "TextPart",
+            "TokenUsage",
+        ),
+        "turnfsm.records",
+    ),
+    **dict.fromkeys(
+        (
+            "ContextChanged",
+            "EventsMissed",
+            "MessageCompleted",
+            "Retrying",
+            "ToolCallsRequested",
+            "ToolResult",
+        ),
+        "turnfsm.events",
+    ),
+    **dict.fromkeys(
+        (
+            "AnswerNotAChoice",
+            "BranchError",
+            "ContextLeased",
+            "EnhancerError",
+            "LeaseLost",
+            "NotAQuestion",
+            "PermanentLLMError",
+            "QuestionNeedsAnswer",
+            "RenderError",
+            "SchemaVersionError",
+            "SubContextError",
+            "TableError",
+            "ToolCallNotPending",
+            "ToolDefinitionError",
+            "TransientLLMError",
+            "UnknownToolCall",
+        ),
+        "turnfsm.errors",
+    ),
+}
+"""Names exported here by earlier releases, and the module each lives in now."""
+
+
+def __getattr__(name: str) -> Any:
+    home = MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'turnfsm' has no attribute {name!r}")
+    warnings.warn(
+        f"turnfsm.{name} moved to {home}: import it from there (from {home} import {name})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)

@@ -22,6 +22,7 @@ from .model import InternalMessage, ToolCallRequest
 __all__ = [
     "EVENT_ADAPTER",
     "ContentDelta",
+    "ContextChanged",
     "Event",
     "EventsMissed",
     "Failed",

@@ -20,23 +20,21 @@ from canonical import ALR, ATA, EXT, IDLE, PF, PLR, PUM, SLR, TF, trace_of
 import turnfsm.model
 from turnfsm import (
     ApprovalStatus,
-    BranchError,
     ChatContext,
     Engine,
-    FilePart,
-    ImagePart,
     InvalidInput,
     RetryPolicy,
     Role,
     State,
     StopReason,
-    TextPart,
     Tool,
     Turn,
     records,
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
+from turnfsm.errors import BranchError
+from turnfsm.records import FilePart, ImagePart, TextPart
 from turnfsm.testing import FakeClock, ScriptedLLM
 
 pytestmark = pytest.mark.anyio

@@ -10,18 +10,10 @@ from typing import Any
 import pytest
 from kit import make_engine
 
-from turnfsm import (
-    BranchError,
-    ContextChanged,
-    ContextNotFound,
-    Engine,
-    InvalidInput,
-    Mode,
-    NotAtRest,
-    State,
-    StopReason,
-)
+from turnfsm import ContextNotFound, Engine, InvalidInput, Mode, NotAtRest, State, StopReason
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+from turnfsm.errors import BranchError
+from turnfsm.events import ContextChanged
 from turnfsm.states import CHANGES, Change
 from turnfsm.storage import SQLiteStore, open_store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds

@@ -26,14 +26,13 @@ from turnfsm import (
     InvalidInput,
     RetryPolicy,
     State,
-    TextPart,
     ToolCallError,
-    ToolCallNotPending,
     TurnFSMError,
-    UnknownToolCall,
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
+from turnfsm.errors import ToolCallNotPending, UnknownToolCall
+from turnfsm.records import TextPart
 from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio

@@ -15,22 +15,25 @@ from turnfsm import (
     ContentDelta,
     Engine,
     Event,
-    EventsMissed,
     Failed,
     InvalidInput,
     MemoryStore,
-    MessageCompleted,
     RetryPolicy,
     StateChanged,
     StoreError,
     Subscription,
     ToolApprovalRequested,
-    ToolCallsRequested,
-    ToolResult,
     TurnCompleted,
     tool,
 )
-from turnfsm.events import EVENT_ADAPTER, event_bytes
+from turnfsm.events import (
+    EVENT_ADAPTER,
+    EventsMissed,
+    MessageCompleted,
+    ToolCallsRequested,
+    ToolResult,
+    event_bytes,
+)
 from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio

@@ -24,18 +24,16 @@ from turnfsm import (
     ApprovalStatus,
     ChatContext,
     Engine,
-    FilePart,
-    ImagePart,
     InvalidInput,
     RetryPolicy,
-    TextPart,
     Tool,
-    ToolResult,
     TurnCompleted,
     tool,
 )
 from turnfsm.adapters.inbound import import_context, parse_request
+from turnfsm.events import ToolResult
 from turnfsm.model import MAX_ID_LENGTH, MAX_JSON_BYTES, MAX_JSON_DEPTH
+from turnfsm.records import FilePart, ImagePart, TextPart
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 from turnfsm.tools import ToolError
 

@@ -22,18 +22,15 @@ from turnfsm import (
     ContentDelta,
     Engine,
     Failed,
-    PermanentLLMError,
     State,
-    ToolCallNotPending,
     ToolCallRequest,
-    ToolCallsRequested,
-    TransientLLMError,
     Turn,
     records,
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ThinkingDelta, ToolCallData
-from turnfsm.events import EVENT_ADAPTER
+from turnfsm.errors import PermanentLLMError, ToolCallNotPending, TransientLLMError
+from turnfsm.events import EVENT_ADAPTER, ToolCallsRequested
 from turnfsm.model import MAX_JSON_DEPTH, ChatContext
 from turnfsm.storage import SQLiteStore
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds

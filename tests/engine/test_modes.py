@@ -16,12 +16,10 @@ from canonical import ALR, EXT, IDLE, PF, PLR, PUM
 
 from turnfsm import (
     ApprovalStatus,
-    Branch,
     ChatContext,
     ContextBusy,
     Engine,
     InvalidInput,
-    MessageType,
     Mode,
     NotAtRest,
     SQLiteStore,
@@ -31,6 +29,7 @@ from turnfsm import (
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.enhancers import SystemPromptEnhancer, ToolDefinitionsEnhancer
 from turnfsm.model import ChatConfig
+from turnfsm.records import Branch, MessageType
 from turnfsm.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio

@@ -44,23 +44,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import turnfsm.model
 from turnfsm import (
-    Branch,
-    BranchError,
     ChatContext,
     Engine,
     Event,
     FinalAnswer,
     IllegalTransition,
     InvalidInput,
-    MessageType,
     Mode,
-    NotAQuestion,
     RetryPolicy,
     Role,
     State,
-    ToolCallNotPending,
     Turn,
-    UnknownToolCall,
     ask_user,
     records,
     subtask,
@@ -69,6 +63,8 @@ from turnfsm import (
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.engine import UNSET
 from turnfsm.enhancers._builtin import mode_block
+from turnfsm.errors import BranchError, NotAQuestion, ToolCallNotPending, UnknownToolCall
+from turnfsm.records import Branch, MessageType
 from turnfsm.states import CHANGES, RESTING, TRANSITIONS
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 

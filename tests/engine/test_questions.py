@@ -17,28 +17,30 @@ import pytest
 from canonical import ALR, ATA, EXT, IDLE, PLR, PUM
 
 from turnfsm import (
-    AnswerNotAChoice,
     ApprovalStatus,
     Engine,
     IllegalTransition,
     InvalidInput,
-    MessageType,
-    NotAQuestion,
     Question,
     QuestionAsked,
-    QuestionNeedsAnswer,
     State,
     StopReason,
     ToolApprovalRequested,
-    ToolCallNotPending,
-    ToolDefinitionError,
-    ToolResult,
-    UnknownToolCall,
     ask_user,
     question_tool,
     records,
     tool,
 )
+from turnfsm.errors import (
+    AnswerNotAChoice,
+    NotAQuestion,
+    QuestionNeedsAnswer,
+    ToolCallNotPending,
+    ToolDefinitionError,
+    UnknownToolCall,
+)
+from turnfsm.events import ToolResult
+from turnfsm.records import MessageType
 from turnfsm.storage import SQLiteStore
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 

@@ -23,7 +23,6 @@ from turnfsm import (
     Role,
     SQLiteStore,
     State,
-    SubContextError,
     ask_user,
     subtask,
     tool,
@@ -31,6 +30,7 @@ from turnfsm import (
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
 from turnfsm.engine import DEFAULT_SUMMARY_PROMPT
 from turnfsm.engine._children import start_child_finished
+from turnfsm.errors import SubContextError
 from turnfsm.model import SUMMARY_KEY
 from turnfsm.states import Change
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds

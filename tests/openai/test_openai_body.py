@@ -24,7 +24,7 @@ import pytest
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
-from turnfsm import Engine, ImagePart, TextPart, tool
+from turnfsm import Engine, tool
 from turnfsm.adapters.llm._openai_chat import chat_request_body
 from turnfsm.adapters.llm._openai_responses import (
     responses_input,
@@ -32,6 +32,7 @@ from turnfsm.adapters.llm._openai_responses import (
     responses_tools,
 )
 from turnfsm.model import LLMRequest
+from turnfsm.records import ImagePart, TextPart
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 GOLDEN = Path(__file__).parent / "golden"

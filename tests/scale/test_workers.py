@@ -309,7 +309,7 @@ async def test_on_postgresql_a_commit_under_a_claimed_over_lease_is_refused(
 ) -> None:
     """The fence: a writer whose lease another owner claimed since cannot commit,
     even at the right version; nothing of its commit is stored."""
-    from turnfsm import LeaseLost
+    from turnfsm.errors import LeaseLost
 
     async with engine_on(pg_url) as server:
         cid = await server.create_context()
