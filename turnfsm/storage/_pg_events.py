@@ -38,7 +38,7 @@ from typing import Any
 import anyio
 
 from ..errors import StoreError
-from ._eventlog import Deliver, LogNote, LogRow, OnConnect
+from ._logtypes import Deliver, LogNote, LogRow, OnConnect
 from ._postgres import check_connection, redact
 
 try:  # the optional dependency: ``turnfsm[postgres]``
