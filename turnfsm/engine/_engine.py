@@ -50,7 +50,7 @@ from ..model import (
     SystemPrompt,
 )
 from ..states import CHANGES, RESTING, State, TurnMachine
-from ..storage import MemoryStore, StepLog, Store
+from ..storage import MemoryStore, StepLog, Store, WorkQueue
 from ..tools import Tool, ToolRegistry
 from . import _calls, _children, _leases, _requests, _subcontexts
 from ._children import Child, ChildInfo, Finished, Summarizer
@@ -519,7 +519,7 @@ class Engine:
         """
         start = self._start_send(context_id, content, role, message_id)
         d = self._d
-        if getattr(d.store, "claim_expired", None) is None:
+        if not isinstance(d.store, WorkQueue):
             raise StoreError(
                 f"{d.store!r} cannot hand turns to workers (it has no claim_expired): "
                 "use a SQLite or PostgreSQL store, or send() to run the turn here"
@@ -646,11 +646,12 @@ class Engine:
         # context away from rest to one of the engines recovering at once; the
         # others skip it. Contexts it does not hand out are resumed only when
         # their holder is a dead process of this host (taken over at once).
-        claim = getattr(self.store, "claim_expired", None)
         claimed: set[str] | None = None
-        if claim is not None:
+        if isinstance(self.store, WorkQueue):
             d = self._d
-            leases = await claim(d.owner, d.lease_ttl, now=d.clock.time(), limit=None)
+            leases = await self.store.claim_expired(
+                d.owner, d.lease_ttl, now=d.clock.time(), limit=None
+            )
             claimed = {lease.context_id for lease in leases}
         for summary in await self.store.list_contexts():
             cid = summary.id

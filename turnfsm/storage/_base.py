@@ -32,11 +32,15 @@ from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 __all__ = [
     "Commit",
     "CommitsWithoutWaiting",
+    "ContextStore",
     "ContextSummary",
     "Lease",
+    "Leases",
     "LeasesInCommits",
     "StepLog",
     "Store",
+    "WorkDoorbell",
+    "WorkQueue",
     "lease_is_held",
 ]
 
@@ -144,7 +148,14 @@ class Commit:
 
 
 @runtime_checkable
-class Store(Protocol):
+class ContextStore(Protocol):
+    """The contexts and their committed history: what every store keeps.
+
+    A store states what it implements by naming the protocols as its bases
+    (``class MyStore(Store, WorkQueue)``): a type checker then holds it to
+    every method, and the engine tells what it can do with ``isinstance``.
+    """
+
     async def create(self, context: ChatContext) -> None:
         """Store a new context (version as given); an existing id is an error."""
         ...
@@ -171,7 +182,19 @@ class Store(Protocol):
 
     async def aclose(self) -> None: ...
 
-    # ------------------------------------------------------------------ leases
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids, in the order given (an id given twice
+        comes twice), without loading the rest of the context.
+        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
+        naming the first id the context does not hold."""
+        ...
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """One owner per running turn: the context's lease and its fencing token
+    (see the module's docstring). Every store of turnfsm has them; the engine
+    takes a lease around every call it runs."""
 
     async def acquire_lease(
         self,
@@ -203,13 +226,40 @@ class Store(Protocol):
         none or it was released."""
         ...
 
-    # ------------------------------------------------------------------ messages
 
-    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        """The messages with these ids, in the order given (an id given twice
-        comes twice), without loading the rest of the context.
-        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
-        naming the first id the context does not hold."""
+@runtime_checkable
+class Store(ContextStore, Leases, Protocol):
+    """What the engine needs of a store: its contexts (:class:`ContextStore`)
+    and their leases (:class:`Leases`)."""
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """A store that hands out work: the contexts left away from rest with no
+    live lease, each to one claimant (a :class:`~turnfsm.engine.Worker`, an
+    engine's ``recover``). An engine hands a turn to workers
+    (``Engine.hand_off``) only on a store that is one."""
+
+    async def claim_expired(
+        self, owner: str, ttl: float, *, now: float, limit: int | None = 100
+    ) -> list[Lease]:
+        """Take the leases of up to ``limit`` (None: all) contexts that are away
+        from rest (their state is not ``Idle``, ``AwaitingToolApproval`` or
+        ``PermanentFailure``) and whose lease was released, expired at ``now``,
+        or never taken, the longest waiting first: each with the next fencing
+        token, for ``ttl`` seconds. Claimants at the same moment get disjoint
+        sets."""
+        ...
+
+
+@runtime_checkable
+class WorkDoorbell(Protocol):
+    """A :class:`WorkQueue` that rings when work comes: a worker waits on it
+    between claims instead of sleeping its poll interval out."""
+
+    async def wait_for_work(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for a commit that hands a context off: True
+        when one came, False when the time is up."""
         ...
 
 

@@ -81,7 +81,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import SCHEMA_VERSION, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
@@ -453,7 +453,7 @@ def _parse_journal(
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore:
+class FilesStore(Store):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, lease_is_held
 
 __all__ = ["MemoryStore"]
 
@@ -27,7 +27,7 @@ class _Record:
     steps: list[StepLog] = field(default_factory=list)
 
 
-class MemoryStore:
+class MemoryStore(Store):
     leases_in_commits = True
     """``Commit.take_lease`` and ``Commit.release_lease`` are honoured (see
     :class:`~turnfsm.storage.LeasesInCommits`)."""

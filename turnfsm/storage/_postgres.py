@@ -58,7 +58,7 @@ from ..errors import (
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkDoorbell, WorkQueue
 from ._schema import (
     check_version,
     context_problems,
@@ -561,7 +561,7 @@ async def check_connection(conn: Any) -> None:
     await AsyncConnectionPool.check_connection(conn)
 
 
-class PostgresStore:
+class PostgresStore(Store, WorkQueue, WorkDoorbell):
     """A store in a PostgreSQL database (see the module docstring).
 
     ``url`` is a libpq connection URL (``postgresql://user:password@host:5432/db``;

@@ -98,7 +98,7 @@ from ..errors import (
 )
 from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkQueue, lease_is_held
 from ._schema import (
     check_version,
     context_problems,
@@ -260,7 +260,7 @@ def check_database_file(path: Path) -> None:
         )
 
 
-class SQLiteStore:
+class SQLiteStore(Store, WorkQueue):
     """A :class:`~turnfsm.storage.Store` in one SQLite database file.
 
     ``SQLiteStore("chats.db")`` opens (or creates) the file at once and raises
