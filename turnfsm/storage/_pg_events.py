@@ -39,7 +39,7 @@ import anyio
 
 from ..errors import StoreError
 from ._logtypes import Deliver, LogNote, LogRow, OnConnect
-from ._postgres import check_connection, redact
+from ._pg_schema import check_connection, redact
 
 try:  # the optional dependency: ``turnfsm[postgres]``
     import psycopg
