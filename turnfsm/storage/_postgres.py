@@ -77,8 +77,10 @@ from ._sql import (
     commit_rows,
     context_of,
     context_row,
+    in_order,
     message_of,
     pg,
+    positions,
     refused_update,
     step_of,
     ts,
@@ -401,25 +403,16 @@ class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
                     f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
         if rows.appended:
-            next_pos: dict[str, int] = {}
-            positions = []
-            for name, mid, _body in rows.appended:
-                pos = next_pos.get(name)
-                if pos is None:
-                    cur = await conn.execute(_NEXT_POSITION, (seq, name, seq, name))
-                    known, last = await cur.fetchone()
-                    if not known:
-                        raise StoreError(
-                            f"commit appends to unknown branch {name!r} of context {cid!r}"
-                        )
-                    pos = 0 if last is None else last + 1
-                next_pos[name] = pos + 1
-                positions.append((seq, name, pos, mid, _V))
+            last = {}
+            for name in dict.fromkeys(name for name, _, _ in rows.appended):
+                cur = await conn.execute(_NEXT_POSITION, (seq, name, seq, name))
+                last[name] = await cur.fetchone()
+            placed = positions(commit, seq, rows, last)
             async with conn.cursor() as c:
                 await c.executemany(
                     _UPSERT_MESSAGE, [(seq, mid, _V, body) for _name, mid, body in rows.appended]
                 )
-                await c.executemany(_INSERT_POSITIONS, positions)
+                await c.executemany(_INSERT_POSITIONS, placed)
         if rows.steps:
             async with conn.cursor() as c:
                 await c.executemany(_INSERT_STEPS, [(seq, _V, *step) for step in rows.steps])
@@ -540,13 +533,7 @@ class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
             }
 
         found: dict[str, MessageNode] = await self._read(read)
-        out = []
-        for mid in ids:
-            node = found.get(mid)
-            if node is None:
-                raise StoreError(f"context {context_id!r} has no message {mid!r}")
-            out.append(node)
-        return out
+        return in_order(context_id, ids, found)
 
     async def aclose(self) -> None:
         """Close the pool (and the doorbell's connection); harmless twice. A call

@@ -56,8 +56,10 @@ __all__ = [
     "commit_rows",
     "context_of",
     "context_row",
+    "in_order",
     "message_of",
     "pg",
+    "positions",
     "refused_update",
     "step_of",
     "ts",
@@ -363,6 +365,43 @@ def commit_rows(
             for s in commit.steps
         ],
     )
+
+
+def positions(
+    commit: Commit, seq: int, rows: CommitRows, last: dict[str, tuple[object, int | None]]
+) -> list[tuple[int, str, int, str, int]]:
+    """The ``branch_messages`` rows of a commit's appended messages, each at the
+    position after its branch's last (``last``: per branch appended to, what
+    :data:`NEXT_POSITION` read: whether it exists, its last position); a
+    StoreError for a branch that does not exist."""
+    next_pos: dict[str, int] = {}
+    out = []
+    for name, mid, _body in rows.appended:
+        pos = next_pos.get(name)
+        if pos is None:
+            known, before = last[name]
+            if not known:
+                raise StoreError(
+                    f"commit appends to unknown branch {name!r} of context {commit.context_id!r}"
+                )
+            pos = 0 if before is None else before + 1
+        next_pos[name] = pos + 1
+        out.append((seq, name, pos, mid, V))
+    return out
+
+
+def in_order(
+    context_id: str, ids: Sequence[str], found: dict[str, MessageNode]
+) -> list[MessageNode]:
+    """``load_messages``' answer: the messages found, in the order asked (an
+    id asked twice comes twice); a StoreError naming the first one missing."""
+    out = []
+    for mid in ids:
+        node = found.get(mid)
+        if node is None:
+            raise StoreError(f"context {context_id!r} has no message {mid!r}")
+        out.append(node)
+    return out
 
 
 def refused_update(

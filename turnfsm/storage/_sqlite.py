@@ -105,7 +105,9 @@ from ._sql import (
     commit_rows,
     context_of,
     context_row,
+    in_order,
     message_of,
+    positions,
     refused_update,
     step_of,
 )
@@ -362,23 +364,15 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                     f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
         if rows.appended:
-            next_pos: dict[str, int] = {}
-            positions = []
-            for name, mid, _body in rows.appended:
-                pos = next_pos.get(name)
-                if pos is None:
-                    known, last = conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
-                    if not known:
-                        raise StoreError(
-                            f"commit appends to unknown branch {name!r} of context {cid!r}"
-                        )
-                    pos = 0 if last is None else last + 1
-                next_pos[name] = pos + 1
-                positions.append((seq, name, pos, mid, _V))
+            last = {
+                name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
+                for name in dict.fromkeys(name for name, _, _ in rows.appended)
+            }
+            placed = positions(commit, seq, rows, last)
             conn.executemany(
                 UPSERT_MESSAGE, [(seq, mid, _V, body) for _name, mid, body in rows.appended]
             )
-            conn.executemany(INSERT_POSITIONS, positions)
+            conn.executemany(INSERT_POSITIONS, placed)
         if rows.steps:
             conn.executemany(INSERT_STEPS, [(seq, _V, *step) for step in rows.steps])
         take = commit.take_lease if commit.lease_token is not None else None
@@ -673,14 +667,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                     found[mid] = self._message(context_id, mid, version, body)
             return found
 
-        found = await self._run(read)
-        out = []
-        for mid in ids:
-            node = found.get(mid)
-            if node is None:
-                raise StoreError(f"context {context_id!r} has no message {mid!r}")
-            out.append(node)
-        return out
+        return in_order(context_id, ids, await self._run(read))
 
 
 _PUT_LEASE = (
