@@ -7,8 +7,9 @@ when a store first opens it (unless it is opened with ``create=False``); a
 database of an older layout is refused naming ``turnfsm db upgrade --store
 URL``, which applies the missing ones (:func:`upgrade`).
 
-This module, :mod:`turnfsm.storage._postgres` and
-:mod:`turnfsm.storage._pg_events` are the ones that import psycopg.
+This is the one module that imports psycopg (``pip install
+'turnfsm[postgres]'``): :mod:`turnfsm.storage._postgres` and
+:mod:`turnfsm.storage._pg_events` take it from here.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ apply it). Locks are taken in one order everywhere (a lease row before its
 context row). A load is one statement too, and so are a lease's acquire and
 a claim.
 
-Only this module and the ``_pg_*`` ones import psycopg (``pip install
-'turnfsm[postgres]'``).
+psycopg (``pip install 'turnfsm[postgres]'``) is imported by
+:mod:`turnfsm.storage._pg_schema` alone.
 """
 
 from __future__ import annotations
