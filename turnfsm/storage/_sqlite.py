@@ -17,6 +17,9 @@ Layout (one database file, WAL mode)::
                      released), fencing token, expiry (added to older files
                      when they are opened)
 
+The file's check before connecting and the table layout's migrations are
+:mod:`turnfsm.storage._sqlite_schema`'s.
+
 Every row carries the ``schema_version`` it was written with; on read, older
 rows go through the upcasters of :mod:`turnfsm.storage._schema` and newer ones
 are refused with :class:`~turnfsm.errors.SchemaVersionError`.
@@ -44,8 +47,9 @@ Threads: sqlite3 blocks, so the store runs its calls in two threads of its own,
 each with its own connection, fed by a queue (one hand-off per call, a test
 counts them): the writer takes every write and applies the writes waiting
 together as one group, one transaction and one sync (group commit, across
-contexts); the reader runs the reads. See "plumbing" below for how a write that
-fails leaves the others of its group alone. ``python -m tests.storage.test_sqlite``
+contexts); the reader runs the reads. :mod:`turnfsm.storage._sqlite_threads`
+(the store's base class) says how a write that fails leaves the others of its
+group alone. ``python -m tests.storage.test_sqlite``
 prints what a commit costs called directly and through the hand-off.
 
 A damaged file is never overwritten: before connecting, the header is checked
