@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import StoreError
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Store",
     "WorkDoorbell",
     "WorkQueue",
+    "in_order",
     "lease_is_held",
 ]
 
@@ -301,3 +303,17 @@ def lease_is_held(
     unless ``take_over`` names its token. A released lease (``holder`` None)
     and the owner's own lease hold no one out."""
     return holder is not None and holder != owner and now < expires_at and token != take_over
+
+
+def in_order(
+    context_id: str, ids: Sequence[str], found: dict[str, MessageNode]
+) -> list[MessageNode]:
+    """``load_messages``' answer: the messages found, in the order asked (an
+    id asked twice comes twice); a StoreError naming the first one missing."""
+    out = []
+    for mid in ids:
+        node = found.get(mid)
+        if node is None:
+            raise StoreError(f"context {context_id!r} has no message {mid!r}")
+        out.append(node)
+    return out

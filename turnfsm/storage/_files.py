@@ -77,7 +77,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
 from ._files_records import (
     _dumps,
     _index_of,
@@ -666,11 +666,4 @@ class FilesStore(Store):
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
         """The messages with these ids (this backend reads the context to find them)."""
-        pool = (await self.load(context_id)).message_pool
-        out = []
-        for mid in ids:
-            node = pool.get(mid)
-            if node is None:
-                raise StoreError(f"context {context_id!r} has no message {mid!r}")
-            out.append(node)
-        return out
+        return in_order(context_id, ids, (await self.load(context_id)).message_pool)

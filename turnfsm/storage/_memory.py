@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
 
 __all__ = ["MemoryStore"]
 
@@ -210,12 +210,4 @@ class MemoryStore(Store):
     # ------------------------------------------------------------------ messages
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        pool = self._get(context_id).pool
-        return [_pick(pool, context_id, mid) for mid in ids]
-
-
-def _pick(pool: dict[str, MessageNode], context_id: str, mid: str) -> MessageNode:
-    try:
-        return pool[mid]
-    except KeyError:
-        raise StoreError(f"context {context_id!r} has no message {mid!r}") from None
+        return in_order(context_id, ids, self._get(context_id).pool)

@@ -46,7 +46,7 @@ from typing import Any
 from ..errors import ContextNotFound, LeaseLost, StoreError
 from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkDoorbell, WorkQueue
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkDoorbell, WorkQueue, in_order
 from ._pg_schema import (
     MIGRATIONS,
     STORE_FORMAT,
@@ -77,7 +77,6 @@ from ._sql import (
     commit_rows,
     context_of,
     context_row,
-    in_order,
     message_of,
     pg,
     positions,

@@ -56,7 +56,6 @@ __all__ = [
     "commit_rows",
     "context_of",
     "context_row",
-    "in_order",
     "message_of",
     "pg",
     "positions",
@@ -387,20 +386,6 @@ def positions(
             pos = 0 if before is None else before + 1
         next_pos[name] = pos + 1
         out.append((seq, name, pos, mid, V))
-    return out
-
-
-def in_order(
-    context_id: str, ids: Sequence[str], found: dict[str, MessageNode]
-) -> list[MessageNode]:
-    """``load_messages``' answer: the messages found, in the order asked (an
-    id asked twice comes twice); a StoreError naming the first one missing."""
-    out = []
-    for mid in ids:
-        node = found.get(mid)
-        if node is None:
-            raise StoreError(f"context {context_id!r} has no message {mid!r}")
-        out.append(node)
     return out
 
 

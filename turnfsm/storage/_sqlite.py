@@ -87,7 +87,7 @@ from pydantic import ValidationError
 from ..errors import ContextNotFound, InvalidInput, LeaseLost, StoreError
 from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkQueue, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkQueue, in_order, lease_is_held
 from ._schema import check_version, context_problems, summary_of_config
 from ._sql import (
     DELETE_POSITIONS,
@@ -109,7 +109,6 @@ from ._sql import (
     commit_rows,
     context_of,
     context_row,
-    in_order,
     message_of,
     positions,
     refused_update,
