@@ -87,8 +87,8 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),
-    "psycopg": ("turnfsm.storage._postgres", "turnfsm.storage._pg_events"),
-    "psycopg_pool": ("turnfsm.storage._postgres", "turnfsm.storage._pg_events"),
+    "psycopg": ("turnfsm.storage._pg_schema",),
+    "psycopg_pool": ("turnfsm.storage._pg_schema",),
     "uvicorn": ("turnfsm.server",),
     "jinja2": ("turnfsm.server._web",),
 }

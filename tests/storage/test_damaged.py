@@ -328,7 +328,7 @@ async def test_a_journal_that_does_not_match_the_metadata_is_not_applied(tmp_pat
     await two_contexts(store)
     folder = tmp_path / "contexts" / "rich"
     edit_json(folder / META, set_key("version", value=40))
-    from turnfsm.storage._files import _journal_bytes
+    from turnfsm.storage._files_records import _journal_bytes
 
     journal = _journal_bytes("rich", 3, 4, [("metadata.json", b"{}")], None)
     (folder / "commit.journal").write_bytes(journal)
@@ -603,7 +603,7 @@ def test_helpers_are_honest(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["../x.json", "steps.jsonl", ".lock", "messages/../metadata.json"])
 async def test_a_journal_naming_another_file_is_refused(tmp_path: Path, name: str) -> None:
-    from turnfsm.storage._files import _journal_bytes
+    from turnfsm.storage._files_records import _journal_bytes
 
     store = FilesStore(tmp_path)
     rich = await two_contexts(store)

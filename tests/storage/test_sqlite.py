@@ -530,7 +530,7 @@ async def test_an_old_context_row_is_upgraded_on_commit(
 ) -> None:
     """With a pretend version 2 and an upcaster 1 -> 2: a version-1 row loads
     through the upcaster, and the first commit rewrites the row at version 2."""
-    from turnfsm.storage import _schema, _sqlite
+    from turnfsm.storage import _schema, _sql, _sqlite
 
     path = db_path(tmp_path)
     store = SQLiteStore(path)
@@ -547,6 +547,7 @@ async def test_an_old_context_row_is_upgraded_on_commit(
     monkeypatch.setattr(_schema, "CONTEXT_UPCASTERS", chain)
     monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(_sqlite, "_V", 2)
+    monkeypatch.setattr(_sql, "V", 2)
     store = SQLiteStore(path)
     try:
         loaded = await store.load("old")

@@ -24,7 +24,7 @@ import pytest
 
 from turnfsm.errors import LeaseLost, StoreError, VersionConflict
 from turnfsm.model import Role
-from turnfsm.storage import SQLiteStore, _sqlite
+from turnfsm.storage import SQLiteStore, _sqlite_threads
 
 from .contract import empty_context, make_commit, msg
 
@@ -310,12 +310,12 @@ def test_the_writer_ends_when_its_store_is_gone(tmp_path: Path) -> None:
         assert store._writeq is not None
         return store._writeq.thread
 
-    saved = _sqlite._Worker.IDLE_CHECK
-    _sqlite._Worker.IDLE_CHECK = 0.05
+    saved = _sqlite_threads._Worker.IDLE_CHECK
+    _sqlite_threads._Worker.IDLE_CHECK = 0.05
     try:
         thread = anyio.run(main)
         gc.collect()
         thread.join(30)
         assert not thread.is_alive()
     finally:
-        _sqlite._Worker.IDLE_CHECK = saved
+        _sqlite_threads._Worker.IDLE_CHECK = saved

@@ -18,14 +18,13 @@ from ._log import (
     Actor,
     AuditRecord,
     CommittedStep,
-    VerifyResult,
     actor_of,
     audit_jsonl,
     audit_records,
     creation_order,
     records_from_audit_lines,
-    verify_audit_log,
 )
+from ._verify import VerifyResult, verify_audit_log
 
 __all__ = [
     "ACTORS",

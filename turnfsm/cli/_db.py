@@ -1,10 +1,13 @@
-"""``turnfsm db upgrade --store URL``: bring a store's table layout up to date.
+"""``turnfsm db upgrade --store URL``: bring a store's tables up to date.
 
-A PostgreSQL store keeps the version of its table layout
-(``turnfsm_meta.store_format``); a turnfsm that needs a newer layout refuses
-to open it and names this command. It applies the missing migrations in one
-transaction (an empty database gets them all) and says what it did. SQLite,
-files and memory stores bring their layout up to date when they are opened:
+A SQLite or PostgreSQL store keeps the version of its table layout
+(``turnfsm_meta.store_format``); the command applies the migrations it lacks
+in one transaction (a new file or an empty database gets them all), then
+makes the tables the HTTP server and the workers keep beside the store (the
+event log and the tenants) if they are missing, and says what it did. A
+turnfsm that needs a newer PostgreSQL layout refuses to open it and names
+this command; a SQLite store also applies its migrations when it is opened.
+Files and memory stores bring their layout up to date when they are opened:
 for them the command only says so.
 """
 
@@ -15,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import StoreError
+from ..errors import InvalidInput, StoreError
 from ._errors import CLIError, guarded
 
 __all__ = ["add_parser"]
@@ -27,13 +30,15 @@ def add_parser(sub: Any) -> None:
     )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     up = verbs.add_parser(
-        "upgrade", help="apply the store layout's missing migrations (PostgreSQL)"
+        "upgrade",
+        help="apply the store layout's missing migrations and make the server's tables "
+        "(SQLite, PostgreSQL)",
     )
     up.add_argument(
         "--store",
         metavar="URL",
         required=True,
-        help="the store to upgrade: postgresql://user@host:5432/db",
+        help="the store to upgrade: sqlite:///path.db or postgresql://user@host:5432/db",
     )
     p.set_defaults(run=guarded("turnfsm db", _run))
 
@@ -41,22 +46,25 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     url: str = args.store
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in ("postgresql", "postgres"):
-        if scheme in ("sqlite", "files", "memory"):
-            print(f"{url}: a {scheme}:// store brings its layout up to date when opened")
-            return 0
-        raise CLIError(f"--store: {url!r} is not a store URL (postgresql://user@host/db)")
-    from ..storage._postgres import STORE_FORMAT, redact, upgrade
+    if scheme in ("files", "memory"):
+        print(f"{url}: a {scheme}:// store brings its layout up to date when opened")
+        return 0
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        raise CLIError(
+            f"--store: {url!r} is not a store URL (sqlite:///path.db, postgresql://user@host/db)"
+        )
+    from ..storage._upgrade import upgrade_store
 
     try:
-        before, after = anyio.run(upgrade, url)
-    except StoreError as exc:
+        done = anyio.run(upgrade_store, url)
+    except (StoreError, InvalidInput) as exc:
         raise CLIError(f"--store: {exc}") from exc
+    name, before, after = done.store, done.before, done.after
     if before == after:
-        print(f"{redact(url)}: store format {after}, up to date")
+        print(f"{name}: store format {after}, up to date")
     elif before == 0:
-        print(f"{redact(url)}: made a turnfsm store, format {after}")
+        print(f"{name}: made a turnfsm store, format {after}")
     else:
-        print(f"{redact(url)}: upgraded the store from format {before} to {after}")
-    assert after == STORE_FORMAT
+        print(f"{name}: upgraded the store from format {before} to {after}")
+    print(f"{name}: the server's tables (server_events, server_context_tenants) are in place")
     return 0

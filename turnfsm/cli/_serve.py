@@ -23,6 +23,7 @@ from typing import Any
 from ..engine import Engine, RetryPolicy
 from ..engine._leases import DEFAULT_LEASE_TTL
 from ..errors import InvalidInput
+from ..storage import WorkQueue
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option, open_cli_store
@@ -209,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
         max_turns_per_tenant=args.max_turns_per_tenant,
         turns=args.turns,
     )
-    if args.turns == "workers" and getattr(store, "claim_expired", None) is None:
+    if args.turns == "workers" and not isinstance(store, WorkQueue):
         raise CLIError(
             f"--turns workers: the store {url} cannot hand turns to workers; "
             "use a SQLite or PostgreSQL store"

@@ -25,6 +25,7 @@ import anyio
 
 from ..engine import Engine, RetryPolicy, Worker
 from ..relay import EventRelay
+from ..storage import WorkQueue
 from ..storage._eventlog import open_event_log
 from ._errors import CLIError, count, guarded, seconds
 from ._serve import add_model_options, load_tools, model_of
@@ -70,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     llm, tools = model_of(args)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
-    if getattr(store, "claim_expired", None) is None:
+    if not isinstance(store, WorkQueue):
         raise CLIError(f"--store: {url} cannot hand out work; use a SQLite or PostgreSQL store")
     engine = Engine(
         llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl

@@ -38,7 +38,7 @@ from ..model import (
     detached,
 )
 from ..states import CHANGES, State, TurnMachine
-from ..storage import StepLog, Store
+from ..storage import StepLog, Store, WorkQueue
 from ..tools import Tool, ToolRegistry
 from . import _calls, _leases, _recovery, _requests, _subcontexts
 from ._clock import Clock
@@ -342,7 +342,7 @@ class Engine(ContextManagement):
         """
         start = self._start_send(context_id, content, role, message_id)
         d = self._d
-        if getattr(d.settings.store, "claim_expired", None) is None:
+        if not isinstance(d.settings.store, WorkQueue):
             raise StoreError(
                 f"{d.settings.store!r} cannot hand turns to workers (it has no claim_expired): "
                 "use a SQLite or PostgreSQL store, or send() to run the turn here"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ContextBusy, ContextLeased, StoreError, TurnFSMError
 from ..states import RESTING, State
+from ..storage import WorkQueue
 from . import _leases
 from ._turn import Turn
 
@@ -46,11 +47,11 @@ async def recover(engine: EngineAPI) -> Recovery:
     # context away from rest to one of the engines recovering at once; the
     # others skip it. Contexts it does not hand out are resumed only when
     # their holder is a dead process of this host (taken over at once).
-    claim = getattr(engine.store, "claim_expired", None)
     claimed: set[str] | None = None
-    if claim is not None:
+    store = engine.store
+    if isinstance(store, WorkQueue):
         d = engine._d
-        leases = await claim(
+        leases = await store.claim_expired(
             d.settings.owner, d.settings.lease_ttl, now=d.settings.clock.time(), limit=None
         )
         claimed = {lease.context_id for lease in leases}

@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 
 from ..errors import InvalidInput, StoreError, TurnFSMError
-from ..storage import Lease
+from ..storage import Lease, WorkDoorbell, WorkQueue
 from . import _calls, _subcontexts
 from ._turn import Turn
 
@@ -66,8 +66,7 @@ class Worker:
         for name, value in (("poll", poll), ("grace", grace)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidInput(name, f"must be a number of seconds > 0, not {value!r}")
-        claim = getattr(engine.store, "claim_expired", None)
-        if claim is None:
+        if not isinstance(engine.store, WorkQueue):
             raise StoreError(
                 f"{engine.store!r} cannot hand out work (it has no claim_expired): "
                 "a worker needs a SQLite or PostgreSQL store"
@@ -76,8 +75,10 @@ class Worker:
         self.concurrency = concurrency
         self.poll = float(poll)
         self.grace = float(grace)
-        self._claim: Any = claim
-        self._doorbell: Any = getattr(engine.store, "wait_for_work", None)
+        self._claim: Any = engine.store.claim_expired
+        self._doorbell: Any = (
+            engine.store.wait_for_work if isinstance(engine.store, WorkDoorbell) else None
+        )
         self._running: set[str] = set()
         self._wake = anyio.Event()
         self._stopping = anyio.Event()

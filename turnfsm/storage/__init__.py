@@ -9,11 +9,15 @@ it needs ``turnfsm[postgres]``).
 from ._base import (
     Commit,
     CommitsWithoutWaiting,
+    ContextStore,
     ContextSummary,
     Lease,
+    Leases,
     LeasesInCommits,
     StepLog,
     Store,
+    WorkDoorbell,
+    WorkQueue,
 )
 from ._files import FilesStore
 from ._memory import MemoryStore
@@ -23,14 +27,18 @@ from ._url import open_store
 __all__ = [
     "Commit",
     "CommitsWithoutWaiting",
+    "ContextStore",
     "ContextSummary",
     "FilesStore",
     "Lease",
+    "Leases",
     "LeasesInCommits",
     "MemoryStore",
     "SQLiteStore",
     "StepLog",
     "Store",
+    "WorkDoorbell",
+    "WorkQueue",
     "open_store",
 ]
 

@@ -27,16 +27,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import StoreError
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
 __all__ = [
     "Commit",
     "CommitsWithoutWaiting",
+    "ContextStore",
     "ContextSummary",
     "Lease",
+    "Leases",
     "LeasesInCommits",
     "StepLog",
     "Store",
+    "WorkDoorbell",
+    "WorkQueue",
+    "in_order",
     "lease_is_held",
 ]
 
@@ -144,7 +150,14 @@ class Commit:
 
 
 @runtime_checkable
-class Store(Protocol):
+class ContextStore(Protocol):
+    """The contexts and their committed history: what every store keeps.
+
+    A store states what it implements by naming the protocols as its bases
+    (``class MyStore(Store, WorkQueue)``): a type checker then holds it to
+    every method, and the engine tells what it can do with ``isinstance``.
+    """
+
     async def create(self, context: ChatContext) -> None:
         """Store a new context (version as given); an existing id is an error."""
         ...
@@ -171,7 +184,19 @@ class Store(Protocol):
 
     async def aclose(self) -> None: ...
 
-    # ------------------------------------------------------------------ leases
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids, in the order given (an id given twice
+        comes twice), without loading the rest of the context.
+        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
+        naming the first id the context does not hold."""
+        ...
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """One owner per running turn: the context's lease and its fencing token
+    (see the module's docstring). Every store of turnfsm has them; the engine
+    takes a lease around every call it runs."""
 
     async def acquire_lease(
         self,
@@ -203,13 +228,40 @@ class Store(Protocol):
         none or it was released."""
         ...
 
-    # ------------------------------------------------------------------ messages
 
-    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        """The messages with these ids, in the order given (an id given twice
-        comes twice), without loading the rest of the context.
-        :class:`ContextNotFound` for an unknown context; :class:`StoreError`
-        naming the first id the context does not hold."""
+@runtime_checkable
+class Store(ContextStore, Leases, Protocol):
+    """What the engine needs of a store: its contexts (:class:`ContextStore`)
+    and their leases (:class:`Leases`)."""
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """A store that hands out work: the contexts left away from rest with no
+    live lease, each to one claimant (a :class:`~turnfsm.engine.Worker`, an
+    engine's ``recover``). An engine hands a turn to workers
+    (``Engine.hand_off``) only on a store that is one."""
+
+    async def claim_expired(
+        self, owner: str, ttl: float, *, now: float, limit: int | None = 100
+    ) -> list[Lease]:
+        """Take the leases of up to ``limit`` (None: all) contexts that are away
+        from rest (their state is not ``Idle``, ``AwaitingToolApproval`` or
+        ``PermanentFailure``) and whose lease was released, expired at ``now``,
+        or never taken, the longest waiting first: each with the next fencing
+        token, for ``ttl`` seconds. Claimants at the same moment get disjoint
+        sets."""
+        ...
+
+
+@runtime_checkable
+class WorkDoorbell(Protocol):
+    """A :class:`WorkQueue` that rings when work comes: a worker waits on it
+    between claims instead of sleeping its poll interval out."""
+
+    async def wait_for_work(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for a commit that hands a context off: True
+        when one came, False when the time is up."""
         ...
 
 
@@ -251,3 +303,17 @@ def lease_is_held(
     unless ``take_over`` names its token. A released lease (``holder`` None)
     and the owner's own lease hold no one out."""
     return holder is not None and holder != owner and now < expires_at and token != take_over
+
+
+def in_order(
+    context_id: str, ids: Sequence[str], found: dict[str, MessageNode]
+) -> list[MessageNode]:
+    """``load_messages``' answer: the messages found, in the order asked (an
+    id asked twice comes twice); a StoreError naming the first one missing."""
+    out = []
+    for mid in ids:
+        node = found.get(mid)
+        if node is None:
+            raise StoreError(f"context {context_id!r} has no message {mid!r}")
+        out.append(node)
+    return out

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode, detached
-from ._base import Commit, ContextSummary, Lease, StepLog, lease_is_held
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
 
 __all__ = ["MemoryStore"]
 
@@ -34,7 +34,7 @@ class _Record:
     steps: list[StepLog] = field(default_factory=list)
 
 
-class MemoryStore:
+class MemoryStore(Store):
     leases_in_commits = True
     """``Commit.take_lease`` and ``Commit.release_lease`` are honoured (see
     :class:`~turnfsm.storage.LeasesInCommits`)."""
@@ -213,12 +213,4 @@ class MemoryStore:
     # ------------------------------------------------------------------ messages
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        pool = self._get(context_id).pool
-        return [detached(_pick(pool, context_id, mid)) for mid in ids]
-
-
-def _pick(pool: dict[str, MessageNode], context_id: str, mid: str) -> MessageNode:
-    try:
-        return pool[mid]
-    except KeyError:
-        raise StoreError(f"context {context_id!r} has no message {mid!r}") from None
+        return [detached(node) for node in in_order(context_id, ids, self._get(context_id).pool)]

@@ -24,8 +24,8 @@ A listener is one connection of its own (``LISTEN``); when it breaks, it
 connects again after a second and says so (``on_connect``), and the caller
 reads the log for what it may have missed.
 
-This module and :mod:`turnfsm.storage._postgres` are the ones that import
-psycopg.
+psycopg comes from :mod:`turnfsm.storage._pg_schema`, the one module that
+imports it.
 """
 
 from __future__ import annotations
@@ -38,15 +38,8 @@ from typing import Any
 import anyio
 
 from ..errors import StoreError
-from ._eventlog import Deliver, LogNote, LogRow, OnConnect
-from ._postgres import check_connection, redact
-
-try:  # the optional dependency: ``turnfsm[postgres]``
-    import psycopg
-    from psycopg_pool import AsyncConnectionPool
-except ModuleNotFoundError:  # pragma: no cover - open_event_log is reached through a store
-    psycopg = None  # type: ignore[assignment]
-    AsyncConnectionPool = None  # type: ignore[assignment,misc]
+from ._logtypes import Deliver, LogNote, LogRow, OnConnect
+from ._pg_schema import AsyncConnectionPool, check_connection, psycopg, redact
 
 __all__ = ["MAX_PAYLOAD", "PostgresEventLog", "parse_payload", "payloads"]
 

@@ -9,12 +9,12 @@ strictly on read; an error names the database, the table, the row and the
 column.
 
 The table layout itself is versioned: ``turnfsm_meta.store_format`` is the
-number of :data:`MIGRATIONS` applied. A new, empty database gets them all
-when the store first opens it (unless it is opened with ``create=False``);
-a database of an older layout is refused with a
-:class:`~turnfsm.errors.StoreError` naming ``turnfsm db upgrade --store URL``,
-which applies the missing ones (:func:`upgrade`); a newer one is a
-:class:`~turnfsm.errors.SchemaVersionError` (upgrade turnfsm).
+number of :data:`MIGRATIONS` applied (:mod:`turnfsm.storage._pg_schema`). A
+new, empty database gets them all when the store first opens it (unless it
+is opened with ``create=False``); a database of an older layout is refused
+with a :class:`~turnfsm.errors.StoreError` naming ``turnfsm db upgrade
+--store URL``, which applies the missing ones (:func:`upgrade`); a newer one
+is a :class:`~turnfsm.errors.SchemaVersionError` (upgrade turnfsm).
 
 A commit is one statement on a connection of a ``psycopg_pool`` pool: the
 ``turnfsm_commit`` function of the layout, given the commit as one JSON
@@ -31,59 +31,60 @@ apply it). Locks are taken in one order everywhere (a lease row before its
 context row). A load is one statement too, and so are a lease's acquire and
 a claim.
 
-Only this module imports psycopg (``pip install 'turnfsm[postgres]'``).
+psycopg (``pip install 'turnfsm[postgres]'``) is imported by
+:mod:`turnfsm.storage._pg_schema` alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import select
-import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import anyio
-from pydantic import ValidationError
-
-from .. import records
-from ..errors import (
-    ContextNotFound,
-    LeaseLost,
-    SchemaVersionError,
-    StoreError,
-    VersionConflict,
-)
-from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
-from ..records import from_json, to_json
+from ..errors import ContextNotFound, LeaseLost, StoreError
+from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
+from ..records import to_json
 from ..states import RESTING
-from ._base import Commit, ContextSummary, Lease, StepLog
-from ._schema import (
-    check_version,
-    context_problems,
-    json_object_column,
-    json_path,
-    message_from_record,
-    step_detail_column,
-    step_problem,
-    summary_of_config,
-    upcast_branch,
-    upcast_context,
-    validation_problem,
+from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkDoorbell, WorkQueue, in_order
+from ._pg_schema import (
+    MIGRATIONS,
+    STORE_FORMAT,
+    WORK_CHANNEL,
+    PostgresDatabase,
+    check_connection,
+    psycopg,
+    redact,
+    said,
+    upgrade,
 )
-
-try:  # the optional dependency: ``turnfsm[postgres]``
-    import psycopg
-    from psycopg_pool import AsyncConnectionPool
-except ModuleNotFoundError as _missing:  # pragma: no cover - depends on the install
-    psycopg = None  # type: ignore[assignment]
-    AsyncConnectionPool = None  # type: ignore[assignment,misc]
-    _IMPORT_ERROR: ModuleNotFoundError | None = _missing
-else:
-    _IMPORT_ERROR = None
+from ._schema import check_version, context_problems, summary_of_config
+from ._sql import (
+    DELETE_POSITIONS,
+    HEAD_COLUMNS,
+    INSERT_CONTEXT,
+    INSERT_MESSAGE,
+    INSERT_POSITIONS,
+    INSERT_STEPS,
+    NEXT_POSITION,
+    RELEASE,
+    RENEW,
+    REPLACE_MESSAGE,
+    UPSERT_BRANCH,
+    UPSERT_MESSAGE,
+    Places,
+    branch_of,
+    commit_rows,
+    context_of,
+    context_row,
+    message_of,
+    pg,
+    positions,
+    refused_update,
+    step_of,
+    ts,
+)
 
 __all__ = [
     "MIGRATIONS",
@@ -98,245 +99,6 @@ __all__ = [
 _V = SCHEMA_VERSION
 _RESTING = frozenset(s.value for s in RESTING)
 
-WORK_CHANNEL = "turnfsm_work"
-"""The channel a commit that hands a context off (away from rest, its lease
-released) notifies in its transaction: the workers' doorbell."""
-
-MIGRATIONS: tuple[str, ...] = (
-    # 1: the tables of the SQLite store
-    """
-    CREATE TABLE turnfsm_meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    );
-    CREATE TABLE contexts (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        schema_version INTEGER NOT NULL,
-        version BIGINT NOT NULL,
-        state TEXT NOT NULL,
-        parent_id TEXT,
-        active_branch TEXT NOT NULL,
-        event_seq BIGINT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        config TEXT NOT NULL,
-        progress TEXT NOT NULL
-    );
-    CREATE TABLE branches (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        body TEXT NOT NULL,
-        UNIQUE (ctx, name)
-    );
-    CREATE TABLE branch_messages (
-        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
-        branch TEXT NOT NULL,
-        pos INTEGER NOT NULL,
-        message_id TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        PRIMARY KEY (ctx, branch, pos)
-    );
-    CREATE TABLE messages (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
-        id TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        body TEXT NOT NULL,
-        UNIQUE (ctx, id)
-    );
-    CREATE TABLE steps (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        ctx BIGINT NOT NULL REFERENCES contexts (seq) ON DELETE CASCADE,
-        schema_version INTEGER NOT NULL,
-        version BIGINT NOT NULL,
-        from_state TEXT NOT NULL,
-        trigger TEXT NOT NULL,
-        to_state TEXT NOT NULL,
-        at TEXT NOT NULL,
-        detail TEXT
-    );
-    CREATE INDEX steps_by_context ON steps (ctx, seq);
-    CREATE TABLE leases (
-        context_id TEXT PRIMARY KEY,
-        owner TEXT,
-        token BIGINT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    );
-    """,
-    # 2: what claim_expired looks for: contexts away from rest, by their lease
-    """
-    CREATE INDEX contexts_not_resting ON contexts (seq)
-        WHERE state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure');
-    """,
-    # 3: the fencing token and owner of the lease each step was committed under
-    # (NULL for older rows and for commits without a lease)
-    """
-    ALTER TABLE steps ADD COLUMN lease_token BIGINT, ADD COLUMN lease_owner TEXT;
-    """,
-    # 4: a commit and a claim as one statement each (one round trip): what
-    # PostgresStore._commit_tx and claim_expired's three statements do, in
-    # functions (a commit's fields given as one JSON document). A commit that
-    # misses (a lost lease, a version conflict, an older row, an unknown branch
-    # or replaced message) raises with SQLSTATE TF001 (the lease: DETAIL is the
-    # current token) or TF002 (anything else), so that nothing of it is
-    # stored; the store then says why.
-    """
-    CREATE FUNCTION turnfsm_commit(p JSONB) RETURNS BIGINT LANGUAGE plpgsql AS $$
-    DECLARE
-        p_id TEXT := p->>'id';
-        p_schema INTEGER := (p->>'sv')::INTEGER;
-        p_token BIGINT := (p->>'tk')::BIGINT;
-        p_owner TEXT := p->>'ow';
-        p_take_token BIGINT := (p->>'tt')::BIGINT;
-        p_take_owner TEXT := p->>'to';
-        p_release BOOLEAN := (p->>'rl')::BOOLEAN;
-        v_seq BIGINT;
-        v_token BIGINT;
-        v_n BIGINT;
-    BEGIN
-        -- the lease first (its row before the context's): taken from the token
-        -- just before, released or ours; or else its token checked under a lock
-        IF p_take_token IS NOT NULL THEN
-            INSERT INTO leases AS l (context_id, owner, token, expires_at)
-            VALUES (p_id, CASE WHEN p_release THEN NULL ELSE p_take_owner END, p_take_token,
-                (p->>'te')::DOUBLE PRECISION)
-            ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner,
-                token = excluded.token, expires_at = excluded.expires_at
-            WHERE l.token = p_take_token - 1 AND (l.owner IS NULL OR l.owner = p_take_owner)
-            RETURNING token INTO v_token;
-            IF v_token IS NULL THEN
-                SELECT token INTO v_token FROM leases WHERE context_id = p_id;
-                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
-                    DETAIL = coalesce(v_token::TEXT, '');
-            END IF;
-        ELSIF p_token IS NOT NULL THEN
-            SELECT token INTO v_token FROM leases WHERE context_id = p_id FOR UPDATE;
-            IF v_token IS NULL OR v_token <= 0 OR v_token <> p_token THEN
-                RAISE EXCEPTION 'turnfsm: lease lost' USING ERRCODE = 'TF001',
-                    DETAIL = coalesce(v_token::TEXT, '');
-            END IF;
-        END IF;
-        UPDATE contexts SET version = (p->>'v')::BIGINT, state = p->>'st',
-            updated_at = p->>'at', event_seq = (p->>'es')::BIGINT, progress = p->>'pg',
-            active_branch = coalesce(p->>'ab', active_branch),
-            config = coalesce(p->>'cf', config)
-        WHERE id = p_id AND version = (p->>'ev')::BIGINT AND schema_version = p_schema
-        RETURNING seq INTO v_seq;
-        IF v_seq IS NULL THEN
-            RAISE EXCEPTION 'turnfsm: version check missed' USING ERRCODE = 'TF002';
-        END IF;
-        IF jsonb_array_length(p->'br') > 0 THEN
-            INSERT INTO branches (ctx, name, schema_version, body)
-            SELECT v_seq, e->>0, p_schema, e->>1 FROM jsonb_array_elements(p->'br') AS e
-            ON CONFLICT (ctx, name) DO UPDATE SET
-                schema_version = excluded.schema_version, body = excluded.body;
-            DELETE FROM branch_messages WHERE ctx = v_seq
-                AND branch IN (SELECT e->>0 FROM jsonb_array_elements(p->'br') AS e);
-            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
-            SELECT v_seq, e->>0, (e->>1)::INTEGER, e->>2, p_schema
-            FROM jsonb_array_elements(p->'bm') AS e;
-        END IF;
-        IF jsonb_array_length(p->'rp') > 0 THEN
-            UPDATE messages AS m SET schema_version = p_schema, body = e->>1
-            FROM jsonb_array_elements(p->'rp') AS e
-            WHERE m.ctx = v_seq AND m.id = e->>0;
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            IF v_n <> jsonb_array_length(p->'rp') THEN
-                RAISE EXCEPTION 'turnfsm: a replaced message is not stored'
-                    USING ERRCODE = 'TF002';
-            END IF;
-        END IF;
-        IF jsonb_array_length(p->'ap') > 0 THEN
-            IF EXISTS (SELECT 1 FROM jsonb_array_elements(p->'ap') AS e WHERE NOT EXISTS (
-                    SELECT 1 FROM branches WHERE ctx = v_seq AND name = e->>0)) THEN
-                RAISE EXCEPTION 'turnfsm: an unknown branch' USING ERRCODE = 'TF002';
-            END IF;
-            INSERT INTO messages (ctx, id, schema_version, body)
-            SELECT v_seq, e->>1, p_schema, e->>2 FROM jsonb_array_elements(p->'ap') AS e
-            ON CONFLICT (ctx, id) DO UPDATE SET
-                schema_version = excluded.schema_version, body = excluded.body;
-            INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version)
-            SELECT v_seq, t.b, (coalesce(
-                    (SELECT max(pos) FROM branch_messages
-                     WHERE ctx = v_seq AND branch = t.b), -1)
-                + row_number() OVER (PARTITION BY t.b ORDER BY t.o))::INTEGER, t.i, p_schema
-            FROM (SELECT e->>0 AS b, e->>1 AS i, o
-                  FROM jsonb_array_elements(p->'ap') WITH ORDINALITY AS x (e, o)) AS t
-            ORDER BY t.o;
-        END IF;
-        IF jsonb_array_length(p->'s') > 0 THEN
-            INSERT INTO steps (ctx, schema_version, version, from_state, trigger, to_state, at,
-                detail, lease_token, lease_owner)
-            SELECT v_seq, p_schema, (e->>0)::BIGINT, e->>1, e->>2, e->>3, e->>4, e->>5,
-                p_token, CASE WHEN p_token IS NULL THEN NULL ELSE p_owner END
-            FROM jsonb_array_elements(p->'s') AS e;
-        END IF;
-        IF p_take_token IS NULL AND p_release AND p_token IS NOT NULL THEN
-            UPDATE leases SET owner = NULL WHERE context_id = p_id AND token = p_token;
-        END IF;
-        IF (p->>'nt')::BOOLEAN THEN
-            PERFORM pg_notify('turnfsm_work', '');
-        END IF;
-        RETURN v_seq;
-    END
-    $$;
-    CREATE FUNCTION turnfsm_claim(
-        p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION, p_limit BIGINT
-    ) RETURNS TABLE (context_id TEXT, token BIGINT) LANGUAGE plpgsql AS $$
-    #variable_conflict use_column
-    DECLARE
-        v_id TEXT;
-        v_token BIGINT;
-        v_taken BIGINT := 0;
-    BEGIN
-        -- the contexts away from rest (the resting states written out as
-        -- migration 2's index has them, so that the index can serve), the
-        -- longest waiting first; each one's lease taken if it is free
-        -- (released, expired, or never leased: its row made, token 0) and no
-        -- other claim holds its lock (SKIP LOCKED), until p_limit are taken
-        -- (NULL: all). One lease row looked up at a time, by its key, rather
-        -- than a join of every lease.
-        FOR v_id IN
-            SELECT c.id FROM contexts AS c
-            WHERE c.state NOT IN ('Idle', 'AwaitingToolApproval', 'PermanentFailure')
-            ORDER BY c.updated_at, c.seq
-        LOOP
-            EXIT WHEN p_limit IS NOT NULL AND v_taken >= p_limit;
-            SELECT l.token INTO v_token FROM leases AS l
-            WHERE l.context_id = v_id AND (l.owner IS NULL OR l.expires_at <= p_now)
-            FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                -- held, locked by another claim, or never leased: only the
-                -- last gets its row here (made and locked by this insert)
-                CONTINUE WHEN EXISTS (SELECT 1 FROM leases AS l WHERE l.context_id = v_id);
-                INSERT INTO leases AS l (context_id, owner, token, expires_at)
-                VALUES (v_id, NULL, 0, 0) ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
-                RETURNING l.token INTO v_token;
-                CONTINUE WHEN NOT FOUND;
-            END IF;
-            UPDATE leases AS l SET owner = p_owner, token = v_token + 1, expires_at = p_expires
-            WHERE l.context_id = v_id;
-            v_taken := v_taken + 1;
-            context_id := v_id;
-            token := v_token + 1;
-            RETURN NEXT;
-        END LOOP;
-    END
-    $$;
-    """,
-)
-"""The table layout's migrations, in order; ``store_format`` counts those applied."""
-
-STORE_FORMAT = len(MIGRATIONS)
-"""The layout this turnfsm reads and writes (``turnfsm_meta.store_format``)."""
-
-_HEAD_COLUMNS = (
-    "seq, schema_version, id, parent_id, config, active_branch, state, created_at, "
-    "updated_at, version, event_seq, progress"
-)
 _LOAD = (
     "SELECT c.seq, c.schema_version, c.id, c.parent_id, c.config, c.active_branch, c.state, "
     "c.created_at, c.updated_at, c.version, c.event_seq, c.progress, "
@@ -368,99 +130,17 @@ _ACQUIRE = (
 )
 """acquire_lease in one statement: whether the context exists, and the new
 token (NULL when another owner holds the lease: ``lease_is_held``)."""
-_COLUMN_OF = {"active_branch_name": "active_branch", "current_state": "state"}
-
-_LOCK_KEY = 0x7475726E66736D  # "turnfsm": the advisory lock migrations are applied under
-
-
-def _need_psycopg() -> None:
-    if _IMPORT_ERROR is not None:
-        raise StoreError(
-            "postgresql:// stores need psycopg 3 and psycopg-pool: pip install 'turnfsm[postgres]'"
-        ) from _IMPORT_ERROR
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://..."
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _said(exc: BaseException) -> str:
-    """An error of psycopg or libpq on one line (libpq's span several)."""
-    return " ".join(str(exc).split())
-
-
-def _ts(value: datetime) -> str:
-    return value.isoformat()
-
-
-def _upgrade_hint(url: str) -> str:
-    return f"turnfsm db upgrade --store {redact(url)}"
-
-
-async def _format_of(conn: Any, url: str) -> int | None:
-    """The database's ``store_format``; ``None`` for a database without turnfsm's
-    tables; a StoreError for a database of something else."""
-    cur = await conn.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-    )
-    tables = {r[0] for r in await cur.fetchall()}
-    if "turnfsm_meta" not in tables:
-        if tables & {"contexts", "messages", "steps"}:
-            raise StoreError(
-                f"{redact(url)}: tables of something else ({', '.join(sorted(tables))}), "
-                "not a turnfsm store; it was left untouched"
-            )
-        return None
-    cur = await conn.execute("SELECT value FROM turnfsm_meta WHERE key = 'store_format'")
-    row = await cur.fetchone()
-    try:
-        return int(row[0]) if row is not None else -1
-    except ValueError:
-        return -1
-
-
-async def upgrade(url: str, *, to: int = STORE_FORMAT) -> tuple[int, int]:
-    """Apply the migrations a database lacks, up to ``to`` (all by default), in one
-    transaction under an advisory lock: ``(format before, format after)``; a
-    database without turnfsm's tables gets them all. A newer layout than this
-    turnfsm knows is a SchemaVersionError."""
-    _need_psycopg()
-    if not 1 <= to <= STORE_FORMAT:
-        raise StoreError(f"no store format {to}: this turnfsm knows 1 to {STORE_FORMAT}")
-    try:
-        async with (
-            await psycopg.AsyncConnection.connect(url, connect_timeout=10) as conn,
-            conn.transaction(),
-        ):
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            found = await _format_of(conn, url)
-            before = found or 0
-            if before < 0:
-                raise StoreError(f"{redact(url)}: the turnfsm store has no valid store_format")
-            if before > STORE_FORMAT:
-                raise SchemaVersionError(f"{redact(url)} (store format)", before, STORE_FORMAT)
-            for number in range(before + 1, to + 1):
-                await conn.execute(MIGRATIONS[number - 1].encode())
-            after = max(before, to)
-            if after != before:
-                await conn.execute(
-                    "INSERT INTO turnfsm_meta (key, value) VALUES ('store_format', %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(after),),
-                )
-            return before, after
-    except psycopg.Error as exc:
-        raise StoreError(f"{redact(url)}: cannot upgrade the store: {_said(exc)}") from exc
-
+_INSERT_CONTEXT = pg(INSERT_CONTEXT)
+_UPSERT_BRANCH = pg(UPSERT_BRANCH)
+_DELETE_POSITIONS = pg(DELETE_POSITIONS)
+_INSERT_POSITIONS = pg(INSERT_POSITIONS)
+_INSERT_MESSAGE = pg(INSERT_MESSAGE)
+_UPSERT_MESSAGE = pg(UPSERT_MESSAGE)
+_REPLACE_MESSAGE = pg(REPLACE_MESSAGE)
+_NEXT_POSITION = pg(NEXT_POSITION)
+_INSERT_STEPS = pg(INSERT_STEPS)
+_RELEASE = pg(RELEASE)
+_RENEW = pg(RENEW)
 
 _COMMIT = "SELECT turnfsm_commit(%s::jsonb)"
 """A commit as one statement (the function of migration 4), its fields as one
@@ -488,7 +168,7 @@ def _commit_document(commit: Commit) -> str | None:
         "v": commit.version,
         "sv": _V,
         "st": commit.state,
-        "at": _ts(commit.updated_at),
+        "at": ts(commit.updated_at),
         "es": commit.event_seq,
         "pg": to_json(commit.progress).decode(),
         "ab": commit.active_branch,
@@ -515,7 +195,7 @@ def _commit_document(commit: Commit) -> str | None:
                 x.from_state,
                 x.trigger,
                 x.to_state,
-                _ts(x.at),
+                ts(x.at),
                 None if x.detail is None else json.dumps(x.detail, ensure_ascii=False),
             ]
             for x in commit.steps
@@ -543,27 +223,7 @@ def _current(exc: Any) -> int | None:
     return found if found > 0 else None
 
 
-async def check_connection(conn: Any) -> None:
-    """The pool's check of a connection it is about to hand out: raise if the
-    server dropped it, so that the pool replaces it. A healthy idle connection
-    has nothing to read, so it is passed without a round trip; one the server
-    ended (a restart, ``pg_terminate_backend``, an idle timeout) has its error
-    or end of file waiting, and one in any other state is suspect: those are
-    asked ``""`` (psycopg_pool's own check)."""
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    pgconn = conn.pgconn
-    if pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        try:
-            readable, _, _ = select.select([pgconn.socket], [], [], 0)
-        except (OSError, ValueError, psycopg.Error):
-            readable = [True]
-        if not readable:
-            return
-    await AsyncConnectionPool.check_connection(conn)
-
-
-class PostgresStore:
+class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
     """A store in a PostgreSQL database (see the module docstring).
 
     ``url`` is a libpq connection URL (``postgresql://user:password@host:5432/db``;
@@ -577,158 +237,21 @@ class PostgresStore:
     def __init__(
         self, url: str, *, create: bool = True, min_size: int = 1, max_size: int = 8
     ) -> None:
-        _need_psycopg()
-        self.url = url
-        self.create_missing = create
-        self._min_size = min_size
-        self._max_size = max_size
-        self._pool: Any = None
-        self._opening: anyio.Lock | None = None
-        self._closed = False
+        super().__init__(url, create=create, min_size=min_size, max_size=max_size)
+        self._places = Places(redact(url))
         self._listener: Any = None
         """The connection that listens on WORK_CHANNEL (``wait_for_work``)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)!r})"
 
-    # ------------------------------------------------------------------ opening
-
-    async def _get_pool(self) -> Any:
-        if self._closed:
-            raise StoreError(f"{redact(self.url)}: the store is closed")
-        if self._pool is not None:
-            return self._pool
-        if self._opening is None:
-            self._opening = anyio.Lock()
-        async with self._opening:
-            if self._pool is None:
-                await self._check_layout()
-                pool = AsyncConnectionPool(
-                    self.url,
-                    min_size=self._min_size,
-                    max_size=self._max_size,
-                    open=False,
-                    kwargs={"autocommit": True},
-                    name="turnfsm",
-                    # a connection the server dropped (a restart, an idle
-                    # timeout) is replaced before it is handed out
-                    check=check_connection,
-                )
-                try:
-                    await pool.open(wait=True, timeout=30)
-                except Exception as exc:
-                    await pool.close()
-                    raise StoreError(f"{redact(self.url)}: cannot connect: {_said(exc)}") from exc
-                self._pool = pool
-        return self._pool
-
-    async def _check_layout(self) -> None:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=10, autocommit=True
-            ) as conn:
-                found = await _format_of(conn, self.url)
-        except psycopg.Error as exc:
-            raise StoreError(f"{redact(self.url)}: cannot connect: {_said(exc)}") from exc
-        if found is None:
-            if not self.create_missing:
-                raise StoreError(
-                    f"{redact(self.url)}: no turnfsm store in this database (it is not "
-                    f"created here; make it with `{_upgrade_hint(self.url)}`)"
-                )
-            await upgrade(self.url)
-            return
-        if found < 0:
-            raise StoreError(f"{redact(self.url)}: the turnfsm store has no valid store_format")
-        if found > STORE_FORMAT:
-            raise SchemaVersionError(f"{redact(self.url)} (store format)", found, STORE_FORMAT)
-        if found < STORE_FORMAT:
-            raise StoreError(
-                f"{redact(self.url)}: the store's layout is format {found}, this turnfsm "
-                f"needs {STORE_FORMAT}; run `{_upgrade_hint(self.url)}`"
-            )
-
-    def check_now(self) -> None:
-        """Connect and check the layout at once, as the first call would (making
-        it in an empty database unless opened with ``create=False``): for a
-        caller that wants a bad URL or an old layout to fail before it starts.
-        Blocking; it runs on a thread and event loop of its own, so it may be
-        called with or without a running loop."""
-        failure: list[BaseException] = []
-
-        def check() -> None:
-            try:
-                asyncio.run(self._check_layout())
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=check, name="turnfsm-pg-check")
-        thread.start()
-        thread.join()
-        if failure:
-            raise failure[0]
-
-    async def store_format(self) -> int:
-        """The database's ``store_format`` (after the checks of opening)."""
-
-        async def read(conn: Any) -> int:
-            found = await _format_of(conn, self.url)
-            return found or 0
-
-        found: int = await self._run(read)
-        return found
-
-    async def _run(self, fn: Any, *, transaction: bool = False) -> Any:
-        """``await fn(conn)`` on a pooled connection (in one transaction when
-        ``transaction``); psycopg's errors become StoreErrors naming the database."""
-        pool = await self._get_pool()
-        try:
-            async with pool.connection() as conn:
-                if transaction:
-                    async with conn.transaction():
-                        return await fn(conn)
-                return await fn(conn)
-        except psycopg.Error as exc:
-            raise StoreError(f"{redact(self.url)}: {type(exc).__name__}: {_said(exc)}") from exc
-
-    async def _read(self, fn: Any) -> Any:
-        """``fn`` in a read-only REPEATABLE READ transaction: one snapshot."""
-
-        async def snapshot(conn: Any) -> Any:
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            return await fn(conn)
-
-        return await self._run(snapshot, transaction=True)
-
-    def _where(self, context_id: str, what: str = "") -> str:
-        return f"{redact(self.url)}: context {context_id!r}{what}"
-
-    def _row(self, context_id: str, table: str, key: str = "") -> str:
-        key = f", {key}" if key else ""
-        return f"{redact(self.url)}: table {table}, row (context {context_id!r}{key})"
-
     # ------------------------------------------------------------------ Store
 
     async def create(self, context: ChatContext) -> None:
         async def create(conn: Any) -> None:
             cur = await conn.execute(
-                "INSERT INTO contexts (id, schema_version, version, state, parent_id, "
-                "active_branch, event_seq, created_at, updated_at, config, progress) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (id) DO NOTHING RETURNING seq",
-                (
-                    context.id,
-                    _V,
-                    context.version,
-                    context.current_state,
-                    context.parent_id,
-                    context.active_branch_name,
-                    context.event_seq,
-                    _ts(context.created_at),
-                    _ts(context.updated_at),
-                    to_json(context.config).decode(),
-                    to_json(context.progress).decode(),
-                ),
+                _INSERT_CONTEXT + " ON CONFLICT (id) DO NOTHING RETURNING seq",
+                context_row(context),
             )
             row = await cur.fetchone()
             if row is None:
@@ -738,8 +261,7 @@ class PostgresStore:
             if context.message_pool:
                 async with conn.cursor() as c:
                     await c.executemany(
-                        "INSERT INTO messages (ctx, id, schema_version, body) "
-                        "VALUES (%s, %s, %s, %s)",
+                        _INSERT_MESSAGE,
                         [
                             (seq, n.id, _V, to_json(n).decode())
                             for n in context.message_pool.values()
@@ -754,20 +276,14 @@ class PostgresStore:
         async with conn.cursor() as c:
             for b in branches:
                 await c.execute(
-                    "INSERT INTO branches (ctx, name, schema_version, body) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, name) DO UPDATE SET "
-                    "schema_version = excluded.schema_version, body = excluded.body",
+                    _UPSERT_BRANCH,
                     (seq, b.name, _V, to_json(b, exclude={"message_ids"}).decode()),
                 )
                 if replace:
-                    await c.execute(
-                        "DELETE FROM branch_messages WHERE ctx = %s AND branch = %s",
-                        (seq, b.name),
-                    )
+                    await c.execute(_DELETE_POSITIONS, (seq, b.name))
                 if b.message_ids:
                     await c.executemany(
-                        "INSERT INTO branch_messages (ctx, branch, pos, message_id, "
-                        "schema_version) VALUES (%s, %s, %s, %s, %s)",
+                        _INSERT_POSITIONS,
                         [(seq, b.name, i, mid, _V) for i, mid in enumerate(b.message_ids)],
                     )
 
@@ -786,105 +302,35 @@ class PostgresStore:
 
     def _context_of_load(self, context_id: str, found: Sequence[Any]) -> ChatContext:
         """The context of a row of ``_LOAD``, every part validated strictly."""
+        places = self._places
         head = found[:12]
         bm_branch, bm_ids, bm_versions, br_names, br_versions, br_bodies = found[12:18]
         m_ids, m_versions, m_bodies = found[18:21]
-        ctx = self._context_of(head)
+        ctx = context_of(places, head, check_columns=False)
         positions: dict[str, list[str]] = {}
         for branch, mid, version in zip(
             bm_branch or (), bm_ids or (), bm_versions or (), strict=True
         ):
             if version != _V:
-                check_version(version, where=self._where(context_id, f", branch {branch!r}"))
+                check_version(version, where=places.where(context_id, f", branch {branch!r}"))
             positions.setdefault(branch, []).append(mid)
         branches: dict[str, Branch] = {}
         for name, version, body in zip(
             br_names or (), br_versions or (), br_bodies or (), strict=True
         ):
-            row = self._row(context_id, "branches", f"name {name!r}")
-            data = json_object_column(body, f"{row}, column body")
-            if version != _V:
-                data = upcast_branch(
-                    data, version, where=self._where(context_id, f", branch {name!r}")
-                )
-            data["message_ids"] = positions.get(name, [])
-            try:
-                branches[name] = records.from_python(Branch, data)
-            except ValidationError as exc:
-                raise StoreError(
-                    f"{row}, column body: not a valid Branch record: {validation_problem(exc)}"
-                ) from exc
+            branches[name] = branch_of(
+                places, context_id, name, version, body, positions.get(name, [])
+            )
         pool: dict[str, MessageNode] = {}
         for mid, version, body in zip(m_ids or (), m_versions or (), m_bodies or (), strict=True):
-            pool[mid] = self._message(context_id, mid, version, body)
+            pool[mid] = message_of(places, context_id, mid, version, body)
         ctx.branches = branches
         ctx.message_pool = pool
         problems = context_problems(ctx)
         if problems:
             loc, problem = problems[0]
-            raise StoreError(f"{self._place(context_id, loc)}: {problem}")
+            raise StoreError(f"{places.place(context_id, loc)}: {problem}")
         return ctx
-
-    def _message(self, context_id: str, mid: str, version: int, body: str) -> MessageNode:
-        """One message row, validated strictly (an older schema version upcast)."""
-        row = self._row(context_id, "messages", f"id {mid!r}")
-        if version == _V:
-            try:
-                node = from_json(MessageNode, body, strict=True)
-            except ValidationError as exc:
-                raise StoreError(f"{row}, column body: {validation_problem(exc)}") from None
-        else:
-            node = message_from_record(
-                body, version, where=self._where(context_id, f", message {mid!r}")
-            )
-        if node.id != mid:
-            raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
-        return node
-
-    def _place(self, context_id: str, loc: tuple[str | int, ...]) -> str:
-        if loc[0] in _COLUMN_OF:
-            return f"{self._row(context_id, 'contexts')}, column {_COLUMN_OF[str(loc[0])]}"
-        if loc[0] == "branches" and len(loc) > 2 and loc[2] == "message_ids":
-            row = self._row(context_id, "branch_messages", f"branch {loc[1]!r}")
-            return f"{row}, column message_id, {json_path(loc)}"
-        if loc[0] == "branches" and len(loc) > 2:
-            row = self._row(context_id, "branches", f"name {loc[1]!r}")
-            return f"{row}, column body, {json_path(loc[2:])}"
-        return f"{self._row(context_id, 'contexts')}, {json_path(loc)}"
-
-    def _context_of(self, head: Sequence[Any]) -> ChatContext:
-        """The context (without messages and branches) of a ``contexts`` row."""
-        (_, version, cid, parent_id, config, active, state, created, updated, ver, seq, prog) = head
-        row = self._row(str(cid), "contexts")
-        check_version(version, where=self._where(cid))
-        data: dict[str, Any] = {
-            "schema_version": version,
-            "id": cid,
-            "parent_id": parent_id,
-            "config": json_object_column(config, f"{row}, column config"),
-            "active_branch_name": active,
-            "current_state": state,
-            "created_at": created,
-            "updated_at": updated,
-            "version": ver,
-            "event_seq": seq,
-            "progress": json_object_column(prog, f"{row}, column progress"),
-        }
-        if version != _V:
-            data = upcast_context(data, version, where=self._where(cid))
-            data["schema_version"] = _V
-        for column, model in (("config", ChatConfig), ("progress", TurnProgress)):
-            try:  # strictly, as the SQLite store does
-                data[column] = from_json(model, json.dumps(data[column]), strict=True)
-            except ValidationError as exc:
-                raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
-        try:
-            return records.from_python(ChatContext, data)
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            field = str(err["loc"][0]) if err["loc"] else ""
-            column = _COLUMN_OF.get(field, field)
-            raise StoreError(f"{row}, column {column}: {validation_problem(exc)}") from None
 
     # ------------------------------------------------------------------ commit
 
@@ -938,103 +384,40 @@ class PostgresStore:
                 raise LeaseLost(cid, take.token, current)
         elif commit.lease_token is not None:
             await self._check_fence(conn, cid, commit.lease_token)
-        sets = "version = %s, state = %s, updated_at = %s, event_seq = %s, progress = %s"
-        params: list[Any] = [
-            commit.version,
-            commit.state,
-            _ts(commit.updated_at),
-            commit.event_seq,
-            to_json(commit.progress).decode(),
-        ]
-        if commit.active_branch is not None:
-            sets += ", active_branch = %s"
-            params.append(commit.active_branch)
-        if commit.config is not None:
-            sets += ", config = %s"
-            params.append(to_json(commit.config).decode())
-        update = (
-            f"UPDATE contexts SET {sets} WHERE id = %s AND version = %s AND schema_version = %s "
-            "RETURNING seq"
-        )
-        params += [cid, commit.expected_version, _V]
-        cur = await conn.execute(update, params)
+        rows = commit_rows(commit, mark="%s")
+        cur = await conn.execute(rows.update, rows.params)
         row = await cur.fetchone()
         if row is None:
             await self._refused(conn, commit)  # raises, or brings an old row up to date
-            cur = await conn.execute(update, params)
+            cur = await conn.execute(rows.update, rows.params)
             row = await cur.fetchone()
             if row is None:  # pragma: no cover - _refused explains every miss
                 raise StoreError(f"context {cid!r}: the commit was not applied")
         seq = row[0]
         if commit.branches:
             await self._put_branches(conn, seq, commit.branches, replace=True)
-        for node in commit.replaced:
-            cur = await conn.execute(
-                "UPDATE messages SET schema_version = %s, body = %s WHERE ctx = %s AND id = %s",
-                (_V, to_json(node).decode(), seq, node.id),
-            )
+        for body, mid in rows.replaced:
+            cur = await conn.execute(_REPLACE_MESSAGE, (_V, body, seq, mid))
             if cur.rowcount != 1:
                 raise StoreError(
-                    f"commit replaces message {node.id!r} of context {cid!r}, which is not stored"
+                    f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
-        if commit.appended:
-            next_pos: dict[str, int] = {}
-            positions = []
-            for name, node in commit.appended:
-                pos = next_pos.get(name)
-                if pos is None:
-                    cur = await conn.execute(
-                        "SELECT EXISTS (SELECT 1 FROM branches WHERE ctx = %s AND name = %s), "
-                        "(SELECT MAX(pos) FROM branch_messages WHERE ctx = %s AND branch = %s)",
-                        (seq, name, seq, name),
-                    )
-                    known, last = await cur.fetchone()
-                    if not known:
-                        raise StoreError(
-                            f"commit appends to unknown branch {name!r} of context {cid!r}"
-                        )
-                    pos = 0 if last is None else last + 1
-                next_pos[name] = pos + 1
-                positions.append((seq, name, pos, node.id, _V))
+        if rows.appended:
+            last = {}
+            for name in dict.fromkeys(name for name, _, _ in rows.appended):
+                cur = await conn.execute(_NEXT_POSITION, (seq, name, seq, name))
+                last[name] = await cur.fetchone()
+            placed = positions(commit, seq, rows, last)
             async with conn.cursor() as c:
                 await c.executemany(
-                    "INSERT INTO messages (ctx, id, schema_version, body) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (ctx, id) DO UPDATE SET "
-                    "schema_version = excluded.schema_version, body = excluded.body",
-                    [(seq, node.id, _V, to_json(node).decode()) for _, node in commit.appended],
+                    _UPSERT_MESSAGE, [(seq, mid, _V, body) for _name, mid, body in rows.appended]
                 )
-                await c.executemany(
-                    "INSERT INTO branch_messages (ctx, branch, pos, message_id, schema_version) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    positions,
-                )
-        if commit.steps:
+                await c.executemany(_INSERT_POSITIONS, placed)
+        if rows.steps:
             async with conn.cursor() as c:
-                await c.executemany(
-                    "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
-                    "to_state, at, detail, lease_token, lease_owner) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            seq,
-                            _V,
-                            s.version,
-                            s.from_state,
-                            s.trigger,
-                            s.to_state,
-                            _ts(s.at),
-                            None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
-                            commit.lease_token,
-                            None if commit.lease_token is None else commit.lease_owner,
-                        )
-                        for s in commit.steps
-                    ],
-                )
+                await c.executemany(_INSERT_STEPS, [(seq, _V, *step) for step in rows.steps])
         if take is None and commit.release_lease and commit.lease_token is not None:
-            await conn.execute(
-                "UPDATE leases SET owner = NULL WHERE context_id = %s AND token = %s",
-                (cid, commit.lease_token),
-            )
+            await conn.execute(_RELEASE, (cid, commit.lease_token))
         if commit.release_lease and commit.state not in _RESTING:
             # handed off: away from rest with its lease released, the context is
             # work for claim_expired; ring the workers' doorbell (delivered when
@@ -1062,36 +445,14 @@ class PostgresStore:
 
     async def _refused(self, conn: Any, commit: Commit) -> None:
         """The version check missed: say why, or (an older schema version) bring
-        the context row up to date so that the check can be made again."""
-        cid = commit.context_id
+        the context row up to date so that the check can be made again
+        (:func:`~turnfsm.storage._sql.refused_update`)."""
         cur = await conn.execute(
-            f"SELECT {_HEAD_COLUMNS} FROM contexts WHERE id = %s FOR UPDATE", (cid,)
+            f"SELECT {HEAD_COLUMNS} FROM contexts WHERE id = %s FOR UPDATE", (commit.context_id,)
         )
-        row = await cur.fetchone()
-        if row is None:
-            raise ContextNotFound(cid)
-        schema_version, version = row[1], row[9]
-        check_version(schema_version, where=self._where(cid))
-        if version != commit.expected_version:
-            raise VersionConflict(cid, commit.expected_version, version)
-        ctx = self._context_of(row)  # upcast
-        await conn.execute(
-            "UPDATE contexts SET schema_version = %s, parent_id = %s, active_branch = %s, "
-            "state = %s, created_at = %s, updated_at = %s, event_seq = %s, config = %s, "
-            "progress = %s WHERE seq = %s",
-            (
-                _V,
-                ctx.parent_id,
-                ctx.active_branch_name,
-                ctx.current_state,
-                _ts(ctx.created_at),
-                _ts(ctx.updated_at),
-                ctx.event_seq,
-                to_json(ctx.config).decode(),
-                to_json(ctx.progress).decode(),
-                row[0],
-            ),
-        )
+        head = await cur.fetchone()
+        update, params = refused_update(self._places, commit, head, check_columns=False)
+        await conn.execute(pg(update), params)
 
     # ------------------------------------------------------------------ reads
 
@@ -1143,19 +504,12 @@ class PostgresStore:
                 head,
             )
             out = []
+            places = self._places
             for schema_version, version, a, t, b, at, detail, token, owner in await cur.fetchall():
-                row = self._row(context_id, "steps", f"version {version!r}")
+                row = places.row(context_id, "steps", f"version {version!r}")
                 if schema_version != _V:
-                    check_version(schema_version, where=self._where(context_id, ", steps"))
-                try:
-                    when = datetime.fromisoformat(at)
-                except ValueError:
-                    raise StoreError(f"{row}, column at: not a timestamp: {at!r}") from None
-                problem = step_problem(a, b)
-                if problem is not None:
-                    raise StoreError(f"{row}, column {problem}")
-                detail_ = step_detail_column(row, detail)
-                out.append(StepLog(version, a, t, b, when, detail_, token, owner))
+                    check_version(schema_version, where=places.where(context_id, ", steps"))
+                out.append(step_of(row, version, a, t, b, at, detail, token, owner))
             return out
 
         found: list[StepLog] = await self._read(read)
@@ -1174,18 +528,12 @@ class PostgresStore:
                 (head[0], wanted),
             )
             return {
-                mid: self._message(context_id, mid, version, body)
+                mid: message_of(self._places, context_id, mid, version, body)
                 for mid, version, body in await cur.fetchall()
             }
 
         found: dict[str, MessageNode] = await self._read(read)
-        out = []
-        for mid in ids:
-            node = found.get(mid)
-            if node is None:
-                raise StoreError(f"context {context_id!r} has no message {mid!r}")
-            out.append(node)
-        return out
+        return in_order(context_id, ids, found)
 
     async def aclose(self) -> None:
         """Close the pool (and the doorbell's connection); harmless twice. A call
@@ -1229,7 +577,7 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     await conn.close()
             where = f"{redact(self.url)}: the doorbell's connection"
-            raise StoreError(f"{where}: {_said(exc)}") from exc
+            raise StoreError(f"{where}: {said(exc)}") from exc
 
     # ------------------------------------------------------------------ leases
     #
@@ -1266,11 +614,7 @@ class PostgresStore:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
 
         async def renew(conn: Any) -> Lease:
-            cur = await conn.execute(
-                "UPDATE leases SET expires_at = %s WHERE context_id = %s AND token = %s "
-                "AND owner IS NOT NULL",
-                (renewed.expires_at, lease.context_id, lease.token),
-            )
+            cur = await conn.execute(_RENEW, (renewed.expires_at, lease.context_id, lease.token))
             if cur.rowcount != 1:
                 raise LeaseLost(
                     lease.context_id, lease.token, await self._token(conn, lease.context_id)
@@ -1282,10 +626,7 @@ class PostgresStore:
 
     async def release_lease(self, lease: Lease) -> None:
         async def release(conn: Any) -> None:
-            await conn.execute(
-                "UPDATE leases SET owner = NULL WHERE context_id = %s AND token = %s",
-                (lease.context_id, lease.token),
-            )
+            await conn.execute(_RELEASE, (lease.context_id, lease.token))
 
         await self._run(release)
 

@@ -35,7 +35,7 @@ from ._base import Store
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
 
-__all__ = ["SCHEMES", "open_store"]
+__all__ = ["SCHEMES", "open_store", "path_and_options"]
 
 SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql://user@host/db")
 """The URL forms :func:`open_store` knows, for error messages."""
@@ -66,7 +66,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
             raise InvalidInput("url", f"{url!r}: a memory:// store takes no path or options")
         return MemoryStore()
     if scheme == "sqlite":
-        path, options = _path_and_options(url)
+        path, options = path_and_options(url)
         unknown = set(options) - _SQLITE_OPTIONS
         if unknown:
             raise InvalidInput(
@@ -88,7 +88,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
             _must_exist(url, path, folder=False)
         return SQLiteStore(path, **kwargs)
     if scheme == "files":
-        path, options = _path_and_options(url)
+        path, options = path_and_options(url)
         if not create:
             _must_exist(url, path, folder=True)
         return _files_store(url, path, options)
@@ -116,7 +116,7 @@ def _must_exist(url: str, path: str, *, folder: bool) -> None:
         raise StoreError(f"{url!r}: no SQLite store at {path} (it is not created here)")
 
 
-def _path_and_options(url: str) -> tuple[str, dict[str, str]]:
+def path_and_options(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.netloc:
         raise InvalidInput(
