@@ -1,5 +1,6 @@
 """The layers of ``docs/architecture.md``: imports go downward only, third-party
-imports stay in one place.
+imports stay in one place, no module imports itself through others (no import
+circle), and no module is longer than :data:`MAX_MODULE_LINES`.
 
 Every module under turnfsm/ is parsed with ``ast`` (nothing is imported), so a
 violation in a module that is never imported is caught too. Layers::
@@ -392,3 +393,122 @@ def test_checker_resolves_relative_imports() -> None:
     assert imp.target == "turnfsm.adapters.llm.scripted"
     [imp] = imports_in("turnfsm.adapters.llm", True, "from .. import inbound", known=KNOWN)
     assert imp.target == "turnfsm.adapters"  # unknown submodule: the package itself
+
+
+# --- no import circles ---------------------------------------------------------------------
+
+
+def module_graph(imports: Iterable[Import], modules: Iterable[str]) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (a package counts as its ``__init__``;
+    ``from pkg import name`` of a non-module name counts as importing ``pkg``)."""
+    known = set(modules)
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for imp in imports:
+        if not _is_ours(imp.target):
+            continue
+        target = imp.target
+        while target not in known and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in known and target != imp.module:
+            graph.setdefault(imp.module, set()).add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of more than one module
+    (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph.get(step, ())))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_circles() -> None:
+    # Imports under TYPE_CHECKING and inside functions count: a circle of either
+    # kind is two modules that cannot be understood (or moved) one without the other.
+    graph = module_graph(all_imports(), package_modules())
+    found = circles(graph)
+    if found:
+        pytest.fail(
+            "import circles (each group imports itself through the others):\n"
+            + "\n".join(" <-> ".join(group) for group in found),
+            pytrace=False,
+        )
+
+
+def test_circle_finder_finds_circles_and_only_circles() -> None:
+    graph = {
+        "a": {"b"},
+        "b": {"c"},
+        "c": {"a", "d"},
+        "d": {"e"},
+        "e": set(),
+        "f": {"f", "e"},  # a module importing itself is no circle of modules
+        "g": {"h"},
+        "h": {"g"},
+    }
+    assert sorted(circles(graph)) == [["a", "b", "c"], ["g", "h"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_module_graph_resolves_names_to_modules() -> None:
+    modules = {"turnfsm.engine", "turnfsm.engine._drive", "turnfsm.engine._decide"}
+    imports = [
+        *imports_in("turnfsm.engine._decide", False, "from ._drive import Driver", known=modules),
+        *imports_in("turnfsm.engine._drive", False, "from . import _decide", known=modules),
+        *imports_in("turnfsm.engine", True, "from ._drive import X", known=modules),
+    ]
+    graph = module_graph(imports, modules)
+    assert graph["turnfsm.engine._decide"] == {"turnfsm.engine._drive"}
+    assert graph["turnfsm.engine._drive"] == {"turnfsm.engine._decide"}
+    assert circles(graph) == [["turnfsm.engine._decide", "turnfsm.engine._drive"]]
+
+
+# --- no module a newcomer cannot read through ----------------------------------------------
+
+MAX_MODULE_LINES = 700
+"""Past this, a module holds more than one thing: split it by responsibility."""
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        name: n
+        for name, (path, _) in package_modules().items()
+        if (n := len(path.read_text("utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
