@@ -199,11 +199,13 @@ class LeanEvent(Event):
         state = machine.states[getattr(event_data.model, machine.model_attribute)]
         event_data.state = state
         try:
-            if self._is_valid_source(state):
-                # ``_process`` written out: one frame less per step
+            name = state.name
+            # ``_is_valid_source`` (which raises or logs) only for a refused event,
+            # and ``_process`` written out: two frames less per step
+            if name in self.transitions or self._is_valid_source(state):
                 if machine.prepare_event:
                     machine.callbacks(machine.prepare_event, event_data)
-                for trans in self.transitions[state.name]:
+                for trans in self.transitions[name]:
                     event_data.transition = trans
                     if trans.execute(event_data):
                         event_data.result = True
