@@ -8,6 +8,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnfsm.model import (
     MAX_ID_LENGTH,
@@ -21,7 +23,7 @@ from turnfsm.model import (
     has_lone_surrogate,
     id_problem,
 )
-from turnfsm.model._json import MAX_INT_DIGITS
+from turnfsm.model._json import MAX_INT_DIGITS, _check_size, _walk
 
 
 def nested(levels: int) -> Any:
@@ -239,3 +241,56 @@ def test_id_rule_accepts(value: str) -> None:
 def test_id_rule_refuses(value: Any, words: str) -> None:
     reason = id_problem(value)
     assert reason is not None and words in reason
+
+
+# clean_json tries a pass without path strings first (``_plain``) and walks
+# again with ``_walk`` on anything unusual: the result must be the walk's.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.sampled_from(["a", "é", "\ud800", "\udfff", "\x00", "z"]), max_size=4),
+)
+_keys = st.one_of(
+    st.text(alphabet=st.sampled_from(["k", "é", "\udc80"]), max_size=3),
+    st.integers(min_value=-3, max_value=3),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=True),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_keys, inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _walked(value: Any) -> tuple[str, Any, list[str]]:
+    notes: list[str] = []
+    size = [0]
+    try:
+        converted = _walk(value, "$", 0, notes, size)
+        _check_size(converted, "$", size[0])
+    except JSONProblem as exc:
+        return "error", str(exc), []
+    return "ok", converted, notes
+
+
+@given(_values)
+@settings(max_examples=300, deadline=None)
+def test_clean_json_fast_pass_gives_what_the_walk_gives(value: Any) -> None:
+    try:
+        converted, notes = clean_json(value)
+        got: tuple[str, Any, list[str]] = ("ok", converted, notes)
+    except JSONProblem as exc:
+        got = ("error", str(exc), [])
+    expected = _walked(value)
+    # repr: NaN compares unequal to itself, and a tuple must have become a list
+    assert repr(got) == repr(expected)
+    if got[0] == "ok":
+        assert json.dumps(got[1], allow_nan=False) is not None  # storable as it is

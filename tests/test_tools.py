@@ -987,3 +987,26 @@ async def test_tool_error_message_reaches_the_model_verbatim() -> None:
 
     outcome = await tool(lookup).run({"city": "Atlantis"})
     assert outcome == ToolOutcome(False, {"error": "no such city: Atlantis"})
+
+
+def test_outcome_of_plain_json_is_a_copy_sharing_nothing() -> None:
+    value = {"city": "L", "temps": [1, 2.5, None], "nested": {"ok": True}, "pair": (1, "a")}
+    outcome = ToolOutcome.of(True, value)
+    assert outcome == ToolOutcome(
+        True, {"city": "L", "temps": [1, 2.5, None], "nested": {"ok": True}, "pair": [1, "a"]}
+    )
+    assert outcome.notes == ()
+    value["temps"].append(3)  # type: ignore[attr-defined]
+    value["nested"]["ok"] = False  # type: ignore[index]
+    assert outcome.result["temps"] == [1, 2.5, None]
+    assert outcome.result["nested"] == {"ok": True}
+
+
+def test_outcome_of_mixed_json_converts_the_long_way() -> None:
+    class Point(BaseModel):
+        x: int
+
+    outcome = ToolOutcome.of(True, {"p": Point(x=1), "t": float("nan"), 3: "three"})
+    assert outcome.success
+    assert outcome.result == {"p": {"x": 1}, "t": "NaN", "3": "three"}
+    assert len(outcome.notes) == 2

@@ -211,13 +211,12 @@ async def read_stream(
                 thinking.append(text)
                 read.thinking_fixed += fixed
                 delta_channel = THINKING
-            rt.seq += 1
-            rt.sent_seq = rt.seq
+            seq = rt.seq = rt.sent_seq = rt.seq + 1
             if subscribers and d.publish(
                 rt,
                 ContentDelta(
                     context_id=context_id,
-                    seq=rt.seq,
+                    seq=seq,
                     timestamp=clock_time(),
                     message_id=message_id,
                     delta=text,

@@ -22,8 +22,9 @@ class Clock(Protocol):
 class SystemClock:
     """The real clock: ``time.time`` and ``anyio.sleep``."""
 
-    def time(self) -> float:
-        return time.time()
+    time = staticmethod(time.time)
+    """Seconds since the epoch: ``time.time`` itself (the engine reads the
+    clock for every event and every streamed chunk; no Python frame each)."""
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)

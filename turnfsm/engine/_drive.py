@@ -27,6 +27,7 @@ import anyio
 from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import ToolCallRequest, detached
+from ..model._detach import detached_fields
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome
@@ -528,8 +529,8 @@ class Driver:
             outbox = rt.outbox
             rt.outbox = []
             cid = ctx.id
-            for kind, seq, at, event_fields in outbox:
-                fields = {k: detached(v) for k, v in event_fields.items()}  # nothing shared
+            for kind, seq, at, fields in outbox:
+                fields = detached_fields(fields)  # nothing shared
                 if self.publish(rt, kind(context_id=cid, seq=seq, timestamp=at, **fields)):
                     await yield_to_readers()
 

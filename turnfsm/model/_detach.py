@@ -28,7 +28,7 @@ from ._message import (
     ToolCallResult,
 )
 
-__all__ = ["detached"]
+__all__ = ["detached", "detached_fields"]
 
 T = TypeVar("T")
 
@@ -198,3 +198,14 @@ def _items(value: Any) -> Any:
     if kind is list:
         return [detached(v) for v in value]
     return tuple(detached(v) for v in value)
+
+
+def detached_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """An event's fields, each :func:`detached`. ``fields`` is the caller's own
+    dict (a ``**fields`` of its own call): when no value needs a copy (strings,
+    numbers, enums: most events) it is returned as it is, with no new dict."""
+    copiers = _COPIERS
+    for value in fields.values():
+        if type(value) in copiers:
+            return {k: detached(v) for k, v in fields.items()}
+    return fields

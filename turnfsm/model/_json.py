@@ -213,6 +213,52 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None, size: list
     raise JSONProblem(path, f"a {type(value).__name__} is not a JSON value")
 
 
+class _NotPlain(Exception):
+    """Raised by :func:`_plain` on anything it leaves to :func:`_walk`."""
+
+
+_NOT_PLAIN = _NotPlain()
+
+
+def _plain(value: Any, depth: int, size: list[int]) -> Any:
+    """:func:`_walk`'s converting pass for the common case, with no paths built:
+    a copy of ``value`` when it is plain JSON already (exact str, int of at
+    most 64 bits, finite float, bool, None, list, tuple, dict with str keys,
+    no lone surrogate, not too deep), adding to ``size[0]`` what ``_walk``
+    would add. On anything else it raises ``_NotPlain`` and the caller walks
+    again with ``_walk``, which then writes the notes and errors."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and _SURROGATE.search(value) is not None:
+            raise _NOT_PLAIN
+        size[0] += 6 * len(value) + 3
+        return value
+    size[0] += 32
+    if value is None or kind is bool:
+        return value
+    if kind is int:
+        if value.bit_length() > 64:
+            raise _NOT_PLAIN
+        return value
+    if kind is float:
+        if value - value == 0:  # finite
+            return value
+        raise _NOT_PLAIN
+    if depth >= MAX_JSON_DEPTH:
+        raise _NOT_PLAIN
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
+                raise _NOT_PLAIN
+            size[0] += 6 * len(key) + 4
+            out[key] = _plain(item, depth + 1, size)
+        return out
+    if kind is list or kind is tuple:
+        return [_plain(item, depth + 1, size) for item in value]
+    raise _NOT_PLAIN
+
+
 def _check_size(value: Any, path: str, bound: int, limit: int = MAX_JSON_BYTES) -> None:
     if bound <= limit:
         return
@@ -233,6 +279,19 @@ def check_json(value: Any, path: str = "$", *, max_bytes: int | None = MAX_JSON_
         _check_size(value, path, size[0], max_bytes)
 
 
+def plain_json_copy(value: Any) -> tuple[bool, Any]:
+    """``(True, copy)`` when ``value`` is plain JSON that :func:`clean_json`
+    would copy unchanged with no note (and within the size limit), else
+    ``(False, None)``: the caller then converts it the long way."""
+    size = [0]
+    try:
+        converted = _plain(value, 0, size)
+    except _NotPlain:
+        return False, None
+    _check_size(converted, "$", size[0])
+    return True, converted
+
+
 def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
     """``value`` converted to storable JSON, with a note per conversion.
 
@@ -241,6 +300,10 @@ def clean_json(value: Any, path: str = "$") -> tuple[Any, list[str]]:
     """
     notes: list[str] = []
     size = [0]
-    converted = _walk(value, path, 0, notes, size)
+    try:  # plain JSON (a tool's dict, a call's arguments): no path strings
+        converted = _plain(value, 0, size)
+    except _NotPlain:
+        size[0] = 0
+        converted = _walk(value, path, 0, notes, size)
     _check_size(converted, path, size[0])
     return converted, notes

@@ -140,6 +140,9 @@ class LeanTransition(Transition):
         self.dest_state: _State | None = None
 
     def execute(self, event_data: EventData) -> bool:
+        # transitions' own order: prepare, conditions, before, exit, set the
+        # state, enter, final, after; the state change is written out here
+        # (one frame less per step than transitions' ``_change_state``)
         machine = event_data.machine
         if self.prepare:
             machine.callbacks(self.prepare, event_data)
@@ -148,7 +151,17 @@ class LeanTransition(Transition):
         if machine.before_state_change or self.before:
             machine.callbacks([*machine.before_state_change, *self.before], event_data)
         if self.dest:  # None: an internal transition, no change of state
-            self._change_state(event_data)
+            source, dest = self.source_state, self.dest_state
+            if source is None or dest is None:
+                source = self.source_state = machine.get_state(self.source)
+                dest = self.dest_state = machine.get_state(self.dest)
+            if source.on_exit:
+                source.exit(event_data)
+            setattr(event_data.model, machine.model_attribute, dest.value)
+            event_data.state = dest
+            dest.enter(event_data)
+            if dest.final:
+                machine.callbacks(machine.on_final, event_data)
         if self.after:
             machine.callbacks(self.after, event_data)
         if machine.after_state_change:
@@ -156,6 +169,7 @@ class LeanTransition(Transition):
         return True
 
     def _change_state(self, event_data: EventData) -> None:
+        # what ``execute`` does inline; kept for transitions' own callers
         machine = event_data.machine
         source, dest = self.source_state, self.dest_state
         if source is None or dest is None:
@@ -185,8 +199,17 @@ class LeanEvent(Event):
         state = machine.states[getattr(event_data.model, machine.model_attribute)]
         event_data.state = state
         try:
-            if self._is_valid_source(state):
-                self._process(event_data)
+            name = state.name
+            # ``_is_valid_source`` (which raises or logs) only for a refused event,
+            # and ``_process`` written out: two frames less per step
+            if name in self.transitions or self._is_valid_source(state):
+                if machine.prepare_event:
+                    machine.callbacks(machine.prepare_event, event_data)
+                for trans in self.transitions[name]:
+                    event_data.transition = trans
+                    if trans.execute(event_data):
+                        event_data.result = True
+                        break
         except BaseException as err:
             event_data.error = err  # type: ignore[assignment]  # as transitions does
             if not machine.on_exception:
@@ -205,6 +228,7 @@ class LeanEvent(Event):
         return bool(event_data.result)
 
     def _process(self, event_data: EventData) -> bool:
+        # what ``_trigger`` does inline; kept for transitions' own callers
         machine = self.machine
         if machine.prepare_event:
             machine.callbacks(machine.prepare_event, event_data)
@@ -225,7 +249,17 @@ class LeanMachine(Machine):
     event_cls = LeanEvent
 
     def callbacks(self, funcs: Any, event_data: EventData) -> None:
+        # a callback named in the table is a method of the holder: called here
+        # as transitions would call it, without a ``callback`` frame and
+        # resolve_callable's string dispatch each
+        send_event = self.send_event
+        model = event_data.model
         for func in funcs:
+            if type(func) is str and send_event:
+                method = getattr(model, func, None)
+                if method is not None and callable(method):
+                    method(event_data)
+                    continue
             self.callback(func, event_data)
 
     def callback(self, func: Any, event_data: EventData) -> None:

@@ -48,6 +48,7 @@ from pydantic_core import to_jsonable_python
 from turnfsm import records
 from turnfsm.errors import ToolDefinitionError
 from turnfsm.model import MAX_JSON_DEPTH, JSONProblem, ToolCallRequest, clean_json, clean_text
+from turnfsm.model._json import plain_json_copy
 
 from ._schema import (
     Binder,
@@ -123,7 +124,10 @@ class ToolOutcome:
         if kind in _JSON_SCALARS and (kind is not float or value - value == 0):
             return cls(success, value)
         try:
-            result, notes = clean_json(_json_data(value, "$", 0))
+            plain, result = plain_json_copy(value)  # most often: a plain dict
+            notes: list[str] = []
+            if not plain:
+                result, notes = clean_json(_json_data(value, "$", 0))
         except JSONProblem as exc:
             return cls(
                 False,
