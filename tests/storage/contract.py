@@ -715,6 +715,22 @@ class StoreContract(abc.ABC):
         assert loaded.version == 60
         assert [n.message.text for n in loaded.history()] == [f"text {v}" for v in range(60)]
 
+    async def test_the_pool_is_in_the_order_written(self, store: Store) -> None:
+        """Message ids that do not sort in the order they were written, two
+        contexts' commits interleaved: each loaded pool is in the order written
+        (an export writes the pool in that order)."""
+        await store.create(empty_context("c"))
+        await store.create(empty_context("d"))
+        names = ["z9", "a1", "m5", "b0", "y2", "c7", "x3", "d4"]
+        for v, name in enumerate(names):
+            for cid in ("c", "d"):
+                node = msg(f"{cid}-{name}", text=f"{cid} {v}")
+                await store.commit(make_commit(cid, v, appended=[("main", node)]))
+        for cid in ("c", "d"):
+            loaded = await store.load(cid)
+            assert list(loaded.message_pool) == [f"{cid}-{n}" for n in names]
+            assert loaded.branches["main"].message_ids == [f"{cid}-{n}" for n in names]
+
     async def test_the_same_message_on_two_branches(self, store: Store) -> None:
         """A node appended to a second branch later (as a fork shares its prefix)."""
         ctx = empty_context("c", branches={"main": Branch(name="main"), "b": Branch(name="b")})

@@ -50,8 +50,10 @@ def tool_result_content(result: Any) -> str:
 
 def _content(msg: InternalMessage) -> str | list[dict[str, Any]]:
     parts = msg.content
+    if len(parts) == 1 and type(parts[0]) is TextPart:  # the common case
+        return parts[0].text
     if all(isinstance(p, TextPart) for p in parts):
-        return "".join(p.text for p in parts)  # type: ignore[union-attr]
+        return "".join([p.text for p in parts])  # type: ignore[union-attr]
     out: list[dict[str, Any]] = []
     for p in parts:
         if isinstance(p, TextPart):
@@ -98,7 +100,14 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
             "content": tool_result_content(result.result),
         }
     if role is Role.ASSISTANT:
-        out: dict[str, Any] = {"role": "assistant", "content": msg.text or None}
+        parts = msg.content
+        if not parts:
+            text = ""
+        elif len(parts) == 1 and type(parts[0]) is TextPart:
+            text = parts[0].text
+        else:
+            text = msg.text
+        out: dict[str, Any] = {"role": "assistant", "content": text or None}
         if msg.tool_calls:
             out["tool_calls"] = [
                 {
@@ -133,8 +142,16 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
 def to_chat_messages(messages: Iterable[InternalMessage]) -> list[dict[str, Any]]:
     """A from-scratch build of the chat-format list (see :func:`append_chat`)."""
     chat: list[dict[str, Any]] = []
+    append = chat.append
+    after_tool = False  # whether the list ends with a tool message
     for m in messages:
-        append_chat(chat, to_chat_message(m))
+        item = to_chat_message(m)
+        is_tool = item["role"] == "tool"
+        if is_tool and after_tool:
+            append_chat(chat, item)  # may belong before an earlier result
+        else:
+            append(item)  # what append_chat does with it, without the call
+        after_tool = is_tool
     return chat
 
 
