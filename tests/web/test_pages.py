@@ -214,8 +214,17 @@ def _main(html: str) -> str:
 
 
 def _pending_call(web: Web, cid: str) -> str:
+    # a form's send answers once the turn took its first step; the turn goes on
+    # to the approval point in the server's task, so wait until it rests there
+    deadline = time.monotonic() + 20
     with web.api() as api:
-        calls = api.get(f"/api/contexts/{cid}/state").json()["pending_tool_calls"]
+        while True:
+            state = api.get(f"/api/contexts/{cid}/state").json()
+            if not state["running"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    assert state["state"] == "AwaitingToolApproval", state
+    calls = state["pending_tool_calls"]
     assert calls, "expected a pending call"
     return str(calls[0]["id"])
 
