@@ -109,6 +109,18 @@ print(type(store).__name__, "turnfsm.storage._sqlite" in sys.modules)
     assert out.stdout.strip() == "SQLiteStore True"
 
 
+def test_the_scripted_llm_leaves_the_replay_runner_out() -> None:
+    loaded = _all_modules_after("from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds")
+    assert "turnfsm.testing" in loaded
+    assert sorted(m for m in loaded if m.startswith("turnfsm.replay")) == []
+
+
+def test_testing_still_names_replay_result() -> None:
+    code = "from turnfsm.testing import ReplayResult; print(ReplayResult.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith("turnfsm.replay")
+
+
 @pytest.mark.parametrize("module", ["turnfsm.engine", "turnfsm.events", "turnfsm.replay"])
 def test_engine_modules_leave_heavy_modules_out(module: str) -> None:
     loaded = _modules_after(f"import {module}")
