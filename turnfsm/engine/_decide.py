@@ -97,7 +97,19 @@ async def decide(d: Host, rt: Runtime) -> None:
     if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
         batch = ctx.last_tool_batch()
         node = batch[0] if batch else None
-    calls = ctx.open_tool_calls() if node is not None else []
+    calls: list[ToolCallRequest]
+    if node is None:
+        calls = []
+    elif (
+        node is rt.answer
+        and ctx.message_pool[node.id] is node
+        and ctx.active_branch.message_ids[-1] == node.id
+    ):
+        # the answer just received is the newest message: its calls are the
+        # open ones (what open_tool_calls finds, without scanning for it)
+        calls = list(node.message.tool_calls or ())
+    else:
+        calls = ctx.open_tool_calls()
     answer = rt.answer
     rt.answer = None
     if not calls:
