@@ -73,8 +73,8 @@ try:
     from turnfsm.adapters.llm import LLMRequest, LLMResponse, TextDelta, ToolCallData
 except ImportError:  # an older turnfsm (W8's comparison with an earlier commit)
     from turnfsm import LLMRequest, LLMResponse, TextDelta, ToolCallData  # type: ignore[attr-defined,no-redef]
+from turnfsm import storage  # noqa: E402  (SQLiteStore: imported by the workloads that open one)
 from turnfsm.model import to_chat_messages  # noqa: E402
-from turnfsm.storage import SQLiteStore  # noqa: E402
 from turnfsm.testing import ScriptedLLM  # noqa: E402
 
 IDLE = State.IDLE
@@ -297,7 +297,7 @@ async def w6() -> dict[str, Any]:
 
 async def _check_stored(path: str, cid: str, expected: list[dict[str, Any]], version: int) -> None:
     """Reload from the file with a fresh store: what was written is all there."""
-    store = SQLiteStore(path)
+    store = storage.SQLiteStore(path)
     try:
         ctx = await store.load(cid)
         check(ctx.current_state == IDLE, f"stored state {ctx.current_state}")
@@ -325,7 +325,7 @@ async def w4(synchronous: str) -> dict[str, Any]:
     try:
         path = os.path.join(d, "w4.db")
         handler = Handler()
-        store = SQLiteStore(path, synchronous=synchronous)
+        store = storage.SQLiteStore(path, synchronous=synchronous)
         llm = ScriptedLLM(handler, record=False)
         async with Engine(llm=llm, tools=[get_weather], store=store) as engine:
             cid = await engine.create_context()
@@ -359,7 +359,7 @@ async def w8(synchronous: str) -> dict[str, Any]:
     try:
         path = os.path.join(d, "w8.db")
         handler = Handler()
-        store = SQLiteStore(path, synchronous=synchronous)
+        store = storage.SQLiteStore(path, synchronous=synchronous)
         llm = ScriptedLLM(handler, record=False)
         latencies: list[float] = []
         clock = time.perf_counter
@@ -404,7 +404,7 @@ async def _build(path: str, turns: int) -> str:
     """A store holding one conversation of ``turns`` W1 turns, driven by the engine
     (synchronous OFF: the file is the same, it is built faster). Returns its id."""
     handler = Handler()
-    store = SQLiteStore(path, synchronous="OFF")
+    store = storage.SQLiteStore(path, synchronous="OFF")
     async with Engine(
         llm=ScriptedLLM(handler, record=False), tools=[get_weather], store=store
     ) as engine:
@@ -434,7 +434,9 @@ async def w5(synchronous: str) -> dict[str, Any]:
         rss0 = current_rss_mib()
         tm = Timed.start()
         t0 = time.perf_counter()
-        engine = Engine(llm=llm, tools=tools, store=SQLiteStore(path, synchronous=synchronous))
+        engine = Engine(
+            llm=llm, tools=tools, store=storage.SQLiteStore(path, synchronous=synchronous)
+        )
         t1 = time.perf_counter()
         turn = await engine.send(cid, f"turn {W5_TURNS + 1}")  # loads the context first
         t2 = time.perf_counter()
@@ -460,7 +462,7 @@ async def w5(synchronous: str) -> dict[str, Any]:
 
 async def _bytes_at(path: str, cid: str, turns_done: int, synchronous: str) -> dict[str, Any]:
     handler = Handler()
-    store = SQLiteStore(path, synchronous=synchronous)
+    store = storage.SQLiteStore(path, synchronous=synchronous)
     # bench only: the store's own connection, to switch automatic checkpoints off
     conn = store._conn
     assert conn is not None

@@ -6,6 +6,12 @@ structlog (with rich and pygments behind it) at ``import turnfsm`` once made a
 streamed chunk about 2.5 times as slow and the process 5 MiB larger. The
 engine imports these only when it first needs them (a log line that passes
 its level, the server, the OpenAI adapters, a PostgreSQL store).
+
+Likewise the parts of turnfsm an engine on a memory store does not use: the
+SQLite, files and PostgreSQL stores (and ``sqlite3`` and ``asyncio`` behind
+them), the importers and exporters, rendering, the audit, the replay scripts,
+the CLI and the server. ``turnfsm.SQLiteStore`` and the like still resolve,
+by importing their module when first asked for.
 """
 
 from __future__ import annotations
@@ -17,23 +23,102 @@ import sys
 
 import pytest
 
-LAZY = ("structlog", "rich", "pygments", "openai", "httpx", "fastapi", "starlette", "psycopg")
+LAZY = (
+    "structlog",
+    "rich",
+    "pygments",
+    "openai",
+    "httpx",
+    "fastapi",
+    "starlette",
+    "psycopg",
+    "sqlite3",
+    "asyncio",
+)
+
+LAZY_PARTS = (
+    "turnfsm.storage._sqlite",
+    "turnfsm.storage._files",
+    "turnfsm.storage._postgres",
+    "turnfsm.storage._eventlog",
+    "turnfsm.adapters.inbound.importers",
+    "turnfsm.adapters.outbound",
+    "turnfsm.render",
+    "turnfsm.audit",
+    "turnfsm.replay",
+    "turnfsm.cli",
+    "turnfsm.server",
+    "turnfsm.relay",
+)
+"""turnfsm's own modules that ``import turnfsm`` leaves out."""
 
 
-def _modules_after(code: str) -> set[str]:
+def _all_modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
         capture_output=True,
         text=True,
         check=True,
     )
-    return {name.split(".")[0] for name in json.loads(out.stdout.splitlines()[-1])}
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def _modules_after(code: str) -> set[str]:
+    return {name.split(".")[0] for name in _all_modules_after(code)}
 
 
 def test_import_turnfsm_leaves_heavy_modules_out() -> None:
     loaded = _modules_after("import turnfsm")
     assert "turnfsm" in loaded
     assert sorted(loaded & set(LAZY)) == []
+
+
+def test_import_turnfsm_leaves_its_stores_and_tools_out() -> None:
+    loaded = _all_modules_after("import turnfsm")
+    assert "turnfsm.engine" in loaded
+    assert sorted(loaded & set(LAZY_PARTS)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("turnfsm.SQLiteStore", "turnfsm.storage._sqlite"),
+        ("turnfsm.FilesStore", "turnfsm.storage._files"),
+        ("turnfsm.storage.SQLiteStore", "turnfsm.storage._sqlite"),
+        ("turnfsm.storage.FilesStore", "turnfsm.storage._files"),
+        ("turnfsm.storage.PostgresStore", "turnfsm.storage._postgres"),
+        ("turnfsm.adapters.inbound.import_context", "turnfsm.adapters.inbound.importers._detect"),
+    ],
+)
+def test_lazy_names_resolve_to_their_module(name: str, module: str) -> None:
+    home, _, attr = name.rpartition(".")
+    code = f"import {home}, sys\nvalue = getattr({home}, {attr!r})\nprint(value.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == module
+
+
+def test_open_store_imports_sqlite_when_opened(tmp_path: object) -> None:
+    code = f"""
+import sys
+from turnfsm import open_store
+assert "turnfsm.storage._sqlite" not in sys.modules
+store = open_store("sqlite:////{str(tmp_path).lstrip("/")}/t.db")
+print(type(store).__name__, "turnfsm.storage._sqlite" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "SQLiteStore True"
+
+
+def test_the_scripted_llm_leaves_the_replay_runner_out() -> None:
+    loaded = _all_modules_after("from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds")
+    assert "turnfsm.testing" in loaded
+    assert sorted(m for m in loaded if m.startswith("turnfsm.replay")) == []
+
+
+def test_testing_still_names_replay_result() -> None:
+    code = "from turnfsm.testing import ReplayResult; print(ReplayResult.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith("turnfsm.replay")
 
 
 @pytest.mark.parametrize("module", ["turnfsm.engine", "turnfsm.events", "turnfsm.replay"])

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import records
 from .engine import (
@@ -84,8 +84,11 @@ from .model import (
     ToolCallResult,
 )
 from .states import State
-from .storage import FilesStore, MemoryStore, SQLiteStore, open_store
+from .storage import MemoryStore, open_store
 from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, subtask, tool
+
+if TYPE_CHECKING:
+    from .storage import FilesStore, SQLiteStore
 
 __version__ = "0.1.0"
 
@@ -199,7 +202,17 @@ MOVED: dict[str, str] = {
 """Names exported here by earlier releases, and the module each lives in now."""
 
 
+LAZY: dict[str, str] = {"FilesStore": "turnfsm.storage", "SQLiteStore": "turnfsm.storage"}
+"""Names exported here that are imported when first asked for, not with the
+package (an in-memory engine does not need them), and the module of each."""
+
+
 def __getattr__(name: str) -> Any:
+    lazy = LAZY.get(name)
+    if lazy is not None:
+        value = getattr(importlib.import_module(lazy), name)
+        globals()[name] = value
+        return value
     home = MOVED.get(name)
     if home is None:
         raise AttributeError(f"module 'turnfsm' has no attribute {name!r}")

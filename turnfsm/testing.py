@@ -11,18 +11,24 @@
 
 With pytest, the ``turnfsm_replay`` fixture (from the plugin this package
 registers) is :func:`assert_replays`.
+
+The replay runner and its script parser are imported when a script is first
+replayed (or :class:`ReplayResult` first named), not with this module: a
+process that only uses the scripted LLM does not load them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .adapters.llm import AnswerSpec, ScriptedLLM
 from .engine import FakeClock, SequentialIds
-from .replay import ReplayResult, Script, run_script
 from .storage import Store
+
+if TYPE_CHECKING:
+    from .replay import ReplayResult, Script
 
 __all__ = [
     "AnswerSpec",
@@ -42,6 +48,8 @@ def replay_script(
 
     From synchronous code; in async code, ``await turnfsm.replay.replay(...)``.
     """
+    from .replay import run_script
+
     return run_script(script, store=store)
 
 
@@ -53,6 +61,8 @@ def assert_replays(
 ) -> ReplayResult:
     """Replay and fail the test with the readable report unless every check holds
     (and the observed trace equals ``trace``, when given)."""
+    from .replay import run_script
+
     result = run_script(script, store=store)
     if not result.ok:
         raise AssertionError(result.report())
@@ -61,3 +71,11 @@ def assert_replays(
             f"trace differs:\n  expected: {list(trace)}\n  observed: {result.trace}"
         )
     return result
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ReplayResult":
+        from .replay import ReplayResult
+
+        return ReplayResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,6 +28,7 @@ from ..model import (
     Role,
     SystemPrompt,
     TextPart,
+    ToolCallRequest,
     TurnProgress,
     detached,
     to_chat_messages,
@@ -99,14 +100,10 @@ async def start_decide(
     state = State(rt.holder.state)
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
-    _history.set_decisions(
+    open_calls = _history.set_decisions(
         rt, {cid: (status, "human", reason) for cid, (status, reason) in decisions.items()}
     )
-    if ctx.pending_tool_calls():
-        rt.stop_reason = StopReason.AWAITING_APPROVAL
-        return
-    mark_started(rt)
-    d.fire(rt, T.APPROVALS_RESOLVED)
+    _resolved(d, rt, open_calls)
 
 
 async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
@@ -129,12 +126,21 @@ async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
     choices = asked.choices if asked is not None else ()
     if choices and text not in choices:
         raise AnswerNotAChoice(ctx.id, call_id, text, choices)
-    _history.set_decisions(rt, {call_id: (ApprovalStatus.APPROVED, "human", "answered")})
+    open_calls = _history.set_decisions(
+        rt, {call_id: (ApprovalStatus.APPROVED, "human", "answered")}
+    )
     d.add_results(rt, [call], [ToolOutcome.of(True, text)])
-    if ctx.pending_tool_calls():
+    _resolved(d, rt, [c for c in open_calls if c.id != call_id])  # answered now
+
+
+def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
+    """After decisions on the newest batch, whose calls without a result are
+    now ``open_calls``: wait for the human while some is still pending, else
+    go on to run the approved ones."""
+    if any(c.approval_status is ApprovalStatus.PENDING for c in open_calls):
         rt.stop_reason = StopReason.AWAITING_APPROVAL
         return
-    mark_started(rt)
+    mark_started(rt, open_calls)
     d.fire(rt, T.APPROVALS_RESOLVED)
 
 

@@ -97,7 +97,19 @@ async def decide(d: Host, rt: Runtime) -> None:
     if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
         batch = ctx.last_tool_batch()
         node = batch[0] if batch else None
-    calls = ctx.open_tool_calls() if node is not None else []
+    calls: list[ToolCallRequest]
+    if node is None:
+        calls = []
+    elif (
+        node is rt.answer
+        and ctx.message_pool[node.id] is node
+        and ctx.active_branch.message_ids[-1] == node.id
+    ):
+        # the answer just received is the newest message: its calls are the
+        # open ones (what open_tool_calls finds, without scanning for it)
+        calls = list(node.message.tool_calls or ())
+    else:
+        calls = ctx.open_tool_calls()
     answer = rt.answer
     rt.answer = None
     if not calls:
@@ -112,27 +124,27 @@ async def decide(d: Host, rt: Runtime) -> None:
     decision = decide_answer(
         calls, outcome, ctx.progress.iteration, s.max_iterations, s.offered(ctx)
     )
+    decided = calls  # the open calls as they are after the decisions
     if decision.decisions:
-        _history.set_decisions(rt, decision.decisions)
+        decided = _history.set_decisions(rt, decision.decisions)
     if decision.results:
         d.add_results(rt, calls, decision.results)
     trigger = decision.trigger
     if trigger is Trigger.TOOLS_DECIDED:
-        mark_started(rt)
+        mark_started(rt, decided)
         d.fire(rt, trigger)
         return
     rt.stop_reason = decision.stop_reason
     d.fire(rt, trigger)
     if trigger is Trigger.NEEDS_APPROVAL:
-        _announce(d, rt)
+        _announce(d, rt, [c for c in decided if c.approval_status is ApprovalStatus.PENDING])
     d.end_turn(rt)
 
 
-def _announce(d: Host, rt: Runtime) -> None:
-    """What waits for the human: the calls to approve or deny (one
-    ``ToolApprovalRequested``, when there are some), then each question (a
-    ``QuestionAsked``)."""
-    pending = rt.ctx.pending_tool_calls()
+def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
+    """What waits for the human: the ``pending`` calls to approve or deny
+    (one ``ToolApprovalRequested``, when there are some), then each question
+    (a ``QuestionAsked``)."""
     questions = questions_of(d.settings.tools, pending)
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
@@ -149,11 +161,12 @@ def _announce(d: Host, rt: Runtime) -> None:
         )
 
 
-def mark_started(rt: Runtime) -> None:
-    """Record the approved calls as started, in the commit that enters
+def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
+    """Record the approved calls of ``open_calls`` (the newest batch's calls
+    without a result, as they are now) as started, in the commit that enters
     ExecutingTools: the attempt is durable before any tool runs. (A crash
     between that commit and the run sends non-idempotent calls to a human,
     which is the safe side.)"""
     ctx = rt.ctx
-    ids = tuple(c.id for c in ctx.open_tool_calls() if c.approval_status is ApprovalStatus.APPROVED)
+    ids = tuple(c.id for c in open_calls if c.approval_status is ApprovalStatus.APPROVED)
     ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)

@@ -36,7 +36,7 @@ from ._approval import questions_of
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
-from ._runtime import CLAIM, HELD, RELEASED, Runtime, dirty
+from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
 from ._turn import Turn
@@ -247,14 +247,16 @@ class Driver:
         rt.stop_reason = None
         rt.cancel_requested = False
         rt.hand_back = False
-        rt.done = anyio.Event()
+        rt.done = CallEnd()
         return rt
 
     def _leave(self, rt: Runtime) -> None:
         self.busy.discard(rt.ctx.id)
         rt.scope = None
-        if rt.done is not None:
-            rt.done.set()
+        end = rt.done
+        if end is not None:
+            rt.done = None
+            end.event.set()
         if len(self.loaded.runtimes) > self.settings.max_loaded:
             self.loaded.evict(self.settings.max_loaded, self.busy)
 
@@ -301,7 +303,9 @@ class Driver:
                 self.loaded.unload(rt.ctx.id)
             raise
         finally:
-            rt.last_turn = self._turn(rt)
+            turn = self._turn(rt)
+            if rt.done is not None:
+                rt.done.turn = turn
             if rt.hand_back and State(rt.holder.state) not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
             if rt.lease_status is CLAIM and rt.lease is not None:  # never taken: the last stands
@@ -311,7 +315,7 @@ class Driver:
                 rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self.settings, rt.lease)
             self._leave(rt)
-        return rt.last_turn
+        return turn
 
     async def _confirm_claim(self, rt: Runtime) -> None:
         """A call that left its lease to its first commit ends without one (it

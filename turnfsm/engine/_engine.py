@@ -423,11 +423,11 @@ class Engine(ContextManagement):
         if context_id in d.busy:
             rt = d.loaded.get(context_id)
             if rt is not None and rt.done is not None:
-                done = rt.done
+                end = rt.done
                 d.request_cancel(context_id)
-                await done.wait()
-                assert rt.last_turn is not None
-                return rt.last_turn
+                await end.event.wait()
+                assert end.turn is not None
+                return end.turn
         return await d.run(context_id, functools.partial(_calls.start_cancel, d))
 
     def request_cancel(self, context_id: str) -> None:

@@ -95,30 +95,74 @@ def back_to_pending(
     ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=())
 
 
-def set_decisions(rt: Runtime, decisions: Decisions) -> None:
-    """Record approval decisions on the newest tool batch (a replaced node)."""
+def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
+    """Record approval decisions on the newest tool batch (a replaced node).
+
+    Returns the batch's open calls (no result yet) as they are after the
+    decisions, in the order asked: what the caller reads next (the calls
+    still pending, the approved ones to start) without reading the history
+    again."""
     batch = rt.ctx.last_tool_batch()
     assert batch is not None
-    node = batch[0]
-    calls = node.message.tool_calls
+    node, answered = batch
+    message = node.message
+    calls = message.tool_calls
     assert calls is not None
     new_calls = []
+    open_calls = []
     for c in calls:
         d = decisions.get(c.id)
-        if d is None:
-            new_calls.append(c)
-        else:
-            status, by, reason = d
-            new_calls.append(
-                dataclasses.replace(
-                    c,
-                    approval_status=status,
-                    decided_by=by,  # type: ignore[arg-type]  # one of the three, by its callers
-                    reason=reason,
-                )
-            )
-    message = dataclasses.replace(node.message, tool_calls=new_calls)
-    replace(rt, dataclasses.replace(node, message=message))
+        new = c if d is None else decided(c, *d)
+        new_calls.append(new)
+        if new.id not in answered:
+            open_calls.append(new)
+    replace(
+        rt,
+        MessageNode(id=node.id, message=with_calls(message, new_calls), parent_id=node.parent_id),
+    )
+    return open_calls
+
+
+# The three copies below build each record once with every field, where
+# ``dataclasses.replace`` reads the fields, builds a dict and calls the
+# constructor (a decision on a one-call batch took three of them). A test
+# (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
+# for every field of each class, so a field added later is not dropped.
+
+
+def decided(
+    c: ToolCallRequest, status: ApprovalStatus, by: str | None, reason: str | None
+) -> ToolCallRequest:
+    """``c`` with a decision: ``dataclasses.replace(c, approval_status=status,
+    decided_by=by, reason=reason)``."""
+    return ToolCallRequest(
+        id=c.id,
+        tool_name=c.tool_name,
+        arguments=c.arguments,
+        approval_status=status,
+        decided_by=by,  # type: ignore[arg-type]  # one of the three, by its callers
+        reason=reason,
+        outcome_unknown=c.outcome_unknown,
+        raw_arguments=c.raw_arguments,
+        arguments_error=c.arguments_error,
+        provider_id=c.provider_id,
+    )
+
+
+def with_calls(m: InternalMessage, calls: list[ToolCallRequest]) -> InternalMessage:
+    """``dataclasses.replace(m, tool_calls=calls)``."""
+    return InternalMessage(
+        role=m.role,
+        content=m.content,
+        tool_calls=calls,
+        tool_result=m.tool_result,
+        message_type=m.message_type,
+        metadata=m.metadata,
+        thinking=m.thinking,
+        refusal=m.refusal,
+        reasoning=m.reasoning,
+        phase=m.phase,
+    )
 
 
 def add_results(

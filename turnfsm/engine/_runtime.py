@@ -17,7 +17,7 @@ from ..storage import Lease
 from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
-__all__ = ["CLAIM", "HELD", "RELEASED", "LeaseStatus", "Runtime", "dirty", "require"]
+__all__ = ["CLAIM", "HELD", "RELEASED", "CallEnd", "LeaseStatus", "Runtime", "dirty", "require"]
 
 
 class LeaseStatus(Enum):
@@ -47,6 +47,17 @@ HELD: Final = LeaseStatus.HELD
 CLAIM: Final = LeaseStatus.CLAIM
 
 
+class CallEnd:
+    """The end of one call on a loaded context: set once the call has left,
+    with the ``Turn`` it returned."""
+
+    __slots__ = ("event", "turn")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.turn: Turn | None = None
+
+
 @dataclass(eq=False, slots=True)
 class Runtime:
     """A loaded context: the working copy and what the engine keeps beside it.
@@ -67,8 +78,9 @@ class Runtime:
     """The last seq that went out (stored, or a ContentDelta sent between commits)."""
     scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
-    done: anyio.Event | None = None
-    last_turn: Turn | None = None
+    done: CallEnd | None = None
+    """The running call's end, for a caller that waits for it (``cancel``);
+    None between calls, so that a loaded context keeps no ``Turn``."""
     # changes not yet committed
     appended: list[tuple[str, MessageNode]] = field(default_factory=list)
     replaced: dict[str, MessageNode] = field(default_factory=dict)

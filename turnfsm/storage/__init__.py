@@ -2,9 +2,16 @@
 
 :func:`open_store` opens a store from a URL: ``memory://``,
 ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``files:///dir``,
-``postgresql://user@host/db`` (:class:`PostgresStore`, imported on first use:
-it needs ``turnfsm[postgres]``).
+``postgresql://user@host/db`` (:class:`PostgresStore`, it needs
+``turnfsm[postgres]``).
+
+The three stores kept outside the process (:class:`SQLiteStore`,
+:class:`FilesStore`, :class:`PostgresStore`) are imported when first named or
+opened, not with this package: an engine on a :class:`MemoryStore` never
+loads ``sqlite3``, ``asyncio``'s thread pools or the files store's modules.
 """
+
+from typing import TYPE_CHECKING
 
 from ._base import (
     Commit,
@@ -19,10 +26,12 @@ from ._base import (
     WorkDoorbell,
     WorkQueue,
 )
-from ._files import FilesStore
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore
 from ._url import open_store
+
+if TYPE_CHECKING:
+    from ._files import FilesStore
+    from ._sqlite import SQLiteStore
 
 __all__ = [
     "Commit",
@@ -43,10 +52,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # PostgresStore needs psycopg (an extra): imported when first asked for
-    if name == "PostgresStore":
-        from ._postgres import PostgresStore
+_LAZY = {"FilesStore": "._files", "PostgresStore": "._postgres", "SQLiteStore": "._sqlite"}
+"""The stores imported when first asked for, and their module."""
 
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value

@@ -33,7 +33,6 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..errors import InvalidInput, StoreError
 from ._base import Store
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore
 
 __all__ = ["SCHEMES", "open_store", "path_and_options"]
 
@@ -86,6 +85,9 @@ def open_store(url: str, *, create: bool = True) -> Store:
                 ) from None
         if not create:
             _must_exist(url, path, folder=False)
+        # imported when a SQLite store is opened: an in-memory engine never loads sqlite3
+        from ._sqlite import SQLiteStore
+
         return SQLiteStore(path, **kwargs)
     if scheme == "files":
         path, options = path_and_options(url)

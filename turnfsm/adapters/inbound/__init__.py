@@ -1,6 +1,11 @@
 """L2: inbound formats: the chat request bodies, ``contextManagement`` and
 ``messages`` (:mod:`._request`), and conversations kept in other formats,
-imported into a ChatContext (:mod:`.importers`, one module per format)."""
+imported into a ChatContext (:mod:`.importers`, one module per format).
+
+The importers are loaded when one of their names is first asked for: the
+engine needs only the request bodies."""
+
+from typing import TYPE_CHECKING
 
 from ._request import (
     InboundFormat,
@@ -9,18 +14,20 @@ from ._request import (
     format_error_path,
     parse_request,
 )
-from .importers import (
-    IMPORT_FORMATS,
-    MISSING_RESULT,
-    ImportFormat,
-    count_tool_calls,
-    detect_format,
-    import_context,
-    import_conversation_entries,
-    import_openai_messages,
-    import_request_body,
-    import_session_records,
-)
+
+if TYPE_CHECKING:
+    from .importers import (
+        IMPORT_FORMATS,
+        MISSING_RESULT,
+        ImportFormat,
+        count_tool_calls,
+        detect_format,
+        import_context,
+        import_conversation_entries,
+        import_openai_messages,
+        import_request_body,
+        import_session_records,
+    )
 
 __all__ = [
     "IMPORT_FORMATS",
@@ -39,3 +46,29 @@ __all__ = [
     "import_session_records",
     "parse_request",
 ]
+
+
+_IMPORTERS = frozenset(
+    {
+        "IMPORT_FORMATS",
+        "MISSING_RESULT",
+        "ImportFormat",
+        "count_tool_calls",
+        "detect_format",
+        "import_context",
+        "import_conversation_entries",
+        "import_openai_messages",
+        "import_request_body",
+        "import_session_records",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _IMPORTERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import importers
+
+    value = getattr(importers, name)
+    globals()[name] = value
+    return value
