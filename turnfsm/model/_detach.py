@@ -1,11 +1,11 @@
 """Copies that share nothing mutable: what the engine hands out (docs/architecture.md).
 
-Records are frozen, so a field of one cannot be set; but a record holds lists
-and dicts (a message's content, a call's arguments, a result, metadata), and
-those can be changed in place. :func:`detached` copies exactly those: every
-dict and list (and tuple) of JSON data, and every record that holds one;
-what cannot change (strings, numbers, enums, the content parts, a system
-prompt, turn progress) is shared. It is much cheaper than ``copy.deepcopy``
+Most records are plain (not frozen) dataclasses, and every record may hold
+lists and dicts (a message's content, a call's arguments, a result,
+metadata) that can be changed in place. :func:`detached` copies every record
+that can change and every dict and list (and tuple) of JSON data; what
+cannot change (strings, numbers, enums, and the frozen records: the content
+parts, a system prompt, turn progress) is shared. It is much cheaper than ``copy.deepcopy``
 and gives the same guarantee: changing the copy cannot change the original.
 """
 

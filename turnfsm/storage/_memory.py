@@ -1,8 +1,10 @@
 """The in-memory store: the default for embedding and tests.
 
 It keeps its own copy of each context's small fields and branch lists, and
-shares the (immutable) message nodes with the engine; a commit is applied all
-at once after its version check, so a refused commit leaves nothing behind.
+keeps the message nodes a commit gives it (the engine replaces a node, never
+changes one in place); what it hands out (``load``, ``load_messages``) are
+copies that share nothing that can change. A commit is applied all at once
+after its version check, so a refused commit leaves nothing behind.
 """
 
 from __future__ import annotations
