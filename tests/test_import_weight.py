@@ -34,6 +34,8 @@ LAZY = (
     "psycopg",
     "sqlite3",
     "asyncio",
+    "opentelemetry",
+    "prometheus_client",
 )
 
 LAZY_PARTS = (
@@ -49,6 +51,7 @@ LAZY_PARTS = (
     "turnfsm.cli",
     "turnfsm.server",
     "turnfsm.relay",
+    "turnfsm.observability",
 )
 """turnfsm's own modules that ``import turnfsm`` leaves out."""
 

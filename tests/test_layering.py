@@ -17,6 +17,7 @@ violation in a module that is never imported is caught too. Layers::
         relay                         L0-L3 (the event relay: engine events to the log)
     L4  server/ cli/ testing          anything; nothing outside L4 imports them
         __main__ pytest_plugin
+        observability/
 
 The package root (turnfsm/__init__.py) re-exports the public API: it may import
 anything below L4, and no module inside the package imports it.
@@ -57,6 +58,7 @@ LAYER: dict[str, int] = {
     "testing": 4,
     "__main__": 4,  # ``python -m turnfsm``: the CLI's entry point
     "pytest_plugin": 4,  # the test kit's pytest plugin, beside testing.py
+    "observability": 4,  # OTLP export set-up and Prometheus metrics (docs/observability.md)
 }
 L0 = {c for c, n in LAYER.items() if n == 0}
 L1 = {c for c, n in LAYER.items() if n == 1}
@@ -92,6 +94,10 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "psycopg_pool": ("turnfsm.storage._pg_schema",),
     "uvicorn": ("turnfsm.server",),
     "jinja2": ("turnfsm.server._web",),
+    # the engine's spans use the API only; the SDK, the exporters and the
+    # Prometheus client are the observability package's (docs/observability.md)
+    "opentelemetry": ("turnfsm.engine._tracing", "turnfsm.observability"),
+    "prometheus_client": ("turnfsm.observability",),
 }
 
 

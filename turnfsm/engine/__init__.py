@@ -17,10 +17,12 @@ from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
 from ._modes import Mode
+from ._observe import Observer
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._turn import Question, StopReason, Turn
+from ._watch import Watch
 from ._worker import Worker
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "Finished",
     "LLMSummarizer",
     "Mode",
+    "Observer",
     "Question",
     "Recovery",
     "RetryPolicy",
@@ -49,6 +52,7 @@ __all__ = [
     "SystemClock",
     "Turn",
     "Unset",
+    "Watch",
     "Worker",
     "context_tree",
     "delete_tree",

@@ -31,7 +31,18 @@ from ..model._detach import detached_fields
 from ..states import RESTING, Change, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, StepLog, Store
 from ..tools import ToolOutcome
-from . import _backoff, _call_llm, _calls, _decide, _history, _leases, _prepare, _run_tools
+from . import (
+    _backoff,
+    _call_llm,
+    _calls,
+    _decide,
+    _history,
+    _leases,
+    _observe,
+    _prepare,
+    _run_tools,
+    _tracing,
+)
 from ._approval import questions_of
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
@@ -103,6 +114,10 @@ class Driver:
             Effect.RUN_TOOLS: _run_tools.run_tools,
             Effect.BACKOFF: _backoff.backoff,
         }
+        self.observers: list[_observe.Observer] = []
+        """What ``Engine.observe`` added: asked at the start of every call."""
+        self.tracing = _tracing.Tracing()
+        """OpenTelemetry: the provider (None: the process's) and the content opt-in."""
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.settings.clock.time(), UTC)
@@ -161,13 +176,36 @@ class Driver:
         is run again from the start on a freshly loaded copy under a lease
         of its own; another owner's live lease raises ContextLeased as before.
         """
-        if lease is not None:
-            return await self._call(await self._enter_claimed(context_id, lease), start, hand_off)
+        watch = _observe.begin(
+            self.tracing, self.observers, self, context_id, start, hand_off, lease is not None
+        )
+        if watch is None:
+            return await self._run(context_id, start, lease, hand_off, None)
         try:
-            return await self._call(await self._enter(context_id, claim=True), start, hand_off)
+            turn = await self._run(context_id, start, lease, hand_off, watch)
+        except BaseException as exc:
+            watch.ended(context_id, None, exc)
+            raise
+        watch.ended(context_id, turn, None)
+        return turn
+
+    async def _run(
+        self,
+        context_id: str,
+        start: Start,
+        lease: Lease | None,
+        hand_off: bool,
+        watch: _observe.Watches | None,
+    ) -> Turn:
+        if lease is not None:
+            rt = await self._enter_claimed(context_id, lease)
+            return await self._call(rt, start, hand_off, watch)
+        try:
+            rt = await self._enter(context_id, claim=True)
+            return await self._call(rt, start, hand_off, watch)
         except _StaleCopy:
             self.loaded.unload(context_id)
-        return await self._call(await self._enter(context_id), start, hand_off)
+        return await self._call(await self._enter(context_id), start, hand_off, watch)
 
     async def _enter_claimed(self, context_id: str, lease: Lease) -> Runtime:
         """Mark the context busy and load it afresh under ``lease`` (this
@@ -260,7 +298,13 @@ class Driver:
         if len(self.loaded.runtimes) > self.settings.max_loaded:
             self.loaded.evict(self.settings.max_loaded, self.busy)
 
-    async def _call(self, rt: Runtime, start: Start, hand_off: bool = False) -> Turn:
+    async def _call(
+        self,
+        rt: Runtime,
+        start: Start,
+        hand_off: bool = False,
+        watch: _observe.Watches | None = None,
+    ) -> Turn:
         """Run ``start`` (validation, first trigger) then the effects until rest.
 
         On any error, a context with uncommitted changes or stopped mid-turn is
@@ -269,6 +313,9 @@ class Driver:
         commit, and run no effect; the context is then unloaded (whoever claims
         it next changes it).
         """
+        if watch is not None:
+            rt.watch = watch
+            watch.entered(rt)
         try:
             with anyio.CancelScope() as scope:
                 rt.scope = scope
@@ -282,6 +329,8 @@ class Driver:
                     raise
                 if hand_off:
                     rt.hand_back = True
+                    if watch is not None:
+                        watch.handing_off(rt)
                 elif rt.holder.effect is not None:
                     await self._drive(rt)
                 if dirty(rt):  # ... and before the call returns
@@ -314,6 +363,7 @@ class Driver:
             if rt.lease is not None and rt.lease_status is HELD:
                 rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
                 await _leases.release(self.settings, rt.lease)
+            rt.watch = None
             self._leave(rt)
         return turn
 
@@ -400,7 +450,10 @@ class Driver:
                 if dirty(rt):
                     # durable before the engine waits on the outside world
                     await self.commit(rt)
-            await self.effects[effect](self, rt)
+            if rt.watch is None:
+                await self.effects[effect](self, rt)
+            else:
+                await _observe.run_effect(self, rt, effect, self.effects[effect])
             effect = rt.holder.effect
 
     # ------------------------------------------------------------------ steps
@@ -425,6 +478,8 @@ class Driver:
             attempt=rt.ctx.progress.attempt,
         )
         self.later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
+        if rt.watch is not None:
+            rt.watch.transition(rt, source, trigger, dest)
         return dest
 
     def later(self, rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:

@@ -53,10 +53,12 @@ from ._inputs import (
 from ._leases import DEFAULT_LEASE_TTL
 from ._manage import ContextManagement
 from ._modes import Mode
+from ._observe import Observer
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._settings import make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
+from ._tracing import Tracing
 from ._turn import Turn
 
 __all__ = ["Engine"]
@@ -112,6 +114,10 @@ class Engine(ContextManagement):
     call releases it when it returns. A call on a context whose lease another
     engine holds raises :class:`~turnfsm.errors.ContextLeased`; ``owner`` is
     this engine's name on its leases (``host:pid:random``).
+
+    Calls are traced with OpenTelemetry when the process has set a tracer
+    provider, or with ``tracer_provider`` when one is given (see
+    docs/observability.md); with neither, nothing is traced.
     """
 
     def __init__(
@@ -133,6 +139,7 @@ class Engine(ContextManagement):
         modes: Iterable[Mode] = (),
         token_budget: TokenBudget | None = None,
         compaction: Compaction | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         settings = make_settings(
             llm=llm,
@@ -155,6 +162,8 @@ class Engine(ContextManagement):
         self._subscriber_buffer = subscriber_buffer
         self._d = d = Driver(settings)
         d.subtask_host = _subcontexts.SubtaskRunner(self)
+        if tracer_provider is not None:
+            d.tracing = Tracing(tracer_provider)
 
     # ------------------------------------------------------------------ settings
     # (read from the one Settings object; see _settings)
@@ -564,6 +573,22 @@ class Engine(ContextManagement):
         for subs in loaded.subscribers.values():
             subs.append(tap)
         return tap
+
+    def observe(self, observer: Observer) -> Callable[[], None]:
+        """Ask ``observer`` at the start of every call whether it watches it
+        (``observer.begin(context_id, call)`` returns a
+        :class:`~turnfsm.engine.Watch` or None; see docs/observability.md).
+        Returns the function that removes it again."""
+        if not callable(getattr(observer, "begin", None)):
+            raise InvalidInput("observer", f"must have a begin() method, not {observer!r}")
+        observers = self._d.observers
+        observers.append(observer)
+
+        def remove() -> None:
+            if observer in observers:
+                observers.remove(observer)
+
+        return remove
 
     def _drop_subscriber(self, sub: Subscription) -> None:
         loaded = self._d.loaded

@@ -109,6 +109,9 @@ class Runtime:
     """The lease of the running call (after it returns: the last one it held)."""
     lease_status: LeaseStatus = LeaseStatus.RELEASED
     """Where ``lease`` stands (see :class:`LeaseStatus`)."""
+    watch: Any = None
+    """What watches the running call (``_observe.Watches``: traces, metrics),
+    or None when nothing does."""
     hand_back: bool = False
     """Stop the running call before its next call of the model or backoff
     (after the tools it is running), once what it did is committed: the context stays

@@ -175,6 +175,9 @@ class _Tape:
 
 
 class _TapeLLM:
+    gen_ai_provider_name = "turnfsm.replay"
+    """What the engine's OpenTelemetry spans name the provider (docs/observability.md)."""
+
     def __init__(self, tape: _Tape) -> None:
         self.tape = tape
 

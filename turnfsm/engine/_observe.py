@@ -1,0 +1,245 @@
+"""Watching engine calls: the hooks that traces and metrics hang on
+(docs/observability.md).
+
+A call into the engine (``send``, ``approve``, a worker's claim, ...) is
+watched when something asks to watch it: an observer added with
+:meth:`Engine.observe <turnfsm.Engine.observe>` (the Prometheus metrics of
+``turnfsm serve`` and ``turnfsm worker`` are one), and OpenTelemetry
+tracing (:mod:`turnfsm.engine._tracing`) once the process has a tracer
+provider. :func:`begin` asks each; when none answers, the call is not
+watched (``Runtime.watch`` is None) and costs what it did before: a few
+attribute reads.
+
+The drive loop reports to the call's :class:`Watches` at these points only:
+the call starts and ends (``Driver.run``), the context is loaded
+(``Driver._call``), a transition of the table fires (``Driver.fire``), the
+``call_llm`` effect starts and ends (:func:`run_effect`), and each tool call
+runs (:func:`run_calls`, from the ``run_tools`` effect). A watch must not
+block or await; what one raises is logged (``observer_failed``) and the call
+goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import anyio
+
+from ..model import MessageNode, ToolCallRequest
+from ..states import Effect
+from ..tools import ToolOutcome, ToolRegistry
+from ..tools import run_calls as _run_calls
+from . import _tracing
+from ._host import Host
+from ._runtime import Runtime
+from ._turn import Turn
+from ._watch import Watch
+
+__all__ = ["Observer", "Watch", "Watches", "begin", "call_name", "run_calls", "run_effect"]
+
+
+class Observer(Protocol):
+    """What :meth:`Engine.observe <turnfsm.Engine.observe>` takes: asked at
+    the start of every engine call whether it watches it."""
+
+    def begin(self, context_id: str, call: str) -> Watch | None:
+        """A :class:`Watch` for this call of the engine (``call``: the name of
+        the engine's method, see :func:`call_name`), or None."""
+        ...
+
+
+class Watches:
+    """The watches of one call: each hook goes to every one of them, and an
+    exception one raises is logged, never raised into the call."""
+
+    __slots__ = ("log", "watches")
+
+    def __init__(self, watches: Sequence[Watch], log: Any) -> None:
+        self.watches = tuple(watches)
+        self.log = log
+
+    def _failed(self, watch: Watch, hook: str, exc: Exception) -> None:
+        self.log.warning(
+            "observer_failed", observer=type(watch).__name__, hook=hook, error=repr(exc)
+        )
+
+    def entered(self, rt: Runtime) -> None:
+        for w in self.watches:
+            try:
+                w.entered(rt)
+            except Exception as exc:
+                self._failed(w, "entered", exc)
+
+    def handing_off(self, rt: Runtime) -> None:
+        for w in self.watches:
+            try:
+                w.handing_off(rt)
+            except Exception as exc:
+                self._failed(w, "handing_off", exc)
+
+    def transition(self, rt: Runtime, source: str, trigger: str, dest: str) -> None:
+        for w in self.watches:
+            try:
+                w.transition(rt, source, trigger, dest)
+            except Exception as exc:
+                self._failed(w, "transition", exc)
+
+    def llm_started(self, rt: Runtime) -> None:
+        for w in self.watches:
+            try:
+                w.llm_started(rt)
+            except Exception as exc:
+                self._failed(w, "llm_started", exc)
+
+    def llm_ended(
+        self, rt: Runtime, answer: MessageNode | None, error: BaseException | None
+    ) -> None:
+        for w in reversed(self.watches):
+            try:
+                w.llm_ended(rt, answer, error)
+            except Exception as exc:
+                self._failed(w, "llm_ended", exc)
+
+    def tool_started(self, rt: Runtime, call: ToolCallRequest) -> list[Any]:
+        started: list[Any] = []
+        for w in self.watches:
+            try:
+                started.append(w.tool_started(rt, call))
+            except Exception as exc:
+                started.append(None)
+                self._failed(w, "tool_started", exc)
+        return started
+
+    def tool_ended(
+        self,
+        rt: Runtime,
+        call: ToolCallRequest,
+        started: list[Any],
+        outcome: ToolOutcome | None,
+        error: BaseException | None,
+    ) -> None:
+        for w, token in reversed(list(zip(self.watches, started, strict=True))):
+            try:
+                w.tool_ended(rt, call, token, outcome, error)
+            except Exception as exc:
+                self._failed(w, "tool_ended", exc)
+
+    def ended(self, context_id: str, turn: Turn | None, error: BaseException | None) -> None:
+        for w in reversed(self.watches):
+            try:
+                w.ended(context_id, turn, error)
+            except Exception as exc:
+                self._failed(w, "ended", exc)
+
+
+_NAMES = {
+    "start_send": "send",
+    "start_decide": "decide",
+    "start_request": "send_request",
+    "start_child_spawned": "spawn",
+    "start_archive": "finish",
+}
+
+
+def call_name(start: Callable[..., Any], *, hand_off: bool = False, claimed: bool = False) -> str:
+    """The engine method a call's ``start`` stands for: ``send``, ``submit``
+    (``send`` handed off to a worker), ``approve``, ``deny``, ``decide``
+    (approvals and denials at once), ``answer``, ``retry``, ``reset``,
+    ``cancel``, ``resume``, ``claim`` (a worker's resume of a claimed
+    context), ``send_request``, ``fork``, ``switch``, ``update_config``, ..."""
+    func = getattr(start, "func", start)
+    name: str = getattr(func, "__name__", "call")
+    if claimed:
+        return "claim"
+    if name == "start_send" and hand_off:
+        return "submit"
+    if name == "start_decide":
+        decisions = getattr(start, "args", ((),))[-1]
+        statuses = {str(status) for status, _ in getattr(decisions, "values", dict)()}
+        if statuses == {"approved"}:
+            return "approve"
+        if statuses == {"denied"}:
+            return "deny"
+    return _NAMES.get(name) or name.removeprefix("start_")
+
+
+def begin(
+    tracing: _tracing.Tracing,
+    observers: Sequence[Observer],
+    d: Host,
+    context_id: str,
+    start: Callable[..., Any],
+    hand_off: bool,
+    claimed: bool,
+) -> Watches | None:
+    """The watches of a call of the engine ``d`` starting now (its tracing
+    setting and observers), or None when nothing watches it."""
+    tracer = _tracing.tracer_of(tracing)
+    if tracer is None and not observers:
+        return None
+    call = call_name(start, hand_off=hand_off, claimed=claimed)
+    log = d.settings.log
+    watches: list[Watch] = []
+    if tracer is not None:
+        provider = _tracing.provider_name(d.settings.llm)
+        watches.append(_tracing.CallSpan(tracer, context_id, call, tracing, provider))
+    for observer in observers:
+        try:
+            found = observer.begin(context_id, call)
+        except Exception as exc:
+            log.warning(
+                "observer_failed", observer=type(observer).__name__, hook="begin", error=repr(exc)
+            )
+            continue
+        if found is not None:
+            watches.append(found)
+    return Watches(watches, log) if watches else None
+
+
+async def run_effect(
+    d: Host, rt: Runtime, effect: Effect, run: Callable[[Host, Runtime], Awaitable[None]]
+) -> None:
+    """Run one effect of a watched call; ``call_llm`` between its hooks."""
+    watches = rt.watch
+    if effect is not Effect.CALL_LLM or watches is None:
+        await run(d, rt)
+        return
+    before = rt.answer
+    watches.llm_started(rt)
+    try:
+        await run(d, rt)
+    except BaseException as exc:
+        watches.llm_ended(rt, None, exc)
+        raise
+    answer = rt.answer
+    watches.llm_ended(rt, answer if answer is not before else None, None)
+
+
+async def run_calls(
+    rt: Runtime, registry: ToolRegistry, calls: Sequence[ToolCallRequest]
+) -> list[ToolOutcome]:
+    """:func:`turnfsm.tools.run_calls` for a watched call: each tool call
+    between its hooks (concurrently when there are several, as there)."""
+    watches = rt.watch
+    if watches is None:
+        return await _run_calls(registry, calls)
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+
+    async def one(index: int, call: ToolCallRequest) -> None:
+        started = watches.tool_started(rt, call)
+        try:
+            outcome = (await _run_calls(registry, [call]))[0]
+        except BaseException as exc:
+            watches.tool_ended(rt, call, started, None, exc)
+            raise
+        watches.tool_ended(rt, call, started, outcome, None)
+        outcomes[index] = outcome
+
+    if len(calls) == 1:
+        await one(0, calls[0])
+    else:
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(one, index, call)
+    return [outcome for outcome in outcomes if outcome is not None]
