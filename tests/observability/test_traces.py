@@ -413,3 +413,29 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_call_names() -> None:
+    import functools
+
+    from turnfsm.engine import _calls
+    from turnfsm.engine._observe import call_name
+    from turnfsm.model import ApprovalStatus
+
+    def decide(*statuses: ApprovalStatus) -> Any:
+        decisions = {f"c{i}": (s, None) for i, s in enumerate(statuses)}
+        return functools.partial(_calls.start_decide, None, decisions)
+
+    approved, denied = ApprovalStatus.APPROVED, ApprovalStatus.DENIED
+    assert call_name(decide(approved, approved)) == "approve"
+    assert call_name(decide(denied)) == "deny"
+    assert call_name(decide(approved, denied)) == "decide"
+    send = functools.partial(_calls.start_send, None, [], None, None)
+    assert call_name(send) == "send"
+    assert call_name(send, hand_off=True) == "submit"
+    resume = functools.partial(_calls.start_resume, None)
+    assert call_name(resume) == "resume"
+    assert call_name(resume, claimed=True) == "claim"
+    assert call_name(functools.partial(_calls.start_update_config, None, {}, None)) == (
+        "update_config"
+    )

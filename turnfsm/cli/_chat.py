@@ -43,6 +43,7 @@ from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_messa
 from ._chat_session import Chat
 from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option
+from ._telemetry import start_tracing
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -140,7 +141,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return anyio.run(run_chat, args)
+    stop_tracing = start_tracing("turnfsm-chat")
+    try:
+        return anyio.run(run_chat, args)
+    finally:
+        stop_tracing()
 
 
 async def run_chat(

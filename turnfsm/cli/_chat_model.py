@@ -70,6 +70,13 @@ class Watched:
         self.llm = llm
         self.last_error: LLMError | None = None
 
+    @property
+    def gen_ai_provider_name(self) -> str:
+        """The wrapped model's provider, as traces name it (docs/observability.md)."""
+        from ..engine._tracing import provider_name
+
+        return provider_name(self.llm)
+
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
         self.last_error = None
         inner = self.llm.stream(request)

@@ -27,6 +27,7 @@ from ..storage import WorkQueue
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
 from ._store import add_store_option, open_cli_store
+from ._telemetry import start_tracing
 
 __all__ = ["add_model_options", "add_parser", "load_tools", "model_of"]
 
@@ -221,6 +222,10 @@ def _run(args: argparse.Namespace) -> int:
             llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
         )
 
+    stop_tracing = start_tracing("turnfsm-serve")
     print(f"turnfsm serve: http://{args.host}:{args.port} (store {url})", flush=True)
-    run_server(factory, config, host=args.host, port=args.port)
+    try:
+        run_server(factory, config, host=args.host, port=args.port)
+    finally:
+        stop_tracing()
     return 0

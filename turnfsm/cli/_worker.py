@@ -30,6 +30,7 @@ from ..storage._eventlog import open_event_log
 from ._errors import CLIError, count, guarded, seconds
 from ._serve import add_model_options, load_tools, model_of
 from ._store import add_store_option, open_cli_store
+from ._telemetry import add_metrics_options, serve_metrics, start_tracing
 
 __all__ = ["add_parser"]
 
@@ -63,6 +64,7 @@ def add_parser(sub: Any) -> None:
         help="on SIGTERM, seconds running turns get to reach their next commit (10)",
     )
     add_model_options(p)
+    add_metrics_options(p)
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm worker", _run))
 
@@ -77,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
+    stop_tracing = start_tracing("turnfsm-worker")
+    stop_metrics = serve_metrics(args, engine)
 
     async def main() -> None:
         # the turns' events go to the event log, for the servers' streams
@@ -107,5 +111,9 @@ def _run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        stop_metrics()
+        stop_tracing()
     return 0

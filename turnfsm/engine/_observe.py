@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from ..model import MessageNode, ToolCallRequest
+from ..model import ApprovalStatus, MessageNode, ToolCallRequest
 from ..states import Effect
 from ..tools import ToolOutcome, ToolRegistry
 from ..tools import run_calls as _run_calls
@@ -156,10 +156,10 @@ def call_name(start: Callable[..., Any], *, hand_off: bool = False, claimed: boo
         return "submit"
     if name == "start_decide":
         decisions = getattr(start, "args", ((),))[-1]
-        statuses = {str(status) for status, _ in getattr(decisions, "values", dict)()}
-        if statuses == {"approved"}:
+        statuses = {status for status, _ in getattr(decisions, "values", dict)()}
+        if statuses == {ApprovalStatus.APPROVED}:
             return "approve"
-        if statuses == {"denied"}:
+        if statuses == {ApprovalStatus.DENIED}:
             return "deny"
     return _NAMES.get(name) or name.removeprefix("start_")
 

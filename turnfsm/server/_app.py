@@ -15,6 +15,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
 from ..engine import Engine
+from ..observability._asgi import TraceContextMiddleware
+from . import _telemetry
 from ._api import router as api_router
 from ._config import ServerConfig
 from ._errors import install_handlers
@@ -37,7 +39,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None) -> FastAPI:
     """The app over the engine ``factory()`` makes (in the app's event loop, on start)."""
     config = config or ServerConfig()
-    hub = Hub(factory, config)
+    metrics = _telemetry.make_metrics()
+    hub = Hub(_telemetry.observed(factory, metrics), config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,6 +54,9 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         responses=_ERRORS,
     )
     app.state.hub = hub
+    app.state.metrics = metrics
+    if metrics is not None:
+        metrics.count_streams(lambda: _telemetry.stream_count(hub))
     install_handlers(app)
     app.include_router(api_router)
     app.include_router(events_router)
@@ -58,6 +64,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.include_router(request_router)
     app.include_router(sessions_router)
     app.include_router(web_router)  # the web view at / (docs/web.md)
+    app.include_router(_telemetry.router)  # GET /metrics (docs/observability.md)
 
     if config.cors_origins:
         app.add_middleware(
@@ -66,6 +73,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             allow_methods=["*"],
             allow_headers=["*"],
         )
+    app.add_middleware(TraceContextMiddleware)  # a request's traceparent
     app.add_middleware(Gate, limit=config.max_body)
     _hot_routes_first(app, (api_router, events_router))
     return app

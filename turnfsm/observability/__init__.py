@@ -1,0 +1,35 @@
+"""L4: traces and metrics for operators (docs/observability.md).
+
+:func:`tracing_from_env` sets up the OpenTelemetry SDK as the standard
+environment variables ask (extra ``otel``); :class:`EngineMetrics` keeps the
+Prometheus metrics of an engine's calls (extra ``metrics``);
+:class:`TraceContextMiddleware` lets an HTTP request's ``traceparent``
+parent the spans of the engine calls it makes. Each name imports its module
+(and the third-party package behind it) when first asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._asgi import TraceContextMiddleware
+    from ._export import TelemetrySetupError, tracing_from_env
+    from ._metrics import EngineMetrics
+
+__all__ = ["EngineMetrics", "TelemetrySetupError", "TraceContextMiddleware", "tracing_from_env"]
+
+_HOMES = {
+    "EngineMetrics": "._metrics",
+    "TelemetrySetupError": "._export",
+    "TraceContextMiddleware": "._asgi",
+    "tracing_from_env": "._export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home, __name__), name)

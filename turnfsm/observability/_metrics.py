@@ -1,0 +1,269 @@
+"""Prometheus metrics of the engine calls a process runs (docs/observability.md).
+
+:class:`EngineMetrics` is an observer (``Engine.observe``): it watches every
+call of the engines it is attached to and keeps its metrics in a registry of
+its own (``registry``), which ``turnfsm serve`` answers at ``/metrics`` and
+``turnfsm worker`` on ``--metrics-port``. Every label has a bounded set of
+values: call names, states and stop reasons come from the table and the
+engine; model and tool names are kept as they come up to
+``max_label_values`` distinct ones each, then counted as ``_other``. No
+context id is ever a label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from ..engine import Engine, Turn, Watch
+from ..model import MessageNode, ToolCallRequest
+from ..states import RESTING, State
+from ..tools import ToolOutcome
+
+__all__ = ["CONTENT_TYPE", "EngineMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The media type of :meth:`EngineMetrics.render`'s text."""
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_RESTING = frozenset(s.value for s in RESTING)
+OTHER = "_other"
+
+
+class _Bounded:
+    """The values one label may take: the first ``limit`` distinct ones seen,
+    then :data:`OTHER`."""
+
+    __slots__ = ("limit", "seen")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        value = value or "_unknown"
+        if value in self.seen:
+            return value
+        if len(self.seen) >= self.limit:
+            return OTHER
+        self.seen.add(value)
+        return value
+
+
+class EngineMetrics:
+    """Prometheus metrics of the engine calls of this process (see the module
+    docstring and docs/observability.md for each metric)."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_label_values: int = 64
+    ) -> None:
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        self.models = _Bounded(max_label_values)
+        self.tools = _Bounded(max_label_values)
+        self.waiting: set[str] = set()
+        """Contexts whose last call in this process ended at AwaitingToolApproval."""
+        self.turns_started = Counter(
+            "turnfsm_turns_started",
+            "Engine calls started, by call (send, submit, approve, claim, ...)",
+            ["call"],
+            registry=r,
+        )
+        self.turns_finished = Counter(
+            "turnfsm_turns_finished",
+            "Engine calls ended, by call and stop reason (none: the call stopped no "
+            "turn; error: it raised)",
+            ["call", "stop_reason"],
+            registry=r,
+        )
+        self.running = Gauge("turnfsm_turns_running", "Engine calls running now", registry=r)
+        self.awaiting_approval = Gauge(
+            "turnfsm_turns_awaiting_approval",
+            "Contexts whose last call in this process ended waiting for a human decision",
+            registry=r,
+        )
+        self.awaiting_approval.set_function(lambda: len(self.waiting))
+        self.state_seconds = Histogram(
+            "turnfsm_state_seconds",
+            "Seconds spent in each non-resting state of the table, per visit",
+            ["state"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.llm_seconds = Histogram(
+            "turnfsm_llm_seconds",
+            "Seconds per LLM attempt, by model and outcome (answered, transient, "
+            "permanent, interrupted)",
+            ["model", "outcome"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.llm_tokens = Counter(
+            "turnfsm_llm_tokens",
+            "Tokens the provider reported, by model and kind (input, output)",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.tool_seconds = Histogram(
+            "turnfsm_tool_seconds",
+            "Seconds per tool call run, by tool",
+            ["tool"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.tool_errors = Counter(
+            "turnfsm_tool_errors",
+            "Tool calls run whose result is an error, by tool",
+            ["tool"],
+            registry=r,
+        )
+        self.worker_claims = Counter(
+            "turnfsm_worker_claims",
+            "Contexts a worker of this process claimed and ran",
+            registry=r,
+        )
+        self.worker_takeovers = Counter(
+            "turnfsm_worker_takeovers",
+            "Claimed contexts that another owner had left mid-turn (its lease expired, "
+            "or it handed the turn back as it stopped), rather than freshly submitted",
+            registry=r,
+        )
+        self.stream_clients = Gauge(
+            "turnfsm_stream_clients",
+            "Event streams (SSE) open on this server",
+            registry=r,
+        )
+
+    # ------------------------------------------------------------------ wiring
+
+    def attach(self, engine: Engine) -> Engine:
+        """Watch ``engine``'s calls from now on; returns it."""
+        engine.observe(self)
+        return engine
+
+    def count_streams(self, count: Callable[[], int]) -> None:
+        """Read ``turnfsm_stream_clients`` from ``count()`` at each scrape."""
+        self.stream_clients.set_function(lambda: float(count()))
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
+        """Answer ``GET /metrics`` on ``host:port`` in a thread of its own (no
+        token asked: bind it where only the scraper reaches); returns the
+        function that stops it. ``OSError`` when it cannot listen."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+
+        return stop
+
+    def render(self) -> bytes:
+        """The metrics in Prometheus' text format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ the observer
+
+    def begin(self, context_id: str, call: str) -> Watch:
+        self.turns_started.labels(call).inc()
+        self.running.inc()
+        if call == "claim":
+            self.worker_claims.inc()
+        return _CallMetrics(self, call)
+
+
+class _CallMetrics(Watch):
+    """The metrics of one call (a :class:`~turnfsm.engine.Watch`)."""
+
+    __slots__ = ("call", "entered_at", "llm_at", "m", "state", "state_at", "tools_at")
+
+    def __init__(self, metrics: EngineMetrics, call: str) -> None:
+        self.m = metrics
+        self.call = call
+        self.state: str | None = None
+        self.state_at = 0.0
+        self.entered_at: float | None = None
+        self.llm_at = 0.0
+        self.tools_at: dict[str, float] = {}
+
+    def entered(self, rt: Any) -> None:
+        if self.entered_at is not None:  # run again on a fresh copy
+            return
+        self.entered_at = self.state_at = time.perf_counter()
+        self.state = str(rt.holder.state)
+        if self.call == "claim" and self.state != State.PROCESSING_USER_MESSAGE:
+            self.m.worker_takeovers.inc()
+
+    def transition(self, rt: Any, source: str, trigger: str, dest: str) -> None:
+        now = time.perf_counter()
+        source = str(source)
+        if source not in _RESTING and self.state == source:
+            self.m.state_seconds.labels(source).observe(now - self.state_at)
+        self.state = str(dest)
+        self.state_at = now
+
+    def llm_started(self, rt: Any) -> None:
+        self.llm_at = time.perf_counter()
+
+    def llm_ended(self, rt: Any, answer: MessageNode | None, error: BaseException | None) -> None:
+        took = time.perf_counter() - self.llm_at
+        m = self.m
+        if answer is not None:
+            md = answer.message.metadata
+            model = m.models(md.model or rt.ctx.config.model_id)
+            outcome = "answered"
+            usage = md.usage
+            if usage is not None:
+                if usage.prompt_tokens:
+                    m.llm_tokens.labels(model, "input").inc(usage.prompt_tokens)
+                if usage.completion_tokens:
+                    m.llm_tokens.labels(model, "output").inc(usage.completion_tokens)
+        else:
+            model = m.models(rt.ctx.config.model_id)
+            if error is not None:
+                outcome = "interrupted"
+            elif str(rt.holder.state) == State.TRANSIENT_FAILURE:
+                outcome = "transient"
+            else:
+                outcome = "permanent"
+        m.llm_seconds.labels(model, outcome).observe(took)
+
+    def tool_started(self, rt: Any, call: ToolCallRequest) -> float:
+        return time.perf_counter()
+
+    def tool_ended(
+        self,
+        rt: Any,
+        call: ToolCallRequest,
+        started: Any,
+        outcome: ToolOutcome | None,
+        error: BaseException | None,
+    ) -> None:
+        m = self.m
+        name = m.tools(call.tool_name)
+        m.tool_seconds.labels(name).observe(time.perf_counter() - float(started))
+        if outcome is None or not outcome.success:
+            m.tool_errors.labels(name).inc()
+
+    def ended(self, context_id: str, turn: Turn | None, error: BaseException | None) -> None:
+        m = self.m
+        m.running.dec()
+        if turn is None:
+            m.turns_finished.labels(self.call, "error").inc()
+            return
+        stop = turn.stop_reason.value if turn.stop_reason is not None else "none"
+        m.turns_finished.labels(self.call, stop).inc()
+        if turn.state is State.AWAITING_TOOL_APPROVAL:
+            m.waiting.add(context_id)
+        else:
+            m.waiting.discard(context_id)
