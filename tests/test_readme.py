@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = README.parent / "docs"
 
 
 def _embed_example() -> str:
@@ -36,13 +37,16 @@ def test_embedding_example_runs(tmp_path: Path) -> None:
 
 
 def _examples() -> dict[str, str]:
-    """Every python block that follows an ``<!-- example: NAME ... -->`` marker."""
-    text = README.read_text()
+    """Every python block that follows an ``<!-- example: NAME ... -->`` marker
+    in the README (named NAME) and in docs/*.md (named ``docs/PAGE: NAME``)."""
     found = {}
-    for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
-        match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
-        assert match, f"no python block after the example marker {marker.group(1)!r}"
-        found[marker.group(1).strip()] = match.group(1)
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        prefix = "" if page == README else f"docs/{page.name}: "
+        for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
+            match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
+            assert match, f"no python block after the example marker {marker.group(1)!r}"
+            found[prefix + marker.group(1).strip()] = match.group(1)
     return found
 
 
@@ -57,6 +61,7 @@ def test_the_readme_has_its_examples() -> None:
         "compaction",
         "sticky files",
         "request bodies",
+        "docs/observability.md: traces and metrics",
     } <= set(_examples())
 
 
