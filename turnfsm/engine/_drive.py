@@ -17,7 +17,7 @@ dropped, so the next call starts again from the last committed state.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -147,15 +147,17 @@ class Driver:
 
     # ------------------------------------------------------------------ a call
 
-    async def run(
+    def run(
         self,
         context_id: str,
         start: Start,
         *,
         lease: Lease | None = None,
         hand_off: bool = False,
-    ) -> Turn:
-        """Load the context for a call (busy, leased), then run it.
+    ) -> Coroutine[Any, Any, Turn]:
+        """Load the context for a call (busy, leased), then run it (a plain
+        function returning the call's coroutine: an unwatched call has no
+        frame more than it needs).
 
         ``lease``: a lease this engine already holds on the context (claimed
         with ``claim_expired``): the call runs under it, on a freshly loaded
@@ -176,11 +178,22 @@ class Driver:
         is run again from the start on a freshly loaded copy under a lease
         of its own; another owner's live lease raises ContextLeased as before.
         """
-        watch = _observe.begin(
-            self.tracing, self.observers, self, context_id, start, hand_off, lease is not None
-        )
-        if watch is None:
-            return await self._run(context_id, start, lease, hand_off, None)
+        if self.observers or _tracing.maybe(self.tracing):
+            watch = _observe.begin(
+                self.tracing, self.observers, self, context_id, start, hand_off, lease is not None
+            )
+            if watch is not None:
+                return self._watched(context_id, start, lease, hand_off, watch)
+        return self._run(context_id, start, lease, hand_off, None)
+
+    async def _watched(
+        self,
+        context_id: str,
+        start: Start,
+        lease: Lease | None,
+        hand_off: bool,
+        watch: _observe.Watches,
+    ) -> Turn:
         try:
             turn = await self._run(context_id, start, lease, hand_off, watch)
         except BaseException as exc:

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 from ..events import ToolApprovalRequested
 from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
-from ..tools import ToolOutcome, ToolRegistry, hosting
+from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
 from . import _history, _observe
 from ._host import Host
 from ._runtime import Runtime
@@ -40,7 +40,11 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     if to_run:
         host = d.subtask_host  # sub-task tools run their children through it
         with hosting(host, ctx.id) if host is not None else nullcontext():
-            ran = iter(await _observe.run_calls(rt, offered, to_run))
+            ran = iter(
+                await run_calls(offered, to_run)
+                if rt.watch is None
+                else await _observe.run_calls(rt, offered, to_run)
+            )
     outcomes = [
         refused[c.id]
         if c.id in refused

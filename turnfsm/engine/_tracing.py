@@ -36,6 +36,7 @@ __all__ = [
     "TRACE_CONTEXT_KEY",
     "CallSpan",
     "Tracing",
+    "maybe",
     "provider_name",
     "tracer_of",
 ]
@@ -81,6 +82,13 @@ class Tracing:
         self.capture_content = capture_content
         self.last_provider: Any = None
         self.last_tracer: Any = None
+
+
+def maybe(t: Tracing) -> bool:
+    """Whether a call may be traced: a provider was given, or the process
+    imported opentelemetry (else no provider can be set, and nothing is
+    looked up)."""
+    return t.provider is not None or "opentelemetry.trace" in sys.modules
 
 
 def tracer_of(t: Tracing) -> Any:
