@@ -173,3 +173,24 @@ def test_a_requests_traceparent_parents_the_turn(
     assert chat and all(s.context.trace_id == send.context.trace_id for s in chat)
     # a request without one starts a trace of its own
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # not installed
+    monkeypatch.delitem(sys.modules, "turnfsm.observability._metrics", raising=False)
+    db = tmp_path / "plain.db"
+    app = create_app(
+        lambda: Engine(llm=ScriptedLLM([{"text": "hi"}]), store=f"sqlite:///{db}"),
+        ServerConfig(),
+    )
+    assert app.state.metrics is None
+    for url in serve_in_thread(app):
+        with httpx.Client(base_url=url, timeout=30) as c:
+            answer = c.get("/metrics")
+            assert answer.status_code == 404
+            assert "metrics_unavailable" in answer.text
+            cid = c.post("/api/contexts", json={}).json()["id"]
+            turn = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "hello"})
+            assert turn.json()["text"] == "hi"
