@@ -39,7 +39,7 @@ from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
-from ._turn import Turn
+from ._turn import Turn, uncopied
 
 __all__ = ["Driver"]
 
@@ -355,13 +355,15 @@ class Driver:
         ctx = rt.ctx
         state = State(rt.holder.state)
         pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
+        pool = ctx.message_pool
         return Turn(
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
             states=tuple(rt.turn_states),
-            # the pool holds the latest version of each (decisions replace nodes)
-            messages=tuple(detached(ctx.message_pool[n.id].message) for n in rt.turn_nodes),
+            # the pool holds the latest version of each (decisions replace nodes);
+            # copied when the caller first reads them
+            messages=uncopied(tuple(pool[n.id].message for n in rt.turn_nodes)),
             message_ids=tuple(n.id for n in rt.turn_nodes),
             pending_tool_calls=detached(pending),
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
