@@ -33,6 +33,7 @@ from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, Ste
 from ..tools import ToolOutcome
 from . import _backoff, _call_llm, _calls, _decide, _history, _leases, _prepare, _run_tools
 from ._approval import questions_of
+from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
@@ -419,13 +420,15 @@ class Driver:
         source = holder.state
         dest = self.machine.fire(holder, trigger)
         rt.turn_states.append(dest)
-        rt.log.debug(
-            "transition",
-            from_state=source,
-            trigger=trigger,
-            to_state=dest,
-            attempt=rt.ctx.progress.attempt,
-        )
+        debug = rt.log.debug
+        if debug is not ignore:  # the default logger below DEBUG: not even the call
+            debug(
+                "transition",
+                from_state=source,
+                trigger=trigger,
+                to_state=dest,
+                attempt=rt.ctx.progress.attempt,
+            )
         self.later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
         return dest
 
