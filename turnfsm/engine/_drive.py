@@ -257,7 +257,7 @@ class Driver:
         end = rt.done
         if end is not None:
             rt.done = None
-            end.event.set()
+            end.set()
         if len(self.loaded.runtimes) > self.settings.max_loaded:
             self.loaded.evict(self.settings.max_loaded, self.busy)
 
