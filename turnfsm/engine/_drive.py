@@ -289,25 +289,25 @@ class Driver:
                     # the call's last commit: at rest, or handed back, it also ends
                     # the lease (unless a cancel is pending, whose commit comes after)
                     last = (
-                        State(rt.holder.state) in RESTING or rt.hand_back
+                        rt.holder.current() in RESTING or rt.hand_back
                     ) and not rt.cancel_requested
                     await self.commit(rt, release=last)
             rt.scope = None
             if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
                 await self._confirm_claim(rt)
-            if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
+            if rt.cancel_requested and rt.holder.current() in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
                     if await self._hold_again(rt):
                         await _calls.cancel_in_place(self, rt)
         except BaseException:
-            if dirty(rt) or State(rt.holder.state) not in RESTING:
+            if dirty(rt) or rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)
             raise
         finally:
             turn = self._turn(rt)
             if rt.done is not None:
                 rt.done.turn = turn
-            if rt.hand_back and State(rt.holder.state) not in RESTING:
+            if rt.hand_back and rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
             if rt.lease_status is CLAIM and rt.lease is not None:  # never taken: the last stands
                 rt.lease_status = RELEASED
@@ -354,7 +354,7 @@ class Driver:
 
     def _turn(self, rt: Runtime) -> Turn:
         ctx = rt.ctx
-        state = State(rt.holder.state)
+        state = rt.holder.current()
         pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
         pool = ctx.message_pool
         return Turn(

@@ -79,6 +79,10 @@ class ContextHolder:
         self.steps: list[StepRecord] = []
         self.attached = False
 
+    def current(self) -> State:
+        """``state`` as a :class:`State` (a dict lookup: quicker than ``State(state)``)."""
+        return _STATES[self.state]
+
     def trigger(self, name: str) -> bool:  # replaced by the machine in add_model
         raise RuntimeError(f"context {self.context_id} is not attached to the machine")
 
