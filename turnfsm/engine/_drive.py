@@ -40,7 +40,7 @@ from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
-from ._turn import Turn, uncopied
+from ._turn import Question, Turn, uncopied
 
 __all__ = ["Driver"]
 
@@ -355,8 +355,14 @@ class Driver:
     def _turn(self, rt: Runtime) -> Turn:
         ctx = rt.ctx
         state = rt.holder.current()
-        pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
+        pending: tuple[ToolCallRequest, ...] = ()
+        questions: tuple[Question, ...] = ()
+        if state is S.AWAITING_TOOL_APPROVAL:
+            pending = tuple(ctx.pending_tool_calls())
+            questions = questions_of(self.settings.tools, pending)
+            pending = detached(pending)
         pool = ctx.message_pool
+        ids = [n.id for n in rt.turn_nodes]
         return Turn(
             context_id=ctx.id,
             state=state,
@@ -364,11 +370,11 @@ class Driver:
             states=tuple(rt.turn_states),
             # the pool holds the latest version of each (decisions replace nodes);
             # copied when the caller first reads them
-            messages=uncopied(tuple(pool[n.id].message for n in rt.turn_nodes)),
-            message_ids=tuple(n.id for n in rt.turn_nodes),
-            pending_tool_calls=detached(pending),
+            messages=uncopied(tuple([pool[i].message for i in ids])),
+            message_ids=tuple(ids),
+            pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
-            questions=questions_of(self.settings.tools, pending),
+            questions=questions,
         )
 
     async def _drive(self, rt: Runtime) -> None:
@@ -429,7 +435,12 @@ class Driver:
                 to_state=dest,
                 attempt=rt.ctx.progress.attempt,
             )
-        self.later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
+        # ``later`` written out (a step is the commonest event): the seq reserved
+        # even when nobody listens
+        seq = rt.seq = rt.seq + 1
+        if rt.subscribers:
+            fields = {"from_state": source, "to_state": dest, "trigger": trigger}
+            rt.outbox.append((StateChanged, seq, self.settings.clock.time(), fields))
         return dest
 
     def later(self, rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
