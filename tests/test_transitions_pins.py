@@ -423,3 +423,22 @@ def test_on_exception_receives_the_error_instead_of_raising(machine_kind: str) -
     model.trigger("go")
     assert len(seen) == 1 and isinstance(seen[0], ValueError)
     assert model.state == "Busy"
+
+
+def test_the_lean_classes_read_the_attributes_behind_the_properties() -> None:
+    # LeanEvent and LeanTransition read these attributes and State._name directly
+    m = LeanMachine(
+        states=["a", "b"],
+        transitions=[{"trigger": "go", "source": "a", "dest": "b"}],
+        initial="a",
+        prepare_event="p",
+        before_state_change="b1",
+        after_state_change="a1",
+        finalize_event="f",
+    )
+    assert m._prepare_event is m.prepare_event and m.prepare_event == ["p"]
+    assert m._before_state_change is m.before_state_change == ["b1"]
+    assert m._after_state_change is m.after_state_change == ["a1"]
+    assert m._finalize_event is m.finalize_event == ["f"]
+    state = m.get_state("b")
+    assert state._name == state.name == state.value == "b"

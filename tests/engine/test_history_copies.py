@@ -8,13 +8,14 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from turnfsm.engine._history import decided, with_calls
+from turnfsm.engine._history import decided, started, with_calls
 from turnfsm.model import (
     ApprovalStatus,
     InternalMessage,
     MessageMetadata,
     Role,
     ToolCallRequest,
+    TurnProgress,
 )
 
 
@@ -49,3 +50,11 @@ def test_with_calls_keeps_every_other_field() -> None:
     got = with_calls(message, calls)
     _same_fields(got, dataclasses.replace(message, tool_calls=calls))
     assert got.tool_calls is calls
+
+
+def test_started_keeps_every_other_field() -> None:
+    progress = TurnProgress()
+    for f in dataclasses.fields(progress):  # frozen: set as its __init__ does
+        object.__setattr__(progress, f.name, object())
+    got = started(progress, ("c1",))
+    _same_fields(got, dataclasses.replace(progress, started_call_ids=("c1",)))

@@ -288,6 +288,8 @@ def _field(response: Any, name: str, notes: list[str]) -> str | None:
     value = getattr(response, name)
     if value is None:
         return None
+    if type(value) is str and value.isascii():  # nothing to clean
+        return value
     if not isinstance(value, str):
         raise invalid_answer(f"its {name} is a {_type(value)}, not a str or None")
     return _clean(value, name, notes)
@@ -328,15 +330,17 @@ def _calls(
         if not isinstance(c, ToolCallData):
             raise invalid_answer(f"{where} is a {_type(c)}, not a ToolCallData")
         name = c.name
-        if not isinstance(name, str):
-            raise invalid_answer(f"{where}.name is a {_type(name)}, not a str")
-        name = _clean(name, f"{where}.name", notes)
+        if type(name) is not str or not name.isascii():  # else nothing to clean
+            if not isinstance(name, str):
+                raise invalid_answer(f"{where}.name is a {_type(name)}, not a str")
+            name = _clean(name, f"{where}.name", notes)
         sent = c.id
         if sent is None:
             sent = ""
-        elif not isinstance(sent, str):
-            raise invalid_answer(f"{where}.id is a {_type(sent)}, not a str")
-        sent = _clean(sent, f"{where}.id", notes)
+        elif type(sent) is not str or not sent.isascii():
+            if not isinstance(sent, str):
+                raise invalid_answer(f"{where}.id is a {_type(sent)}, not a str")
+            sent = _clean(sent, f"{where}.id", notes)
         base = sent or f"call_{i + 1}"
         new, k = base, 2
         while new in taken or new in fresh:
@@ -422,9 +426,10 @@ def build_answer(
         raise invalid_answer(f"it is a {_type(response)}, not an LLMResponse")
     notes: list[str] = []
     text = response.text
-    if not isinstance(text, str):
-        raise invalid_answer(f"its text is a {_type(text)}, not a str")
-    text = _clean(text, "text", notes)
+    if type(text) is not str or not text.isascii():  # else nothing to clean
+        if not isinstance(text, str):
+            raise invalid_answer(f"its text is a {_type(text)}, not a str")
+        text = _clean(text, "text", notes)
     thinking = _field(response, "thinking", notes)
     if thinking is None and streamed_thinking is not None:
         thinking = streamed_thinking

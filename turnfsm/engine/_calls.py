@@ -97,7 +97,7 @@ async def start_decide(
                 raise UnknownToolCall(ctx.id, cid)
             raise ToolCallNotPending(ctx.id, cid, _history.call_status(ctx, found))
     decisions = checked_decisions(ctx.id, d.settings.tools, pending, decisions)  # questions
-    state = State(rt.holder.state)
+    state = rt.holder.current()
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
     open_calls = _history.set_decisions(
@@ -119,7 +119,7 @@ async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
         raise NotAQuestion(ctx.id, call_id, call.tool_name)
     if call_id not in pending:
         raise ToolCallNotPending(ctx.id, call_id, _history.call_status(ctx, call))
-    state = State(rt.holder.state)
+    state = rt.holder.current()
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
     asked = tool.ask(call)
@@ -146,7 +146,7 @@ def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
 
 async def start_retry(d: Host, rt: Runtime) -> None:
     # the table also has retry from TransientFailure: that one is the engine's own
-    if State(rt.holder.state) is not S.PERMANENT_FAILURE:
+    if rt.holder.current() is not S.PERMANENT_FAILURE:
         raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
     p = rt.ctx.progress
     rt.ctx.progress = TurnProgress(iteration=max(p.iteration, 1), attempt=1)
@@ -166,7 +166,7 @@ async def start_cancel(d: Host, rt: Runtime) -> None:
 
 
 async def start_resume(d: Host, rt: Runtime) -> None:
-    state = State(rt.holder.state)
+    state = rt.holder.current()
     if state in RESTING:
         return
     if state is S.EXECUTING_TOOLS and rt.ctx.progress.started_call_ids and _unknown_outcomes(d, rt):
@@ -302,13 +302,13 @@ async def start_update_config(
 
 
 def _require_resting(rt: Runtime, what: str) -> None:
-    state = State(rt.holder.state)
+    state = rt.holder.current()
     if state not in RESTING:
         raise NotAtRest(rt.ctx.id, state, what)
 
 
 def _require_branchable(rt: Runtime) -> None:
-    state = State(rt.holder.state)
+    state = rt.holder.current()
     if state not in (S.IDLE, S.PERMANENT_FAILURE):
         raise BranchError(
             f"context {rt.ctx.id!r} is in {state}: branches change only in Idle or "

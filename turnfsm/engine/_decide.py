@@ -4,7 +4,6 @@ tool calls are decided by policy (``tools_decided``) or left to a human
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -168,5 +167,5 @@ def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
     between that commit and the run sends non-idempotent calls to a human,
     which is the safe side.)"""
     ctx = rt.ctx
-    ids = tuple(c.id for c in open_calls if c.approval_status is ApprovalStatus.APPROVED)
-    ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)
+    ids = tuple([c.id for c in open_calls if c.approval_status is ApprovalStatus.APPROVED])
+    ctx.progress = _history.started(ctx.progress, ids)

@@ -101,7 +101,7 @@ class _LazyLogger:
         self._context = context
         # the engine logs a debug line per transition: below the level it is
         # one call that does nothing
-        self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else _ignore
+        self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else ignore
 
     def bind(self, **values: Any) -> _LazyLogger:
         return _LazyLogger(self._level, self._file, {**self._context, **values})
@@ -133,9 +133,9 @@ class _LazyLogger:
     def __getattr__(self, name: str) -> Any:
         level = _LEVELS.get(name)
         if level is not None and level < self._level:
-            return _ignore
+            return ignore
         return getattr(self._real(), name)
 
 
-def _ignore(*args: Any, **kw: Any) -> None:
+def ignore(*args: Any, **kw: Any) -> None:
     return None

@@ -44,13 +44,14 @@ from . import (
     _tracing,
 )
 from ._approval import questions_of
+from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers
-from ._turn import Turn
+from ._turn import Question, Turn, uncopied
 
 __all__ = ["Driver"]
 
@@ -307,7 +308,7 @@ class Driver:
         end = rt.done
         if end is not None:
             rt.done = None
-            end.event.set()
+            end.set()
         if len(self.loaded.runtimes) > self.settings.max_loaded:
             self.loaded.evict(self.settings.max_loaded, self.busy)
 
@@ -350,25 +351,25 @@ class Driver:
                     # the call's last commit: at rest, or handed back, it also ends
                     # the lease (unless a cancel is pending, whose commit comes after)
                     last = (
-                        State(rt.holder.state) in RESTING or rt.hand_back
+                        rt.holder.current() in RESTING or rt.hand_back
                     ) and not rt.cancel_requested
                     await self.commit(rt, release=last)
             rt.scope = None
             if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
                 await self._confirm_claim(rt)
-            if rt.cancel_requested and State(rt.holder.state) in CANCELLABLE:
+            if rt.cancel_requested and rt.holder.current() in CANCELLABLE:
                 with anyio.CancelScope(shield=True):
                     if await self._hold_again(rt):
                         await _calls.cancel_in_place(self, rt)
         except BaseException:
-            if dirty(rt) or State(rt.holder.state) not in RESTING:
+            if dirty(rt) or rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)
             raise
         finally:
             turn = self._turn(rt)
             if rt.done is not None:
                 rt.done.turn = turn
-            if rt.hand_back and State(rt.holder.state) not in RESTING:
+            if rt.hand_back and rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
             if rt.lease_status is CLAIM and rt.lease is not None:  # never taken: the last stands
                 rt.lease_status = RELEASED
@@ -416,19 +417,27 @@ class Driver:
 
     def _turn(self, rt: Runtime) -> Turn:
         ctx = rt.ctx
-        state = State(rt.holder.state)
-        pending = tuple(ctx.pending_tool_calls()) if state is S.AWAITING_TOOL_APPROVAL else ()
+        state = rt.holder.current()
+        pending: tuple[ToolCallRequest, ...] = ()
+        questions: tuple[Question, ...] = ()
+        if state is S.AWAITING_TOOL_APPROVAL:
+            pending = tuple(ctx.pending_tool_calls())
+            questions = questions_of(self.settings.tools, pending)
+            pending = detached(pending)
+        pool = ctx.message_pool
+        ids = [n.id for n in rt.turn_nodes]
         return Turn(
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
             states=tuple(rt.turn_states),
-            # the pool holds the latest version of each (decisions replace nodes)
-            messages=tuple(detached(ctx.message_pool[n.id].message) for n in rt.turn_nodes),
-            message_ids=tuple(n.id for n in rt.turn_nodes),
-            pending_tool_calls=detached(pending),
+            # the pool holds the latest version of each (decisions replace nodes);
+            # copied when the caller first reads them
+            messages=uncopied(tuple([pool[i].message for i in ids])),
+            message_ids=tuple(ids),
+            pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
-            questions=questions_of(self.settings.tools, pending),
+            questions=questions,
         )
 
     async def _drive(self, rt: Runtime) -> None:
@@ -483,14 +492,21 @@ class Driver:
         source = holder.state
         dest = self.machine.fire(holder, trigger)
         rt.turn_states.append(dest)
-        rt.log.debug(
-            "transition",
-            from_state=source,
-            trigger=trigger,
-            to_state=dest,
-            attempt=rt.ctx.progress.attempt,
-        )
-        self.later(rt, StateChanged, from_state=source, to_state=dest, trigger=trigger)
+        debug = rt.log.debug
+        if debug is not ignore:  # the default logger below DEBUG: not even the call
+            debug(
+                "transition",
+                from_state=source,
+                trigger=trigger,
+                to_state=dest,
+                attempt=rt.ctx.progress.attempt,
+            )
+        # ``later`` written out (a step is the commonest event): the seq reserved
+        # even when nobody listens
+        seq = rt.seq = rt.seq + 1
+        if rt.subscribers:
+            fields = {"from_state": source, "to_state": dest, "trigger": trigger}
+            rt.outbox.append((StateChanged, seq, self.settings.clock.time(), fields))
         if rt.watch is not None:
             rt.watch.transition(rt, source, trigger, dest)
         return dest

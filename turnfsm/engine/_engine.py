@@ -434,7 +434,7 @@ class Engine(ContextManagement):
             if rt is not None and rt.done is not None:
                 end = rt.done
                 d.request_cancel(context_id)
-                await end.event.wait()
+                await end.wait()
                 assert end.turn is not None
                 return end.turn
         return await d.run(context_id, functools.partial(_calls.start_cancel, d))

@@ -22,6 +22,7 @@ from ..model import (
     Role,
     ToolCallRequest,
     ToolCallResult,
+    TurnProgress,
     append_chat,
     to_chat_message,
 )
@@ -57,7 +58,12 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     ctx.message_pool[node_id] = node
     ids.append(node_id)
     rt.appended.append((branch.name, node))
-    append_chat(rt.chat, to_chat_message(message))
+    item = to_chat_message(message)
+    chat = rt.chat
+    if item["role"] == "tool" and chat and chat[-1].get("role") == "tool":
+        append_chat(chat, item)  # a result after a result: may go before it
+    else:
+        chat.append(item)  # what append_chat does with it, without the call
     rt.turn_nodes.append(node)
     return node
 
@@ -123,11 +129,23 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
     return open_calls
 
 
-# The three copies below build each record once with every field, where
+# The four copies below build each record once with every field, where
 # ``dataclasses.replace`` reads the fields, builds a dict and calls the
-# constructor (a decision on a one-call batch took three of them). A test
+# constructor (a decision on a one-call batch took three of them, and
+# recording the started calls one more each tool-loop turn). A test
 # (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
 # for every field of each class, so a field added later is not dropped.
+
+
+def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
+    """``dataclasses.replace(p, started_call_ids=ids)``."""
+    return TurnProgress(
+        iteration=p.iteration,
+        attempt=p.attempt,
+        retry_at=p.retry_at,
+        last_error=p.last_error,
+        started_call_ids=ids,
+    )
 
 
 def decided(

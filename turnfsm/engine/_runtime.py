@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import IllegalTransition
 from ..events import Event
@@ -49,13 +50,32 @@ CLAIM: Final = LeaseStatus.CLAIM
 
 class CallEnd:
     """The end of one call on a loaded context: set once the call has left,
-    with the ``Turn`` it returned."""
+    with the ``Turn`` it returned.
 
-    __slots__ = ("event", "turn")
+    Only a ``cancel`` waiting for a running call waits on it, so its
+    ``anyio.Event`` is made by the first :meth:`wait`, not for every call."""
+
+    __slots__ = ("_event", "left", "turn")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self._event: anyio.Event | None = None
+        self.left = False
         self.turn: Turn | None = None
+
+    def set(self) -> None:
+        """The call has left (``turn`` is set)."""
+        self.left = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Until the call has left."""
+        if self.left:
+            await anyio.lowlevel.checkpoint()  # as waiting on a set event does
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 @dataclass(eq=False, slots=True)

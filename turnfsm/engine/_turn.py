@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, cast
 
-from ..model import InternalMessage, Role, ToolCallRequest
+from ..model import InternalMessage, Role, ToolCallRequest, detached
 from ..states import State
 
 __all__ = ["Child", "ChildInfo", "Finished", "Question", "StopReason", "Turn"]
@@ -63,6 +65,13 @@ class Turn:
     this call added, ``message_ids`` their ids. ``pending_tool_calls`` are the
     calls waiting for a human (questions included); ``questions`` are those of
     them that are questions to the user, to be answered with ``Engine.answer``.
+
+    A turn the engine returns copies its ``messages`` from the engine's records
+    when they are first read, and keeps those copies (the same tuple on every
+    read); ``text`` and ``refusal`` read the records without copying them. The
+    engine never changes a record in place (it stores a changed message as a
+    new record), so the copies are the messages as the call left them, however
+    late they are read.
     """
 
     context_id: str
@@ -78,7 +87,7 @@ class Turn:
     @property
     def text(self) -> str:
         """The text of the last assistant message this call added ("" if none)."""
-        for msg in reversed(self.messages):
+        for msg in reversed(_read(self)):
             if msg.role is Role.ASSISTANT:
                 return msg.text
         return ""
@@ -87,10 +96,63 @@ class Turn:
     def refusal(self) -> str | None:
         """The refusal of the last assistant message this call added, if it refused
         (``stop_reason`` is then ``refusal``)."""
-        for msg in reversed(self.messages):
+        for msg in reversed(_read(self)):
             if msg.role is Role.ASSISTANT:
                 return msg.refusal
         return None
+
+
+# ``Turn.messages``, copied when first read. The field's slot keeps either the
+# copies or, until the first read, a ``_Uncopied`` holding the engine's own
+# records; a property in front of the slot makes the copies on the first read
+# and stores them in the slot. Copying the four messages of a tool-loop turn
+# was about a twelfth of the turn, paid by every caller, most of whom read
+# ``state`` and ``text`` only.
+
+
+@dataclass(frozen=True, slots=True)
+class _Uncopied:
+    records: tuple[InternalMessage, ...]
+
+
+_SLOT: Any = Turn.__dict__["messages"]  # the slot's descriptor, behind the property
+
+
+def _read(turn: Turn) -> Sequence[InternalMessage]:
+    """The turn's messages, as records or copies, without copying them: for
+    reading strings (which cannot change) out of them."""
+    value = _SLOT.__get__(turn, Turn)
+    return cast(Sequence[InternalMessage], value.records if type(value) is _Uncopied else value)
+
+
+def _messages(turn: Turn) -> tuple[InternalMessage, ...]:
+    value = _SLOT.__get__(turn, Turn)
+    if type(value) is _Uncopied:
+        value = tuple(detached(m) for m in value.records)
+        _SLOT.__set__(turn, value)
+    return cast(tuple[InternalMessage, ...], value)
+
+
+def _set_messages(turn: Turn, value: tuple[InternalMessage, ...]) -> None:
+    # only reached from the constructor (a frozen Turn's own __setattr__ refuses)
+    _SLOT.__set__(turn, value)
+
+
+setattr(  # noqa: B010  (mypy: a property put over a dataclass field)
+    Turn,
+    "messages",
+    property(
+        _messages,
+        _set_messages,
+        doc="The messages this call added (copies: see :class:`Turn`).",
+    ),
+)
+
+
+def uncopied(records: tuple[InternalMessage, ...]) -> tuple[InternalMessage, ...]:
+    """What the engine passes as ``Turn(messages=...)``: its own records, which
+    the turn copies when ``messages`` is first read."""
+    return cast(tuple[InternalMessage, ...], _Uncopied(records))
 
 
 @dataclass(frozen=True, slots=True)

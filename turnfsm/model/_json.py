@@ -136,6 +136,8 @@ def title_problem(value: object) -> str | None:
 
 def clean_text(text: str) -> tuple[str, int]:
     """``text`` with each lone surrogate replaced by U+FFFD, and how many were."""
+    if type(text) is str and text.isascii():  # no surrogate in it: no regex to run
+        return text, 0
     return _SURROGATE.subn("\ufffd", text)
 
 

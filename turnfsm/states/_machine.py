@@ -79,6 +79,10 @@ class ContextHolder:
         self.steps: list[StepRecord] = []
         self.attached = False
 
+    def current(self) -> State:
+        """``state`` as a :class:`State` (a dict lookup: quicker than ``State(state)``)."""
+        return _STATES[self.state]
+
     def trigger(self, name: str) -> bool:  # replaced by the machine in add_model
         raise RuntimeError(f"context {self.context_id} is not attached to the machine")
 
@@ -143,13 +147,17 @@ class LeanTransition(Transition):
         # transitions' own order: prepare, conditions, before, exit, set the
         # state, enter, final, after; the state change is written out here
         # (one frame less per step than transitions' ``_change_state``)
+        # (the machine's callback lists are read from the attributes behind
+        # transitions' properties ``before_state_change`` and
+        # ``after_state_change``: one call less each; the properties return them)
         machine = event_data.machine
         if self.prepare:
             machine.callbacks(self.prepare, event_data)
         if self.conditions and not self._eval_conditions(event_data):
             return False
-        if machine.before_state_change or self.before:
-            machine.callbacks([*machine.before_state_change, *self.before], event_data)
+        before = machine._before_state_change
+        if before or self.before:
+            machine.callbacks([*before, *self.before], event_data)
         if self.dest:  # None: an internal transition, no change of state
             source, dest = self.source_state, self.dest_state
             if source is None or dest is None:
@@ -157,15 +165,16 @@ class LeanTransition(Transition):
                 dest = self.dest_state = machine.get_state(self.dest)
             if source.on_exit:
                 source.exit(event_data)
-            setattr(event_data.model, machine.model_attribute, dest.value)
+            setattr(event_data.model, machine.model_attribute, dest._name)
             event_data.state = dest
             dest.enter(event_data)
             if dest.final:
                 machine.callbacks(machine.on_final, event_data)
         if self.after:
             machine.callbacks(self.after, event_data)
-        if machine.after_state_change:
-            machine.callbacks(machine.after_state_change, event_data)
+        after = machine._after_state_change
+        if after:
+            machine.callbacks(after, event_data)
         return True
 
     def _change_state(self, event_data: EventData) -> None:
@@ -195,16 +204,20 @@ class LeanEvent(Event):
         return result
 
     def _trigger(self, event_data: EventData) -> bool:
+        # the model's state is a state's name (the lean machine's states are
+        # named by strings: ``State.name`` is its value), and the machine's
+        # callback lists are read behind transitions' properties
         machine = self.machine
-        state = machine.states[getattr(event_data.model, machine.model_attribute)]
+        name = getattr(event_data.model, machine.model_attribute)
+        state = machine.states[name]
         event_data.state = state
         try:
-            name = state.name
             # ``_is_valid_source`` (which raises or logs) only for a refused event,
             # and ``_process`` written out: two frames less per step
             if name in self.transitions or self._is_valid_source(state):
-                if machine.prepare_event:
-                    machine.callbacks(machine.prepare_event, event_data)
+                prepare = machine._prepare_event
+                if prepare:
+                    machine.callbacks(prepare, event_data)
                 for trans in self.transitions[name]:
                     event_data.transition = trans
                     if trans.execute(event_data):
@@ -216,9 +229,10 @@ class LeanEvent(Event):
                 raise
             machine.callbacks(machine.on_exception, event_data)
         finally:
-            if machine.finalize_event:
+            finalize = machine._finalize_event
+            if finalize:
                 try:
-                    machine.callbacks(machine.finalize_event, event_data)
+                    machine.callbacks(finalize, event_data)
                 except BaseException as err:  # as transitions does: logged, not raised
                     _transitions_log.error(
                         "While executing finalize callbacks a %s occurred: %s.",
@@ -302,6 +316,7 @@ class TurnMachine:
             after_state_change="after_step",
         )
 
+        assert not self._machine.has_queue  # fire calls the events' _trigger directly
         self._events = {t: self._machine.events[t.value] for t in Trigger}
 
     def attach(self, holder: ContextHolder, state: State) -> None:
@@ -328,5 +343,8 @@ class TurnMachine:
         if dest is None:
             raise IllegalTransition(holder.state, trigger, context_id=holder.context_id)
         holder.effect = None
-        self._events[trigger].trigger(holder)
+        # ``Event.trigger`` written out for the unqueued machine (one frame less):
+        # its EventData, then the lean ``_trigger``
+        event = self._events[trigger]
+        event._trigger(EventData(None, event, self._machine, holder, (), {}))
         return dest

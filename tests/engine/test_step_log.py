@@ -1,0 +1,53 @@
+"""The debug line of each transition: written whenever the logger writes
+debug lines, and not even called for the default logger below DEBUG."""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any
+
+import pytest
+from kit import make_engine
+
+from turnfsm.engine._defaults import default_logger, ignore
+
+pytestmark = pytest.mark.anyio
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def bind(self, **_: Any) -> _Recorder:
+        return self
+
+    def debug(self, event: str, **kw: Any) -> None:
+        self.lines.append((event, kw))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+
+async def test_an_applications_logger_gets_one_line_per_step() -> None:
+    log = _Recorder()
+    engine, _, _ = make_engine([{"text": "hi"}], logger=log)
+    async with engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "hello")
+    steps = [kw for event, kw in log.lines if event == "transition"]
+    assert [s["to_state"] for s in steps] == list(turn.states)
+    assert steps[0]["trigger"] == "user_message"
+
+
+async def test_the_default_logger_writes_steps_at_debug_only() -> None:
+    out = io.StringIO()
+    quiet = default_logger(logging.WARNING)
+    assert quiet.debug is ignore  # the engine skips the call
+    loud = default_logger(logging.DEBUG)
+    loud._file = out
+    engine, _, _ = make_engine([{"text": "hi"}], logger=loud)
+    async with engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "hello")
+    assert out.getvalue().count("event='transition'") == 4
