@@ -1,0 +1,314 @@
+"""Tools from MCP servers (turnfsm.tools.mcp), against the fault server of
+tests/mcp (FastMCP) and a hand-written server that sends garbage: names,
+approval and annotations, results, faults, list changes, lifecycle.
+
+The reference servers from npm, MCP over HTTP and the CLI commands are in
+test_mcp_servers.py (``-m mcp``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from turnfsm import Engine
+from turnfsm.errors import ToolDefinitionError, ToolsetError
+from turnfsm.model import Role
+from turnfsm.testing import ScriptedLLM
+from turnfsm.tools import Approval, Toolset
+from turnfsm.tools.mcp import MCPServer, MCPTool, tool_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import FAULT_SERVER, RAW_SERVER, alive, children, gone
+
+pytestmark = pytest.mark.anyio
+
+
+def fault(**kwargs: Any) -> MCPServer:
+    return MCPServer.stdio(FAULT_SERVER, **kwargs)
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    return {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items]}
+
+
+def results(turn: Any) -> dict[str, tuple[bool, Any]]:
+    out: dict[str, tuple[bool, Any]] = {}
+    for message in turn.messages:
+        if message.role is Role.TOOL and message.tool_result is not None:
+            r = message.tool_result
+            out[r.request_id] = (r.success, r.result)
+    return out
+
+
+async def pid_of(engine: Engine, cid: str, call_id: str) -> int:
+    llm = engine.llm
+    assert isinstance(llm, ScriptedLLM)
+    turn = await engine.send(cid, "pid?")
+    ok, value = results(turn)[call_id]
+    assert ok, value
+    return int(value["result"])
+
+
+# ---------------------------------------------------------------------- names, approval
+
+
+def test_the_naming_rule() -> None:
+    assert tool_name("read_file") == "read_file"
+    assert tool_name("read_file", "fs") == "fs__read_file"
+    assert tool_name("get.weather/now", "w") == "w__get_weather_now"
+    long = tool_name("x" * 80, "p")
+    assert len(long) == 64 and long.startswith("p__xxx") and long[55] == "_"
+    assert long != tool_name("x" * 81, "p")  # the digest tells them apart
+
+
+async def test_tools_keep_their_schema_and_ask_for_approval_whatever_the_hints() -> None:
+    server = fault()
+    assert isinstance(server, Toolset)
+    async with Engine(toolsets=[server]) as engine:
+        names = set(engine.tools.names)
+        assert {"echo", "pid", "die", "hang", "fail", "image", "grow"} <= names
+        echo = engine.tools.get("echo")
+        assert isinstance(echo, MCPTool)
+        assert echo.remote_name == "echo"
+        # the server says read-only and idempotent: on its own that changes nothing
+        assert echo.annotations == {"readOnlyHint": True, "idempotentHint": True}
+        assert echo.approval is Approval.REQUIRED
+        assert echo.idempotent is False
+        schema = echo.parameters
+        assert schema["properties"]["text"]["type"] == "string"
+        assert schema["required"] == ["text"]
+        assert echo.definition()["function"]["parameters"] is schema
+    assert engine.tools.names == ()  # closed: its tools are gone with it
+
+
+async def test_hints_change_approval_and_idempotence_only_through_an_opt_in() -> None:
+    server = fault(prefix="f", read_only_approval="auto", trust_idempotent_hint=True)
+    async with Engine(toolsets=[server]) as engine:
+        tools = {t.name: t for t in engine.tools}
+        assert tools["f__echo"].approval is Approval.AUTO  # readOnlyHint, opted in
+        assert tools["f__echo"].idempotent is True  # idempotentHint, opted in
+        assert tools["f__pid"].approval is Approval.AUTO
+        assert tools["f__pid"].idempotent is True  # read-only: running it twice is harmless
+        assert tools["f__die"].approval is Approval.REQUIRED  # destructiveHint
+        assert tools["f__die"].idempotent is False
+        assert tools["f__hang"].approval is Approval.REQUIRED  # no hints
+        assert tools["f__hang"].idempotent is False
+
+
+async def test_a_read_only_tool_that_also_says_destructive_is_not_read_only() -> None:
+    import mcp_types as mt
+
+    server = fault(read_only_approval="auto", trust_idempotent_hint=True)
+    hints = mt.ToolAnnotations(read_only_hint=True, destructive_hint=True)
+    listed = mt.Tool(
+        name="odd", input_schema={"type": "object", "properties": {}}, annotations=hints
+    )
+    made = server._tool_of(listed)
+    assert made is not None
+    assert made.approval is Approval.REQUIRED
+
+
+async def test_two_servers_with_one_tool_name_need_a_prefix(no_new_children: None) -> None:
+    with pytest.raises(ToolDefinitionError, match="two tools are named 'echo'"):
+        async with Engine(toolsets=[fault(), fault()]):
+            pass
+    async with Engine(toolsets=[fault(prefix="a"), fault(prefix="b")]) as engine:
+        assert {"a__echo", "b__echo"} <= set(engine.tools.names)
+
+
+async def test_a_server_that_cannot_start_stops_the_engine_from_starting() -> None:
+    with pytest.raises(ToolsetError, match="could not be started"):
+        async with Engine(toolsets=[MCPServer.stdio("/nonexistent/mcp-server --flag")]):
+            pass
+
+
+# ---------------------------------------------------------------------- results
+
+
+async def test_text_images_resources_structured_content_and_errors_become_results() -> None:
+    llm = ScriptedLLM(
+        [
+            calls(
+                ("t", "echo", {"text": "hi"}),
+                ("i", "image", {}),
+                ("r", "resource", {}),
+                ("s", "weather", {"city": "Oslo"}),
+                ("e", "fail", {"why": "no such city"}),
+                ("a", "echo", {"wrong": 1}),
+            ),
+            {"text": "done"},
+        ]
+    )
+    async with Engine(llm=llm, toolsets=[fault(approval="auto")]) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "go")
+    assert str(turn.state) == "Idle"
+    got = results(turn)
+    assert got["t"] == (True, {"result": "hi"})  # FastMCP's structured form of a str
+    ok, image = got["i"]
+    assert ok
+    [block] = image["content"]
+    assert block["type"] == "image" and block["mimeType"] == "image/png"
+    assert block["data"].startswith("iVBORw0KGgo")
+    assert got["r"] == (
+        True,
+        {
+            "content": [
+                {
+                    "type": "resource",
+                    "resource": {"uri": "memo://one", "mimeType": "text/plain", "text": "the memo"},
+                }
+            ]
+        },
+    )
+    assert got["s"] == (True, {"city": "Oslo", "celsius": 21.5})
+    ok, error = got["e"]
+    assert not ok and "no such city" in error["error"]
+    ok, invalid = got["a"]
+    assert not ok and invalid["error"].startswith("invalid arguments for tool 'echo'")
+    # the model saw every result, errors included
+    tool_messages = [m for m in llm.requests[1].messages if m["role"] == "tool"]
+    assert len(tool_messages) == 6
+    assert "no such city" in str(tool_messages[4]["content"])
+
+
+# ---------------------------------------------------------------------- faults
+
+
+async def test_a_server_that_dies_mid_call_gives_an_error_and_is_started_again() -> None:
+    llm = ScriptedLLM(
+        [
+            calls(("p1", "pid", {})),
+            {"text": "ok"},
+            calls(("d", "die", {})),
+            {"text": "it died"},
+            calls(("p2", "pid", {})),
+            {"text": "ok"},
+        ]
+    )
+    server = fault(approval="auto")
+    async with Engine(llm=llm, toolsets=[server]) as engine:
+        cid = await engine.create_context()
+        first = await pid_of(engine, cid, "p1")
+        turn = await engine.send(cid, "die")
+        assert str(turn.state) == "Idle"
+        ok, error = results(turn)["d"]
+        assert not ok and "started again for the next call" in error["error"]
+        assert await gone(first)
+        second = await pid_of(engine, cid, "p2")
+        assert second != first and alive(second)
+        assert server.restarts == 1
+    assert not alive(second)
+
+
+async def test_a_call_that_hangs_past_its_timeout_gives_an_error_and_a_new_server() -> None:
+    llm = ScriptedLLM(
+        [
+            calls(("p1", "pid", {})),
+            {"text": "ok"},
+            calls(("h", "hang", {})),
+            {"text": "it hung"},
+            calls(("p2", "pid", {})),
+            {"text": "ok"},
+        ]
+    )
+    server = fault(approval="auto", timeout=1.5)
+    async with Engine(llm=llm, toolsets=[server]) as engine:
+        cid = await engine.create_context()
+        first = await pid_of(engine, cid, "p1")
+        with anyio.fail_after(30):
+            turn = await engine.send(cid, "hang")
+        assert str(turn.state) == "Idle"
+        ok, error = results(turn)["h"]
+        assert not ok and "no answer within 1.5s" in error["error"]
+        second = await pid_of(engine, cid, "p2")
+        assert second != first
+        assert await gone(first)
+
+
+async def test_a_server_that_sends_garbage_gives_an_error_and_is_started_again() -> None:
+    llm = ScriptedLLM(
+        [
+            calls(("g", "garbled", {})),
+            {"text": "hm"},
+            calls(("b", "bad_result", {})),
+            {"text": "hm"},
+        ]
+    )
+    server = MCPServer.stdio(RAW_SERVER, approval="auto", timeout=30)
+    async with Engine(llm=llm, toolsets=[server]) as engine:
+        cid = await engine.create_context()
+        with anyio.fail_after(20):  # well before the timeout: the garbage ends the call
+            turn = await engine.send(cid, "one")
+        ok, error = results(turn)["g"]
+        assert not ok and "not MCP" in error["error"], error
+        assert str(turn.state) == "Idle"
+        with anyio.fail_after(20):
+            turn = await engine.send(cid, "two")
+        ok, error = results(turn)["b"]
+        assert not ok and "answer was not MCP" in error["error"], error
+        assert server.restarts == 1  # the second call ran on a new process
+
+
+# ---------------------------------------------------------------------- list changes
+
+
+async def test_a_changed_tool_list_is_offered_in_the_next_request() -> None:
+    llm = ScriptedLLM(
+        [
+            calls(("g", "grow", {"name": "newt"})),
+            calls(("n", "newt", {"text": "hello"})),
+            {"text": "done"},
+        ]
+    )
+    async with Engine(llm=llm, toolsets=[fault(approval="auto")]) as engine:
+        cid = await engine.create_context()
+        assert "newt" not in engine.tools
+        turn = await engine.send(cid, "grow a tool")
+        offered = [[t["function"]["name"] for t in r.tools] for r in llm.requests]
+        assert "newt" not in offered[0]
+        assert "newt" in offered[1]  # the request right after the call that changed it
+        assert results(turn)["n"] == (True, {"result": "newt: hello"})
+        assert "newt" in engine.tools
+
+
+# ---------------------------------------------------------------------- lifecycle
+
+
+async def test_leaving_the_engine_stops_the_server_process(no_new_children: None) -> None:
+    llm = ScriptedLLM([calls(("p", "pid", {})), {"text": "ok"}])
+    async with Engine(llm=llm, toolsets=[fault(approval="auto")]) as engine:
+        cid = await engine.create_context()
+        pid = await pid_of(engine, cid, "p")
+        assert pid in children()
+    assert not alive(pid)
+
+
+async def test_cancelling_the_engine_task_mid_call_stops_the_server(
+    no_new_children: None,
+) -> None:
+    llm = ScriptedLLM([calls(("p", "pid", {})), {"text": "ok"}, calls(("h", "hang", {}))])
+    seen: list[int] = []
+
+    async def run(started: anyio.Event) -> None:
+        async with Engine(llm=llm, toolsets=[fault(approval="auto")]) as engine:
+            cid = await engine.create_context()
+            seen.append(await pid_of(engine, cid, "p"))
+            started.set()
+            await engine.send(cid, "hang")  # hangs until cancelled
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            started = anyio.Event()
+            tg.start_soon(run, started)
+            await started.wait()
+            await anyio.sleep(0.5)  # the hang call is running
+            tg.cancel_scope.cancel()
+    [pid] = seen
+    assert not alive(pid)
