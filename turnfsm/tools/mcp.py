@@ -53,6 +53,7 @@ import hashlib
 import logging
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -251,7 +252,8 @@ class MCPServer:
         ``command`` is a command line (split as a POSIX shell would, no shell
         runs it) or a list of words. The process gets the SDK's safe subset of
         this process's environment (``HOME``, ``PATH``, ...) plus ``env``; its
-        stderr goes to ``stderr`` (default: this process's).
+        stderr goes to ``stderr`` (default: this process's, when that is a file,
+        else nowhere).
         """
         words = shlex.split(command) if isinstance(command, str) else list(command)
         if not words or not all(isinstance(w, str) and w for w in words):
@@ -614,10 +616,20 @@ def _stdio(target: Any, stderr: IO[str] | None) -> Any:
     if isinstance(target, StdioServerParameters):
         from mcp.client.stdio import stdio_client
 
-        return stdio_client(
-            target, errlog=cast(TextIO, stderr if stderr is not None else sys.stderr)
-        )
+        return stdio_client(target, errlog=cast(TextIO, _errlog(stderr)))
     return target
+
+
+def _errlog(stderr: IO[str] | None) -> Any:
+    """Where a stdio server's stderr goes: ``stderr``, else this process's stderr
+    when it is a file (it is not under a notebook or pytest's capsys), else nowhere."""
+    if stderr is not None:
+        return stderr
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
+    return sys.stderr
 
 
 class _maybe:

@@ -1,5 +1,5 @@
 """Tools from MCP servers (turnfsm.tools.mcp), against the fault server of
-tests/mcp (FastMCP) and a hand-written server that sends garbage: names,
+tests/mcp_tools (FastMCP) and a hand-written server that sends garbage: names,
 approval and annotations, results, faults, list changes, lifecycle.
 
 The reference servers from npm, MCP over HTTP and the CLI commands are in
@@ -24,7 +24,7 @@ from turnfsm.tools.mcp import MCPServer, MCPTool, tool_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import FAULT_SERVER, RAW_SERVER, alive, children, gone
+from mcp_helpers import FAULT_SERVER, RAW_SERVER, alive, children, gone
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """A small MCP server for the fault cases (FastMCP from the ``mcp`` package).
 
-    python tests/mcp/fault_server.py                # stdio
-    python tests/mcp/fault_server.py --http PORT    # Streamable HTTP on 127.0.0.1:PORT/mcp
+    python tests/mcp_tools/fault_server.py                # stdio
+    python tests/mcp_tools/fault_server.py --http PORT    # Streamable HTTP on 127.0.0.1:PORT/mcp
 
 Its tools: ``echo`` (text), ``pid`` (the server's process id), ``calls`` (how
 many calls this process answered), ``die`` (exits in the middle of the call),

@@ -1,5 +1,6 @@
-"""Fixtures for the MCP tests: the fault server of tests/mcp, the reference
-servers from npm, and the child processes of this process.
+"""Helpers for the MCP tests: the fault server of tests/mcp_tools, the reference
+servers from npm, and the child processes of this process (the fixtures are in
+conftest.py).
 
 The reference servers (``@modelcontextprotocol/server-everything`` and
 ``@modelcontextprotocol/server-filesystem``) live in ``.cache/mcp-servers`` of
@@ -14,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,17 +91,3 @@ def npm_install() -> dict[str, Path]:
             f"registry reachable?):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         )
     return paths
-
-
-@pytest.fixture(scope="session")
-def npm_servers() -> dict[str, Path]:
-    return npm_install()
-
-
-@pytest.fixture
-def no_new_children() -> Iterator[None]:
-    """Fails the test when it leaves a child process of this process running."""
-    before = children()
-    yield
-    left = children() - before
-    assert not left, f"child processes left running: {sorted(left)}"
