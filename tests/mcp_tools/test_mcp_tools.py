@@ -8,6 +8,7 @@ test_mcp_servers.py (``-m mcp``).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,88 @@ async def test_cancelling_the_engine_task_mid_call_stops_the_server(
             tg.cancel_scope.cancel()
     [pid] = seen
     assert not alive(pid)
+
+
+# ---------------------------------------------------------------------- the golden script
+
+GOLDEN = Path(__file__).resolve().parents[1] / "scripts" / "mcp_tools.json"
+
+
+async def record_mcp_conversation() -> dict[str, Any]:
+    """A conversation with tools of the fault server, recorded as a replay
+    script: tests/scripts/mcp_tools.json is this, and replays to the same trace."""
+    from turnfsm.replay import Recorder
+    from turnfsm.testing import FakeClock, SequentialIds
+
+    server = fault(prefix="fault")
+    await server.start()
+    try:
+        used = [t for t in server.tools() if t.remote_name in ("weather", "image", "fail")]
+        llm = ScriptedLLM(
+            [
+                calls(
+                    ("w", "fault__weather", {"city": "Oslo"}),
+                    ("i", "fault__image", {}),
+                ),
+                {"text": "It is 21.5 C in Oslo; here is a picture."},
+                calls(("f", "fault__fail", {"why": "no forecast for Mars"})),
+                {"text": "There is no forecast for Mars."},
+            ]
+        )
+        recorder = Recorder(llm, tools=used, name="tools of an MCP server: results and an error")
+        async with Engine(
+            llm=recorder.llm, tools=recorder.tools, clock=FakeClock(), ids=SequentialIds()
+        ) as engine:
+            await recorder.start(engine, system_prompt="You report the weather.")
+            turn = await recorder.send("Weather in Oslo, and a picture?")
+            assert [c.id for c in turn.pending_tool_calls] == ["w", "i"]
+            await recorder.approve(["w", "i"])
+            turn = await recorder.send("And on Mars?")
+            await recorder.approve("f")
+            return await recorder.script()
+    finally:
+        await server.aclose()
+
+
+async def test_the_golden_script_is_what_an_mcp_conversation_records() -> None:
+    """An MCP tool's call and result are recorded like any tool's: the tool
+    under its offered name (``fault__weather``) with the server's schema, the
+    result as the conversion rules made it, an isError result as an error."""
+    recorded = await record_mcp_conversation()
+    golden = json.loads(GOLDEN.read_text())
+    # the golden script is the recording plus the checks along the way
+    steps = [s for s in golden["steps"] if "expect" not in s]
+    assert recorded == {**golden, "steps": steps}
+    assert len(steps) < len(golden["steps"])
+    tools = {t["name"]: t for t in golden["tools"]}
+    assert set(tools) == {"fault__weather", "fault__image", "fault__fail"}
+    assert all(t["approval"] == "required" for t in tools.values())
+    steps = [s["tool"] for s in golden["steps"] if "tool" in s]
+    assert steps[0] == {"id": "w", "result": {"city": "Oslo", "celsius": 21.5}}
+    assert steps[1]["result"]["content"][0]["type"] == "image"
+    assert steps[2] == {"id": "f", "error": "Error executing tool fail: no forecast for Mars"}
+
+
+def with_checks(script: dict[str, Any]) -> dict[str, Any]:
+    """The recorded script with checks after each answer that asks for tools."""
+    steps: list[dict[str, Any]] = []
+    for step in script["steps"]:
+        steps.append(step)
+        calls = step.get("llm", {}).get("tool_calls")
+        if calls:
+            pending = [c["id"] for c in calls]
+            steps.append({"expect": {"state": "AwaitingToolApproval", "pending": pending}})
+    steps.append(
+        {
+            "expect": {
+                "state": "Idle",
+                "last_message": {"role": "assistant", "text": "There is no forecast for Mars."},
+            }
+        }
+    )
+    return {**script, "steps": steps}
+
+
+if __name__ == "__main__":  # python tests/mcp_tools/test_mcp_tools.py: write the golden script
+    data = with_checks(anyio.run(record_mcp_conversation))
+    GOLDEN.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
