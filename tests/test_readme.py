@@ -1,4 +1,5 @@
-"""The README's embedding example and set-up commands stay true."""
+"""The README's embedding example, set-up commands and examples (and those
+of the pages in docs/) stay true."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = README.parent / "docs"
 
 
 def _embed_example() -> str:
@@ -36,13 +38,17 @@ def test_embedding_example_runs(tmp_path: Path) -> None:
 
 
 def _examples() -> dict[str, str]:
-    """Every python block that follows an ``<!-- example: NAME ... -->`` marker."""
-    text = README.read_text()
+    """Every python block that follows an ``<!-- example: NAME ... -->`` marker,
+    in the README and in the pages of docs/."""
     found = {}
-    for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
-        match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
-        assert match, f"no python block after the example marker {marker.group(1)!r}"
-        found[marker.group(1).strip()] = match.group(1)
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
+            match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
+            assert match, f"{page.name}: no python block after the example {marker.group(1)!r}"
+            name = marker.group(1).strip()
+            assert name not in found, f"two examples are named {name!r}"
+            found[name] = match.group(1)
     return found
 
 
@@ -57,6 +63,7 @@ def test_the_readme_has_its_examples() -> None:
         "compaction",
         "sticky files",
         "request bodies",
+        "mcp tools",
     } <= set(_examples())
 
 
