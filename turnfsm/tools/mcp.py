@@ -81,7 +81,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in tests
 from turnfsm.errors import ToolDefinitionError, ToolsetError
 
 from ._schema import InvalidArguments, binder_from_spec
-from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome
+from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome, _normalise_policy
 
 __all__ = ["MCPServer", "MCPTool", "tool_name"]
 
@@ -204,10 +204,12 @@ class MCPServer:
         for what, value in (("timeout", timeout), ("start_timeout", start_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ToolDefinitionError(f"MCP server {what} must be > 0 seconds, not {value!r}")
-        # checks the policies now, as a tool would (a bad one is a ToolDefinitionError)
-        Tool.from_spec("approval_check", approval=approval)
+        # checked now, as a tool's would be (a bad one is a ToolDefinitionError)
+        approval = _normalise_policy(approval, "MCP server approval")
         if read_only_approval is not None:
-            Tool.from_spec("approval_check", approval=read_only_approval)
+            read_only_approval = _normalise_policy(
+                read_only_approval, "MCP server read_only_approval"
+            )
         self._target = target
         self._given_name = name
         self.prefix = prefix
@@ -392,30 +394,23 @@ class MCPServer:
             if exc.code == mt.CONNECTION_CLOSED:
                 why = conn.why or "the connection closed during the call (the server exited?)"
                 self._drop(conn, why)
-                return ToolOutcome(
-                    False, {"error": f"{who}: {why}; the server is started again for the next call"}
-                )
+                return ToolOutcome(False, {"error": f"{who}: {why}; {self._again}"})
             return ToolOutcome.of(False, {"error": f"{who}: {exc.message}", "code": exc.code})
-        except Exception as exc:
+        except Exception as exc:  # the connection failed, or the answer had the wrong shape
             self._drop(conn, _describe(exc))
-            return ToolOutcome(
-                False,
-                {
-                    "error": f"{who}: the server's answer was not MCP ({_describe(exc)}); "
-                    "it is started again for the next call"
-                },
-            )
+            what = "the server's answer was not MCP" if isinstance(exc, ValueError) else "failed"
+            return ToolOutcome(False, {"error": f"{who}: {what} ({_describe(exc)}); {self._again}"})
         if result is None:
             self._drop(conn, f"no answer within {self.timeout:g}s")
-            return ToolOutcome(
-                False,
-                {
-                    "error": f"{who}: no answer within {self.timeout:g}s; the server is "
-                    "started again for the next call"
-                },
-            )
+            why = f"{who}: no answer within {self.timeout:g}s; {self._again}"
+            return ToolOutcome(False, {"error": why})
         await self._listed()
         return outcome_of(result, who)
+
+    @property
+    def _again(self) -> str:
+        how = "connected" if isinstance(self._target, tuple) else "started"
+        return f"the server is {how} again for the next call"
 
     # ------------------------------------------------------------------ connections
 
