@@ -11,8 +11,8 @@ Likewise the parts of turnfsm an engine on a memory store does not use: the
 SQLite, files and PostgreSQL stores (and ``sqlite3`` and ``asyncio`` behind
 them), the importers and exporters, rendering, the audit, the replay scripts,
 the CLI, the server and the MCP client (``turnfsm.tools.mcp``, on the ``mcp``
-SDK, imported by whoever connects to an MCP server). ``turnfsm.SQLiteStore`` and the like still resolve,
-by importing their module when first asked for.
+SDK, imported by whoever connects to an MCP server). ``turnfsm.SQLiteStore``
+and the like still resolve, by importing their module when first asked for.
 """
 
 from __future__ import annotations

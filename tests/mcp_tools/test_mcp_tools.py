@@ -20,7 +20,7 @@ from turnfsm import Engine
 from turnfsm.errors import ToolDefinitionError, ToolsetError
 from turnfsm.model import Role
 from turnfsm.testing import ScriptedLLM
-from turnfsm.tools import Approval, Toolset
+from turnfsm.tools import Approval, Tool, Toolset
 from turnfsm.tools.mcp import MCPServer, MCPTool, tool_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,12 +115,62 @@ async def test_a_read_only_tool_that_also_says_destructive_is_not_read_only() ->
     assert made.approval is Approval.REQUIRED
 
 
-async def test_two_servers_with_one_tool_name_need_a_prefix(no_new_children: None) -> None:
-    with pytest.raises(ToolDefinitionError, match="two tools are named 'echo'"):
-        async with Engine(toolsets=[fault(), fault()]):
+class FakeToolset:
+    """A toolset with no process: its list is set by the test."""
+
+    def __init__(self, name: str, *tools: Tool) -> None:
+        self.name = name
+        self.listed: tuple[Tool, ...] = tools
+        self.started = False
+        self.callbacks: list[Any] = []
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def aclose(self) -> None:
+        self.started = False
+
+    def tools(self) -> tuple[Tool, ...]:
+        return self.listed if self.started else ()
+
+    def on_change(self, callback: Any) -> None:
+        self.callbacks.append(callback)
+
+    def change(self, *tools: Tool) -> None:
+        self.listed = tools
+        for callback in self.callbacks:
+            callback()
+
+
+def spec(name: str) -> Tool:
+    return Tool.from_spec(name, f"the tool {name}")
+
+
+async def test_a_name_is_used_once_across_the_engine_and_its_toolsets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a, b = FakeToolset("a", spec("read")), FakeToolset("b", spec("read"))
+    with pytest.raises(ToolDefinitionError, match="two tools are named 'read'"):
+        async with Engine(toolsets=[a, b]):
             pass
+    assert not a.started and not b.started  # both closed again
+    mine = spec("own")
+    a, b = FakeToolset("a", spec("read")), FakeToolset("b", spec("write"))
+    async with Engine(tools=[mine], toolsets=[a, b]) as engine:
+        assert engine.tools.names == ("own", "read", "write")  # own first, then in order
+        b.change(spec("write"), spec("read"), spec("own"))  # later: both names are taken
+        assert engine.tools.names == ("own", "read", "write")
+        assert engine.tools.get("read") is a.listed[0]
+        assert "two tools are named 'read'" in caplog.text
+        a.change()  # the name is free again: the later toolset's tool takes it
+        assert engine.tools.names == ("own", "write", "read")
+
+
+@pytest.mark.mcp  # two server processes
+async def test_a_prefix_keeps_two_servers_apart(no_new_children: None) -> None:
     async with Engine(toolsets=[fault(prefix="a"), fault(prefix="b")]) as engine:
         assert {"a__echo", "b__echo"} <= set(engine.tools.names)
+        assert "echo" not in engine.tools
 
 
 async def test_a_server_that_cannot_start_stops_the_engine_from_starting() -> None:
