@@ -166,6 +166,23 @@ async def test_a_name_is_used_once_across_the_engine_and_its_toolsets(
         assert engine.tools.names == ("own", "write", "read")
 
 
+def test_the_engine_refuses_what_is_not_a_toolset() -> None:
+    from turnfsm.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"toolsets\[1\]"):
+        Engine(toolsets=[FakeToolset("ok"), object()])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput, match="toolsets"):
+        Engine(toolsets="npx server")  # type: ignore[arg-type]
+
+
+async def test_an_engine_used_without_async_with_offers_no_toolset_tools() -> None:
+    toolset = FakeToolset("a", spec("read"))
+    engine = Engine(toolsets=[toolset])
+    assert engine.toolsets == (toolset,)
+    assert "read" not in engine.tools and not toolset.started
+    await engine.aclose()
+
+
 @pytest.mark.mcp  # two server processes
 async def test_a_prefix_keeps_two_servers_apart(no_new_children: None) -> None:
     async with Engine(toolsets=[fault(prefix="a"), fault(prefix="b")]) as engine:
