@@ -10,11 +10,12 @@ def anyio_backend() -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``slow`` tests (long conversations, many contexts: seconds each),
-    ``browser`` tests (a real headless Chromium) and the ``load`` test (a server
-    under 200 clients) run only when selected: ``pytest -m slow``, ``-m browser``,
-    ``-m load``."""
+    ``browser`` tests (a real headless Chromium), the ``load`` test (a server
+    under 200 clients) and the ``mcp`` tests (the reference MCP servers from npm,
+    several servers, a server killed by a signal) run only when selected:
+    ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``."""
     markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser", "load"):
+    for marker in ("slow", "browser", "load", "mcp"):
         if marker in markexpr:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")

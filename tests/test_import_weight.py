@@ -10,8 +10,9 @@ its level, the server, the OpenAI adapters, a PostgreSQL store).
 Likewise the parts of turnfsm an engine on a memory store does not use: the
 SQLite, files and PostgreSQL stores (and ``sqlite3`` and ``asyncio`` behind
 them), the importers and exporters, rendering, the audit, the replay scripts,
-the CLI and the server. ``turnfsm.SQLiteStore`` and the like still resolve,
-by importing their module when first asked for.
+the CLI, the server and the MCP client (``turnfsm.tools.mcp``, on the ``mcp``
+SDK, imported by whoever connects to an MCP server). ``turnfsm.SQLiteStore``
+and the like still resolve, by importing their module when first asked for.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ LAZY = (
     "fastapi",
     "starlette",
     "psycopg",
+    "mcp",
+    "mcp_types",
     "sqlite3",
     "asyncio",
     "opentelemetry",
@@ -52,6 +55,7 @@ LAZY_PARTS = (
     "turnfsm.server",
     "turnfsm.relay",
     "turnfsm.observability",
+    "turnfsm.tools.mcp",
 )
 """turnfsm's own modules that ``import turnfsm`` leaves out."""
 

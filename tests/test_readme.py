@@ -1,4 +1,5 @@
-"""The README's embedding example and set-up commands stay true."""
+"""The README's embedding example, set-up commands and examples (and those
+of the pages in docs/) stay true."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def _examples() -> dict[str, str]:
         for marker in re.finditer(r"<!-- example: ([^(>]+?)\s*(?:\(|-->)", text):
             match = re.search(r"```python\n(.*?)```", text[marker.end() :], re.S)
             assert match, f"no python block after the example marker {marker.group(1)!r}"
-            found[prefix + marker.group(1).strip()] = match.group(1)
+            name = prefix + marker.group(1).strip()
+            assert name not in found, f"two examples are named {name!r}"
+            found[name] = match.group(1)
     return found
 
 
@@ -62,6 +65,7 @@ def test_the_readme_has_its_examples() -> None:
         "sticky files",
         "request bodies",
         "docs/observability.md: traces and metrics",
+        "docs/mcp.md: mcp tools",
     } <= set(_examples())
 
 

@@ -19,6 +19,7 @@ The tree::
     ├── InvalidInput                an argument of a public call is malformed
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
+    ├── ToolsetError                a toolset (an MCP server) cannot start or list its tools
     ├── EnhancerError               an enhancer raised while preparing the request
     ├── LLMError                    the model call failed; retryability is data on the error
     │   ├── TransientLLMError       429, 408, 409, 5xx, timeouts, connection errors
@@ -60,6 +61,7 @@ __all__ = [
     "ToolCallError",
     "ToolCallNotPending",
     "ToolDefinitionError",
+    "ToolsetError",
     "TransientLLMError",
     "TurnFSMError",
     "UnknownToolCall",
@@ -240,6 +242,11 @@ class BranchError(TurnFSMError):
 
 class ToolDefinitionError(TurnFSMError, TypeError):
     """A function cannot be described as a tool (untyped parameter, bad name, ...)."""
+
+
+class ToolsetError(TurnFSMError):
+    """A toolset (an MCP server) cannot be started or cannot list its tools
+    when the engine starts. Later failures of its calls are tool results."""
 
 
 class EnhancerError(TurnFSMError):

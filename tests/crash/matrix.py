@@ -7,7 +7,8 @@ than plain reads, and each transaction's ``COMMIT``, on a PostgreSQL server
 named by ``$TURNFSM_CRASH_PG``, a URL whose database may make others, each
 case on a database copied from a template; ``python tests/crash/matrix.py
 --store postgres`` starts a throwaway server when it is not set) and each kind of change (create,
-send, approve, deny, cancel, fork, switch, config, prompts, answer, delete):
+send, approve, deny, cancel, fork, switch, config, prompts, answer, delete,
+and ``mcp``: approving a call of an MCP server's tool):
 
 1. a clean run of the change, from a prepared store, records the state after
    each commit and where each commit starts and ends in the count of steps;
@@ -58,12 +59,28 @@ from turnfsm.storage import FilesStore, SQLiteStore, Store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
+FAULT_SERVER = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "mcp_tools" / "fault_server.py"),
+]
+NOTES = "notes.txt"
+
 SUB_KINDS = ("spawn", "finish", "subtask_send", "subtask_approve")
 """Sub-contexts: several commits on two contexts (the parent is ``CID``).
 ``subtask_send``: a message whose answer calls a sub-task tool, whose child
 waits for approval (the parent takes ``subtask_waits``); ``subtask_approve``:
 approving that child's call on the parent, so the child and then the parent's
 call complete."""
+MCP_KINDS = ("mcp",)
+"""Approving a call of a tool of an MCP server (the fault server of
+tests/mcp_tools, over stdio) that is not idempotent and leaves a mark each time
+it runs (a line in ``notes.txt`` of the case's folder): besides the store, the
+check counts the marks, and a call the kill left started with no recorded
+outcome must not run again without a human (``outcome_unknown``)."""
+MCP_CONTROL = "mcp-rerun"
+"""The control of the MCP kind: the same change with the tool declared
+idempotent (as trusting a server's ``idempotentHint`` would), so a resumed
+engine runs a started call again by itself. The matrix must see it."""
 KINDS = (
     "create",
     "send",
@@ -77,6 +94,7 @@ KINDS = (
     "answer",
     "delete",
     *SUB_KINDS,
+    *MCP_KINDS,
 )
 STORES = ("files", "sqlite")
 """The stores of the default run; ``postgres`` needs a server (``PG_ENV``)."""
@@ -184,26 +202,53 @@ def answer(request: Any) -> Any:
     if "ask" in _text(last):
         question = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
         return LLMResponse(tool_calls=(ToolCallData(f"q-{turn}", "ask_user", question),))
+    if "note" in _text(last):  # an MCP tool (MCP_KINDS)
+        return LLMResponse(
+            tool_calls=(ToolCallData(f"call-{turn}", "write_note", {"text": "Oslo"}),)
+        )
     if "book" in _text(last):
         return LLMResponse(tool_calls=(ToolCallData(f"call-{turn}", "book", {"city": "Oslo"}),))
     return {"text": f"Answer {turn}."}
 
 
-def engine_for(store: Store, prefix: str) -> Engine:
+def engine_for(
+    store: Store, prefix: str, notes: Path | None = None, *, rerun: bool = False
+) -> Engine:
+    """The engine of every process; with ``notes``, the fault MCP server too
+    (its ``write_note`` appends to that file; ``rerun``: declared idempotent)."""
+    toolsets = []
+    if notes is not None:
+        from turnfsm.tools.mcp import MCPServer
+
+        env = {"FAULT_SERVER_LOG": str(notes)}
+        toolsets.append(MCPServer.stdio(FAULT_SERVER, env=env, timeout=30, idempotent=rerun))
     return Engine(
         llm=ScriptedLLM(answer, record=False),
         tools=[book, ask_user, research],
         store=store,
         clock=FakeClock(),
         ids=SequentialIds(prefix),
+        toolsets=toolsets,
     )
+
+
+def notes_of(kind: str, workdir: Path) -> Path | None:
+    """The file the MCP tool marks, for the MCP kinds."""
+    return workdir / NOTES if kind in (*MCP_KINDS, MCP_CONTROL) else None
+
+
+def marks(notes: Path | None) -> int:
+    """How many times the MCP tool ran."""
+    if notes is None or not notes.exists():
+        return 0
+    return len(notes.read_text().splitlines())
 
 
 async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
     """The store as it is before the change ``kind``."""
     store = open_test_store(store_kind, workdir)
     await store.list_ids()  # a server store makes its tables here, not in the change
-    async with engine_for(store, "pre-") as engine:
+    async with engine_for(store, "pre-", notes_of(kind, workdir)) as engine:
         if kind == "create":
             return
         await engine.create_context(context_id=CID, system_prompt="Be brief.")
@@ -211,6 +256,9 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
         if kind in ("approve", "deny", "cancel"):
             turn = await engine.send(CID, "please book Oslo")
             assert str(turn.state) == "AwaitingToolApproval", turn.state
+        if kind in (*MCP_KINDS, MCP_CONTROL):
+            turn = await engine.send(CID, "please note Oslo")
+            assert [c.id for c in turn.pending_tool_calls] == ["call-2"], turn
         if kind == "switch":
             await engine.fork(CID, "alt", 0)
         if kind == "finish":
@@ -223,14 +271,14 @@ async def prepare(store_kind: str, kind: str, workdir: Path) -> None:
             assert turn.questions, turn
 
 
-async def change(kind: str, store: Store) -> None:
+async def change(kind: str, store: Store, notes: Path | None = None) -> None:
     """The change itself (one or more commits)."""
-    async with engine_for(store, "op-") as engine:
+    async with engine_for(store, "op-", notes, rerun=kind == MCP_CONTROL) as engine:
         if kind == "create":
             await engine.create_context(context_id=CID, system_prompt="Be brief.")
         elif kind == "send":
             await engine.send(CID, "how are you?")
-        elif kind == "approve":
+        elif kind in ("approve", *MCP_KINDS, MCP_CONTROL):
             await engine.approve(CID, "call-2")
         elif kind == "deny":
             await engine.deny(CID, "call-2", "not today")
@@ -401,7 +449,7 @@ def _clean_run(store_kind: str, kind: str, workdir: str) -> dict[str, Any]:
         steps = Steps()
         steps.install(store)
         rec = Recording(store, steps, lambda: open_test_store(store_kind, Path(workdir)))
-        await change(kind, rec)  # type: ignore[arg-type]
+        await change(kind, rec, notes_of(kind, Path(workdir)))  # type: ignore[arg-type]
         return {"before": before, "commits": rec.commits, "labels": steps.labels}
 
     return anyio.run(go)
@@ -415,7 +463,7 @@ def _killed_run(store_kind: str, kind: str, workdir: str, n: int) -> None:
     async def go() -> None:
         store = open_test_store(store_kind, Path(workdir))
         Steps(at_step).install(store)
-        await change(kind, store)
+        await change(kind, store, notes_of(kind, Path(workdir)))
 
     anyio.run(go)
     os._exit(0)  # completed: step n was never reached
@@ -449,9 +497,26 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                         problems.append("a created context is not new")
             await store.aclose()
             return problems
-        async with engine_for(store, "rest-") as engine:
+        notes = notes_of(kind, Path(workdir))
+        async with engine_for(store, "rest-", notes, rerun=kind == MCP_CONTROL) as engine:
             try:
+                ran = marks(notes)
+                stored = await engine.store.load(CID)
+                started = "call-2" in stored.progress.started_call_ids and not any(
+                    n.message.tool_result is not None
+                    and n.message.tool_result.request_id == "call-2"
+                    for n in stored.history()
+                )
                 recovery = await engine.recover()
+                again = marks(notes) - ran
+                if notes is not None and started and again:
+                    problems.append("recover ran a started MCP call with no outcome again")
+                if ran and again:
+                    problems.append(
+                        f"recover ran the MCP call again without a human ({ran} + {again} marks)"
+                    )
+                elif again > 1:
+                    problems.append(f"recover ran the MCP call {again} times")
                 for cid, why in {**recovery.skipped, **recovery.failed}.items():
                     problems.append(f"recover did not take {cid}: {why}")
                 ctx = await engine.get_context(CID)
@@ -474,6 +539,8 @@ def _check(store_kind: str, kind: str, workdir: str, allowed: list[str | None]) 
                     problems.append(f"did not come to rest: {ctx.current_state}")
                 if kind in SUB_KINDS:
                     problems += await _tree_problems(engine, kind)
+                if notes is not None and marks(notes) < 1:
+                    problems.append("the approved MCP call never ran")
             except Exception as exc:
                 problems.append(f"resuming failed: {type(exc).__name__}: {exc}")
             await engine.store.delete(CID)
@@ -751,6 +818,14 @@ def a_few(clean: dict[str, Any]) -> list[int]:
     return sorted(p for p in points if 0 <= p <= total)
 
 
+def between_attempt_and_outcome(clean: dict[str, Any]) -> list[int]:
+    """The kill right after the first commit (a tool call's recorded attempt)
+    and before the second (its outcome): where a call was started and has no
+    outcome."""
+    _, end, _ = clean["commits"][0]
+    return [end] if len(clean["commits"]) > 1 else []
+
+
 def a_few_and_between(clean: dict[str, Any]) -> list[int]:
     """The reduced matrix, plus a kill right after each commit but the last:
     where a change of several commits (spawn, finish) stops between them."""
@@ -768,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=(*STORES, "postgres", "files-torn", "postgres-torn"),
         action="append",
     )
-    p.add_argument("--kind", choices=KINDS, action="append")
+    p.add_argument("--kind", choices=(*KINDS, MCP_CONTROL), action="append")
     p.add_argument("--reduced", action="store_true", help="a few kill points per kind")
     args = p.parse_args(argv)
     pairs = [(s, k) for s in args.store or STORES for k in args.kind or KINDS]

@@ -29,7 +29,7 @@ full = pytest.mark.crash_full
 
 
 def test_every_kind_of_change_survives_a_few_kill_points_on_both_stores() -> None:
-    kinds = [k for k in matrix.KINDS if k not in matrix.SUB_KINDS]
+    kinds = [k for k in matrix.KINDS if k not in (*matrix.SUB_KINDS, *matrix.MCP_KINDS)]
     pairs = [(s, k) for s in matrix.STORES for k in kinds]
     result = matrix.run_matrix(pairs, matrix.a_few)
     assert result.failures == []
@@ -62,6 +62,29 @@ def test_the_matrix_catches_a_torn_files_commit() -> None:
     text = "\n".join(result.failures)
     assert "a state that no commit made" in text, text
     assert "AwaitingToolApproval with nothing pending" in text, text
+
+
+@pytest.mark.mcp
+def test_an_mcp_call_lost_to_a_kill_is_never_run_again_silently() -> None:
+    """Approving a call of an MCP server's tool (the server a process over
+    stdio, its tool not idempotent): a kill before a few steps of it, on both
+    stores, leaves a store a fresh engine brings to rest, and a started call
+    with no recorded outcome goes back to a human (``outcome_unknown``) rather
+    than running again. Every point: ``-m crash_full``."""
+    pairs = [(s, k) for s in matrix.STORES for k in matrix.MCP_KINDS]
+    result = matrix.run_matrix(pairs, matrix.a_few)
+    assert result.failures == []
+    assert result.cases >= 2 * len(pairs)
+
+
+@pytest.mark.mcp
+def test_the_matrix_catches_an_mcp_call_run_again_after_a_kill() -> None:
+    """The control: the same tool declared idempotent, so a resumed engine runs
+    a started call again by itself; at the kill between the call's attempt and
+    its outcome, the matrix must say so."""
+    result = matrix.run_matrix([("sqlite", matrix.MCP_CONTROL)], matrix.between_attempt_and_outcome)
+    text = "\n".join(result.failures)
+    assert "recover ran a started MCP call with no outcome again" in text, text
 
 
 @full

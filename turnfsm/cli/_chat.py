@@ -42,6 +42,7 @@ from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
 from ._chat_session import Chat
 from ._errors import CLIError, count, guarded, seconds
+from ._mcp import add_mcp_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
 
@@ -130,6 +131,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"attempts per model call, retries included (3; 1 to {MAX_ATTEMPTS})",
     )
+    add_mcp_options(p)
     p.add_argument(
         "--tool-history",
         type=count(0, 1_000_000),

@@ -43,6 +43,7 @@ from ._chat_model import (
     setup_problem,
 )
 from ._errors import CLIError
+from ._mcp import mcp_toolsets
 from ._store import open_cli_store
 
 __all__ = ["Chat"]
@@ -102,6 +103,7 @@ class Chat:
                 logger=_quiet_logger(self.err),
                 modes=MODES,
                 tool_history_rounds=self.args.tool_history,
+                toolsets=mcp_toolsets(self.args),
             ) as engine:
                 self.engine = engine
                 yield engine, url

@@ -26,6 +26,7 @@ from ..errors import InvalidInput
 from ..storage import WorkQueue
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
+from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store
 from ._telemetry import start_tracing
 
@@ -110,6 +111,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds between the demo model's streamed chunks (0)",
     )
+    add_mcp_options(p)
     p.add_argument(
         "--lease-ttl",
         type=seconds(3600.0),
@@ -217,9 +219,16 @@ def _run(args: argparse.Namespace) -> int:
             "use a SQLite or PostgreSQL store"
         )
 
+    mcp_toolsets(args)  # the options are checked before the server starts
+
     def factory() -> Engine:
         return Engine(
-            llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
+            llm=llm,
+            tools=tools,
+            store=store,
+            retry=RetryPolicy(),
+            lease_ttl=args.lease_ttl,
+            toolsets=mcp_toolsets(args),
         )
 
     stop_tracing = start_tracing("turnfsm-serve")

@@ -28,6 +28,7 @@ from ..relay import EventRelay
 from ..storage import WorkQueue
 from ..storage._eventlog import open_event_log
 from ._errors import CLIError, count, guarded, seconds
+from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of
 from ._store import add_store_option, open_cli_store
 from ._telemetry import add_metrics_options, serve_metrics, start_tracing
@@ -76,7 +77,12 @@ def _run(args: argparse.Namespace) -> int:
     if not isinstance(store, WorkQueue):
         raise CLIError(f"--store: {url} cannot hand out work; use a SQLite or PostgreSQL store")
     engine = Engine(
-        llm=llm, tools=tools, store=store, retry=RetryPolicy(), lease_ttl=args.lease_ttl
+        llm=llm,
+        tools=tools,
+        store=store,
+        retry=RetryPolicy(),
+        lease_ttl=args.lease_ttl,
+        toolsets=mcp_toolsets(args),
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
     stop_tracing = start_tracing("turnfsm-worker")

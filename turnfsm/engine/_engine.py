@@ -39,7 +39,7 @@ from ..model import (
 )
 from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store, WorkQueue
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
 from ._clock import Clock
 from ._drive import Driver, Start
@@ -62,6 +62,20 @@ from ._tracing import Tracing
 from ._turn import Turn
 
 __all__ = ["Engine"]
+
+
+def _check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
+    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
+        raise InvalidInput("toolsets", "must be a sequence of toolsets")
+    sets = tuple(toolsets)
+    for i, toolset in enumerate(sets):
+        if not isinstance(toolset, Toolset):
+            raise InvalidInput(
+                f"toolsets[{i}]",
+                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
+            )
+    return sets
+
 
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
@@ -86,6 +100,11 @@ class Engine(ContextManagement):
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts are held in memory; the least recently used resting
     ones are unloaded beyond that and load again from the store when called.
+    ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
+    :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
+    and stop when it closes; while it is entered their tools join ``tools``,
+    and a change of a toolset's list is offered from the next request on
+    (docs/mcp.md).
 
     Every public method checks its arguments before it loads or stores
     anything, and refuses a malformed one with :class:`InvalidInput` whose
@@ -140,7 +159,9 @@ class Engine(ContextManagement):
         token_budget: TokenBudget | None = None,
         compaction: Compaction | None = None,
         tracer_provider: Any = None,
+        toolsets: Iterable[Toolset] = (),
     ) -> None:
+        sets = _check_toolsets(toolsets)
         settings = make_settings(
             llm=llm,
             tools=tools,
@@ -160,6 +181,8 @@ class Engine(ContextManagement):
             compaction=compaction,
         )
         self._subscriber_buffer = subscriber_buffer
+        self._toolsets = sets
+        self._own_tools = tuple(settings.tools)
         self._d = d = Driver(settings)
         d.subtask_host = _subcontexts.SubtaskRunner(self)
         if tracer_provider is not None:
@@ -232,6 +255,8 @@ class Engine(ContextManagement):
 
     async def __aenter__(self) -> Engine:
         d = self._d
+        if self._toolsets:
+            await self._start_toolsets()
         if d.beats is None:
             # one heartbeat task for every call of this engine while it is entered
             # (an engine used without ``async with`` starts one per call instead)
@@ -255,7 +280,10 @@ class Engine(ContextManagement):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Detach every context, end every subscription, close the store."""
+        """Detach every context, end every subscription, stop the toolsets, close
+        the store."""
+        if self._toolsets:
+            await self._close_toolsets()
         loaded = self._d.loaded
         for cid in list(loaded.runtimes):
             loaded.unload(cid)
@@ -267,6 +295,46 @@ class Engine(ContextManagement):
         loaded.subscribers.clear()
         loaded.everywhere.clear()
         await self._d.settings.store.aclose()
+
+    # ------------------------------------------------------------------ toolsets
+    # (started by ``async with``, closed by ``aclose``: docs/mcp.md)
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The toolsets the engine was given (their tools are in :attr:`tools`
+        while the engine is entered)."""
+        return self._toolsets
+
+    async def _start_toolsets(self) -> None:
+        started: list[Toolset] = []
+        try:
+            for toolset in self._toolsets:
+                started.append(toolset)
+                await toolset.start()
+            self._use_tools(strict=True)
+        except BaseException:
+            for toolset in reversed(started):
+                await toolset.aclose()
+            raise
+        for toolset in self._toolsets:
+            toolset.on_change(self._toolsets_changed)
+
+    def _toolsets_changed(self) -> None:
+        self._use_tools(strict=False)
+
+    def _use_tools(self, *, strict: bool) -> None:
+        d = self._d
+        tools = merge_tools(self._own_tools, self._toolsets, strict=strict)
+        d.settings = d.settings.with_tools(tools)
+
+    async def _close_toolsets(self) -> None:
+        # each toolset shields its own stopping (a toolset may hold a task
+        # group entered by this task, which no scope of ours may wrap)
+        for toolset in reversed(self._toolsets):
+            await toolset.aclose()
+        d = self._d
+        if len(d.settings.tools) != len(self._own_tools):  # a closed toolset offers nothing
+            d.settings = d.settings.with_tools(self._own_tools)
 
     # ------------------------------------------------------------------ contexts
 

@@ -13,6 +13,7 @@ offered, the mode in force, the type of an answer), is a method here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import uuid
@@ -113,6 +114,33 @@ class Settings:
         offered none."""
         return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
 
+    def with_tools(self, tools: Iterable[Tool]) -> Settings:
+        """These settings with another set of tools (a toolset's list changed):
+        the registry, the modes' views of it and the built-in enhancers that
+        read the modes are made again; the rest is kept as it is."""
+        registry = ToolRegistry(tools)
+        modes = Modes(self.modes, registry)
+        builtin = list(self.enhancers[: self.builtin_count])
+        history = [e for e in builtin if isinstance(e, ToolCallHistory)]
+        builtin = [*history, *_mode_enhancers(modes)]
+        return dataclasses.replace(
+            self,
+            tools=registry,
+            modes=modes,
+            enhancers=(*builtin, *self.enhancers[self.builtin_count :]),
+            builtin_count=len(builtin),
+        )
+
+
+def _mode_enhancers(modes: Modes) -> list[Enhancer]:
+    """The built-in enhancers after the tool history, the first two read the modes."""
+    return [
+        SystemPromptEnhancer(mode=modes.instructions),
+        ToolDefinitionsEnhancer(per_context=modes.definitions),
+        UserLocale(),
+        CurrentMessageMarker(),
+    ]
+
 
 def make_settings(
     *,
@@ -182,12 +210,7 @@ def make_settings(
     if tool_history_rounds is not None:
         history = ToolCallHistory(tool_history_rounds)
         builtin.append(history)
-    builtin += [
-        SystemPromptEnhancer(mode=known_modes.instructions),
-        ToolDefinitionsEnhancer(per_context=known_modes.definitions),
-        UserLocale(),
-        CurrentMessageMarker(),
-    ]
+    builtin += _mode_enhancers(known_modes)
     last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
     return Settings(
         llm=llm,

@@ -5,6 +5,8 @@ Define tools with :func:`tool` (a type-annotated function) or
 :class:`ToolRegistry`, ask :meth:`Tool.decide` whether a call needs a human, and run
 approved calls with :func:`run_calls`. :data:`ask_user` (or :func:`question_tool`) is
 the built-in tool the model asks the user with; its calls are answered, never run.
+A :class:`Toolset` brings tools from outside and changes them while the engine
+runs (:mod:`turnfsm.tools.mcp`: tools of MCP servers).
 Every failure of a tool — invalid arguments, an unknown tool, an exception, a
 timeout — is a :class:`ToolOutcome` with ``success=False``, never an exception;
 cancellation always propagates.
@@ -18,6 +20,7 @@ from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
 from ._subtask import SubtaskHost, SubtaskSpec, hosting, subtask
+from ._toolset import Toolset, merge_tools
 
 __all__ = [
     "Approval",
@@ -30,9 +33,11 @@ __all__ = [
     "ToolError",
     "ToolOutcome",
     "ToolRegistry",
+    "Toolset",
     "ask_user",
     "current_call",
     "hosting",
+    "merge_tools",
     "question_tool",
     "run_calls",
     "subtask",

@@ -1,0 +1,89 @@
+"""``--mcp`` on ``turnfsm chat``: the server runs for the chat and is gone after
+it; options that cannot work are one line and exit 2. (``serve`` and
+``worker`` with MCP servers, stopped by SIGTERM: tests/mcp_tools/test_mcp_servers.py.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from turnfsm.cli._mcp import add_mcp_options, mcp_toolsets
+from turnfsm.tools.mcp import MCPServer
+
+from .conftest import Cli
+
+HERE = Path(__file__).parents[1] / "mcp_tools"
+FAULT = shlex.join([sys.executable, str(HERE / "fault_server.py")])
+
+
+def _children() -> set[int]:
+    sys.path.insert(0, str(HERE))
+    from mcp_helpers import children
+
+    return children()
+
+
+def test_chat_runs_the_server_for_the_chat_and_stops_it(cli: Cli, tmp_path: Path) -> None:
+    before = _children()
+    ran = cli("chat", "--demo", "--json", "-m", "hello", "--mcp", f"f={FAULT}")
+    assert ran.code == 0, ran.err
+    assert json.loads(ran.out.splitlines()[-1])["state"] == "Idle"
+    assert _children() == before  # no server process outlives the chat
+
+
+def test_a_server_that_cannot_start_is_one_line_and_exit_2(cli: Cli) -> None:
+    ran = cli("chat", "--demo", "-m", "hello", "--mcp", "/nonexistent/server --stdio")
+    assert ran.code == 2
+    line = ran.one_line()
+    assert "MCP server 'server' could not be started" in line, line
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_mcp_options(p)
+    return p.parse_args(list(argv))
+
+
+def test_the_options_make_servers_in_order_with_prefixes_and_headers() -> None:
+    args = parse(
+        "--mcp",
+        "fs=npx -y server /tmp",
+        "--mcp-url",
+        "https://a.example/mcp",
+        "--mcp-header",
+        "Authorization: Bearer one",
+        "--mcp-url",
+        "web=https://b.example/mcp?x=1",
+        "--mcp-approval",
+        "read-only",
+        "--mcp-timeout",
+        "5",
+    )
+    servers = mcp_toolsets(args)
+    assert [type(s) for s in servers] == [MCPServer] * 3
+    fs, a, web = servers
+    assert isinstance(fs, MCPServer) and isinstance(a, MCPServer) and isinstance(web, MCPServer)
+    assert fs.prefix == "fs" and fs.name == "fs"
+    assert fs._target.command == "npx" and fs._target.args == ["-y", "server", "/tmp"]  # type: ignore[union-attr]
+    assert a.prefix is None and a._target == (
+        "https://a.example/mcp",
+        {"Authorization": "Bearer one"},
+    )
+    assert web.prefix == "web" and web._target == (
+        "https://b.example/mcp?x=1",
+        {},
+    )  # its own headers
+    for s in servers:
+        assert s.approval == "required" and s.read_only_approval == "auto" and s.timeout == 5.0
+
+
+def test_a_header_needs_a_url_before_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--mcp", "x", "--mcp-header", "A: b")
+    assert "give it after the --mcp-url it is for" in capsys.readouterr().err
