@@ -179,5 +179,8 @@ def run_guarded(prog: str, run: Callable[[], int]) -> int:
 
 
 def _say(prog: str, line: str) -> None:
+    """The one line, without the password of any store URL given (``scrub``)."""
+    from ..storage._secrets import scrub
+
     with contextlib.suppress(OSError, ValueError):
-        print(f"{prog}: {_one_line(line)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {scrub(_one_line(line))}", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from .. import errors as e
+from ..storage._secrets import scrub
 
 __all__ = ["ApiError", "error_response", "install_handlers", "status_of"]
 
@@ -62,7 +63,8 @@ def status_of(exc: e.TurnFSMError) -> tuple[int, str]:
 def error_response(
     status: int, code: str, message: str, where: str | None = None, **headers: str
 ) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
+    # no store URL's password in an answer, whatever error text it quotes
+    body: dict[str, Any] = {"code": code, "message": scrub(message)}
     if where is not None:
         body["where"] = where
     return JSONResponse({"error": body}, status_code=status, headers=headers or None)
@@ -75,7 +77,7 @@ def install_handlers(app: FastAPI) -> None:
         status, code = status_of(exc)
         where = exc.where if isinstance(exc, e.InvalidInput) else None
         if status >= 500:
-            log.warning("request_failed", path=request.url.path, code=code, error=str(exc))
+            log.warning("request_failed", path=request.url.path, code=code, error=scrub(str(exc)))
         return error_response(status, code, str(exc), where)
 
     @app.exception_handler(ApiError)
@@ -98,5 +100,6 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected_error", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        said = scrub(f"{type(exc).__name__}: {exc}")
+        log.error("unexpected_error", path=request.url.path, error=said)
         return error_response(500, "internal_error", "an unexpected error; see the server's log")
