@@ -24,6 +24,7 @@ import anyio.lowlevel
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse
 
+from .._numbers import whole_number
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER
 from ..model import ChatContext
@@ -106,25 +107,39 @@ def _control(kind: str, **data: Any) -> bytes:
     return json_frame({"kind": kind, **data}, kind)
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest ``Last-Event-ID`` a stream takes (a seq is a 64-bit integer in the stores)."""
+
+
 def _last_id(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
+    """A ``Last-Event-ID``: none (or empty) is ``None``; anything but a whole
+    number is ``422`` naming the header."""
+    if value is None or not value.strip():
         return None
-    return int(value.strip())
+    return whole_number(value.strip(), "header.last-event-id", 0, MAX_SEQ)
 
 
-async def _history(hub: Hub, ch: Channel, after: int) -> AsyncIterator[Item]:
-    """What a stream that saw ``after`` missed, before the live items."""
-    ring = list(ch.ring)
-    if ring and first_seq(ring[0]) <= after + 1:
-        for item in ring:  # every item it missed, as sent
+async def _newest(hub: Hub, ch: Channel, after: int) -> int | None:
+    """The context's last seq when a stream that saw ``after`` is not served by
+    the ring (None: it is); read from the store then."""
+    ring = ch.ring
+    if ring and first_seq(ring[0]) <= after + 1 and after <= last_seq(ring[-1]):
+        return None
+    ctx = await hub.engine.store.load(ch.context_id)
+    return max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
+
+
+async def _history(hub: Hub, ch: Channel, after: int, newest: int | None) -> AsyncIterator[Item]:
+    """What a stream that saw ``after`` missed, before the live items
+    (``newest``: what :func:`_newest` said)."""
+    if newest is None:
+        for item in list(ch.ring):  # every item it missed, as sent
             if last_seq(item) > after:
                 yield item
         return
     # Older than the ring (a restart, another process, a long absence):
     # the kept durable events, and a Gap for each stretch the log lacks
     # (deltas, or the events of a crash's last moments).
-    ctx = await hub.engine.store.load(ch.context_id)
-    newest = max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
     if newest <= after:
         return
     expect = after + 1
@@ -167,9 +182,17 @@ async def _context_stream(
         return b"".join(frames)
 
     try:
+        newest = None if after is None else await _newest(hub, ch, after)
+        if after is not None and newest is not None and after > newest:
+            # The client's id is ahead of the context (a store restored from
+            # a backup, another server's id): nothing it holds can be trusted.
+            # One Resync for everything up to the context's last seq, whose
+            # id the client keeps; the stream goes on from there.
+            yield await _resync(hub, Gap(cid, min(1, newest), newest))
+            sent = after = newest
         if after is not None:  # what it missed, BATCH items a write
             pending: list[Item] = []
-            async for item in _history(hub, ch, after):
+            async for item in _history(hub, ch, after, newest):
                 pending.append(item)
                 if len(pending) == BATCH:
                     chunk = await unsent(pending)

@@ -5,6 +5,8 @@ import time
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._numbers import whole_number
+from ..errors import InvalidInput
 from ._errors import error_response
 
 __all__ = ["Gate"]
@@ -68,9 +70,9 @@ class Gate:
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    return int(value)
-                except ValueError:
-                    return 0
+                    return whole_number(value, "header.content-length", 0, 10**18)
+                except InvalidInput:
+                    return 0  # the HTTP parser refused it already; the count still holds
         return 0
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
