@@ -90,11 +90,21 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return error_response(422, "invalid_input", f"{where}: {first.get('msg')}", where)
+        said = str(first.get("msg")).removeprefix("Value error, ")
+        return error_response(422, "invalid_input", f"{where}: {said}", where)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
+        if exc.status_code == 400:
+            # FastAPI's "There was an error parsing the body": a body that is
+            # not UTF-8, JSON nested too deeply to read, a malformed form
+            return error_response(
+                422,
+                "invalid_input",
+                "body: cannot be read (not UTF-8, nested too deeply, or malformed)",
+                "body",
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
 
