@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
+from turnfsm import Engine
 from turnfsm._numbers import whole_number
+from turnfsm.adapters.llm.demo import DemoLLM
+from turnfsm.cli._demo import get_weather
 from turnfsm.errors import InvalidInput
 from turnfsm.server import ServerConfig, create_app
 from turnfsm.server._errors import _STATUS
 from turnfsm.server._web._routes import router as web_router
 
-from .conftest import Running, demo_engine, serve_in_thread
+from .conftest import TOKENS, Running, demo_engine, serve_in_thread
 from .test_events import read_events, until
 from .test_rest import create
 
@@ -47,6 +51,18 @@ def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """No tokens: one tenant, the loopback only."""
     db = tmp_path_factory.mktemp("open") / "server.db"
     app = create_app(lambda: demo_engine(db), ServerConfig(max_body=64_000, heartbeat=0.5))
+    for url in serve_in_thread(app):
+        yield Running(url, db)
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    db = tmp_path_factory.mktemp("slow") / "server.db"
+
+    def factory() -> Engine:
+        return Engine(llm=DemoLLM(delay=0.05), tools=[get_weather], store=f"sqlite:///{db}")
+
+    app = create_app(factory, ServerConfig(tokens=dict(TOKENS), max_turns_per_tenant=4))
     for url in serve_in_thread(app):
         yield Running(url, db)
 
@@ -217,6 +233,72 @@ def test_unreadable_json_is_422(server: Running, body: bytes) -> None:
             r = c.post(path, content=body, headers={"content-type": "application/json"})
             assert r.status_code == 422, (path, r.text[:200])
             assert r.json()["error"]["code"] == "invalid_input"
+
+
+# ---------------------------------------------------------------------- turn slots
+
+
+def test_a_request_refused_as_busy_takes_no_turn_slot(slow: Running) -> None:
+    with slow.client() as c:
+        busy, other = create(c), create(c)
+        results: list[int] = []
+        start = threading.Barrier(20)
+
+        def post() -> None:
+            with slow.client() as mine:
+                start.wait()
+                r = mine.post(f"/api/contexts/{busy}/messages", json={"content": "a story"})
+                results.append(r.status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(results) == [202] + [409] * 19, results
+        # the tenant still has its other slots for another context
+        r = c.post(f"/api/contexts/{other}/messages", json={"content": "hello"})
+        assert r.status_code == 202, r.text
+
+
+@pytest.mark.anyio
+async def test_refusals_as_busy_take_no_slot_even_all_at_once() -> None:
+    """Nineteen calls launched in one step of the event loop on a context
+    where a call runs (as twenty posts at once reach the hub): each is
+    refused as busy, none as over the limit, and only the running turn holds
+    a slot."""
+    import anyio
+
+    from turnfsm.errors import ContextBusy
+    from turnfsm.server._calls import create_context
+    from turnfsm.server._errors import ApiError
+    from turnfsm.server._hub import Hub
+
+    def factory() -> Engine:
+        return Engine(llm=DemoLLM(delay=0.05), tools=[get_weather], store="memory://")
+
+    hub = Hub(factory, ServerConfig(max_turns_per_tenant=4, recover_on_start=False))
+    async with hub.lifespan():
+        cid = await create_context(hub, "default", system_prompt="You talk.")
+        await hub.launch(cid, lambda: hub.engine.send(cid, "a story"), wait=False)
+        refused: list[str] = []
+
+        async def again() -> None:
+            try:
+                await hub.launch(cid, lambda: hub.engine.send(cid, "again"), wait=False)
+                refused.append("accepted")
+            except ContextBusy:
+                refused.append("busy")
+            except ApiError as exc:
+                refused.append(exc.code)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(19):
+                tg.start_soon(again)
+        assert refused == ["busy"] * 19
+        assert hub.turn_limit.running("default") == 1
+        other = await create_context(hub, "default", system_prompt="You talk.")
+        await hub.launch(other, lambda: hub.engine.send(other, "hello"), wait=True)
 
 
 # ---------------------------------------------------------------------- Host
