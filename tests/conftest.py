@@ -12,9 +12,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """``slow`` tests (long conversations, many contexts: seconds each),
     ``browser`` tests (a real headless Chromium) and the ``load`` test (a server
     under 200 clients) run only when selected: ``pytest -m slow``, ``-m browser``,
-    ``-m load``."""
+    ``-m load``; the ``soak`` test (a server's memory over 10,000 turns) with
+    ``-m soak``."""
     markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser", "load"):
+    for marker in ("slow", "browser", "load", "soak"):
         if marker in markexpr:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
