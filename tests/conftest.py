@@ -13,9 +13,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``browser`` tests (a real headless Chromium), the ``load`` test (a server
     under 200 clients) and the ``mcp`` tests (the reference MCP servers from npm,
     several servers, a server killed by a signal) run only when selected:
-    ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``."""
+    ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``; the ``soak`` test
+    (a server's memory over 10,000 turns) with ``-m soak``."""
     markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser", "load", "mcp"):
+    for marker in ("slow", "browser", "load", "mcp", "soak"):
         if marker in markexpr:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -114,9 +117,9 @@ def test_max_bytes_cuts_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_text("b" * 10)
     req = run(StickyFiles(["a.txt", "b.txt"], max_bytes=7), tmp_path)
     files = req.metadata["sticky_files"]["files"]
-    assert files[0] == {
+    assert files[0] == {  # the hash of what was shown: the rest is never read
         "path": "a.txt",
-        "sha256": sha("é".encode() * 10),
+        "sha256": sha("é".encode() * 3),
         "bytes": 20,
         "shown_bytes": 6,
     }
@@ -148,3 +151,89 @@ async def test_reread_every_turn_and_changes_detected(tmp_path: Path) -> None:
     answers = [n.message for n in ctx.history() if n.message.role.value == "assistant"]
     shown = [a.metadata.extra["view"]["sticky_files"]["files"][0]["sha256"] for a in answers]
     assert shown == [sha(b"version 1"), sha(b"version 2"), sha(b"version 2")]
+
+
+def _special_files(root: Path) -> list[str]:
+    """A FIFO and a socket in the workspace (what a regular-files check must skip)."""
+    made = []
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "pipe.md")
+        made.append("pipe.md")
+    if hasattr(socket, "AF_UNIX"):
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.bind(str(root / "sock.md"))
+            made.append("sock.md")
+        except OSError:  # a path too long for a socket
+            pass
+        finally:
+            sock.close()
+    return made
+
+
+@pytest.mark.parametrize("by", ["name", "glob"])
+def test_only_regular_files_are_read(tmp_path: Path, by: str) -> None:
+    special = _special_files(tmp_path)
+    if not special:
+        pytest.skip("no FIFO or socket on this system")
+    (tmp_path / "plan.md").write_text("the plan")
+    patterns = [*special, "plan.md"] if by == "name" else ["*.md"]
+    got: list[LLMRequest] = []
+    worker = threading.Thread(target=lambda: got.append(run(StickyFiles(patterns), tmp_path)))
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "StickyFiles blocked on a FIFO"
+    report = got[0].metadata["sticky_files"]
+    problems = {p["path"]: p["problem"] for p in report["problems"]}
+    assert problems == {name: "not a regular file" for name in special}
+    assert [f["path"] for f in report["files"]] == ["plan.md"]
+    block = got[0].messages[1]["content"]
+    for name in special:
+        assert f'<file path="{name}" status="not a regular file"/>' in block
+
+
+def test_a_huge_file_costs_max_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "big.log"
+    with open(big, "wb") as f:  # 600 MB, sparse: nothing is written but the end
+        f.truncate(600 * 1024 * 1024)
+    asked: list[int] = []
+    real_read = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", counted)
+    start = time.perf_counter()
+    req = run(StickyFiles("big.log", max_bytes=1000), tmp_path)
+    assert time.perf_counter() - start < 2.0
+    assert sum(asked) <= 1000
+    entry = req.metadata["sticky_files"]["files"][0]
+    assert entry["bytes"] == 600 * 1024 * 1024 and entry["shown_bytes"] == 1000
+    assert entry["sha256"] == sha(b"\0" * 1000)
+    assert 'truncated="true"' in req.messages[1]["content"]
+
+
+@pytest.mark.anyio
+async def test_the_engine_reads_the_files_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnfsm.enhancers import _sticky
+
+    (tmp_path / "plan.md").write_text("version 1")
+    threads: list[int] = []
+    real = _sticky._read
+
+    def watched(path: str, limit: int) -> tuple[str, int, str]:
+        threads.append(threading.get_ident())
+        return real(path, limit)
+
+    monkeypatch.setattr(_sticky, "_read", watched)
+    sticky = StickyFiles("plan.md")
+    engine, llm, _ = make_engine([{"text": "a"}], enhancers=[sticky])
+    async with engine:
+        cid = await engine.create_context(workspace_path=str(tmp_path))
+        await engine.send(cid, "one")
+    assert threads and threading.get_ident() not in threads
+    assert "version 1" in llm.requests[0].messages[0]["content"]
+    assert not sticky._ready  # what was read was used, not kept

@@ -1235,3 +1235,28 @@ async def test_least_recently_used_contexts_are_unloaded_and_load_again() -> Non
         assert turn.text == "3 messages"
         assert engine.loaded_contexts == [c, b]
         assert (await engine.trace(b))[-1] == "Idle"
+
+
+async def test_the_loaded_contexts_messages_are_bounded_too() -> None:
+    """``max_loaded_messages``: the cache holds no more messages than that in
+    all (a loaded context's memory grows with its messages), whatever the
+    number of contexts; the most recently used stays, however long."""
+    llm = ScriptedLLM(lambda request: {"text": f"{len(request.messages)} messages"})
+    async with Engine(llm=llm, max_loaded_messages=10) as engine:
+        assert engine.max_loaded_messages == 10
+        a, b, c = [await engine.create_context() for _ in range(3)]
+        for cid in (a, b, c):
+            await engine.send(cid, "one")  # 2 messages each
+        assert engine.loaded_contexts == [a, b, c]
+        await engine.send(a, "two")
+        await engine.send(a, "three")  # a: 6 messages, b and c 2 each: 10
+        assert engine.loaded_contexts == [b, c, a]
+        await engine.send(b, "two")  # 12: c, the least recently used, goes
+        assert engine.loaded_contexts == [a, b]
+        for i in range(4):
+            await engine.send(c, f"again {i}")  # c alone: 10 messages, then more
+        assert engine.loaded_contexts == [c]  # the most recent stays, however long
+        turn = await engine.send(b, "three")  # b loads again, with its history
+        assert turn.text == "5 messages"
+        assert engine.loaded_contexts == [b]
+        assert engine._d.loaded.messages == 6

@@ -404,6 +404,8 @@ async def test_an_id_factory_that_breaks_the_rule(store_url: str | None) -> None
         ({"max_iterations": 2.5}, "max_iterations"),
         ({"max_loaded": 0}, "max_loaded"),
         ({"max_loaded": None}, "max_loaded"),
+        ({"max_loaded_messages": 0}, "max_loaded_messages"),
+        ({"max_loaded_messages": 1.5}, "max_loaded_messages"),
         ({"subscriber_buffer": 0}, "subscriber_buffer"),
         ({"subscriber_buffer": "big"}, "subscriber_buffer"),
         ({"tool_history_rounds": -1}, "tool_history_rounds"),

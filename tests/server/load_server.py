@@ -9,6 +9,7 @@ in it. ``turnfsm serve`` offers the demo's ``get_weather``, which needs one.
 ::
 
     python tests/server/load_server.py --port N --db FILE --tokens FILE --max-turns N
+        [--max-loaded N] [--max-loaded-messages N]
 """
 
 from __future__ import annotations
@@ -41,12 +42,23 @@ def main() -> None:
     p.add_argument("--db", required=True, help="the SQLite file of the store")
     p.add_argument("--tokens", required=True, help="lines 'token tenant'")
     p.add_argument("--max-turns", type=int, default=8, help="--max-turns-per-tenant")
+    p.add_argument("--max-loaded", type=int, default=4096, help="Engine(max_loaded=...)")
+    p.add_argument(
+        "--max-loaded-messages", type=int, default=250_000, help="Engine(max_loaded_messages=...)"
+    )
     args = p.parse_args()
     llm = DemoLLM(delay=0.0)
     store = open_store(f"sqlite:///{args.db}")  # as `turnfsm serve --store` opens it
 
     def factory() -> Engine:
-        return Engine(llm=llm, tools=[get_weather], store=store, retry=RetryPolicy())
+        return Engine(
+            llm=llm,
+            tools=[get_weather],
+            store=store,
+            retry=RetryPolicy(),
+            max_loaded=args.max_loaded,
+            max_loaded_messages=args.max_loaded_messages,
+        )
 
     config = ServerConfig(tokens=load_tokens(args.tokens), max_turns_per_tenant=args.max_turns)
     print(f"load server: http://127.0.0.1:{args.port}", flush=True)

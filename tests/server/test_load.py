@@ -8,9 +8,10 @@ clients post with ``?wait=true``; the other half post (``202``) and read the
 context's event stream until ``TurnCompleted``. Asserted: every response has
 the status expected, every stream sends each ``seq`` once and in order, and
 afterwards every context is ``Idle`` and holds exactly its turns' messages in
-order; a sample passes ``audit/verify``. The turn latencies (p50, p99) and
-the turns per second are printed and written to ``load.json`` in the test's
-temporary folder; nothing asserts a time.
+order; a sample passes ``audit/verify``. The turn latencies (p50, p99; and
+p50, p99 by the messages the context held before the turn) and the turns
+per second are printed and written to ``load.json`` in the test's temporary
+folder; nothing asserts a time.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ class LoadServer:
 
 @pytest.fixture
 def load_server(tmp_path: Path) -> Iterator[LoadServer]:
+    yield from start_load_server(tmp_path)
+
+
+def start_load_server(tmp_path: Path, *extra: str) -> Iterator[LoadServer]:
+    """The load server on a new SQLite file in ``tmp_path`` (``extra``: more of
+    its arguments), stopped at the end."""
     tokens = [f"token-{k}" for k in range(CLIENTS)]
     token_file = tmp_path / "tokens"
     token_file.write_text("".join(f"{t} tenant-{k}\n" for k, t in enumerate(tokens)))
@@ -89,7 +96,7 @@ def load_server(tmp_path: Path) -> Iterator[LoadServer]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, str(SERVER), "--port", str(port), "--db", str(db),
-             "--tokens", str(token_file)],
+             "--tokens", str(token_file), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -360,6 +367,17 @@ def figures(run: Run) -> dict[str, Any]:
 
     everything = of(run.outcomes)
     n = everything["turns"]
+    # by context length: the i-th turn of a client runs on a context that
+    # holds 4 * (i - 1) messages (every turn a question, a tool call, its
+    # result and an answer)
+    by_length = {}
+    for i in range(TURNS):
+        lat = [o.latencies[i] * 1000 for o in run.outcomes if len(o.latencies) > i]
+        if lat:
+            by_length[4 * i] = {
+                "p50_ms": round(statistics.median(lat), 1),
+                "p99_ms": round(quantile(lat, 0.99), 1),
+            }
     return {
         "clients": CLIENTS,
         "turns_per_client": TURNS,
@@ -373,6 +391,7 @@ def figures(run: Run) -> dict[str, Any]:
         "client_cpu_ms_per_turn": round(run.client_cpu * 1000 / n, 2),
         "wait": of([o for o in run.outcomes if o.mode == "wait"]),
         "stream": of([o for o in run.outcomes if o.mode == "stream"]),
+        "by_messages_before": by_length,
     }
 
 
@@ -399,7 +418,9 @@ async def test_200_clients_2000_turns_nothing_lost(
             f"202 + stream p50 {result['stream']['p50_ms']} / p99 {result['stream']['p99_ms']}); "
             f"CPU per turn: server {result['server_cpu_ms_per_turn']} ms, "
             f"clients {result['client_cpu_ms_per_turn']} ms"
-            f"\n      {tmp_path / 'load.json'}"
+            "\n      p99 by messages in the context before the turn: "
+            + ", ".join(f"{k}: {v['p99_ms']}" for k, v in result["by_messages_before"].items())
+            + f"\n      {tmp_path / 'load.json'}"
         )
 
     lost = await check_all(load_server, outcomes)

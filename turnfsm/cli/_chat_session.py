@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import records
+from .._numbers import whole_number
 from ..engine import Engine, RetryPolicy, Turn
 from ..errors import ContextNotFound, InvalidInput
 from ..events import (
@@ -471,8 +472,10 @@ def _pick(line: str, choices: Sequence[str]) -> tuple[str | None, str | None]:
         return line, None
     if line in choices:
         return line, None
-    if line.isdigit() and 1 <= int(line) <= len(choices):
-        return choices[int(line) - 1], None
+    try:
+        return choices[whole_number(line, "choice", 1, len(choices)) - 1], None
+    except InvalidInput:
+        pass  # not a number of a choice: a text, below
     folded = [c for c in choices if c.casefold() == line.casefold()]
     if len(folded) == 1:
         return folded[0], None

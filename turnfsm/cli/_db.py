@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 
 from ..errors import InvalidInput, StoreError
+from ..storage._secrets import redact
+from ..storage._url import path_and_options
 from ._errors import CLIError, guarded
 
 __all__ = ["add_parser"]
@@ -45,13 +47,21 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     url: str = args.store
+    shown = redact(url)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("files", "memory"):
-        print(f"{url}: a {scheme}:// store brings its layout up to date when opened")
+        try:  # a malformed URL is still refused
+            if scheme == "files":
+                path_and_options(url)
+            elif url.split("://", 1)[1]:
+                raise InvalidInput("url", f"{shown!r}: a memory:// store takes no path or options")
+        except InvalidInput as exc:
+            raise CLIError(f"--store: {exc.reason}") from None
+        print(f"{shown}: a {scheme}:// store brings its layout up to date when opened")
         return 0
     if scheme not in ("sqlite", "postgresql", "postgres"):
         raise CLIError(
-            f"--store: {url!r} is not a store URL (sqlite:///path.db, postgresql://user@host/db)"
+            f"--store: {shown!r} is not a store URL (sqlite:///path.db, postgresql://user@host/db)"
         )
     from ..storage._upgrade import upgrade_store
 

@@ -22,7 +22,8 @@ from typing import NoReturn
 import anyio
 import anyio.to_thread
 
-from ..errors import TurnFSMError
+from .._numbers import whole_number
+from ..errors import InvalidInput, TurnFSMError
 
 __all__ = [
     "EXIT_FAILED",
@@ -94,16 +95,14 @@ def seconds(maximum: float) -> Callable[[str], float]:
 
 
 def count(minimum: int, maximum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``minimum`` to ``maximum``."""
+    """An argparse type: a whole number from ``minimum`` to ``maximum``, in
+    ASCII digits (:func:`turnfsm._numbers.whole_number`)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"{text} is not between {minimum} and {maximum}")
-        return value
+        try:  # the one reading of a client's number (ASCII digits, bounded)
+            return whole_number(text, "number", minimum, maximum)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(exc.reason) from None
 
     parse.__name__ = "number"
     return parse
@@ -179,5 +178,8 @@ def run_guarded(prog: str, run: Callable[[], int]) -> int:
 
 
 def _say(prog: str, line: str) -> None:
+    """The one line, without the password of any store URL given (``scrub``)."""
+    from ..storage._secrets import scrub
+
     with contextlib.suppress(OSError, ValueError):
-        print(f"{prog}: {_one_line(line)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {scrub(_one_line(line))}", file=sys.stderr, flush=True)

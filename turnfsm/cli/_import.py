@@ -39,6 +39,7 @@ from ..adapters.inbound import (
 from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
 from ..storage._schema import context_from_document
+from ..storage._secrets import redact
 from ._errors import guarded
 
 __all__ = ["add_parser", "summary"]
@@ -125,14 +126,14 @@ def _run(args: argparse.Namespace) -> int:
         except _NoStore as exc:
             return _fail(str(exc))
         except ValueError as exc:  # a malformed URL (InvalidInput is one too)
-            return _fail(f"{args.store}: {exc}")
+            return _fail(f"{redact(args.store)}: {exc}")
         except (TurnFSMError, OSError) as exc:  # refused, e.g. the id is already stored
-            return _fail(f"{args.store}: {exc}")
+            return _fail(f"{redact(args.store)}: {exc}")
     if args.json:
         print(json.dumps(records.to_python(ctx), indent=2, ensure_ascii=False))
         return 0
     print(ctx.id)
-    where = f"; stored in {args.store}" if args.store else " (not stored: give --store URL)"
+    where = f"; stored in {redact(args.store)}" if args.store else " (not stored: give --store URL)"
     print(summary(ctx, fmt) + where)
     return 0
 

@@ -125,13 +125,25 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def _named(flag: str, spec: str) -> Any:
     """The object ``module:attribute`` names."""
     module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise CLIError(f"{flag} {spec!r}: expected module:attribute")
+    names = [*module.split("."), *attr.split(".")]
+    if not sep or not all(name.isidentifier() for name in names):
+        # a path (../x), a relative module (.x), an empty part: never imported
+        raise CLIError(
+            f"{flag} {spec!r}: expected module:attribute, dotted Python names "
+            "(e.g. mypackage.tools:search)"
+        )
     try:
         found: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise CLIError(f"{flag} {spec!r}: {exc}") from None
+    except Exception as exc:  # the module's own code failed as it was imported
+        raise CLIError(
+            f"{flag} {spec!r}: importing {module} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
         for part in attr.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
+    except AttributeError as exc:
         raise CLIError(f"{flag} {spec!r}: {exc}") from None
     return found
 

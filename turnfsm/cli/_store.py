@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import InvalidInput, StoreError
 from ..storage import Store, open_store
+from ..storage._secrets import redact, scrub
 from ._errors import CLIError
 
 __all__ = ["add_store_option", "approval_mode", "default_store_url", "open_cli_store"]
@@ -37,24 +38,27 @@ def default_store_url(*, create: bool = True) -> str:
 
 
 def open_cli_store(url: str | None, *, create: bool = True) -> tuple[Store, str]:
-    """The store of ``--store`` (or the default) and its URL; a bad, missing
-    (read-only commands: ``create=False``) or unavailable store is a one-line
-    usage error naming the URL."""
+    """The store of ``--store`` (or the default) and its URL as messages show
+    it (its password as ``***``); a bad, missing (read-only commands:
+    ``create=False``) or unavailable store is a one-line usage error naming
+    the URL, without its password."""
     where = url or default_store_url(create=create)
+    shown = redact(where)
     try:
         store = open_store(where, create=create)
         check_now = getattr(store, "check_now", None)
         if check_now is not None:  # a server store: connect now, fail before starting
             check_now()
-        return store, where
+        return store, shown
     except InvalidInput as exc:
         message = exc.reason
     except StoreError as exc:
         message = str(exc)
     except OSError as exc:
         message = f"{exc.filename or where}: {exc.strerror or exc}"
-    if where not in message:
-        message = f"{where}: {message}"
+    message = scrub(message)
+    if shown not in message:
+        message = f"{shown}: {message}"
     raise CLIError(f"--store: {message}")
 
 

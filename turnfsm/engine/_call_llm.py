@@ -36,7 +36,7 @@ from ._answer import (
 )
 from ._backoff import failure_edge
 from ._host import Host
-from ._prepare import build_request, compact
+from ._prepare import build_request, compact, prefetch
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
@@ -137,6 +137,7 @@ async def _request(d: Host, rt: Runtime) -> LLMRequest | None:
         request = None  # built before the summary: build it again
     if request is None:
         try:
+            await prefetch(d, rt)
             request = build_request(d, rt)
         except EnhancerError as exc:
             await fail_llm(d, rt, PermanentLLMError(str(exc)), transient=False)

@@ -309,8 +309,13 @@ class Driver:
         if end is not None:
             rt.done = None
             end.set()
-        if len(self.loaded.runtimes) > self.settings.max_loaded:
-            self.loaded.evict(self.settings.max_loaded, self.busy)
+        loaded, settings = self.loaded, self.settings
+        loaded.recount(rt)
+        if (
+            len(loaded.runtimes) > settings.max_loaded
+            or loaded.messages > settings.max_loaded_messages
+        ):
+            loaded.evict(settings.max_loaded, self.busy, settings.max_loaded_messages)
 
     async def _call(
         self,

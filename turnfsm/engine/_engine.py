@@ -98,8 +98,12 @@ class Engine(ContextManagement):
     history in the view by a summary the LLM makes (a call of its own, before
     the turn's next call, stored once as a message and reused). ``clock`` and
     ``ids`` are injected so that tests and replays are deterministic. At most
-    ``max_loaded`` contexts are held in memory; the least recently used resting
-    ones are unloaded beyond that and load again from the store when called.
+    ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
+    all, are held in memory; the least recently used resting ones are unloaded
+    beyond either and load again from the store when called. A loaded
+    message costs about 1.3 KB besides its text (``docs/architecture.md``,
+    "Memory"), so the default 250,000 bounds the cache near 330 MB plus the
+    messages' text; the most recently used context stays, however long.
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
     and stop when it closes; while it is entered their tools join ``tools``,
@@ -153,6 +157,7 @@ class Engine(ContextManagement):
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
         max_loaded: int = 4096,
+        max_loaded_messages: int = 250_000,
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         modes: Iterable[Mode] = (),
@@ -174,6 +179,7 @@ class Engine(ContextManagement):
             tool_history_rounds=tool_history_rounds,
             subscriber_buffer=subscriber_buffer,
             max_loaded=max_loaded,
+            max_loaded_messages=max_loaded_messages,
             logger=logger,
             lease_ttl=lease_ttl,
             modes=modes,
@@ -232,6 +238,10 @@ class Engine(ContextManagement):
     @property
     def max_loaded(self) -> int:
         return self._d.settings.max_loaded
+
+    @property
+    def max_loaded_messages(self) -> int:
+        return self._d.settings.max_loaded_messages
 
     @property
     def lease_ttl(self) -> float:

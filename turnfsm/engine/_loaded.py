@@ -28,6 +28,10 @@ class Loaded:
         """Per context: its subscribers (each list also holds :attr:`everywhere`)."""
         self.everywhere: list[Sink] = []
         """The subscribers to every context (``Engine.subscribe_all``, ``Engine.tap``)."""
+        self.messages = 0
+        """The messages of the loaded contexts (each as of its last call),
+        what :meth:`evict` bounds besides the number of contexts: a loaded
+        context's memory grows with its messages."""
         self.seq_marks: dict[str, int] = {}
         """Per unloaded context: the last seq its subscribers saw, when the store
         holds less (a failed commit)."""
@@ -58,8 +62,16 @@ class Loaded:
         )
         rt.sent_seq = rt.seq
         rt.request_cancel = lambda: self.request_cancel(cid)
+        rt.held = len(ctx.message_pool)
+        self.messages += rt.held
         self.runtimes[cid] = rt
         return rt
+
+    def recount(self, rt: Runtime) -> None:
+        """Count the messages ``rt`` holds now (after a call added some)."""
+        held = len(rt.ctx.message_pool)
+        self.messages += held - rt.held
+        rt.held = held
 
     def subscribers_of(self, context_id: str) -> list[Sink]:
         """The context's list of subscribers (made with :attr:`everywhere` in it)."""
@@ -71,6 +83,7 @@ class Loaded:
     def unload(self, context_id: str) -> None:
         rt = self.runtimes.pop(context_id, None)
         if rt is not None:
+            self.messages -= rt.held
             self.machine.detach(rt.holder)
             if rt.sent_seq > rt.ctx.event_seq:  # seqs seen but not stored: never reuse them
                 self.seq_marks[context_id] = rt.sent_seq
@@ -80,10 +93,13 @@ class Loaded:
             # (the engine keeps a list per loaded context, not per context seen)
             del self.subscribers[context_id]
 
-    def evict(self, max_loaded: int, busy: set[str]) -> None:
-        """Unload the least recently used resting contexts beyond ``max_loaded``
-        (they stay in the store and load again on their next call)."""
-        excess = len(self.runtimes) - max_loaded
-        if excess > 0:
-            for cid in [c for c in self.runtimes if c not in busy][:excess]:
-                self.unload(cid)
+    def evict(self, max_loaded: int, busy: set[str], max_messages: int) -> None:
+        """Unload the least recently used resting contexts while more than
+        ``max_loaded`` are loaded or they hold more than ``max_messages``
+        messages in all (they stay in the store and load again on their next
+        call). The most recently used one stays, however long it is."""
+        runtimes = self.runtimes
+        for cid in [c for c in runtimes if c not in busy][:-1]:
+            if len(runtimes) <= max_loaded and self.messages <= max_messages:
+                return
+            self.unload(cid)

@@ -23,7 +23,7 @@ from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
 
-__all__ = ["build_request", "compact", "prepare"]
+__all__ = ["build_request", "compact", "prefetch", "prepare"]
 
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:
@@ -85,9 +85,27 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
     return request
 
 
+async def prefetch(d: Host, rt: Runtime) -> None:
+    """Await the ``prefetch(context)`` of each enhancer of the application's
+    that has one (reading files, say, in a worker thread rather than on the
+    event loop's thread), before the request is built; EnhancerError when
+    one raises."""
+    enhancers = d.settings.enhancers
+    for i in range(d.settings.builtin_count, len(enhancers)):
+        fetch = getattr(enhancers[i], "prefetch", None)
+        if fetch is not None:
+            try:
+                await fetch(rt.ctx)
+            except Exception as exc:
+                raise EnhancerError(type(enhancers[i]).__name__, exc) from exc
+
+
 async def prepare(d: Host, rt: Runtime) -> None:
     """ProcessingUserMessage: run the enhancers; ``prompt_ready`` or ``prepare_failed``."""
     try:
+        settings = d.settings
+        if len(settings.enhancers) > settings.builtin_count:  # no coroutine without them
+            await prefetch(d, rt)
         rt.request = build_request(d, rt)
     except EnhancerError as exc:
         rt.ctx.progress = dataclasses.replace(rt.ctx.progress, last_error=str(exc))

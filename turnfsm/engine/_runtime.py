@@ -93,6 +93,8 @@ class Runtime:
     log: Any
     request_cancel: Callable[[], None] = lambda: None
     seq: int = 0
+    held: int = 0
+    """Its messages as ``Loaded.messages`` counts them (``_loaded.py``)."""
     """The last seq reserved."""
     sent_seq: int = 0
     """The last seq that went out (stored, or a ContentDelta sent between commits)."""

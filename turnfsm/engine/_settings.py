@@ -82,6 +82,7 @@ class Settings:
     ids: Callable[[], str]
     log: Any
     max_loaded: int
+    max_loaded_messages: int
     lease_ttl: float
     owner: str
     """This engine's name on its leases (``host:pid:random``)."""
@@ -156,6 +157,7 @@ def make_settings(
     subscriber_buffer: int,
     max_loaded: int,
     logger: Any,
+    max_loaded_messages: int = 250_000,
     lease_ttl: float,
     modes: Iterable[Mode],
     token_budget: TokenBudget | None,
@@ -164,6 +166,7 @@ def make_settings(
     """Check ``Engine``'s arguments (the same names) and make its settings."""
     check_count("max_iterations", max_iterations, minimum=1)
     check_count("max_loaded", max_loaded, minimum=1)
+    check_count("max_loaded_messages", max_loaded_messages, minimum=1)
     check_count("subscriber_buffer", subscriber_buffer, minimum=1)
     check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
     if token_budget is not None and not isinstance(token_budget, TokenBudget):
@@ -225,6 +228,7 @@ def make_settings(
         ids=Ids() if ids is None else functools.partial(checked_id, ids),
         log=logger if logger is not None else default_logger(),
         max_loaded=max_loaded,
+        max_loaded_messages=max_loaded_messages,
         lease_ttl=float(lease_ttl),
         owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         subscriber_buffer=subscriber_buffer,

@@ -5,8 +5,12 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import stat
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
+
+import anyio.to_thread
 
 from ..errors import InvalidInput
 from ..model import ChatContext, LLMRequest, Role
@@ -15,6 +19,13 @@ __all__ = ["StickyFiles"]
 
 HISTORY_SCAN = 64
 """How far back (in messages) the versions shown last time are looked for."""
+READY_KEPT = 256
+"""Contexts whose files :meth:`StickyFiles.prefetch` read and no request used
+yet (a turn that failed before its request was built): the oldest go."""
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_Found = tuple[str | None, dict[str, Any], list[str] | None]
+"""What :meth:`StickyFiles.prefetch` read: the workspace, the report, the blocks."""
+_BINARY = getattr(os, "O_BINARY", 0)
 
 
 def _attr(value: str) -> str:
@@ -42,6 +53,15 @@ class StickyFiles:
     symbolic link) is not read and is reported. At most ``max_bytes`` of file
     content are shown in all; a file cut short says so (``truncated="true"``).
 
+    Only regular files are read (a FIFO, a device or a socket that a pattern
+    names is reported as ``not a regular file``, never opened for a blocking
+    read), and never more of one than is shown: a 400 MB file under
+    ``max_bytes=1000`` costs a 1000-byte read. Its size comes from the file
+    system, and the SHA-256 is that of what is shown (the whole file when it
+    is not cut). The engine reads the files in a worker thread before it
+    builds each request (:meth:`prefetch`), never on the event loop's thread;
+    :meth:`enhance` called on its own reads them itself.
+
     Nothing here fails the turn: a pattern that matches nothing, a file that
     cannot be read or is not UTF-8 text, and a context with no workspace are
     reported in ``request.metadata["sticky_files"]``: for each file shown its
@@ -67,18 +87,58 @@ class StickyFiles:
             raise InvalidInput("max_bytes", f"must be an integer >= 1, not {max_bytes!r}")
         self.patterns = patterns
         self.max_bytes = max_bytes
+        self._ready: OrderedDict[str, _Found] = OrderedDict()
+
+    async def prefetch(self, context: ChatContext) -> None:
+        """Read the context's files in a worker thread, for the next
+        :meth:`enhance` of the same context (the engine awaits this before it
+        builds each request)."""
+        workspace = context.config.workspace_path
+        found = await anyio.to_thread.run_sync(self._gather, workspace)
+        self._ready[context.id] = (workspace, *found)
+        self._ready.move_to_end(context.id)
+        while len(self._ready) > READY_KEPT:
+            self._ready.popitem(last=False)
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
-        report: dict[str, Any] = {"files": [], "changed": [], "problems": []}
-        request.metadata["sticky_files"] = report
         workspace = context.config.workspace_path
+        ready = self._ready.pop(context.id, None)
+        if ready is not None and ready[0] == workspace:
+            report, blocks = ready[1], ready[2]
+        else:
+            report, blocks = self._gather(workspace)
+        request.metadata["sticky_files"] = report
+        if blocks is None:
+            return request
+        previous = _previous_versions(context)
+        report["changed"] = [
+            f["path"]
+            for f in report["files"]
+            if previous.get(f["path"], f["sha256"]) != f["sha256"]
+        ]
+        content = "<context-files>\n" + "\n".join(blocks) + "\n</context-files>"
+        messages = request.messages
+        head = 0
+        while head < len(messages) and messages[head].get("role") == "system":
+            head += 1
+        request.messages = [
+            *messages[:head],
+            {"role": "system", "content": content},
+            *messages[head:],
+        ]
+        return request
+
+    def _gather(self, workspace: str | None) -> tuple[dict[str, Any], list[str] | None]:
+        """The report and the ``<file>`` blocks of the workspace's files (no
+        blocks when there is no workspace to read)."""
+        report: dict[str, Any] = {"files": [], "changed": [], "problems": []}
         if not workspace:
             report["problems"].append({"path": "", "problem": "the context has no workspace"})
-            return request
+            return report, None
         root = os.path.realpath(workspace)
         if not os.path.isdir(root):
             report["problems"].append({"path": "", "problem": "the workspace is no directory"})
-            return request
+            return report, None
         blocks: list[str] = []
         left = self.max_bytes
         seen: set[str] = set()
@@ -106,6 +166,10 @@ class StickyFiles:
                     report["problems"].append({"path": rel, "problem": "not UTF-8 text"})
                     blocks.append(f'<file path="{_attr(rel)}" status="not UTF-8 text"/>')
                     continue
+                except _NotRegular:
+                    report["problems"].append({"path": rel, "problem": "not a regular file"})
+                    blocks.append(f'<file path="{_attr(rel)}" status="not a regular file"/>')
+                    continue
                 except OSError as exc:
                     problem = exc.strerror or type(exc).__name__
                     report["problems"].append({"path": rel, "problem": problem})
@@ -122,48 +186,54 @@ class StickyFiles:
                 if cut:
                     attrs += ' truncated="true"'
                 blocks.append(f"<file {attrs}>\n{text}\n</file>")
-        previous = _previous_versions(context)
-        report["changed"] = [
-            f["path"]
-            for f in report["files"]
-            if previous.get(f["path"], f["sha256"]) != f["sha256"]
-        ]
-        content = "<context-files>\n" + "\n".join(blocks) + "\n</context-files>"
-        messages = request.messages
-        head = 0
-        while head < len(messages) and messages[head].get("role") == "system":
-            head += 1
-        request.messages = [
-            *messages[:head],
-            {"role": "system", "content": content},
-            *messages[head:],
-        ]
-        return request
+        return report, blocks
+
+
+class _NotRegular(Exception):
+    """A FIFO, a device, a socket: never read."""
 
 
 def _read(path: str, limit: int) -> tuple[str, int, str]:
-    """The text of the file's first ``limit`` bytes (a character cut at the end
-    left out), its size and the SHA-256 of its whole content.
-    UnicodeDecodeError when it is not UTF-8 text."""
-    with open(path, "rb") as f:
-        data = f.read()
-    digest = hashlib.sha256(data).hexdigest()
-    shown = data[:limit]
+    """The text of the file's first ``limit`` bytes (a character cut at the
+    end left out), its size and the SHA-256 of the text shown. Only a regular
+    file is read (:class:`_NotRegular` otherwise), and no more than ``limit``
+    bytes of it. UnicodeDecodeError when what is read is not UTF-8 text."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a socket cannot even be opened
+        raise _NotRegular
+    # O_NONBLOCK: should it have become a FIFO since, opening it does not
+    # wait for a writer; the check below refuses it then
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | _BINARY)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotRegular
+        chunks: list[bytes] = []
+        want = min(limit, info.st_size)
+        while want > 0:
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            want -= len(chunk)
+    finally:
+        os.close(fd)
+    shown = b"".join(chunks)
+    size = max(info.st_size, len(shown))
     try:
         text = shown.decode("utf-8")
     except UnicodeDecodeError:
-        if len(shown) == len(data):
+        if len(shown) == size:
             raise
-        data.decode("utf-8")  # the whole file must be text
         for cut in range(1, 4):  # a character cut in two by the limit
             try:
                 text = shown[:-cut].decode("utf-8")
                 break
             except UnicodeDecodeError:
                 continue
-        else:  # pragma: no cover - valid UTF-8 cut anywhere decodes after <= 3 bytes
+        else:
             raise
-    return text, len(data), digest
+    data = shown if len(shown) == size else text.encode("utf-8")
+    return text, size, hashlib.sha256(data).hexdigest()
 
 
 def _previous_versions(context: ChatContext) -> dict[str, str]:

@@ -16,7 +16,7 @@ from ..errors import InvalidInput, RenderError
 from ..model import ChatContext, MessageNode
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ._calls import create_from, decide_calls, post_message, run_call, tenant_contexts
-from ._deps import HubOf, Owned, Tenant, Wait
+from ._deps import HubOf, Owned, Tenant, Wait, cursor_of, digits
 from ._errors import ApiError, error_response
 from ._hub import Hub
 from ._models import (
@@ -60,11 +60,7 @@ async def stored(hub: Hub, cid: str) -> ChatContext:
 
 
 def _cursor(cursor: str | None) -> int:
-    if cursor is None or cursor == "":
-        return 0
-    if not cursor.isdigit() or len(cursor) > 12:
-        raise InvalidInput("cursor", f"not a cursor this server gave: {cursor!r}")
-    return int(cursor)
+    return cursor_of(cursor) or 0
 
 
 # ---------------------------------------------------------------------- health
@@ -91,7 +87,7 @@ async def list_contexts(
     who: Tenant,
     state: str | None = None,
     cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE), digits("limit", 1, MAX_PAGE)] = 50,
 ) -> ContextList:
     start = _cursor(cursor)
     mine = await tenant_contexts(hub, who, state)
@@ -175,7 +171,7 @@ async def list_messages(
     context_id: Owned,
     branch: str | None = None,
     cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE), digits("limit", 1, MAX_PAGE)] = 50,
 ) -> MessagePage:
     start = _cursor(cursor)
     page = await hub.engine.messages(context_id, branch=branch, offset=start, limit=limit + 1)

@@ -74,7 +74,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             allow_headers=["*"],
         )
     app.add_middleware(TraceContextMiddleware)  # a request's traceparent
-    app.add_middleware(Gate, limit=config.max_body)
+    app.add_middleware(Gate, limit=config.max_body, open_host_check=not config.tokens)
     _hot_routes_first(app, (api_router, events_router))
     return app
 

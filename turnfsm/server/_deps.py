@@ -4,12 +4,28 @@ context of that tenant (FastAPI dependencies, shared by every router)."""
 from typing import Annotated, cast
 
 from fastapi import Depends, Query, Request
+from pydantic import BeforeValidator
 
+from .._numbers import whole_number
 from ._errors import ApiError
 from ._hub import Hub
 from ._tenants import DEFAULT_TENANT, tenant_of_token
 
-__all__ = ["HubOf", "Owned", "Tenant", "Wait", "hub_of", "owned", "tenant"]
+__all__ = [
+    "MAX_CURSOR",
+    "HubOf",
+    "Owned",
+    "Tenant",
+    "Wait",
+    "cursor_of",
+    "digits",
+    "hub_of",
+    "owned",
+    "tenant",
+]
+
+MAX_CURSOR = 10**12
+"""The largest page cursor a client may give back."""
 
 
 def hub_of(request: Request) -> Hub:
@@ -47,3 +63,28 @@ HubOf = Annotated[Hub, Depends(_hub)]
 Tenant = Annotated[str, Depends(tenant)]
 Owned = Annotated[str, Depends(owned)]
 Wait = Annotated[bool, Query(description="return the Turn once the context rests")]
+
+
+def digits(name: str, lo: int, hi: int) -> BeforeValidator:
+    """What reads a query parameter that is a whole number from ``lo`` to
+    ``hi``: :func:`~turnfsm._numbers.whole_number` (``422`` naming it
+    otherwise), put before FastAPI's ``int``, which takes ``+5``, `` 5`` or
+    ``5_0``. Use as ``Annotated[int, Query(ge=lo, le=hi), digits(...)]``: the
+    OpenAPI document still says ``integer`` with its bounds."""
+
+    def parse(value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return whole_number(value, f"query.{name}", lo, hi)
+            except ValueError as exc:
+                raise ValueError(getattr(exc, "reason", str(exc))) from None
+        return value
+
+    return BeforeValidator(parse)
+
+
+def cursor_of(cursor: str | None) -> int | None:
+    """A page cursor the server gave (``?cursor=``; none or empty: ``None``)."""
+    if cursor is None or cursor == "":
+        return None
+    return whole_number(cursor, "query.cursor", 0, MAX_CURSOR)

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from .. import errors as e
+from ..storage._secrets import scrub
 
 __all__ = ["ApiError", "error_response", "install_handlers", "status_of"]
 
@@ -62,7 +63,8 @@ def status_of(exc: e.TurnFSMError) -> tuple[int, str]:
 def error_response(
     status: int, code: str, message: str, where: str | None = None, **headers: str
 ) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
+    # no store URL's password in an answer, whatever error text it quotes
+    body: dict[str, Any] = {"code": code, "message": scrub(message)}
     if where is not None:
         body["where"] = where
     return JSONResponse({"error": body}, status_code=status, headers=headers or None)
@@ -75,7 +77,7 @@ def install_handlers(app: FastAPI) -> None:
         status, code = status_of(exc)
         where = exc.where if isinstance(exc, e.InvalidInput) else None
         if status >= 500:
-            log.warning("request_failed", path=request.url.path, code=code, error=str(exc))
+            log.warning("request_failed", path=request.url.path, code=code, error=scrub(str(exc)))
         return error_response(status, code, str(exc), where)
 
     @app.exception_handler(ApiError)
@@ -88,15 +90,26 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return error_response(422, "invalid_input", f"{where}: {first.get('msg')}", where)
+        said = str(first.get("msg")).removeprefix("Value error, ")
+        return error_response(422, "invalid_input", f"{where}: {said}", where)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
+        if exc.status_code == 400:
+            # FastAPI's "There was an error parsing the body": a body that is
+            # not UTF-8, JSON nested too deeply to read, a malformed form
+            return error_response(
+                422,
+                "invalid_input",
+                "body: cannot be read (not UTF-8, nested too deeply, or malformed)",
+                "body",
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected_error", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        said = scrub(f"{type(exc).__name__}: {exc}")
+        log.error("unexpected_error", path=request.url.path, error=said)
         return error_response(500, "internal_error", "an unexpected error; see the server's log")

@@ -24,6 +24,7 @@ import anyio.lowlevel
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse
 
+from .._numbers import whole_number
 from ..errors import TurnFSMError
 from ..events import EVENT_ADAPTER
 from ..model import ChatContext
@@ -77,13 +78,27 @@ def tenant_events(hub: Hub, who: str) -> EventSourceResponse:
     )
 
 
-async def _resync(hub: Hub, gap: Gap, ident: str | None = None) -> bytes:
-    """Events ``first`` to ``last`` cannot be sent again: pull the state and the
-    messages (``GET .../state``, ``.../messages``), which hold everything durable."""
+async def _load(hub: Hub, context_id: str) -> ChatContext | None:
     try:
-        ctx: ChatContext | None = await hub.engine.store.load(gap.context_id)
+        return await hub.engine.store.load(context_id)
     except TurnFSMError:
-        ctx = None
+        return None
+
+
+async def _resync(
+    hub: Hub, gap: Gap, ident: str | None = None, loaded: list[ChatContext | None] | None = None
+) -> bytes:
+    """Events ``first`` to ``last`` cannot be sent again: pull the state and the
+    messages (``GET .../state``, ``.../messages``), which hold everything durable.
+
+    ``loaded``: the context as a replay loaded it once for all its Resyncs
+    (one a turn: its deltas), filled on the first; else it is loaded here."""
+    if loaded is None:
+        ctx = await _load(hub, gap.context_id)
+    else:
+        if not loaded:
+            loaded.append(await _load(hub, gap.context_id))
+        ctx = loaded[0]
     data = {
         "kind": "Resync",
         "context_id": gap.context_id,
@@ -106,25 +121,43 @@ def _control(kind: str, **data: Any) -> bytes:
     return json_frame({"kind": kind, **data}, kind)
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest ``Last-Event-ID`` a stream takes (a seq is a 64-bit integer in the stores)."""
+
+
 def _last_id(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
+    """A ``Last-Event-ID``: none (or empty) is ``None``; anything but a whole
+    number is ``422`` naming the header."""
+    if value is None or not value.strip():
         return None
-    return int(value.strip())
+    return whole_number(value.strip(), "header.last-event-id", 0, MAX_SEQ)
 
 
-async def _history(hub: Hub, ch: Channel, after: int) -> AsyncIterator[Item]:
-    """What a stream that saw ``after`` missed, before the live items."""
-    ring = list(ch.ring)
-    if ring and first_seq(ring[0]) <= after + 1:
-        for item in ring:  # every item it missed, as sent
+async def _newest(
+    hub: Hub, ch: Channel, after: int, loaded: list[ChatContext | None]
+) -> int | None:
+    """The context's last seq when a stream that saw ``after`` is not served by
+    the ring (None: it is); read from the store then (the context so loaded
+    put in ``loaded``, for the replay's Resyncs)."""
+    ring = ch.ring
+    if ring and first_seq(ring[0]) <= after + 1 and after <= last_seq(ring[-1]):
+        return None
+    ctx = await hub.engine.store.load(ch.context_id)
+    loaded.append(ctx)
+    return max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
+
+
+async def _history(hub: Hub, ch: Channel, after: int, newest: int | None) -> AsyncIterator[Item]:
+    """What a stream that saw ``after`` missed, before the live items
+    (``newest``: what :func:`_newest` said)."""
+    if newest is None:
+        for item in list(ch.ring):  # every item it missed, as sent
             if last_seq(item) > after:
                 yield item
         return
     # Older than the ring (a restart, another process, a long absence):
     # the kept durable events, and a Gap for each stretch the log lacks
     # (deltas, or the events of a crash's last moments).
-    ctx = await hub.engine.store.load(ch.context_id)
-    newest = max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
     if newest <= after:
         return
     expect = after + 1
@@ -147,6 +180,10 @@ async def _context_stream(
     listener = Listener()
     ch.listeners.add(listener)
     sent = after
+    # While a reconnect replays what it missed: the context loaded once for
+    # every Resync of the replay (each answer's deltas are one), not once a
+    # Resync, which made a replay cost the square of the context's length.
+    replay: list[ChatContext | None] | None = []
 
     async def unsent(items: list[Item]) -> bytes:
         """The frames of the items after ``sent`` (a gap cut to what is not sent)."""
@@ -162,14 +199,22 @@ async def _context_stream(
                 continue  # sent already (from the ring or the log)
             if sent is not None and item.first <= sent:
                 item = Gap(item.context_id, sent + 1, item.last)
-            frames.append(await _frame(hub, item))
+            frames.append(await _resync(hub, item, loaded=replay))
             sent = item.last
         return b"".join(frames)
 
     try:
+        newest = None if after is None or replay is None else await _newest(hub, ch, after, replay)
+        if after is not None and newest is not None and after > newest:
+            # The client's id is ahead of the context (a store restored from
+            # a backup, another server's id): nothing it holds can be trusted.
+            # One Resync for everything up to the context's last seq, whose
+            # id the client keeps; the stream goes on from there.
+            yield await _resync(hub, Gap(cid, min(1, newest), newest), loaded=replay)
+            sent = after = newest
         if after is not None:  # what it missed, BATCH items a write
             pending: list[Item] = []
-            async for item in _history(hub, ch, after):
+            async for item in _history(hub, ch, after, newest):
                 pending.append(item)
                 if len(pending) == BATCH:
                     chunk = await unsent(pending)
@@ -179,6 +224,7 @@ async def _context_stream(
             chunk = await unsent(pending)
             if chunk:
                 yield chunk
+        replay = None  # live gaps (a stream that fell behind) read the state anew
         async for batch in _batches(listener, hub, stop):
             if batch is None:
                 yield _control("Heartbeat", context_id=cid, timestamp=time.time())

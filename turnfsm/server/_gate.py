@@ -1,26 +1,55 @@
-"""Every HTTP request's way in: the body limit and the request log."""
+"""Every HTTP request's way in: the ``Host`` check, the body limit, the
+headers every answer carries, and the request log."""
 
+import ipaddress
 import time
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._numbers import whole_number
+from ..errors import InvalidInput
 from ._errors import error_response
 
-__all__ = ["Gate"]
+__all__ = ["HEADERS", "NOT_HTML_CSP", "Gate", "addressed_directly"]
 
 log = structlog.get_logger("turnfsm.server")
 
+NOT_HTML_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+"""The Content-Security-Policy of every answer that is not a page: nothing it
+holds may run or load anything (an SVG diagram opened on its own, say). The
+pages set their own (``_web/_access.py``); ``/docs`` loads its script from a
+CDN and gets none."""
+HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+)
+"""Headers every answer gets unless it has them already (the pages' own)."""
+_CSP = (b"content-security-policy", NOT_HTML_CSP.encode())
+_NAMES = frozenset(name for name, _ in HEADERS) | {_CSP[0], b"content-type"}
+
 
 class Gate:
-    """Every HTTP request's way in: ``413`` for a body over ``limit`` bytes
-    (declared or streamed), and one structlog line per request (method, path,
-    status, milliseconds). One middleware for both: each layer wraps every
-    message of every request."""
+    """Every HTTP request's way in, one middleware for all (each layer wraps
+    every message of every request):
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    - with no tokens (``open_host_check``), a request whose ``Host`` is not an
+      IP address or ``localhost`` is refused, ``403 host_not_allowed``: a page
+      of another site whose name was made to resolve to this machine (DNS
+      rebinding) comes with its own name, and must reach no route at all;
+    - ``413`` for a body over ``limit`` bytes, declared or streamed (a
+      chunked body is counted as it is read, and whatever the route would
+      have answered on the cut body is replaced);
+    - the headers of :data:`HEADERS` (and :data:`NOT_HTML_CSP` on what is not
+      HTML) on every answer that does not set them;
+    - one structlog line per request (method, path, status, milliseconds).
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, open_host_check: bool = False) -> None:
         self.app = app
         self.limit = limit
+        self.open_host_check = open_host_check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -29,31 +58,57 @@ class Gate:
         start = time.perf_counter()
         status = 0
         seen = 0
+        over = False
+        replaced = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
+                    over = True
                     raise _TooBig
             return message
 
-        async def watched(message: Message) -> None:
+        async def sent(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                message["headers"] = _with_headers(message.get("headers") or [])
             await send(message)
 
+        async def watched(message: Message) -> None:
+            nonlocal replaced
+            if over and not status:
+                # the route answered a body cut at the limit (FastAPI's 400
+                # "error parsing the body", a 500): 413 instead
+                replaced = True
+                await self._too_big(scope, receive, sent)
+                return
+            if replaced:
+                return
+            await sent(message)
+
         try:
+            if self.open_host_check and not addressed_directly(_host(scope)):
+                answer = error_response(
+                    403,
+                    "host_not_allowed",
+                    "with no tokens, the server answers only to an IP address or localhost "
+                    "in Host (see docs/server.md)",
+                )
+                await answer(scope, receive, sent)
+                return
             if self._declared(scope) > self.limit:
-                await self._too_big(scope, receive, watched)
+                await self._too_big(scope, receive, sent)
                 return
             try:
                 await self.app(scope, counted, watched)
-            except _TooBig:
-                if not status:
-                    await self._too_big(scope, receive, watched)
+            except _TooBig:  # raised through the route: nothing was answered
+                over = True
+            if over and not status:
+                await self._too_big(scope, receive, sent)
         finally:
             log.info(
                 "request",
@@ -68,9 +123,9 @@ class Gate:
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    return int(value)
-                except ValueError:
-                    return 0
+                    return whole_number(value, "header.content-length", 0, 10**18)
+                except InvalidInput:
+                    return 0  # the HTTP parser refused it already; the count still holds
         return 0
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,6 +133,50 @@ class Gate:
             413, "body_too_large", f"the request body is over {self.limit} bytes"
         )
         await answer(scope, receive, send)
+
+
+def addressed_directly(host: str) -> bool:
+    """Whether ``host`` (a ``Host`` header) is an IP address or ``localhost``.
+
+    A server with no tokens answers only then: a page of another site
+    whose name was made to resolve to this machine (DNS rebinding) comes with
+    its own name in ``Host`` and is refused, on every route (:class:`Gate`)."""
+    name = host
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _host(scope: Scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def _with_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` and those of :data:`HEADERS` it lacks (CSP too, unless HTML)."""
+    have: set[bytes] = set()
+    html = False
+    for name, value in headers:
+        low = name.lower()
+        if low in _NAMES:
+            have.add(low)
+            if low == b"content-type" and value.startswith(b"text/html"):
+                html = True
+    out = list(headers)
+    out.extend(pair for pair in HEADERS if pair[0] not in have)
+    if not html and _CSP[0] not in have:
+        out.append(_CSP)
+    return out
 
 
 class _TooBig(Exception):

@@ -13,7 +13,7 @@ import anyio.abc
 import structlog
 
 from ..engine import Engine, Turn
-from ..errors import ContextNotFound, TurnFSMError
+from ..errors import ContextBusy, ContextNotFound, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
 from ..relay import EventRelay
 from ..storage._eventlog import LogNote, open_event_log
@@ -312,10 +312,17 @@ class Hub:
         """Run ``fn`` in the app's task group. With ``wait``, until it returns;
         else until it took its first step (or failed its checks, raised here)."""
         assert self._tg is not None
+        other = self.running.get(context_id)
+        if other is not None:
+            # A call of this server runs on the context: the engine would
+            # refuse this one. Refused here, before it takes a turn slot:
+            # only a turn that runs holds one.
+            raise ContextBusy(context_id, other.state or "running")
         job = Job(context_id)
         tenant = self.owners.get(context_id)
         if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
             self.turn_limit.acquire(tenant)
+        self.running[context_id] = job  # no await since the check: busy for the next one
         if wait:
             self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
             await job.done.wait()

@@ -45,7 +45,7 @@ from ..model import (
 )
 from ..states import State
 from ._calls import create_context
-from ._deps import HubOf, Tenant
+from ._deps import HubOf, Tenant, cursor_of, digits
 from ._errors import ApiError, status_of
 from ._hub import Hub, Job
 from ._sse import json_frame
@@ -299,7 +299,9 @@ async def list_sessions(
     hub: HubOf,
     who: Tenant,
     cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_SESSION_PAGE)] = 20,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_SESSION_PAGE), digits("limit", 1, MAX_SESSION_PAGE)
+    ] = 20,
 ) -> SessionList:
     """The tenant's sessions, newest first (by creation), paged."""
     owners = await hub.tenants.all()
@@ -309,7 +311,8 @@ async def list_sessions(
         for s in await hub.engine.store.list_contexts()  # oldest first
         if s.parent_id is None and owners.get(s.id, fallback) == who
     ]
-    end = len(mine) if cursor in (None, "") else _cursor(cursor, len(mine))
+    given = cursor_of(cursor)
+    end = len(mine) if given is None else min(given, len(mine))
     start = max(0, end - limit)
     page: list[SessionOut] = []
     for cid in reversed(mine[start:end]):
@@ -437,9 +440,3 @@ async def _step(sub: Subscription, job: Job, stops: tuple[anyio.Event, ...]) -> 
         for event in (job.done, *stops):
             race.start_soon(watch, event, race.cancel_scope)
     return got
-
-
-def _cursor(cursor: str, size: int) -> int:
-    if not cursor.isdigit() or len(cursor) > 12:
-        raise InvalidInput("cursor", f"not a cursor this server gave: {cursor!r}")
-    return min(int(cursor), size)

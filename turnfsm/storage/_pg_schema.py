@@ -18,12 +18,12 @@ import asyncio
 import select
 import threading
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
 from ..errors import SchemaVersionError, StoreError
 from ._migrate import FORMAT_ROW, SET_FORMAT, format_of_row, missing
+from ._secrets import redact
 from ._sql import pg
 
 try:  # the optional dependency: ``turnfsm[postgres]``
@@ -296,19 +296,6 @@ def need_psycopg() -> None:
         raise StoreError(
             "postgresql:// stores need psycopg 3 and psycopg-pool: pip install 'turnfsm[postgres]'"
         ) from _IMPORT_ERROR
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://..."
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def said(exc: BaseException) -> str:

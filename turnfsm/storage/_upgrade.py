@@ -19,8 +19,9 @@ import anyio.to_thread
 from ..errors import InvalidInput
 from ._eventlog import SQLiteEventLog
 from ._logtypes import EventLog
+from ._secrets import redact
 from ._sqlite_schema import upgrade as upgrade_sqlite
-from ._url import path_and_options
+from ._url import SQLITE_OPTIONS, path_and_options
 
 __all__ = ["Upgraded", "upgrade_store"]
 
@@ -46,17 +47,23 @@ async def upgrade_store(url: str) -> Upgraded:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     log: EventLog
     if scheme == "sqlite":
-        path = Path(path_and_options(url)[0])
+        where, options = path_and_options(url)
+        unknown = set(options) - SQLITE_OPTIONS
+        if unknown:  # as open_store refuses them
+            raise InvalidInput(
+                "url", f"{redact(url)!r}: unknown sqlite option(s) {', '.join(sorted(unknown))}"
+            )
+        path = Path(where)
         before, after = await anyio.to_thread.run_sync(upgrade_sqlite, path)
         log, name = SQLiteEventLog(path), str(path)
     elif scheme in ("postgresql", "postgres"):
         from ._pg_events import PostgresEventLog
-        from ._pg_schema import redact, upgrade
+        from ._pg_schema import upgrade
 
         before, after = await upgrade(url)
         log, name = PostgresEventLog(url), redact(url)
     else:
-        raise InvalidInput("url", f"{url!r}: not a SQLite or PostgreSQL store URL")
+        raise InvalidInput("url", f"{redact(url)!r}: not a SQLite or PostgreSQL store URL")
     try:
         await log.open()
     finally:

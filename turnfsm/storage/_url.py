@@ -21,6 +21,10 @@ The path rule is SQLAlchemy's: what follows ``scheme:///`` is the path as
 written, so ``sqlite:///data/chats.db`` is ``data/chats.db`` and
 ``sqlite:////var/lib/chats.db`` is ``/var/lib/chats.db``. A host part
 (``sqlite://host/...``) is refused. Percent-escapes in the path are decoded.
+
+No message shows a URL's password: each quotes it as
+:func:`~turnfsm.storage._secrets.redact` gives it (``user:***@``,
+``?password=***``).
 """
 
 from __future__ import annotations
@@ -33,13 +37,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..errors import InvalidInput, StoreError
 from ._base import Store
 from ._memory import MemoryStore
+from ._secrets import redact
 
-__all__ = ["SCHEMES", "open_store", "path_and_options"]
+__all__ = ["SCHEMES", "SQLITE_OPTIONS", "open_store", "path_and_options"]
 
 SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql://user@host/db")
 """The URL forms :func:`open_store` knows, for error messages."""
 
-_SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
+SQLITE_OPTIONS = frozenset({"synchronous", "busy_timeout"})
+"""The options a ``sqlite://`` URL may have."""
+
+
 _FILES_OPTIONS = {"fsync"}
 
 
@@ -52,26 +60,30 @@ def open_store(url: str, *, create: bool = True) -> Store:
     unknown scheme, and :class:`~turnfsm.errors.StoreError` when the store
     cannot be opened (a damaged file, a backend not available).
     """
+    if isinstance(url, str):
+        redact(url)  # its password remembered for scrub()
     if not isinstance(url, str) or "://" not in url:
         hint = ""
-        if isinstance(url, str) and url.strip():
+        if isinstance(url, str) and url.strip() and "@" not in url:
             hint = f" (for a SQLite file: sqlite:///{url})"
         raise InvalidInput(
-            "url", f"{url!r} is not a store URL; use one of {', '.join(SCHEMES)}{hint}"
+            "url", f"{redact(url)!r} is not a store URL; use one of {', '.join(SCHEMES)}{hint}"
         )
     scheme = url.split("://", 1)[0].lower()
     if scheme == "memory":
         if url.split("://", 1)[1]:
-            raise InvalidInput("url", f"{url!r}: a memory:// store takes no path or options")
+            raise InvalidInput(
+                "url", f"{redact(url)!r}: a memory:// store takes no path or options"
+            )
         return MemoryStore()
     if scheme == "sqlite":
         path, options = path_and_options(url)
-        unknown = set(options) - _SQLITE_OPTIONS
+        unknown = set(options) - SQLITE_OPTIONS
         if unknown:
             raise InvalidInput(
                 "url",
-                f"{url!r}: unknown sqlite option(s) {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(sorted(_SQLITE_OPTIONS))}",
+                f"{redact(url)!r}: unknown sqlite option(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(SQLITE_OPTIONS))}",
             )
         kwargs: dict[str, Any] = {}
         if "synchronous" in options:
@@ -81,7 +93,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
                 kwargs["busy_timeout"] = float(options["busy_timeout"])
             except ValueError:
                 raise InvalidInput(
-                    "url", f"{url!r}: busy_timeout must be a number of seconds"
+                    "url", f"{redact(url)!r}: busy_timeout must be a number of seconds"
                 ) from None
         if not create:
             _must_exist(url, path, folder=False)
@@ -97,7 +109,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if scheme in ("postgresql", "postgres"):
         return _postgres_store(url, create=create)
     raise InvalidInput(
-        "url", f"{url!r}: unknown store scheme {scheme!r}; use one of {', '.join(SCHEMES)}"
+        "url", f"{redact(url)!r}: unknown store scheme {scheme!r}; use one of {', '.join(SCHEMES)}"
     )
 
 
@@ -113,9 +125,9 @@ def _postgres_store(url: str, *, create: bool) -> Store:
 def _must_exist(url: str, path: str, *, folder: bool) -> None:
     p = Path(path)
     if folder and not (p / "contexts").is_dir():
-        raise StoreError(f"{url!r}: no files store at {path} (it is not created here)")
+        raise StoreError(f"{redact(url)!r}: no files store at {path} (it is not created here)")
     if not folder and not p.is_file():
-        raise StoreError(f"{url!r}: no SQLite store at {path} (it is not created here)")
+        raise StoreError(f"{redact(url)!r}: no SQLite store at {path} (it is not created here)")
 
 
 def path_and_options(url: str) -> tuple[str, dict[str, str]]:
@@ -123,23 +135,23 @@ def path_and_options(url: str) -> tuple[str, dict[str, str]]:
     if parts.netloc:
         raise InvalidInput(
             "url",
-            f"{url!r}: a {parts.scheme}:// URL has no host; write {parts.scheme}:///relative/path "
-            f"or {parts.scheme}:////absolute/path",
+            f"{redact(url)!r}: a {parts.scheme}:// URL has no host; "
+            f"write {parts.scheme}:///relative/path or {parts.scheme}:////absolute/path",
         )
     if parts.fragment:
-        raise InvalidInput("url", f"{url!r}: a store URL has no #fragment")
+        raise InvalidInput("url", f"{redact(url)!r}: a store URL has no #fragment")
     path = unquote(parts.path)
     path = path[1:] if path.startswith("/") else path
     if not path:
-        raise InvalidInput("url", f"{url!r}: the URL names no path")
+        raise InvalidInput("url", f"{redact(url)!r}: the URL names no path")
     try:
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
-        raise InvalidInput("url", f"{url!r}: malformed query {parts.query!r}") from None
+        raise InvalidInput("url", f"{redact(url)!r}: malformed query") from None
     options: dict[str, str] = {}
     for key, value in pairs:
         if key in options:
-            raise InvalidInput("url", f"{url!r}: option {key!r} is given twice")
+            raise InvalidInput("url", f"{redact(url)!r}: option {key!r} is given twice")
         options[key] = value
     return path, options
 
@@ -150,7 +162,7 @@ def _flag(url: str, key: str, value: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise InvalidInput("url", f"{url!r}: {key} must be true or false, not {value!r}")
+    raise InvalidInput("url", f"{redact(url)!r}: {key} must be true or false, not {value!r}")
 
 
 def _files_store(url: str, path: str, options: dict[str, str]) -> Store:
@@ -161,20 +173,21 @@ def _files_store(url: str, path: str, options: dict[str, str]) -> Store:
         if exc.name != name:
             raise
         raise StoreError(
-            f"{url!r}: the files:// store is not available in this build ({name} is missing)"
+            f"{redact(url)!r}: the files:// store is not available in this build "
+            f"({name} is missing)"
         ) from exc
     factory = getattr(module, "FilesStore", None)
     if factory is None:
-        raise StoreError(f"{url!r}: {name} defines no FilesStore")
+        raise StoreError(f"{redact(url)!r}: {name} defines no FilesStore")
     unknown = set(options) - _FILES_OPTIONS
     if unknown:
         raise InvalidInput(
             "url",
-            f"{url!r}: unknown files option(s) {', '.join(sorted(unknown))}; "
+            f"{redact(url)!r}: unknown files option(s) {', '.join(sorted(unknown))}; "
             f"known: {', '.join(sorted(_FILES_OPTIONS))}",
         )
     kwargs = {key: _flag(url, key, value) for key, value in options.items()}
     try:
         return cast(Store, factory(path, **kwargs))
     except OSError as exc:
-        raise StoreError(f"{url!r}: cannot open the folder: {exc.strerror or exc}") from exc
+        raise StoreError(f"{redact(url)!r}: cannot open the folder: {exc.strerror or exc}") from exc

@@ -6,13 +6,14 @@ SameSite=Strict cookie (:data:`COOKIE`); pages take that cookie or an
 server: its ``Origin`` (else ``Referer``) must be this server's own origin
 (``403`` otherwise), also with no tokens configured. Another tenant's context
 is the same ``404`` page as one that does not exist. :func:`pages` turns the
-errors of a page into pages (or the login form).
+errors of a page into pages (or the login form). With no tokens, a request
+whose ``Host`` is a name (DNS rebinding) is refused before any route, the
+pages' as every other (``_gate.py``, :func:`addressed_directly`).
 """
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +29,7 @@ from ...errors import ContextNotFound, InvalidInput, TurnFSMError
 from ...model import ChatContext
 from .._deps import hub_of
 from .._errors import ApiError, status_of
+from .._gate import addressed_directly
 from .._tenants import DEFAULT_TENANT, tenant_of_token
 
 __all__ = [
@@ -98,26 +100,6 @@ def same_origin(host: str, headers: Mapping[str, str]) -> bool:
     return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
-def addressed_directly(host: str) -> bool:
-    """Whether ``host`` (a ``Host`` header) is an IP address or ``localhost``.
-
-    A server with no tokens serves its pages only then: a page of another site
-    whose name was made to resolve to this machine (DNS rebinding) comes with
-    its own name in ``Host`` and is refused."""
-    name = host
-    if name.startswith("["):
-        name = name[1 : name.find("]")] if "]" in name else ""
-    elif name.count(":") == 1:
-        name = name.split(":", 1)[0]
-    if name.lower() == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
 def safe_next(value: str | None) -> str:
     """Where to go after logging in: a path of this server only."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
@@ -181,13 +163,6 @@ def pages(
 
     @functools.wraps(fn)
     async def wrapped(request: Request, *args: Any, **kwargs: Any) -> Response:
-        if not hub_of(request).config.tokens and not addressed_directly(_own_host(request)):
-            return error(
-                request,
-                403,
-                "Refused",
-                "with no tokens, the pages answer only to an IP address or localhost",
-            )
         try:
             return await fn(request, *args, **kwargs)
         except Login:

@@ -148,10 +148,7 @@ async def logout(request: Request) -> Response:
 async def contexts_page(request: Request) -> Response:
     tenant = who(request)
     wanted = request.query_params.get("state") or None
-    try:
-        offset = max(0, int(request.query_params.get("offset") or 0))
-    except ValueError:
-        offset = 0
+    offset = int_param(request.query_params.get("offset"), 0)
     summaries = await tenant_contexts(hub_of(request), tenant)
     running = sorted(s.id for s in summaries if s.state not in RESTING_NAMES)
     shown = sorted(

@@ -8,12 +8,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._numbers import whole_number
+from ...errors import InvalidInput
 from ...model import ApprovalStatus, MessageNode, ToolCallRequest
 from ...model._message import FilePart, ImagePart
 from ...render import PathDiff, RunPath, path_from_steps
 from ...states import CHANGES
 from ...storage import StepLog
 from ...tools import QuestionTool
+
+MAX_PAGE_NUMBER = 10**9
+"""The largest ``?offset=`` or ``?turn=`` a page reads."""
 
 __all__ = [
     "CallView",
@@ -170,9 +175,14 @@ def message_view(node: MessageNode, tools: Any) -> MessageView:
 
 
 def int_param(value: str | None, default: int) -> int:
+    """A page's number parameter (``?offset=``, ``?turn=``), read as every
+    number a client gives is (:func:`~turnfsm._numbers.whole_number`); a page
+    shows its default for anything else rather than an error."""
+    if not value:
+        return default
     try:
-        return int(value) if value is not None else default
-    except ValueError:
+        return whole_number(value, "query", 0, MAX_PAGE_NUMBER)
+    except InvalidInput:
         return default
 
 

@@ -1,0 +1,62 @@
+"""A reconnect that replays a long context's history costs its length, not
+its square: the context is loaded once for the replay's Resyncs (one per
+answer's deltas), however many turns it holds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from turnfsm.server import ServerConfig, create_app
+
+from .conftest import TOKENS, demo_engine, serve_in_thread
+
+
+def test_a_replay_loads_the_context_once_whatever_its_length(tmp_path: Path) -> None:
+    app = create_app(
+        lambda: demo_engine(tmp_path / "s.db"), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5)
+    )
+    hub = app.state.hub
+    for url in serve_in_thread(app):
+        with httpx.Client(
+            base_url=url, headers={"Authorization": "Bearer token-alice"}, timeout=60
+        ) as c:
+            cid = c.post("/api/contexts", json={"system_prompt": "x"}).json()["id"]
+            store = hub.engine.store
+            real = store.load
+            loads: list[str] = []
+
+            async def counted(
+                context_id: str, *args: Any, _real: Any = real, _loads: Any = loads, **kwargs: Any
+            ) -> Any:
+                _loads.append(context_id)
+                return await _real(context_id, *args, **kwargs)
+
+            done = 0
+            for turns in (3, 12):
+                while done < turns:
+                    r = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "hi"})
+                    assert r.status_code == 200, r.text
+                    done += 1
+                time.sleep(1.0)  # the relay has written the turns' events to the log
+                hub.idle.pop(cid, None)  # forgotten, as by a server of many contexts
+                loads.clear()
+                store.load = counted
+                try:
+                    resyncs = 0
+                    with c.stream(
+                        "GET", f"/api/contexts/{cid}/events", headers={"Last-Event-ID": "0"}
+                    ) as r:
+                        for line in r.iter_lines():
+                            if line == "event: Heartbeat":
+                                break
+                            resyncs += line == "event: Resync"
+                finally:
+                    del store.load
+                # each answer's deltas: a Resync (those the relay had not
+                # written yet, one for all of them)
+                assert resyncs >= 2, resyncs
+                assert loads.count(cid) == 1, (turns, len(loads))
