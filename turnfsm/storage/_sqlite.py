@@ -97,18 +97,15 @@ from ._sql import (
     INSERT_CONTEXT,
     INSERT_MESSAGE,
     INSERT_POSITIONS,
-    INSERT_STEPS,
     NEXT_POSITION,
     RELEASE,
     RENEW,
     REPLACE_MESSAGE,
     UPSERT_BRANCH,
-    UPSERT_MESSAGE,
     CommitRows,
     Places,
     branch_of,
     column,
-    commit_rows,
     context_of,
     context_row,
     message_of,
@@ -116,6 +113,7 @@ from ._sql import (
     refused_update,
     step_of,
 )
+from ._sqlite_rows import Rows, commit_rows_of
 from ._sqlite_schema import STORE_FORMAT, check_database_file, prepare
 from ._sqlite_threads import SQLiteThreads
 
@@ -330,40 +328,23 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         # serialized here, on the caller's thread: the writer thread is what all
         # the contexts' commits queue for, so it is left the SQL alone
         rows = self._commit_rows(commit)
-        await self._run(lambda conn: self._apply_commit(conn, commit, rows), write=True)
+        await self._submit(
+            lambda conn: self._apply_commit(conn, commit, rows),
+            reader=False,
+            durable=True,
+            gathers=True,
+        )
 
     def _commit_tx(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The whole commit on ``conn``, inside the caller's transaction."""
         self._apply_commit(conn, commit, self._commit_rows(commit))
 
-    @staticmethod
-    def _commit_rows(commit: Commit) -> CommitRows:
-        """What a commit writes (:func:`~turnfsm.storage._sql.commit_rows`), with
-        the lease's check in the ``UPDATE``'s own ``WHERE`` when the commit names
-        a lease."""
-        cid = commit.context_id
-        take = commit.take_lease if commit.lease_token is not None else None
-        if take is not None:  # the lease taken: the token just before, released or ours
-            return commit_rows(
-                commit,
-                also=(
-                    " AND IFNULL((SELECT token = ? AND (owner IS NULL OR owner = ?) FROM leases "
-                    "WHERE context_id = ?), ?)",
-                    [take.token - 1, take.owner, cid, int(take.token == 1)],
-                ),
-            )
-        if commit.lease_token is not None:  # the fence, in the same statement
-            return commit_rows(
-                commit,
-                also=(
-                    " AND (SELECT token FROM leases WHERE context_id = ?) IS ?",
-                    [cid, commit.lease_token],
-                ),
-            )
-        return commit_rows(commit)
+    _commit_rows = staticmethod(commit_rows_of)
 
     def _apply_commit(self, conn: sqlite3.Connection, commit: Commit, rows: CommitRows) -> None:
-        """The commit's statements (in the writer's transaction)."""
+        """The commit's checks and updates, at once; the rows it inserts are
+        gathered into the writer's group (:mod:`~turnfsm.storage._sqlite_rows`),
+        or written at once when the commit is made on its own."""
         cid = commit.context_id
         update, params = rows.update, rows.params
         row = conn.execute(update, params).fetchone()
@@ -373,6 +354,9 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
             if row is None:  # pragma: no cover - _refused explains every miss
                 raise StoreError(f"context {cid!r}: the commit was not applied")
         seq = row[0]
+        group = self._gathered
+        if group is not None and seq in group.contexts:
+            group.write(conn)  # not expected (see _sqlite_rows): its rows go first
         if commit.branches:
             self._put_branches(conn, seq, commit.branches, replace=True)
         for body, mid in rows.replaced:
@@ -380,28 +364,33 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                 raise StoreError(
                     f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
+        out = Rows() if group is None else group
         if rows.appended:
-            last = {
-                name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
-                for name in dict.fromkeys(name for name, _, _ in rows.appended)
-            }
-            placed = positions(commit, seq, rows, last)
-            conn.executemany(
-                UPSERT_MESSAGE, [(seq, mid, _V, body) for _name, mid, body in rows.appended]
-            )
-            conn.executemany(INSERT_POSITIONS, placed)
+            names = dict.fromkeys(name for name, _, _ in rows.appended)
+            if len(row) > 1:  # read by the UPDATE (_with_positions)
+                last = {name: (row[1 + 2 * i], row[2 + 2 * i]) for i, name in enumerate(names)}
+            else:  # after the branches were put
+                last = {
+                    name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
+                    for name in names
+                }
+            placed = positions(commit, seq, rows, last)  # raises for an unknown branch
+            out.messages.extend([(seq, mid, _V, body) for _name, mid, body in rows.appended])
+            out.positions.extend(placed)
         if rows.steps:
-            conn.executemany(INSERT_STEPS, [(seq, _V, *step) for step in rows.steps])
+            out.steps.extend([(seq, _V, *step) for step in rows.steps])
         take = commit.take_lease if commit.lease_token is not None else None
         if take is not None:  # taken with this commit (the UPDATE above checked it)
-            conn.execute(
-                _PUT_LEASE,
-                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at),
+            out.leases.append(
+                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at)
             )
         elif commit.release_lease and commit.lease_token is not None:
             # the lease ends with this commit, in its transaction (the fence in
             # the UPDATE above found the token current)
-            conn.execute(RELEASE, (cid, commit.lease_token))
+            out.releases.append((cid, commit.lease_token))
+        out.contexts.add(seq)
+        if group is None:
+            out.write(conn)
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The fence or the version check missed: say why, or (an old schema
