@@ -97,11 +97,13 @@ from ._sql import (
     INSERT_CONTEXT,
     INSERT_MESSAGE,
     INSERT_POSITIONS,
+    INSERT_STEPS,
     NEXT_POSITION,
     RELEASE,
     RENEW,
     REPLACE_MESSAGE,
     UPSERT_BRANCH,
+    UPSERT_MESSAGE,
     CommitRows,
     Places,
     branch_of,
@@ -113,7 +115,7 @@ from ._sql import (
     refused_update,
     step_of,
 )
-from ._sqlite_rows import Rows, commit_rows_of
+from ._sqlite_rows import commit_rows_of
 from ._sqlite_schema import STORE_FORMAT, check_database_file, prepare
 from ._sqlite_threads import SQLiteThreads
 
@@ -364,33 +366,46 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                 raise StoreError(
                     f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
-        out = Rows() if group is None else group
-        if rows.appended:
-            names = dict.fromkeys(name for name, _, _ in rows.appended)
-            if len(row) > 1:  # read by the UPDATE (_with_positions)
+        appended = rows.appended
+        placed: list[tuple[int, str, int, str, int]] = []
+        if appended:
+            if len(row) == 3:  # one branch, read by the UPDATE (commit_rows_of)
+                last = {appended[0][0]: (row[1], row[2])}
+            elif len(row) > 1:  # several branches, each read by the UPDATE
+                names = dict.fromkeys(name for name, _, _ in appended)
                 last = {name: (row[1 + 2 * i], row[2 + 2 * i]) for i, name in enumerate(names)}
             else:  # after the branches were put
                 last = {
                     name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
-                    for name in names
+                    for name in dict.fromkeys(name for name, _, _ in appended)
                 }
             placed = positions(commit, seq, rows, last)  # raises for an unknown branch
-            out.messages.extend([(seq, mid, _V, body) for _name, mid, body in rows.appended])
-            out.positions.extend(placed)
-        if rows.steps:
-            out.steps.extend([(seq, _V, *step) for step in rows.steps])
+        messages = [(seq, mid, _V, body) for _name, mid, body in appended]
+        steps = [(seq, _V, *step) for step in rows.steps]
         take = commit.take_lease if commit.lease_token is not None else None
-        if take is not None:  # taken with this commit (the UPDATE above checked it)
-            out.leases.append(
-                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at)
-            )
-        elif commit.release_lease and commit.lease_token is not None:
-            # the lease ends with this commit, in its transaction (the fence in
-            # the UPDATE above found the token current)
-            out.releases.append((cid, commit.lease_token))
-        out.contexts.add(seq)
-        if group is None:
-            out.write(conn)
+        # the lease taken with this commit (the UPDATE above checked it), or
+        # ending with it (the UPDATE's fence found the token current)
+        lease = None if take is None else (cid, None if commit.release_lease else take.owner)
+        release = commit.release_lease and take is None and commit.lease_token is not None
+        if group is None:  # a commit on its own: its rows at once
+            if messages:
+                conn.executemany(UPSERT_MESSAGE, messages)
+                conn.executemany(INSERT_POSITIONS, placed)
+            if steps:
+                conn.executemany(INSERT_STEPS, steps)
+            if take is not None and lease is not None:
+                conn.execute(_PUT_LEASE, (*lease, take.token, take.expires_at))
+            elif release:
+                conn.execute(RELEASE, (cid, commit.lease_token))
+            return
+        group.messages += messages
+        group.positions += placed
+        group.steps += steps
+        if take is not None and lease is not None:
+            group.leases.append((*lease, take.token, take.expires_at))
+        elif release:
+            group.releases.append((cid, commit.lease_token))
+        group.contexts.add(seq)
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The fence or the version check missed: say why, or (an old schema

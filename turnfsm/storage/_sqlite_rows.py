@@ -82,6 +82,11 @@ def _statement(table: str, count: int) -> str:
     return found
 
 
+_ONE = {table: _statement(table, 1) for table in _TABLES}
+"""The statements for one row (a commit on its own inserts one message, and
+one position, per statement)."""
+
+
 def _write(conn: sqlite3.Connection, table: str, rows: list[tuple[Any, ...]]) -> None:
     """``rows`` into ``table``, in order, in as few statements as the powers
     of two up to :data:`_MOST` make them (a row set of 1 to 64 rows takes
@@ -115,9 +120,16 @@ class Rows:
         """Insert every row gathered, then forget them (also when a statement
         fails: the transaction they were for is then rolled back)."""
         try:
-            for table in ("messages", "positions", "steps", "leases", "releases"):
-                rows = getattr(self, table)
-                if rows:
+            for table, rows in (
+                ("messages", self.messages),
+                ("positions", self.positions),
+                ("steps", self.steps),
+                ("leases", self.leases),
+                ("releases", self.releases),
+            ):
+                if len(rows) == 1:
+                    conn.execute(_ONE[table], rows[0])
+                elif rows:
                     _write(conn, table, rows)
         finally:
             self.clear()
@@ -134,45 +146,29 @@ class Rows:
 def commit_rows_of(commit: Commit) -> CommitRows:
     """What a commit writes (:func:`~turnfsm.storage._sql.commit_rows`), with
     the lease's check in the ``UPDATE``'s own ``WHERE`` when the commit names
-    a lease, and in its ``RETURNING`` (:func:`_with_positions`), for each
-    branch it appends to, whether the branch exists and its last position."""
+    a lease, and in its ``RETURNING``, for each branch it appends to, whether
+    the branch exists and its last position (one statement fewer per commit;
+    not for a commit that also puts branches: their positions are read after)."""
     cid = commit.context_id
+    positions = not commit.branches
     take = commit.take_lease if commit.lease_token is not None else None
     if take is not None:  # the lease taken: the token just before, released or ours
-        rows = commit_rows(
+        return commit_rows(
             commit,
             also=(
                 " AND IFNULL((SELECT token = ? AND (owner IS NULL OR owner = ?) FROM leases "
                 "WHERE context_id = ?), ?)",
                 [take.token - 1, take.owner, cid, int(take.token == 1)],
             ),
+            positions=positions,
         )
-    elif commit.lease_token is not None:  # the fence, in the same statement
-        rows = commit_rows(
+    if commit.lease_token is not None:  # the fence, in the same statement
+        return commit_rows(
             commit,
             also=(
                 " AND (SELECT token FROM leases WHERE context_id = ?) IS ?",
                 [cid, commit.lease_token],
             ),
+            positions=positions,
         )
-    else:
-        rows = commit_rows(commit)
-    if rows.appended and not commit.branches:
-        return _with_positions(rows)
-    return rows
-
-
-def _with_positions(rows: CommitRows) -> CommitRows:
-    """``rows`` whose ``UPDATE`` also returns, for each branch appended to (in
-    the order first appended), whether it exists and its last position (NULL
-    when it has none), as :data:`~turnfsm.storage._sql.NEXT_POSITION` reads
-    them: one statement fewer per commit."""
-    names = dict.fromkeys(name for name, _, _ in rows.appended)
-    more = "".join(
-        ", EXISTS (SELECT 1 FROM branches WHERE ctx = contexts.seq AND name = ?), "
-        "(SELECT MAX(pos) FROM branch_messages WHERE ctx = contexts.seq AND branch = ?)"
-        for _ in names
-    )
-    return rows._replace(
-        update=rows.update + more, params=[*rows.params, *(n for n in names for _ in (0, 1))]
-    )
+    return commit_rows(commit, positions=positions)

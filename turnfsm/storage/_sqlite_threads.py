@@ -230,7 +230,8 @@ class SQLiteThreads:
         try:
             if mode != self.synchronous:
                 conn.execute(f"PRAGMA synchronous = {mode}")
-            self._gathered = Rows() if gather else None
+            # a group of one inserts its rows as it goes: nothing to gather
+            self._gathered = Rows() if gather and len(ops) > 1 else None
             try:
                 self._group_tx(conn, ops)
             finally:
