@@ -82,9 +82,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from .. import records
 from ..errors import ContextNotFound, InvalidInput, LeaseLost, StoreError
 from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..records import to_json
@@ -110,11 +107,11 @@ from ._sql import (
     column,
     context_of,
     context_row,
-    message_of,
     positions,
     refused_update,
     step_of,
 )
+from ._sqlite_load import load_messages, message_row, positions_of
 from ._sqlite_rows import commit_rows_of
 from ._sqlite_schema import STORE_FORMAT, check_database_file, prepare
 from ._sqlite_threads import SQLiteThreads
@@ -133,18 +130,6 @@ def _fence(row: str, token: object, owner: object) -> tuple[int | None, str | No
     assert token is None or isinstance(token, int)
     assert owner is None or isinstance(owner, str)
     return token, owner
-
-
-# A context's message rows in the order they were written. The rows are found
-# through the (ctx, id) index, whose order is the ids'; asking for that
-# index's rowids first and the rows by rowid after reads them in rowid order
-# directly, where "WHERE ctx = ? ORDER BY rowid" sorted every selected row,
-# bodies included, in a temporary b-tree (a third of the read of 5,000 rows;
-# see docs/benchmarks.md).
-_SELECT_MESSAGES = (
-    "SELECT id, schema_version, body FROM messages "
-    "WHERE rowid IN (SELECT rowid FROM messages WHERE ctx = ?) ORDER BY rowid"
-)
 
 
 class SQLiteStore(SQLiteThreads, Store, WorkQueue):
@@ -255,21 +240,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         seq = head[0]
         places = self._places
         ctx = context_of(places, head, check_columns=True)
-        positions: dict[str, list[str]] = {}
-        for branch, pos, mid, version in conn.execute(
-            "SELECT branch, pos, message_id, schema_version FROM branch_messages WHERE ctx = ? "
-            "ORDER BY branch, pos",
-            (seq,),
-        ):
-            if type(mid) is str and type(version) is int and version == _V:
-                positions.setdefault(branch, []).append(mid)  # the common case
-                continue
-            row = places.row(context_id, "branch_messages", f"branch {branch!r}, pos {pos!r}")
-            column(row, "message_id", mid, str)
-            column(row, "schema_version", version, int)
-            if version != _V:
-                check_version(version, where=places.where(context_id, f", branch {branch!r}"))
-            positions.setdefault(branch, []).append(mid)
+        positions = positions_of(conn, places, context_id, seq)
         branches: dict[str, Branch] = {}
         for name, version, body in conn.execute(
             "SELECT name, schema_version, body FROM branches WHERE ctx = ? ORDER BY rowid",
@@ -283,7 +254,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                 places, context_id, name, version, body, positions.get(name, [])
             )
         pool: dict[str, MessageNode] = {}
-        self._load_messages(conn, context_id, seq, pool)
+        load_messages(conn, places, context_id, seq, pool)
         conn.execute("COMMIT")
         ctx.branches = branches
         ctx.message_pool = pool
@@ -293,38 +264,8 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
             raise StoreError(f"{places.place(context_id, loc)}: {problem}")
         return ctx
 
-    def _load_messages(
-        self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
-    ) -> None:
-        """Every message row of the context, each validated strictly, into ``pool``.
-
-        A row of the common kind (text id and body, the current schema version)
-        goes straight to the model's strict JSON validation; the description of
-        where the row is is made only for an error. Validating the bodies as one
-        JSON array in a single call was measured slower: the model's own
-        validation is nearly all of the time (see docs/benchmarks.md)."""
-        # the adapter's own validator: TypeAdapter.validate_json is a Python
-        # wrapper around it, a call more per row
-        validate = records.adapter(MessageNode).validator.validate_json
-        for mid, version, body in conn.execute(_SELECT_MESSAGES, (seq,)):
-            if type(mid) is str and type(body) is str and type(version) is int and version == _V:
-                try:
-                    node = validate(body, strict=True)
-                except ValidationError:
-                    node = None
-                if node is not None and node.id == mid:
-                    pool[mid] = node
-                    continue
-            pool[mid] = self._message(context_id, mid, version, body)
-
     def _message(self, context_id: str, mid: Any, version: Any, body: Any) -> MessageNode:
-        """One message row, checked column by column, then validated as the SQL
-        stores validate one (damage raises a StoreError naming the row)."""
-        row = self._places.row(context_id, "messages", f"id {mid!r}")
-        column(row, "id", mid, str)
-        column(row, "schema_version", version, int)
-        column(row, "body", body, str)
-        return message_of(self._places, context_id, mid, version, body)
+        return message_row(self._places, context_id, mid, version, body)
 
     async def commit(self, commit: Commit) -> None:
         # serialized here, on the caller's thread: the writer thread is what all
