@@ -27,8 +27,11 @@ are refused with :class:`~turnfsm.errors.SchemaVersionError`.
 A commit is applied in one transaction (``BEGIN IMMEDIATE``, possibly shared
 with other contexts' commits: see "Threads"): the version check (and the lease's
 fencing token) is the ``UPDATE contexts ... WHERE id = ? AND version = ?`` that
-writes the small fields; then the rows of the new messages, branch positions and steps are
-inserted (replaced messages, the approval decisions, are updated in place).
+writes the small fields (its ``RETURNING`` gives the last position of each branch
+appended to); then the rows of the new messages, branch positions and steps are
+inserted, gathered with those of the other commits of the writer's group into
+one multi-row ``INSERT`` per table (:mod:`turnfsm.storage._sqlite_rows`;
+replaced messages, the approval decisions, are updated in place).
 Nothing of the history is rewritten, so the cost of a commit does not grow with
 the history: ``tests/storage/test_sqlite.py`` checks that rows changed and bytes
 written per commit are the same at 100 and at 2,000 messages. Measured (one
