@@ -295,6 +295,27 @@ async def test_a_group_writes_the_rows_its_commits_one_by_one_write(tmp_path: Pa
         await alone.aclose()
 
 
+async def test_a_write_after_commits_in_a_group_sees_their_rows(store: SQLiteStore) -> None:
+    """A write of the group that is not a commit has the rows gathered before
+    it written first: a delete after a commit of the same context leaves
+    none of that commit's rows behind."""
+    ids = await contexts(store, 3)
+    outcomes = await grouped(
+        store,
+        [
+            lambda: store.commit(busy("c0", 0)),
+            lambda: store.delete("c0"),
+            lambda: store.commit(busy("c1", 0)),
+        ],
+    )
+    assert outcomes == [None, None, None]
+    assert await store.list_ids() == ids[1:]
+    left = dump(store)
+    assert {row[2] for row in left["messages"]} == {"c1-m0a", "c1-m0b"}  # (rowid, ctx, id, ...)
+    assert len(left["steps"]) == 3 and len(left["branch_messages"]) == 2
+    assert (await store.load("c1")).branches["main"].message_ids == ["c1-m0a", "c1-m0b"]
+
+
 async def test_rows_that_cannot_be_written_together_fail_their_commit_alone(
     store: SQLiteStore,
 ) -> None:
