@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest.mock import ANY
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from turnfsm import records
@@ -589,3 +592,49 @@ def test_validation_errors_name_the_place_as_before() -> None:
             "Extra inputs are not permitted",
         ),
     ]
+
+
+_JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and the infinities included
+    | st.text()
+    | st.datetimes(),  # no JSON form: default=str for results, a TypeError for arguments
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=5) | st.integers() | st.booleans(), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _outcome(encode: Any, value: Any) -> Any:
+    try:
+        return encode(value)
+    except Exception as exc:  # the same kind of error, with the same words
+        return (type(exc), str(exc))
+
+
+@given(_JSONISH)
+@settings(max_examples=300, deadline=None)
+def test_the_view_encodes_json_as_json_dumps_does(value: Any) -> None:
+    """The chat view's encoders skip ``JSONEncoder.encode``'s Python frames:
+    for any value they give the text (or the error) ``json.dumps`` gives."""
+    from turnfsm.model import _chat_format
+
+    result = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), default=str)
+    arguments = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+    assert _outcome(_chat_format._encode_result, value) == _outcome(result, value)
+    assert _outcome(_chat_format._encode_arguments, value) == _outcome(arguments, value)
+
+
+def test_the_view_encoders_refuse_a_cycle_as_json_dumps_does() -> None:
+    from turnfsm.model import _chat_format
+
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    for encode in (_chat_format._encode_result, _chat_format._encode_arguments):
+        with pytest.raises(ValueError, match="Circular reference detected"):
+            encode(cycle)

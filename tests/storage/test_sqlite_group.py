@@ -24,7 +24,7 @@ import pytest
 
 from turnfsm.errors import LeaseLost, StoreError, VersionConflict
 from turnfsm.model import Role
-from turnfsm.storage import SQLiteStore, _sqlite_threads
+from turnfsm.storage import Lease, SQLiteStore, _sqlite_threads
 
 from .contract import empty_context, make_commit, msg
 
@@ -208,6 +208,148 @@ async def test_a_write_that_ends_the_transaction_fails_alone_and_the_others_are_
     assert store._call(
         lambda conn: conn.execute("SELECT COUNT(*) FROM turnfsm_meta WHERE key = 'x'").fetchone()
     ) == (0,)
+
+
+def busy(cid: str, version: int, *, take: Lease | None = None, release: int | None = None) -> Any:
+    """A commit with two messages and three steps; ``take``: it takes that
+    lease; ``release``: it gives back the lease of that token."""
+    commit = make_commit(
+        cid,
+        version,
+        steps=[
+            ("Idle", "a", "ExecutingTools"),
+            ("ExecutingTools", "b", "Idle"),
+            ("Idle", "c", "Idle"),
+        ],
+        appended=[
+            ("main", msg(f"{cid}-m{version}a", Role.USER, f"hello {version}")),
+            ("main", msg(f"{cid}-m{version}b", Role.ASSISTANT, f"hi {version}")),
+        ],
+    )
+    if take is not None:
+        commit.lease_token, commit.lease_owner, commit.take_lease = take.token, take.owner, take
+    if release is not None:
+        commit.lease_token, commit.lease_owner, commit.release_lease = release, "w", True
+    return commit
+
+
+def dump(store: SQLiteStore) -> dict[str, list[Any]]:
+    """Every row of every table, rowids included where a table has them."""
+    queries = {
+        "contexts": "SELECT * FROM contexts ORDER BY seq",
+        "branches": "SELECT rowid, * FROM branches ORDER BY rowid",
+        "branch_messages": "SELECT * FROM branch_messages ORDER BY ctx, branch, pos",
+        "messages": "SELECT rowid, * FROM messages ORDER BY rowid",
+        "steps": "SELECT rowid, * FROM steps ORDER BY rowid",
+        "leases": "SELECT * FROM leases ORDER BY context_id",
+    }
+    return {
+        name: store._call(lambda conn, q=q: conn.execute(q).fetchall())
+        for name, q in queries.items()
+    }
+
+
+async def test_a_group_writes_the_rows_its_commits_one_by_one_write(tmp_path: Path) -> None:
+    """The rows of a group's commits are gathered and inserted together before
+    its COMMIT: the same rows, in the same order (the same rowids), as the
+    commits made one at a time; and the group steps a few statements per
+    table, not one per row."""
+    grouped_store = SQLiteStore(tmp_path / "grouped.db")
+    alone = SQLiteStore(tmp_path / "alone.db")
+    try:
+        n = 40
+        for store in (grouped_store, alone):
+            ids = await contexts(store, n)
+            for cid in ids[20:30]:  # leased contexts, given back by the next commits
+                lease = await store.acquire_lease(cid, "w", 30, now=0)
+                assert lease is not None and lease.token == 1
+        takes = {cid: Lease(cid, "w", 1, 100.0) for cid in ids[:20]}
+
+        def commit_of(cid: str) -> Any:
+            i = int(cid[1:])
+            return busy(cid, 0, take=takes.get(cid), release=1 if 20 <= i < 30 else None)
+
+        tx = Transactions(grouped_store)
+        outcomes = await grouped(
+            grouped_store, [lambda c=c: grouped_store.commit(commit_of(c)) for c in ids]
+        )
+        assert outcomes == [None] * n
+        for cid in ids:
+            await alone.commit(commit_of(cid))
+        assert dump(grouped_store) == dump(alone)
+        assert dump(grouped_store)["leases"][:3] == [
+            ("c0", "w", 1, 100.0),
+            ("c1", "w", 1, 100.0),
+            ("c10", "w", 1, 100.0),
+        ]
+        assert (await grouped_store.lease("c25")) is None  # given back
+        statements = [s.split()[0:3] for s in tx.statements]
+        assert statements.count(["UPDATE", "contexts", "SET"]) == n  # each commit's checks
+        inserts = [s for s in statements if s[:2] == ["INSERT", "INTO"]]
+        # in statements of 64, 32, ... rows: 80 messages (64 + 16), 80 positions,
+        # 120 steps (64 + 32 + 16 + 8), 20 leases taken (16 + 4); 10 given back (8 + 2)
+        assert len(inserts) == 2 + 2 + 4 + 2, inserts
+        assert statements.count(["UPDATE", "leases", "SET"]) == 2
+    finally:
+        await grouped_store.aclose()
+        await alone.aclose()
+
+
+async def test_a_write_after_commits_in_a_group_sees_their_rows(store: SQLiteStore) -> None:
+    """A write of the group that is not a commit has the rows gathered before
+    it written first: a delete after a commit of the same context leaves
+    none of that commit's rows behind."""
+    ids = await contexts(store, 3)
+    outcomes = await grouped(
+        store,
+        [
+            lambda: store.commit(busy("c0", 0)),
+            lambda: store.delete("c0"),
+            lambda: store.commit(busy("c1", 0)),
+        ],
+    )
+    assert outcomes == [None, None, None]
+    assert await store.list_ids() == ids[1:]
+    left = dump(store)
+    assert {row[2] for row in left["messages"]} == {"c1-m0a", "c1-m0b"}  # (rowid, ctx, id, ...)
+    assert len(left["steps"]) == 3 and len(left["branch_messages"]) == 2
+    assert (await store.load("c1")).branches["main"].message_ids == ["c1-m0a", "c1-m0b"]
+
+
+async def test_rows_that_cannot_be_written_together_fail_their_commit_alone(
+    store: SQLiteStore,
+) -> None:
+    """When the gathered rows fail to insert, the group is rolled back and
+    applied again with each commit inserting its own rows: the commit whose
+    rows fail fails alone, the others are stored, none is half stored."""
+    ids = await contexts(store, 6)
+    store._call(
+        lambda conn: conn.execute(
+            "CREATE TEMP TRIGGER refuse_boom AFTER INSERT ON main.steps "
+            "WHEN NEW.trigger = 'boom' BEGIN SELECT RAISE(ABORT, 'no boom here'); END"
+        )
+    )
+    bad = make_commit(
+        "c3",
+        0,
+        steps=[("Idle", "boom", "ExecutingTools")],
+        appended=[("main", msg("c3-m0", Role.USER, "x"))],
+    )
+    writes: list[Callable[[], Any]] = [lambda c=c: store.commit(note(c, 0)) for c in ids]
+    writes[3] = lambda: store.commit(bad)
+    tx = Transactions(store)
+    outcomes = await grouped(store, writes)
+    assert isinstance(outcomes[3], StoreError) and "no boom here" in str(outcomes[3])
+    assert [o for i, o in enumerate(outcomes) if i != 3] == [None] * 5
+    c3 = await store.load("c3")
+    assert c3.version == 0 and c3.branches["main"].message_ids == []
+    assert await store.steps("c3") == []
+    for cid in ids[:3] + ids[4:]:
+        ctx = await store.load(cid)
+        assert ctx.version == 1 and ctx.branches["main"].message_ids == [f"{cid}-m0"]
+        assert [s.trigger for s in await store.steps(cid)] == ["t"]
+    assert tx.commits == 2  # the gate's group, then the five commits (after two rollbacks)
+    assert sum(1 for s in tx.statements if s.strip().upper() == "ROLLBACK") == 2
 
 
 async def test_an_error_in_the_writer_is_a_store_error_not_a_hang(

@@ -8,7 +8,7 @@ from-scratch build (:func:`to_chat_messages`) gives the same list.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._message import FilePart, ImagePart, InternalMessage, ReasoningItem, Role, TextPart
@@ -26,10 +26,43 @@ RESPONSES_KEY = "responses_items"
 API needs back: ``{"reasoning": [{"id", "summary": [...],
 "encrypted_content"?}], "phase"?: "commentary"}``."""
 
+
+def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, without its two Python frames for anything but a
+    string: ``JSONEncoder.encode`` calls ``iterencode``, which makes the C
+    encoder of its settings (with a fresh dict for the circular check) and
+    joins what it gives; so does this (the same text, the same errors)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or encoder.indent is not None:  # pragma: no cover - no C accelerator
+        return encoder.encode
+    settings = (
+        encoder.default,
+        json.encoder.encode_basestring_ascii
+        if encoder.ensure_ascii
+        else json.encoder.encode_basestring,
+        encoder.indent,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    plain = encoder.encode
+    join = "".join
+
+    def encode(value: Any) -> str:
+        if isinstance(value, str):
+            return plain(value)
+        return join(make({} if encoder.check_circular else None, *settings)(value, 0))
+
+    return encode
+
+
 # json.dumps with any option builds a new encoder on every call; these are the
 # same encoders, built once.
-_encode_result = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-_encode_arguments = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode_result = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str))
+_encode_arguments = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")))
+_ROLE_NAME = {role: role.value for role in Role}
 
 
 def _reasoning_json(item: ReasoningItem) -> dict[str, Any]:
@@ -136,7 +169,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
         return out
     if role is Role.FRONTEND_OPERATOR:
         return {"role": "user", "name": "frontend_operator", "content": _content(msg)}
-    return {"role": role.value, "content": _content(msg)}
+    return {"role": _ROLE_NAME[role], "content": _content(msg)}
 
 
 def to_chat_messages(messages: Iterable[InternalMessage]) -> list[dict[str, Any]]:

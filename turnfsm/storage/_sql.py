@@ -317,51 +317,108 @@ class CommitRows(NamedTuple):
     """(version, from, trigger, to, at, detail as JSON, lease token, lease owner)"""
 
 
+_DETAIL = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(detail, ensure_ascii=False)``, its encoder made once (``dumps``
+with an option makes a new one per call)."""
+
+_UPDATES: dict[tuple[str, bool, bool, str, int], str] = {}
+"""The ``UPDATE`` texts of :func:`commit_rows`, made once per shape."""
+
+_POSITION_OF = (
+    ", EXISTS (SELECT 1 FROM branches WHERE ctx = contexts.seq AND name = {m}), "
+    "(SELECT MAX(pos) FROM branch_messages WHERE ctx = contexts.seq AND branch = {m})"
+)
+
+
+def _update(mark: str, branch: bool, config: bool, also: str, positions: int) -> str:
+    key = (mark, branch, config, also, positions)
+    found = _UPDATES.get(key)
+    if found is None:
+        sets = (
+            f"version = {mark}, state = {mark}, updated_at = {mark}, event_seq = {mark}, "
+            f"progress = {mark}"
+        )
+        if branch:
+            sets += f", active_branch = {mark}"
+        if config:
+            sets += f", config = {mark}"
+        where = f"WHERE id = {mark} AND version = {mark} AND schema_version = {mark}{also}"
+        more = _POSITION_OF.format(m=mark) * positions
+        found = _UPDATES[key] = f"UPDATE contexts SET {sets} {where} RETURNING seq{more}"
+    return found
+
+
+def _dumper(tp: type) -> Any:
+    """The JSON serialiser of a record type: ``records.to_json`` without its
+    wrappers (the same bytes)."""
+    return records.adapter(tp).serializer.to_json
+
+
+_PROGRESS_JSON = _dumper(TurnProgress)
+_NODE_JSON = _dumper(MessageNode)
+
+
 def commit_rows(
-    commit: Commit, *, mark: str = "?", also: tuple[str, list[Any]] | None = None
+    commit: Commit,
+    *,
+    mark: str = "?",
+    also: tuple[str, list[Any]] | None = None,
+    positions: bool = False,
 ) -> CommitRows:
     """What a commit writes, serialized: the ``UPDATE`` of the context row
     (its version check; ``also``: more of its ``WHERE``, and their values),
     and the rows of the replaced and appended messages and of the steps,
     without the context's ``seq`` (known once the ``UPDATE`` has found the
-    row). ``mark`` is the database's placeholder."""
-    sets = (
-        f"version = {mark}, state = {mark}, updated_at = {mark}, event_seq = {mark}, "
-        f"progress = {mark}"
-    )
+    row). ``mark`` is the database's placeholder. ``positions``: the
+    ``UPDATE`` also returns, for each branch appended to (in the order first
+    appended), whether it exists and its last position (NULL when it has
+    none), as :data:`NEXT_POSITION` reads them."""
     params: list[Any] = [
         commit.version,
         commit.state,
-        ts(commit.updated_at),
+        commit.updated_at.isoformat(),
         commit.event_seq,
-        to_json(commit.progress).decode(),
+        _PROGRESS_JSON(commit.progress).decode(),
     ]
     if commit.active_branch is not None:
-        sets += f", active_branch = {mark}"
         params.append(commit.active_branch)
     if commit.config is not None:
-        sets += f", config = {mark}"
         params.append(to_json(commit.config).decode())
-    where = f"WHERE id = {mark} AND version = {mark} AND schema_version = {mark}"
-    params += [commit.context_id, commit.expected_version, V]
+    params += (commit.context_id, commit.expected_version, V)
     if also is not None:
-        where += also[0]
         params += also[1]
+    names: Any = ()
+    if positions and commit.appended:
+        if len(commit.appended) == 1:
+            names = (commit.appended[0][0],)
+        else:
+            names = dict.fromkeys(name for name, _ in commit.appended)
+        for name in names:
+            params += (name, name)
+    update = _update(
+        mark,
+        commit.active_branch is not None,
+        commit.config is not None,
+        "" if also is None else also[0],
+        len(names),
+    )
+    token = commit.lease_token
+    owner = commit.lease_owner if token is not None else None
     return CommitRows(
-        f"UPDATE contexts SET {sets} {where} RETURNING seq",
+        update,
         params,
         [(to_json(n).decode(), n.id) for n in commit.replaced],
-        [(name, n.id, to_json(n).decode()) for name, n in commit.appended],
+        [(name, n.id, _NODE_JSON(n).decode()) for name, n in commit.appended],
         [
             (
                 s.version,
                 s.from_state,
                 s.trigger,
                 s.to_state,
-                ts(s.at),
-                None if s.detail is None else json.dumps(s.detail, ensure_ascii=False),
-                commit.lease_token,
-                commit.lease_owner if commit.lease_token is not None else None,
+                s.at.isoformat(),
+                None if s.detail is None else _DETAIL(s.detail),
+                token,
+                owner,
             )
             for s in commit.steps
         ],

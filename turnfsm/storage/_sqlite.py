@@ -27,8 +27,11 @@ are refused with :class:`~turnfsm.errors.SchemaVersionError`.
 A commit is applied in one transaction (``BEGIN IMMEDIATE``, possibly shared
 with other contexts' commits: see "Threads"): the version check (and the lease's
 fencing token) is the ``UPDATE contexts ... WHERE id = ? AND version = ?`` that
-writes the small fields; then the rows of the new messages, branch positions and steps are
-inserted (replaced messages, the approval decisions, are updated in place).
+writes the small fields (its ``RETURNING`` gives the last position of each branch
+appended to); then the rows of the new messages, branch positions and steps are
+inserted, gathered with those of the other commits of the writer's group into
+one multi-row ``INSERT`` per table (:mod:`turnfsm.storage._sqlite_rows`;
+replaced messages, the approval decisions, are updated in place).
 Nothing of the history is rewritten, so the cost of a commit does not grow with
 the history: ``tests/storage/test_sqlite.py`` checks that rows changed and bytes
 written per commit are the same at 100 and at 2,000 messages. Measured (one
@@ -82,9 +85,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from .. import records
 from ..errors import ContextNotFound, InvalidInput, LeaseLost, StoreError
 from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..records import to_json
@@ -108,14 +108,14 @@ from ._sql import (
     Places,
     branch_of,
     column,
-    commit_rows,
     context_of,
     context_row,
-    message_of,
     positions,
     refused_update,
     step_of,
 )
+from ._sqlite_load import load_messages, message_row, positions_of
+from ._sqlite_rows import commit_rows_of
 from ._sqlite_schema import STORE_FORMAT, check_database_file, prepare
 from ._sqlite_threads import SQLiteThreads
 
@@ -133,18 +133,6 @@ def _fence(row: str, token: object, owner: object) -> tuple[int | None, str | No
     assert token is None or isinstance(token, int)
     assert owner is None or isinstance(owner, str)
     return token, owner
-
-
-# A context's message rows in the order they were written. The rows are found
-# through the (ctx, id) index, whose order is the ids'; asking for that
-# index's rowids first and the rows by rowid after reads them in rowid order
-# directly, where "WHERE ctx = ? ORDER BY rowid" sorted every selected row,
-# bodies included, in a temporary b-tree (a third of the read of 5,000 rows;
-# see docs/benchmarks.md).
-_SELECT_MESSAGES = (
-    "SELECT id, schema_version, body FROM messages "
-    "WHERE rowid IN (SELECT rowid FROM messages WHERE ctx = ?) ORDER BY rowid"
-)
 
 
 class SQLiteStore(SQLiteThreads, Store, WorkQueue):
@@ -255,21 +243,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         seq = head[0]
         places = self._places
         ctx = context_of(places, head, check_columns=True)
-        positions: dict[str, list[str]] = {}
-        for branch, pos, mid, version in conn.execute(
-            "SELECT branch, pos, message_id, schema_version FROM branch_messages WHERE ctx = ? "
-            "ORDER BY branch, pos",
-            (seq,),
-        ):
-            if type(mid) is str and type(version) is int and version == _V:
-                positions.setdefault(branch, []).append(mid)  # the common case
-                continue
-            row = places.row(context_id, "branch_messages", f"branch {branch!r}, pos {pos!r}")
-            column(row, "message_id", mid, str)
-            column(row, "schema_version", version, int)
-            if version != _V:
-                check_version(version, where=places.where(context_id, f", branch {branch!r}"))
-            positions.setdefault(branch, []).append(mid)
+        positions = positions_of(conn, places, context_id, seq)
         branches: dict[str, Branch] = {}
         for name, version, body in conn.execute(
             "SELECT name, schema_version, body FROM branches WHERE ctx = ? ORDER BY rowid",
@@ -283,7 +257,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                 places, context_id, name, version, body, positions.get(name, [])
             )
         pool: dict[str, MessageNode] = {}
-        self._load_messages(conn, context_id, seq, pool)
+        load_messages(conn, places, context_id, seq, pool)
         conn.execute("COMMIT")
         ctx.branches = branches
         ctx.message_pool = pool
@@ -293,77 +267,30 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
             raise StoreError(f"{places.place(context_id, loc)}: {problem}")
         return ctx
 
-    def _load_messages(
-        self, conn: sqlite3.Connection, context_id: str, seq: int, pool: dict[str, MessageNode]
-    ) -> None:
-        """Every message row of the context, each validated strictly, into ``pool``.
-
-        A row of the common kind (text id and body, the current schema version)
-        goes straight to the model's strict JSON validation; the description of
-        where the row is is made only for an error. Validating the bodies as one
-        JSON array in a single call was measured slower: the model's own
-        validation is nearly all of the time (see docs/benchmarks.md)."""
-        # the adapter's own validator: TypeAdapter.validate_json is a Python
-        # wrapper around it, a call more per row
-        validate = records.adapter(MessageNode).validator.validate_json
-        for mid, version, body in conn.execute(_SELECT_MESSAGES, (seq,)):
-            if type(mid) is str and type(body) is str and type(version) is int and version == _V:
-                try:
-                    node = validate(body, strict=True)
-                except ValidationError:
-                    node = None
-                if node is not None and node.id == mid:
-                    pool[mid] = node
-                    continue
-            pool[mid] = self._message(context_id, mid, version, body)
-
     def _message(self, context_id: str, mid: Any, version: Any, body: Any) -> MessageNode:
-        """One message row, checked column by column, then validated as the SQL
-        stores validate one (damage raises a StoreError naming the row)."""
-        row = self._places.row(context_id, "messages", f"id {mid!r}")
-        column(row, "id", mid, str)
-        column(row, "schema_version", version, int)
-        column(row, "body", body, str)
-        return message_of(self._places, context_id, mid, version, body)
+        return message_row(self._places, context_id, mid, version, body)
 
     async def commit(self, commit: Commit) -> None:
         # serialized here, on the caller's thread: the writer thread is what all
         # the contexts' commits queue for, so it is left the SQL alone
         rows = self._commit_rows(commit)
-        await self._run(lambda conn: self._apply_commit(conn, commit, rows), write=True)
+        await self._submit(
+            lambda conn: self._apply_commit(conn, commit, rows),
+            reader=False,
+            durable=True,
+            gathers=True,
+        )
 
     def _commit_tx(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The whole commit on ``conn``, inside the caller's transaction."""
         self._apply_commit(conn, commit, self._commit_rows(commit))
 
-    @staticmethod
-    def _commit_rows(commit: Commit) -> CommitRows:
-        """What a commit writes (:func:`~turnfsm.storage._sql.commit_rows`), with
-        the lease's check in the ``UPDATE``'s own ``WHERE`` when the commit names
-        a lease."""
-        cid = commit.context_id
-        take = commit.take_lease if commit.lease_token is not None else None
-        if take is not None:  # the lease taken: the token just before, released or ours
-            return commit_rows(
-                commit,
-                also=(
-                    " AND IFNULL((SELECT token = ? AND (owner IS NULL OR owner = ?) FROM leases "
-                    "WHERE context_id = ?), ?)",
-                    [take.token - 1, take.owner, cid, int(take.token == 1)],
-                ),
-            )
-        if commit.lease_token is not None:  # the fence, in the same statement
-            return commit_rows(
-                commit,
-                also=(
-                    " AND (SELECT token FROM leases WHERE context_id = ?) IS ?",
-                    [cid, commit.lease_token],
-                ),
-            )
-        return commit_rows(commit)
+    _commit_rows = staticmethod(commit_rows_of)
 
     def _apply_commit(self, conn: sqlite3.Connection, commit: Commit, rows: CommitRows) -> None:
-        """The commit's statements (in the writer's transaction)."""
+        """The commit's checks and updates, at once; the rows it inserts are
+        gathered into the writer's group (:mod:`~turnfsm.storage._sqlite_rows`),
+        or written at once when the commit is made on its own."""
         cid = commit.context_id
         update, params = rows.update, rows.params
         row = conn.execute(update, params).fetchone()
@@ -373,6 +300,9 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
             if row is None:  # pragma: no cover - _refused explains every miss
                 raise StoreError(f"context {cid!r}: the commit was not applied")
         seq = row[0]
+        group = self._gathered
+        if group is not None and seq in group.contexts:
+            group.write(conn)  # not expected (see _sqlite_rows): its rows go first
         if commit.branches:
             self._put_branches(conn, seq, commit.branches, replace=True)
         for body, mid in rows.replaced:
@@ -380,28 +310,46 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                 raise StoreError(
                     f"commit replaces message {mid!r} of context {cid!r}, which is not stored"
                 )
-        if rows.appended:
-            last = {
-                name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
-                for name in dict.fromkeys(name for name, _, _ in rows.appended)
-            }
-            placed = positions(commit, seq, rows, last)
-            conn.executemany(
-                UPSERT_MESSAGE, [(seq, mid, _V, body) for _name, mid, body in rows.appended]
-            )
-            conn.executemany(INSERT_POSITIONS, placed)
-        if rows.steps:
-            conn.executemany(INSERT_STEPS, [(seq, _V, *step) for step in rows.steps])
+        appended = rows.appended
+        placed: list[tuple[int, str, int, str, int]] = []
+        if appended:
+            if len(row) == 3:  # one branch, read by the UPDATE (commit_rows_of)
+                last = {appended[0][0]: (row[1], row[2])}
+            elif len(row) > 1:  # several branches, each read by the UPDATE
+                names = dict.fromkeys(name for name, _, _ in appended)
+                last = {name: (row[1 + 2 * i], row[2 + 2 * i]) for i, name in enumerate(names)}
+            else:  # after the branches were put
+                last = {
+                    name: conn.execute(NEXT_POSITION, (seq, name, seq, name)).fetchone()
+                    for name in dict.fromkeys(name for name, _, _ in appended)
+                }
+            placed = positions(commit, seq, rows, last)  # raises for an unknown branch
+        messages = [(seq, mid, _V, body) for _name, mid, body in appended]
+        steps = [(seq, _V, *step) for step in rows.steps]
         take = commit.take_lease if commit.lease_token is not None else None
-        if take is not None:  # taken with this commit (the UPDATE above checked it)
-            conn.execute(
-                _PUT_LEASE,
-                (cid, None if commit.release_lease else take.owner, take.token, take.expires_at),
-            )
-        elif commit.release_lease and commit.lease_token is not None:
-            # the lease ends with this commit, in its transaction (the fence in
-            # the UPDATE above found the token current)
-            conn.execute(RELEASE, (cid, commit.lease_token))
+        # the lease taken with this commit (the UPDATE above checked it), or
+        # ending with it (the UPDATE's fence found the token current)
+        lease = None if take is None else (cid, None if commit.release_lease else take.owner)
+        release = commit.release_lease and take is None and commit.lease_token is not None
+        if group is None:  # a commit on its own: its rows at once
+            if messages:
+                conn.executemany(UPSERT_MESSAGE, messages)
+                conn.executemany(INSERT_POSITIONS, placed)
+            if steps:
+                conn.executemany(INSERT_STEPS, steps)
+            if take is not None and lease is not None:
+                conn.execute(_PUT_LEASE, (*lease, take.token, take.expires_at))
+            elif release:
+                conn.execute(RELEASE, (cid, commit.lease_token))
+            return
+        group.messages += messages
+        group.positions += placed
+        group.steps += steps
+        if take is not None and lease is not None:
+            group.leases.append((*lease, take.token, take.expires_at))
+        elif release:
+            group.releases.append((cid, commit.lease_token))
+        group.contexts.add(seq)
 
     def _refused(self, conn: sqlite3.Connection, commit: Commit) -> None:
         """The fence or the version check missed: say why, or (an old schema

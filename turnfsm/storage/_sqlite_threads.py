@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import StoreError
+from ._sqlite_rows import Rows
 
 __all__ = ["SQLiteThreads"]
 
@@ -45,6 +46,10 @@ class SQLiteThreads:
     """The writer's connection (every write goes through it)."""
     _rconn: sqlite3.Connection | None
     """The reader's connection."""
+    _gathered: Rows | None = None
+    """While the writer applies a group: the rows its commits insert, written
+    with one statement per table before the ``COMMIT``
+    (:mod:`~turnfsm.storage._sqlite_rows`)."""
 
     # ------------------------------------------------------------------ plumbing
     #
@@ -64,7 +69,10 @@ class SQLiteThreads:
     #   back and the other writes are applied again without it, in a new one.
     #   (``total_changes`` tells the two apart. This costs less than a
     #   ``SAVEPOINT`` per write: every statement hands the GIL back and forth
-    #   between the writer and the event loop.)
+    #   between the writer and the event loop.) The rows the group's commits
+    #   insert are gathered and written together before the ``COMMIT``
+    #   (:mod:`~turnfsm.storage._sqlite_rows`); should that fail, the group is
+    #   rolled back and applied again with each commit writing its own rows.
     # * the reader (``_rconn``) runs the reads, one at a time; in WAL mode it sees
     #   every committed write and never blocks the writer.
 
@@ -86,8 +94,16 @@ class SQLiteThreads:
         return await self._submit(fn, reader=not write, durable=True)
 
     async def _submit(
-        self, fn: Callable[[sqlite3.Connection], R], *, reader: bool, durable: bool
+        self,
+        fn: Callable[[sqlite3.Connection], R],
+        *,
+        reader: bool,
+        durable: bool,
+        gathers: bool = False,
     ) -> R:
+        """``fn`` on the reader or the writer thread; ``gathers``: a commit,
+        whose inserted rows go to the group's :attr:`_gathered` (any other
+        write has the rows gathered before it written first)."""
         if self._closed:
             raise StoreError(f"{self.path}: the store is closed")
         worker = self._worker(reader)
@@ -97,14 +113,14 @@ class SQLiteThreads:
             loop = None
         if loop is None:
             done = threading.Event()
-            op = _Op(fn, durable, None, done)
+            op = _Op(fn, durable, None, done, gathers)
             worker.put(op)
             await anyio.to_thread.run_sync(done.wait)
             if op.error is not None:
                 raise op.error
             return op.result  # type: ignore[no-any-return]
         fut = loop.create_future()
-        worker.put(_Op(fn, durable, loop, fut))
+        worker.put(_Op(fn, durable, loop, fut, gathers))
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -196,26 +212,34 @@ class SQLiteThreads:
                     op.error = exc
             else:
                 todo.append(op)
+        gather = True
         while todo and conn is not None:
-            todo = self._group(conn, todo)
+            todo, gather = self._group(conn, todo, gather)
 
-    def _group(self, conn: sqlite3.Connection, ops: list[_Op]) -> list[_Op]:
-        """Apply ``ops`` in one transaction; each op ends with its result or its
-        error, except those returned: their work was lost with a transaction that
-        SQLite rolled back (a failed op took it down), to be applied again."""
+    def _group(
+        self, conn: sqlite3.Connection, ops: list[_Op], gather: bool = True
+    ) -> tuple[list[_Op], bool]:
+        """Apply ``ops`` in one transaction (``gather``: with the rows of its
+        commits gathered); each op ends with its result or its error, except
+        those returned: their work was lost with a transaction that SQLite
+        rolled back (a failed op took it down, or the gathered rows could not
+        be written), to be applied again (and whether to gather then)."""
         mode = self.synchronous
         if mode in ("FULL", "EXTRA") and not any(op.durable for op in ops):
             mode = "NORMAL"  # leases only: see the lease section
         try:
             if mode != self.synchronous:
                 conn.execute(f"PRAGMA synchronous = {mode}")
+            # a group of one inserts its rows as it goes: nothing to gather
+            self._gathered = Rows() if gather and len(ops) > 1 else None
             try:
                 self._group_tx(conn, ops)
             finally:
+                self._gathered = None
                 if mode != self.synchronous:
                     conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except _Redo as redo:
-            return redo.ops
+            return redo.ops, redo.gather
         except BaseException as exc:  # BEGIN or COMMIT failed: nothing of the group stored
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -225,14 +249,17 @@ class SQLiteThreads:
                 if op.error is None:
                     op.result = None
                     op.error = err
-        return []
+        return [], gather
 
     def _group_tx(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
         conn.execute("BEGIN IMMEDIATE")
+        gathered = self._gathered
         if len(ops) == 1:
             op = ops[0]
             try:
                 op.result = op.fn(conn)
+                if gathered:
+                    gathered.write(conn)
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -242,6 +269,8 @@ class SQLiteThreads:
             return
         done: list[_Op] = []
         for i, op in enumerate(ops):
+            if gathered and not op.gathers:
+                self._write_gathered(conn, gathered, done, ops[i:])
             before = conn.total_changes
             try:
                 op.result = op.fn(conn)
@@ -267,7 +296,30 @@ class SQLiteThreads:
                     o.result = None
                 raise _Redo(done + ops[i + 1 :]) from None
             done.append(op)
+        if gathered:
+            self._write_gathered(conn, gathered, done, [])
         conn.execute("COMMIT")
+
+    def _write_gathered(
+        self, conn: sqlite3.Connection, gathered: Rows, done: list[_Op], rest: list[_Op]
+    ) -> None:
+        """Write the rows the ``done`` commits gathered. Should that fail, the
+        group is rolled back: on a damaged file every op fails, otherwise the
+        ops are applied again, each commit writing its own rows (so that a
+        commit whose rows fail fails alone)."""
+        try:
+            gathered.write(conn)
+        except BaseException as exc:
+            err = self._translate(exc)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for o in done:
+                o.result = None
+            if self._damage is not None:
+                for o in (*done, *rest):
+                    o.error = err
+                raise _Redo([], gather=False) from None
+            raise _Redo(done + rest, gather=False) from None
 
     async def _stop(self) -> None:
         """Stop both threads once they have run what is queued (each closes its
@@ -313,11 +365,13 @@ class SQLiteThreads:
 
 
 class _Redo(Exception):
-    """A group's transaction was lost: these ops are to be applied again."""
+    """A group's transaction was lost: these ops are to be applied again
+    (``gather``: with their rows gathered)."""
 
-    def __init__(self, ops: list[_Op]) -> None:
+    def __init__(self, ops: list[_Op], gather: bool = True) -> None:
         super().__init__()
         self.ops = ops
+        self.gather = gather
 
 
 def _stop_marker(conn: sqlite3.Connection) -> None:
@@ -327,7 +381,7 @@ def _stop_marker(conn: sqlite3.Connection) -> None:
 class _Op:
     """One store call handed to a worker thread, and its outcome."""
 
-    __slots__ = ("durable", "error", "fn", "loop", "result", "waiter")
+    __slots__ = ("durable", "error", "fn", "gathers", "loop", "result", "waiter")
 
     def __init__(
         self,
@@ -335,8 +389,10 @@ class _Op:
         durable: bool,
         loop: asyncio.AbstractEventLoop | None,
         waiter: asyncio.Future[Any] | threading.Event,
+        gathers: bool = False,
     ) -> None:
         self.fn = fn
+        self.gathers = gathers
         self.durable = durable
         self.loop = loop
         self.waiter = waiter
