@@ -408,3 +408,54 @@ async def test_a_refused_call_on_a_loaded_context_leaves_no_lease(tmp_path: Path
         store.writes.clear()
         assert (await engine.send(cid, "second")).text == "two"
         assert store.writes == []  # the cache was kept: no reload, no lease write
+
+
+async def test_recover_resumes_a_claimed_context_under_its_claimed_lease(tmp_path: Path) -> None:
+    """The lease ``claim_expired`` handed out is the one the resume commits
+    under: no second lease (a new token) is taken for it, and claims that
+    are not resumed are given back."""
+    path = tmp_path / "chats.db"
+    clock = FakeClock()
+    blocking = Blocking()
+    claims: list[Lease] = []
+    commits: list[Commit] = []
+
+    class Recording(SQLiteStore):
+        async def claim_expired(
+            self, owner: str, ttl: float, *, now: float, limit: int | None = 100
+        ) -> list[Lease]:
+            got = await super().claim_expired(owner, ttl, now=now, limit=limit)
+            claims.extend(got)
+            return got
+
+        async def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("recover took a second lease")
+
+        async def commit(self, commit: Commit) -> None:
+            commits.append(commit)
+            await super().commit(commit)
+
+    a_store = DyingStore(path)
+    a = engine_on(a_store, ScriptedLLM(blocking), clock)
+    b = engine_on(Recording(path), ScriptedLLM([{"text": "answer from B"}]), clock)
+    async with a, b:
+        cid = await a.create_context()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(a.send, cid, "hello")
+                await blocking.entered.wait()
+                a_store.dead = True
+                tg.cancel_scope.cancel()
+        clock.advance(TTL)
+        recovery = await b.recover()
+        assert recovery.skipped == {} and recovery.failed == {}
+        assert recovery.resumed[cid].text == "answer from B"
+        (claim,) = claims
+        assert claim.context_id == cid and claim.owner == b.owner
+        assert commits, "the resume committed nothing"
+        assert all(c.take_lease is None for c in commits)
+        assert {c.lease_token for c in commits} == {claim.token}
+        assert commits[-1].release_lease is True
+        assert await b.store.lease(cid) is None
+        steps = [s for s in await b.steps(cid) if s.lease_owner == b.owner]
+        assert steps and {s.lease_token for s in steps} == {claim.token}

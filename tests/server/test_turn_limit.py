@@ -56,6 +56,7 @@ def test_a_turn_over_the_limit_is_429(slow: Running) -> None:
         for refused in (
             alice.post(f"/api/contexts/{second}/messages", json={"content": "Hello"}),
             alice.post("/api/chat", json={"messages": [{"role": "user", "content": "Hello"}]}),
+            alice.post(f"/api/contexts/{second}/children", json={"task": "Hello"}),
             alice.post(
                 "/v1/chat/completions",
                 json={"model": "turnfsm", "messages": [{"role": "user", "content": "Hello"}]},
@@ -66,6 +67,7 @@ def test_a_turn_over_the_limit_is_429(slow: Running) -> None:
             assert refused.json()["error"]["code"] == "too_many_turns"
         # the refused message was not stored
         assert alice.get(f"/api/contexts/{second}/messages").json()["messages"] == []
+        assert alice.get(f"/api/contexts/{second}/children").json() == []  # no child made
 
         # the limit is per tenant: bob's turn runs meanwhile
         r = bob.post(f"/api/contexts/{new_context(bob)}/messages", json={"content": "Hello"})

@@ -3,13 +3,14 @@ rest, and says what it did with each one (:class:`Recovery`)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..errors import ContextBusy, ContextLeased, StoreError, TurnFSMError
 from ..states import RESTING, State
-from ..storage import WorkQueue
+from ..storage import Lease, WorkQueue
 from . import _leases
 from ._turn import Turn
 
@@ -42,19 +43,38 @@ async def recover(engine: EngineAPI) -> Recovery:
     resumed: dict[str, Turn] = {}
     skipped: dict[str, str] = {}
     failed: dict[str, TurnFSMError] = {}
-    busy = engine._d.busy
     # A store that claims work (PostgreSQL: ``claim_expired``) hands each
     # context away from rest to one of the engines recovering at once; the
     # others skip it. Contexts it does not hand out are resumed only when
     # their holder is a dead process of this host (taken over at once).
-    claimed: set[str] | None = None
+    # A claimed context is resumed under the lease it was handed (as a
+    # worker does), not leased a second time; a claim not used is released.
+    claimed: dict[str, Lease] | None = None
     store = engine.store
+    d = engine._d
     if isinstance(store, WorkQueue):
-        d = engine._d
         leases = await store.claim_expired(
             d.settings.owner, d.settings.lease_ttl, now=d.settings.clock.time(), limit=None
         )
-        claimed = {lease.context_id for lease in leases}
+        claimed = {lease.context_id: lease for lease in leases}
+    try:
+        await _each(engine, claimed, resumed, skipped, failed)
+    finally:
+        for lease in (claimed or {}).values():  # those not resumed
+            await _leases.release(d.settings, lease)
+    return Recovery(resumed=resumed, skipped=skipped, failed=failed)
+
+
+async def _each(
+    engine: EngineAPI,
+    claimed: dict[str, Lease] | None,
+    resumed: dict[str, Turn],
+    skipped: dict[str, str],
+    failed: dict[str, TurnFSMError],
+) -> None:
+    """Resume each context of the store away from rest (see :func:`recover`);
+    a claim used is taken out of ``claimed``."""
+    busy = engine._d.busy
     for summary in await engine.store.list_contexts():
         cid = summary.id
         try:
@@ -78,8 +98,12 @@ async def recover(engine: EngineAPI) -> Recovery:
                 until = datetime.fromtimestamp(held.expires_at, UTC).isoformat()
                 skipped[cid] = f"leased by {held.owner} until {until}"
                 continue
+        lease = claimed.pop(cid, None) if claimed is not None else None
         try:
-            resumed[cid] = await engine.resume(cid)
+            if lease is None:
+                resumed[cid] = await engine.resume(cid)
+            else:  # the run releases it, whatever happens
+                resumed[cid] = await _resume_claimed(engine, cid, lease)
         except ContextLeased as exc:
             until = datetime.fromtimestamp(exc.expires_at, UTC).isoformat()
             skipped[cid] = f"leased by {exc.owner} until {until}"
@@ -87,4 +111,12 @@ async def recover(engine: EngineAPI) -> Recovery:
             skipped[cid] = f"a call of this engine ({engine.owner}) is running on it"
         except TurnFSMError as exc:
             failed[cid] = exc
-    return Recovery(resumed=resumed, skipped=skipped, failed=failed)
+
+
+async def _resume_claimed(engine: EngineAPI, cid: str, lease: Lease) -> Turn:
+    """:meth:`Engine.resume` under ``lease``, which this engine claimed."""
+    from . import _calls, _subcontexts
+
+    d = engine._d
+    turn = await d.run(cid, functools.partial(_calls.start_resume, d), lease=lease)
+    return await _subcontexts.surface(engine, turn)

@@ -23,6 +23,7 @@ from ._errors import install_handlers
 from ._events import router as events_router
 from ._gate import Gate
 from ._hub import Hub
+from ._manage_api import router as manage_router
 from ._models import ErrorOut
 from ._openai_compat import router as openai_router
 from ._request_compat import router as request_router
@@ -59,6 +60,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         metrics.count_streams(lambda: _telemetry.stream_count(hub))
     install_handlers(app)
     app.include_router(api_router)
+    app.include_router(manage_router)  # after it: /branches/active is the API's
     app.include_router(events_router)
     app.include_router(openai_router)
     app.include_router(request_router)

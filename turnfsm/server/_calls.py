@@ -58,7 +58,10 @@ async def create_context(hub: Hub, who: str, **fields: Any) -> str:
 
 async def create_from(hub: Hub, who: str, body: ContextIn) -> str:
     """A new context of tenant ``who`` as ``POST /api/contexts`` makes it
-    (``body``'s defaults are the API's)."""
+    (``body``'s defaults are the API's). A ``parent_id`` must be the
+    tenant's own context (``404`` otherwise, as for any other)."""
+    if body.parent_id is not None:
+        await hub.check(body.parent_id, who)
     return await create_context(
         hub,
         who,
@@ -69,6 +72,9 @@ async def create_from(hub: Hub, who: str, body: ContextIn) -> str:
         parameters=body.parameters,
         title=body.title,
         tools=body.tools,
+        parent_id=body.parent_id,
+        workspace_path=body.workspace_path,
+        agent_role=body.agent_role,
     )
 
 

@@ -17,6 +17,7 @@ API's routes and the web view's pages both answer with them.
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import anyio
@@ -115,6 +116,12 @@ async def _frame(hub: Hub, item: Item, ident: str | None = None) -> bytes:
     if isinstance(item, Gap):
         return await _resync(hub, item, ident)
     return event_frame(item, ident)
+
+
+def _now_iso() -> str:
+    """Now, in UTC, as ISO 8601 (``2026-11-27T09:45:00.123Z``): a
+    ``Heartbeat``'s ``timestamp``, as the design's event list has it."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _control(kind: str, **data: Any) -> bytes:
@@ -227,7 +234,7 @@ async def _context_stream(
         replay = None  # live gaps (a stream that fell behind) read the state anew
         async for batch in _batches(listener, hub, stop):
             if batch is None:
-                yield _control("Heartbeat", context_id=cid, timestamp=time.time())
+                yield _control("Heartbeat", context_id=cid, timestamp=_now_iso())
                 continue
             chunk = await unsent(batch)
             if chunk:
@@ -244,7 +251,7 @@ async def _tenant_stream(hub: Hub, who: str, stop: anyio.Event) -> AsyncIterator
     try:
         async for batch in _batches(listener, hub, stop):
             if batch is None:
-                yield _control("Heartbeat", timestamp=time.time())
+                yield _control("Heartbeat", timestamp=_now_iso())
                 continue
             # seqs are per context: the id names both
             yield b"".join(

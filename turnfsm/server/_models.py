@@ -16,6 +16,7 @@ __all__ = [
     "ApproveIn",
     "BranchIn",
     "BranchOut",
+    "BranchPromptsIn",
     "ChildOut",
     "ContextIn",
     "ContextList",
@@ -25,10 +26,17 @@ __all__ = [
     "Denial",
     "ErrorBody",
     "ErrorOut",
+    "FinishIn",
+    "FinishedOut",
     "MessageIn",
     "MessagePage",
+    "ModeOut",
+    "QuestionOut",
+    "SpawnIn",
+    "SpawnOut",
     "StateOut",
     "SwitchIn",
+    "TreeOut",
     "TurnOut",
     "VerifyOut",
 ]
@@ -57,6 +65,11 @@ class ContextIn(BaseModel):
     parameters: dict[str, Any] | None = None
     title: str | None = None
     tools: list[str] | None = None
+    parent_id: str | None = Field(
+        default=None, description="make it a sub-context of this context (yours, not finished)"
+    )
+    workspace_path: str | None = None
+    agent_role: str = "assistant"
 
 
 class ContextUpdate(BaseModel):
@@ -256,3 +269,80 @@ class VerifyOut(BaseModel):
     line: int | None
     reason: str | None
     final_state: str
+
+
+# ---------------------------------------------- sub-contexts, branch prompts, modes
+
+
+class SpawnIn(BaseModel):
+    """A sub-task for a new child context (``Engine.spawn``); a field left out
+    is the parent's (the tools: what the parent may use)."""
+
+    model_config = _STRICT
+    task: str
+    system_prompt: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    tools: list[str] | None = Field(
+        default=None, description="an allow-list of tool names, within the parent's"
+    )
+    title: str | None = None
+
+
+class SpawnOut(BaseModel):
+    """The child made and the turn its task ran (the child is at rest)."""
+
+    context_id: str = Field(description="the child's id")
+    parent_id: str
+    turn: TurnOut
+
+
+class FinishIn(BaseModel):
+    """How to bring a child back into its parent (``Engine.finish``)."""
+
+    model_config = _STRICT
+    summarizer: Literal["llm", "final_answer"] = Field(
+        default="llm",
+        description="llm: the engine's model summarises the child; "
+        "final_answer: the child's last answer as it is",
+    )
+    prompt: str | None = Field(
+        default=None, description="the summary prompt of the llm summarizer (its own by default)"
+    )
+    keep: bool = Field(default=False, description="keep the child, finished, rather than delete it")
+
+
+class FinishedOut(BaseModel):
+    context_id: str = Field(description="the parent's id")
+    child_id: str
+    message_id: str = Field(description="the summary message, on the parent's active branch")
+    summary: str
+    kept: bool
+
+
+class TreeOut(BaseModel):
+    """A context and its sub-contexts, at any depth, children oldest first."""
+
+    id: str
+    state: str
+    title: str | None
+    finished: bool
+    children: list[TreeOut]
+
+
+class BranchPromptsIn(BaseModel):
+    """A branch's own prompts: a field left out is kept; ``null`` or ``""`` removes it."""
+
+    model_config = _STRICT
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+
+
+class ModeOut(BaseModel):
+    """A mode of the server's engine (``PUT /api/contexts/{id}`` chooses one)."""
+
+    name: str
+    instructions: str | None = None
+    tools: list[str] | None = Field(default=None, description="the tools it offers (all: null)")
+    approval: dict[str, str] = Field(default_factory=dict)
+    answer_type: str = "Text"
