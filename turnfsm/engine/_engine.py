@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from ..adapters.inbound import parse_request
+from ..adapters.inbound import InboundMessage, parse_request
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
@@ -371,6 +371,7 @@ class Engine(ContextManagement):
         role: str = "user",
         *,
         message_id: str | None = None,
+        context: Sequence[InboundMessage] | None = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
@@ -379,8 +380,15 @@ class Engine(ContextManagement):
         one from the engine's id factory, see :meth:`new_id`), so that a caller
         knows it before the turn rests; an id the context already holds is
         refused with :class:`InvalidInput`.
+
+        ``context`` is the conversation as the caller's client holds it before
+        this message (a client that resends its whole history): it is matched
+        against the active branch as a request body's conversation context is
+        (see :meth:`send_request`), what the context does not hold yet is
+        appended before the message in the same step, and a disagreement is a
+        :class:`~turnfsm.errors.HistoryConflict` with nothing stored.
         """
-        start = self._start_send(context_id, content, role, message_id)
+        start = self._start_send(context_id, content, role, message_id, context)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))
 
     def _start_send(
@@ -389,6 +397,7 @@ class Engine(ContextManagement):
         content: str | Sequence[ContentPart],
         role: str,
         message_id: str | None,
+        context: Sequence[InboundMessage] | None = None,
     ) -> Start:
         """The checked arguments of :meth:`send` and :meth:`submit`, as the
         call's start."""
@@ -398,6 +407,18 @@ class Engine(ContextManagement):
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
+        if context:
+            for i, m in enumerate(context):
+                if not isinstance(m, InboundMessage):
+                    raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
+            return functools.partial(
+                _requests.start_send_after,
+                self._d,
+                list(context),
+                parts,
+                _INPUT_ROLES[role],
+                message_id,
+            )
         return functools.partial(_calls.start_send, self._d, parts, _INPUT_ROLES[role], message_id)
 
     def new_id(self) -> str:
