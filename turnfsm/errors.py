@@ -17,6 +17,7 @@ The tree::
     │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
     │   └── AnswerNotAChoice        the answer is not one of the question's choices
     ├── InvalidInput                an argument of a public call is malformed
+    ├── HistoryConflict             a resent history disagrees with what the context holds
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
     ├── ToolsetError                a toolset (an MCP server) cannot start or list its tools

@@ -4,7 +4,8 @@ message."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 
 from ..adapters.inbound import InboundMessage, InboundRequest, said
 from ..errors import HistoryConflict, InvalidInput, SubContextError
@@ -14,7 +15,7 @@ from . import _calls, _history
 from ._host import Host
 from ._runtime import Runtime, require
 
-__all__ = ["new_context_messages", "start_request", "start_send_after"]
+__all__ = ["new_context_messages", "send_start", "start_request", "start_send_after"]
 
 
 def _said(node: MessageNode) -> tuple[Role, str] | None:
@@ -169,6 +170,24 @@ async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
             _history.append(rt, message, d.settings.ids())
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
     d.fire(rt, Trigger.USER_MESSAGE)
+
+
+def send_start(
+    d: Host,
+    parts: list[ContentPart],
+    role: Role,
+    message_id: str | None,
+    context: Sequence[InboundMessage] | None,
+) -> Callable[[Runtime], Awaitable[None]]:
+    """The start of ``engine.send`` (its arguments checked): a plain send, or,
+    with the client's ``context`` (checked here, before anything is loaded),
+    :func:`start_send_after`."""
+    if not context:
+        return functools.partial(_calls.start_send, d, parts, role, message_id)
+    for i, m in enumerate(context):
+        if not isinstance(m, InboundMessage):
+            raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
+    return functools.partial(start_send_after, d, list(context), parts, role, message_id)
 
 
 async def start_send_after(
