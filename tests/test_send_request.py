@@ -342,7 +342,7 @@ async def test_send_with_the_clients_context() -> None:
         await engine.send(cid, "q1")
         mine = [
             InboundMessage(role=Role.USER, content="q1"),
-            InboundMessage(role=Role.ASSISTANT, content="a"),
+            InboundMessage(role=Role.ASSISTANT, content="a, as the client shows it"),
             InboundMessage(role=Role.USER, content="noted on the side"),
         ]
         await engine.send(cid, "q2", context=mine)

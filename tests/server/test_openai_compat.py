@@ -205,7 +205,9 @@ def test_a_resent_messages_list_does_not_double_the_context(server: Running) -> 
     answer = raw.parse().choices[0].message.content or ""
     whole = [
         *first,
-        {"role": "assistant", "content": answer},
+        # the client's copy of an answer is not compared (a completion that waits
+        # for a human ends with a note the stored answer does not have)
+        {"role": "assistant", "content": answer + "\n\n[turnfsm: a note]"},
         {"role": "user", "content": "said aside"},
         {"role": "assistant", "content": "noted"},
         {"role": "user", "content": "And now?"},

@@ -380,7 +380,7 @@ class Engine(ContextManagement):
         one from the engine's id factory, see :meth:`new_id`), so that a caller
         knows it before the turn rests; an id the context already holds is
         refused with :class:`InvalidInput`. ``context`` (the conversation as the
-        client holds it before this message) is matched as in :meth:`send_request`.
+        client holds it) is matched as in :meth:`send_request`, but for its answers.
         """
         start = self._start_send(context_id, content, role, message_id, context)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))

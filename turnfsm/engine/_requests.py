@@ -31,6 +31,8 @@ def new_context_messages(
     rt: Runtime,
     history: Sequence[InboundMessage],
     where: Callable[[int], str] = lambda i: f"context[{i}]",
+    *,
+    answers: bool = True,
 ) -> list[InboundMessage]:
     """The messages of a body's conversation context (``history``) that the
     context does not hold yet, in order; :class:`HistoryConflict` when the body
@@ -50,46 +52,57 @@ def new_context_messages(
       id to a stored message that has one.
     - The messages past the branch's end are new; their ids must be unknown.
 
+    With ``answers=False`` (the OpenAI ``messages`` list, whose assistant
+    messages are the client's copies of completions: one per turn, with a note
+    when it waits for a human) only the other messages are laid over the
+    branch's; the new part starts at the first of them past the branch's end.
+
     ``where(i)`` names the body's ``i``-th message in an error.
     """
     ctx = rt.ctx
     said = [n for n in ctx.history() if _said(n) is not None]
+    body = list(enumerate(history))
+    if not answers:  # the client's copies of turnfsm's answers are not compared
+        said = [n for n in said if n.message.role is not Role.ASSISTANT]
+        body = [(i, m) for i, m in body if m.role is not Role.ASSISTANT]
     index: dict[str, int] = {}
-    for i, n in enumerate(said):
-        index.setdefault(n.id, i)
+    for k, n in enumerate(said):
+        index.setdefault(n.id, k)
         cid = _client_id(n)
         if cid is not None:
-            index.setdefault(cid, i)
+            index.setdefault(cid, k)
     start = 0
-    for i, m in enumerate(history):
+    for k, (_, m) in enumerate(body):
         if m.message_id is not None and m.message_id in index:
-            start = index[m.message_id] - i
+            start = index[m.message_id] - k
             break
 
     def refuse(i: int, reason: str) -> HistoryConflict:
         return HistoryConflict(ctx.id, where(i), history[i].message_id, reason)
 
     if start < 0:
-        raise refuse(-start, "the body has messages before the context's first one")
-    out: list[InboundMessage] = []
-    seen: set[str] = set()
-    for i, m in enumerate(history):
-        pos = start + i
+        raise refuse(body[0][0], "the body has messages before the context's first one")
+    for k, (i, m) in enumerate(body):
+        pos = start + k
         mid = m.message_id
+        if pos >= len(said):  # this one and all after it are new
+            seen: set[str] = set()
+            for j in range(i, len(history)):
+                new_id = history[j].message_id
+                if new_id is not None and new_id in index:
+                    raise refuse(j, f"it is message {index[new_id]} of the branch, not a new one")
+                if new_id is not None and new_id in seen:
+                    raise refuse(j, "the body gives this id to two messages")
+                if new_id is not None:
+                    seen.add(new_id)
+            return list(history[i:])
         if mid is not None and mid in index and index[mid] != pos:
             raise refuse(i, f"it is message {index[mid]} of the branch, not message {pos}")
-        if pos >= len(said):
-            if mid is not None and mid in seen:
-                raise refuse(i, "the body gives this id to two messages")
-            if mid is not None:
-                seen.add(mid)
-            out.append(m)
-            continue
         node = said[pos]
-        if _said(node) != (m.role, m.content):
+        stored = _said(node)
+        assert stored is not None
+        if stored != (m.role, m.content):
             what = "its content differs from" if mid is not None and mid in index else "it is not"
-            stored = _said(node)
-            assert stored is not None
             raise refuse(
                 i,
                 f"{what} message {pos} of the branch ({stored[0].value} {node.id!r}, "
@@ -98,7 +111,7 @@ def new_context_messages(
         held = _client_id(node)
         if mid is not None and held is not None and mid not in (held, node.id):
             raise refuse(i, f"message {pos} of the branch is {held!r}")
-    return out
+    return []
 
 
 def _paths(request: InboundRequest) -> tuple[Callable[[int], str], str]:
@@ -199,10 +212,11 @@ async def start_send_after(
     rt: Runtime,
 ) -> None:
     """:func:`~turnfsm.engine._calls.start_send` after the client's own copy of
-    the conversation (``context``): what the context does not hold of it is
+    the conversation (``context``; its assistant messages, the client's copies
+    of turnfsm's answers, are not compared): what the context does not hold of it is
     appended first (flagged ``request_context``), in the same step; a
     disagreement is a HistoryConflict before anything is stored."""
-    fresh = new_context_messages(rt, context, lambda i: f"context[{i}]")
+    fresh = new_context_messages(rt, context, lambda i: f"context[{i}]", answers=False)
     if fresh:
         if rt.ctx.config.archived:  # start_send refuses it: nothing appended before
             raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
