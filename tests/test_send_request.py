@@ -3,14 +3,15 @@ in the view; the user's language and time zone shown to the model."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kit import make_engine
 
 from turnfsm import State
-from turnfsm.adapters.inbound import import_request_body
-from turnfsm.errors import InvalidInput
+from turnfsm.adapters.inbound import InboundMessage, import_request_body
+from turnfsm.errors import HistoryConflict, InvalidInput
 from turnfsm.model import Role
 
 pytestmark = pytest.mark.anyio
@@ -181,3 +182,179 @@ async def test_the_audit_accounts_for_every_message() -> None:
     first = records[0]
     assert first.trigger == "user_message" and len(first.message_ids) == 3
     assert verify_audit_log(audit_jsonl(records).splitlines()).ok
+
+
+# --- a client that resends its whole history --------------------------------------------
+
+SEED = [
+    {"role": "user", "content": "Hello", "messageId": "msg-122"},
+    {"role": "assistant", "content": "Hi! How can I help you?", "messageId": "msg-122-response"},
+]
+
+
+def durable(tmp_path: Path, answers: list[dict[str, Any]]) -> Any:
+    return make_engine(answers, store=f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+
+async def said(engine: Any, cid: str) -> list[tuple[Role, str]]:
+    return [(n.message.role, n.message.text) for n in (await engine.get_context(cid)).history()]
+
+
+async def test_the_whole_history_resent_with_ids_appends_only_the_new(tmp_path: Path) -> None:
+    """The format's own example, sent again and again with the turns before it:
+    each request adds its current message and the answer, nothing twice; the
+    client's ids stay on the messages it sent."""
+    engine, llm, _ = durable(tmp_path, [{"text": "Added."}, {"text": "Done."}])
+    async with engine:
+        first = await engine.send_request(
+            cm_body("Add a task to buy milk", SEED, messageId="msg-123")
+        )
+        cid = first.context_id
+        answer = (await engine.get_context(cid)).history()[-1]
+        resent = [
+            *SEED,
+            {"role": "user", "content": "Add a task to buy milk", "messageId": "msg-123"},
+            # the client names turnfsm's answer itself: matched by content and position
+            {"role": "assistant", "content": "Added.", "messageId": "msg-123-response"},
+        ]
+        await engine.send_request(cm_body("And eggs", resent, messageId="msg-124"), cid)
+        # turnfsm's own id finds its answer too
+        by_own_id = [
+            *resent[:3],
+            {"role": "assistant", "content": "Added.", "messageId": answer.id},
+        ]
+        with pytest.raises(InvalidInput, match="answered once"):
+            await engine.send_request(cm_body("And eggs", by_own_id, messageId="msg-124"), cid)
+        ctx = await engine.get_context(cid)
+    assert [(r.value, t) for r, t in [(n.message.role, n.message.text) for n in ctx.history()]] == [
+        ("user", "Hello"),
+        ("assistant", "Hi! How can I help you?"),
+        ("user", "Add a task to buy milk"),
+        ("assistant", "Added."),
+        ("user", "And eggs"),
+        ("assistant", "Done."),
+    ]
+    ids = [n.message.metadata.extra.get("message_id") for n in ctx.history()]
+    assert ids == ["msg-122", "msg-122-response", "msg-123", None, "msg-124", None]
+    assert len(llm.requests) == 2
+
+
+async def test_a_known_id_with_other_content_is_refused_and_nothing_stored(
+    tmp_path: Path,
+) -> None:
+    engine, llm, _ = durable(tmp_path, [{"text": "Added."}])
+    async with engine:
+        first = await engine.send_request(cm_body("Buy milk", SEED, messageId="msg-123"))
+        cid = first.context_id
+        before = (await said(engine, cid), len(await engine.steps(cid)))
+        changed = [SEED[0], {**SEED[1], "content": "Hi! What now?"}]
+        with pytest.raises(HistoryConflict) as err:
+            await engine.send_request(cm_body("And eggs", changed, messageId="msg-124"), cid)
+        assert err.value.message_id == "msg-122-response"
+        assert err.value.where == "contextManagement.conversationContext[1]"
+        assert "'msg-122-response'" in str(err.value) and "content differs" in str(err.value)
+        # the current message of an answered request, with other content
+        with pytest.raises(HistoryConflict) as current:
+            await engine.send_request(cm_body("Buy bread", SEED, messageId="msg-123"), cid)
+        assert current.value.where == "contextManagement.currentMessage"
+        # a known id at another place than it stands
+        with pytest.raises(HistoryConflict, match="message 0 of the branch, not message 2") as err:
+            await engine.send_request(cm_body("And eggs", SEED[::-1], messageId="msg-124"), cid)
+        assert err.value.where == "contextManagement.conversationContext[1]"
+        # another id for a stored message that has one
+        renamed = [{**SEED[0], "messageId": "other"}, SEED[1]]
+        with pytest.raises(HistoryConflict, match="is 'msg-122'"):
+            await engine.send_request(cm_body("And eggs", renamed, messageId="msg-124"), cid)
+    async with durable(tmp_path, [])[0] as reopened:  # what the store holds, read back
+        assert (await said(reopened, cid), len(await reopened.steps(cid))) == before
+    assert len(llm.requests) == 1
+
+
+async def test_legacy_bodies_resent_whole_are_matched_by_content_and_position(
+    tmp_path: Path,
+) -> None:
+    engine, llm, _ = durable(tmp_path, [{"text": "hello"}, {"text": "sure"}])
+    async with engine:
+        first = await engine.send_request({"messages": [{"role": "user", "content": "hi"}]})
+        cid = first.context_id
+        whole = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "more"},
+        ]
+        await engine.send_request({"messages": whole}, cid)
+        assert [t for _, t in await said(engine, cid)] == ["hi", "hello", "more", "sure"]
+        # a body whose earlier messages are not what the context holds, in its order
+        reordered = [whole[1], whole[0], {"role": "user", "content": "again"}]
+        before = len(await engine.steps(cid))
+        with pytest.raises(HistoryConflict) as err:
+            await engine.send_request({"messages": reordered}, cid)
+        assert err.value.where == "messages[0]" and err.value.message_id is None
+        assert len(await engine.steps(cid)) == before
+        ctx = await engine.get_context(cid)
+    assert [n.message.text for n in ctx.history()] == ["hi", "hello", "more", "sure"]
+    formats = [n.message.metadata.extra.get("request_format") for n in ctx.history()]
+    assert formats == ["legacy", None, "legacy", None]
+    assert len(llm.requests) == 2
+
+
+async def test_a_tail_with_ids_is_placed_where_its_first_id_stands() -> None:
+    engine, _, _ = make_engine([{"text": "a1"}, {"text": "a2"}])
+    async with engine:
+        first = await engine.send_request(cm_body("one", SEED, messageId="u1"))
+        cid = first.context_id
+        tail = [
+            {"role": "user", "content": "one", "messageId": "u1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "said elsewhere", "messageId": "u1b"},
+        ]
+        await engine.send_request(cm_body("two", tail, messageId="u2"), cid)
+        ctx = await engine.get_context(cid)
+    assert [n.message.text for n in ctx.history()] == [
+        "Hello",
+        "Hi! How can I help you?",
+        "one",
+        "a1",
+        "said elsewhere",
+        "two",
+        "a2",
+    ]
+    extra = ctx.history()[4].message.metadata.extra
+    assert extra["request_context"] is True and extra["message_id"] == "u1b"
+    assert extra["request_format"] == "context_management"
+    assert ctx.history()[5].message.metadata.extra["request_format"] == "context_management"
+
+
+async def test_one_id_twice_in_a_body_is_refused_before_anything_is_stored() -> None:
+    engine, _, _ = make_engine([])
+    body = cm_body("x", [SEED[0], {**SEED[1], "messageId": "msg-122"}], messageId="m9")
+    async with engine:
+        with pytest.raises(InvalidInput, match="earlier message too") as err:
+            await engine.send_request(body)
+        assert err.value.where == "contextManagement.conversationContext[1].messageId"
+        assert await engine.store.list_contexts() == []
+
+
+async def test_send_with_the_clients_context() -> None:
+    engine, llm, _ = make_engine([{"text": "a"}, {"text": "b"}])
+    async with engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "q1")
+        mine = [
+            InboundMessage(role=Role.USER, content="q1"),
+            InboundMessage(role=Role.ASSISTANT, content="a, as the client shows it"),
+            InboundMessage(role=Role.USER, content="noted on the side"),
+        ]
+        await engine.send(cid, "q2", context=mine)
+        assert [t for _, t in await said(engine, cid)] == [
+            "q1",
+            "a",
+            "noted on the side",
+            "q2",
+            "b",
+        ]
+        with pytest.raises(HistoryConflict) as err:
+            await engine.send(cid, "q3", context=[InboundMessage(role=Role.USER, content="q0")])
+        assert err.value.where == "context[0]"
+        assert len(await said(engine, cid)) == 5
+    assert len(llm.requests) == 2

@@ -17,6 +17,7 @@ The tree::
     │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
     │   └── AnswerNotAChoice        the answer is not one of the question's choices
     ├── InvalidInput                an argument of a public call is malformed
+    ├── HistoryConflict             a resent history disagrees with what the context holds
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
     ├── ToolsetError                a toolset (an MCP server) cannot start or list its tools
@@ -45,6 +46,7 @@ __all__ = [
     "ContextLeased",
     "ContextNotFound",
     "EnhancerError",
+    "HistoryConflict",
     "IllegalTransition",
     "InvalidInput",
     "LLMError",
@@ -234,6 +236,25 @@ class InvalidInput(TurnFSMError, ValueError):
         self.where = where
         self.reason = reason
         super().__init__(f"{where}: {reason}")
+
+
+class HistoryConflict(TurnFSMError):
+    """A request body's conversation context disagrees with what the context
+    holds: a message whose id the context knows has other content, or the
+    body's earlier messages are not in the stored order. Nothing was stored.
+
+    ``message_id`` is the id the body gave the disagreeing message (None when it
+    had none); ``where`` is its JSON path in the body."""
+
+    def __init__(self, context_id: str, where: str, message_id: str | None, reason: str) -> None:
+        self.context_id = context_id
+        self.where = where
+        self.message_id = message_id
+        self.reason = reason
+        named = f"message {message_id!r}" if message_id is not None else "the message"
+        super().__init__(
+            f"{where}: {named} disagrees with context {context_id!r}: {reason}; nothing was stored"
+        )
 
 
 class BranchError(TurnFSMError):

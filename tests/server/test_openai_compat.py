@@ -193,3 +193,42 @@ def test_the_user_field_is_kept_as_the_contexts_user_parameter(scripted: Running
             json={"messages": [{"role": "user", "content": "hi"}], "user": ""},
         )
         assert r.status_code == 422 and r.json()["error"]["where"] == "body.user"
+
+
+def test_a_resent_messages_list_does_not_double_the_context(server: Running) -> None:
+    first = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hello"},
+    ]
+    raw = client(server).chat.completions.with_raw_response.create(model="turnfsm", messages=first)
+    cid = raw.headers["x-turnfsm-context-id"]
+    answer = raw.parse().choices[0].message.content or ""
+    whole = [
+        *first,
+        # the client's copy of an answer is not compared (a completion that waits
+        # for a human ends with a note the stored answer does not have)
+        {"role": "assistant", "content": answer + "\n\n[turnfsm: a note]"},
+        {"role": "user", "content": "said aside"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "And now?"},
+    ]
+    more = client(server).chat.completions.create(
+        model="turnfsm", messages=whole, extra_headers={"x-turnfsm-context-id": cid}
+    )
+    assert (more.model_extra or {})["turnfsm"]["context_id"] == cid
+    with server.client() as c:
+        page = c.get(f"/api/contexts/{cid}/messages", params={"limit": 100}).json()
+        texts = [str(m["message"]["content"]) for m in page["messages"]]
+    assert len(texts) == 6  # the first exchange once, the two new ones, the answer
+    assert "Hello" in texts[0] and "said aside" in texts[2] and "noted" in texts[3]
+    assert "And now?" in texts[4]
+    # a list that disagrees with the context: 409, nothing stored
+    wrong = [{"role": "user", "content": "Goodbye"}, {"role": "user", "content": "?"}]
+    with pytest.raises(openai.ConflictError) as err:
+        client(server).chat.completions.create(
+            model="turnfsm", messages=wrong, extra_headers={"x-turnfsm-context-id": cid}
+        )
+    assert err.value.status_code == 409 and "history_conflict" in str(err.value.body)
+    with server.client() as c:
+        page = c.get(f"/api/contexts/{cid}/messages", params={"limit": 100}).json()
+        assert len(page["messages"]) == 6

@@ -93,3 +93,44 @@ def test_the_same_message_id_is_answered_once(server: Running) -> None:
     with server.client("token-bob") as c:
         r = c.post("/api/chat", params={"context_id": cid}, json=cm_body("hi", "x2", []))
         assert r.status_code == 404
+
+
+def test_a_resent_history_is_appended_once_and_a_conflict_is_409(server: Running) -> None:
+    seed = [
+        {"role": "user", "content": "Hello", "messageId": "msg-122"},
+        {
+            "role": "assistant",
+            "content": "Hi! How can I help you?",
+            "messageId": "msg-122-response",
+        },
+    ]
+    with server.client() as c:
+        r = c.post("/api/chat?wait=true", json=cm_body("Add a task", "msg-123", seed))
+        assert r.status_code == 200, r.text
+        cid, answer = r.json()["context_id"], r.json()["text"]
+        resent = [
+            *seed,
+            {"role": "user", "content": "Add a task", "messageId": "msg-123"},
+            {"role": "assistant", "content": answer, "messageId": "msg-123-response"},
+        ]
+        r = c.post(f"/api/chat?wait=true&context_id={cid}", json=cm_body("More", "msg-124", resent))
+        assert r.status_code == 200, r.text
+        stored = history(c, cid)
+        assert len(stored) == 6 and "More" in stored[4][1]
+        # a known id whose content changed: 409 naming it, nothing stored
+        changed = [seed[0], {**seed[1], "content": "Something else"}]
+        r = c.post(f"/api/chat?context_id={cid}", json=cm_body("Again", "msg-125", changed))
+        assert r.status_code == 409, r.text
+        error = r.json()["error"]
+        assert error["code"] == "history_conflict"
+        assert error["message_id"] == "msg-122-response"
+        assert error["where"] == "contextManagement.conversationContext[1]"
+        assert "msg-122-response" in error["message"]
+        # a legacy body out of the stored order: 409 without an id
+        legacy = {
+            "messages": [{"role": "user", "content": "not said"}, {"role": "user", "content": "x"}]
+        }
+        r = c.post(f"/api/chat?context_id={cid}", json=legacy)
+        assert r.status_code == 409 and r.json()["error"]["message_id"] is None
+        assert r.json()["error"]["where"] == "messages[0]"
+        assert history(c, cid) == stored

@@ -42,6 +42,7 @@ from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
 from ._chat_session import Chat
 from ._errors import CLIError, count, guarded, seconds
+from ._history_options import add_history_options
 from ._mcp import add_mcp_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
@@ -132,14 +133,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help=f"attempts per model call, retries included (3; 1 to {MAX_ATTEMPTS})",
     )
     add_mcp_options(p)
-    p.add_argument(
-        "--tool-history",
-        type=count(0, 1_000_000),
-        default=None,
-        metavar="N",
-        help="show the model the last N tool calls in full, older ones by name only "
-        "(default: every call in full)",
-    )
+    add_history_options(p, tool_history=None)  # a terminal chat shows every call in full
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from ._chat_model import (
     setup_problem,
 )
 from ._errors import CLIError
+from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._store import open_cli_store
 
@@ -103,7 +104,7 @@ class Chat:
                 retry=RetryPolicy(max_attempts=self.args.max_attempts),
                 logger=_quiet_logger(self.err),
                 modes=MODES,
-                tool_history_rounds=self.args.tool_history,
+                **history_settings(self.args),
                 toolsets=mcp_toolsets(self.args),
             ) as engine:
                 self.engine = engine

@@ -26,6 +26,7 @@ from ..errors import InvalidInput
 from ..storage import WorkQueue
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
+from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store
 from ._telemetry import start_tracing
@@ -90,7 +91,8 @@ def add_parser(sub: Any) -> None:
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    """The model and tool flags ``serve`` and ``worker`` share, and ``--lease-ttl``."""
+    """The model and tool flags ``serve`` and ``worker`` share, the history
+    settings, and ``--lease-ttl``."""
     p.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help="add tools")
     p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
     p.add_argument("--model", metavar="NAME", help="the model of new contexts")
@@ -112,6 +114,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="seconds between the demo model's streamed chunks (0)",
     )
     add_mcp_options(p)
+    add_history_options(p, tool_history=SERVER_TOOL_HISTORY)
     p.add_argument(
         "--lease-ttl",
         type=seconds(3600.0),
@@ -241,6 +244,7 @@ def _run(args: argparse.Namespace) -> int:
             retry=RetryPolicy(),
             lease_ttl=args.lease_ttl,
             toolsets=mcp_toolsets(args),
+            **history_settings(args),
         )
 
     stop_tracing = start_tracing("turnfsm-serve")

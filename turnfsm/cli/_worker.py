@@ -28,6 +28,7 @@ from ..relay import EventRelay
 from ..storage import WorkQueue
 from ..storage._eventlog import open_event_log
 from ._errors import CLIError, count, guarded, seconds
+from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of
 from ._store import add_store_option, open_cli_store
@@ -83,6 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         retry=RetryPolicy(),
         lease_ttl=args.lease_ttl,
         toolsets=mcp_toolsets(args),
+        **history_settings(args),
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
     stop_tracing = start_tracing("turnfsm-worker")

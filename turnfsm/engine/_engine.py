@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from ..adapters.inbound import parse_request
+from ..adapters.inbound import InboundMessage, parse_request
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
@@ -371,6 +371,7 @@ class Engine(ContextManagement):
         role: str = "user",
         *,
         message_id: str | None = None,
+        context: Sequence[InboundMessage] | None = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
@@ -378,9 +379,10 @@ class Engine(ContextManagement):
         "superseded" results. ``message_id`` is the id the message gets (default:
         one from the engine's id factory, see :meth:`new_id`), so that a caller
         knows it before the turn rests; an id the context already holds is
-        refused with :class:`InvalidInput`.
+        refused with :class:`InvalidInput`. ``context`` (the conversation as the
+        client holds it) is matched as in :meth:`send_request`, but for its answers.
         """
-        start = self._start_send(context_id, content, role, message_id)
+        start = self._start_send(context_id, content, role, message_id, context)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))
 
     def _start_send(
@@ -389,6 +391,7 @@ class Engine(ContextManagement):
         content: str | Sequence[ContentPart],
         role: str,
         message_id: str | None,
+        context: Sequence[InboundMessage] | None = None,
     ) -> Start:
         """The checked arguments of :meth:`send` and :meth:`submit`, as the
         call's start."""
@@ -398,7 +401,7 @@ class Engine(ContextManagement):
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        return functools.partial(_calls.start_send, self._d, parts, _INPUT_ROLES[role], message_id)
+        return _requests.send_start(self._d, parts, _INPUT_ROLES[role], message_id, context)
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
@@ -558,18 +561,16 @@ class Engine(ContextManagement):
         :class:`InvalidInput` names what is wrong with it).
 
         With no ``context_id``, a new context is made (``create_context()``
-        defaults); with one, the body is added to that context. Its
-        conversation context messages that the context does not hold yet are
-        appended (a message with a ``messageId`` is known by it; the others by
-        matching, in order, what the branch said), then the current message,
-        flagged current with the user's language and time zone, all in the
-        ``user_message`` step; then the turn runs, once, as after :meth:`send`.
-        A current message whose ``messageId`` the context already holds is
-        refused (:class:`InvalidInput`): a request is answered once. The view
-        marks the current message (``[CURRENT MESSAGE FROM USER]: ...``) and
-        states the language and time zone (the built-in enhancers
-        :class:`~turnfsm.enhancers.CurrentMessageMarker` and
-        :class:`~turnfsm.enhancers.UserLocale`).
+        defaults). The body's conversation context is laid over the active
+        branch (a client may resend its whole history): what the context does
+        not hold yet is appended, then the current message, flagged current
+        with the user's language and time zone, in the ``user_message`` step;
+        then the turn runs, once. A body that disagrees with the branch is a
+        :class:`~turnfsm.errors.HistoryConflict`, a current message whose
+        ``messageId`` the context holds is :class:`InvalidInput` (answered
+        once); nothing is stored then (docs/server.md, "Resent histories").
+        The view marks the current message and states the user's locale
+        (:class:`~turnfsm.enhancers.CurrentMessageMarker`, ``UserLocale``).
         """
         request = parse_request(body)
         if context_id is None:

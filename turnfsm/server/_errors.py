@@ -23,6 +23,7 @@ _STATUS: tuple[tuple[type[e.TurnFSMError], int, str], ...] = (
     (e.UnknownToolCall, 404, "unknown_tool_call"),
     (e.AnswerNotAChoice, 422, "answer_not_a_choice"),
     (e.InvalidInput, 422, "invalid_input"),
+    (e.HistoryConflict, 409, "history_conflict"),
     (e.ContextLeased, 409, "context_leased"),
     (e.ContextBusy, 409, "context_busy"),
     (e.IllegalTransition, 409, "illegal_transition"),
@@ -75,6 +76,9 @@ def install_handlers(app: FastAPI) -> None:
     async def _engine(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, e.TurnFSMError)
         status, code = status_of(exc)
+        if isinstance(exc, e.HistoryConflict):  # names the id the body gave it (null if none)
+            body = {"code": code, "message": scrub(str(exc)), "where": exc.where}
+            return JSONResponse({"error": {**body, "message_id": exc.message_id}}, status)
         where = exc.where if isinstance(exc, e.InvalidInput) else None
         if status >= 500:
             log.warning("request_failed", path=request.url.path, code=code, error=scrub(str(exc)))

@@ -5,7 +5,10 @@ section "OpenAI-compatible endpoints" of ``docs/server.md``). A request without
 the ``x-turnfsm-context-id`` header makes a new context of the caller's tenant:
 every message but the last is imported (the OpenAI messages importer), and the
 last one, a ``user`` message, is sent. With the header, the named context (of
-the same tenant) is continued and only the last message is sent. Tools run
+the same tenant) is continued: the earlier messages are matched, by content
+and position, against what the context holds (what it does not hold yet is
+appended, a disagreement is a ``409 history_conflict`` with nothing stored),
+and the last message is sent. Tools run
 server-side under their approval policies; a turn that stops for a human ends
 the completion with a note naming the pending calls, and the context is
 resumed through ``/api``. Every answer carries the context id in the
@@ -25,6 +28,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..adapters.inbound import InboundMessage, said_by
 from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
 from ..errors import InvalidInput
@@ -158,16 +162,27 @@ async def _keep_user(hub: Hub, cid: str, user: str) -> None:
         await hub.engine.update_config(cid, parameters={**params, "user": user})
 
 
+def _resent(earlier: list[dict[str, Any]]) -> list[InboundMessage]:
+    """The earlier messages of a request that continues a context, as the
+    engine matches a resent history: read as the importer reads them (a first
+    plain ``system`` message is the system prompt, not history), then what a
+    body carries of them (no tool messages, no calls without text)."""
+    if not earlier:
+        return []
+    return said_by(import_openai_messages(earlier).history())
+
+
 async def _context_for(
     hub: Hub, body: ChatCompletionIn, who: str, given: str | None
-) -> tuple[str, str]:
+) -> tuple[str, str, list[InboundMessage]]:
     text = _last_user_text(body.messages)
     if given is not None:
+        resent = _resent(body.messages[:-1])  # a malformed list is refused here
         await hub.check(given, who)
         if body.user is not None:
             with hub.turn_limit.reserved(who):  # 429 before the config changes
                 await _keep_user(hub, given, body.user)
-        return given, text
+        return given, text, resent
     earlier = body.messages[:-1]
     params = {"user": body.user} if body.user is not None else None
     # over the tenant's turn limit: 429 before a context is made
@@ -181,7 +196,7 @@ async def _context_for(
             await hub.adopt(cid, who)
         else:
             cid = await create_context(hub, who, parameters=params)
-    return cid, text
+    return cid, text, []
 
 
 @router.post("/chat/completions", response_model=None)
@@ -191,14 +206,14 @@ async def chat_completions(
     who: Tenant,
     context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
 ) -> Any:
-    cid, text = await _context_for(hub, body, who, context_id)
+    cid, text, resent = await _context_for(hub, body, who, context_id)
     engine = hub.engine
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {CONTEXT_HEADER: cid}
 
     def send() -> Awaitable[Turn]:
-        return engine.send(cid, text)
+        return engine.send(cid, text, context=resent)
 
     if not body.stream:
         job = await hub.launch(cid, send, wait=True)

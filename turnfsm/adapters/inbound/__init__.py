@@ -13,6 +13,8 @@ from ._request import (
     InboundRequest,
     format_error_path,
     parse_request,
+    said,
+    said_by,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ __all__ = [
     "import_request_body",
     "import_session_records",
     "parse_request",
+    "said",
+    "said_by",
 ]
 
 

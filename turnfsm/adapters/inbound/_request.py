@@ -48,7 +48,15 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ...errors import InvalidInput
-from ...model import InternalMessage, JSONProblem, MessageMetadata, Role, TextPart, check_json
+from ...model import (
+    InternalMessage,
+    JSONProblem,
+    MessageMetadata,
+    MessageNode,
+    Role,
+    TextPart,
+    check_json,
+)
 
 __all__ = [
     "InboundFormat",
@@ -56,6 +64,8 @@ __all__ = [
     "InboundRequest",
     "format_error_path",
     "parse_request",
+    "said",
+    "said_by",
 ]
 
 InboundFormat = Literal["context_management", "legacy"]
@@ -239,6 +249,42 @@ class InboundRequest(BaseModel):
         return out
 
 
+# --- what a body carries of a stored conversation ----------------------------------------
+
+_PLAIN = (Role.USER, Role.ASSISTANT, Role.SYSTEM, Role.FRONTEND_OPERATOR)
+
+
+def said(message: InternalMessage) -> tuple[Role, str] | None:
+    """A stored message as a request body's context would carry it: its role and
+    text; None for what a body does not carry (tool messages, tool calls with no
+    text, summaries)."""
+    if message.role not in _PLAIN:
+        return None
+    if message.role is Role.SYSTEM and "summary" in message.metadata.extra:
+        return None
+    if message.role is Role.ASSISTANT and message.tool_calls and not message.text:
+        return None
+    return message.role, message.text
+
+
+def said_by(nodes: list[MessageNode]) -> list[InboundMessage]:
+    """What a client holding these messages would resend of them, in order (see
+    :func:`said`), each with its client id if it has one."""
+    out: list[InboundMessage] = []
+    for n in nodes:
+        found = said(n.message)
+        if found is not None:
+            mid = n.message.metadata.extra.get("message_id")
+            out.append(
+                InboundMessage(
+                    role=found[0],
+                    content=found[1],
+                    message_id=mid if isinstance(mid, str) else None,
+                )
+            )
+    return out
+
+
 # --- parsing ------------------------------------------------------------------------------
 
 
@@ -283,4 +329,21 @@ def parse_request(body: Any) -> InboundRequest:
         parsed = _BODY.validate_python(body)
     except ValidationError as exc:
         raise InvalidInput("request body", _describe(exc.errors())) from exc
-    return parsed.to_inbound()
+    request = parsed.to_inbound()
+    seen: set[str] = set()
+    for i, m in enumerate([*request.history, request.current]):
+        if m.message_id is None:
+            continue
+        if m.message_id in seen:
+            where = (
+                f"messages[{i}]"
+                if request.format == "legacy"
+                else "contextManagement.currentMessage"
+                if i == len(request.history)
+                else f"contextManagement.conversationContext[{i}]"
+            )
+            raise InvalidInput(
+                f"{where}.messageId", f"{m.message_id!r} is the id of an earlier message too"
+            )
+        seen.add(m.message_id)
+    return request

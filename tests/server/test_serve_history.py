@@ -1,0 +1,63 @@
+"""``turnfsm serve`` with its history settings, on a real server: the last 10 tool
+calls in full by default, ``--tool-history N`` and ``--token-budget`` reach the
+engine that answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from turnfsm.storage import open_store
+
+from .test_serve import serve
+
+
+def _views(tmp: Path, cid: str) -> list[dict[str, Any]]:
+    """What the model was sent for each answer, as the store keeps it."""
+
+    async def load() -> list[dict[str, Any]]:
+        store = open_store(f"sqlite:///{tmp / 'serve.db'}")
+        try:
+            ctx = await store.load(cid)
+        finally:
+            await store.aclose()
+        return [n.message.metadata.extra.get("view", {}) for n in ctx.history()]
+
+    return [v for v in anyio.run(load) if v]
+
+
+def _weather_turns(client: httpx.Client, cities: list[str]) -> str:
+    """One weather question per city, each call approved; the context's id."""
+    cid = client.post("/api/contexts", json={}).json()["id"]
+    for city in cities:
+        r = client.post(
+            f"/api/contexts/{cid}/messages?wait=true",
+            json={"content": f"What's the weather in {city}?"},
+        )
+        assert r.status_code == 200, r.text
+        calls = [c["id"] for c in r.json()["pending_tool_calls"]]
+        assert calls, r.text
+        r = client.post(f"/api/contexts/{cid}/tools/approve?wait=true", json={"approve": calls})
+        assert r.status_code == 200 and r.json()["state"] == "Idle", r.text
+    return str(cid)
+
+
+def test_serve_shows_ten_calls_by_default(tmp_path: Path) -> None:
+    cities = [f"City {i}" for i in range(11)]
+    with serve(tmp_path) as (_, client):
+        cid = _weather_turns(client, cities)
+    views = _views(tmp_path, cid)
+    # the view names only what it shortened: once there are 11 calls, the oldest
+    assert views == [{"tool_history": {"calls": 11, "full": 10, "name_only": 1}}]
+
+
+def test_serve_takes_the_history_options(tmp_path: Path) -> None:
+    args = ("--tool-history", "1", "--token-budget", "100000")
+    with serve(tmp_path, *args) as (_, client):
+        cid = _weather_turns(client, ["London", "Paris"])
+    views = _views(tmp_path, cid)
+    assert views[-1]["tool_history"] == {"calls": 2, "full": 1, "name_only": 1}
+    assert all("token_budget" in v for v in views)
