@@ -34,7 +34,8 @@ SCROLLERS = """() => [...document.querySelectorAll('main *')]
 
 
 def _pages(web: Web, cid: str) -> list[str]:
-    return ["/", f"/contexts/{cid}", f"/contexts/{cid}/audit", "/contexts/nope"]
+    audit = f"/contexts/{cid}/audit"
+    return ["/", f"/contexts/{cid}", audit, f"{audit}?turn=1", "/contexts/nope"]
 
 
 @pytest.mark.parametrize("width", [390, 1280])
