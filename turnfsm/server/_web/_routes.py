@@ -309,6 +309,7 @@ async def retry(request: Request, context_id: str) -> Response:
     """A failed turn tried again (the API's ``retry``)."""
     check_origin(request)
     await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
     engine = hub_of(request).engine
     await run_call(hub_of(request), context_id, lambda: engine.retry(context_id), wait=False)
     return done(request, _page_of(context_id))
@@ -320,6 +321,7 @@ async def reset(request: Request, context_id: str) -> Response:
     """A failed turn abandoned (the API's ``reset``)."""
     check_origin(request)
     await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
     await hub_of(request).engine.reset(context_id)
     return done(request, _page_of(context_id))
 
@@ -330,6 +332,7 @@ async def cancel(request: Request, context_id: str) -> Response:
     """The running turn stopped, its partial answer kept (the API's ``cancel``)."""
     check_origin(request)
     await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
     hub = hub_of(request)
     job = hub.running.get(context_id)
     await hub.engine.cancel(context_id)
