@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -27,6 +28,8 @@ from server.conftest import serve_in_thread
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
+from turnfsm.errors import PermanentLLMError
+from turnfsm.model import LLMChunk, LLMRequest, LLMResponse, TextDelta
 from turnfsm.server import ServerConfig, create_app
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
@@ -73,6 +76,32 @@ class Web:
         return cid
 
 
+class MoodyLLM(DemoLLM):
+    """The demo model, with two moods for the failed-turn and Stop buttons: a
+    message starting "Fail" fails for good the first time (a ``400``), and is
+    answered when tried again; one starting "Slow" streams a long answer, a
+    piece every 0.2 s."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=DELAY)
+        self.failed: set[str] = set()
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        last = request.messages[-1]
+        text = last.get("content") if last["role"] == "user" else None
+        if isinstance(text, str) and text.startswith("Fail") and text not in self.failed:
+            self.failed.add(text)
+            raise PermanentLLMError("the model refused the request", status=400)
+        if isinstance(text, str) and text.startswith("Slow"):
+            for i in range(100):
+                await anyio.sleep(0.2)
+                yield TextDelta(f"word{i} ")
+            yield LLMResponse(text="".join(f"word{i} " for i in range(100)), model="demo")
+            return
+        async for chunk in super().stream(request):
+            yield chunk
+
+
 def _engine(db: Path) -> Engine:
     return Engine(llm=DemoLLM(delay=DELAY), tools=[get_weather], store=f"sqlite:///{db}")
 
@@ -81,6 +110,16 @@ def _engine(db: Path) -> Engine:
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     db = tmp_path_factory.mktemp("web") / "web.db"
     app = create_app(lambda: _engine(db), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5))
+    for url in serve_in_thread(app):
+        yield Web(url, db)
+
+
+@pytest.fixture(scope="module")
+def moody_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
+    """A server with no tokens whose model fails once or streams slowly (:class:`MoodyLLM`)."""
+    db = tmp_path_factory.mktemp("web-moody") / "web.db"
+    engine = lambda: Engine(llm=MoodyLLM(), tools=[get_weather], store=f"sqlite:///{db}")  # noqa: E731
+    app = create_app(engine, ServerConfig(heartbeat=0.5))
     for url in serve_in_thread(app):
         yield Web(url, db)
 

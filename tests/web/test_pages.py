@@ -69,6 +69,9 @@ def test_another_tenant_gets_404_everywhere(web: Web) -> None:
         for path, data in (
             ("send", {"content": "hi"}),
             ("decide", {"call_id": call_id, "decision": "approve"}),
+            ("retry", {}),
+            ("reset", {}),
+            ("cancel", {}),
         ):
             assert bob.post(f"/contexts/{cid}/{path}", data=data).status_code == 404
     with web.api() as api:
@@ -132,6 +135,8 @@ def test_form_posts_from_another_origin_are_refused(web: Web) -> None:
             assert "Origin" in r.text
             assert tab.post("/contexts", data={"title": "forged"}).status_code == 403
             assert tab.post("/login", data={"token": "token-bob"}).status_code == 403
+            for control in ("retry", "reset", "cancel"):  # a cancel would end the wait
+                assert tab.post(f"/contexts/{cid}/{control}").status_code == 403, control
     with web.api() as api:
         assert api.get(f"/api/contexts/{cid}/state").json()["state"] == "AwaitingToolApproval"
     assert _count(web, "token-alice") == before  # no context was made

@@ -2,7 +2,8 @@
 
 :func:`create_app` puts the app together: the hub (``_hub.py``) in
 ``app.state``, the routers (``_api.py``, ``_events.py``, ``_openai_compat.py``,
-``_request_compat.py``, ``_sessions.py``, the web view ``_web``), the error
+``_request_compat.py``, ``_sessions.py``, the web view ``_web``, the API's
+docs ``_docs.py``), the error
 handlers and the middleware (``_gate.py``).
 """
 
@@ -19,6 +20,7 @@ from ..observability._asgi import TraceContextMiddleware
 from . import _telemetry
 from ._api import router as api_router
 from ._config import ServerConfig
+from ._docs import router as docs_router
 from ._errors import install_handlers
 from ._events import router as events_router
 from ._gate import Gate
@@ -53,6 +55,8 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         summary="LLM conversations driven by a declared finite-state machine, over HTTP",
         lifespan=lifespan,
         responses=_ERRORS,
+        docs_url=None,  # /docs and /redoc are _docs.py's: their assets served here
+        redoc_url=None,
     )
     app.state.hub = hub
     app.state.metrics = metrics
@@ -66,6 +70,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.include_router(request_router)
     app.include_router(sessions_router)
     app.include_router(web_router)  # the web view at / (docs/web.md)
+    app.include_router(docs_router)  # /docs and /redoc, offline (docs/server.md)
     app.include_router(_telemetry.router)  # GET /metrics (docs/observability.md)
 
     if config.cors_origins:

@@ -18,8 +18,8 @@ log = structlog.get_logger("turnfsm.server")
 NOT_HTML_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 """The Content-Security-Policy of every answer that is not a page: nothing it
 holds may run or load anything (an SVG diagram opened on its own, say). The
-pages set their own (``_web/_access.py``); ``/docs`` loads its script from a
-CDN and gets none."""
+pages set their own (``_web/_access.py``), as do ``/docs`` and ``/redoc``
+(``_docs.py``: this server's scripts only)."""
 HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),

@@ -61,6 +61,7 @@ from ._views import (
     int_param,
     message_view,
     seconds,
+    status_words,
     svg_body,
     verdict_text,
 )
@@ -71,7 +72,7 @@ ASSETS = {
     "web.css": "text/css; charset=utf-8",
     "web.js": "text/javascript; charset=utf-8",
 }
-PAGE_SIZE = 50
+PAGE_SIZE = 20
 MAX_TREE = 200
 """Sub-contexts shown in a context's tree, at most."""
 RESTING_NAMES = sorted(str(s) for s in RESTING)
@@ -222,6 +223,8 @@ async def context_page(request: Request, context_id: str) -> Response:
         messages=messages,
         approvals=[c for c in pending if c.question is None],
         questions=[c for c in pending if c.question is not None],
+        waiting={c.id: c.question is not None for c in pending},
+        words=status_words(),
         tree=await _tree(request, context_id),
         resting=RESTING_NAMES,
         running=context_id in hub.running,
@@ -297,6 +300,44 @@ async def answer(request: Request, context_id: str) -> Response:
     await run_call(
         hub_of(request), context_id, lambda: engine.answer(context_id, call_id, text), wait=False
     )
+    return done(request, _page_of(context_id))
+
+
+@router.post("/contexts/{context_id}/retry")
+@pages
+async def retry(request: Request, context_id: str) -> Response:
+    """A failed turn tried again (the API's ``retry``)."""
+    check_origin(request)
+    await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
+    engine = hub_of(request).engine
+    await run_call(hub_of(request), context_id, lambda: engine.retry(context_id), wait=False)
+    return done(request, _page_of(context_id))
+
+
+@router.post("/contexts/{context_id}/reset")
+@pages
+async def reset(request: Request, context_id: str) -> Response:
+    """A failed turn abandoned (the API's ``reset``)."""
+    check_origin(request)
+    await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
+    await hub_of(request).engine.reset(context_id)
+    return done(request, _page_of(context_id))
+
+
+@router.post("/contexts/{context_id}/cancel")
+@pages
+async def cancel(request: Request, context_id: str) -> Response:
+    """The running turn stopped, its partial answer kept (the API's ``cancel``)."""
+    check_origin(request)
+    await mine(request, context_id)
+    await form(request)  # no fields, but read: a body over the limit is refused
+    hub = hub_of(request)
+    job = hub.running.get(context_id)
+    await hub.engine.cancel(context_id)
+    if job is not None:
+        await job.done.wait()
     return done(request, _page_of(context_id))
 
 

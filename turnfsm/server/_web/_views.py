@@ -21,6 +21,8 @@ MAX_PAGE_NUMBER = 10**9
 """The largest ``?offset=`` or ``?turn=`` a page reads."""
 
 __all__ = [
+    "STATE_WORDS",
+    "TRIGGER_WORDS",
     "CallView",
     "MessageView",
     "branch_paths",
@@ -29,9 +31,33 @@ __all__ = [
     "int_param",
     "message_view",
     "seconds",
+    "status_words",
     "svg_body",
     "verdict_text",
 ]
+
+STATE_WORDS = {
+    "Idle": "ready for a message",
+    "ProcessingUserMessage": "reading your message",
+    "AwaitingLLMResponse": "waiting for the model",
+    "StreamingLLMResponse": "the model is answering",
+    "ProcessingLLMResponse": "reading the model's answer",
+    "AwaitingToolApproval": "waiting for your decision",
+    "ExecutingTools": "running the tools",
+    "TransientFailure": "the model's call failed; trying again shortly",
+    "PermanentFailure": "the turn failed",
+}
+"""What a context's page says of each state while a turn runs, in words."""
+TRIGGER_WORDS = {
+    "turn_complete": "answered",
+    "cancel": "stopped",
+    "reset": "the failed turn was abandoned",
+    "retry": "trying again",
+    "give_up": "no more attempts",
+    "approvals_resolved": "decided",
+    "tools_done": "the tools answered",
+}
+"""What a page adds of the step that led there, for the steps worth saying."""
 
 
 def branch_paths(steps: Sequence[StepLog], branches: Sequence[str]) -> dict[str, RunPath]:
@@ -217,3 +243,8 @@ def diff_rows(a: RunPath, b: RunPath, result: PathDiff) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def status_words() -> str:
+    """:data:`STATE_WORDS` and :data:`TRIGGER_WORDS` for the page's script (JSON)."""
+    return json.dumps({"states": STATE_WORDS, "triggers": TRIGGER_WORDS}, sort_keys=True)

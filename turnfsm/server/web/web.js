@@ -70,10 +70,21 @@
       });
   }
 
+  // what a state, and the step into it, are in words (data-words, from the server)
+  var words = JSON.parse(body.dataset.words || '{"states": {}, "triggers": {}}');
+
+  function inWords(state, trigger) {
+    var said = words.states[state] || state;
+    var how = words.triggers[trigger];
+    var text = how ? how + "; " + said : said;
+    return text.charAt(0).toUpperCase() + text.slice(1);
+  }
+
   function contextPage() {
     var cid = body.dataset.context;
     var live = document.getElementById("live");
     var status = document.getElementById("live-status");
+    var stop = document.getElementById("stop-form");
     var current = null;
     var stream = watch(new EventSource("/contexts/" + encodeURIComponent(cid) + "/events"));
 
@@ -91,7 +102,8 @@
     stream.addEventListener("StateChanged", function (e) {
       var d = JSON.parse(e.data);
       setState(document.getElementById("state"), d.new_state);
-      status.textContent = d.new_state + " (" + d.trigger + ")";
+      status.textContent = inWords(d.new_state, d.trigger);
+      stop.hidden = isResting(d.new_state);
       if (isResting(d.new_state)) {
         refresh().then(function () {
           live.hidden = true;
@@ -102,7 +114,7 @@
     });
     stream.addEventListener("ToolResult", function (e) {
       var d = JSON.parse(e.data);
-      status.textContent = "tool " + d.tool_name + ": " + (d.success ? "ok" : "failed");
+      status.textContent = d.tool_name + (d.success ? " answered" : " failed");
     });
     stream.addEventListener("Resync", function () {
       refresh();
@@ -131,7 +143,9 @@
         })
         .then(function (res) {
           if (res.ok) {
-            status.textContent = "sent";
+            if (status.textContent === "sending…") {  // the stream said nothing newer
+              status.textContent = "sent";
+            }
             if (form.id === "send-form") {
               form.reset();
             }
