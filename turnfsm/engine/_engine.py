@@ -38,7 +38,7 @@ from ..model import (
     detached,
 )
 from ..states import CHANGES, State, TurnMachine
-from ..storage import StepLog, Store, WorkQueue
+from ..storage import MessagePages, StepLog, Store, WorkQueue
 from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
 from ._clock import Clock
@@ -594,6 +594,19 @@ class Engine(ContextManagement):
         the rest when ``None``), as last committed. An offset past the end gives
         an empty page; :class:`~turnfsm.errors.BranchError` for an unknown branch.
         """
+        return (await self.message_page(context_id, branch=branch, offset=offset, limit=limit))[1]
+
+    async def message_page(
+        self,
+        context_id: str,
+        *,
+        branch: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[str, list[MessageNode]]:
+        """:meth:`messages`, with the name of the branch it read. A context this
+        engine has not loaded is read from the store, on a store that reads a
+        page alone (:class:`~turnfsm.storage.MessagePages`) without the rest of it."""
         check_id("context_id", context_id)
         if branch is not None:
             check_id("branch", branch)
@@ -602,6 +615,11 @@ class Engine(ContextManagement):
         rt = self._d.loaded.get(context_id)
         if rt is not None and context_id not in self._d.busy:
             ctx = rt.ctx
+        elif isinstance(self.store, MessagePages):
+            page = await self.store.message_page(context_id, branch, offset, limit)
+            if page is None:
+                raise BranchError(f"context {context_id!r} has no branch {branch!r}")
+            return page
         else:
             ctx = await self.store.load(context_id)
         name = branch if branch is not None else ctx.active_branch_name
@@ -610,7 +628,7 @@ class Engine(ContextManagement):
             raise BranchError(f"context {context_id!r} has no branch {name!r}")
         end = None if limit is None else offset + limit
         pool = ctx.message_pool
-        return [detached(pool[mid]) for mid in found.message_ids[offset:end]]
+        return name, [detached(pool[mid]) for mid in found.message_ids[offset:end]]
 
     # ------------------------------------------------------------------ events and audit
 

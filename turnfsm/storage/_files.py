@@ -33,7 +33,9 @@
   release could leave after a crash inside ``create`` or ``delete``) is absent
   to every call; ``create`` of its id replaces it.
 * Readers take the context's lock shared, writers exclusive, so a reader never
-  sees a commit half applied.
+  sees a commit half applied. A head a commit changes is kept again only once
+  the commit is applied: a commit that fails leaves none, and the next one
+  reads the context whole.
 
 **Damaged data is refused, never repaired or rewritten on read.** Every file is
 validated as it is read (UTF-8, JSON, the types of every field, with the
@@ -42,7 +44,8 @@ a whole (a known state, an active branch that exists, every message a branch
 names stored, every parent message and source branch known). Damage is a
 :class:`~turnfsm.errors.StoreError` naming the file and the JSON path of the
 field (``.../metadata.json: $.branches.main.message_ids: Input should be a
-valid list``). ``load`` and ``commit`` read the whole context; ``steps`` reads
+valid list``). ``load`` reads the whole context, and so does a commit that
+finds no head of it kept (see below); ``steps`` reads
 ``steps.jsonl`` (``load`` does not). ``list_contexts`` lists a context whose
 summary (id, state, version, timestamps, parent) can be read, even when
 other parts of it are damaged, and silently leaves out one whose summary cannot
@@ -51,7 +54,11 @@ be read: one damaged context never hides the others; ``load`` of it raises.
 The layout keeps every message id in ``metadata.json`` and every message in
 ``message_index.json``: those two files are rewritten on each commit and grow
 with the history. The SQLite store is the append-only default for long
-conversations.
+conversations. A commit does not read the history again, though: the store
+keeps each context's head (:class:`_Head`), checked against ``metadata.json``
+byte for byte under the lock, and writes the two files from it.
+``load_messages`` and ``message_page`` read ``metadata.json`` and the files
+of the messages asked for only.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -79,17 +87,33 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
+from ._base import (
+    Commit,
+    ContextSummary,
+    Lease,
+    MessagePages,
+    StepLog,
+    Store,
+    in_order,
+    lease_is_held,
+)
 from ._files_records import (
     _dumps,
+    _id_line,
+    _index_head,
     _index_of,
+    _index_tail,
+    _index_text,
     _journal_bytes,
     _json_document,
     _message_file,
+    _Metadata,
     _metadata_of,
+    _metadata_text,
     _parse_journal,
     _read_bytes,
     _read_context,
+    _read_message,
     _read_metadata,
     _safe_name,
     _StepLine,
@@ -103,6 +127,8 @@ from ._schema import (
 __all__ = ["FilesStore"]
 
 JOURNAL = "commit.journal"
+HEADS = 64
+"""How many contexts' heads (:class:`_Head`) a store keeps, the most recently used."""
 _CREATING = ".creating-"
 _DELETED = ".deleted-"
 
@@ -203,10 +229,80 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# ---------------------------------------------------------------------- a context's head
+
+
+@dataclasses.dataclass(slots=True)
+class _Head:
+    """What a commit needs of a context, kept between commits so that a commit
+    reads and writes no more than it changes (not every message file, nor the
+    indenting JSON encoder over every id).
+
+    It is valid while ``metadata.json`` holds ``raw``, byte for byte: every
+    commit (of any process) rewrites that file, and a commit compares it,
+    under the context's exclusive lock, before it uses a kept head. Otherwise
+    the context is read whole, as on ``load``, and a new head made from it.
+    """
+
+    raw: bytes
+    """``metadata.json`` as on disk when the head was made or last written."""
+    ctx: ChatContext
+    """The context's small fields and branches; ``message_pool`` is empty."""
+    pool: dict[str, str]
+    """Every stored message id, in the pool's order, to its index entry's head
+    (:func:`_index_head`)."""
+    detached: list[str]
+    ids: dict[str, bytearray]
+    """Each branch's message ids, encoded as ``metadata.json`` lists them
+    (:func:`_id_line`, joined with ``",\\n"``): an append extends it."""
+    entries: dict[str, bytearray]
+    """Each branch's entries of ``message_index.json``, joined the same way."""
+    steps_bytes: int
+
+    @classmethod
+    def of(cls, ctx: ChatContext, steps_bytes: int, raw: bytes) -> _Head:
+        pool = {mid: _index_head(mid, node.message) for mid, node in ctx.message_pool.items()}
+        on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+        small = dataclasses.replace(
+            ctx,
+            message_pool={},
+            branches={
+                name: dataclasses.replace(b, message_ids=list(b.message_ids))
+                for name, b in ctx.branches.items()
+            },
+            config=copy.deepcopy(ctx.config),
+        )
+        head = cls(raw, small, pool, [m for m in pool if m not in on_branches], {}, {}, steps_bytes)
+        for name in small.branches:
+            head.index_branch(name)
+        return head
+
+    def index_branch(self, name: str) -> None:
+        ids = self.ctx.branches[name].message_ids
+        tail = _index_tail(name)
+        self.ids[name] = bytearray(b",\n".join([_id_line(m) for m in ids]))
+        self.entries[name] = bytearray(",\n".join([self.pool[m] + tail for m in ids]).encode())
+
+    def append(self, name: str, mid: str) -> None:
+        """``mid`` at the end of branch ``name``'s encodings."""
+        ids, entries = self.ids[name], self.entries[name]
+        if ids:
+            ids += b",\n"
+            entries += b",\n"
+        ids += _id_line(mid)
+        entries += (self.pool[mid] + _index_tail(name)).encode()
+
+    def metadata(self) -> bytes:
+        return _metadata_text(self.ctx, self.ids, self.detached, self.steps_bytes)
+
+    def index(self) -> bytes:
+        return _index_text([self.entries[name] for name in self.ctx.branches])
+
+
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(Store):
+class FilesStore(Store, MessagePages):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -226,6 +322,7 @@ class FilesStore(Store):
         self._contexts.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._limiter = anyio.CapacityLimiter(1)
+        self._heads: OrderedDict[str, _Head] = OrderedDict()
         self._collect()
 
     def _dir(self, context_id: str) -> Path:
@@ -388,7 +485,33 @@ class FilesStore(Store):
     def _load(self, context_id: str) -> ChatContext:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            return _read_context(folder, context_id)[0]
+            raw = _read_bytes(folder / "metadata.json")
+            ctx, steps_bytes = _read_context(folder, context_id)
+            head = self._heads.get(context_id)
+            if head is None or head.raw != raw:
+                self._keep(context_id, _Head.of(ctx, steps_bytes, raw))
+            return ctx
+
+    def _keep(self, context_id: str, head: _Head) -> None:
+        self._heads[context_id] = head
+        self._heads.move_to_end(context_id)
+        while len(self._heads) > HEADS:
+            self._heads.popitem(last=False)
+
+    def _head(self, folder: Path, context_id: str) -> _Head:
+        """The context's head, taken out of the kept ones (a commit puts it back
+        once applied): the kept one if ``metadata.json`` is still what it was
+        made from, else made from the whole context, read and validated."""
+        path = folder / "metadata.json"
+        try:
+            raw = _read_bytes(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(context_id) from None
+        head = self._heads.pop(context_id, None)
+        if head is not None and head.raw == raw:
+            return head
+        ctx, steps_bytes = _read_context(folder, context_id)
+        return _Head.of(ctx, steps_bytes, raw)
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
@@ -407,20 +530,20 @@ class FilesStore(Store):
                     raise LeaseLost(cid, take.token, old["token"] if old is not None else None)
             elif commit.lease_token is not None:
                 self._check_fence(folder, cid, commit.lease_token)
-            ctx, steps_bytes = _read_context(folder, cid)
+            head = self._head(folder, cid)
+            ctx = head.ctx
             if ctx.version != commit.expected_version:
                 raise VersionConflict(cid, commit.expected_version, ctx.version)
-            for b in commit.branches:
-                ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
             for name, _ in commit.appended:
-                if name not in ctx.branches:
+                if name not in ctx.branches and all(b.name != name for b in commit.branches):
                     raise StoreError(f"commit appends to unknown branch {name!r}")
             for node in commit.replaced:
-                if node.id not in ctx.message_pool:
+                if node.id not in head.pool:
                     raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
             files = [_message_file(node) for _, node in commit.appended]
             files += [_message_file(node) for node in commit.replaced]
             steps = None
+            steps_bytes = head.steps_bytes
             if commit.steps:
                 path = folder / "steps.jsonl"
                 size = path.stat().st_size if path.exists() else 0
@@ -445,11 +568,39 @@ class FilesStore(Store):
                 ).encode()
                 steps = (steps_bytes, lines)
                 steps_bytes += len(lines)
-            for name, node in commit.appended:
-                ctx.message_pool[node.id] = node
-                ctx.branches[name].message_ids.append(node.id)
+            # from here on the head changes: it is kept again only once applied
+            head.steps_bytes = steps_bytes
+            order = None
+            if commit.branches:  # the pool's order as read back: branches, then detached
+                order = [m for b in ctx.branches.values() for m in b.message_ids]
+                order += head.detached
+            changed = set()
+            for b in commit.branches:
+                ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
+                changed.add(b.name)
             for node in commit.replaced:
-                ctx.message_pool[node.id] = node
+                listed = _index_head(node.id, node.message)
+                if head.pool[node.id] != listed:  # the index lists what it changed
+                    head.pool[node.id] = listed
+                    changed.update(ctx.branches)
+            for name, node in commit.appended:
+                listed = _index_head(node.id, node.message)
+                if head.pool.setdefault(node.id, listed) != listed:  # stored again, changed
+                    head.pool[node.id] = listed
+                    changed.update(ctx.branches)
+                if order is not None:
+                    order.append(node.id)
+                ctx.branches[name].message_ids.append(node.id)
+                if name not in changed:
+                    head.append(name, node.id)
+            for name in changed:
+                head.index_branch(name)
+            if order is not None:
+                on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+                head.detached = [m for m in dict.fromkeys(order) if m not in on_branches]
+            elif head.detached and commit.appended:
+                added = {node.id for _, node in commit.appended}
+                head.detached = [m for m in head.detached if m not in added]
             ctx.version = commit.version
             ctx.current_state = commit.state
             ctx.updated_at = commit.updated_at
@@ -459,8 +610,9 @@ class FilesStore(Store):
                 ctx.active_branch_name = commit.active_branch
             if commit.config is not None:
                 ctx.config = copy.deepcopy(commit.config)
-            files.append(("message_index.json", _index_of(ctx)))
-            files.append(("metadata.json", _dumps(_metadata_of(ctx, steps_bytes))))
+            metadata = head.metadata()
+            files.append(("message_index.json", head.index()))
+            files.append(("metadata.json", metadata))
             journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
@@ -473,6 +625,8 @@ class FilesStore(Store):
                 self._write_lease(folder, owner, take.token, take.expires_at)
             self._write_journal(folder, journal)
             self._apply(folder, files, steps)
+            head.raw = metadata
+            self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
                 lease = self._read_lease(folder)
                 if lease is not None and lease["owner"] is not None:  # the fence found it
@@ -667,5 +821,64 @@ class FilesStore(Store):
     # ------------------------------------------------------------------ messages
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        """The messages with these ids (this backend reads the context to find them)."""
-        return in_order(context_id, ids, (await self.load(context_id)).message_pool)
+        """The messages with these ids: ``metadata.json`` and their files only."""
+        found: list[MessageNode] = await self._run(self._load_messages, context_id, ids)
+        return found
+
+    def _load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        folder = self._dir(context_id)
+        with self._context(folder, context_id, exclusive=False):
+            meta = self._stored_metadata(folder, context_id)
+            stored = {m for b in meta.branches.values() for m in b.message_ids}
+            stored.update(meta.detached_message_ids)
+            found = {
+                mid: self._message(folder, mid, "$.branches")
+                for mid in dict.fromkeys(ids)
+                if mid in stored
+            }
+        return in_order(context_id, ids, found)
+
+    async def message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        """A page of a branch: ``metadata.json`` and the page's message files only."""
+        page: tuple[str, list[MessageNode]] | None = await self._run(
+            self._message_page, context_id, branch, offset, limit
+        )
+        return page
+
+    def _message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        folder = self._dir(context_id)
+        with self._context(folder, context_id, exclusive=False):
+            meta = self._stored_metadata(folder, context_id)
+            name = meta.active_branch_name if branch is None else branch
+            found = meta.branches.get(name)
+            if found is None:
+                return None
+            end = None if limit is None else offset + limit
+            start = min(offset, len(found.message_ids))
+            return name, [
+                self._message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
+                for i, mid in enumerate(found.message_ids[offset:end], start)
+            ]
+
+    @staticmethod
+    def _stored_metadata(folder: Path, context_id: str) -> _Metadata:
+        path = folder / "metadata.json"
+        try:
+            meta = _read_metadata(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(context_id) from None
+        if meta.id != context_id:
+            raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
+        return meta
+
+    @staticmethod
+    def _message(folder: Path, mid: str, where: str) -> MessageNode:
+        if not _safe_name(mid):
+            raise StoreError(
+                f"{folder / 'metadata.json'}: {where}: {mid!r} cannot be a message file name"
+            )
+        return _read_message(folder / "messages" / f"{mid}.json", mid, where)
