@@ -28,7 +28,7 @@ from turnfsm.model import (
     TextPart,
     TurnProgress,
 )
-from turnfsm.storage import Commit, FilesStore, StepLog, _files, _files_records
+from turnfsm.storage import Commit, FilesStore, StepLog, _files, _files_heads, _files_records
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
@@ -213,7 +213,7 @@ def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(path, mid, named_at)
 
     monkeypatch.setattr(_files_records, "_read_message", counted)
-    monkeypatch.setattr(_files, "_read_message", counted)
+    monkeypatch.setattr(_files_heads, "_read_message", counted)
     return read
 
 

@@ -24,7 +24,6 @@ from ..enhancers import (
     TokenBudget,
 )
 from ..errors import (
-    BranchError,
     InvalidInput,
     StoreError,
 )
@@ -38,7 +37,7 @@ from ..model import (
     detached,
 )
 from ..states import CHANGES, State, TurnMachine
-from ..storage import MessagePages, StepLog, Store, WorkQueue
+from ..storage import StepLog, Store, WorkQueue
 from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
 from ._clock import Clock
@@ -54,6 +53,7 @@ from ._leases import DEFAULT_LEASE_TTL
 from ._manage import ContextManagement
 from ._modes import Mode
 from ._observe import Observer
+from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._settings import make_settings
@@ -604,31 +604,9 @@ class Engine(ContextManagement):
         offset: int = 0,
         limit: int | None = None,
     ) -> tuple[str, list[MessageNode]]:
-        """:meth:`messages`, with the name of the branch it read. A context this
-        engine has not loaded is read from the store, on a store that reads a
-        page alone (:class:`~turnfsm.storage.MessagePages`) without the rest of it."""
-        check_id("context_id", context_id)
-        if branch is not None:
-            check_id("branch", branch)
-        check_count("offset", offset, minimum=0)
-        check_count("limit", limit, minimum=0, optional=True)
-        rt = self._d.loaded.get(context_id)
-        if rt is not None and context_id not in self._d.busy:
-            ctx = rt.ctx
-        elif isinstance(self.store, MessagePages):
-            page = await self.store.message_page(context_id, branch, offset, limit)
-            if page is None:
-                raise BranchError(f"context {context_id!r} has no branch {branch!r}")
-            return page
-        else:
-            ctx = await self.store.load(context_id)
-        name = branch if branch is not None else ctx.active_branch_name
-        found = ctx.branches.get(name)
-        if found is None:
-            raise BranchError(f"context {context_id!r} has no branch {name!r}")
-        end = None if limit is None else offset + limit
-        pool = ctx.message_pool
-        return name, [detached(pool[mid]) for mid in found.message_ids[offset:end]]
+        """:meth:`messages` and the branch's name; a :class:`~turnfsm.storage.MessagePages`
+        store reads an unloaded context's page alone."""
+        return await message_page(self._d, self.store, context_id, branch, offset, limit)
 
     # ------------------------------------------------------------------ events and audit
 

@@ -54,21 +54,15 @@ be read: one damaged context never hides the others; ``load`` of it raises.
 The layout keeps every message id in ``metadata.json`` and every message in
 ``message_index.json``: those two files are rewritten on each commit and grow
 with the history. The SQLite store is the append-only default for long
-conversations. A commit does not read the history again, though: the store
-keeps each context's head (:class:`_Head`), checked against ``metadata.json``
-byte for byte under the lock, and writes the two files from it.
-``load_messages`` and ``message_page`` read ``metadata.json`` and the files
-of the messages asked for only.
+conversations. A commit does not read the history again, though: see
+:mod:`turnfsm.storage._files_heads`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import errno
 import fcntl
-import json
 import os
 import secrets
 import tempfile
@@ -97,31 +91,21 @@ from ._base import (
     in_order,
     lease_is_held,
 )
+from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_lines
 from ._files_records import (
     _dumps,
-    _id_line,
-    _index_head,
     _index_of,
-    _index_tail,
-    _index_text,
     _journal_bytes,
     _json_document,
     _message_file,
-    _Metadata,
     _metadata_of,
-    _metadata_text,
     _parse_journal,
     _read_bytes,
     _read_context,
-    _read_message,
     _read_metadata,
     _safe_name,
-    _StepLine,
     _Summary,
     _validated,
-)
-from ._schema import (
-    step_problem,
 )
 
 __all__ = ["FilesStore"]
@@ -227,76 +211,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# ---------------------------------------------------------------------- a context's head
-
-
-@dataclasses.dataclass(slots=True)
-class _Head:
-    """What a commit needs of a context, kept between commits so that a commit
-    reads and writes no more than it changes (not every message file, nor the
-    indenting JSON encoder over every id).
-
-    It is valid while ``metadata.json`` holds ``raw``, byte for byte: every
-    commit (of any process) rewrites that file, and a commit compares it,
-    under the context's exclusive lock, before it uses a kept head. Otherwise
-    the context is read whole, as on ``load``, and a new head made from it.
-    """
-
-    raw: bytes
-    """``metadata.json`` as on disk when the head was made or last written."""
-    ctx: ChatContext
-    """The context's small fields and branches; ``message_pool`` is empty."""
-    pool: dict[str, str]
-    """Every stored message id, in the pool's order, to its index entry's head
-    (:func:`_index_head`)."""
-    detached: list[str]
-    ids: dict[str, bytearray]
-    """Each branch's message ids, encoded as ``metadata.json`` lists them
-    (:func:`_id_line`, joined with ``",\\n"``): an append extends it."""
-    entries: dict[str, bytearray]
-    """Each branch's entries of ``message_index.json``, joined the same way."""
-    steps_bytes: int
-
-    @classmethod
-    def of(cls, ctx: ChatContext, steps_bytes: int, raw: bytes) -> _Head:
-        pool = {mid: _index_head(mid, node.message) for mid, node in ctx.message_pool.items()}
-        on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
-        small = dataclasses.replace(
-            ctx,
-            message_pool={},
-            branches={
-                name: dataclasses.replace(b, message_ids=list(b.message_ids))
-                for name, b in ctx.branches.items()
-            },
-            config=copy.deepcopy(ctx.config),
-        )
-        head = cls(raw, small, pool, [m for m in pool if m not in on_branches], {}, {}, steps_bytes)
-        for name in small.branches:
-            head.index_branch(name)
-        return head
-
-    def index_branch(self, name: str) -> None:
-        ids = self.ctx.branches[name].message_ids
-        tail = _index_tail(name)
-        self.ids[name] = bytearray(b",\n".join([_id_line(m) for m in ids]))
-        self.entries[name] = bytearray(",\n".join([self.pool[m] + tail for m in ids]).encode())
-
-    def append(self, name: str, mid: str) -> None:
-        """``mid`` at the end of branch ``name``'s encodings."""
-        ids, entries = self.ids[name], self.entries[name]
-        if ids:
-            ids += b",\n"
-            entries += b",\n"
-        ids += _id_line(mid)
-        entries += (self.pool[mid] + _index_tail(name)).encode()
-
-    def metadata(self) -> bytes:
-        return _metadata_text(self.ctx, self.ids, self.detached, self.steps_bytes)
-
-    def index(self) -> bytes:
-        return _index_text([self.entries[name] for name in self.ctx.branches])
 
 
 # ---------------------------------------------------------------------- the store
@@ -552,64 +466,11 @@ class FilesStore(Store, MessagePages):
                         f"{path}: {size} bytes, but metadata.json's $.steps_bytes says "
                         f"{steps_bytes} are committed; the file is left as it is"
                     )
-                lines = "".join(
-                    json.dumps(
-                        {
-                            "version": s.version,
-                            "from": s.from_state,
-                            "trigger": s.trigger,
-                            "to": s.to_state,
-                            "at": s.at.isoformat(),
-                            **({} if s.detail is None else {"detail": s.detail}),
-                        }
-                    )
-                    + "\n"
-                    for s in commit.steps
-                ).encode()
+                lines = _steps_lines(commit.steps)
                 steps = (steps_bytes, lines)
                 steps_bytes += len(lines)
-            # from here on the head changes: it is kept again only once applied
-            head.steps_bytes = steps_bytes
-            order = None
-            if commit.branches:  # the pool's order as read back: branches, then detached
-                order = [m for b in ctx.branches.values() for m in b.message_ids]
-                order += head.detached
-            changed = set()
-            for b in commit.branches:
-                ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
-                changed.add(b.name)
-            for node in commit.replaced:
-                listed = _index_head(node.id, node.message)
-                if head.pool[node.id] != listed:  # the index lists what it changed
-                    head.pool[node.id] = listed
-                    changed.update(ctx.branches)
-            for name, node in commit.appended:
-                listed = _index_head(node.id, node.message)
-                if head.pool.setdefault(node.id, listed) != listed:  # stored again, changed
-                    head.pool[node.id] = listed
-                    changed.update(ctx.branches)
-                if order is not None:
-                    order.append(node.id)
-                ctx.branches[name].message_ids.append(node.id)
-                if name not in changed:
-                    head.append(name, node.id)
-            for name in changed:
-                head.index_branch(name)
-            if order is not None:
-                on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
-                head.detached = [m for m in dict.fromkeys(order) if m not in on_branches]
-            elif head.detached and commit.appended:
-                added = {node.id for _, node in commit.appended}
-                head.detached = [m for m in head.detached if m not in added]
-            ctx.version = commit.version
-            ctx.current_state = commit.state
-            ctx.updated_at = commit.updated_at
-            ctx.progress = commit.progress
-            ctx.event_seq = commit.event_seq
-            if commit.active_branch is not None:
-                ctx.active_branch_name = commit.active_branch
-            if commit.config is not None:
-                ctx.config = copy.deepcopy(commit.config)
+            head.steps_bytes = steps_bytes  # kept again only once applied
+            head.apply(commit)
             metadata = head.metadata()
             files.append(("message_index.json", head.index()))
             files.append(("metadata.json", metadata))
@@ -708,18 +569,7 @@ class FilesStore(Store, MessagePages):
                 f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
                 "are committed; the file is left as it is"
             )
-        out = []
-        for n, line in enumerate(raw.split(b"\n")[:-1], 1):
-            step = _validated(_StepLine, line, f"{path}: line {n}")
-            problem = step_problem(step.from_, step.to)
-            if problem is not None:
-                raise StoreError(f"{path}: line {n}: {problem}")
-            out.append(
-                StepLog(step.version, step.from_, step.trigger, step.to, step.at, step.detail)
-            )
-        if not raw.endswith(b"\n"):
-            raise StoreError(f"{path}: the committed part does not end with a whole line")
-        return out
+        return _parse_steps(raw, path)
 
     async def aclose(self) -> None:
         return None
@@ -828,15 +678,7 @@ class FilesStore(Store, MessagePages):
     def _load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            meta = self._stored_metadata(folder, context_id)
-            stored = {m for b in meta.branches.values() for m in b.message_ids}
-            stored.update(meta.detached_message_ids)
-            found = {
-                mid: self._message(folder, mid, "$.branches")
-                for mid in dict.fromkeys(ids)
-                if mid in stored
-            }
-        return in_order(context_id, ids, found)
+            return in_order(context_id, ids, _messages_of(folder, context_id, ids))
 
     async def message_page(
         self, context_id: str, branch: str | None, offset: int, limit: int | None
@@ -852,33 +694,4 @@ class FilesStore(Store, MessagePages):
     ) -> tuple[str, list[MessageNode]] | None:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            meta = self._stored_metadata(folder, context_id)
-            name = meta.active_branch_name if branch is None else branch
-            found = meta.branches.get(name)
-            if found is None:
-                return None
-            end = None if limit is None else offset + limit
-            start = min(offset, len(found.message_ids))
-            return name, [
-                self._message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
-                for i, mid in enumerate(found.message_ids[offset:end], start)
-            ]
-
-    @staticmethod
-    def _stored_metadata(folder: Path, context_id: str) -> _Metadata:
-        path = folder / "metadata.json"
-        try:
-            meta = _read_metadata(path)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ContextNotFound(context_id) from None
-        if meta.id != context_id:
-            raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
-        return meta
-
-    @staticmethod
-    def _message(folder: Path, mid: str, where: str) -> MessageNode:
-        if not _safe_name(mid):
-            raise StoreError(
-                f"{folder / 'metadata.json'}: {where}: {mid!r} cannot be a message file name"
-            )
-        return _read_message(folder / "messages" / f"{mid}.json", mid, where)
+            return _page_of(folder, context_id, branch, offset, limit)
