@@ -9,6 +9,7 @@
     python bench/run.py --workload bytes              # bytes written per turn, 100 vs 5,000
     python bench/run.py --workload W8 --baseline /tmp/old-checkout --baseline-python PY
     python bench/run.py --workload prepare            # building one request, 100 vs 5,000
+    python bench/run.py --workload files              # a turn and a page on files://, 100 .. 5,000
     python bench/run.py --workload W7                 # a W1 turn over HTTP + SSE vs in-process
     python bench/run.py --workload W9                 # 1, 2 and 4 workers on PostgreSQL
 
@@ -72,6 +73,10 @@ def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
         import prepare_view
 
         return prepare_view.run()
+    if workload == "FILES":
+        import files_flat
+
+        return files_flat.run()
     if workload == "W7":
         import http_side
 
@@ -424,11 +429,52 @@ def _run_prepare(runs: int, quiet: bool) -> int:
     return 0
 
 
+def _run_files(runs: int, quiet: bool) -> int:
+    """The files workload (bench/files_flat.py): turnfsm only, a turn and a cold
+    page on ``files://`` at 100, 1,000 and 5,000 messages; the medians over
+    ``runs`` processes."""
+    results = []
+    for r in range(runs):
+        try:
+            res = _spawn("FILES", "turnfsm", "FULL")
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        results.append(res)
+        if not quiet:
+            print(
+                f"  files run {r + 1}/{runs}: turn {res['turn_us_at_100']:.4g} / "
+                f"{res['turn_us_at_1000']:.4g} / {res['turn_us_at_5000']:.4g} us, page "
+                f"{res['page_us_at_100']:.4g} / {res['page_us_at_1000']:.4g} / "
+                f"{res['page_us_at_5000']:.4g} us at 100 / 1,000 / 5,000 messages",
+                file=sys.stderr,
+            )
+    line = dict(results[0])
+    for key in results[0]:
+        if key.endswith(("_at_100", "_at_1000", "_at_5000", "_to_100")) or key == "value":
+            line[key] = _round(statistics.median(r[key] for r in results), 4)
+    line["runs"] = [[r["turn_ratio_5000_to_100"], r["page_ratio_5000_to_100"]] for r in results]
+    print(json.dumps(line), flush=True)
+    if not quiet:
+        for what in ("turn", "page"):
+            ratio = line[f"{what}_ratio_5000_to_100"]
+            ok = "ok" if ratio <= line["target"] else "MISSED"
+            print(
+                f"files {what}: {line[f'{what}_us_at_100']:.4g} us at 100 messages, "
+                f"{line[f'{what}_us_at_5000']:.4g} us at 5,000: {ratio:.2f}x "
+                f"(<= {line['target']:g}x {ok})",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, W9, bytes, prepare or all")
+    p.add_argument(
+        "--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, W9, bytes, prepare, files or all"
+    )
     p.add_argument(
         "--system",
         choices=("turnfsm", "floor", "baseline", "both", *W7_SYSTEMS),
@@ -486,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workload and args.workload.upper() == "PREPARE":
         return _run_prepare(args.runs, args.json)
+    if args.workload and args.workload.upper() == "FILES":
+        return _run_files(args.runs, args.json)
     if args.workload and args.workload.upper() == "W9":  # its own runner: bench/w9.py
         import w9
 

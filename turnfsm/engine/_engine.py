@@ -24,7 +24,6 @@ from ..enhancers import (
     TokenBudget,
 )
 from ..errors import (
-    BranchError,
     InvalidInput,
     StoreError,
 )
@@ -54,6 +53,7 @@ from ._leases import DEFAULT_LEASE_TTL
 from ._manage import ContextManagement
 from ._modes import Mode
 from ._observe import Observer
+from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._settings import make_settings
@@ -595,23 +595,19 @@ class Engine(ContextManagement):
         the rest when ``None``), as last committed. An offset past the end gives
         an empty page; :class:`~turnfsm.errors.BranchError` for an unknown branch.
         """
-        check_id("context_id", context_id)
-        if branch is not None:
-            check_id("branch", branch)
-        check_count("offset", offset, minimum=0)
-        check_count("limit", limit, minimum=0, optional=True)
-        rt = self._d.loaded.get(context_id)
-        if rt is not None and context_id not in self._d.busy:
-            ctx = rt.ctx
-        else:
-            ctx = await self.store.load(context_id)
-        name = branch if branch is not None else ctx.active_branch_name
-        found = ctx.branches.get(name)
-        if found is None:
-            raise BranchError(f"context {context_id!r} has no branch {name!r}")
-        end = None if limit is None else offset + limit
-        pool = ctx.message_pool
-        return [detached(pool[mid]) for mid in found.message_ids[offset:end]]
+        return (await self.message_page(context_id, branch=branch, offset=offset, limit=limit))[1]
+
+    async def message_page(
+        self,
+        context_id: str,
+        *,
+        branch: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[str, list[MessageNode]]:
+        """:meth:`messages` and the branch's name; a :class:`~turnfsm.storage.MessagePages`
+        store reads an unloaded context's page alone."""
+        return await message_page(self._d, self.store, context_id, branch, offset, limit)
 
     # ------------------------------------------------------------------ events and audit
 

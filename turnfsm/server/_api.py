@@ -174,8 +174,9 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE), digits("limit", 1, MAX_PAGE)] = 50,
 ) -> MessagePage:
     start = _cursor(cursor)
-    page = await hub.engine.messages(context_id, branch=branch, offset=start, limit=limit + 1)
-    name = branch if branch is not None else (await stored(hub, context_id)).active_branch_name
+    name, page = await hub.engine.message_page(
+        context_id, branch=branch, offset=start, limit=limit + 1
+    )
     more = len(page) > limit
     return MessagePage(
         branch=name,

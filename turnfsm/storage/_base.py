@@ -266,6 +266,22 @@ class WorkDoorbell(Protocol):
 
 
 @runtime_checkable
+class MessagePages(Protocol):
+    """A store that reads a page of a branch's messages without the rest of the
+    context (the files store: ``metadata.json`` and the page's message files).
+    ``Engine.messages`` uses it for a context it has not loaded."""
+
+    async def message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        """The branch's name (the active branch when ``branch`` is None) and its
+        messages from index ``offset``, at most ``limit`` (None: all the rest),
+        as last committed; ``None`` when the context has no such branch.
+        :class:`ContextNotFound` for an unknown context."""
+        ...
+
+
+@runtime_checkable
 class CommitsWithoutWaiting(Protocol):
     """A store whose :meth:`Store.commit` never waits (it holds everything in
     memory) declares its commit as a plain call too: ``commit_nowait(commit)``

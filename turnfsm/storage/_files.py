@@ -33,7 +33,9 @@
   release could leave after a crash inside ``create`` or ``delete``) is absent
   to every call; ``create`` of its id replaces it.
 * Readers take the context's lock shared, writers exclusive, so a reader never
-  sees a commit half applied.
+  sees a commit half applied. A head a commit changes is kept again only once
+  the commit is applied: a commit that fails leaves none, and the next one
+  reads the context whole.
 
 **Damaged data is refused, never repaired or rewritten on read.** Every file is
 validated as it is read (UTF-8, JSON, the types of every field, with the
@@ -42,7 +44,8 @@ a whole (a known state, an active branch that exists, every message a branch
 names stored, every parent message and source branch known). Damage is a
 :class:`~turnfsm.errors.StoreError` naming the file and the JSON path of the
 field (``.../metadata.json: $.branches.main.message_ids: Input should be a
-valid list``). ``load`` and ``commit`` read the whole context; ``steps`` reads
+valid list``). ``load`` reads the whole context, and so does a commit that
+finds no head of it kept (see below); ``steps`` reads
 ``steps.jsonl`` (``load`` does not). ``list_contexts`` lists a context whose
 summary (id, state, version, timestamps, parent) can be read, even when
 other parts of it are damaged, and silently leaves out one whose summary cannot
@@ -51,20 +54,19 @@ be read: one damaged context never hides the others; ``load`` of it raises.
 The layout keeps every message id in ``metadata.json`` and every message in
 ``message_index.json``: those two files are rewritten on each commit and grow
 with the history. The SQLite store is the append-only default for long
-conversations.
+conversations. A commit does not read the history again, though: see
+:mod:`turnfsm.storage._files_heads`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import errno
 import fcntl
-import json
 import os
 import secrets
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -79,7 +81,17 @@ from ..errors import (
     VersionConflict,
 )
 from ..model import ChatContext, MessageNode
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
+from ._base import (
+    Commit,
+    ContextSummary,
+    Lease,
+    MessagePages,
+    StepLog,
+    Store,
+    in_order,
+    lease_is_held,
+)
+from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_lines
 from ._files_records import (
     _dumps,
     _index_of,
@@ -92,17 +104,15 @@ from ._files_records import (
     _read_context,
     _read_metadata,
     _safe_name,
-    _StepLine,
     _Summary,
     _validated,
-)
-from ._schema import (
-    step_problem,
 )
 
 __all__ = ["FilesStore"]
 
 JOURNAL = "commit.journal"
+HEADS = 64
+"""How many contexts' heads (:class:`_Head`) a store keeps, the most recently used."""
 _CREATING = ".creating-"
 _DELETED = ".deleted-"
 
@@ -206,7 +216,7 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(Store):
+class FilesStore(Store, MessagePages):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -226,6 +236,7 @@ class FilesStore(Store):
         self._contexts.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._limiter = anyio.CapacityLimiter(1)
+        self._heads: OrderedDict[str, _Head] = OrderedDict()
         self._collect()
 
     def _dir(self, context_id: str) -> Path:
@@ -388,7 +399,33 @@ class FilesStore(Store):
     def _load(self, context_id: str) -> ChatContext:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            return _read_context(folder, context_id)[0]
+            raw = _read_bytes(folder / "metadata.json")
+            ctx, steps_bytes = _read_context(folder, context_id)
+            head = self._heads.get(context_id)
+            if head is None or head.raw != raw:
+                self._keep(context_id, _Head.of(ctx, steps_bytes, raw))
+            return ctx
+
+    def _keep(self, context_id: str, head: _Head) -> None:
+        self._heads[context_id] = head
+        self._heads.move_to_end(context_id)
+        while len(self._heads) > HEADS:
+            self._heads.popitem(last=False)
+
+    def _head(self, folder: Path, context_id: str) -> _Head:
+        """The context's head, taken out of the kept ones (a commit puts it back
+        once applied): the kept one if ``metadata.json`` is still what it was
+        made from, else made from the whole context, read and validated."""
+        path = folder / "metadata.json"
+        try:
+            raw = _read_bytes(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(context_id) from None
+        head = self._heads.pop(context_id, None)
+        if head is not None and head.raw == raw:
+            return head
+        ctx, steps_bytes = _read_context(folder, context_id)
+        return _Head.of(ctx, steps_bytes, raw)
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
@@ -407,20 +444,20 @@ class FilesStore(Store):
                     raise LeaseLost(cid, take.token, old["token"] if old is not None else None)
             elif commit.lease_token is not None:
                 self._check_fence(folder, cid, commit.lease_token)
-            ctx, steps_bytes = _read_context(folder, cid)
+            head = self._head(folder, cid)
+            ctx = head.ctx
             if ctx.version != commit.expected_version:
                 raise VersionConflict(cid, commit.expected_version, ctx.version)
-            for b in commit.branches:
-                ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
             for name, _ in commit.appended:
-                if name not in ctx.branches:
+                if name not in ctx.branches and all(b.name != name for b in commit.branches):
                     raise StoreError(f"commit appends to unknown branch {name!r}")
             for node in commit.replaced:
-                if node.id not in ctx.message_pool:
+                if node.id not in head.pool:
                     raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
             files = [_message_file(node) for _, node in commit.appended]
             files += [_message_file(node) for node in commit.replaced]
             steps = None
+            steps_bytes = head.steps_bytes
             if commit.steps:
                 path = folder / "steps.jsonl"
                 size = path.stat().st_size if path.exists() else 0
@@ -429,38 +466,14 @@ class FilesStore(Store):
                         f"{path}: {size} bytes, but metadata.json's $.steps_bytes says "
                         f"{steps_bytes} are committed; the file is left as it is"
                     )
-                lines = "".join(
-                    json.dumps(
-                        {
-                            "version": s.version,
-                            "from": s.from_state,
-                            "trigger": s.trigger,
-                            "to": s.to_state,
-                            "at": s.at.isoformat(),
-                            **({} if s.detail is None else {"detail": s.detail}),
-                        }
-                    )
-                    + "\n"
-                    for s in commit.steps
-                ).encode()
+                lines = _steps_lines(commit.steps)
                 steps = (steps_bytes, lines)
                 steps_bytes += len(lines)
-            for name, node in commit.appended:
-                ctx.message_pool[node.id] = node
-                ctx.branches[name].message_ids.append(node.id)
-            for node in commit.replaced:
-                ctx.message_pool[node.id] = node
-            ctx.version = commit.version
-            ctx.current_state = commit.state
-            ctx.updated_at = commit.updated_at
-            ctx.progress = commit.progress
-            ctx.event_seq = commit.event_seq
-            if commit.active_branch is not None:
-                ctx.active_branch_name = commit.active_branch
-            if commit.config is not None:
-                ctx.config = copy.deepcopy(commit.config)
-            files.append(("message_index.json", _index_of(ctx)))
-            files.append(("metadata.json", _dumps(_metadata_of(ctx, steps_bytes))))
+            head.steps_bytes = steps_bytes  # kept again only once applied
+            head.apply(commit)
+            metadata = head.metadata()
+            files.append(("message_index.json", head.index()))
+            files.append(("metadata.json", metadata))
             journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
@@ -473,6 +486,8 @@ class FilesStore(Store):
                 self._write_lease(folder, owner, take.token, take.expires_at)
             self._write_journal(folder, journal)
             self._apply(folder, files, steps)
+            head.raw = metadata
+            self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
                 lease = self._read_lease(folder)
                 if lease is not None and lease["owner"] is not None:  # the fence found it
@@ -554,18 +569,7 @@ class FilesStore(Store):
                 f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
                 "are committed; the file is left as it is"
             )
-        out = []
-        for n, line in enumerate(raw.split(b"\n")[:-1], 1):
-            step = _validated(_StepLine, line, f"{path}: line {n}")
-            problem = step_problem(step.from_, step.to)
-            if problem is not None:
-                raise StoreError(f"{path}: line {n}: {problem}")
-            out.append(
-                StepLog(step.version, step.from_, step.trigger, step.to, step.at, step.detail)
-            )
-        if not raw.endswith(b"\n"):
-            raise StoreError(f"{path}: the committed part does not end with a whole line")
-        return out
+        return _parse_steps(raw, path)
 
     async def aclose(self) -> None:
         return None
@@ -667,5 +671,27 @@ class FilesStore(Store):
     # ------------------------------------------------------------------ messages
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        """The messages with these ids (this backend reads the context to find them)."""
-        return in_order(context_id, ids, (await self.load(context_id)).message_pool)
+        """The messages with these ids: ``metadata.json`` and their files only."""
+        found: list[MessageNode] = await self._run(self._load_messages, context_id, ids)
+        return found
+
+    def _load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        folder = self._dir(context_id)
+        with self._context(folder, context_id, exclusive=False):
+            return in_order(context_id, ids, _messages_of(folder, context_id, ids))
+
+    async def message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        """A page of a branch: ``metadata.json`` and the page's message files only."""
+        page: tuple[str, list[MessageNode]] | None = await self._run(
+            self._message_page, context_id, branch, offset, limit
+        )
+        return page
+
+    def _message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        folder = self._dir(context_id)
+        with self._context(folder, context_id, exclusive=False):
+            return _page_of(folder, context_id, branch, offset, limit)

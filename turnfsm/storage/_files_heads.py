@@ -1,0 +1,231 @@
+"""The files store's kept heads and its partial reads.
+
+A commit does not read the history again: the store keeps each context's head,
+checked against ``metadata.json`` byte for byte under the lock, and writes
+``metadata.json`` and ``message_index.json`` from it. ``load_messages`` and
+``message_page`` read ``metadata.json`` and the files of the messages asked
+for only.
+
+A head (:class:`_Head`) is what a commit needs of a context, kept between
+commits by a :class:`~turnfsm.storage.FilesStore` (see its module for when it
+is used); the functions below read a part of a context: ``metadata.json`` and
+the message files asked for; and the lines of ``steps.jsonl``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ContextNotFound, StoreError
+from ..model import ChatContext, MessageNode
+from ._base import Commit, StepLog
+from ._files_records import (
+    _id_line,
+    _index_head,
+    _index_tail,
+    _index_text,
+    _Metadata,
+    _metadata_text,
+    _read_message,
+    _read_metadata,
+    _safe_name,
+    _StepLine,
+    _validated,
+)
+from ._schema import step_problem
+
+# ---------------------------------------------------------------------- a context's head
+
+
+@dataclasses.dataclass(slots=True)
+class _Head:
+    """What a commit needs of a context, kept between commits so that a commit
+    reads and writes no more than it changes (not every message file, nor the
+    indenting JSON encoder over every id).
+
+    It is valid while ``metadata.json`` holds ``raw``, byte for byte: every
+    commit (of any process) rewrites that file, and a commit compares it,
+    under the context's exclusive lock, before it uses a kept head. Otherwise
+    the context is read whole, as on ``load``, and a new head made from it.
+    """
+
+    raw: bytes
+    """``metadata.json`` as on disk when the head was made or last written."""
+    ctx: ChatContext
+    """The context's small fields and branches; ``message_pool`` is empty."""
+    pool: dict[str, str]
+    """Every stored message id, in the pool's order, to its index entry's head
+    (:func:`_index_head`)."""
+    detached: list[str]
+    ids: dict[str, bytearray]
+    """Each branch's message ids, encoded as ``metadata.json`` lists them
+    (:func:`_id_line`, joined with ``",\\n"``): an append extends it."""
+    entries: dict[str, bytearray]
+    """Each branch's entries of ``message_index.json``, joined the same way."""
+    steps_bytes: int
+
+    @classmethod
+    def of(cls, ctx: ChatContext, steps_bytes: int, raw: bytes) -> _Head:
+        pool = {mid: _index_head(mid, node.message) for mid, node in ctx.message_pool.items()}
+        on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+        small = dataclasses.replace(
+            ctx,
+            message_pool={},
+            branches={
+                name: dataclasses.replace(b, message_ids=list(b.message_ids))
+                for name, b in ctx.branches.items()
+            },
+            config=copy.deepcopy(ctx.config),
+        )
+        head = cls(raw, small, pool, [m for m in pool if m not in on_branches], {}, {}, steps_bytes)
+        for name in small.branches:
+            head.index_branch(name)
+        return head
+
+    def index_branch(self, name: str) -> None:
+        ids = self.ctx.branches[name].message_ids
+        tail = _index_tail(name)
+        self.ids[name] = bytearray(b",\n".join([_id_line(m) for m in ids]))
+        self.entries[name] = bytearray(",\n".join([self.pool[m] + tail for m in ids]).encode())
+
+    def append(self, name: str, mid: str) -> None:
+        """``mid`` at the end of branch ``name``'s encodings."""
+        ids, entries = self.ids[name], self.entries[name]
+        if ids:
+            ids += b",\n"
+            entries += b",\n"
+        ids += _id_line(mid)
+        entries += (self.pool[mid] + _index_tail(name)).encode()
+
+    def metadata(self) -> bytes:
+        return _metadata_text(self.ctx, self.ids, self.detached, self.steps_bytes)
+
+    def index(self) -> bytes:
+        return _index_text([self.entries[name] for name in self.ctx.branches])
+
+    def apply(self, commit: Commit) -> None:
+        """The commit's changes (checked already) to the head."""
+        ctx = self.ctx
+        order = None
+        if commit.branches:  # the pool's order as read back: branches, then detached
+            order = [m for b in ctx.branches.values() for m in b.message_ids]
+            order += self.detached
+        changed = set()
+        for b in commit.branches:
+            ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
+            changed.add(b.name)
+        for node in commit.replaced:
+            listed = _index_head(node.id, node.message)
+            if self.pool[node.id] != listed:  # the index lists what it changed
+                self.pool[node.id] = listed
+                changed.update(ctx.branches)
+        for name, node in commit.appended:
+            listed = _index_head(node.id, node.message)
+            if self.pool.setdefault(node.id, listed) != listed:  # stored again, changed
+                self.pool[node.id] = listed
+                changed.update(ctx.branches)
+            if order is not None:
+                order.append(node.id)
+            ctx.branches[name].message_ids.append(node.id)
+            if name not in changed:
+                self.append(name, node.id)
+        for name in changed:
+            self.index_branch(name)
+        if order is not None:
+            on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+            self.detached = [m for m in dict.fromkeys(order) if m not in on_branches]
+        elif self.detached and commit.appended:
+            added = {node.id for _, node in commit.appended}
+            self.detached = [m for m in self.detached if m not in added]
+        ctx.version = commit.version
+        ctx.current_state = commit.state
+        ctx.updated_at = commit.updated_at
+        ctx.progress = commit.progress
+        ctx.event_seq = commit.event_seq
+        if commit.active_branch is not None:
+            ctx.active_branch_name = commit.active_branch
+        if commit.config is not None:
+            ctx.config = copy.deepcopy(commit.config)
+
+
+# ---------------------------------------------------------------------- partial reads
+
+
+def _stored_metadata(folder: Path, context_id: str) -> _Metadata:
+    path = folder / "metadata.json"
+    try:
+        meta = _read_metadata(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ContextNotFound(context_id) from None
+    if meta.id != context_id:
+        raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
+    return meta
+
+
+def _message(folder: Path, mid: str, where: str) -> MessageNode:
+    if not _safe_name(mid):
+        raise StoreError(
+            f"{folder / 'metadata.json'}: {where}: {mid!r} cannot be a message file name"
+        )
+    return _read_message(folder / "messages" / f"{mid}.json", mid, where)
+
+
+def _steps_lines(steps: list[StepLog]) -> bytes:
+    """Lines of ``steps.jsonl``."""
+    return "".join(
+        json.dumps(
+            {
+                "version": s.version,
+                "from": s.from_state,
+                "trigger": s.trigger,
+                "to": s.to_state,
+                "at": s.at.isoformat(),
+                **({} if s.detail is None else {"detail": s.detail}),
+            }
+        )
+        + "\n"
+        for s in steps
+    ).encode()
+
+
+def _parse_steps(raw: bytes, path: Path) -> list[StepLog]:
+    """The committed part of ``steps.jsonl``, validated."""
+    out = []
+    for n, line in enumerate(raw.split(b"\n")[:-1], 1):
+        step = _validated(_StepLine, line, f"{path}: line {n}")
+        problem = step_problem(step.from_, step.to)
+        if problem is not None:
+            raise StoreError(f"{path}: line {n}: {problem}")
+        out.append(StepLog(step.version, step.from_, step.trigger, step.to, step.at, step.detail))
+    if not raw.endswith(b"\n"):
+        raise StoreError(f"{path}: the committed part does not end with a whole line")
+    return out
+
+
+def _messages_of(folder: Path, context_id: str, ids: Sequence[str]) -> dict[str, MessageNode]:
+    """The messages of ``ids`` that the context holds (read under its lock)."""
+    meta = _stored_metadata(folder, context_id)
+    stored = {m for b in meta.branches.values() for m in b.message_ids}
+    stored.update(meta.detached_message_ids)
+    return {mid: _message(folder, mid, "$.branches") for mid in dict.fromkeys(ids) if mid in stored}
+
+
+def _page_of(
+    folder: Path, context_id: str, branch: str | None, offset: int, limit: int | None
+) -> tuple[str, list[MessageNode]] | None:
+    """``FilesStore.message_page`` (read under the context's lock)."""
+    meta = _stored_metadata(folder, context_id)
+    name = meta.active_branch_name if branch is None else branch
+    found = meta.branches.get(name)
+    if found is None:
+        return None
+    end = None if limit is None else offset + limit
+    start = min(offset, len(found.message_ids))
+    return name, [
+        _message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
+        for i, mid in enumerate(found.message_ids[offset:end], start)
+    ]
