@@ -52,7 +52,8 @@ class ContextIn(BaseModel):
     model_config = _STRICT
     system_prompt: str | None = None
     user_prompt: str | None = None
-    model: str = "demo"
+    model: str | None = None
+    """None: the server's model (``ServerConfig.model``)."""
     mode: str = "chat"
     parameters: dict[str, Any] | None = None
     title: str | None = None
