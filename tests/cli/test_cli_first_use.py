@@ -5,6 +5,7 @@ while the command loads."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from turnfsm.cli._store import open_cli_store
 from turnfsm.storage._url import absolute_url, store_location
 from turnfsm.tools import tool
 
-from .conftest import Cli
+from .conftest import Cli, contexts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,3 +145,19 @@ def test_the_command_is_the_entry_module() -> None:
     the package (whose import a Ctrl-C could interrupt)."""
     text = (ROOT / "pyproject.toml").read_text()
     assert 'turnfsm = "turnfsm_entry:main"' in text
+
+
+def test_chat_on_a_context_with_another_model_records_it(cli: Cli, tmp_path: Path) -> None:
+    """``chat --context ID --model X`` sends X: the context says so too (a
+    ``config_updated`` step), as ``--mode`` does for the mode."""
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    assert cli("chat", "--demo", "-m", "hi", "--store", url).code == 0
+    (row,) = contexts(cli, url)
+    shown = cli("contexts", "show", row["id"], "--store", url)
+    assert json.loads(shown.out)["config"]["model_id"] == "demo"
+    ran = cli(
+        "chat", "--demo", "--context", row["id"], "--model", "other-1", "-m", "hi", "--store", url
+    )
+    assert ran.code == 0, ran.err
+    shown = cli("contexts", "show", row["id"], "--store", url)
+    assert json.loads(shown.out)["config"]["model_id"] == "other-1"
