@@ -156,7 +156,11 @@ def absolute_url(url: str) -> str:
         return url
     rest = url.split("://", 1)[1]
     query = rest[rest.index("?") :] if "?" in rest else ""
-    return f"{url.split('://', 1)[0]}:///{quote(os.path.abspath(path))}{query}"
+    try:
+        absolute = quote(os.path.abspath(path))
+    except (UnicodeEncodeError, ValueError):  # a path no file can have: open_store says so
+        return url
+    return f"{url.split('://', 1)[0]}:///{absolute}{query}"
 
 
 def store_location(url: str) -> str:
