@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from turnfsm.cli import main
 from turnfsm.cli._demo import run_demo
 
 APPROVED_TRACE = [
@@ -69,14 +71,20 @@ async def test_demo_asks_and_honours_a_denial(monkeypatch: pytest.MonkeyPatch) -
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnfsm", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    """``turnfsm ARGS`` in this process (its exit code, standard output and
+    error), with no terminal to ask. The commands are the ones a process runs
+    (``turnfsm.cli.main``); test_demo_command_runs_without_a_terminal runs
+    one in a process of its own. In process, a command costs no interpreter
+    start and package import: about a second each on a loaded machine."""
+    out, err = io.StringIO(), io.StringIO()
+    stdin = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        sys.stdin = stdin
+    return subprocess.CompletedProcess(["turnfsm", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_demo_keeps_its_conversation_in_the_store_and_contexts_shows_it(tmp_path: Path) -> None:

@@ -46,16 +46,18 @@ def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], http
     tokens.write_text("token-alice alice\n")
     port = free_port()
     env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    # the log (standard error) to a file: a pipe no one reads would fill and stop the server
+    log = (tmp / "serve.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "turnfsm", "serve", "--port", str(port),
          "--store", f"sqlite:///{tmp / 'serve.db'}", "--tokens", str(tokens), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        stdout=subprocess.DEVNULL, stderr=log, env=env,
     )  # fmt: skip
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, timeout=30)
     try:
         deadline = time.monotonic() + 30
         while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, (tmp / "serve.log").read_text()
             try:
                 if client.get("/readyz").status_code == 200:
                     break
@@ -69,8 +71,7 @@ def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], http
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
-        if proc.stderr:
-            proc.stderr.close()
+        log.close()
 
 
 def test_non_loopback_host_needs_tokens_or_insecure(capsys: object) -> None:
@@ -202,13 +203,15 @@ def test_the_server_logs_key_value_lines_unless_the_application_configured_struc
         timeout=60,
     )
     assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
-    if configured:  # the application's own renderer and levels, untouched
+    if configured:  # the application's own renderer, levels and output, untouched
+        lines = run.stdout.splitlines()
         assert lines == [
             '{"method": "GET", "status": 200, "event": "request"}',
             '{"event": "not shown"}',
         ]
-    else:
+    else:  # to standard error: standard output is what a command outputs
+        assert run.stdout == ""
+        lines = run.stderr.splitlines()
         assert len(lines) == 1, lines
         assert lines[0].startswith("timestamp='")
         assert lines[0].split(" ", 1)[1] == "level='info' event='request' method='GET' status=200"

@@ -12,7 +12,6 @@ import httpx
 from server.conftest import serve_in_thread
 
 from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._models import ContextIn
 from turnfsm.server._web import COOKIE
 
 from .conftest import TOKENS, Web, _engine
@@ -259,7 +258,7 @@ def test_the_page_forms_go_where_the_api_goes(tmp_path: Path) -> None:
             assert made.status_code == 303
             cid = made.headers["location"].rsplit("/", 1)[1]
             ctx = api.get(f"/api/contexts/{cid}").json()
-            assert ctx["model"] == ContextIn().model == "demo"  # the API's default
+            assert ctx["model"] == ServerConfig().model == "demo"  # the server's model
             sent = tab.post(f"/contexts/{cid}/send", data={"content": "What's the weather?"})
             assert sent.status_code == 303
             state = api.get(f"/api/contexts/{cid}/state").json()

@@ -157,6 +157,9 @@ class Chat:
             wanted = getattr(self.args, "mode", None)
             if wanted is not None and wanted != mode:
                 mode = (await engine.update_config(ctx.id, mode=wanted)).mode
+            model = getattr(self.args, "model", None)
+            if model and model != ctx.config.model_id:  # the context shows what is sent
+                await engine.update_config(ctx.id, model=model)
             if not self.as_json:
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "

@@ -155,7 +155,10 @@ async def run_demo(
             events.end()
     if not as_json:
         console.print("\n[bold]trace:[/bold] " + " -> ".join(trace))
-        console.print(f"[dim]context {cid} kept in {url}[/dim]")
+        if url.lower().startswith("memory://"):
+            console.print(f"[dim]context {cid} was in memory only: nothing is kept[/dim]")
+        else:
+            console.print(f"[dim]context {cid} kept in {url}[/dim]")
     else:
         console.out(json.dumps({"trace": list(trace)}), highlight=False)
     return 0 if trace[-1] is State.IDLE else 1

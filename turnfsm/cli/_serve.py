@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from typing import Any
 
 from ..engine import Engine, RetryPolicy
@@ -28,10 +29,10 @@ from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._mcp import add_mcp_options, mcp_toolsets
-from ._store import add_store_option, open_cli_store
+from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
 
-__all__ = ["add_model_options", "add_parser", "load_tools", "model_of"]
+__all__ = ["add_model_options", "add_parser", "load_tools", "model_name", "model_of"]
 
 
 def add_parser(sub: Any) -> None:
@@ -165,8 +166,9 @@ def load_tools(specs: list[str]) -> list[Tool]:
 
 
 def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
-    """The model adapter the flags name, and the tools that come with it (the
-    demo model's weather tool)."""
+    """The model adapter the flags name, and the tools that come with it: the
+    demo model's weather tool, offered only when the application gives no
+    tools of its own (``--tools``, ``--mcp``, ``--mcp-url``), which replace it."""
     if args.llm is not None:
         found = _named("--llm", args.llm)
         llm = found if callable(getattr(found, "stream", None)) else None
@@ -181,27 +183,48 @@ def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
 
-        return DemoLLM(delay=args.demo_delay), [get_weather]
+        own = bool(args.tools or getattr(args, "mcp_servers", None))
+        return DemoLLM(delay=args.demo_delay), [] if own else [get_weather]
     from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
-    from ._chat import DEFAULT_MODEL, PLACEHOLDER_KEY
+    from ._chat import PLACEHOLDER_KEY
 
     cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
     try:
-        llm = cls(
-            base_url=base_url,
-            api_key=key or PLACEHOLDER_KEY,
-            model=args.model or DEFAULT_MODEL,
-            timeout=args.timeout,
-        )
+        # no model of its own: each context's model is the name sent upstream
+        # (new contexts get model_name(), the one --model names)
+        llm = cls(base_url=base_url, api_key=key or PLACEHOLDER_KEY, timeout=args.timeout)
     except InvalidInput as exc:
         raise CLIError(str(exc)) from None
     return llm, []
 
 
+def model_name(args: argparse.Namespace, llm: Any) -> str:
+    """The model of a context made without one: ``--model``; else, for
+    ``--llm``, the adapter's own ``model`` if it names one; else ``demo`` for
+    the demo model and the default model for an OpenAI-compatible endpoint."""
+    if args.model:
+        return str(args.model)
+    from ..adapters.llm.demo import DemoLLM
+
+    if isinstance(llm, DemoLLM):
+        return "demo"
+    if args.llm is not None:
+        own = getattr(llm, "model", None)
+        return own if isinstance(own, str) and own else "demo"
+    from ._chat import DEFAULT_MODEL
+
+    return DEFAULT_MODEL
+
+
+def _host(host: str) -> str:
+    """``host`` as a URL writes it (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         from ..server import ServerConfig, load_tokens
-        from ..server._run import is_loopback, run_server
+        from ..server._run import StartupFailed, is_loopback, run_server
     except ImportError as exc:
         raise CLIError(
             f"turnfsm serve needs the server extra ({exc.name} is missing): "
@@ -227,6 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         heartbeat=args.heartbeat,
         max_turns_per_tenant=args.max_turns_per_tenant,
         turns=args.turns,
+        model=model_name(args, llm),
     )
     if args.turns == "workers" and not isinstance(store, WorkQueue):
         raise CLIError(
@@ -248,9 +272,18 @@ def _run(args: argparse.Namespace) -> int:
         )
 
     stop_tracing = start_tracing("turnfsm-serve")
-    print(f"turnfsm serve: http://{args.host}:{args.port} (store {url})", flush=True)
+    # a log line, to standard error as the server's others (standard output is
+    # a command's output only)
+    print(
+        f"turnfsm serve: http://{_host(args.host)}:{args.port}, model {config.model}, "
+        f"store {store_location(url)}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         run_server(factory, config, host=args.host, port=args.port)
+    except StartupFailed as exc:  # one line, exit 2, as other usage errors
+        raise CLIError(f"the server did not start: {exc}") from None
     finally:
         stop_tracing()
     return 0

@@ -11,9 +11,16 @@ from pathlib import Path
 from ..errors import InvalidInput, StoreError
 from ..storage import Store, open_store
 from ..storage._secrets import redact, scrub
+from ..storage._url import absolute_url, store_location
 from ._errors import CLIError
 
-__all__ = ["add_store_option", "approval_mode", "default_store_url", "open_cli_store"]
+__all__ = [
+    "add_store_option",
+    "approval_mode",
+    "default_store_url",
+    "open_cli_store",
+    "store_location",
+]
 
 
 def approval_mode(given: str | None) -> str:
@@ -41,8 +48,11 @@ def open_cli_store(url: str | None, *, create: bool = True) -> tuple[Store, str]
     """The store of ``--store`` (or the default) and its URL as messages show
     it (its password as ``***``); a bad, missing (read-only commands:
     ``create=False``) or unavailable store is a one-line usage error naming
-    the URL, without its password."""
-    where = url or default_store_url(create=create)
+    the URL, without its password. A relative ``sqlite:///`` or ``files:///``
+    path is made absolute first (``sqlite:///chats.db`` in ``/srv`` is
+    ``sqlite:////srv/chats.db``: the same store), so every message shows where
+    the store is."""
+    where = absolute_url(url or default_store_url(create=create))
     shown = redact(where)
     try:
         store = open_store(where, create=create)
@@ -55,7 +65,8 @@ def open_cli_store(url: str | None, *, create: bool = True) -> tuple[Store, str]
     except StoreError as exc:
         message = str(exc)
     except OSError as exc:
-        message = f"{exc.filename or where}: {exc.strerror or exc}"
+        named = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else where
+        message = f"{named}: {exc.strerror or exc}"
     message = scrub(message)
     if shown not in message:
         message = f"{shown}: {message}"

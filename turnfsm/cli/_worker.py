@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from typing import Any
 
 import anyio
@@ -31,7 +32,7 @@ from ._errors import CLIError, count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of
-from ._store import add_store_option, open_cli_store
+from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import add_metrics_options, serve_metrics, start_tracing
 
 __all__ = ["add_parser"]
@@ -108,14 +109,19 @@ def _run(args: argparse.Namespace) -> int:
                         worker.stop()
 
             tg.start_soon(on_signal)
+            # log lines, to standard error: standard output is for what a command outputs
             print(
-                f"turnfsm worker: {engine.owner} on {url}, concurrency {args.concurrency}",
+                f"turnfsm worker: {engine.owner} on {store_location(url)}, "
+                f"concurrency {args.concurrency}",
+                file=sys.stderr,
                 flush=True,
             )
             await worker.run()
             tg.cancel_scope.cancel()
+        run = "turn run" if worker.finished == 1 else "turns run"
         print(
-            f"turnfsm worker: stopped ({worker.finished} turns run, {worker.failed} failed)",
+            f"turnfsm worker: stopped ({worker.finished} {run}, {worker.failed} failed)",
+            file=sys.stderr,
             flush=True,
         )
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Response
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
@@ -32,7 +32,7 @@ from ._request_compat import router as request_router
 from ._sessions import router as sessions_router
 from ._web._routes import router as web_router
 
-__all__ = ["HOT_ROUTES", "create_app"]
+__all__ = ["FAVICON", "HOT_ROUTES", "create_app"]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorOut} for s in (401, 404, 409, 413, 422)
@@ -47,8 +47,15 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with hub.lifespan():
-            yield
+        started = False
+        try:
+            async with hub.lifespan():
+                started = True
+                yield
+        except Exception as exc:
+            if not started:  # what stopped the start, for run_server's one line
+                app.state.startup_error = exc
+            raise
 
     app = FastAPI(
         title="turnfsm",
@@ -72,6 +79,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.include_router(web_router)  # the web view at / (docs/web.md)
     app.include_router(docs_router)  # /docs and /redoc, offline (docs/server.md)
     app.include_router(_telemetry.router)  # GET /metrics (docs/observability.md)
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
 
     if config.cors_origins:
         app.add_middleware(
@@ -84,6 +92,20 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.add_middleware(Gate, limit=config.max_body, open_host_check=not config.tokens)
     _hot_routes_first(app, (api_router, events_router))
     return app
+
+
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    b'<circle cx="4" cy="8" r="3" fill="#2b6cb0"/><circle cx="12" cy="8" r="3" fill="#2b6cb0"/>'
+    b'<path d="M7 8h2" stroke="#2b6cb0" stroke-width="2"/></svg>'
+)
+"""The icon browsers ask for: two states and an edge (an SVG; no tenant needed)."""
+
+
+async def _favicon() -> Response:
+    return Response(
+        FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"}
+    )
 
 
 HOT_ROUTES = (

@@ -50,7 +50,10 @@ async def tenant_contexts(hub: Hub, who: str, state: str | None = None) -> list[
 
 async def create_context(hub: Hub, who: str, **fields: Any) -> str:
     """A new context of tenant ``who`` (``fields``: those of
-    :meth:`~turnfsm.engine.Engine.create_context`)."""
+    :meth:`~turnfsm.engine.Engine.create_context`); without a ``model``, the
+    server's (``ServerConfig.model``: the name sent upstream)."""
+    if fields.get("model") is None:
+        fields["model"] = hub.config.model
     cid = await hub.engine.create_context(**fields)
     await hub.adopt(cid, who)
     return cid

@@ -24,6 +24,11 @@ class ServerConfig:
     recover_on_start: bool = True
     shutdown_grace: float = 5.0
     max_turns_per_tenant: int = DEFAULT_MAX_TURNS_PER_TENANT
+    model: str = "demo"
+    """The model of a context made without one (``POST /api/contexts`` without
+    ``model``, ``/v1``, ``/api/chat``, ``/chat``, the web view): the name the
+    model adapter sends upstream for it. ``turnfsm serve`` sets it to the model
+    it calls (``docs/server.md``)."""
     turns: Literal["here", "workers"] = "here"
     """Where a posted message's turn runs: in this process, or on the workers
     of the same store (``docs/workers.md``; the server then runs no

@@ -11,9 +11,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from .. import errors as e
+from ..states import NON_RESTING
 from ..storage._secrets import scrub
 
-__all__ = ["ApiError", "error_response", "install_handlers", "status_of"]
+__all__ = ["ApiError", "busy_if_under_way", "error_response", "install_handlers", "status_of"]
 
 log = structlog.get_logger("turnfsm.server")
 
@@ -61,6 +62,25 @@ def status_of(exc: e.TurnFSMError) -> tuple[int, str]:
     return 400, "turnfsm_error"
 
 
+_UNDER_WAY = frozenset(str(state) for state in NON_RESTING)
+
+
+def busy_if_under_way(exc: e.TurnFSMError) -> e.TurnFSMError:
+    """An event refused because the context is away from rest, as what it is:
+    a turn under way (queued for a worker, running on one or in another
+    process), ``409 context_busy`` as for a turn this server runs, not
+    ``illegal_transition``. Any other error as it is."""
+    if isinstance(exc, e.IllegalTransition) and exc.state in _UNDER_WAY:
+        busy = e.ContextBusy(exc.context_id or "?", exc.state)
+        busy.args = (
+            f"context {exc.context_id!r} is busy: a turn is under way (state "
+            f"{exc.state!r}: queued for a worker, or running); wait for it to rest, or "
+            "cancel it",
+        )
+        return busy
+    return exc
+
+
 def error_response(
     status: int, code: str, message: str, where: str | None = None, **headers: str
 ) -> JSONResponse:
@@ -75,6 +95,7 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(e.TurnFSMError)
     async def _engine(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, e.TurnFSMError)
+        exc = busy_if_under_way(exc)
         status, code = status_of(exc)
         if isinstance(exc, e.HistoryConflict):  # names the id the body gave it (null if none)
             body = {"code": code, "message": scrub(str(exc)), "where": exc.where}

@@ -60,7 +60,9 @@ class ContextIn(BaseModel):
     model_config = _STRICT
     system_prompt: str | None = None
     user_prompt: str | None = None
-    model: str = "demo"
+    model: str | None = Field(
+        default=None, description="the model; none: the server's, the one it calls"
+    )
     mode: str = "chat"
     parameters: dict[str, Any] | None = None
     title: str | None = None

@@ -188,9 +188,14 @@ async def _context_for(
     # over the tenant's turn limit: 429 before a context is made
     with hub.turn_limit.reserved(who):
         if earlier:
-            ctx = import_openai_messages(earlier)
-            if params is not None:
-                ctx.config = dataclasses.replace(ctx.config, parameters=params)
+            # ids from the engine's factory, as a context made here gets them
+            ctx = import_openai_messages(earlier, ids=hub.engine.new_id)
+            # the server's model, as a context made here gets it
+            ctx.config = dataclasses.replace(
+                ctx.config,
+                model_id=hub.config.model,
+                parameters=params if params is not None else ctx.config.parameters,
+            )
             await hub.engine.store.create(ctx)
             cid = ctx.id
             await hub.adopt(cid, who)

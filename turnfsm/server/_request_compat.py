@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ..adapters.inbound import parse_request
 from ..engine import Turn
+from ..model import Role
 from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._models import AcceptedOut, TurnOut
@@ -54,7 +55,16 @@ async def chat(
     if wait and job.turn is not None:
         return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
     ctx = await engine.store.load(cid)
+    # the turn took its first step: the request's user message is stored, the
+    # last user message of the branch (the turn adds none)
+    pool = ctx.message_pool
+    mid = next(
+        (i for i in reversed(ctx.active_branch.message_ids) if pool[i].message.role is Role.USER),
+        None,
+    )
     return JSONResponse(
-        AcceptedOut(context_id=cid, state=ctx.current_state).model_dump(mode="json"),
+        AcceptedOut(context_id=cid, message_id=mid, state=ctx.current_state).model_dump(
+            mode="json"
+        ),
         status_code=202,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, cast
@@ -22,6 +23,7 @@ __all__ = [
     "HTTP_PROTOCOL",
     "LOOPBACK",
     "HeadWithBody",
+    "StartupFailed",
     "configure_logging",
     "is_loopback",
     "run_server",
@@ -135,7 +137,8 @@ class _Server(uvicorn.Server):
 
 def configure_logging() -> None:
     """The server's log lines (the access log: one per request) as structured
-    ``key=value`` lines to standard output, at INFO, with an ISO timestamp and
+    ``key=value`` lines to standard error (standard output is left to what a
+    command outputs), at INFO, with an ISO timestamp and
     the level; each logger is built once. Nothing is changed when the
     application configured structlog itself. (structlog's unconfigured default
     is a development console renderer, several times the cost per line.)"""
@@ -151,9 +154,37 @@ def configure_logging() -> None:
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         # a line and its end in one write (print() writes them apart when
         # standard output is unbuffered)
-        logger_factory=structlog.WriteLoggerFactory(),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+class StartupFailed(RuntimeError):
+    """The server did not start (the engine or its tools could not be made,
+    the store did not open, the port is taken): one line saying why, the
+    error itself as ``__cause__`` when there is one."""
+
+
+class _StartupErrors(logging.Filter):
+    """uvicorn's error lines until the server has started, kept rather than
+    printed (a traceback of the app's start, "Application startup failed",
+    "[Errno 98] address already in use"): :func:`run_server` says what went
+    wrong in one line instead. Once the server runs, its errors print."""
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self.server = server
+        self.lines: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.server.started or record.levelno < logging.ERROR:
+            return True
+        self.lines.append(record.getMessage().strip())
+        return False
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def run_server(
@@ -187,4 +218,20 @@ def run_server(
         loop.call_soon(hub.closing.set)
 
     server.on_exit = on_exit
-    server.run()
+    kept = _StartupErrors(server)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(kept)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's exit when it cannot listen
+        if server.started:
+            raise
+    finally:
+        uvicorn_log.removeFilter(kept)
+    if server.started:
+        return
+    error: BaseException | None = getattr(app.state, "startup_error", None)
+    if error is not None:
+        raise StartupFailed(f"{type(error).__name__}: {_one_line(str(error))}") from error
+    shown = [line for line in kept.lines if line and "Application startup failed" not in line]
+    raise StartupFailed(_one_line(shown[-1]) if shown else "the server did not start")

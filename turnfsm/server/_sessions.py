@@ -93,6 +93,10 @@ class SessionList(BaseModel):
 class SessionRecords(SessionOut):
     state: str
     records: list[dict[str, Any]] = Field(description="the active branch in the session format")
+    pending_tool_calls: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the calls that wait for a human's decision, as /chat's done gives them",
+    )
 
 
 class ChatIn(BaseModel):
@@ -328,11 +332,22 @@ async def get_session(hub: HubOf, session_id: str, who: Tenant) -> SessionRecord
     """The session and its records (the active branch in the session format)."""
     ctx = await hub.engine.store.load(await _session(hub, session_id, who))
     exported = export_session_records(ctx)
+    waiting = ctx.pending_tool_calls()
+    pending = {c.id for c in waiting}
     return SessionRecords(
         **SessionOut.of(ctx).model_dump(),
         state=ctx.current_state,
-        records=exported["records"],
+        records=[
+            _pending(r) if r.get("tool_call_id") in pending else r for r in exported["records"]
+        ],
+        pending_tool_calls=[_call(c) for c in waiting],
     )
+
+
+def _pending(record: dict[str, Any]) -> dict[str, Any]:
+    """A call that waits for a decision: no result yet (the export gives such
+    a call the result an import gives a missing one, ``success`` false)."""
+    return {**record, "result": None, "success": None, "pending": True}
 
 
 @router.post(

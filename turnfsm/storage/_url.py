@@ -30,16 +30,24 @@ No message shows a URL's password: each quotes it as
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ..errors import InvalidInput, StoreError
 from ._base import Store
 from ._memory import MemoryStore
 from ._secrets import redact
 
-__all__ = ["SCHEMES", "SQLITE_OPTIONS", "open_store", "path_and_options"]
+__all__ = [
+    "SCHEMES",
+    "SQLITE_OPTIONS",
+    "absolute_url",
+    "open_store",
+    "path_and_options",
+    "store_location",
+]
 
 SCHEMES = ("memory://", "sqlite:///path.db", "files:///dir", "postgresql://user@host/db")
 """The URL forms :func:`open_store` knows, for error messages."""
@@ -124,10 +132,51 @@ def _postgres_store(url: str, *, create: bool) -> Store:
 
 def _must_exist(url: str, path: str, *, folder: bool) -> None:
     p = Path(path)
+    where = os.path.abspath(path)  # the folder a relative path is in, shown
     if folder and not (p / "contexts").is_dir():
-        raise StoreError(f"{redact(url)!r}: no files store at {path} (it is not created here)")
+        raise StoreError(f"{redact(url)!r}: no files store at {where} (it is not created here)")
     if not folder and not p.is_file():
-        raise StoreError(f"{redact(url)!r}: no SQLite store at {path} (it is not created here)")
+        raise StoreError(f"{redact(url)!r}: no SQLite store at {where} (it is not created here)")
+
+
+def absolute_url(url: str) -> str:
+    """``url`` with its path made absolute, for a ``sqlite://`` or ``files://``
+    URL whose path is relative to the working directory
+    (``sqlite:///chats.db`` in ``/srv``: ``sqlite:////srv/chats.db``); any
+    other URL, or one that does not parse, as it is. The store it names is the
+    same; messages about it then show the whole path."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("sqlite", "files"):
+        return url
+    try:
+        path, _ = path_and_options(url)
+    except InvalidInput:
+        return url
+    if os.path.isabs(path):
+        return url
+    rest = url.split("://", 1)[1]
+    query = rest[rest.index("?") :] if "?" in rest else ""
+    try:
+        absolute = quote(os.path.abspath(path))
+    except (UnicodeEncodeError, ValueError):  # a path no file can have: open_store says so
+        return url
+    return f"{url.split('://', 1)[0]}:///{absolute}{query}"
+
+
+def store_location(url: str) -> str:
+    """Where the store ``url`` names keeps its data, for people: the absolute
+    path of a SQLite file or files folder, ``memory (nothing is kept)``, else
+    the URL without its password."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "memory":
+        return "memory:// (nothing is kept)"
+    if scheme in ("sqlite", "files"):
+        try:
+            path, _ = path_and_options(url)
+        except InvalidInput:
+            return redact(url)
+        return os.path.abspath(path)
+    return redact(url)
 
 
 def path_and_options(url: str) -> tuple[str, dict[str, str]]:
