@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from turnfsm.cli import main
+from turnfsm.storage import open_store
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 WEATHER = SCRIPTS / "weather_with_approval.json"
@@ -62,3 +64,18 @@ def contexts(cli: Cli, url: str) -> list[dict[str, Any]]:
     ran = cli("contexts", "list", "--json", "--store", url)
     assert ran.code == 0, ran.err
     return [json.loads(line) for line in ran.out.splitlines()]
+
+
+def stored_views(url: str, cid: str) -> list[dict[str, object]]:
+    """What each stored message of ``cid`` records of the view it was sent in
+    (its ``metadata.extra["view"]``, empty where none)."""
+
+    async def load() -> list[dict[str, object]]:
+        store = open_store(url)
+        try:
+            ctx = await store.load(cid)
+        finally:
+            await store.aclose()
+        return [n.message.metadata.extra.get("view", {}) for n in ctx.history()]
+
+    return anyio.run(load)

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio
 import pytest
 
 from turnfsm.cli import build_parser
 from turnfsm.cli._history_options import history_settings
 from turnfsm.enhancers import Compaction, TokenBudget
-from turnfsm.storage import open_store
 
-from .conftest import Cli
+from .conftest import Cli, stored_views
 
 
 def _settings(*argv: str) -> dict[str, object]:
@@ -50,24 +48,12 @@ def test_a_bad_count_is_refused(cli: Cli, flag: str) -> None:
     assert ran.code != 0 and flag.removeprefix("--") in ran.err
 
 
-def _views(url: str, cid: str) -> list[dict[str, object]]:
-    async def load() -> list[dict[str, object]]:
-        store = open_store(url)
-        try:
-            ctx = await store.load(cid)
-        finally:
-            await store.aclose()
-        return [n.message.metadata.extra.get("view", {}) for n in ctx.history()]
-
-    return anyio.run(load)
-
-
 def test_chat_takes_a_token_budget(cli: Cli, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
     args = ("--demo", "--approve", "all", "--token-budget", "100000", "--json", "--store", url)
     ran = cli("chat", *args, "-m", "What is the weather in London?")
     assert ran.code == 0, ran.err
     cid = json.loads(ran.out)["context_id"]
-    views = [v for v in _views(url, cid) if v]
+    views = [v for v in stored_views(url, cid) if v]
     assert views and all("token_budget" in v for v in views)
     assert all("tool_history" not in v for v in views)  # chat: every call in full

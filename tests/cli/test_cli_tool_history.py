@@ -5,23 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio
-
-from turnfsm.storage import open_store
-
-from .conftest import Cli
-
-
-def _views(url: str, cid: str) -> list[dict[str, object]]:
-    async def load() -> list[dict[str, object]]:
-        store = open_store(url)
-        try:
-            ctx = await store.load(cid)
-        finally:
-            await store.aclose()
-        return [n.message.metadata.extra.get("view", {}) for n in ctx.history()]
-
-    return anyio.run(load)
+from .conftest import Cli, stored_views
 
 
 def test_tool_history_shows_older_calls_by_name_only(cli: Cli, tmp_path: Path) -> None:
@@ -32,7 +16,7 @@ def test_tool_history_shows_older_calls_by_name_only(cli: Cli, tmp_path: Path) -
     cid = json.loads(ran.out)["context_id"]
     ran = cli("chat", *args, "--context", cid, "-m", "What is the weather in Paris?")
     assert ran.code == 0, ran.err
-    views = [v for v in _views(url, cid) if v]
+    views = [v for v in stored_views(url, cid) if v]
     # the last answer was made from a view with the London call by name only
     assert views[-1]["tool_history"] == {"calls": 2, "full": 1, "name_only": 1}
 

@@ -40,6 +40,7 @@ __all__ = [
     "PageError",
     "addressed_directly",
     "check_origin",
+    "context_form",
     "done",
     "error",
     "form",
@@ -229,6 +230,15 @@ async def mine(request: Request, context_id: str) -> str:
         raise ContextNotFound(context_id)
     await hub_of(request).check(context_id, tenant)
     return context_id
+
+
+async def context_form(request: Request, context_id: str) -> dict[str, str]:
+    """A form posted about one context: from a page of this server, on a
+    context the caller's tenant owns, its fields read (a form with no fields
+    is read too, so that a body over the limit is refused)."""
+    check_origin(request)
+    await mine(request, context_id)
+    return await form(request)
 
 
 async def owned(request: Request, context_id: str) -> ChatContext:

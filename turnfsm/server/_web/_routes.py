@@ -43,6 +43,7 @@ from ._access import (
     WEB_DIR,
     PageError,
     check_origin,
+    context_form,
     done,
     error,
     form,
@@ -261,9 +262,7 @@ async def _tree(request: Request, context_id: str) -> list[dict[str, Any]]:
 @router.post("/contexts/{context_id}/send")
 @pages
 async def send(request: Request, context_id: str) -> Response:
-    check_origin(request)
-    await mine(request, context_id)
-    content = (await form(request)).get("content", "")
+    content = (await context_form(request, context_id)).get("content", "")
     if not content.strip():
         raise InvalidInput("content", "the message is empty")
     await post_message(hub_of(request), context_id, content)
@@ -273,9 +272,7 @@ async def send(request: Request, context_id: str) -> Response:
 @router.post("/contexts/{context_id}/decide")
 @pages
 async def decide(request: Request, context_id: str) -> Response:
-    check_origin(request)
-    await mine(request, context_id)
-    data = await form(request)
+    data = await context_form(request, context_id)
     call_id = data.get("call_id", "")
     decision = data.get("decision", "")
     reason = data.get("reason", "").strip() or None
@@ -292,9 +289,7 @@ async def decide(request: Request, context_id: str) -> Response:
 @router.post("/contexts/{context_id}/answer")
 @pages
 async def answer(request: Request, context_id: str) -> Response:
-    check_origin(request)
-    await mine(request, context_id)
-    data = await form(request)
+    data = await context_form(request, context_id)
     call_id, text = data.get("call_id", ""), data.get("text", "")
     engine = hub_of(request).engine
     await run_call(
@@ -307,9 +302,7 @@ async def answer(request: Request, context_id: str) -> Response:
 @pages
 async def retry(request: Request, context_id: str) -> Response:
     """A failed turn tried again (the API's ``retry``)."""
-    check_origin(request)
-    await mine(request, context_id)
-    await form(request)  # no fields, but read: a body over the limit is refused
+    await context_form(request, context_id)
     engine = hub_of(request).engine
     await run_call(hub_of(request), context_id, lambda: engine.retry(context_id), wait=False)
     return done(request, _page_of(context_id))
@@ -319,9 +312,7 @@ async def retry(request: Request, context_id: str) -> Response:
 @pages
 async def reset(request: Request, context_id: str) -> Response:
     """A failed turn abandoned (the API's ``reset``)."""
-    check_origin(request)
-    await mine(request, context_id)
-    await form(request)  # no fields, but read: a body over the limit is refused
+    await context_form(request, context_id)
     await hub_of(request).engine.reset(context_id)
     return done(request, _page_of(context_id))
 
@@ -330,9 +321,7 @@ async def reset(request: Request, context_id: str) -> Response:
 @pages
 async def cancel(request: Request, context_id: str) -> Response:
     """The running turn stopped, its partial answer kept (the API's ``cancel``)."""
-    check_origin(request)
-    await mine(request, context_id)
-    await form(request)  # no fields, but read: a body over the limit is refused
+    await context_form(request, context_id)
     hub = hub_of(request)
     job = hub.running.get(context_id)
     await hub.engine.cancel(context_id)
@@ -344,9 +333,7 @@ async def cancel(request: Request, context_id: str) -> Response:
 @router.post("/contexts/{context_id}/branch")
 @pages
 async def make_active(request: Request, context_id: str) -> Response:
-    check_origin(request)
-    await mine(request, context_id)
-    name = (await form(request)).get("name", "")
+    name = (await context_form(request, context_id)).get("name", "")
     await hub_of(request).engine.switch_branch(context_id, name)
     return done(request, _page_of(context_id))
 
