@@ -265,3 +265,18 @@ def test_the_page_forms_go_where_the_api_goes(tmp_path: Path) -> None:
             assert state["state"] == "ProcessingUserMessage" and not state["running"]
             messages = api.get(f"/api/contexts/{cid}/messages").json()["messages"]
             assert [m["message"]["role"] for m in messages][-1] == "user"
+
+
+def test_a_page_number_that_is_not_one_is_refused_naming_it(web: Web) -> None:
+    """``?offset=`` and ``?turn=`` are read as every number a client gives: a
+    value that is not ASCII digits in range is the 422 page, naming the
+    parameter; an empty one is the page's default."""
+    cid = web.conversation("Page numbers")
+    with web.page_client() as tab:
+        for path, name in (("/", "offset"), (f"/contexts/{cid}/audit", "turn")):
+            for bad in ("\u00b2", "-1", "x", "9" * 5000):
+                r = tab.get(path, params={name: bad})
+                assert r.status_code == 422, (path, bad, r.status_code)
+                assert name in r.text and "whole number" in r.text
+            assert tab.get(path, params={name: ""}).status_code == 200
+            assert tab.get(path, params={name: "1"}).status_code == 200

@@ -150,7 +150,7 @@ async def logout(request: Request) -> Response:
 async def contexts_page(request: Request) -> Response:
     tenant = who(request)
     wanted = request.query_params.get("state") or None
-    offset = int_param(request.query_params.get("offset"), 0)
+    offset = int_param(request.query_params.get("offset"), "offset", 0)
     summaries = await tenant_contexts(hub_of(request), tenant)
     running = sorted(s.id for s in summaries if s.state not in RESTING_NAMES)
     shown = sorted(
@@ -423,7 +423,7 @@ async def audit_page(request: Request, context_id: str) -> Response:
     ]
     # the sequence diagram of one turn (the last by default)
     starts = turn_starts(records)
-    turn = int_param(request.query_params.get("turn"), len(starts))
+    turn = int_param(request.query_params.get("turn"), "turn", len(starts))
     seq: dict[str, Any] | None = None
     if starts:
         turn = min(max(turn, 1), len(starts))

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._numbers import whole_number
-from ...errors import InvalidInput
 from ...model import ApprovalStatus, MessageNode, ToolCallRequest
 from ...model._message import FilePart, ImagePart
 from ...render import PathDiff, RunPath, path_from_steps
@@ -200,16 +199,14 @@ def message_view(node: MessageNode, tools: Any) -> MessageView:
     return view
 
 
-def int_param(value: str | None, default: int) -> int:
+def int_param(value: str | None, name: str, default: int) -> int:
     """A page's number parameter (``?offset=``, ``?turn=``), read as every
-    number a client gives is (:func:`~turnfsm._numbers.whole_number`); a page
-    shows its default for anything else rather than an error."""
+    number a client gives is (:func:`~turnfsm._numbers.whole_number`):
+    ``default`` when it is absent or empty, else :class:`InvalidInput` naming
+    it (the ``422`` page) for anything but a whole number in range."""
     if not value:
         return default
-    try:
-        return whole_number(value, "query", 0, MAX_PAGE_NUMBER)
-    except InvalidInput:
-        return default
+    return whole_number(value, name, 0, MAX_PAGE_NUMBER)
 
 
 def verdict_text(result: Any) -> str:
