@@ -22,6 +22,7 @@ one, instead of writes of their own (see the engine's ``Driver.run``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -147,6 +148,21 @@ class Commit:
     under that token in the same transaction (as :meth:`Store.release_lease`
     would, after the commit). Only stores that declare
     :class:`LeasesInCommits` are given a commit with it set."""
+
+    def apply_head(self, ctx: ChatContext) -> None:
+        """Write what the commit sets of the context's head (version, state,
+        time, progress, event seq, active branch, config) on a store's own
+        copy ``ctx``; its messages, branches, steps and lease are the
+        store's to apply."""
+        ctx.version = self.version
+        ctx.current_state = self.state
+        ctx.updated_at = self.updated_at
+        ctx.progress = self.progress
+        ctx.event_seq = self.event_seq
+        if self.active_branch is not None:
+            ctx.active_branch_name = self.active_branch
+        if self.config is not None:
+            ctx.config = copy.deepcopy(self.config)
 
 
 @runtime_checkable

@@ -141,15 +141,7 @@ class _Head:
         elif self.detached and commit.appended:
             added = {node.id for _, node in commit.appended}
             self.detached = [m for m in self.detached if m not in added]
-        ctx.version = commit.version
-        ctx.current_state = commit.state
-        ctx.updated_at = commit.updated_at
-        ctx.progress = commit.progress
-        ctx.event_seq = commit.event_seq
-        if commit.active_branch is not None:
-            ctx.active_branch_name = commit.active_branch
-        if commit.config is not None:
-            ctx.config = copy.deepcopy(commit.config)
+        commit.apply_head(ctx)
 
 
 # ---------------------------------------------------------------------- partial reads
