@@ -68,6 +68,10 @@ class Job:
             self.error = exc
             log.info("call_failed", context_id=self.context_id, error=str(exc))
         finally:
+            if slot is not None and tenant is not None and hub.slots is not None:
+                # given back while the call still shows as running: a client
+                # that sees it done may start the next turn at once, on any server
+                await hub.slots.release(tenant, slot)
             if mine:
                 del hub.running[self.context_id]
             if tenant is not None:
@@ -76,8 +80,6 @@ class Job:
                 hub.release(channel)
             self.started.set()
             self.done.set()
-            if slot is not None and tenant is not None and hub.slots is not None:
-                await hub.slots.release(tenant, slot)
 
 
 class Hub:
