@@ -219,3 +219,78 @@ async def test_questions_round_trip() -> None:
         if m["message"]["tool_result"] and m["message"]["tool_result"]["request_id"] != "w1"
     ]
     assert answers == ["Paris", "C"]
+
+
+# ---------------------------------------------------------------------- sub-task tools
+
+
+@tool(approval="required")
+def publish(text: str) -> str:
+    """Publish a note."""
+    return f"published {text}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("summarizer", ["llm", "final_answer"])
+async def test_a_subtask_tool_and_its_child_round_trip(summarizer: str) -> None:
+    """The child's answers, its tool's outcome, its approval through the parent
+    and the summary are recorded where they happen; the script replays to the
+    same trace and messages."""
+    from turnfsm import FinalAnswer, subtask
+
+    helper = subtask(
+        "helper",
+        "Hand a task to a helper.",
+        system_prompt="You publish notes.",
+        tools=["publish"],
+        summarizer=FinalAnswer() if summarizer == "final_answer" else None,
+        keep=True,
+    )
+    answers: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "h1", "name": "helper", "arguments": {"task": "Publish hi"}}]},
+        {"tool_calls": [{"id": "p1", "name": "publish", "arguments": {"text": "hi"}}]},
+        {"text": "Published 'hi'."},
+    ]
+    if summarizer == "llm":
+        answers.append({"text": "The helper published the note."})
+    answers.append({"text": "Done: the note is out."})
+
+    async def drive(rec: Recorder) -> None:
+        turn = await rec.send("Publish the note")
+        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        assert [c.id for c in turn.pending_tool_calls] == ["p1"]  # the child's call
+        turn = await rec.approve("p1")
+        assert turn.state is State.IDLE
+
+    script, live = await _live(Recorder(ScriptedLLM(answers), tools=[helper, publish]), drive)
+    (declared,) = [t for t in script["tools"] if t["name"] == "helper"]
+    assert declared["subtask"] == {
+        "system_prompt": "You publish notes.",
+        "tools": ["publish"],
+        "summarizer": summarizer,
+        "keep": True,
+    }
+    assert "parameters" not in declared
+    kinds = [next(iter(s)) for s in script["steps"]]
+    # no tool step for the sub-task call: its child's steps stand where it would be
+    assert kinds == ["user", "llm", "llm", "approve", "tool", "llm"] + (
+        ["llm"] if summarizer == "llm" else []
+    ) + ["llm"]
+    result = await replay(script)
+    assert result.ok, result.report()
+    assert result.trace == script["expect"]["trace"]
+    assert _shape(result.messages) == _shape(live)
+    summary = live[-2]["message"]["tool_result"]
+    assert summary["result"] == (
+        "The helper published the note." if summarizer == "llm" else "Published 'hi'."
+    )
+
+
+@pytest.mark.anyio
+async def test_a_subtask_summarised_by_a_function_is_refused_by_name() -> None:
+    from turnfsm import subtask
+    from turnfsm.errors import ToolDefinitionError
+
+    helper = subtask("helper", "Hand a task over.", summarizer=lambda child: "done")
+    with pytest.raises(ToolDefinitionError, match=r"'helper'.*cannot be recorded"):
+        Recorder(ScriptedLLM([]), tools=[helper])

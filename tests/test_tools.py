@@ -67,6 +67,7 @@ def test_public_names_are_exact_and_sorted() -> None:
         "ApprovalPolicy",
         "SubtaskHost",
         "SubtaskSpec",
+        "SubtaskTool",
         "AskedQuestion",
         "QuestionTool",
         "Tool",

@@ -97,3 +97,27 @@ async def test_the_engine_hands_work_only_to_a_work_queue() -> None:
     async with Engine(llm=ScriptedLLM([]), store=store) as engine:
         worker = Worker(engine)
         assert worker._doorbell == store.wait_for_work
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_head_is_the_state_and_version_without_a_load(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``ContextHeads``: the stores that hand out work (the ones ``serve
+    --turns workers`` runs on) read a context's state and version from its row."""
+    from turnfsm.errors import ContextNotFound
+    from turnfsm.storage._base import ContextHeads
+
+    url = f"sqlite:///{tmp_path}/h.db" if kind == "sqlite" else request.getfixturevalue("pg_url")
+    engine = Engine(llm=ScriptedLLM([{"text": "hi"}]), store=url)
+    async with engine:
+        store = engine.store
+        assert isinstance(store, ContextHeads)
+        cid = await engine.create_context()
+        assert await store.head(cid) == ("Idle", 0)
+        await engine.send(cid, "hello")
+        ctx = await store.load(cid)
+        assert await store.head(cid) == ("Idle", ctx.version) and ctx.version > 0
+        with pytest.raises(ContextNotFound):
+            await store.head("nope")
+    assert not isinstance(MemoryStore(), ContextHeads)

@@ -3,7 +3,9 @@
 Formats (``--format``, detected by default): ``session`` (session records:
 MessageRecord / ToolCallRecord), ``entries`` (alternating user/assistant
 entries), ``openai`` (an OpenAI chat ``messages`` list), ``request`` (a
-``contextManagement`` or legacy ``messages`` request body), ``context`` (a
+``contextManagement`` or legacy ``messages`` request body), ``chatcontext``
+(the architecture's context document: a ChatContext as its fields, with its
+ids, branches and state kept), ``context`` (a
 context as ``turnfsm contexts export`` writes it; older schema versions are
 upgraded). The conversation
 becomes a context in state Idle; with ``--store URL`` it is stored there.

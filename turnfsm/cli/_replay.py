@@ -3,7 +3,9 @@
 Scripts are .json, .yaml or .yml files, named one by one or found in the
 folders given (not their subfolders). With --store URL each replay is kept
 there as its own context: when the store already holds contexts, the replay's
-ids get a run prefix (r2-id-1, ...), so replaying again never collides.
+ids get a run prefix (r2-id-1, ...), so replaying again never collides, nor
+do replays into one store at the same moment (the context's create claims
+the prefix; a replay that loses the race takes the next one).
 
 Exit status: 0 every check holds; 1 a check or the tape failed (the report
 says at which step, what was expected and what the engine did); 2 a script is

@@ -5,9 +5,13 @@ A :class:`Recorder` wraps an LLM adapter and tools; an engine built with
 writes down every answer (chunks, tool calls, thinking, usage, errors) and
 every tool outcome, by call id. Inputs go through the recorder
 (``await recorder.send(...)``, ``approve``, ``answer``, ...), which forwards them to the
-engine and writes them down too. :meth:`Recorder.script` gives a conforming
-``turnfsm-script/1`` script, with the observed trace as its ``expect``, that
-replays to the same trace and messages.
+engine and writes them down too. A sub-task tool (:func:`~turnfsm.tools.subtask`) is given
+to the engine as it is: its child's answers and tool outcomes, and the
+summary's answer, are written down where they happen, between the parent's
+call and its next answer, as a script's ``subtask`` tool has them.
+:meth:`Recorder.script` gives a conforming ``turnfsm-script/1`` script, with
+the observed trace as its ``expect``, that replays to the same trace and
+messages.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from typing import Any
 
 import anyio
 
-from ..engine import UNSET, Engine, Mode, Turn, Unset
-from ..errors import LLMError, TurnFSMError
+from ..engine import UNSET, Engine, FinalAnswer, LLMSummarizer, Mode, Turn, Unset
+from ..errors import LLMError, ToolDefinitionError, TurnFSMError
 from ..model import (
     ChatConfig,
     LLMChunk,
@@ -29,7 +33,7 @@ from ..model import (
     TextDelta,
     ThinkingDelta,
 )
-from ..tools import QuestionTool, Tool, ToolError, current_call
+from ..tools import QuestionTool, SubtaskSpec, SubtaskTool, Tool, ToolError, current_call
 from ._script import FORMAT
 
 __all__ = ["Recorder"]
@@ -105,6 +109,35 @@ def _error_step(exc: LLMError, chunks: list[str] | None) -> dict[str, Any]:
     return {"llm_error": error}
 
 
+def _subtask_of(t: SubtaskTool) -> dict[str, Any]:
+    """A sub-task tool as a script has it (``tools[].subtask``). Its summary must
+    be one a replay makes the same way: the LLM's (any prompt: the answer is on
+    the tape) or the child's final answer; a summary function's text would be
+    made again by code the script does not hold, so it is refused here."""
+    spec: SubtaskSpec = t.spec
+    summarizer = spec.summarizer
+    if summarizer is None or isinstance(summarizer, LLMSummarizer):
+        how = "llm"
+    elif isinstance(summarizer, FinalAnswer):
+        how = "final_answer"
+    else:
+        raise ToolDefinitionError(
+            f"sub-task tool {t.name!r}: its summarizer {type(summarizer).__name__} cannot be "
+            "recorded (a script's sub-task summarises with the LLM or the final answer)"
+        )
+    out: dict[str, Any] = {}
+    if spec.system_prompt is not None:
+        out["system_prompt"] = spec.system_prompt
+    if spec.tools is not None:
+        out["tools"] = list(spec.tools)
+    if spec.model is not None:
+        out["model"] = spec.model
+    out["summarizer"] = how
+    if spec.keep:
+        out["keep"] = True
+    return out
+
+
 class Recorder:
     """Wraps an LLM and tools, forwards inputs to an engine, and writes a script.
 
@@ -128,11 +161,17 @@ class Recorder:
         self.name = name
         self.model = model
         self._inner_tools = list(tools)
+        self._subtasks = {
+            t.name: _subtask_of(t) for t in self._inner_tools if isinstance(t, SubtaskTool)
+        }
         self._steps: list[dict[str, Any]] = []
         self.llm = _RecordingLLM(llm, self)
-        # a question tool runs nothing: it is given as it is, its answers are inputs
+        # a question tool runs nothing: it is given as it is, its answers are inputs;
+        # a sub-task tool is given as it is: what its child does is recorded by the
+        # wrapped LLM and tools the child runs with
         self.tools = [
-            t if isinstance(t, QuestionTool) else self._wrap(t) for t in self._inner_tools
+            t if isinstance(t, QuestionTool | SubtaskTool) else self._wrap(t)
+            for t in self._inner_tools
         ]
         self._engine: Engine | None = None
         self._cid: str | None = None
@@ -285,6 +324,13 @@ class Recorder:
         tools = [
             {"name": t.name, "description": t.description, "question": True}
             if isinstance(t, QuestionTool)
+            else {
+                "name": t.name,
+                "description": t.description,
+                "approval": t.approval if isinstance(t.approval, str) else "required",
+                "subtask": self._subtasks[t.name],
+            }
+            if isinstance(t, SubtaskTool)
             else {
                 "name": t.name,
                 "description": t.description,

@@ -4,7 +4,8 @@ The engine is the ordinary :class:`~turnfsm.engine.Engine`; only its edges are
 scripted: the LLM and the tools take their outcomes from the tape, the clock
 is virtual (backoff never sleeps) and ids are sequential, so the same script
 always gives byte-identical output (into a store that already holds contexts,
-the ids get a run prefix so that they do not collide).
+the ids get a run prefix so that they do not collide, claimed by the
+context's create so that replays at the same moment do not collide either).
 
 The tape is strict: when the engine calls the
 LLM the next step must be ``llm`` or ``llm_error``; when it runs a tool, the
@@ -36,7 +37,7 @@ from ..engine import (
 )
 from ..engine._defaults import default_logger as _default_logger
 from ..enhancers import Compaction
-from ..errors import TurnFSMError
+from ..errors import StoreError, TurnFSMError
 from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
@@ -343,7 +344,7 @@ def _subtask_tool(name: str, description: str, approval: str, spec: ScriptSubtas
 
 
 def build_engine(
-    script: Script, tape: _Tape, store: Store | None = None, ids_prefix: str = "id-"
+    script: Script, tape: _Tape, store: Store | None = None, ids: SequentialIds | None = None
 ) -> Engine:
     cfg = script.config
     tools = [
@@ -373,7 +374,7 @@ def build_engine(
         retry=retry,
         max_iterations=cfg.max_iterations,
         clock=FakeClock(),
-        ids=SequentialIds(ids_prefix),
+        ids=ids if ids is not None else SequentialIds(),
         tool_history_rounds=cfg.tool_history_rounds,
         compaction=_compaction(cfg),
         subscriber_buffer=1 << 30,
@@ -431,15 +432,9 @@ async def replay(
     tape = _Tape(script.steps)
     result = ReplayResult(script.name)
     events: list[Event] = []
-    prefix = await _ids_prefix(store) if store is not None else "id-"
-    async with build_engine(script, tape, store, prefix) as engine:
-        cfg = script.config
-        cid = await engine.create_context(
-            system_prompt=cfg.system_prompt,
-            model=cfg.model,
-            mode=cfg.mode,
-            parameters=cfg.parameters,
-        )
+    ids = SequentialIds(await _ids_prefix(store, set()) if store is not None else "id-")
+    async with build_engine(script, tape, store, ids) as engine:
+        cid = await _create_claimed(engine, script, store, ids)
         result.context_id = cid
         async with engine.subscribe(cid) as sub:
             while tape.stop is None and (step := tape.peek()) is not None:
@@ -483,15 +478,61 @@ async def replay(
     return result
 
 
-async def _ids_prefix(store: Store) -> str:
+_CLAIMS = 1000
+"""How many run prefixes one replay tries before it gives up (each try that
+fails lost a race to another replay that took that prefix first)."""
+
+
+async def _create_claimed(
+    engine: Engine, script: Script, store: Store | None, ids: SequentialIds
+) -> str:
+    """Create the replay's context: the create claims its run prefix.
+
+    Choosing a prefix only reads the store, so two replays into one store at
+    the same moment can choose the same one. The context's create is the
+    store's own create-if-absent (one transaction, one ``INSERT ... ON
+    CONFLICT``, one rename), and every id of a replay comes from its prefix: the
+    replay whose create stores the context owns the prefix; the other finds the
+    context there, takes the next free prefix and creates again, with its ids
+    counted from 1 again. Nothing else was stored by then."""
+    cfg = script.config
+    tried: set[str] = set()
+    for _ in range(_CLAIMS):
+        try:
+            return await engine.create_context(
+                system_prompt=cfg.system_prompt,
+                model=cfg.model,
+                mode=cfg.mode,
+                parameters=cfg.parameters,
+            )
+        except StoreError:
+            if store is None:
+                raise
+            # the id the create used: the ids' last one
+            if not await _stored(store, f"{ids.prefix}{ids.count}"):
+                raise  # the store failed for another reason: not a lost race
+        tried.add(ids.prefix)
+        ids.prefix, ids.count = await _ids_prefix(store, tried), 0
+    raise StoreError(
+        f"no free run prefix after {_CLAIMS} tries: other replays into this store kept "
+        "taking each one first"
+    )
+
+
+async def _stored(store: Store, context_id: str) -> bool:
+    return context_id in await store.list_ids()
+
+
+async def _ids_prefix(store: Store, tried: set[str]) -> str:
     """Sequential ids as always (``id-1``, ...) in an empty store; in one that
     already holds contexts (an earlier replay, say), a run prefix no stored id
-    has (``r2-id-1``, ...), so each replay is kept as its own context."""
-    taken = [s.id for s in await store.list_contexts()]
-    if not taken:
+    has (``r2-id-1``, ...), so each replay is kept as its own context.
+    ``tried``: prefixes this replay lost to another (see :func:`_create_claimed`)."""
+    taken = await store.list_ids()
+    if not taken and "id-" not in tried:
         return "id-"
     run = len(taken) + 1
-    while any(cid.startswith(f"r{run}-") for cid in taken):
+    while f"r{run}-id-" in tried or any(cid.startswith(f"r{run}-") for cid in taken):
         run += 1
     return f"r{run}-id-"
 

@@ -7,6 +7,7 @@ import anyio
 
 from ..engine import Engine, Turn
 from ..states import RESTING, State
+from ..storage._base import ContextHeads
 
 __all__ = ["POLL_FIRST", "POLL_MAX", "wait_for_rest"]
 
@@ -17,16 +18,24 @@ POLL_MAX = 0.25
 
 
 async def wait_for_rest(engine: Engine, context_id: str, message_id: str) -> Turn:
-    """Poll the store until the context rests, then the turn that started with
+    """Wait until the context rests, then the turn that started with
     ``message_id`` as a :class:`Turn`: its states (the transitions committed
     since that message's ``user_message``), the messages from it on, the
-    pending calls and the error. ``stop_reason`` is not stored, so it is None."""
+    pending calls and the error. ``stop_reason`` is not stored, so it is None.
+
+    While the worker runs the turn, each look reads only the context's state
+    (:class:`~turnfsm.storage._base.ContextHeads`: one row), never the whole
+    context: a long conversation costs no more to wait for than a short one.
+    The context is loaded once it rests (again only if another turn started
+    in between). A store that cannot read a head is loaded at each look."""
     store = engine.store
+    heads = store if isinstance(store, ContextHeads) else None
     delay = POLL_FIRST
     while True:
-        ctx = await store.load(context_id)
-        if State(ctx.current_state) in RESTING and message_id in ctx.message_pool:
-            break
+        if heads is None or State((await heads.head(context_id))[0]) in RESTING:
+            ctx = await store.load(context_id)
+            if State(ctx.current_state) in RESTING and message_id in ctx.message_pool:
+                break
         await anyio.sleep(delay)
         delay = min(delay * 2, POLL_MAX)
     steps = [s for s in await store.steps(context_id) if s.detail is None]

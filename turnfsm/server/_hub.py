@@ -21,6 +21,7 @@ from ._channels import Channel, Listener
 from ._config import ServerConfig
 from ._errors import ApiError
 from ._limits import TurnLimit
+from ._slots import SharedSlots, shared_slots_for
 from ._tenants import DEFAULT_TENANT, TenantTable
 
 __all__ = ["IDLE_CHANNELS", "KNOWN_OWNERS", "Hub", "Job"]
@@ -57,6 +58,7 @@ class Job:
         hub: "Hub",
         tenant: str | None = None,
         channel: Channel | None = None,
+        slot: int | None = None,
     ) -> None:
         # a call refused because another runs must not hide that one
         mine = hub.running.setdefault(self.context_id, self) is self
@@ -66,6 +68,10 @@ class Job:
             self.error = exc
             log.info("call_failed", context_id=self.context_id, error=str(exc))
         finally:
+            if slot is not None and tenant is not None and hub.slots is not None:
+                # given back while the call still shows as running: a client
+                # that sees it done may start the next turn at once, on any server
+                await hub.slots.release(tenant, slot)
             if mine:
                 del hub.running[self.context_id]
             if tenant is not None:
@@ -99,6 +105,8 @@ class Hub:
         self.starting: dict[str, list[Job]] = {}
         """Per context, the launched calls waiting for their first step."""
         self.turn_limit = TurnLimit(config.max_turns_per_tenant)
+        self.slots: SharedSlots | None = None
+        """The limit across the servers of one PostgreSQL database (``_slots.py``)."""
         self.ready = False
         self.closing = anyio.Event()
         self.channels: dict[str, Channel] = {}
@@ -128,6 +136,7 @@ class Hub:
         event_log = open_event_log(engine.store)
         await event_log.open()
         self._tenants = TenantTable(event_log)
+        self.slots = shared_slots_for(engine.store, self.config.max_turns_per_tenant)
         try:
             async with (
                 engine,
@@ -137,6 +146,8 @@ class Hub:
                 self._engine, self._tg = engine, tg
                 local = engine.tap(self._on_local)
                 tg.start_soon(event_log.listen, self._on_note, self._on_listening)
+                if self.slots is not None:
+                    tg.start_soon(self.slots.run)
                 if self.config.recover_on_start and self.config.turns == "here":
                     recovery = await engine.recover()
                     log.info(
@@ -157,6 +168,8 @@ class Hub:
                     local.close()
         finally:
             self._engine = None
+            if self.slots is not None:
+                await self.slots.aclose()
             await event_log.aclose()
 
     async def _cancel_on_closing(self) -> None:
@@ -306,6 +319,25 @@ class Hub:
 
     # ------------------------------------------------------------------ calls
 
+    @asynccontextmanager
+    async def reserve(self, tenant: str) -> AsyncIterator[None]:
+        """``429`` over the tenant's limit before a request makes what its turn
+        needs (a new context, an imported history): a slot is held meanwhile,
+        in this server (:meth:`TurnLimit.reserved`) and, on PostgreSQL, among
+        every server's (kept for the launch that follows: ``_slots.py``)."""
+        with self.turn_limit.reserved(tenant):
+            slot = None if self.slots is None else await self.slots.acquire(tenant)
+            try:
+                yield
+            except BaseException:
+                if slot is not None:
+                    assert self.slots is not None
+                    await self.slots.release(tenant, slot)
+                raise
+            if slot is not None:
+                assert self.slots is not None
+                self.slots.park(tenant, slot)
+
     async def launch(
         self, context_id: str, fn: Callable[[], Awaitable[Turn]], *, wait: bool
     ) -> "Job":
@@ -320,11 +352,21 @@ class Hub:
             raise ContextBusy(context_id, other.state or "running")
         job = Job(context_id)
         tenant = self.owners.get(context_id)
-        if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Limits")
+        if tenant is not None:  # 429 over the tenant's limit (docs/server.md, "Tenants and tokens")
             self.turn_limit.acquire(tenant)
         self.running[context_id] = job  # no await since the check: busy for the next one
+        slot = None
+        if tenant is not None and self.slots is not None:  # every server's turns
+            slot = self.slots.take_parked(tenant)
+            if slot is None:
+                try:
+                    slot = await self.slots.acquire(tenant)
+                except BaseException:
+                    del self.running[context_id]
+                    self.turn_limit.release(tenant)
+                    raise
         if wait:
-            self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
+            self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id), slot)
             await job.done.wait()
         else:
             # _on_local sets job.started at the call's first step (the job
@@ -332,7 +374,7 @@ class Hub:
             starting = self.starting.setdefault(context_id, [])
             starting.append(job)
             try:
-                self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id))
+                self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id), slot)
                 await job.started.wait()
             finally:
                 starting.remove(job)

@@ -1,5 +1,5 @@
 """The per-tenant limit on concurrent turns (``--max-turns-per-tenant``; see
-the section "Limits" of ``docs/server.md``)."""
+the section "Tenants and tokens" of ``docs/server.md``)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager

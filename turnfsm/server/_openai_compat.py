@@ -180,13 +180,13 @@ async def _context_for(
         resent = _resent(body.messages[:-1])  # a malformed list is refused here
         await hub.check(given, who)
         if body.user is not None:
-            with hub.turn_limit.reserved(who):  # 429 before the config changes
+            async with hub.reserve(who):  # 429 before the config changes
                 await _keep_user(hub, given, body.user)
         return given, text, resent
     earlier = body.messages[:-1]
     params = {"user": body.user} if body.user is not None else None
     # over the tenant's turn limit: 429 before a context is made
-    with hub.turn_limit.reserved(who):
+    async with hub.reserve(who):
         if earlier:
             # ids from the engine's factory, as a context made here gets them
             ctx = import_openai_messages(earlier, ids=hub.engine.new_id)

@@ -42,7 +42,7 @@ async def chat(
     engine = hub.engine
     if context_id is None:
         # over the tenant's turn limit: 429 before a context is made
-        with hub.turn_limit.reserved(who):
+        async with hub.reserve(who):
             cid = await create_context(hub, who)
     else:
         await hub.check(context_id, who)

@@ -364,7 +364,7 @@ async def chat(hub: HubOf, body: ChatIn, who: Tenant) -> EventSourceResponse:
         feed = _Feed(hub, cid, await engine.messages(cid))  # in memory when loaded
     else:
         # over the tenant's turn limit: 429 before a session is made
-        with hub.turn_limit.reserved(who):
+        async with hub.reserve(who):
             cid = await create_context(hub, who, title=None)
         feed = _Feed(hub, cid, [])
     sub = engine.subscribe(cid)

@@ -34,6 +34,7 @@ from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 __all__ = [
     "Commit",
     "CommitsWithoutWaiting",
+    "ContextHeads",
     "ContextStore",
     "ContextSummary",
     "Lease",
@@ -293,6 +294,18 @@ class MessagePages(Protocol):
         """The branch's name (the active branch when ``branch`` is None) and its
         messages from index ``offset``, at most ``limit`` (None: all the rest),
         as last committed; ``None`` when the context has no such branch.
+        :class:`ContextNotFound` for an unknown context."""
+        ...
+
+
+@runtime_checkable
+class ContextHeads(Protocol):
+    """A store that reads a context's state and version without loading it (one
+    row): what ``serve --turns workers`` looks at while a worker runs a turn it
+    waits for (docs/workers.md)."""
+
+    async def head(self, context_id: str) -> tuple[str, int]:
+        """The context's ``current_state`` and ``version`` as last committed;
         :class:`ContextNotFound` for an unknown context."""
         ...
 

@@ -464,6 +464,21 @@ class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
         ids: list[str] = await self._run(read)
         return ids
 
+    async def head(self, context_id: str) -> tuple[str, int]:
+        """The context's state and version, from its row (``ContextHeads``)."""
+
+        async def read(conn: Any) -> tuple[str, int]:
+            cur = await conn.execute(
+                "SELECT state, version FROM contexts WHERE id = %s", (context_id,)
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise ContextNotFound(context_id)
+            return str(row[0]), int(row[1])
+
+        found: tuple[str, int] = await self._run(read)
+        return found
+
     async def list_contexts(self) -> list[ContextSummary]:
         async def read(conn: Any) -> list[ContextSummary]:
             cur = await conn.execute(

@@ -389,6 +389,22 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
             lambda conn: [r[0] for r in conn.execute("SELECT id FROM contexts ORDER BY seq")]
         )
 
+    async def head(self, context_id: str) -> tuple[str, int]:
+        """The context's state and version, from its row (``ContextHeads``)."""
+
+        def read(conn: sqlite3.Connection) -> tuple[str, int]:
+            row = conn.execute(
+                "SELECT state, version FROM contexts WHERE id = ?", (context_id,)
+            ).fetchone()
+            if row is None:
+                raise ContextNotFound(context_id)
+            column("", "state", row[0], str)
+            column("", "version", row[1], int)
+            return row[0], row[1]
+
+        found: tuple[str, int] = await self._run(read)
+        return found
+
     async def list_contexts(self) -> list[ContextSummary]:
         def read(conn: sqlite3.Connection) -> list[ContextSummary]:
             rows = conn.execute(

@@ -19,7 +19,7 @@ from ._question import AskedQuestion, QuestionTool, ask_user, question_tool
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
-from ._subtask import SubtaskHost, SubtaskSpec, hosting, subtask
+from ._subtask import SubtaskHost, SubtaskSpec, SubtaskTool, hosting, subtask
 from ._toolset import Toolset, merge_tools
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "QuestionTool",
     "SubtaskHost",
     "SubtaskSpec",
+    "SubtaskTool",
     "Tool",
     "ToolError",
     "ToolOutcome",

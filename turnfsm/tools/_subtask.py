@@ -21,7 +21,7 @@ from turnfsm.errors import ToolDefinitionError
 from ._run import current_call
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError
 
-__all__ = ["SubtaskHost", "SubtaskSpec", "hosting", "subtask"]
+__all__ = ["SubtaskHost", "SubtaskSpec", "SubtaskTool", "hosting", "subtask"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,17 @@ class SubtaskSpec:
     summarizer: Any = None
     """A summarizer as ``Engine.finish`` takes it (``None``: the LLM summary)."""
     keep: bool = False
+
+
+class SubtaskTool(Tool):
+    """A tool made by :func:`subtask`: its ``spec`` says how it runs its child
+    (a recorder writes it down as the script's ``subtask`` tool)."""
+
+    __slots__ = ("spec",)
+    spec: SubtaskSpec
+
+    def __repr__(self) -> str:
+        return f"SubtaskTool(name={self.name!r})"
 
 
 class SubtaskHost(Protocol):
@@ -82,7 +93,7 @@ def subtask(
     summarizer: Any = None,
     keep: bool = False,
     approval: ApprovalPolicy = Approval.AUTO,
-) -> Tool:
+) -> SubtaskTool:
     """A tool that runs its ``task`` argument in a child context.
 
     When the parent's model calls it, the engine running the call spawns a
@@ -119,4 +130,9 @@ def subtask(
             raise ToolError(f"the sub-task tool {name!r} runs only as a tool call")
         return await host.run_subtask(parent_id, call.id, task, spec)
 
-    return Tool.from_spec(name, description, _PARAMETERS, run, approval=approval, timeout=None)
+    made = SubtaskTool.from_spec(
+        name, description, _PARAMETERS, run, approval=approval, timeout=None
+    )
+    assert isinstance(made, SubtaskTool)
+    object.__setattr__(made, "spec", spec)
+    return made

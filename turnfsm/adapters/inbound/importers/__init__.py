@@ -1,6 +1,6 @@
 """Conversations kept in other formats, imported into a :class:`ChatContext`.
 
-Four sources, each with its own module and function (:func:`import_context`
+Five sources, each with its own module and function (:func:`import_context`
 picks one, :func:`detect_format` tells them apart, in :mod:`._detect`):
 
 ``session``  (:func:`import_session_records`, :mod:`._session_records`) the
@@ -17,11 +17,16 @@ picks one, :func:`detect_format` tells them apart, in :mod:`._detect`):
 ``request``  (:func:`import_request_body`, :mod:`._request_body`) a chat request
     body (``contextManagement`` or ``messages``), through
     :func:`~turnfsm.adapters.inbound.parse_request`.
+``chatcontext``  (:func:`import_chat_context`, :mod:`._chat_context`) the
+    architecture's context document: a ``ChatContext`` as its fields
+    (``message_pool``, ``branches``, ...) without turnfsm's ``schema_version``.
+    Unlike the others it keeps its ids, its branches and its state (one at
+    rest); its module says how.
 
 What they share: the checks that name the JSON path of a problem
 (:mod:`._checks`) and the history being built (:mod:`._history`).
 
-Every import gives a context in state ``Idle`` with one branch, ``main``, whose
+Every import but ``chatcontext`` gives a context in state ``Idle`` with one branch, ``main``, whose
 messages are chained by ``parent_id``. Timestamps come from the source where it
 has them, else from ``now`` (injected; by default the current UTC time; one
 without an offset is taken as UTC). Message, context and system prompt ids come
@@ -60,6 +65,7 @@ the other formats system messages carry timestamps a system prompt cannot
 hold, so they stay messages, as do later or annotated OpenAI system messages.
 """
 
+from ._chat_context import import_chat_context
 from ._conversation_entries import import_conversation_entries
 from ._detect import IMPORT_FORMATS, ImportFormat, count_tool_calls, detect_format, import_context
 from ._history import MISSING_RESULT
@@ -73,6 +79,7 @@ __all__ = [
     "ImportFormat",
     "count_tool_calls",
     "detect_format",
+    "import_chat_context",
     "import_context",
     "import_conversation_entries",
     "import_openai_messages",

@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 from ....errors import InvalidInput
 from ....model import ChatContext
 from .._request import parse_request
+from ._chat_context import import_chat_context, is_chat_context
 from ._checks import Ids, kind_of
 from ._conversation_entries import import_conversation_entries
 from ._openai_messages import import_openai_messages
@@ -24,7 +25,7 @@ __all__ = [
     "import_context",
 ]
 
-ImportFormat = Literal["session", "entries", "openai", "request"]
+ImportFormat = Literal["session", "entries", "openai", "request", "chatcontext"]
 IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
 
 # --- detection and dispatch ---------------------------------------------------------------
@@ -42,11 +43,15 @@ def detect_format(data: Any) -> ImportFormat:
     - an object with ``contextManagement``; or with ``messages`` that is a valid
       request body or has ``userLanguage``/``userTimezone``: ``request``;
     - an array whose first item has a ``role``, or any other object with
-      ``messages``: ``openai``.
+      ``messages``: ``openai``;
+    - an object with ``message_pool`` and ``branches`` and no ``schema_version``
+      (the architecture's context document): ``chatcontext``.
 
     Anything else raises :class:`InvalidInput` saying which shapes are accepted.
     """
     if isinstance(data, dict):
+        if is_chat_context(data):
+            return "chatcontext"
         if "records" in data:
             return "session"
         if "entries" in data:
@@ -77,7 +82,8 @@ def detect_format(data: Any) -> ImportFormat:
         f'{kind_of(data)} of no known format; expected a session ({{"records": [...]}}), '
         'conversation entries ([{"user": ..., "assistant": ...}]), OpenAI messages '
         '([{"role": ..., "content": ...}]) or a request body ({"contextManagement": ...} '
-        'or {"messages": [...]})',
+        'or {"messages": [...]}) or a context document ({"message_pool": ..., '
+        '"branches": ...})',
     )
 
 
@@ -86,6 +92,7 @@ _IMPORTERS: dict[str, Callable[..., ChatContext]] = {
     "entries": import_conversation_entries,
     "openai": import_openai_messages,
     "request": import_request_body,
+    "chatcontext": import_chat_context,
 }
 
 
