@@ -1,11 +1,25 @@
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collected_after_the_module() -> Iterator[None]:
+    """The garbage collector runs once a test module is done, in the teardown
+    of its last test: a socket, file or client the module left unclosed is
+    reported there (``filterwarnings = error`` makes its ``ResourceWarning``,
+    raised in a finalizer, a failure), not in whatever test of whatever module
+    the collector happens to run next in the same process."""
+    yield
+    gc.collect()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
@@ -14,21 +14,40 @@ from .scripted import scripted_server
 WEATHER = "What's the weather in Paris?"
 
 
-def client(server: Running, token: str = "token-alice") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
+Client = Callable[..., openai.OpenAI]
 
 
-def test_models_lists_the_agent(server: Running) -> None:
+@pytest.fixture
+def client() -> Iterator[Client]:
+    """``client(server, token)``: an SDK client of the server, closed when the
+    test ends. An SDK client left to the garbage collector closes its
+    connections only when the collector runs its ``__del__``, in whatever
+    test that happens."""
+    made: list[openai.OpenAI] = []
+
+    def make(server: Running, token: str = "token-alice") -> openai.OpenAI:
+        sdk = openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
+        made.append(sdk)
+        return sdk
+
+    try:
+        yield make
+    finally:
+        for sdk in made:
+            sdk.close()
+
+
+def test_models_lists_the_agent(server: Running, client: Client) -> None:
     ids = [m.id for m in client(server).models.list()]
     assert ids == ["turnfsm"]
 
 
-def test_wrong_token_is_refused(server: Running) -> None:
+def test_wrong_token_is_refused(server: Running, client: Client) -> None:
     with pytest.raises(openai.AuthenticationError):
         client(server, "nope").models.list()
 
 
-def test_completion_imports_history_and_answers(server: Running) -> None:
+def test_completion_imports_history_and_answers(server: Running, client: Client) -> None:
     raw = client(server).chat.completions.with_raw_response.create(
         model="turnfsm",
         messages=[
@@ -54,7 +73,9 @@ def test_completion_imports_history_and_answers(server: Running) -> None:
         assert c.get(f"/api/contexts/{cid}").status_code == 404
 
 
-def test_pending_approval_ends_with_a_note_and_resumes_through_api(server: Running) -> None:
+def test_pending_approval_ends_with_a_note_and_resumes_through_api(
+    server: Running, client: Client
+) -> None:
     raw = client(server).chat.completions.with_raw_response.create(
         model="turnfsm", messages=[{"role": "user", "content": WEATHER}]
     )
@@ -86,7 +107,7 @@ def test_pending_approval_ends_with_a_note_and_resumes_through_api(server: Runni
         )
 
 
-def test_streamed_completion(server: Running) -> None:
+def test_streamed_completion(server: Running, client: Client) -> None:
     stream = client(server).chat.completions.create(
         model="turnfsm", messages=[{"role": "user", "content": "Tell me something"}], stream=True
     )
@@ -105,7 +126,7 @@ def test_streamed_completion(server: Running) -> None:
         assert text.strip() in str(stored["content"])
 
 
-def test_streamed_completion_waiting_for_approval(server: Running) -> None:
+def test_streamed_completion_waiting_for_approval(server: Running, client: Client) -> None:
     stream = client(server).chat.completions.create(
         model="turnfsm", messages=[{"role": "user", "content": WEATHER}], stream=True
     )
@@ -116,7 +137,7 @@ def test_streamed_completion_waiting_for_approval(server: Running) -> None:
     assert extra["turnfsm"]["state"] == "AwaitingToolApproval"
 
 
-def test_last_message_must_be_a_user_message(server: Running) -> None:
+def test_last_message_must_be_a_user_message(server: Running, client: Client) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as info:
         client(server).chat.completions.create(
             model="turnfsm", messages=[{"role": "assistant", "content": "hi"}]
@@ -132,7 +153,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     yield from scripted_server(tmp_path_factory.mktemp("usage") / "server.db")
 
 
-def test_usage_is_the_sum_of_the_turns_llm_calls(scripted: Running) -> None:
+def test_usage_is_the_sum_of_the_turns_llm_calls(scripted: Running, client: Client) -> None:
     add = [{"role": "user", "content": "please add 2 and 3"}]
     done = client(scripted).chat.completions.create(model="turnfsm", messages=add)
     assert done.choices[0].message.content == "The answer is 5."
@@ -170,7 +191,9 @@ def test_usage_is_the_sum_of_the_turns_llm_calls(scripted: Running) -> None:
     assert booked.usage is None
 
 
-def test_the_user_field_is_kept_as_the_contexts_user_parameter(scripted: Running) -> None:
+def test_the_user_field_is_kept_as_the_contexts_user_parameter(
+    scripted: Running, client: Client
+) -> None:
     raw = client(scripted).chat.completions.with_raw_response.create(
         model="turnfsm", messages=[{"role": "user", "content": "which user am I?"}], user="u-1"
     )
@@ -195,7 +218,9 @@ def test_the_user_field_is_kept_as_the_contexts_user_parameter(scripted: Running
         assert r.status_code == 422 and r.json()["error"]["where"] == "body.user"
 
 
-def test_a_resent_messages_list_does_not_double_the_context(server: Running) -> None:
+def test_a_resent_messages_list_does_not_double_the_context(
+    server: Running, client: Client
+) -> None:
     first = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Hello"},

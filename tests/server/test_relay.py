@@ -121,3 +121,72 @@ def test_a_batch_rings_few_notifications_and_keeps_every_delta() -> None:
     assert a_seqs == sorted(a_seqs)  # in order
     assert parse_payload("not ours") == [] and parse_payload('{"c": 1}') == []
     assert event_json(changed) not in "".join(texts)  # durable events are read from the log
+
+
+async def test_a_stores_event_log_runs_on_threads_of_its_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log beside a SQLite store opens no connection per call and uses no
+    worker thread of anyio's: its writes go to the store's writer thread, its
+    reads to one reader thread of the log's own, not the store's reader
+    (docs/benchmarks.md, "Memory under steady load": the connections a busy
+    server opened per call, on up to 40 threads, were what its memory grew
+    with)."""
+    import threading
+
+    import turnfsm.storage._eventlog as eventlog_module
+    from turnfsm.storage import SQLiteStore
+    from turnfsm.storage._eventlog import open_event_log
+
+    store = SQLiteStore(tmp_path / "store.db")
+    await store.list_ids()  # the store's reader thread started
+    log = open_event_log(store)
+    await log.open()
+    assert await log.tenant("c0") is None  # the log's reader opened its connection
+    ran: dict[str, set[int]] = {"read": set(), "write": set()}
+    real = eventlog_module._statement
+
+    def statement(
+        conn: sqlite3.Connection, sql: str, args: object, many: bool
+    ) -> list[tuple[object, ...]]:
+        kind = "read" if sql.lstrip().startswith("SELECT") else "write"
+        ran[kind].add(threading.get_ident())
+        return real(conn, sql, args, many)  # type: ignore[arg-type]
+
+    def no_connection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the event log opened a connection")
+
+    async def no_worker_thread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the event log used a worker thread of anyio's")
+
+    monkeypatch.setattr(eventlog_module, "_statement", statement)
+    monkeypatch.setattr(eventlog_module.sqlite3, "connect", no_connection)
+    monkeypatch.setattr(eventlog_module.anyio.to_thread, "run_sync", no_worker_thread)
+    try:
+        for _ in range(3):
+            await log.set_tenant("c1", "alice")
+            await log.add([("c1", 1, "StateChanged", "{}"), ("c1", 2, "TurnCompleted", "{}")], [])
+            assert await log.tenant("c1") == "alice"
+            assert await log.tenants() == {"c1": "alice"}
+            assert [s for s, _, _ in await log.after("c1", 0)] == [1, 2]
+            assert await log.newest(["c1", "c2"]) == {"c1": 2}
+            await log.forget(["c1"])
+            assert await log.after("c1", 0) == [] and await log.tenant("c1") is None
+    finally:
+        monkeypatch.undo()
+        store_threads = {
+            "reader": store._readq.thread.ident if store._readq else None,
+            "writer": store._writeq.thread.ident if store._writeq else None,
+        }
+        await log.aclose()
+        await store.aclose()
+    assert ran["write"] == {store_threads["writer"]}
+    assert len(ran["read"]) == 1
+    assert ran["read"].isdisjoint({store_threads["reader"], store_threads["writer"]})
+    assert threading.get_ident() not in ran["read"]
+    db = sqlite3.connect(tmp_path / "store.db")
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        db.close()
+    assert {"server_events", "server_context_tenants", "contexts"} <= tables

@@ -190,7 +190,17 @@ class Hub:
     # ------------------------------------------------------------------ tenants
 
     async def owner(self, context_id: str) -> str | None:
-        """The tenant of a stored context (a child: its parent's); ContextNotFound."""
+        """The tenant of a stored context (a child: its parent's); ContextNotFound.
+
+        A context's tenant is set once, when it is made, so the tenant of a
+        context this hub has seen (:attr:`owners`) is not read again: a
+        request on it reads no table (with a SQLite store, each read is a
+        hand-off to the log's reader thread, one at a time for all requests;
+        with PostgreSQL, a round trip). A context deleted by another process
+        is then found missing by the call itself (``404`` all the same)."""
+        known = self.owners.get(context_id)
+        if known is not None:
+            return known
         cid: str | None = context_id
         for _ in range(100):
             assert cid is not None

@@ -7,9 +7,10 @@ store's contract: the engine never reads them, and a store is whole without
 them. They live in the store's own database, beside its tables:
 
 - a SQLite store: tables ``server_events`` and ``server_context_tenants`` in
-  the same file (a connection of their own; the engine's tables are
-  untouched). Another process's events are seen by polling the log
-  (:data:`POLL_INTERVAL`); deltas are not relayed between processes.
+  the same file (written by the store's writer thread, read on a thread and
+  connection of the log's own; the engine's tables are untouched). Another
+  process's events are seen by polling the log (:data:`POLL_INTERVAL`);
+  deltas are not relayed between processes.
 - a PostgreSQL store: the same tables under the store's schema
   (``search_path``), created on open if missing; each write rings a
   doorbell, ``NOTIFY`` on a channel named after the database and schema
@@ -29,10 +30,12 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
+from ..errors import StoreError
 from ..events import Event, event_bytes
 from ._base import Store
 from ._logtypes import Deliver, EventLog, LogNote, LogRow, OnConnect
 from ._sqlite import SQLiteStore
+from ._sqlite_threads import SQLiteThreads
 
 __all__ = [
     "POLL_INTERVAL",
@@ -129,16 +132,39 @@ _SQLITE_TABLES = (
 
 
 class SQLiteEventLog:
-    """The log and tenants in the store's SQLite file (a connection per call,
-    on a worker thread). Other processes' events are polled for by rowid."""
+    """The log and tenants in a SQLite file. Other processes' events are
+    polled for by rowid.
+
+    Given the file's :class:`~turnfsm.storage.SQLiteStore` (as
+    :func:`open_event_log` does), its writes are writes of the store's
+    writer thread, in its next group (one transaction and one sync with the
+    commits waiting there), and its reads run on a reader thread and
+    connection of its own (:class:`_LogReader`, made on the first read), so
+    that a request's tenant lookup or a replay never waits behind a context
+    the engine loads, nor the other way round. Given a path alone, a
+    connection per call, on a worker thread. That was what a busy server did
+    before: every request's tenant lookup and every batch of events opened a
+    connection (the schema parsed, a page cache filled and freed) on
+    whichever of anyio's worker threads (up to 40) was free, and what those
+    threads freed stayed in each one's malloc arena: the server's resident
+    memory rose under steady load with nothing live behind it
+    (docs/benchmarks.md, "Memory under steady load")."""
 
     shared = True
     rings = False
     """Other processes poll the table: ``add`` rings no notes."""
 
-    def __init__(self, path: str | Path, *, poll_interval: float = POLL_INTERVAL) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        poll_interval: float = POLL_INTERVAL,
+        store: SQLiteStore | None = None,
+    ) -> None:
         self.path = str(path)
         self.poll_interval = poll_interval
+        self._store = store
+        self._reader: _LogReader | None = None
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
@@ -147,15 +173,37 @@ class SQLiteEventLog:
         db = self._connect()
         try:
             with db:
-                if many:
-                    db.executemany(sql, args)  # type: ignore[arg-type]
-                    return []
-                return db.execute(sql, tuple(args)).fetchall()
+                return _statement(db, sql, args, many)
         finally:
             db.close()
 
-    async def _run(self, sql: str, args: Sequence[object] = (), many: bool = False) -> list[tuple]:  # type: ignore[type-arg]
-        return await anyio.to_thread.run_sync(self._sql, sql, args, many)
+    async def _run(
+        self,
+        sql: str,
+        args: Sequence[object] = (),
+        many: bool = False,
+        *,
+        write: bool = False,
+        durable: bool = True,
+    ) -> list[tuple]:  # type: ignore[type-arg]
+        """``sql`` on a connection of its own; with a store, on the log's
+        reader, or (a ``write``) in the store's writer's next group (not
+        ``durable``: a group of such writes only is committed at
+        ``synchronous=NORMAL``, as the store's lease writes are, and the next
+        commit's sync makes it durable)."""
+        store = self._store
+        if store is None:
+            return await anyio.to_thread.run_sync(self._sql, sql, args, many)
+        if write:
+            return await store._submit(
+                lambda conn: _statement(conn, sql, args, many), reader=False, durable=durable
+            )
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = _LogReader(store)
+        return await reader._submit(
+            lambda conn: _statement(conn, sql, args, many), reader=True, durable=True
+        )
 
     def _open(self) -> None:
         db = self._connect()
@@ -167,11 +215,24 @@ class SQLiteEventLog:
             db.close()
 
     async def open(self) -> None:
-        await anyio.to_thread.run_sync(self._open)
+        if self._store is None:
+            await anyio.to_thread.run_sync(self._open)
+            return
+        for statement in _SQLITE_TABLES:
+            await self._run(statement, write=True)
 
     async def add(self, rows: Sequence[LogRow], notes: Sequence[LogNote]) -> None:
         if rows:
-            await self._run("INSERT OR IGNORE INTO server_events VALUES (?, ?, ?, ?)", rows, True)
+            # the log's rows are a relay's, not the context's record (a stream
+            # that finds some missing is sent a Resync): written at NORMAL when
+            # no commit shares their group
+            await self._run(
+                "INSERT OR IGNORE INTO server_events VALUES (?, ?, ?, ?)",
+                rows,
+                True,
+                write=True,
+                durable=False,
+            )
 
     async def after(
         self, context_id: str, after: int, upto: int | None = None
@@ -195,15 +256,17 @@ class SQLiteEventLog:
 
     async def forget(self, context_ids: Sequence[str]) -> None:
         for cid in context_ids:
-            await self._run("DELETE FROM server_events WHERE context_id = ?", (cid,))
-            await self._run("DELETE FROM server_context_tenants WHERE context_id = ?", (cid,))
+            await self._run("DELETE FROM server_events WHERE context_id = ?", (cid,), write=True)
+            await self._run(
+                "DELETE FROM server_context_tenants WHERE context_id = ?", (cid,), write=True
+            )
 
     async def listen(self, deliver: Deliver, on_connect: OnConnect) -> None:
         while True:
             try:
                 rows = await self._run("SELECT coalesce(max(rowid), 0) FROM server_events")
                 break
-            except sqlite3.Error:
+            except (sqlite3.Error, StoreError):
                 await anyio.sleep(self.poll_interval)
         last = int(rows[0][0])
         await on_connect()
@@ -215,7 +278,7 @@ class SQLiteEventLog:
                     "ORDER BY rowid LIMIT 10000",
                     (last,),
                 )
-            except sqlite3.Error:
+            except (sqlite3.Error, StoreError):
                 continue  # locked or busy for long: the next poll reads from the same row
             for rowid, cid, seq in found:
                 last = max(last, int(rowid))
@@ -223,7 +286,9 @@ class SQLiteEventLog:
 
     async def set_tenant(self, context_id: str, tenant: str) -> None:
         await self._run(
-            "INSERT OR REPLACE INTO server_context_tenants VALUES (?, ?)", (context_id, tenant)
+            "INSERT OR REPLACE INTO server_context_tenants VALUES (?, ?)",
+            (context_id, tenant),
+            write=True,
         )
 
     async def tenant(self, context_id: str) -> str | None:
@@ -237,14 +302,45 @@ class SQLiteEventLog:
         return {str(a): str(b) for a, b in rows}
 
     async def aclose(self) -> None:
-        return None
+        """Stop the log's reader thread and close its connection (the store's
+        threads are the store's)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader._closed = True
+            await reader._stop()
+
+
+class _LogReader(SQLiteThreads):
+    """The reader thread and connection of a store's event log: the store's
+    machinery (:class:`~turnfsm.storage._sqlite_threads.SQLiteThreads`),
+    reads only, on a connection made as the store makes its own."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.path = store.path
+        self.synchronous = store.synchronous
+        self.busy_timeout = store.busy_timeout
+        self._damage = None
+        self._closed = False
+        self._writeq = None
+        self._readq = None
+        self._conn = None
+        self._rconn = store._connect()
+
+
+def _statement(
+    conn: sqlite3.Connection, sql: str, args: Sequence[object], many: bool
+) -> list[tuple]:  # type: ignore[type-arg]
+    if many:
+        conn.executemany(sql, args)  # type: ignore[arg-type]
+        return []
+    return conn.execute(sql, tuple(args)).fetchall()
 
 
 def open_event_log(store: Store) -> EventLog:
     """The event log and tenant table beside ``store`` (not opened yet: call
     :meth:`EventLog.open`)."""
     if isinstance(store, SQLiteStore):
-        return SQLiteEventLog(store.path)
+        return SQLiteEventLog(store.path, store=store)
     from ._postgres import PostgresStore  # no psycopg needed to import it
 
     if isinstance(store, PostgresStore):
