@@ -317,3 +317,41 @@ def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
         "ProcessingLLMResponse",
         "Idle",
     ]
+
+
+def test_the_workflow_continues_as_new_before_its_history_grows_large(
+    temporal_server: DevServer,
+) -> None:
+    """With a small history limit, the workflow continues as new between
+    turns; the next turn runs on the new run, from the store."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from turnfsm.temporal import TemporalEngine, TemporalWorker, workflow_id
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        llm = ScriptedLLM([{"text": f"answer {i}"} for i in range(3)])
+        async with (
+            TemporalWorker(client, store=store, llm=llm, task_queue=queue, history_limit=12),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            runs = []
+            for i in range(3):
+                turn = await engine.send(cid, f"question {i}")
+                assert turn.text == f"answer {i}"
+                handle = client.get_workflow_handle(workflow_id(cid))
+                runs.append((await handle.describe()).run_id)
+            # each turn took the history past the limit: the run that ran it
+            # continued as new once the turn returned, so the next turn ran on
+            # a new run (the one current after turn 1 ran turn 2, then went on)
+            first = client.get_workflow_handle(workflow_id(cid), run_id=runs[0])
+            assert (await first.describe()).status is WorkflowExecutionStatus.CONTINUED_AS_NEW
+            assert len(set(runs)) == 3
+            ctx = await engine.get_context(cid)
+            assert len(ctx.history()) == 6
+            assert [str(s) for s in await engine.trace(cid)] == ["Idle", *TEXT_TRACE * 3]
+            assert await _audit_ok(store, cid)
+
+    anyio.run(go)
