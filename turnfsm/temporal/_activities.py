@@ -174,34 +174,35 @@ class Activities:
             if self.llm is None:
                 raise TypeError("the engine has no LLM (it was made with llm=None)")
             stream = aiter(self.llm.stream(request))
-            async for chunk in stream:
-                chunks.append(_codec.chunk_to(chunk))
-                activity.heartbeat()
-                kind = type(chunk)
-                if kind is LLMResponse or kind not in (TextDelta, ThinkingDelta, ToolCallDelta):
-                    break
-                if not streamed:
-                    continue
-                if not started:
-                    started = True
-                    seq += 1  # the stream_started step
-                if kind is ToolCallDelta:
-                    continue
-                text, _ = delta_text(chunk, kind.__name__)
-                seq += 1
-                await self._ring(
-                    ContentDelta(
-                        context_id=request.context_id,
-                        seq=seq,
-                        timestamp=time.time(),
-                        message_id=message_id,
-                        delta=text,
-                        index=index,
-                        attempt=attempt,
-                        channel="text" if kind is TextDelta else "thinking",
+            with _beating(self.heartbeat):  # also while the provider thinks
+                async for chunk in stream:
+                    chunks.append(_codec.chunk_to(chunk))
+                    activity.heartbeat()
+                    kind = type(chunk)
+                    if kind is LLMResponse or kind not in (TextDelta, ThinkingDelta, ToolCallDelta):
+                        break
+                    if not streamed:
+                        continue
+                    if not started:
+                        started = True
+                        seq += 1  # the stream_started step
+                    if kind is ToolCallDelta:
+                        continue
+                    text, _ = delta_text(chunk, kind.__name__)
+                    seq += 1
+                    await self._ring(
+                        ContentDelta(
+                            context_id=request.context_id,
+                            seq=seq,
+                            timestamp=time.time(),
+                            message_id=message_id,
+                            delta=text,
+                            index=index,
+                            attempt=attempt,
+                            channel="text" if kind is TextDelta else "thinking",
+                        )
                     )
-                )
-                index += 1
+                    index += 1
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -23,6 +23,7 @@ workflow only waits: a context waiting for a human holds no worker.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -75,6 +76,27 @@ def _raise_definite(err: ActivityError) -> None:
         raise _codec.error_from(cause.details[0]) from None
 
 
+async def _activity(name: str, args: list[Any], **options: Any) -> Any:
+    """Run an activity in a task of its own and await it shielded: a cancel of
+    the caller (the engine's cancel scope, an anyio one) leaves at once and
+    asks Temporal, once, to cancel the activity. (Awaited directly, the SDK
+    holds the await until Temporal has settled the cancel, while anyio
+    delivers the cancel again on every turn of the loop: the workflow would
+    spin without yielding.)"""
+    task = asyncio.ensure_future(workflow.execute_activity(name, args=args, **options))
+    task.add_done_callback(_retrieved)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # no "never retrieved" log for an abandoned one
+
+
 class _Clock:
     """The workflow's clock: replayed, never read from the machine."""
 
@@ -82,7 +104,12 @@ class _Clock:
         return workflow.now().timestamp()
 
     async def sleep(self, seconds: float) -> None:
-        await workflow.sleep(seconds)  # a durable timer
+        timer = asyncio.ensure_future(workflow.sleep(seconds))  # a durable timer
+        try:
+            await asyncio.shield(timer)  # (shielded, as activities are: see _activity)
+        except asyncio.CancelledError:
+            timer.cancel()
+            raise
 
 
 def _ids() -> str:
@@ -126,7 +153,7 @@ class _WorkflowStore:
 
     async def load(self, context_id: str) -> ChatContext:
         try:
-            data = await workflow.execute_activity(
+            data = await _activity(
                 "turnfsm.load",
                 args=[context_id, self._wf.take_rows()],
                 start_to_close_timeout=self._wf.config.store_timeout,
@@ -142,7 +169,7 @@ class _WorkflowStore:
             commit, lease_token=None, lease_owner=None, take_lease=None, release_lease=False
         )
         try:
-            await workflow.execute_activity(
+            await _activity(
                 "turnfsm.commit",
                 args=[_codec.commit_to(commit), self._wf.take_rows()],
                 start_to_close_timeout=self._wf.config.store_timeout,
@@ -191,7 +218,7 @@ class _WorkflowLLM:
         rt = wf.engine._d.loaded.get(request.context_id)
         seq = rt.seq if rt is not None else 0
         message_id = (rt.partial_id or "") if rt is not None and streamed else ""
-        result = await workflow.execute_activity(
+        result = await _activity(
             "turnfsm.llm",
             args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
             start_to_close_timeout=wf.config.llm_timeout,
@@ -260,7 +287,7 @@ class _ActivityTool(Tool):
         from .. import records
 
         try:
-            success, result, notes = await workflow.execute_activity(
+            success, result, notes = await _activity(
                 "turnfsm.tool",
                 args=[records.to_python(call), wf.take_rows()],
                 start_to_close_timeout=timeout,
@@ -330,7 +357,7 @@ class ContextWorkflow:
     async def _flush(self) -> None:
         rows = self.take_rows()
         if rows:
-            await workflow.execute_activity(
+            await _activity(
                 "turnfsm.events",
                 args=[rows],
                 start_to_close_timeout=self.config.store_timeout,
