@@ -11,6 +11,7 @@ Temporal's), the script's own checks pass, and the audit log verifies.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -27,7 +28,7 @@ from temporalio.client import Client
 
 from turnfsm import MemoryStore, records
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
-from turnfsm.engine import _subcontexts
+from turnfsm.engine import _subcontexts, wait_fixed
 from turnfsm.errors import TurnFSMError
 from turnfsm.replay import load_script, run_script
 from turnfsm.replay._runner import (
@@ -90,7 +91,11 @@ async def _run_on_temporal(
             tools=list(reference.tools),
             task_queue=queue,
             event_log=None,
-            retry=reference.retry_policy,
+            # the same attempts; shorter waits (real timers here, a fake clock
+            # in-process): a wait decides no edge, so the trace is the same
+            retry=dataclasses.replace(
+                reference.retry_policy, wait=wait_fixed(0.05), max_retry_after=0.05
+            ),
             max_iterations=reference.max_iterations,
             tool_history_rounds=cfg.tool_history_rounds,
             compaction=settings.view_plan.compaction,
