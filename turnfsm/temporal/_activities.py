@@ -94,7 +94,7 @@ class Activities:
         self.heartbeat = heartbeat
 
     def all(self) -> list[Any]:
-        return [self.load, self.commit, self.llm_call, self.tool, self.events]
+        return [self.load, self.commit, self.llm_call, self.tool, self.events, self.contexts]
 
     # ------------------------------------------------------------ events
 
@@ -128,6 +128,27 @@ class Activities:
         except DEFINITE as exc:
             raise _definite(exc) from exc
         return _codec.context_to(ctx)
+
+    @activity.defn(name="turnfsm.contexts")
+    async def contexts(self, op: str, arg: Any, rows: list[Any]) -> Any:
+        """What a sub-task asks of the store besides loads and commits:
+        ``create`` a child, ``delete`` one, ``list`` the contexts."""
+        await self._write(rows)
+        store = self.store
+        try:
+            if op == "create":
+                await store.create(_codec.context_from(arg))
+                return None
+            if op == "delete":
+                await store.delete(str(arg))
+                return None
+            if op == "list":
+                from .. import records
+
+                return [records.to_python(s) for s in await store.list_contexts()]
+        except DEFINITE as exc:
+            raise _definite(exc) from exc
+        raise ApplicationError(f"unknown store operation {op!r}", non_retryable=True)
 
     @activity.defn(name="turnfsm.commit")
     async def commit(self, data: Any, rows: list[Any]) -> None:

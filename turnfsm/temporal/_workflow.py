@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from ..errors import ContextNotFound, TurnFSMError
     from ..events import Event
     from ..model import ChatContext, LLMRequest
-    from ..storage import Commit, Lease
+    from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
@@ -179,6 +179,30 @@ class _WorkflowStore:
             _raise_definite(err)
             raise
 
+    async def _contexts(self, op: str, arg: Any) -> Any:
+        try:
+            return await _activity(
+                "turnfsm.contexts",
+                args=[op, arg, self._wf.take_rows()],
+                start_to_close_timeout=self._wf.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+        except ActivityError as err:
+            _raise_definite(err)
+            raise
+
+    async def create(self, context: ChatContext) -> None:
+        """A sub-task's child (its turns run in this workflow, by this engine)."""
+        await self._contexts("create", _codec.context_to(context))
+
+    async def delete(self, context_id: str) -> None:
+        await self._contexts("delete", context_id)
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        from .. import records
+
+        return [records.from_python(ContextSummary, s) for s in await self._contexts("list", None)]
+
     async def acquire_lease(
         self,
         context_id: str,
@@ -299,8 +323,22 @@ class _ActivityTool(Tool):
         return ToolOutcome(bool(success), result, tuple(notes))
 
 
+def _in_workflow(tool: Tool) -> bool:
+    """A tool that runs in the workflow itself: a question (never run; a
+    human answers it) or a sub-task (``subtask()``: its child context's turns
+    are the engine's own, so they run here, each of their I/O an activity)."""
+    if isinstance(tool, QuestionTool):
+        return True
+    fn = tool.fn
+    return (
+        fn is not None
+        and getattr(fn, "__module__", None) == "turnfsm.tools._subtask"
+        and getattr(fn, "__qualname__", "") == "subtask.<locals>.run"
+    )
+
+
 def _tools(config: WorkerConfig, wf: ContextWorkflow) -> list[Tool]:
-    return [t if isinstance(t, QuestionTool) else _ActivityTool.of(t, wf) for t in config.tools]
+    return [t if _in_workflow(t) else _ActivityTool.of(t, wf) for t in config.tools]
 
 
 @workflow.defn(name=WORKFLOW_NAME)
