@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _codec
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
 
-__all__ = ["ContextWorkflow"]
+__all__ = ["ContextWorkflow", "tool_retry"]
 
 _STORE_RETRY = ActivityRetry(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
@@ -260,6 +260,17 @@ class _WorkflowLLM:
             raise _codec.error_from(result["error"])
 
 
+def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
+    """Temporal's retry policy for a call of ``tool``, from its own settings:
+    an idempotent tool's call lost with its worker is attempted again (up to
+    ``config.idempotent_attempts``); any other is attempted once, and a lost
+    attempt is ``outcome_unknown``. (One function, so that a test can plant
+    the bug of retrying every tool and see its checker catch it.)"""
+    if tool.idempotent:
+        return ActivityRetry(maximum_attempts=config.idempotent_attempts)
+    return ActivityRetry(maximum_attempts=1)
+
+
 async def _cancel(request: LLMRequest) -> None:
     """What the adapter did in the activity: ask for the turn's cancel, and
     give the engine the chance to act on it."""
@@ -303,11 +314,7 @@ class _ActivityTool(Tool):
         timeout = (
             timedelta(seconds=self.timeout + 30) if self.timeout is not None else cfg.tool_timeout
         )
-        retry = (
-            ActivityRetry(maximum_attempts=cfg.idempotent_attempts)
-            if self.idempotent
-            else ActivityRetry(maximum_attempts=1)
-        )
+        retry = tool_retry(self, cfg)
         from .. import records
 
         try:
