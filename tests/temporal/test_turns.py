@@ -379,8 +379,9 @@ class _Hangs:
 
 def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
     """``cancel`` reaches the workflow while its LLM activity runs: the
-    activity is cancelled, the context goes back to Idle through the cancel
-    edge, and the running send returns the cancelled turn."""
+    activity is cancelled and returns what had arrived, the context goes back
+    to Idle through the cancel edge with the partial text kept, and the
+    running send returns the cancelled turn."""
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     async def go() -> None:
@@ -413,7 +414,16 @@ def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
             assert str(cancelled.stop_reason) == "cancelled"
             assert sent[0].state is State.IDLE
             trace = [str(s) for s in await engine.trace(cid)]
-            assert trace == ["Idle", "ProcessingUserMessage", "AwaitingLLMResponse", "Idle"]
+            assert trace == [
+                "Idle",
+                "ProcessingUserMessage",
+                "AwaitingLLMResponse",
+                "StreamingLLMResponse",
+                "Idle",
+            ]
+            # the partial text is kept, marked cancelled, as in-process
+            partial = (await engine.get_context(cid)).history()[-1].message
+            assert partial.text == "Once upon " and partial.metadata.cancelled
             again = await engine.send(cid, "again")
             assert again.text == "second answer"
             assert await _audit_ok(store, cid)

@@ -225,7 +225,9 @@ class Activities:
                     )
                     index += 1
         except asyncio.CancelledError:
-            raise
+            # the turn was cancelled: what arrived is the answer's partial
+            # text, which the engine keeps (marked cancelled), as in-process
+            return {"chunks": chunks, "error": None, "cancel_at": None}
         except Exception as exc:
             error = _codec.error_to(exc)
         finally:

@@ -24,6 +24,7 @@ workflow only waits: a context waiting for a human holds no worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -32,8 +33,10 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy as ActivityRetry
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    import anyio
     import anyio.lowlevel
 
     from ..engine import Engine, RetryPolicy, Turn
@@ -242,13 +245,35 @@ class _WorkflowLLM:
         rt = wf.engine._d.loaded.get(request.context_id)
         seq = rt.seq if rt is not None else 0
         message_id = (rt.partial_id or "") if rt is not None and streamed else ""
-        result = await _activity(
-            "turnfsm.llm",
-            args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
-            start_to_close_timeout=wf.config.llm_timeout,
-            heartbeat_timeout=wf.config.heartbeat_timeout,
-            retry_policy=_STORE_RETRY,
+        task = asyncio.ensure_future(
+            workflow.execute_activity(
+                "turnfsm.llm",
+                args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
+                start_to_close_timeout=wf.config.llm_timeout,
+                heartbeat_timeout=wf.config.heartbeat_timeout,
+                retry_policy=_STORE_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
         )
+        task.add_done_callback(_retrieved)
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # the turn is cancelled mid-call: the activity returns what had
+            # arrived; the engine reads it (as the deltas it would have read by
+            # now in-process) and then the cancel, keeping the partial text
+            # (each await on the way is the engine's shielded commit)
+            task.cancel()
+            arrived: list[Any] = []
+            # nothing came back (the activity failed): the cancel as it is
+            with (
+                anyio.CancelScope(shield=True),
+                contextlib.suppress(ActivityError, asyncio.CancelledError),
+            ):
+                arrived = (await asyncio.shield(task))["chunks"]
+            for chunk in arrived:
+                yield _codec.chunk_from(chunk)
+            raise
         cancel_at = result["cancel_at"]
         for i, chunk in enumerate(result["chunks"]):
             if i == cancel_at:
