@@ -429,3 +429,61 @@ def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
             assert await _audit_ok(store, cid)
 
     anyio.run(go)
+
+
+class _Toolset:
+    """A toolset as MCP servers are one: started with the worker, its tools
+    listed then, closed with it."""
+
+    name = "demo"
+
+    def __init__(self) -> None:
+        self.started = self.closed = False
+        self._tools: list[Any] = []
+
+    async def start(self) -> None:
+        from turnfsm import Tool
+
+        self.started = True
+        self._tools = [
+            Tool.from_spec("echo", "Echo.", None, lambda: "echoed", idempotent=True),
+        ]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def tools(self) -> list[Any]:
+        return self._tools
+
+    def on_change(self, callback: Any) -> None:
+        return None
+
+
+def test_a_workers_toolsets_start_with_it_and_their_tools_run_as_activities(
+    temporal_server: DevServer,
+) -> None:
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    toolset = _Toolset()
+
+    async def go() -> Any:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        llm = ScriptedLLM(
+            [{"tool_calls": [{"id": "e1", "name": "echo", "arguments": {}}]}, {"text": "ok"}]
+        )
+        async with (
+            TemporalWorker(client, store=store, llm=llm, toolsets=[toolset], task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            assert toolset.started
+            cid = await engine.create_context()
+            turn = await engine.send(cid, "echo")
+            ctx = await engine.get_context(cid)
+        return turn, ctx
+
+    turn, ctx = anyio.run(go)
+    assert toolset.closed
+    assert turn.state is State.IDLE and turn.text == "ok"
+    results = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
+    assert [(r.success, r.result) for r in results] == [(True, "echoed")]

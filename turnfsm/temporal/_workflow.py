@@ -451,9 +451,13 @@ class ContextWorkflow:
             raise ApplicationError(
                 str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
             ) from None
-        except _Lost as exc:
+        except BaseException as exc:
+            if not _lost(exc):
+                raise
             raise ApplicationError(
-                f"a tool call's worker was lost twice: {exc}", type="ToolLost", non_retryable=True
+                "a tool call was lost with its worker again after the resume",
+                type="ToolLost",
+                non_retryable=True,
             ) from None
         finally:
             if self.rows:
