@@ -487,3 +487,35 @@ def test_a_workers_toolsets_start_with_it_and_their_tools_run_as_activities(
     assert turn.state is State.IDLE and turn.text == "ok"
     results = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
     assert [(r.success, r.result) for r in results] == [(True, "echoed")]
+
+
+def test_a_request_body_and_a_recovery_run_their_turns_on_temporal(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """``send_request`` and ``recover`` are turn calls too: on a TemporalEngine
+    their turns run in the workflows, never in the client's process (which
+    has no LLM)."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    store_url = f"sqlite:///{tmp_path / 'requests.db'}"
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        queue = _queue()
+        # a turn handed off and left for a worker: the context is away from rest
+        async with Engine(store=store_url) as local:
+            left = await local.create_context()
+            await local.submit(left, "left behind")
+        llm = ScriptedLLM([{"text": "from a body"}, {"text": "recovered"}])
+        async with (
+            TemporalWorker(client, store=store_url, llm=llm, task_queue=queue),
+            TemporalEngine(client, store=store_url, task_queue=queue) as engine,
+        ):
+            turn = await engine.send_request({"messages": [{"role": "user", "content": "hi"}]})
+            assert turn.state is State.IDLE and turn.text == "from a body"
+            recovery = await engine.recover()
+            assert list(recovery.resumed) == [left] and not recovery.failed
+            assert recovery.resumed[left].text == "recovered"
+            assert (await engine.get_context(left)).current_state == "Idle"
+
+    anyio.run(go)

@@ -497,6 +497,10 @@ class ContextWorkflow:
     async def reset(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.reset(self.context_id))
 
+    @workflow.update(name="request")
+    async def request(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.send_request(a["body"], self.context_id))
+
     @workflow.update(name="resume")
     async def resume(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.resume(self.context_id))
