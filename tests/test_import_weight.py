@@ -39,6 +39,7 @@ LAZY = (
     "asyncio",
     "opentelemetry",
     "prometheus_client",
+    "temporalio",
 )
 
 LAZY_PARTS = (
@@ -56,6 +57,7 @@ LAZY_PARTS = (
     "turnfsm.relay",
     "turnfsm.observability",
     "turnfsm.tools.mcp",
+    "turnfsm.temporal",
 )
 """turnfsm's own modules that ``import turnfsm`` leaves out."""
 

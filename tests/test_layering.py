@@ -60,6 +60,7 @@ LAYER: dict[str, int] = {
     "__main__": 4,  # ``python -m turnfsm``: the CLI's entry point
     "pytest_plugin": 4,  # the test kit's pytest plugin, beside testing.py
     "observability": 4,  # OTLP export set-up and Prometheus metrics (docs/observability.md)
+    "temporal": 4,  # turns as Temporal workflows, on the temporal extra (docs/temporal.md)
 }
 L0 = {c for c, n in LAYER.items() if n == 0}
 L1 = {c for c, n in LAYER.items() if n == 1}
@@ -96,6 +97,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "psycopg_pool": ("turnfsm.storage._pg_schema",),
     "uvicorn": ("turnfsm.server",),
     "jinja2": ("turnfsm.server._web",),
+    "temporalio": ("turnfsm.temporal",),
     # the engine's spans use the API only; the SDK, the exporters and the
     # Prometheus client are the observability package's (docs/observability.md)
     "opentelemetry": ("turnfsm.engine._tracing", "turnfsm.observability"),

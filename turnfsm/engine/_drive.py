@@ -106,6 +106,11 @@ class Driver:
         self.loaded = Loaded(self.machine, settings.log, self.request_cancel)
         self.busy: set[str] = set()
         self.beats: anyio.abc.TaskGroup | None = None
+        self.renews_leases = True
+        """Renew a running call's lease while its effects run. A host whose
+        store keeps no leases (a durable workflow, whose engine is the
+        context's one owner by construction) turns it off: no heartbeat task,
+        no timer."""
         self.subtask_host: SubtaskRunnerHost | None = None
         """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Host, Runtime], Awaitable[None]]] = {
@@ -450,7 +455,7 @@ class Driver:
         by the entered engine's heartbeat, or else by a task of this call's own
         (an error of the effects then leaves its task group as itself, not
         wrapped in an ExceptionGroup)."""
-        if self.beats is not None:
+        if self.beats is not None or not self.renews_leases:
             await self._effects_until_rest(rt)
             return
         error: BaseException | None = None

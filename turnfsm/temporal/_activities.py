@@ -1,0 +1,265 @@
+"""The activities: every piece of I/O of a turn on Temporal.
+
+The workflow (``_workflow.py``) runs the declared table and the engine's
+effects; whatever they ask of the outside world comes here, to a worker that
+holds the store, the LLM adapter, the tools and the event log:
+
+- ``turnfsm.load``: a context from the store;
+- ``turnfsm.commit``: one step to the store. The store's version check makes
+  a retried commit harmless: a commit whose reply was lost and that Temporal
+  runs again finds the context already at its version and time, and is taken
+  as applied; any other writer's commit in between is a ``VersionConflict``.
+  Once stored, the commit's events are written to the event log (as the
+  relay writes an engine's events after their commit);
+- ``turnfsm.llm``: one LLM attempt, streamed from the provider. Each delta is
+  rung on the event log as it arrives (as ``EventRelay`` rings a worker's
+  deltas), the activity heartbeats, and it returns every chunk (and the
+  adapter's error, if it raised), which the workflow reads as the engine reads
+  an adapter's stream;
+- ``turnfsm.tool``: one tool call, run as in-process (``run_calls``);
+- ``turnfsm.contexts``: a sub-task's child created, listed or deleted;
+- ``turnfsm.events``: durable events the engine sent outside a commit's
+  activity, if any (each activity above also writes those that wait, first).
+
+Errors the engine has a meaning for (an unknown context, a version
+conflict) fail the activity for good (``non_retryable``), carrying the error
+(``_codec.error_to``); the workflow raises it again as the engine's own.
+Anything else (the store's I/O) is retried by Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ..adapters.llm import LLM
+from ..engine._answer import delta_text
+from ..errors import ContextNotFound, SchemaVersionError, VersionConflict
+from ..events import ContentDelta
+from ..model import LLMResponse, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallRequest
+from ..relay import event_json
+from ..storage import Commit, Store
+from ..storage._logtypes import EventLog, LogNote
+from ..tools import ToolRegistry, run_calls
+from . import _codec
+
+__all__ = ["DEFINITE", "Activities"]
+
+DEFINITE = (ContextNotFound, VersionConflict, SchemaVersionError)
+"""Store errors that a retry would only repeat."""
+
+
+def _definite(exc: BaseException) -> ApplicationError:
+    return ApplicationError(
+        str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
+    )
+
+
+@contextlib.contextmanager
+def _beating(interval: float) -> Iterator[None]:
+    """Heartbeat every ``interval`` seconds while the block runs (a tool that
+    takes long still shows the worker alive)."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            activity.heartbeat()
+
+    task = asyncio.get_running_loop().create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+class Activities:
+    """The activities of one worker, over its store, LLM, tools and event log."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        llm: LLM | None,
+        tools: ToolRegistry,
+        event_log: EventLog | None,
+        heartbeat: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.llm = llm
+        self.tools = tools
+        self.event_log = event_log
+        self.heartbeat = heartbeat
+
+    def all(self) -> list[Any]:
+        return [self.load, self.commit, self.llm_call, self.tool, self.events, self.contexts]
+
+    # ------------------------------------------------------------ events
+
+    async def _write(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Durable events (``_codec.event_row``) to the event log, with their notes."""
+        log = self.event_log
+        if not rows or log is None:
+            return
+        kept = [(str(c), int(s), str(k), str(j)) for c, s, k, j in rows]
+        notes = [LogNote(c, s) for c, s, _, _ in kept] if log.rings else []
+        await log.add(kept, notes)
+
+    async def _ring(self, ev: ContentDelta) -> None:
+        log = self.event_log
+        if log is None or not log.rings:
+            return
+        with contextlib.suppress(Exception):  # a note lost is read from the log later
+            await log.add([], [LogNote(ev.context_id, ev.seq, event_json(ev))])
+
+    @activity.defn(name="turnfsm.events")
+    async def events(self, rows: list[Any]) -> None:
+        await self._write(rows)
+
+    # ------------------------------------------------------------ the store
+
+    @activity.defn(name="turnfsm.load")
+    async def load(self, context_id: str, rows: list[Any]) -> Any:
+        await self._write(rows)
+        try:
+            ctx = await self.store.load(context_id)
+        except DEFINITE as exc:
+            raise _definite(exc) from exc
+        return _codec.context_to(ctx)
+
+    @activity.defn(name="turnfsm.contexts")
+    async def contexts(self, op: str, arg: Any, rows: list[Any]) -> Any:
+        """What a sub-task asks of the store besides loads and commits:
+        ``create`` a child, ``delete`` one, ``list`` the contexts."""
+        await self._write(rows)
+        store = self.store
+        try:
+            if op == "create":
+                await store.create(_codec.context_from(arg))
+                return None
+            if op == "delete":
+                await store.delete(str(arg))
+                return None
+            if op == "list":
+                from .. import records
+
+                return [records.to_python(s) for s in await store.list_contexts()]
+        except DEFINITE as exc:
+            raise _definite(exc) from exc
+        raise ApplicationError(f"unknown store operation {op!r}", non_retryable=True)
+
+    @activity.defn(name="turnfsm.commit")
+    async def commit(self, data: Any, rows: list[Any], after: list[Any]) -> None:
+        """One commit; ``rows`` (events of earlier commits) written first,
+        ``after`` (this commit's events) once it is stored."""
+        await self._write(rows)
+        commit = _codec.commit_from(data)
+        try:
+            await self.store.commit(commit)
+        except VersionConflict as exc:
+            if activity.info().attempt == 1 or not await self._applied(commit):
+                raise _definite(exc) from exc
+        except DEFINITE as exc:
+            raise _definite(exc) from exc
+        await self._write(after)
+
+    async def _applied(self, commit: Commit) -> bool:
+        """Whether the store holds ``commit`` already: applied by an attempt
+        whose reply was lost (its version, with its time)."""
+        stored = await self.store.load(commit.context_id)
+        return stored.version == commit.version and stored.updated_at == commit.updated_at
+
+    # ------------------------------------------------------------ the LLM
+
+    @activity.defn(name="turnfsm.llm")
+    async def llm_call(
+        self, data: Any, seq: int, message_id: str, streamed: bool, rows: list[Any]
+    ) -> Any:
+        """One attempt: ``{"chunks": [...], "error": ... | None, "cancel_at": ...}``
+        (``cancel_at``: after how many chunks the adapter asked to cancel the
+        turn, if it did). ``seq`` is
+        the context's last seq when the attempt starts: the deltas are rung
+        with the seqs the workflow gives them (the first one after the
+        ``stream_started`` step's). ``streamed``: ring the deltas (not for a
+        compaction summary, whose deltas nobody sees)."""
+        await self._write(rows)
+        request = _codec.request_from(data)
+        chunks: list[Any] = []
+        cancels: list[int] = []
+        # an adapter (a test double, a UI's stop button behind it) may ask to
+        # cancel the turn: where it asked travels back, and the workflow asks
+        # its engine there
+        request.request_cancel = lambda: cancels.append(len(chunks))
+        error: Any = None
+        started = False
+        index = 0
+        attempt = request.attempt
+        stream: AsyncIterator[Any] | None = None
+        try:
+            if self.llm is None:
+                raise TypeError("the engine has no LLM (it was made with llm=None)")
+            stream = aiter(self.llm.stream(request))
+            with _beating(self.heartbeat):  # also while the provider thinks
+                async for chunk in stream:
+                    if cancels:
+                        # the adapter asked to cancel the turn: the engine stops
+                        # reading here, so nothing after is rung (its seqs go to
+                        # the cancel's events)
+                        break
+                    chunks.append(_codec.chunk_to(chunk))
+                    activity.heartbeat()
+                    kind = type(chunk)
+                    if kind is LLMResponse or kind not in (TextDelta, ThinkingDelta, ToolCallDelta):
+                        break
+                    if not streamed:
+                        continue
+                    if not started:
+                        started = True
+                        seq += 1  # the stream_started step
+                    if kind is ToolCallDelta:
+                        continue
+                    text, _ = delta_text(chunk, kind.__name__)
+                    seq += 1
+                    await self._ring(
+                        ContentDelta(
+                            context_id=request.context_id,
+                            seq=seq,
+                            timestamp=time.time(),
+                            message_id=message_id,
+                            delta=text,
+                            index=index,
+                            attempt=attempt,
+                            channel="text" if kind is TextDelta else "thinking",
+                        )
+                    )
+                    index += 1
+        except asyncio.CancelledError:
+            # the turn was cancelled: what arrived is the answer's partial
+            # text, which the engine keeps (marked cancelled), as in-process
+            return {"chunks": chunks, "error": None, "cancel_at": None}
+        except Exception as exc:
+            error = _codec.error_to(exc)
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+        return {"chunks": chunks, "error": error, "cancel_at": cancels[0] if cancels else None}
+
+    # ------------------------------------------------------------ tools
+
+    @activity.defn(name="turnfsm.tool")
+    async def tool(self, data: Any, rows: list[Any]) -> Any:
+        """One call, run as in-process: ``[success, result, notes]``."""
+        await self._write(rows)
+        from .. import records
+
+        call = records.from_python(ToolCallRequest, data)
+        with _beating(self.heartbeat):
+            (outcome,) = await run_calls(self.tools, [call])
+        return [outcome.success, outcome.result, list(outcome.notes)]

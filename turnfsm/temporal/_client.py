@@ -1,0 +1,201 @@
+"""The client side: :class:`TemporalEngine`, an engine whose turns run on Temporal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from ..adapters.inbound import parse_request
+from ..engine import Engine, Recovery, Turn
+from ..engine._inputs import check_call_ids, check_content, check_id, check_text
+from ..errors import ContextBusy, InvalidInput, TurnFSMError
+from ..model import ContentPart
+from ..states import RESTING
+from ..storage import Store
+from . import _codec
+from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
+
+__all__ = ["TemporalEngine"]
+
+_ROLES = ("user", "frontend_operator")
+
+
+class TemporalEngine(Engine):
+    """An :class:`~turnfsm.Engine` whose turns run as Temporal workflows.
+
+    The turn calls (:meth:`send`, :meth:`approve`, :meth:`deny`,
+    :meth:`answer`, :meth:`cancel`, :meth:`retry`, :meth:`reset`,
+    :meth:`resume`) check their arguments here, then go to the context's
+    workflow (``workflow_id(context_id)``, started on first use) as an
+    Update, which returns the :class:`Turn` once the context rests, or raises
+    the engine's own error (``ContextBusy``, ``ContextNotFound``,
+    ``IllegalTransition``, ...). Everything else (creating contexts, reads,
+    branches, config, the audit) is the inherited engine's, on the same store,
+    which stays the read model. This engine runs no turn itself: it has no
+    LLM, and the tools, modes and options that shape a turn are the workers'
+    (:class:`~turnfsm.temporal.TemporalWorker`).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        store: Store | str,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        **engine_options: Any,
+    ) -> None:
+        super().__init__(llm=None, store=store, **engine_options)
+        self._client = client
+        self._task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str,
+        *,
+        store: Store | str,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        **engine_options: Any,
+    ) -> TemporalEngine:
+        """Connect to the Temporal frontend at ``address`` (``host:port``)."""
+        client = await Client.connect(address, namespace=namespace)
+        return cls(client, store=store, task_queue=task_queue, **engine_options)
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def task_queue(self) -> str:
+        return self._task_queue
+
+    async def _update(self, context_id: str, name: str, args: dict[str, Any]) -> Turn:
+        self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            WORKFLOW_NAME,
+            {"context_id": context_id},
+            id=workflow_id(context_id),
+            task_queue=self._task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            data = await self._client.execute_update_with_start_workflow(
+                name, args, start_workflow_operation=start
+            )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.details:
+                raise _codec.error_from(cause.details[0]) from None
+            raise
+        finally:
+            self._d.loaded.unload(context_id)
+        return _codec.turn_from(data)
+
+    # ------------------------------------------------------------ the turn calls
+
+    async def send(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+        *,
+        message_id: str | None = None,
+        context: Any = None,
+    ) -> Turn:
+        check_id("context_id", context_id)
+        if not isinstance(role, str) or role not in _ROLES:
+            raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
+        check_content("content", content)
+        if message_id is not None:
+            check_id("message_id", message_id)
+        if context is not None:
+            raise InvalidInput("context", "a resent history is not taken on Temporal (yet)")
+        return await self._update(
+            context_id,
+            "send",
+            {
+                "content": _codec.parts_to(content if isinstance(content, str) else list(content)),
+                "role": role,
+                "message_id": message_id,
+            },
+        )
+
+    async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
+        check_id("context_id", context_id)
+        ids = check_call_ids("call_ids", call_ids)
+        return await self._update(context_id, "approve", {"call_ids": ids})
+
+    async def deny(
+        self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
+    ) -> Turn:
+        check_id("context_id", context_id)
+        ids = check_call_ids("call_id", call_id)
+        check_text("reason", reason, optional=True)
+        return await self._update(context_id, "deny", {"call_ids": ids, "reason": reason})
+
+    async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
+        check_id("context_id", context_id)
+        check_text("call_id", call_id, empty=False)
+        check_text("text", text, empty=False)
+        return await self._update(context_id, "answer", {"call_id": call_id, "text": text})
+
+    async def cancel(self, context_id: str) -> Turn:
+        check_id("context_id", context_id)
+        return await self._update(context_id, "cancel", {})
+
+    async def retry(self, context_id: str) -> Turn:
+        check_id("context_id", context_id)
+        return await self._update(context_id, "retry", {})
+
+    async def reset(self, context_id: str) -> Turn:
+        check_id("context_id", context_id)
+        return await self._update(context_id, "reset", {})
+
+    async def resume(self, context_id: str) -> Turn:
+        check_id("context_id", context_id)
+        return await self._update(context_id, "resume", {})
+
+    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+        """:meth:`Engine.send_request`, its turn on Temporal: the body is checked
+        here (``InvalidInput``), a context made when none is named, and the
+        workflow's engine lays it over the branch and runs the turn."""
+        parse_request(body)
+        if context_id is None:
+            context_id = await self.create_context()
+        else:
+            check_id("context_id", context_id)
+        return await self._update(context_id, "request", {"body": body})
+
+    async def recover(self) -> Recovery:
+        """:meth:`Engine.recover` on Temporal: each context away from rest is
+        resumed by its workflow (``resume``). One whose workflow is running a
+        call (it goes on by itself, on any worker) is skipped as busy."""
+        resumed: dict[str, Turn] = {}
+        skipped: dict[str, str] = {}
+        failed: dict[str, TurnFSMError] = {}
+        for summary in await self.store.list_contexts():
+            if summary.state in RESTING:
+                continue
+            try:
+                resumed[summary.id] = await self.resume(summary.id)
+            except ContextBusy as exc:
+                skipped[summary.id] = str(exc)
+            except TurnFSMError as exc:
+                failed[summary.id] = exc
+        return Recovery(resumed=resumed, skipped=skipped, failed=failed)
+
+    async def submit(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+        *,
+        message_id: str | None = None,
+    ) -> str:
+        """Not on Temporal: :meth:`send` hands the turn to a worker already."""
+        raise InvalidInput("submit", "turns on Temporal are handed to workers by send()")

@@ -1,0 +1,532 @@
+"""The workflow: one per context, the declared table inside it.
+
+Each workflow holds an :class:`~turnfsm.Engine`, the very one that runs
+turns in-process, made with a host of the workflow's own:
+
+- its store (:class:`_WorkflowStore`) loads and commits through activities
+  (``turnfsm.load``, ``turnfsm.commit``) and keeps no leases: the workflow is
+  the context's one owner, and the version check fences any other writer;
+- its LLM (:class:`_WorkflowLLM`) is the ``turnfsm.llm`` activity, whose
+  chunks it yields to the engine as an adapter's stream;
+- its tools (:class:`_ActivityTool`) run as ``turnfsm.tool`` activities, with
+  Temporal's retries for an idempotent tool and one attempt for another;
+- its clock is the workflow's (``workflow.now()``; a sleep is a durable
+  timer, ``workflow.sleep``), its ids come from ``workflow.uuid4()``, and the
+  backoff's jitter from ``workflow.random()``.
+
+So every trigger is fired through the same ``transitions`` machine
+(``TurnMachine``) by the same effects, and the steps committed are the ones an
+in-process turn commits. The calls arrive as Updates (``send``, ``approve``,
+...) and return the ``Turn`` when the context rests. Between calls the
+workflow only waits: a context waiting for a human holds no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy as ActivityRetry
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    import anyio
+    import anyio.lowlevel
+
+    from ..engine import Engine, RetryPolicy, Turn
+    from ..errors import ContextNotFound, TurnFSMError
+    from ..events import Event
+    from ..model import ChatContext, LLMRequest
+    from ..model._detach import detached_fields
+    from ..storage import Commit, ContextSummary, Lease
+    from ..tools import QuestionTool, Tool, ToolOutcome, current_call
+    from . import _codec
+    from ._config import WORKFLOW_NAME, WorkerConfig, config_for
+
+__all__ = ["ContextWorkflow", "tool_retry"]
+
+_STORE_RETRY = ActivityRetry(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
+)
+_NOT_DURABLE = frozenset({"ContentDelta", "EventsMissed"})
+
+
+class _Lost(BaseException):
+    """A tool call's activity was lost (its worker died and no attempt is
+    left): the call's outcome is unknown. A ``BaseException`` so that the tool
+    run does not turn it into a failed result; the workflow resumes the
+    context, as an engine resumes one after a crash (``outcome_unknown`` for
+    a tool that is not idempotent)."""
+
+
+def _lost(exc: BaseException) -> bool:
+    if isinstance(exc, _Lost):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_lost(e) for e in exc.exceptions)
+    return False
+
+
+def _raise_definite(err: ActivityError) -> None:
+    """The engine's own error, when the activity failed with one."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.details:
+        raise _codec.error_from(cause.details[0]) from None
+
+
+async def _activity(name: str, args: list[Any], **options: Any) -> Any:
+    """Run an activity in a task of its own and await it shielded: a cancel of
+    the caller (the engine's cancel scope, an anyio one) leaves at once and
+    asks Temporal, once, to cancel the activity. (Awaited directly, the SDK
+    holds the await until Temporal has settled the cancel, while anyio
+    delivers the cancel again on every turn of the loop: the workflow would
+    spin without yielding.)"""
+    task = asyncio.ensure_future(workflow.execute_activity(name, args=args, **options))
+    task.add_done_callback(_retrieved)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # no "never retrieved" log for an abandoned one
+
+
+class _Clock:
+    """The workflow's clock: replayed, never read from the machine."""
+
+    def time(self) -> float:
+        return workflow.now().timestamp()
+
+    async def sleep(self, seconds: float) -> None:
+        timer = asyncio.ensure_future(workflow.sleep(seconds))  # a durable timer
+        try:
+            await asyncio.shield(timer)  # (shielded, as activities are: see _activity)
+        except asyncio.CancelledError:
+            timer.cancel()
+            raise
+
+
+def _ids() -> str:
+    return workflow.uuid4().hex
+
+
+class _Quiet:
+    """No logging from inside the workflow: its code runs again on every replay."""
+
+    def bind(self, **_: Any) -> _Quiet:
+        return self
+
+    def debug(self, *_: Any, **__: Any) -> None:
+        return None
+
+    info = warning = error = debug
+
+
+def _deterministic(policy: RetryPolicy) -> RetryPolicy:
+    """The policy with its jitter drawn from ``workflow.random()``: tenacity's
+    ``wait_random_exponential`` (the default) draws from the process's
+    ``random``, which a replay would not draw again the same way."""
+    wait = policy.wait
+    if type(wait).__name__ != "wait_random_exponential":
+        return policy
+    exponential = type(wait).__mro__[1]  # tenacity's wait_exponential
+
+    def jittered(state: Any) -> float:
+        high = float(exponential.__call__(wait, state))
+        return workflow.random().uniform(float(getattr(wait, "min", 0.0)), high)
+
+    return dataclasses.replace(policy, wait=jittered)  # type: ignore[arg-type]
+
+
+class _WorkflowStore:
+    """The store as the workflow's engine sees it: loads and commits are
+    activities; leases are the workflow's own (it is the one owner)."""
+
+    def __init__(self, wf: ContextWorkflow) -> None:
+        self._wf = wf
+
+    async def load(self, context_id: str) -> ChatContext:
+        try:
+            data = await _activity(
+                "turnfsm.load",
+                args=[context_id, self._wf.take_rows()],
+                start_to_close_timeout=self._wf.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+        except ActivityError as err:
+            _raise_definite(err)
+            raise
+        return _codec.context_from(data)
+
+    async def commit(self, commit: Commit) -> None:
+        commit = dataclasses.replace(
+            commit, lease_token=None, lease_owner=None, take_lease=None, release_lease=False
+        )
+        try:
+            await _activity(
+                "turnfsm.commit",
+                args=[
+                    _codec.commit_to(commit),
+                    self._wf.take_rows(),
+                    self._wf.rows_of_commit(commit.context_id),
+                ],
+                start_to_close_timeout=self._wf.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+        except ActivityError as err:
+            _raise_definite(err)
+            raise
+
+    async def _contexts(self, op: str, arg: Any) -> Any:
+        try:
+            return await _activity(
+                "turnfsm.contexts",
+                args=[op, arg, self._wf.take_rows()],
+                start_to_close_timeout=self._wf.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+        except ActivityError as err:
+            _raise_definite(err)
+            raise
+
+    async def create(self, context: ChatContext) -> None:
+        """A sub-task's child (its turns run in this workflow, by this engine)."""
+        await self._contexts("create", _codec.context_to(context))
+
+    async def delete(self, context_id: str) -> None:
+        await self._contexts("delete", context_id)
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        from .. import records
+
+        return [records.from_python(ContextSummary, s) for s in await self._contexts("list", None)]
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease:
+        # token 1 every time: the engine then loads the context afresh for each
+        # call (the store is the truth; REST calls may have changed it)
+        return Lease(context_id, owner, 1, now + ttl)
+
+    async def lease(self, context_id: str) -> Lease | None:
+        return None
+
+    async def release_lease(self, lease: Lease) -> None:
+        return None
+
+    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
+        return dataclasses.replace(lease, expires_at=now + ttl)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _WorkflowLLM:
+    """The LLM as the workflow's engine sees it: one ``turnfsm.llm`` activity
+    per attempt, its chunks yielded as the adapter yielded them."""
+
+    def __init__(self, wf: ContextWorkflow) -> None:
+        self._wf = wf
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
+        wf = self._wf
+        streamed = request.metadata.get("purpose") != "compaction"
+        rt = wf.engine._d.loaded.get(request.context_id)
+        seq = rt.seq if rt is not None else 0
+        message_id = (rt.partial_id or "") if rt is not None and streamed else ""
+        task = asyncio.ensure_future(
+            workflow.execute_activity(
+                "turnfsm.llm",
+                args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
+                start_to_close_timeout=wf.config.llm_timeout,
+                heartbeat_timeout=wf.config.heartbeat_timeout,
+                retry_policy=_STORE_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        )
+        task.add_done_callback(_retrieved)
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # the turn is cancelled mid-call: the activity returns what had
+            # arrived; the engine reads it (as the deltas it would have read by
+            # now in-process) and then the cancel, keeping the partial text
+            # (each await on the way is the engine's shielded commit)
+            task.cancel()
+            arrived: list[Any] = []
+            # nothing came back (the activity failed): the cancel as it is
+            with (
+                anyio.CancelScope(shield=True),
+                contextlib.suppress(ActivityError, asyncio.CancelledError),
+            ):
+                arrived = (await asyncio.shield(task))["chunks"]
+            for chunk in arrived:
+                yield _codec.chunk_from(chunk)
+            raise
+        cancel_at = result["cancel_at"]
+        for i, chunk in enumerate(result["chunks"]):
+            if i == cancel_at:
+                await _cancel(request)
+            yield _codec.chunk_from(chunk)
+        if cancel_at is not None and cancel_at >= len(result["chunks"]):
+            await _cancel(request)
+        if result["error"] is not None:
+            raise _codec.error_from(result["error"])
+
+
+def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
+    """Temporal's retry policy for a call of ``tool``, from its own settings:
+    an idempotent tool's call lost with its worker is attempted again (up to
+    ``config.idempotent_attempts``); any other is attempted once, and a lost
+    attempt is ``outcome_unknown``. (One function, so that a test can plant
+    the bug of retrying every tool and see its checker catch it.)"""
+    if tool.idempotent:
+        return ActivityRetry(maximum_attempts=config.idempotent_attempts)
+    return ActivityRetry(maximum_attempts=1)
+
+
+async def _cancel(request: LLMRequest) -> None:
+    """What the adapter did in the activity: ask for the turn's cancel, and
+    give the engine the chance to act on it."""
+    request.request_cancel()
+    await anyio.lowlevel.checkpoint()
+
+
+class _ActivityTool(Tool):
+    """A tool of the worker's, run as a ``turnfsm.tool`` activity: its name,
+    schema, approval and idempotence as declared; its run elsewhere."""
+
+    __slots__ = ("_wf",)
+
+    _wf: ContextWorkflow
+
+    @classmethod
+    def of(cls, tool: Tool, wf: ContextWorkflow) -> _ActivityTool:
+        made = cls(
+            name=tool.name,
+            description=tool.description,
+            parameters=tool.parameters,
+            fn=None,
+            bind=tool._bind,
+            approval=tool.approval,
+            idempotent=tool.idempotent,
+            timeout=tool.timeout,
+        )
+        object.__setattr__(made, "_wf", wf)
+        return made
+
+    def with_approval(self, approval: Any) -> Tool:
+        made = super().with_approval(approval)
+        object.__setattr__(made, "_wf", self._wf)
+        return made
+
+    async def run(self, arguments: dict[str, Any]) -> ToolOutcome:
+        wf = self._wf
+        call = current_call()
+        assert call is not None  # run_calls sets it
+        cfg = wf.config
+        timeout = (
+            timedelta(seconds=self.timeout + 30) if self.timeout is not None else cfg.tool_timeout
+        )
+        retry = tool_retry(self, cfg)
+        from .. import records
+
+        try:
+            success, result, notes = await _activity(
+                "turnfsm.tool",
+                args=[records.to_python(call), wf.take_rows()],
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=cfg.heartbeat_timeout,
+                retry_policy=retry,
+            )
+        except ActivityError:
+            raise _Lost(call.id) from None
+        return ToolOutcome(bool(success), result, tuple(notes))
+
+
+def _in_workflow(tool: Tool) -> bool:
+    """A tool that runs in the workflow itself: a question (never run; a
+    human answers it) or a sub-task (``subtask()``: its child context's turns
+    are the engine's own, so they run here, each of their I/O an activity)."""
+    if isinstance(tool, QuestionTool):
+        return True
+    fn = tool.fn
+    return (
+        fn is not None
+        and getattr(fn, "__module__", None) == "turnfsm.tools._subtask"
+        and getattr(fn, "__qualname__", "") == "subtask.<locals>.run"
+    )
+
+
+def _tools(config: WorkerConfig, wf: ContextWorkflow) -> list[Tool]:
+    return [t if _in_workflow(t) else _ActivityTool.of(t, wf) for t in config.tools]
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class ContextWorkflow:
+    """One context's turns (see the module)."""
+
+    @workflow.init
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.context_id: str = args["context_id"]
+        self.config = config_for(workflow.info().task_queue)
+        self.rows: list[Any] = []
+        self.sent: set[tuple[str, int]] = set()
+        """Events written by their commit's activity (the engine's tap skips them)."""
+        self.gone = False
+        options = dict(self.config.engine_options)
+        retry = options.pop("retry", None) or RetryPolicy()
+        self.engine = Engine(
+            llm=_WorkflowLLM(self),
+            tools=_tools(self.config, self),
+            store=_WorkflowStore(self),  # type: ignore[arg-type]
+            retry=_deterministic(retry),
+            clock=_Clock(),
+            ids=_ids,
+            logger=_Quiet(),
+            **options,
+        )
+        self.engine._d.renews_leases = False  # no lease to renew: no heartbeat timer
+        self.engine.tap(self._on_event)
+
+    def _on_event(self, ev: Event) -> None:
+        if ev.kind in _NOT_DURABLE:  # a delta was rung by the LLM activity
+            return
+        if (ev.context_id, ev.seq) in self.sent:  # written by its commit's activity
+            self.sent.discard((ev.context_id, ev.seq))
+            return
+        self.rows.append(_codec.event_row(ev))
+
+    def rows_of_commit(self, context_id: str) -> list[Any]:
+        """The durable events the engine sends once the commit it is making is
+        stored: the commit activity writes them right after it (the engine
+        makes them from its outbox, the same way, after the commit returns)."""
+        rt = self.engine._d.loaded.get(context_id)
+        if rt is None:
+            return []
+        rows = []
+        for kind, seq, at, fields in rt.outbox:
+            ev = kind(context_id=context_id, seq=seq, timestamp=at, **detached_fields(fields))
+            if ev.kind not in _NOT_DURABLE:
+                rows.append(_codec.event_row(ev))
+                self.sent.add((context_id, seq))
+        return rows
+
+    def take_rows(self) -> list[Any]:
+        """The durable events that wait to be written (with the next activity)."""
+        rows, self.rows = self.rows, []
+        return rows
+
+    def _continue(self) -> bool:
+        info = workflow.info()
+        return self.gone or (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self.config.history_limit
+        )
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> None:
+        await workflow.wait_condition(self._continue)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if self.rows:
+            await self._flush()
+        if self.gone:
+            return
+        workflow.continue_as_new(args)
+
+    async def _flush(self) -> None:
+        rows = self.take_rows()
+        if rows:
+            await _activity(
+                "turnfsm.events",
+                args=[rows],
+                start_to_close_timeout=self.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+
+    async def _call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
+        """Run one engine call; its Turn as data, or the engine's error as the
+        update's failure."""
+        try:
+            try:
+                turn = await call(self.engine)
+            except BaseException as exc:
+                if not _lost(exc):
+                    raise
+                # a tool's call was lost with its worker: resume, as after a crash
+                turn = await self.engine.resume(self.context_id)
+        except TurnFSMError as exc:
+            if isinstance(exc, ContextNotFound) and exc.context_id == self.context_id:
+                self.gone = True
+            raise ApplicationError(
+                str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
+            ) from None
+        except BaseException as exc:
+            if not _lost(exc):
+                raise
+            raise ApplicationError(
+                "a tool call was lost with its worker again after the resume",
+                type="ToolLost",
+                non_retryable=True,
+            ) from None
+        finally:
+            if self.rows:
+                await self._flush()
+        return _codec.turn_to(turn)
+
+    # ------------------------------------------------------------ the calls
+
+    @workflow.update(name="send")
+    async def send(self, a: dict[str, Any]) -> Any:
+        content = _codec.parts_from(a["content"])
+        return await self._call(
+            lambda e: e.send(self.context_id, content, a["role"], message_id=a["message_id"])
+        )
+
+    @workflow.update(name="approve")
+    async def approve(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.approve(self.context_id, a["call_ids"]))
+
+    @workflow.update(name="deny")
+    async def deny(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.deny(self.context_id, a["call_ids"], a["reason"]))
+
+    @workflow.update(name="answer")
+    async def answer(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.answer(self.context_id, a["call_id"], a["text"]))
+
+    @workflow.update(name="cancel")
+    async def cancel(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.cancel(self.context_id))
+
+    @workflow.update(name="retry")
+    async def retry(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.retry(self.context_id))
+
+    @workflow.update(name="reset")
+    async def reset(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.reset(self.context_id))
+
+    @workflow.update(name="request")
+    async def request(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.send_request(a["body"], self.context_id))
+
+    @workflow.update(name="resume")
+    async def resume(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.resume(self.context_id))
