@@ -505,6 +505,11 @@ class FilesStore(Store, MessagePages):
         result: list[ContextSummary] = await self._run(self._list)
         return result
 
+    async def list_children(self, parent_id: str) -> list[ContextSummary]:
+        # each context's parent is in its own metadata.json: the summaries are read
+        # as list_contexts reads them, and no context is loaded
+        return [s for s in await self.list_contexts() if s.parent_id == parent_id]
+
     def _list(self) -> list[ContextSummary]:
         self._collect()
         found: list[_Summary] = []
@@ -533,6 +538,7 @@ class FilesStore(Store, MessagePages):
                 parent_id=s.parent_id,
                 title=s.config.title if s.config is not None else None,
                 model=s.config.model_id if s.config is not None else None,
+                archived=s.config.archived if s.config is not None else False,
             )
             for s in found
         ]
