@@ -33,6 +33,7 @@ from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
 __all__ = [
     "ChildSummaries",
+    "ChildrenOfSummaries",
     "Commit",
     "CommitsWithoutWaiting",
     "ContextStore",
@@ -295,6 +296,15 @@ class ChildSummaries(Protocol):
         ``parent_id``, oldest first (as ``list_contexts`` orders them); an
         empty list for an unknown parent."""
         ...
+
+
+class ChildrenOfSummaries:
+    """:meth:`ChildSummaries.list_children` from ``list_contexts``, for a store
+    whose summaries are read together anyway (the files store reads each
+    context's ``metadata.json``): no context is loaded."""
+
+    async def list_children(self: ContextStore, parent_id: str) -> list[ContextSummary]:
+        return [s for s in await self.list_contexts() if s.parent_id == parent_id]
 
 
 @runtime_checkable

@@ -82,6 +82,7 @@ from ..errors import (
 )
 from ..model import ChatContext, MessageNode
 from ._base import (
+    ChildrenOfSummaries,
     Commit,
     ContextSummary,
     Lease,
@@ -216,7 +217,7 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(Store, MessagePages):
+class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -504,11 +505,6 @@ class FilesStore(Store, MessagePages):
     async def list_contexts(self) -> list[ContextSummary]:
         result: list[ContextSummary] = await self._run(self._list)
         return result
-
-    async def list_children(self, parent_id: str) -> list[ContextSummary]:
-        # each context's parent is in its own metadata.json: the summaries are read
-        # as list_contexts reads them, and no context is loaded
-        return [s for s in await self.list_contexts() if s.parent_id == parent_id]
 
     def _list(self) -> list[ContextSummary]:
         self._collect()
