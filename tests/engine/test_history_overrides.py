@@ -169,3 +169,22 @@ async def test_compaction_of_the_context_summarises_where_the_engine_would_not()
             for i in range(12):
                 await engine.send(cid, f"question {i}: {SENT}")
     assert summaries and set(summaries) == {own}
+
+
+async def test_a_stored_setting_the_enhancers_refuse_fails_the_turn_in_prepare() -> None:
+    """A config written into a store by hand (a budget of 0): the turn fails
+    through prepare_failed, naming the history settings, and nothing crashes."""
+    from turnfsm import State
+
+    made = make_engine([{"text": "never"}])
+    engine = made.engine
+    async with engine:
+        cid = await engine.create_context()
+        ctx = await engine.store.load(cid)
+        store_ctx = engine.store._records[cid].context  # type: ignore[attr-defined]
+        store_ctx.config = ChatConfig(token_budget=0)
+        assert ctx.config.token_budget is None
+        turn = await engine.send(cid, "hi")
+    assert turn.state is State.PERMANENT_FAILURE
+    assert "history settings" in (turn.error or "")
+    assert made.llm.requests == []

@@ -133,7 +133,10 @@ async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:
     stored as its own message (committed at once). Returns whether a summary
     was made, and the failure of the summary call (None when it succeeded or
     none was needed)."""
-    comp = d.settings.view(rt.ctx.config).plan.compaction
+    try:
+        comp = d.settings.view(rt.ctx.config).plan.compaction
+    except InvalidInput:  # a stored setting refused: building the request says so
+        return False, None
     if comp is None:
         return False, None
     ctx = rt.ctx
