@@ -83,25 +83,30 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     its answers that a body carries (:func:`~turnfsm.adapters.inbound.said`)
     are ``X-response``, then ``X-response-2``, ``X-response-3``, ... in order;
     None otherwise (and for what a body does not carry). Reads back from the
-    branch's end to the turn's message only."""
-    if said(message) is None:
-        return None
+    branch's end to the turn's message only, and reads the texts only when
+    that message has an id."""
     pool = ctx.message_pool
-    answers = 0
-    for mid in reversed(ctx.active_branch.message_ids):
-        msg = pool[mid].message
-        role = msg.role
+    ids = ctx.active_branch.message_ids
+    i = len(ids) - 1
+    while i >= 0:  # back to the turn's message
+        role = pool[ids[i]].message.role
         if role is Role.USER or role is Role.FRONTEND_OPERATOR:
-            extra = msg.metadata.extra
-            base = extra.get("message_id") if extra.get("current") is True else None
-            if not isinstance(base, str):
-                return None
-            if answers == 0:
-                return base + RESPONSE_SUFFIX
-            return f"{base}{RESPONSE_SUFFIX}-{answers + 1}"
-        if role is Role.ASSISTANT and said(msg) is not None:
+            break
+        i -= 1
+    if i < 0:
+        return None
+    extra = pool[ids[i]].message.metadata.extra
+    base = extra.get("message_id") if extra.get("current") is True else None
+    if not isinstance(base, str) or said(message) is None:
+        return None
+    answers = 0
+    for mid in ids[i + 1 :]:
+        msg = pool[mid].message
+        if msg.role is Role.ASSISTANT and said(msg) is not None:
             answers += 1
-    return None
+    if answers == 0:
+        return base + RESPONSE_SUFFIX
+    return f"{base}{RESPONSE_SUFFIX}-{answers + 1}"
 
 
 def append_answer(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:

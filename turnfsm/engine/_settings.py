@@ -104,6 +104,9 @@ class Settings:
     """This engine's name on its leases (``host:pid:random``)."""
     subscriber_buffer: int
     view_plan: ViewPlan
+    plain: View
+    """The engine's own enhancers and view plan (a context with no history
+    settings of its own)."""
     views: dict[_HistoryKey, View] = field(default_factory=dict, compare=False, repr=False)
     """The views made for the history overrides seen so far (see :meth:`view`);
     made again with the enhancers they come from (``with_tools``)."""
@@ -117,7 +120,14 @@ class Settings:
         budget); its compaction keeps the engine's prompt, counter and summary
         input limit. Made once per combination, and kept: the enhancers keep
         their per-message caches across turns."""
-        key = (config.tool_history, config.token_budget, config.compaction)
+        tool_history, token_budget, compaction = (
+            config.tool_history,
+            config.token_budget,
+            config.compaction,
+        )
+        if tool_history is None and token_budget is None and compaction is None:
+            return self.plain  # no settings of its own: the usual case
+        key = (tool_history, token_budget, compaction)
         found = self.views.get(key)
         if found is None:
             if len(self.views) >= _MAX_VIEWS:
@@ -128,8 +138,6 @@ class Settings:
     def _make_view(self, key: _HistoryKey) -> View:
         tool_history, token_budget, compaction = key
         plan = self.view_plan
-        if key == (None, None, None):
-            return View(self.enhancers, self.builtin_count, plan)
         builtin = self.enhancers[: self.builtin_count]
         own = builtin[0] if builtin and isinstance(builtin[0], ToolCallHistory) else None
         history = own
@@ -218,12 +226,14 @@ class Settings:
         builtin = list(self.enhancers[: self.builtin_count])
         history = [e for e in builtin if isinstance(e, ToolCallHistory)]
         builtin = [*history, *_mode_enhancers(modes)]
+        enhancers = (*builtin, *self.enhancers[self.builtin_count :])
         return dataclasses.replace(
             self,
             tools=registry,
             modes=modes,
-            enhancers=(*builtin, *self.enhancers[self.builtin_count :]),
+            enhancers=enhancers,
             builtin_count=len(builtin),
+            plain=View(enhancers, len(builtin), self.view_plan),
             views={},
         )
 
@@ -310,11 +320,17 @@ def make_settings(
         builtin.append(history)
     builtin += _mode_enhancers(known_modes)
     last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
+    chain = (*builtin, *enhancers, *last)
+    plan = ViewPlan(
+        budget=token_budget,
+        compaction=compaction,
+        shrink=history.shrink if history is not None else None,
+    )
     return Settings(
         llm=llm,
         tools=registry,
         store=store if store is not None else MemoryStore(),
-        enhancers=(*builtin, *enhancers, *last),
+        enhancers=chain,
         builtin_count=len(builtin),
         modes=known_modes,
         retry_policy=retry or RetryPolicy(),
@@ -327,9 +343,6 @@ def make_settings(
         lease_ttl=float(lease_ttl),
         owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         subscriber_buffer=subscriber_buffer,
-        view_plan=ViewPlan(
-            budget=token_budget,
-            compaction=compaction,
-            shrink=history.shrink if history is not None else None,
-        ),
+        view_plan=plan,
+        plain=View(chain, len(builtin), plan),
     )
