@@ -93,10 +93,12 @@ async def prefetch(d: Host, rt: Runtime) -> None:
     """Await the ``prefetch(context)`` of each enhancer of the application's
     that has one (reading files, say, in a worker thread rather than on the
     event loop's thread), before the request is built; EnhancerError when
-    one raises."""
-    view = d.settings.view(rt.ctx.config)
-    enhancers = view.enhancers
-    for i in range(view.builtin_count, len(enhancers)):
+    one raises. (The application's enhancers are the same in every view: a
+    context's own history settings change only the built-in ones and the
+    budget, which has no ``prefetch``.)"""
+    settings = d.settings
+    enhancers = settings.enhancers
+    for i in range(settings.builtin_count, len(enhancers)):
         fetch = getattr(enhancers[i], "prefetch", None)
         if fetch is not None:
             try:
@@ -108,11 +110,8 @@ async def prefetch(d: Host, rt: Runtime) -> None:
 async def prepare(d: Host, rt: Runtime) -> None:
     """ProcessingUserMessage: run the enhancers; ``prompt_ready`` or ``prepare_failed``."""
     try:
-        try:
-            view = d.settings.view(rt.ctx.config)
-        except InvalidInput as exc:  # a stored setting the enhancers refuse
-            raise EnhancerError("history settings", exc) from exc
-        if len(view.enhancers) > view.builtin_count:  # no coroutine without them
+        settings = d.settings
+        if len(settings.enhancers) > settings.builtin_count:  # no coroutine without them
             await prefetch(d, rt)
         rt.request = build_request(d, rt)
     except EnhancerError as exc:
