@@ -203,7 +203,8 @@ async def said(engine: Any, cid: str) -> list[tuple[Role, str]]:
 async def test_the_whole_history_resent_with_ids_appends_only_the_new(tmp_path: Path) -> None:
     """The format's own example, sent again and again with the turns before it:
     each request adds its current message and the answer, nothing twice; the
-    client's ids stay on the messages it sent."""
+    client's ids stay on the messages it sent, and each answer has the id of
+    its request's message followed by ``-response``."""
     engine, llm, _ = durable(tmp_path, [{"text": "Added."}, {"text": "Done."}])
     async with engine:
         first = await engine.send_request(
@@ -214,7 +215,7 @@ async def test_the_whole_history_resent_with_ids_appends_only_the_new(tmp_path: 
         resent = [
             *SEED,
             {"role": "user", "content": "Add a task to buy milk", "messageId": "msg-123"},
-            # the client names turnfsm's answer itself: matched by content and position
+            # the answer's id, as turnfsm stored it: matched by id
             {"role": "assistant", "content": "Added.", "messageId": "msg-123-response"},
         ]
         await engine.send_request(cm_body("And eggs", resent, messageId="msg-124"), cid)
@@ -235,8 +236,88 @@ async def test_the_whole_history_resent_with_ids_appends_only_the_new(tmp_path: 
         ("assistant", "Done."),
     ]
     ids = [n.message.metadata.extra.get("message_id") for n in ctx.history()]
-    assert ids == ["msg-122", "msg-122-response", "msg-123", None, "msg-124", None]
+    assert ids == [
+        "msg-122",
+        "msg-122-response",
+        "msg-123",
+        "msg-123-response",
+        "msg-124",
+        "msg-124-response",
+    ]
     assert len(llm.requests) == 2
+
+
+async def test_an_answer_is_known_by_its_response_id(tmp_path: Path) -> None:
+    """The answer's ``X-response`` id finds it: a body may start its tail there,
+    and a body that gives it other content, or gives the answer another id,
+    is refused naming it, with nothing stored."""
+    engine, llm, _ = durable(tmp_path, [{"text": "Added."}, {"text": "Done."}])
+    async with engine:
+        cid = (await engine.send_request(cm_body("Buy milk", [], messageId="q1"))).context_id
+        before = await said(engine, cid)
+        for answer, where_id, reason in [
+            ({"content": "Changed.", "messageId": "q1-response"}, "q1-response", "differs"),
+            ({"content": "Added.", "messageId": "mine-7"}, "mine-7", "'q1-response'"),
+        ]:
+            body = [
+                {"role": "user", "content": "Buy milk", "messageId": "q1"},
+                {"role": "assistant", **answer},
+            ]
+            with pytest.raises(HistoryConflict) as err:
+                await engine.send_request(cm_body("And eggs", body, messageId="q2"), cid)
+            assert err.value.message_id == where_id
+            assert reason in str(err.value)
+            assert await said(engine, cid) == before
+        # the tail from the answer alone: matched by its id, nothing doubled
+        tail = [{"role": "assistant", "content": "Added.", "messageId": "q1-response"}]
+        await engine.send_request(cm_body("And eggs", tail, messageId="q2"), cid)
+        ctx = await engine.get_context(cid)
+    assert [n.message.text for n in ctx.history()] == ["Buy milk", "Added.", "And eggs", "Done."]
+    assert len(llm.requests) == 2
+
+
+async def test_each_answer_of_a_tool_loop_that_a_body_carries_has_its_id(
+    tmp_path: Path,
+) -> None:
+    """A turn with tools: the answers with text are ``X-response``,
+    ``X-response-2``, ... in order; a call with no text (which no body
+    carries) and the tool results have none. A turn without a request id, or
+    a plain ``send``, gives none."""
+    from turnfsm import tool
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return "found"
+
+    answers = [
+        {"text": "Let me look.", "tool_calls": [{"id": "c1", "name": "lookup", "arguments": {}}]},
+        {"tool_calls": [{"id": "c2", "name": "lookup", "arguments": {"key": "k"}}]},
+        {"text": "It is found."},
+        {"text": "Plain."},
+        {"text": "No id."},
+    ]
+    engine, _, _ = make_engine(answers, tools=[lookup])
+    async with engine:
+        cid = (await engine.send_request(cm_body("Look it up", [], messageId="q9"))).context_id
+        await engine.send(cid, "plain send")
+        await engine.send_request(cm_body("no id", []), cid)
+        ctx = await engine.get_context(cid)
+    got = [
+        (n.message.role.value, n.message.metadata.extra.get("message_id")) for n in ctx.history()
+    ]
+    assert got == [
+        ("user", "q9"),
+        ("assistant", "q9-response"),
+        ("tool", None),
+        ("assistant", None),
+        ("tool", None),
+        ("assistant", "q9-response-2"),
+        ("user", None),
+        ("assistant", None),
+        ("user", None),
+        ("assistant", None),
+    ]
 
 
 async def test_a_known_id_with_other_content_is_refused_and_nothing_stored(

@@ -28,7 +28,7 @@ from turnfsm import (
     tool,
 )
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
-from turnfsm.engine import DEFAULT_SUMMARY_PROMPT
+from turnfsm.engine import DEFAULT_SUMMARY_PROMPT, context_tree
 from turnfsm.engine._children import start_child_finished
 from turnfsm.errors import SubContextError
 from turnfsm.model import SUMMARY_KEY
@@ -403,6 +403,42 @@ async def test_delete_refuses_a_parent_with_live_children(made: kit.Made) -> Non
     await engine.finish(live.context_id, summarizer=FinalAnswer(), keep=True)
     assert await engine.delete_context(parent) == [grandchild.context_id, live.context_id, parent]
     assert await engine.store.list_contexts() == []
+
+
+async def test_children_the_tree_and_delete_load_no_child(
+    made: kit.Made, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``children``, the tree and ``delete_context`` read the children's
+    summaries (the store's ``list_children`` / ``list_contexts``): the only
+    context loaded is the one asked about."""
+    engine = made.engine
+    engine.llm = ScriptedLLM(lambda r: {"text": "done"})
+    parent = await engine.create_context(title="Plan")
+    kids = [(await engine.spawn(parent, f"task {i}", title=f"T{i}")).context_id for i in range(3)]
+    deeper = (await engine.spawn(kids[0], "deeper")).context_id
+    await engine.finish(deeper, summarizer=FinalAnswer(), keep=True)
+    store = engine.store
+    loaded: list[str] = []
+    real_load = store.load
+
+    async def counting_load(cid: str) -> ChatContext:
+        loaded.append(cid)
+        return await real_load(cid)
+
+    monkeypatch.setattr(store, "load", counting_load)
+    infos = await engine.children(parent)
+    assert [(i.context_id, i.title, i.state, i.finished) for i in infos] == [
+        (k, f"T{n}", "Idle", False) for n, k in enumerate(kids)
+    ]
+    [info] = await engine.children(kids[0])
+    assert (info.context_id, info.finished) == (deeper, True)
+    tree = await context_tree(store, parent)
+    assert [c.info.context_id for c in tree.children] == kids
+    assert tree.children[0].children[0].info.finished is True
+    assert tree.info.title == "Plan"
+    with pytest.raises(SubContextError):
+        await engine.delete_context(parent)  # its children are not finished
+    assert not set(loaded) & {*kids, deeper}, loaded
 
 
 # --------------------------------------------------------------------------- the tool allow-list

@@ -110,6 +110,96 @@ def test_tenant_stream_sees_only_its_contexts(server: Running) -> None:
     assert {e.data["context_id"] for e in got} == {mine}
 
 
+def _until_turns(events: Iterator[Sse], turns: int, limit: int = 400) -> list[Sse]:
+    """The events (no heartbeats) until ``turns`` TurnCompleted came."""
+    out: list[Sse] = []
+    beats = 0
+    for ev in events:
+        if ev.event != "Heartbeat":
+            out.append(ev)
+        else:  # every 0.5 s of nothing: 20 s is more than enough
+            beats += 1
+            assert beats < 40, f"no more events after {[e.event for e in out]}"
+        if sum(e.event == "TurnCompleted" for e in out) == turns:
+            return out
+        assert len(out) < limit, [e.event for e in out]
+    raise AssertionError(f"the stream ended: {[e.event for e in out]}")
+
+
+def _positions(ident: str | None) -> dict[str, int]:
+    from urllib.parse import unquote
+
+    assert ident is not None
+    return {unquote(c): int(s) for c, _, s in (p.rpartition("/") for p in ident.split(","))}
+
+
+def test_tenant_stream_resumes_every_context_from_its_last_event_id(server: Running) -> None:
+    """``Last-Event-ID`` on ``/api/events``: the id of each frame holds the
+    stream's position in each context it sent; a reconnect with it gets, per
+    context, every event after that position (no gap, no repeat), then the
+    live ones."""
+    with server.client() as c:
+        a, b = create(c), create(c)
+        with c.stream("GET", "/api/events") as r:
+            events = read_events(r)
+            for cid in (a, b):
+                c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "hi"})
+            first = _until_turns(events, 2)
+        last = first[-1].id
+        at = _positions(last)
+        assert at == {
+            a: max(e.data["seq"] for e in first if e.data["context_id"] == a),
+            b: max(e.data["seq"] for e in first if e.data["context_id"] == b),
+        }
+        # away: one more turn on each
+        for cid in (b, a):
+            c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "again"})
+        with c.stream("GET", "/api/events", headers={"Last-Event-ID": last or ""}) as r:
+            events = read_events(r)
+            again = _until_turns(events, 2)
+            # and live after the replay
+            c.post(f"/api/contexts/{a}/messages?wait=true", json={"content": "live"})
+            live = _until_turns(events, 1)
+    for cid in (a, b):
+        seqs = [e.data["seq"] for e in again if e.data["context_id"] == cid]
+        assert seqs == list(range(at[cid] + 1, at[cid] + 1 + len(seqs))), (cid, seqs)
+        assert seqs, cid
+    assert [e.event for e in again].count("TurnCompleted") == 2
+    assert all(e.event != "Resync" for e in again)  # the ring still held them
+    # each frame's id is the position after it
+    assert _positions(again[-1].id) == {
+        cid: max(e.data["seq"] for e in again if e.data["context_id"] == cid) for cid in (a, b)
+    }
+    seqs = [e.data["seq"] for e in live]
+    assert {e.data["context_id"] for e in live} == {a}
+    assert seqs[0] == _positions(again[-1].id)[a] + 1
+
+
+def test_tenant_stream_last_event_id_bad_ahead_and_not_yours(server: Running) -> None:
+    with server.client("token-alice") as alice, server.client("token-bob") as bob:
+        mine = create(alice)
+        theirs = create(bob)
+        alice.post(f"/api/contexts/{mine}/messages?wait=true", json={"content": "hi"})
+        bob.post(f"/api/contexts/{theirs}/messages?wait=true", json={"content": "hi"})
+        newest = alice.get(f"/api/contexts/{mine}").json()["event_seq"]
+        for bad in ["12", f"{mine}/x", f"{mine}/-1", f"{mine}/1,", "/4"]:
+            r = alice.get("/api/events", headers={"Last-Event-ID": bad})
+            assert r.status_code == 422, (bad, r.text)
+            assert r.json()["error"]["where"] == "header.last-event-id", r.text
+        # ahead of the context: one Resync up to its last seq; another tenant's: nothing
+        ident = f"{mine}/{newest + 50},{theirs}/0"
+        with alice.stream("GET", "/api/events", headers={"Last-Event-ID": ident}) as r:
+            events = read_events(r)
+            resync = next(e for e in events if e.event != "Heartbeat")
+            alice.post(f"/api/contexts/{mine}/messages?wait=true", json={"content": "more"})
+            live = _until_turns(events, 1)
+    assert resync.event == "Resync"
+    assert (resync.data["context_id"], resync.data["last_seq"]) == (mine, newest)
+    assert _positions(resync.id) == {mine: newest}
+    assert {e.data["context_id"] for e in live} == {mine}
+    assert live[0].data["seq"] == newest + 1
+
+
 # --------------------------------------------------------------------- frames and batches
 
 

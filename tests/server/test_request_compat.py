@@ -134,3 +134,30 @@ def test_a_resent_history_is_appended_once_and_a_conflict_is_409(server: Running
         assert r.status_code == 409 and r.json()["error"]["message_id"] is None
         assert r.json()["error"]["where"] == "messages[0]"
         assert history(c, cid) == stored
+
+
+def test_the_answer_carries_the_response_id_and_a_resend_matches_it(server: Running) -> None:
+    """On a real server: the answer to ``msg-7`` is stored (and listed) with the
+    client id ``msg-7-response``; a history resent from that answer alone is
+    matched by it, and one that gives it other content is 409 naming it."""
+    with server.client() as c:
+        r = c.post("/api/chat?wait=true", json=cm_body("Hello there", "msg-7", []))
+        assert r.status_code == 200, r.text
+        cid, answer = r.json()["context_id"], r.json()["text"]
+        [stored] = [m for m in r.json()["messages"] if m["role"] == "assistant"]
+        assert stored["metadata"]["extra"]["message_id"] == "msg-7-response"
+        page = c.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        assert [m["message"]["metadata"]["extra"].get("message_id") for m in page] == [
+            "msg-7",
+            "msg-7-response",
+        ]
+        changed = [{"role": "assistant", "content": answer + "!", "messageId": "msg-7-response"}]
+        r = c.post(f"/api/chat?context_id={cid}", json=cm_body("More", "msg-8", changed))
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["message_id"] == "msg-7-response"
+        assert "content differs" in r.json()["error"]["message"]
+        tail = [{"role": "assistant", "content": answer, "messageId": "msg-7-response"}]
+        r = c.post(f"/api/chat?wait=true&context_id={cid}", json=cm_body("More", "msg-8", tail))
+        assert r.status_code == 200, r.text
+        said = history(c, cid)
+    assert len(said) == 4 and said[2][0] == "user" and "More" in said[2][1]

@@ -61,3 +61,41 @@ def test_serve_takes_the_history_options(tmp_path: Path) -> None:
     views = _views(tmp_path, cid)
     assert views[-1]["tool_history"] == {"calls": 2, "full": 1, "name_only": 1}
     assert all("token_budget" in v for v in views)
+
+
+def test_a_context_s_own_settings_override_the_server_s(tmp_path: Path) -> None:
+    """``PUT /api/contexts/{id}`` with ``tool_history``: kept with the context
+    (across a restart), audited, and used on its next turns instead of the
+    server's 10; a bad value is the 422 naming the field."""
+    with serve(tmp_path) as (_, client):
+        cid = client.post("/api/contexts", json={}).json()["id"]
+        for body, where in [
+            ({"tool_history": -1}, "tool_history"),
+            ({"token_budget": "none"}, "token_budget"),
+            ({"compaction": 1}, "compaction"),
+        ]:
+            r = client.put(f"/api/contexts/{cid}", json=body)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["where"] == where, r.text
+        r = client.put(f"/api/contexts/{cid}", json={"tool_history": 0, "compaction": "off"})
+        assert r.status_code == 200, r.text
+        assert (r.json()["tool_history"], r.json()["compaction"]) == (0, "off")
+        assert r.json()["token_budget"] is None
+        audit = client.get(f"/api/contexts/{cid}/audit").text.splitlines()
+        assert '"detail":{"tool_history":0,"compaction":"off"}' in audit[-1].replace(" ", "")
+    with serve(tmp_path) as (_, client):  # a new server process on the same store
+        got = client.get(f"/api/contexts/{cid}").json()
+        assert (got["tool_history"], got["compaction"]) == (0, "off")
+        for city in ["London", "Paris"]:
+            r = client.post(
+                f"/api/contexts/{cid}/messages?wait=true",
+                json={"content": f"What's the weather in {city}?"},
+            )
+            calls = [c["id"] for c in r.json()["pending_tool_calls"]]
+            r = client.post(f"/api/contexts/{cid}/tools/approve?wait=true", json={"approve": calls})
+            assert r.status_code == 200 and r.json()["state"] == "Idle", r.text
+        # back to the server's setting
+        r = client.put(f"/api/contexts/{cid}", json={"tool_history": None})
+        assert r.status_code == 200 and r.json()["tool_history"] is None
+    views = _views(tmp_path, cid)
+    assert views[-1]["tool_history"] == {"calls": 2, "full": 0, "name_only": 2}

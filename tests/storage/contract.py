@@ -128,7 +128,7 @@ from turnfsm.model import (
     TurnProgress,
 )
 from turnfsm.states import CHANGES
-from turnfsm.storage import Commit, ContextSummary, Lease, StepLog, Store
+from turnfsm.storage import ChildSummaries, Commit, ContextSummary, Lease, StepLog, Store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 __all__ = [
@@ -542,6 +542,32 @@ class StoreContract(abc.ABC):
         await store.commit(make_commit("c1", 2, config=dataclasses.replace(config, title=None)))
         (summary,) = await store.list_contexts()
         assert summary.title is None
+
+    async def test_list_children_reads_one_parents_children_and_their_finished_flag(
+        self, store: Store
+    ) -> None:
+        assert isinstance(store, ChildSummaries)
+        await store.create(empty_context("p"))
+        await store.create(empty_context("other"))
+        for cid, parent in [("a", "p"), ("x", "other"), ("b", "p")]:
+            ctx = empty_context(cid, parent_id=parent)
+            ctx.config.title = f"child {cid}"
+            await store.create(ctx)
+        found = await store.list_children("p")
+        assert [(s.id, s.parent_id, s.title, s.archived) for s in found] == [
+            ("a", "p", "child a", False),
+            ("b", "p", "child b", False),
+        ]
+        assert found == [s for s in await store.list_contexts() if s.parent_id == "p"]
+        kept = dataclasses.replace(empty_context("b").config, title="child b", archived=True)
+        await store.commit(make_commit("b", 0, config=kept))
+        assert [(s.id, s.archived, s.version) for s in await store.list_children("p")] == [
+            ("a", False, 0),
+            ("b", True, 1),
+        ]
+        assert [s.archived for s in await store.list_contexts() if s.id == "b"] == [True]
+        assert await store.list_children("nobody") == []
+        assert await store.list_children("a") == []
 
     async def test_load_returns_an_independent_copy(self, store: Store) -> None:
         ctx = rich_context()

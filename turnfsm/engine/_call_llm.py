@@ -113,6 +113,9 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         await fail_llm(d, rt, answer)
         return
     message, calls = answer
+    client_id = _history.answer_id(rt.ctx, message)
+    if client_id is not None:  # the request's X-response
+        message.metadata.extra["message_id"] = client_id
     node = _history.append(rt, message, message_id)
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)

@@ -327,7 +327,7 @@ async def cancel_in_place(d: Host, rt: Runtime) -> None:
     ctx = rt.ctx
     if rt.partial:
         assert rt.partial_id is not None
-        _history.append(
+        _history.append_answer(
             rt,
             InternalMessage(
                 role=Role.ASSISTANT,

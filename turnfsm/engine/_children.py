@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import ContextNotFound, InvalidInput, LLMError, NotAtRest, SubContextError
+from ..errors import InvalidInput, LLMError, NotAtRest, SubContextError
 from ..model import (
     SUBTASK_WAITING,
     SUMMARY_KEY,
@@ -39,7 +39,7 @@ from ..model import (
     to_chat_messages,
 )
 from ..states import RESTING, Change, State
-from ..storage import Store
+from ..storage import ChildSummaries, ContextSummary, Store
 from . import _history
 from ._host import Host
 from ._runtime import Runtime
@@ -204,25 +204,19 @@ def find_summary(parent: ChatContext, child_id: str) -> str | None:
     return None
 
 
+def _info(summary: ContextSummary) -> ChildInfo:
+    return ChildInfo(summary.id, summary.state, summary.title, summary.archived)
+
+
 async def children_of(store: Store, context_id: str) -> list[ChildInfo]:
-    """The direct children of ``context_id`` in ``store``, oldest first."""
-    out: list[ChildInfo] = []
-    for summary in await store.list_contexts():
-        if summary.parent_id != context_id:
-            continue
-        try:
-            ctx = await store.load(summary.id)
-        except ContextNotFound:  # deleted meanwhile
-            continue
-        out.append(
-            ChildInfo(
-                context_id=ctx.id,
-                state=ctx.current_state,
-                title=ctx.config.title,
-                finished=ctx.config.archived,
-            )
-        )
-    return out
+    """The direct children of ``context_id`` in ``store``, oldest first, from
+    their summaries (the store's ``list_children``, else ``list_contexts``):
+    no child is loaded."""
+    if isinstance(store, ChildSummaries):
+        found = await store.list_children(context_id)
+    else:
+        found = [s for s in await store.list_contexts() if s.parent_id == context_id]
+    return [_info(s) for s in found]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,20 +238,28 @@ class ContextTree:
 
 
 async def context_tree(store: Store, context_id: str) -> ContextTree:
-    """``context_id`` and every descendant, children oldest first (one
-    ``list_contexts`` and one load per context of the tree)."""
+    """``context_id`` and every descendant, children oldest first, from one
+    ``list_contexts`` (the summaries): no context of the tree is loaded, unless
+    ``context_id`` has no summary (then its load says why:
+    :class:`ContextNotFound`, or the damage)."""
+    summaries = await store.list_contexts()
+    by_id = {s.id: s for s in summaries}
     kids: dict[str, list[str]] = {}
-    for s in await store.list_contexts():
+    for s in summaries:
         if s.parent_id is not None:
             kids.setdefault(s.parent_id, []).append(s.id)
+    root = by_id.get(context_id)
+    if root is None:
+        ctx = await store.load(context_id)
+        root_info = ChildInfo(ctx.id, ctx.current_state, ctx.config.title, ctx.config.archived)
+    else:
+        root_info = _info(root)
 
-    async def build(cid: str, seen: frozenset[str]) -> ContextTree:
-        ctx = await store.load(cid)
-        info = ChildInfo(cid, ctx.current_state, ctx.config.title, ctx.config.archived)
-        below = [k for k in kids.get(cid, ()) if k not in seen]  # a cycle is not followed
-        return ContextTree(info, tuple([await build(k, seen | {k}) for k in below]))
+    def build(info: ChildInfo, seen: frozenset[str]) -> ContextTree:
+        below = [k for k in kids.get(info.context_id, ()) if k not in seen]  # no cycles
+        return ContextTree(info, tuple(build(_info(by_id[k]), seen | {k}) for k in below))
 
-    return await build(context_id, frozenset({context_id}))
+    return build(root_info, frozenset({context_id}))
 
 
 async def delete_tree(store: Store, context_id: str, busy: Sequence[str] = ()) -> list[str]:
@@ -269,6 +271,7 @@ async def delete_tree(store: Store, context_id: str, busy: Sequence[str] = ()) -
     """
     await store.load(context_id)  # ContextNotFound first
     summaries = await store.list_contexts()
+    by_id = {s.id: s for s in summaries}
     kids: dict[str, list[str]] = {}
     for s in summaries:
         if s.parent_id is not None:
@@ -279,12 +282,12 @@ async def delete_tree(store: Store, context_id: str, busy: Sequence[str] = ()) -
         cid = todo.pop()
         order.append(cid)
         todo.extend(kids.get(cid, ()))
-    for cid in order[1:]:
-        ctx = await store.load(cid)
-        if not ctx.config.archived:
+    for cid in order[1:]:  # from the summaries: no descendant is loaded
+        summary = by_id[cid]
+        if not summary.archived:
             raise SubContextError(
                 context_id,
-                f"it has a sub-context that is not finished ({cid!r}, in {ctx.current_state}): "
+                f"it has a sub-context that is not finished ({cid!r}, in {summary.state}): "
                 "finish it first",
             )
     for cid in order:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..adapters.inbound import said
 from ..model import (
     ApprovalStatus,
     ChatContext,
@@ -30,10 +31,13 @@ from ..tools import ToolOutcome
 from ._runtime import Runtime
 
 __all__ = [
+    "RESPONSE_SUFFIX",
     "Decisions",
     "Result",
     "add_results",
+    "answer_id",
     "append",
+    "append_answer",
     "call_ids",
     "call_status",
     "close_open_calls",
@@ -66,6 +70,52 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
         chat.append(item)  # what append_chat does with it, without the call
     rt.turn_nodes.append(node)
     return node
+
+
+RESPONSE_SUFFIX = "-response"
+"""What a request's ``messageId`` is followed by in the id of its answer."""
+
+
+def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
+    """The client id of ``message``, an answer about to be appended to the
+    active branch: when the turn's message came in a request body with a
+    ``messageId`` X (``metadata.extra["current"]`` and ``["message_id"]``),
+    its answers that a body carries (:func:`~turnfsm.adapters.inbound.said`)
+    are ``X-response``, then ``X-response-2``, ``X-response-3``, ... in order;
+    None otherwise (and for what a body does not carry). Reads back from the
+    branch's end to the turn's message only, and reads the texts only when
+    that message has an id."""
+    pool = ctx.message_pool
+    ids = ctx.active_branch.message_ids
+    i = len(ids) - 1
+    while i >= 0:  # back to the turn's message
+        role = pool[ids[i]].message.role
+        if role is Role.USER or role is Role.FRONTEND_OPERATOR:
+            break
+        i -= 1
+    if i < 0:
+        return None
+    extra = pool[ids[i]].message.metadata.extra
+    base = extra.get("message_id") if extra.get("current") is True else None
+    if not isinstance(base, str) or said(message) is None:
+        return None
+    answers = 0
+    for mid in ids[i + 1 :]:
+        msg = pool[mid].message
+        if msg.role is Role.ASSISTANT and said(msg) is not None:
+            answers += 1
+    if answers == 0:
+        return base + RESPONSE_SUFFIX
+    return f"{base}{RESPONSE_SUFFIX}-{answers + 1}"
+
+
+def append_answer(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
+    """:func:`append` for an answer of the turn: with its client id
+    (:func:`answer_id`) in ``metadata.extra["message_id"]`` when it has one."""
+    client_id = answer_id(rt.ctx, message)
+    if client_id is not None:
+        message.metadata.extra["message_id"] = client_id
+    return append(rt, message, node_id)
 
 
 def replace(rt: Runtime, node: MessageNode) -> None:

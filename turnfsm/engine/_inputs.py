@@ -33,6 +33,7 @@ from ..model import (
     MAX_JSON_BYTES,
     MAX_TITLE_LENGTH,
     FilePart,
+    HistoryOverride,
     ImagePart,
     JSONProblem,
     TextPart,
@@ -51,6 +52,7 @@ __all__ = [
     "check_call_ids",
     "check_content",
     "check_count",
+    "check_history_override",
     "check_id",
     "check_name",
     "check_parameters",
@@ -139,6 +141,26 @@ def check_count(where: str, value: Any, *, minimum: int, optional: bool = False)
         raise InvalidInput(where, f"must be an integer, not {_kind(value)}")
     if value < minimum:
         raise InvalidInput(where, f"must be >= {minimum}, not {value}")
+    return value
+
+
+MAX_HISTORY_SETTING = 100_000_000
+"""The largest number a context's history setting may be (calls or tokens)."""
+
+
+def check_history_override(where: str, value: Any, *, minimum: int) -> HistoryOverride:
+    """A context's own history setting: ``None`` (the engine's), ``"off"``, or
+    an ``int`` (not a ``bool``) from ``minimum`` to :data:`MAX_HISTORY_SETTING`."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value == "off":
+        return "off"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(
+            where, f'must be an integer, "off" or None (the engine\'s), not {_kind(value)}'
+        )
+    if not minimum <= value <= MAX_HISTORY_SETTING:
+        raise InvalidInput(where, f"must be from {minimum} to {MAX_HISTORY_SETTING:,}, not {value}")
     return value
 
 

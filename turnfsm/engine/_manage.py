@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import InvalidInput, NotAtRest, SubContextError
 from ..model import Branch, ChatConfig, ChatContext, ContentPart, SystemPrompt
@@ -25,6 +25,7 @@ from ._inputs import (
     UNSET,
     Unset,
     check_content,
+    check_history_override,
     check_id,
     check_name,
     check_parameters,
@@ -220,12 +221,23 @@ class ContextManagement:
         mode: str | Unset = UNSET,
         parameters: dict[str, Any] | Unset = UNSET,
         title: str | Unset | None = UNSET,
+        tool_history: int | Literal["off"] | Unset | None = UNSET,
+        token_budget: int | Literal["off"] | Unset | None = UNSET,
+        compaction: int | Literal["off"] | Unset | None = UNSET,
     ) -> ChatConfig:
         """Change the context's config: the fields given, the others kept.
 
         ``model`` and ``mode`` are names; ``parameters`` (the provider's request
         parameters: temperature, max_tokens, ...) replace the stored ones as a
-        whole; ``title`` is one line (``None`` clears it). Allowed at rest
+        whole; ``title`` is one line (``None`` clears it).
+
+        ``tool_history`` (calls shown in full, >= 0), ``token_budget`` (max
+        input tokens, above the engine budget's output reserve) and
+        ``compaction`` (the summary threshold in tokens, >= 2) are this
+        context's own history settings, used on its turns instead of the
+        engine's ``tool_history_rounds``, ``token_budget`` and ``compaction``:
+        ``"off"`` turns the setting off for this context, ``None`` gives it the
+        engine's again (see docs/token-budget.md). Allowed at rest
         (``Idle``, ``AwaitingToolApproval``, ``PermanentFailure``): the next LLM
         call uses the new config. Committed (the version grows) as a
         ``config_updated`` change record whose detail holds the fields that
@@ -242,6 +254,21 @@ class ContextManagement:
             fields["parameters"] = check_parameters("parameters", parameters)
         if not isinstance(title, Unset):
             fields["title"] = check_title("title", title)
+        for where, value, minimum in (
+            ("tool_history", tool_history, 0),
+            ("token_budget", token_budget, 1),
+            ("compaction", compaction, 2),
+        ):
+            if not isinstance(value, Unset):
+                fields[where] = check_history_override(where, value, minimum=minimum)
+        budget = self._d.settings.view_plan.budget
+        wanted = fields.get("token_budget")
+        if isinstance(wanted, int) and budget is not None and wanted <= budget.reserve_output:
+            raise InvalidInput(
+                "token_budget",
+                f"must be above the engine budget's output reserve ({budget.reserve_output}), "
+                f"not {wanted}",
+            )
         out: list[ChatConfig] = []
         d = self._d
         await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..enhancers import summary_of
-from ..errors import EnhancerError, LLMError
+from ..errors import EnhancerError, InvalidInput, LLMError
 from ..model import (
     InternalMessage,
     LLMRequest,
@@ -35,7 +35,11 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
     d.settings.modes.require(ctx)
     p = ctx.progress
     messages = rt.chat
-    plan = d.settings.view_plan
+    try:  # the context's own history settings, if it has any
+        view = d.settings.view(ctx.config)
+    except InvalidInput as exc:  # a stored setting the enhancers refuse
+        raise EnhancerError("history settings", exc) from exc
+    plan = view.plan
     start = 0
     compacted = None
     if plan.compaction is not None:
@@ -68,8 +72,8 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
     if start:
         request.metadata["token_budget"] = {"dropped_messages": start}
     copied = False
-    for i, enhancer in enumerate(d.settings.enhancers):
-        if not copied and i == d.settings.builtin_count:
+    for i, enhancer in enumerate(view.enhancers):
+        if not copied and i == view.builtin_count:
             # the built-in enhancers never change the list they are given; from
             # here on, the request must own its list (the engine keeps appending
             # to rt.chat, and an adapter may keep the request)
@@ -89,9 +93,12 @@ async def prefetch(d: Host, rt: Runtime) -> None:
     """Await the ``prefetch(context)`` of each enhancer of the application's
     that has one (reading files, say, in a worker thread rather than on the
     event loop's thread), before the request is built; EnhancerError when
-    one raises."""
-    enhancers = d.settings.enhancers
-    for i in range(d.settings.builtin_count, len(enhancers)):
+    one raises. (The application's enhancers are the same in every view: a
+    context's own history settings change only the built-in ones and the
+    budget, which has no ``prefetch``.)"""
+    settings = d.settings
+    enhancers = settings.enhancers
+    for i in range(settings.builtin_count, len(enhancers)):
         fetch = getattr(enhancers[i], "prefetch", None)
         if fetch is not None:
             try:
@@ -125,7 +132,10 @@ async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:
     stored as its own message (committed at once). Returns whether a summary
     was made, and the failure of the summary call (None when it succeeded or
     none was needed)."""
-    comp = d.settings.view_plan.compaction
+    try:
+        comp = d.settings.view(rt.ctx.config).plan.compaction
+    except InvalidInput:  # a stored setting refused: building the request says so
+        return False, None
     if comp is None:
         return False, None
     ctx = rt.ctx

@@ -43,8 +43,10 @@ def new_context_messages(
     calls with no text and summaries are not in a body), message for message:
 
     - It starts where its first message with a known id stands (a message is
-      known by the id the client gave it, ``metadata.extra["message_id"]``, or
-      by turnfsm's own id), else at the branch's first message: a client that
+      known by the id the client gave it, ``metadata.extra["message_id"]``,
+      which an answer to a message with one has too: ``X-response``, see
+      :func:`~turnfsm.engine._history.answer_id`, or by turnfsm's own id),
+      else at the branch's first message: a client that
       keeps ids may resend only the tail of the conversation, one without them
       resends it whole.
     - A message over a stored one must have its role and text; one with an id

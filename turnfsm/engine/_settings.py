@@ -18,7 +18,7 @@ import functools
 import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from ..enhancers import (
     UserLocale,
 )
 from ..errors import InvalidInput
-from ..model import ChatContext, MessageType
+from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
 from ._clock import Clock, SystemClock
@@ -43,7 +43,7 @@ from ._inputs import check_count, check_name
 from ._modes import Mode, Modes
 from ._retry import RetryPolicy
 
-__all__ = ["Settings", "ViewPlan", "make_settings"]
+__all__ = ["Settings", "View", "ViewPlan", "make_settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,22 @@ class ViewPlan:
     """The engine's compaction: its summary replaces what it covers before the
     enhancers run (and ``_prepare.compact`` makes the summaries)."""
     shrink: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What a context's requests are built with: the enhancers (the built-in
+    ones first, ``builtin_count`` of them, then the caller's, then the token
+    budget) and the view plan. The engine's own unless the context's config
+    overrides a history setting (see :meth:`Settings.view`)."""
+
+    enhancers: tuple[Enhancer, ...]
+    builtin_count: int
+    plan: ViewPlan
+
+
+_HistoryKey = tuple[HistoryOverride, HistoryOverride, HistoryOverride]
+_MAX_VIEWS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +104,92 @@ class Settings:
     """This engine's name on its leases (``host:pid:random``)."""
     subscriber_buffer: int
     view_plan: ViewPlan
+    plain: View
+    """The engine's own enhancers and view plan (a context with no history
+    settings of its own)."""
+    views: dict[_HistoryKey, View] = field(default_factory=dict, compare=False, repr=False)
+    """The views made for the history overrides seen so far (see :meth:`view`);
+    made again with the enhancers they come from (``with_tools``)."""
+
+    def view(self, config: ChatConfig) -> View:
+        """The enhancers and view plan for a context with this config: the
+        engine's own, with the context's ``tool_history``, ``token_budget`` and
+        ``compaction`` in place of the engine's where it sets them (``"off"``:
+        none). A context's budget keeps the engine budget's counter,
+        calibration and output reserve (the reserve only when it is below the
+        budget); its compaction keeps the engine's prompt, counter and summary
+        input limit. Made once per combination, and kept: the enhancers keep
+        their per-message caches across turns."""
+        tool_history, token_budget, compaction = (
+            config.tool_history,
+            config.token_budget,
+            config.compaction,
+        )
+        if tool_history is None and token_budget is None and compaction is None:
+            return self.plain  # no settings of its own: the usual case
+        key = (tool_history, token_budget, compaction)
+        found = self.views.get(key)
+        if found is None:
+            if len(self.views) >= _MAX_VIEWS:
+                self.views.clear()
+            found = self.views[key] = self._make_view(key)
+        return found
+
+    def _make_view(self, key: _HistoryKey) -> View:
+        tool_history, token_budget, compaction = key
+        plan = self.view_plan
+        builtin = self.enhancers[: self.builtin_count]
+        own = builtin[0] if builtin and isinstance(builtin[0], ToolCallHistory) else None
+        history = own
+        if tool_history == "off":
+            history = None
+        elif tool_history is not None:
+            history = ToolCallHistory(tool_history)
+        base_budget = plan.budget
+        callers = self.enhancers[
+            self.builtin_count : len(self.enhancers) - (base_budget is not None)
+        ]
+        budget = base_budget
+        if token_budget == "off":
+            budget = None
+        elif token_budget is not None:
+            budget = (
+                TokenBudget(token_budget)
+                if base_budget is None
+                else TokenBudget(
+                    token_budget,
+                    reserve_output=base_budget.reserve_output
+                    if base_budget.reserve_output < token_budget
+                    else 0,
+                    counter=base_budget.counter,
+                    calibrate=base_budget.calibrate,
+                )
+            )
+        comp = plan.compaction
+        if compaction == "off":
+            comp = None
+        elif compaction is not None:
+            comp = (
+                Compaction(compaction)
+                if plan.compaction is None
+                else Compaction(
+                    compaction,
+                    prompt=plan.compaction.prompt,
+                    max_summary_input=plan.compaction.max_summary_input,
+                    counter=plan.compaction.counter,
+                )
+            )
+        first = [history] if history is not None else []
+        rest = builtin[1:] if own is not None else builtin
+        return View(
+            enhancers=(*first, *rest, *callers, *((budget,) if budget is not None else ())),
+            builtin_count=len(first) + len(rest),
+            plan=ViewPlan(
+                budget=budget,
+                compaction=comp,
+                shrink=history.shrink if history is not None else None,
+            ),
+        )
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.time(), UTC)
@@ -124,12 +226,15 @@ class Settings:
         builtin = list(self.enhancers[: self.builtin_count])
         history = [e for e in builtin if isinstance(e, ToolCallHistory)]
         builtin = [*history, *_mode_enhancers(modes)]
+        enhancers = (*builtin, *self.enhancers[self.builtin_count :])
         return dataclasses.replace(
             self,
             tools=registry,
             modes=modes,
-            enhancers=(*builtin, *self.enhancers[self.builtin_count :]),
+            enhancers=enhancers,
             builtin_count=len(builtin),
+            plain=View(enhancers, len(builtin), self.view_plan),
+            views={},
         )
 
 
@@ -215,11 +320,17 @@ def make_settings(
         builtin.append(history)
     builtin += _mode_enhancers(known_modes)
     last: tuple[Enhancer, ...] = (token_budget,) if token_budget is not None else ()
+    chain = (*builtin, *enhancers, *last)
+    plan = ViewPlan(
+        budget=token_budget,
+        compaction=compaction,
+        shrink=history.shrink if history is not None else None,
+    )
     return Settings(
         llm=llm,
         tools=registry,
         store=store if store is not None else MemoryStore(),
-        enhancers=(*builtin, *enhancers, *last),
+        enhancers=chain,
         builtin_count=len(builtin),
         modes=known_modes,
         retry_policy=retry or RetryPolicy(),
@@ -232,9 +343,6 @@ def make_settings(
         lease_ttl=float(lease_ttl),
         owner=f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
         subscriber_buffer=subscriber_buffer,
-        view_plan=ViewPlan(
-            budget=token_budget,
-            compaction=compaction,
-            shrink=history.shrink if history is not None else None,
-        ),
+        view_plan=plan,
+        plain=View(chain, len(builtin), plan),
     )

@@ -16,6 +16,7 @@ from ._context import (
     Branch,
     ChatConfig,
     ChatContext,
+    HistoryOverride,
     SystemPrompt,
     TurnProgress,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "ChatContext",
     "ContentPart",
     "FilePart",
+    "HistoryOverride",
     "ImagePart",
     "InternalMessage",
     "JSONProblem",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -19,6 +19,7 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "HistoryOverride",
     "SystemPrompt",
     "TurnProgress",
 ]
@@ -72,6 +73,12 @@ def _is_false(value: object) -> bool:
     return value is False
 
 
+HistoryOverride = Annotated[int, Field(ge=0)] | Literal["off"] | None
+"""A context's own history setting (``ChatConfig.tool_history``,
+``token_budget``, ``compaction``): a number, ``"off"`` (none for this
+context, whatever the engine's), or ``None`` (the engine's setting)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ChatConfig:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -92,6 +99,15 @@ class ChatConfig:
     subtask_call: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The parent's tool call this sub-context runs (the child of a sub-task
     tool): a run of that call again continues this child."""
+    tool_history: Annotated[HistoryOverride, Field(exclude_if=_is_none)] = None
+    """This context's tool history (the last N calls shown in full; ``"off"``:
+    every call in full) instead of the engine's ``tool_history_rounds``."""
+    token_budget: Annotated[HistoryOverride, Field(exclude_if=_is_none)] = None
+    """This context's token budget (max input tokens; ``"off"``: none) instead
+    of the engine's ``token_budget``."""
+    compaction: Annotated[HistoryOverride, Field(exclude_if=_is_none)] = None
+    """This context's compaction threshold in tokens (``"off"``: none) instead
+    of the engine's ``compaction``."""
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

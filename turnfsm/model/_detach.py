@@ -131,6 +131,9 @@ def _config(c: ChatConfig) -> ChatConfig:
         tools=None if c.tools is None else list(c.tools),
         archived=c.archived,
         subtask_call=c.subtask_call,
+        tool_history=c.tool_history,
+        token_budget=c.token_budget,
+        compaction=c.compaction,
     )
 
 

@@ -130,6 +130,9 @@ async def update_context(hub: HubOf, context_id: Owned, body: ContextUpdate) -> 
         mode=given.get("mode", UNSET),
         parameters=given.get("parameters", UNSET),
         title=given.get("title", UNSET),
+        tool_history=given.get("tool_history", UNSET),
+        token_budget=given.get("token_budget", UNSET),
+        compaction=given.get("compaction", UNSET),
     )
     return ContextOut.of(await stored(hub, context_id))
 

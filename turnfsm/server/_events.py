@@ -16,17 +16,18 @@ API's routes and the web view's pages both answer with them.
 """
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote, unquote
 
 import anyio
 import anyio.lowlevel
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 from sse_starlette import EventSourceResponse
 
 from .._numbers import whole_number
-from ..errors import TurnFSMError
+from ..errors import InvalidInput, TurnFSMError
 from ..events import EVENT_ADAPTER
 from ..model import ChatContext
 from ._channels import BATCH, Channel, Gap, Item, Listener, first_seq, last_seq
@@ -55,9 +56,11 @@ async def events(
 
 
 @router.get("/api/events")
-async def all_events(hub: HubOf, who: Tenant) -> EventSourceResponse:
+async def all_events(hub: HubOf, who: Tenant, request: Request) -> EventSourceResponse:
     """The events of every context of the tenant (each names its ``context_id``)."""
-    return tenant_events(hub, who)
+    # Last-Event-ID (the positions an id: of this stream gave) resumes; read from
+    # the request, not declared, so the route's OpenAPI entry is as it was
+    return tenant_events(hub, who, request.headers.get("last-event-id"))
 
 
 def context_events(hub: Hub, context_id: str, last_event_id: str | None) -> EventSourceResponse:
@@ -71,11 +74,14 @@ def context_events(hub: Hub, context_id: str, last_event_id: str | None) -> Even
     )
 
 
-def tenant_events(hub: Hub, who: str) -> EventSourceResponse:
-    """The stream of every context of tenant ``who``."""
+def tenant_events(hub: Hub, who: str, last_event_id: str | None = None) -> EventSourceResponse:
+    """The stream of every context of tenant ``who``, from after the positions
+    of ``last_event_id`` (a ``Last-Event-ID`` this stream gave) when given."""
     stop = anyio.Event()
     return EventSourceResponse(
-        _tenant_stream(hub, who, stop), shutdown_event=stop, shutdown_grace_period=SHUTDOWN_GRACE
+        _tenant_stream(hub, who, _positions(last_event_id), stop),
+        shutdown_event=stop,
+        shutdown_grace_period=SHUTDOWN_GRACE,
     )
 
 
@@ -111,13 +117,6 @@ async def _resync(
     return json_frame(data, "Resync", str(gap.last) if ident is None else ident)
 
 
-async def _frame(hub: Hub, item: Item, ident: str | None = None) -> bytes:
-    """An item as the bytes a stream writes: an event's frame, or a gap's ``Resync``."""
-    if isinstance(item, Gap):
-        return await _resync(hub, item, ident)
-    return event_frame(item, ident)
-
-
 def _now_iso() -> str:
     """Now, in UTC, as ISO 8601 (``2026-11-27T09:45:00.123Z``): a
     ``Heartbeat``'s ``timestamp``, as the design's event list has it."""
@@ -138,6 +137,61 @@ def _last_id(value: str | None) -> int | None:
     if value is None or not value.strip():
         return None
     return whole_number(value.strip(), "header.last-event-id", 0, MAX_SEQ)
+
+
+MAX_POSITIONS = 256
+"""The contexts a tenant stream's ``id:`` holds the position of (the most
+recently advanced; a ``Last-Event-ID`` with more is ``422``)."""
+_WHERE = "header.last-event-id"
+
+
+def _positions(value: str | None) -> dict[str, int] | None:
+    """A tenant stream's ``Last-Event-ID``: ``context/seq`` pairs separated by
+    commas, each context id percent-encoded; none (or empty) is ``None``. A
+    seq that is not a whole number, or a pair without one, is ``422`` naming
+    the header, as every number a client gives."""
+    if value is None or not value.strip():
+        return None
+    parts = value.strip().split(",")
+    if len(parts) > MAX_POSITIONS:
+        raise InvalidInput(_WHERE, f"holds {len(parts)} positions; at most {MAX_POSITIONS}")
+    out: dict[str, int] = {}
+    for part in parts:
+        cid, slash, seq = part.strip().rpartition("/")
+        if not slash or not cid:
+            raise InvalidInput(
+                _WHERE, f"each position is context/seq, as this stream's ids are: not {part[:40]!r}"
+            )
+        out[unquote(cid)] = whole_number(seq, _WHERE, 0, MAX_SEQ)
+    return out
+
+
+class _Positions:
+    """Where a tenant stream is in each context it sent something of (the most
+    recently advanced last, at most :data:`MAX_POSITIONS`), and the ``id:``
+    that says so."""
+
+    def __init__(self, start: dict[str, int]) -> None:
+        self.seqs: dict[str, int] = {}
+        self.names: dict[str, str] = {}
+        for cid, seq in start.items():
+            self.advance(cid, seq)
+
+    def get(self, cid: str) -> int | None:
+        return self.seqs.get(cid)
+
+    def advance(self, cid: str, seq: int) -> None:
+        seqs = self.seqs
+        if seqs.pop(cid, None) is None:
+            self.names[cid] = quote(cid, safe="")
+            if len(seqs) >= MAX_POSITIONS:
+                gone = next(iter(seqs))
+                del seqs[gone], self.names[gone]
+        seqs[cid] = seq
+
+    def ident(self) -> str:
+        names = self.names
+        return ",".join(f"{names[c]}/{s}" for c, s in self.seqs.items())
 
 
 async def _newest(
@@ -245,18 +299,46 @@ async def _context_stream(
         hub.release(ch)
 
 
-async def _tenant_stream(hub: Hub, who: str, stop: anyio.Event) -> AsyncIterator[bytes]:
-    listener = Listener()
+async def _tenant_stream(
+    hub: Hub, who: str, start: dict[str, int] | None, stop: anyio.Event
+) -> AsyncIterator[bytes]:
+    listener = Listener()  # listening first: nothing falls between the replay and the live
     hub.listeners.setdefault(who, set()).add(listener)
+    at = _Positions({})
+
+    async def unsent(items: list[Item], replay: list[ChatContext | None] | None) -> bytes:
+        """The frames of the items after the stream's position in their
+        context, each with the positions as its id (seqs are per context)."""
+        frames: list[bytes] = []
+        for item in items:
+            cid = item.context_id
+            sent = at.get(cid)
+            if isinstance(item, Gap):
+                if sent is not None and item.last <= sent:
+                    continue
+                if sent is not None and item.first <= sent:
+                    item = Gap(cid, sent + 1, item.last)
+                at.advance(cid, item.last)
+                frames.append(await _resync(hub, item, at.ident(), loaded=replay))
+                continue
+            if sent is not None and item.seq <= sent:
+                continue
+            at.advance(cid, item.seq)
+            frames.append(event_frame(item, at.ident()))
+        return b"".join(frames)
+
     try:
+        for cid, after in (start or {}).items():
+            async for chunk in _tenant_replay(hub, who, cid, after, at, unsent):
+                if chunk:
+                    yield chunk
         async for batch in _batches(listener, hub, stop):
             if batch is None:
                 yield _control("Heartbeat", timestamp=_now_iso())
                 continue
-            # seqs are per context: the id names both
-            yield b"".join(
-                [await _frame(hub, item, f"{item.context_id}/{last_seq(item)}") for item in batch]
-            )
+            chunk = await unsent(batch, None)
+            if chunk:
+                yield chunk
         yield _control("StreamClosed")
     finally:
         listeners = hub.listeners.get(who)
@@ -264,6 +346,45 @@ async def _tenant_stream(hub: Hub, who: str, stop: anyio.Event) -> AsyncIterator
             listeners.discard(listener)
             if not listeners:
                 del hub.listeners[who]
+
+
+_Unsent = Callable[[list[Item], list[ChatContext | None] | None], Awaitable[bytes]]
+
+
+async def _tenant_replay(
+    hub: Hub, who: str, cid: str, after: int, at: _Positions, unsent: _Unsent
+) -> AsyncIterator[bytes]:
+    """What a tenant stream resumed at ``after`` in context ``cid`` missed of
+    it, as the context's own stream replays it (the channel's ring, else the
+    event log with a ``Resync`` per stretch it lacks, and one ``Resync`` when
+    ``after`` is ahead of the context). Nothing for a context that is not the
+    tenant's or no longer exists: the stream starts it from now."""
+    try:
+        if await hub.owner(cid) != who:
+            return
+    except TurnFSMError:
+        return
+    ch = hub.hold(cid)
+    try:
+        replay: list[ChatContext | None] = []
+        try:
+            newest = await _newest(hub, ch, after, replay)
+        except TurnFSMError:  # deleted meanwhile
+            return
+        if newest is not None and after > newest:  # ahead of the context: see _context_stream
+            at.advance(cid, newest)
+            yield await _resync(hub, Gap(cid, min(1, newest), newest), at.ident(), replay)
+            return
+        at.advance(cid, after)
+        pending: list[Item] = []  # BATCH items a write
+        async for item in _history(hub, ch, after, newest):
+            pending.append(item)
+            if len(pending) == BATCH:
+                yield await unsent(pending, replay)
+                pending = []
+        yield await unsent(pending, replay)
+    finally:
+        hub.release(ch)
 
 
 async def _batches(

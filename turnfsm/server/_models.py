@@ -82,6 +82,21 @@ class ContextUpdate(BaseModel):
     mode: str | None = None
     parameters: dict[str, Any] | None = None
     title: str | None = None
+    tool_history: int | str | None = Field(
+        default=None,
+        description='this context\'s tool history: the last N tool calls in full (>= 0), "off" '
+        "(every call in full), or null (the server's)",
+    )
+    token_budget: int | str | None = Field(
+        default=None,
+        description='this context\'s token budget in input tokens (>= 1), "off" (none), or '
+        "null (the server's)",
+    )
+    compaction: int | str | None = Field(
+        default=None,
+        description='this context\'s compaction threshold in tokens (>= 2), "off" (none), or '
+        "null (the server's)",
+    )
 
 
 class BranchOut(BaseModel):
@@ -102,6 +117,15 @@ class ContextOut(BaseModel):
     model: str
     mode: str
     parameters: dict[str, Any]
+    tool_history: int | Literal["off"] | None = Field(
+        default=None, description="the context's own tool history (null: the server's)"
+    )
+    token_budget: int | Literal["off"] | None = Field(
+        default=None, description="the context's own token budget (null: the server's)"
+    )
+    compaction: int | Literal["off"] | None = Field(
+        default=None, description="the context's own compaction threshold (null: the server's)"
+    )
     active_branch: str
     branches: list[BranchOut]
     created_at: datetime
@@ -119,6 +143,9 @@ class ContextOut(BaseModel):
             model=ctx.config.model_id,
             mode=ctx.config.mode,
             parameters=ctx.config.parameters,
+            tool_history=ctx.config.tool_history,
+            token_budget=ctx.config.token_budget,
+            compaction=ctx.config.compaction,
             active_branch=ctx.active_branch_name,
             branches=[
                 BranchOut(

@@ -14,6 +14,7 @@ loads ``sqlite3``, ``asyncio``'s thread pools or the files store's modules.
 from typing import TYPE_CHECKING
 
 from ._base import (
+    ChildSummaries,
     Commit,
     CommitsWithoutWaiting,
     ContextStore,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from ._sqlite import SQLiteStore
 
 __all__ = [
+    "ChildSummaries",
     "Commit",
     "CommitsWithoutWaiting",
     "ContextStore",

@@ -32,6 +32,8 @@ from ..errors import StoreError
 from ..model import Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
 
 __all__ = [
+    "ChildSummaries",
+    "ChildrenOfSummaries",
     "Commit",
     "CommitsWithoutWaiting",
     "ContextHeads",
@@ -62,6 +64,8 @@ class ContextSummary:
     """The config's title (``None`` when it has none, or a store cannot tell)."""
     model: str | None = None
     """The config's model id (``None`` when a store cannot tell)."""
+    archived: bool = False
+    """The config's ``archived`` flag: a finished sub-context that was kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +284,28 @@ class WorkDoorbell(Protocol):
         """Wait up to ``seconds`` for a commit that hands a context off: True
         when one came, False when the time is up."""
         ...
+
+
+@runtime_checkable
+class ChildSummaries(Protocol):
+    """A store that lists one context's children without the others
+    (``Engine.children`` and the context tree read only these summaries:
+    no child is loaded). Every store of turnfsm is one."""
+
+    async def list_children(self, parent_id: str) -> list[ContextSummary]:
+        """The summaries of the stored contexts whose ``parent_id`` is
+        ``parent_id``, oldest first (as ``list_contexts`` orders them); an
+        empty list for an unknown parent."""
+        ...
+
+
+class ChildrenOfSummaries:
+    """:meth:`ChildSummaries.list_children` from ``list_contexts``, for a store
+    whose summaries are read together anyway (the files store reads each
+    context's ``metadata.json``): no context is loaded."""
+
+    async def list_children(self: ContextStore, parent_id: str) -> list[ContextSummary]:
+        return [s for s in await self.list_contexts() if s.parent_id == parent_id]
 
 
 @runtime_checkable

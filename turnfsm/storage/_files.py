@@ -82,6 +82,7 @@ from ..errors import (
 )
 from ..model import ChatContext, MessageNode
 from ._base import (
+    ChildrenOfSummaries,
     Commit,
     ContextSummary,
     Lease,
@@ -216,7 +217,7 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(Store, MessagePages):
+class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -533,6 +534,7 @@ class FilesStore(Store, MessagePages):
                 parent_id=s.parent_id,
                 title=s.config.title if s.config is not None else None,
                 model=s.config.model_id if s.config is not None else None,
+                archived=s.config.archived if s.config is not None else False,
             )
             for s in found
         ]

@@ -71,6 +71,7 @@ class _SummaryConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
     title: str | None = None
     model_id: str | None = None
+    archived: bool = False
 
 
 class _Summary(BaseModel):

@@ -119,17 +119,11 @@ class MemoryStore(Store):
         return list(self._records)
 
     async def list_contexts(self) -> list[ContextSummary]:
+        return [_summary(r.context) for r in self._records.values()]
+
+    async def list_children(self, parent_id: str) -> list[ContextSummary]:
         return [
-            ContextSummary(
-                id=r.context.id,
-                state=r.context.current_state,
-                version=r.context.version,
-                updated_at=r.context.updated_at,
-                parent_id=r.context.parent_id,
-                title=r.context.config.title,
-                model=r.context.config.model_id,
-            )
-            for r in self._records.values()
+            _summary(r.context) for r in self._records.values() if r.context.parent_id == parent_id
         ]
 
     async def delete(self, context_id: str) -> None:
@@ -207,3 +201,16 @@ class MemoryStore(Store):
 
     async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
         return [detached(node) for node in in_order(context_id, ids, self._get(context_id).pool)]
+
+
+def _summary(ctx: ChatContext) -> ContextSummary:
+    return ContextSummary(
+        id=ctx.id,
+        state=ctx.current_state,
+        version=ctx.version,
+        updated_at=ctx.updated_at,
+        parent_id=ctx.parent_id,
+        title=ctx.config.title,
+        model=ctx.config.model_id,
+        archived=ctx.config.archived,
+    )

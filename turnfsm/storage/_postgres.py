@@ -480,10 +480,19 @@ class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
         return found
 
     async def list_contexts(self) -> list[ContextSummary]:
+        return await self._summaries("", ())
+
+    async def list_children(self, parent_id: str) -> list[ContextSummary]:
+        return await self._summaries("WHERE parent_id = %s ", (parent_id,))
+
+    async def _summaries(self, where: str, params: tuple[str, ...]) -> list[ContextSummary]:
+        """The summaries of the rows ``where`` selects, oldest first."""
+
         async def read(conn: Any) -> list[ContextSummary]:
             cur = await conn.execute(
                 "SELECT id, state, version, updated_at, parent_id, config FROM contexts "
-                "ORDER BY seq"
+                f"{where}ORDER BY seq",
+                params,
             )
             out = []
             for cid, state, version, updated, parent, config in await cur.fetchall():
@@ -491,8 +500,8 @@ class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
                     at = datetime.fromisoformat(updated)
                 except ValueError:
                     continue
-                title, model = summary_of_config(config)
-                out.append(ContextSummary(cid, state, version, at, parent, title, model))
+                title, model, archived = summary_of_config(config)
+                out.append(ContextSummary(cid, state, version, at, parent, title, model, archived))
             return out
 
         found: list[ContextSummary] = await self._run(read)

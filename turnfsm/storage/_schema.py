@@ -286,22 +286,23 @@ def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]
     return out
 
 
-def summary_of_config(config: object) -> tuple[str | None, str | None]:
-    """The title and the model id in a stored config column, for a context's
-    summary (``None`` for what it lacks or when the column cannot be read:
-    ``load`` says why)."""
+def summary_of_config(config: object) -> tuple[str | None, str | None, bool]:
+    """The title, the model id and the ``archived`` flag in a stored config
+    column, for a context's summary (``None`` and ``False`` for what it lacks
+    or when the column cannot be read: ``load`` says why)."""
     if not isinstance(config, str):
-        return None, None
+        return None, None, False
     try:
         found = json.loads(config)
     except ValueError:
-        return None, None
+        return None, None, False
     if not isinstance(found, dict):
-        return None, None
+        return None, None, False
     title, model = found.get("title"), found.get("model_id")
     return (
         title if isinstance(title, str) else None,
         model if isinstance(model, str) else None,
+        found.get("archived") is True,
     )
 
 

@@ -406,10 +406,19 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         return found
 
     async def list_contexts(self) -> list[ContextSummary]:
+        return await self._summaries("", ())
+
+    async def list_children(self, parent_id: str) -> list[ContextSummary]:
+        return await self._summaries("WHERE parent_id = ? ", (parent_id,))
+
+    async def _summaries(self, where: str, params: tuple[str, ...]) -> list[ContextSummary]:
+        """The summaries of the rows ``where`` selects, oldest first."""
+
         def read(conn: sqlite3.Connection) -> list[ContextSummary]:
             rows = conn.execute(
                 "SELECT id, state, version, updated_at, parent_id, config FROM contexts "
-                "ORDER BY seq"
+                f"{where}ORDER BY seq",
+                params,
             ).fetchall()
             out = []
             for cid, state, version, updated, parent, config in rows:
@@ -425,7 +434,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                     at = datetime.fromisoformat(updated)
                 except (StoreError, ValueError):
                     continue
-                title, model = summary_of_config(config)
+                title, model, archived = summary_of_config(config)
                 out.append(
                     ContextSummary(
                         id=cid,
@@ -435,6 +444,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
                         parent_id=parent,
                         title=title,
                         model=model,
+                        archived=archived,
                     )
                 )
             return out

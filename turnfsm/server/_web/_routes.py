@@ -356,7 +356,7 @@ async def tenant_events_page(request: Request) -> Response:
     tenant = tenant_of(request)
     if tenant is None:
         return error(request, 401, "Log in", "a valid token is required")
-    return tenant_events(hub_of(request), tenant)
+    return tenant_events(hub_of(request), tenant, request.headers.get("last-event-id"))
 
 
 # ---------------------------------------------------------------------- the audit page
