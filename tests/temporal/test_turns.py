@@ -1,9 +1,13 @@
-"""Turns on a real Temporal server: the engine's table inside a workflow."""
+"""Turns on a real Temporal server: the engine's table inside a workflow, its
+I/O as activities, its calls as Updates."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -14,8 +18,42 @@ pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
 from temporalio.client import Client
 
-from turnfsm import State
+from turnfsm import Engine, MemoryStore, SQLiteStore, State, tool
+from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+from turnfsm.errors import ContextBusy, ContextNotFound, IllegalTransition
+from turnfsm.storage._logtypes import LogNote
 from turnfsm.testing import ScriptedLLM
+
+TEXT_TRACE = ["ProcessingUserMessage", "AwaitingLLMResponse", "ProcessingLLMResponse", "Idle"]
+
+
+def _queue() -> str:
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+async def _audit_ok(store: Any, cid: str) -> bool:
+    ctx = await store.load(cid)
+    steps = await store.steps(cid)
+    lines = audit_jsonl(audit_records(cid, steps, ctx.message_pool.values())).splitlines()
+    return verify_audit_log(lines).ok
+
+
+class _Recording:
+    """An event log that keeps what it is given (rows and rung notes)."""
+
+    shared = True
+    rings = True
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, str, str]] = []
+        self.notes: list[LogNote] = []
+
+    async def open(self) -> None:
+        return None
+
+    async def add(self, rows: Sequence[Any], notes: Sequence[LogNote]) -> None:
+        self.rows += rows
+        self.notes += notes
 
 
 def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path: Path) -> None:
@@ -24,7 +62,7 @@ def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path
     async def go() -> None:
         client = await Client.connect(temporal_server.address)
         store_url = f"sqlite:///{tmp_path / 'turns.db'}"
-        queue = f"q-{uuid.uuid4().hex[:8]}"
+        queue = _queue()
         llm = ScriptedLLM([{"text": "Hello there"}])
         async with (
             TemporalWorker(client, store=store_url, llm=llm, task_queue=queue),
@@ -34,14 +72,286 @@ def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path
             turn = await engine.send(cid, "hi")
             assert turn.state is State.IDLE
             assert turn.text == "Hello there"
-            assert [str(s) for s in turn.states] == [
-                "ProcessingUserMessage",
-                "AwaitingLLMResponse",
-                "ProcessingLLMResponse",
-                "Idle",
-            ]
+            assert [str(s) for s in turn.states] == TEXT_TRACE
             ctx = await engine.get_context(cid)
             assert [n.message.text for n in ctx.history()] == ["hi", "Hello there"]
-            assert [str(s) for s in await engine.trace(cid)] == ["Idle", *map(str, turn.states)]
+            assert [str(s) for s in await engine.trace(cid)] == ["Idle", *TEXT_TRACE]
+            assert await _audit_ok(engine.store, cid)
+        # the events went to the store's event log, as a worker's relay writes them
+        log_store = SQLiteStore(tmp_path / "turns.db")
+        from turnfsm.storage._eventlog import open_event_log
+
+        log = open_event_log(log_store)
+        await log.open()
+        kinds = [k for _, k, _ in await log.after(cid, 0)]
+        assert kinds[-1] == "TurnCompleted" and "MessageCompleted" in kinds
+        await log.aclose()
+        await log_store.aclose()
+
+    anyio.run(go)
+
+
+def test_deltas_and_events_reach_the_log_with_the_engines_seqs(
+    temporal_server: DevServer,
+) -> None:
+    """Each delta is rung by the LLM activity as it arrives, each durable event
+    written after its commit: together they are the seqs 1..event_seq, the
+    same kinds in the same order as an in-process engine sends them."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    answer = {"chunks": ["Once ", "upon ", "a time."]}
+
+    async def in_process() -> list[tuple[int, str]]:
+        async with Engine(llm=ScriptedLLM([answer])) as engine:
+            cid = await engine.create_context()
+            async with engine.subscribe(cid) as sub:
+                await engine.send(cid, "a story")
+                return [(e.seq, e.kind) for e in sub.drain()]
+
+    async def on_temporal() -> tuple[list[tuple[int, str]], str, int]:
+        client = await Client.connect(temporal_server.address)
+        store, log, queue = MemoryStore(), _Recording(), _queue()
+        async with (
+            TemporalWorker(
+                client, store=store, llm=ScriptedLLM([answer]), task_queue=queue, event_log=log
+            ),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            await engine.send(cid, "a story")
+            ctx = await engine.get_context(cid)
+        deltas = [n for n in log.notes if n.event is not None]
+        seen = [(s, k) for _, s, k, _ in log.rows]
+        seen += [(n.seq, json.loads(str(n.event))["kind"]) for n in deltas]
+        text = "".join(json.loads(str(n.event))["delta"] for n in deltas)
+        return sorted(seen), text, ctx.event_seq
+
+    here = anyio.run(in_process)
+    there, text, last = anyio.run(on_temporal)
+    assert there == here
+    assert [s for s, _ in there] == list(range(1, last + 1))
+    assert text == "Once upon a time."
+
+
+def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) -> None:
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        gate, entered = anyio.Event(), anyio.Event()
+
+        @tool(approval="auto")
+        async def slow() -> str:
+            """Waits."""
+            entered.set()
+            await gate.wait()
+            return "done"
+
+        llm = ScriptedLLM(
+            [{"tool_calls": [{"id": "c1", "name": "slow", "arguments": {}}]}, {"text": "ok"}]
+        )
+        async with (
+            TemporalWorker(client, store=store, llm=llm, tools=[slow], task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            with pytest.raises(ContextNotFound):
+                await engine.send("no-such-context", "hi")
+            cid = await engine.create_context()
+            with pytest.raises(IllegalTransition):
+                await engine.retry(cid)  # Idle has no retry
+            turns: list[Any] = []
+
+            async def send() -> None:
+                turns.append(await engine.send(cid, "go"))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send)
+                with anyio.fail_after(20):
+                    await entered.wait()  # the turn runs its tool: the context is busy
+                with pytest.raises(ContextBusy):
+                    await engine.send(cid, "again")
+                gate.set()
+            assert turns[0].state is State.IDLE and turns[0].text == "ok"
+
+    anyio.run(go)
+
+
+def test_a_lost_call_of_a_tool_that_is_not_idempotent_is_never_run_again(
+    temporal_server: DevServer,
+) -> None:
+    """A worker stops while a tool runs: a tool that is not idempotent is not
+    attempted again; the call comes back as outcome_unknown, for a human. An
+    idempotent one is run again by Temporal's retry, on the next worker."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    async def run(idempotent: bool) -> tuple[Any, int, list[str]]:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        runs: list[int] = []
+        first = anyio.Event()
+
+        async def charge(amount: int) -> str:
+            runs.append(amount)
+            if len(runs) == 1:
+                first.set()
+                await anyio.sleep_forever()  # lost with its worker
+            return f"charged {amount}"
+
+        from turnfsm import Tool
+
+        t = Tool.from_spec(
+            "charge",
+            "Charge the card.",
+            {
+                "type": "object",
+                "properties": {"amount": {"type": "integer"}},
+                "required": ["amount"],
+            },
+            charge,
+            idempotent=idempotent,
+        )
+        answers = [
+            {"tool_calls": [{"id": "c1", "name": "charge", "arguments": {"amount": 5}}]},
+            {"text": "done"},
+        ]
+        options: dict[str, Any] = {"tools": [t], "task_queue": queue}
+        turns: list[Any] = []
+        returned = anyio.Event()
+        async with TemporalEngine(client, store=store, task_queue=queue) as engine:
+            cid = await engine.create_context()
+
+            async def send() -> None:
+                turns.append(await engine.send(cid, "pay"))
+                returned.set()
+
+            async with anyio.create_task_group() as tg:
+                w1 = TemporalWorker(client, store=store, llm=ScriptedLLM(answers), **options)
+                await w1.__aenter__()
+                tg.start_soon(send)
+                with anyio.fail_after(30):
+                    await first.wait()
+                await w1.__aexit__(None, None, None)  # its running activity is lost
+                async with TemporalWorker(
+                    client, store=store, llm=ScriptedLLM(answers[1:]), **options
+                ):
+                    with anyio.fail_after(60):
+                        await returned.wait()
+                    trace = [str(s) for s in await engine.trace(cid)]
+                    assert await _audit_ok(store, cid)
+        return turns[0], len(runs), trace
+
+    turn, runs, trace = anyio.run(run, False)
+    assert runs == 1
+    assert turn.state is State.AWAITING_TOOL_APPROVAL
+    assert [c.id for c in turn.pending_tool_calls] == ["c1"]
+    assert "outcome unknown" in (turn.pending_tool_calls[0].reason or "")
+    assert trace[-2:] == ["ExecutingTools", "AwaitingToolApproval"]
+
+    turn, runs, trace = anyio.run(run, True)
+    assert runs == 2
+    assert turn.state is State.IDLE and turn.text == "done"
+    assert "AwaitingToolApproval" not in trace
+
+
+def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The workflow waits for the approval holding no worker; the worker stops,
+    the Temporal server is killed (SIGKILL) and started again on its database
+    file, a new worker starts, and the approval finishes the turn."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    ran: list[str] = []
+
+    @tool(approval="required")
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    store_url = f"sqlite:///{tmp_path / 'approval.db'}"
+    queue = _queue()
+
+    async def ask() -> str:
+        client = await Client.connect(temporal_server.address)
+        llm = ScriptedLLM(
+            [{"tool_calls": [{"id": "c1", "name": "delete_file", "arguments": {"path": "/tmp/x"}}]}]
+        )
+        async with (
+            TemporalWorker(client, store=store_url, llm=llm, tools=[delete_file], task_queue=queue),
+            TemporalEngine(client, store=store_url, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            turn = await engine.send(cid, "delete /tmp/x")
+            assert turn.state is State.AWAITING_TOOL_APPROVAL
+            assert [c.id for c in turn.pending_tool_calls] == ["c1"]
+        return cid
+
+    async def approve(cid: str) -> Any:
+        client = await Client.connect(temporal_server.address)
+        llm = ScriptedLLM([{"text": "Deleted."}])
+        async with (
+            TemporalWorker(client, store=store_url, llm=llm, tools=[delete_file], task_queue=queue),
+            TemporalEngine(client, store=store_url, task_queue=queue) as engine,
+        ):
+            turn = await engine.approve(cid, "c1")
+            trace = [str(s) for s in await engine.trace(cid)]
+            assert await _audit_ok(engine.store, cid)
+        return turn, trace
+
+    cid = anyio.run(ask)
+    temporal_server.kill()
+    temporal_server.start()
+    turn, trace = anyio.run(approve, cid)
+    assert ran == ["/tmp/x"]
+    assert turn.state is State.IDLE and turn.text == "Deleted."
+    assert trace == [
+        "Idle",
+        "ProcessingUserMessage",
+        "AwaitingLLMResponse",
+        "ProcessingLLMResponse",
+        "AwaitingToolApproval",
+        "ExecutingTools",
+        "AwaitingLLMResponse",
+        "ProcessingLLMResponse",
+        "Idle",
+    ]
+
+
+def test_the_workflow_continues_as_new_before_its_history_grows_large(
+    temporal_server: DevServer,
+) -> None:
+    """With a small history limit, the workflow continues as new between
+    turns; the next turn runs on the new run, from the store."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from turnfsm.temporal import TemporalEngine, TemporalWorker, workflow_id
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        llm = ScriptedLLM([{"text": f"answer {i}"} for i in range(3)])
+        async with (
+            TemporalWorker(client, store=store, llm=llm, task_queue=queue, history_limit=12),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            runs = []
+            for i in range(3):
+                turn = await engine.send(cid, f"question {i}")
+                assert turn.text == f"answer {i}"
+                handle = client.get_workflow_handle(workflow_id(cid))
+                runs.append((await handle.describe()).run_id)
+            # each turn took the history past the limit: the run that ran it
+            # continued as new once the turn returned, so the next turn ran on
+            # a new run (the one current after turn 1 ran turn 2, then went on)
+            first = client.get_workflow_handle(workflow_id(cid), run_id=runs[0])
+            assert (await first.describe()).status is WorkflowExecutionStatus.CONTINUED_AS_NEW
+            assert len(set(runs)) == 3
+            ctx = await engine.get_context(cid)
+            assert len(ctx.history()) == 6
+            assert [str(s) for s in await engine.trace(cid)] == ["Idle", *TEXT_TRACE * 3]
+            assert await _audit_ok(store, cid)
 
     anyio.run(go)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ._client import TemporalEngine
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_ID_PREFIX, WORKFLOW_NAME, workflow_id
-from ._worker import PASSED_THROUGH, TemporalWorker, sandbox
+from ._worker import PASSED_THROUGH, TemporalWorker, replayer, sandbox
 from ._workflow import ContextWorkflow
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ContextWorkflow",
     "TemporalEngine",
     "TemporalWorker",
+    "replayer",
     "sandbox",
     "workflow_id",
 ]

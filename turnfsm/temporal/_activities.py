@@ -150,7 +150,9 @@ class Activities:
     async def llm_call(
         self, data: Any, seq: int, message_id: str, streamed: bool, rows: list[Any]
     ) -> Any:
-        """One attempt: ``{"chunks": [...], "error": ... | None}``. ``seq`` is
+        """One attempt: ``{"chunks": [...], "error": ... | None, "cancel_at": ...}``
+        (``cancel_at``: after how many chunks the adapter asked to cancel the
+        turn, if it did). ``seq`` is
         the context's last seq when the attempt starts: the deltas are rung
         with the seqs the workflow gives them (the first one after the
         ``stream_started`` step's). ``streamed``: ring the deltas (not for a
@@ -158,6 +160,11 @@ class Activities:
         await self._write(rows)
         request = _codec.request_from(data)
         chunks: list[Any] = []
+        cancels: list[int] = []
+        # an adapter (a test double, a UI's stop button behind it) may ask to
+        # cancel the turn: where it asked travels back, and the workflow asks
+        # its engine there
+        request.request_cancel = lambda: cancels.append(len(chunks))
         error: Any = None
         started = False
         index = 0
@@ -204,7 +211,7 @@ class Activities:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-        return {"chunks": chunks, "error": error}
+        return {"chunks": chunks, "error": error, "cancel_at": cancels[0] if cancels else None}
 
     # ------------------------------------------------------------ tools
 

@@ -60,6 +60,9 @@ class WorkerConfig:
 
 
 _CONFIGS: dict[str, WorkerConfig] = {}
+REPLAY = "*replay*"
+"""Where :func:`~turnfsm.temporal.replayer` registers its config: a
+``Replayer`` runs workflows on a task queue of its own naming."""
 
 
 def register(task_queue: str, config: WorkerConfig) -> None:
@@ -67,9 +70,9 @@ def register(task_queue: str, config: WorkerConfig) -> None:
 
 
 def config_for(task_queue: str) -> WorkerConfig:
-    try:
-        return _CONFIGS[task_queue]
-    except KeyError:
+    found = _CONFIGS.get(task_queue) or _CONFIGS.get(REPLAY)
+    if found is None:
         raise RuntimeError(
             f"no turnfsm worker registered task queue {task_queue!r} in this process"
-        ) from None
+        )
+    return found

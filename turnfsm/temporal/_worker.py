@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio._backends._asyncio
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..adapters.llm import LLM
@@ -19,10 +19,10 @@ from ..storage._eventlog import open_event_log
 from ..storage._logtypes import EventLog
 from ..tools import Tool, ToolRegistry
 from ._activities import Activities
-from ._config import DEFAULT_TASK_QUEUE, WorkerConfig, register
+from ._config import DEFAULT_TASK_QUEUE, REPLAY, WorkerConfig, register
 from ._workflow import ContextWorkflow
 
-__all__ = ["PASSED_THROUGH", "TemporalWorker"]
+__all__ = ["PASSED_THROUGH", "TemporalWorker", "replayer", "sandbox"]
 
 PASSED_THROUGH = (
     "turnfsm",
@@ -46,6 +46,17 @@ def sandbox() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     )
+
+
+def replayer(*, tools: Iterable[Tool] = (), **engine_options: Any) -> Replayer:
+    """A ``Replayer`` of context workflows, whose engine is made with ``tools``
+    and ``engine_options`` as a :class:`TemporalWorker`'s (the tools' names,
+    schemas, approval and idempotence are what a replay decides by; their
+    functions never run). ``await replayer(...).replay_workflow(history)``
+    raises Temporal's ``NondeterminismError`` when today's code decides
+    otherwise than the code that made ``history``."""
+    register(REPLAY, WorkerConfig(tools=tuple(tools), engine_options=dict(engine_options)))
+    return Replayer(workflows=[ContextWorkflow], workflow_runner=sandbox())
 
 
 class TemporalWorker:

@@ -33,6 +33,8 @@ from temporalio.common import RetryPolicy as ActivityRetry
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import anyio.lowlevel
+
     from ..engine import Engine, RetryPolicy, Turn
     from ..errors import ContextNotFound, TurnFSMError
     from ..events import Event
@@ -196,10 +198,22 @@ class _WorkflowLLM:
             heartbeat_timeout=wf.config.heartbeat_timeout,
             retry_policy=_STORE_RETRY,
         )
-        for chunk in result["chunks"]:
+        cancel_at = result["cancel_at"]
+        for i, chunk in enumerate(result["chunks"]):
+            if i == cancel_at:
+                await _cancel(request)
             yield _codec.chunk_from(chunk)
+        if cancel_at is not None and cancel_at >= len(result["chunks"]):
+            await _cancel(request)
         if result["error"] is not None:
             raise _codec.error_from(result["error"])
+
+
+async def _cancel(request: LLMRequest) -> None:
+    """What the adapter did in the activity: ask for the turn's cancel, and
+    give the engine the chance to act on it."""
+    request.request_cancel()
+    await anyio.lowlevel.checkpoint()
 
 
 class _ActivityTool(Tool):
