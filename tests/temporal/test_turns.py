@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,69 @@ def test_the_workflow_continues_as_new_before_its_history_grows_large(
             ctx = await engine.get_context(cid)
             assert len(ctx.history()) == 6
             assert [str(s) for s in await engine.trace(cid)] == ["Idle", *TEXT_TRACE * 3]
+            assert await _audit_ok(store, cid)
+
+    anyio.run(go)
+
+
+class _Hangs:
+    """An adapter that streams one delta, then waits (until cancelled)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting = anyio.Event()
+
+    async def stream(self, request: Any) -> Any:
+        from turnfsm.model import LLMResponse, TextDelta
+
+        self.calls += 1
+        if self.calls > 1:
+            yield LLMResponse(text="second answer")
+            return
+        yield TextDelta("Once upon ")
+        self.waiting.set()
+        await anyio.sleep_forever()
+
+
+def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
+    """``cancel`` reaches the workflow while its LLM activity runs: the
+    activity is cancelled, the context goes back to Idle through the cancel
+    edge, and the running send returns the cancelled turn."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        store, log, queue, llm = MemoryStore(), _Recording(), _queue(), _Hangs()
+        async with (
+            TemporalWorker(
+                client,
+                store=store,
+                llm=llm,
+                task_queue=queue,
+                event_log=log,
+                heartbeat_timeout=timedelta(seconds=1),
+            ),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            sent: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def send() -> None:
+                    sent.append(await engine.send(cid, "a story"))
+
+                tg.start_soon(send)
+                with anyio.fail_after(20):
+                    await llm.waiting.wait()
+                with anyio.fail_after(30):
+                    cancelled = await engine.cancel(cid)
+            assert cancelled.state is State.IDLE
+            assert str(cancelled.stop_reason) == "cancelled"
+            assert sent[0].state is State.IDLE
+            trace = [str(s) for s in await engine.trace(cid)]
+            assert trace == ["Idle", "ProcessingUserMessage", "AwaitingLLMResponse", "Idle"]
+            again = await engine.send(cid, "again")
+            assert again.text == "second answer"
             assert await _audit_ok(store, cid)
 
     anyio.run(go)

@@ -94,7 +94,7 @@ class Activities:
         self.heartbeat = heartbeat
 
     def all(self) -> list[Any]:
-        return [self.load, self.commit, self.llm_call, self.tool, self.events]
+        return [self.load, self.commit, self.llm_call, self.tool, self.events, self.contexts]
 
     # ------------------------------------------------------------ events
 
@@ -128,6 +128,27 @@ class Activities:
         except DEFINITE as exc:
             raise _definite(exc) from exc
         return _codec.context_to(ctx)
+
+    @activity.defn(name="turnfsm.contexts")
+    async def contexts(self, op: str, arg: Any, rows: list[Any]) -> Any:
+        """What a sub-task asks of the store besides loads and commits:
+        ``create`` a child, ``delete`` one, ``list`` the contexts."""
+        await self._write(rows)
+        store = self.store
+        try:
+            if op == "create":
+                await store.create(_codec.context_from(arg))
+                return None
+            if op == "delete":
+                await store.delete(str(arg))
+                return None
+            if op == "list":
+                from .. import records
+
+                return [records.to_python(s) for s in await store.list_contexts()]
+        except DEFINITE as exc:
+            raise _definite(exc) from exc
+        raise ApplicationError(f"unknown store operation {op!r}", non_retryable=True)
 
     @activity.defn(name="turnfsm.commit")
     async def commit(self, data: Any, rows: list[Any]) -> None:
@@ -174,34 +195,35 @@ class Activities:
             if self.llm is None:
                 raise TypeError("the engine has no LLM (it was made with llm=None)")
             stream = aiter(self.llm.stream(request))
-            async for chunk in stream:
-                chunks.append(_codec.chunk_to(chunk))
-                activity.heartbeat()
-                kind = type(chunk)
-                if kind is LLMResponse or kind not in (TextDelta, ThinkingDelta, ToolCallDelta):
-                    break
-                if not streamed:
-                    continue
-                if not started:
-                    started = True
-                    seq += 1  # the stream_started step
-                if kind is ToolCallDelta:
-                    continue
-                text, _ = delta_text(chunk, kind.__name__)
-                seq += 1
-                await self._ring(
-                    ContentDelta(
-                        context_id=request.context_id,
-                        seq=seq,
-                        timestamp=time.time(),
-                        message_id=message_id,
-                        delta=text,
-                        index=index,
-                        attempt=attempt,
-                        channel="text" if kind is TextDelta else "thinking",
+            with _beating(self.heartbeat):  # also while the provider thinks
+                async for chunk in stream:
+                    chunks.append(_codec.chunk_to(chunk))
+                    activity.heartbeat()
+                    kind = type(chunk)
+                    if kind is LLMResponse or kind not in (TextDelta, ThinkingDelta, ToolCallDelta):
+                        break
+                    if not streamed:
+                        continue
+                    if not started:
+                        started = True
+                        seq += 1  # the stream_started step
+                    if kind is ToolCallDelta:
+                        continue
+                    text, _ = delta_text(chunk, kind.__name__)
+                    seq += 1
+                    await self._ring(
+                        ContentDelta(
+                            context_id=request.context_id,
+                            seq=seq,
+                            timestamp=time.time(),
+                            message_id=message_id,
+                            delta=text,
+                            index=index,
+                            attempt=attempt,
+                            channel="text" if kind is TextDelta else "thinking",
+                        )
                     )
-                )
-                index += 1
+                    index += 1
         except asyncio.CancelledError:
             raise
         except Exception as exc:

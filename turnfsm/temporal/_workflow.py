@@ -23,6 +23,7 @@ workflow only waits: a context waiting for a human holds no worker.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -39,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from ..errors import ContextNotFound, TurnFSMError
     from ..events import Event
     from ..model import ChatContext, LLMRequest
-    from ..storage import Commit, Lease
+    from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
@@ -75,6 +76,27 @@ def _raise_definite(err: ActivityError) -> None:
         raise _codec.error_from(cause.details[0]) from None
 
 
+async def _activity(name: str, args: list[Any], **options: Any) -> Any:
+    """Run an activity in a task of its own and await it shielded: a cancel of
+    the caller (the engine's cancel scope, an anyio one) leaves at once and
+    asks Temporal, once, to cancel the activity. (Awaited directly, the SDK
+    holds the await until Temporal has settled the cancel, while anyio
+    delivers the cancel again on every turn of the loop: the workflow would
+    spin without yielding.)"""
+    task = asyncio.ensure_future(workflow.execute_activity(name, args=args, **options))
+    task.add_done_callback(_retrieved)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # no "never retrieved" log for an abandoned one
+
+
 class _Clock:
     """The workflow's clock: replayed, never read from the machine."""
 
@@ -82,7 +104,12 @@ class _Clock:
         return workflow.now().timestamp()
 
     async def sleep(self, seconds: float) -> None:
-        await workflow.sleep(seconds)  # a durable timer
+        timer = asyncio.ensure_future(workflow.sleep(seconds))  # a durable timer
+        try:
+            await asyncio.shield(timer)  # (shielded, as activities are: see _activity)
+        except asyncio.CancelledError:
+            timer.cancel()
+            raise
 
 
 def _ids() -> str:
@@ -126,7 +153,7 @@ class _WorkflowStore:
 
     async def load(self, context_id: str) -> ChatContext:
         try:
-            data = await workflow.execute_activity(
+            data = await _activity(
                 "turnfsm.load",
                 args=[context_id, self._wf.take_rows()],
                 start_to_close_timeout=self._wf.config.store_timeout,
@@ -142,7 +169,7 @@ class _WorkflowStore:
             commit, lease_token=None, lease_owner=None, take_lease=None, release_lease=False
         )
         try:
-            await workflow.execute_activity(
+            await _activity(
                 "turnfsm.commit",
                 args=[_codec.commit_to(commit), self._wf.take_rows()],
                 start_to_close_timeout=self._wf.config.store_timeout,
@@ -151,6 +178,30 @@ class _WorkflowStore:
         except ActivityError as err:
             _raise_definite(err)
             raise
+
+    async def _contexts(self, op: str, arg: Any) -> Any:
+        try:
+            return await _activity(
+                "turnfsm.contexts",
+                args=[op, arg, self._wf.take_rows()],
+                start_to_close_timeout=self._wf.config.store_timeout,
+                retry_policy=_STORE_RETRY,
+            )
+        except ActivityError as err:
+            _raise_definite(err)
+            raise
+
+    async def create(self, context: ChatContext) -> None:
+        """A sub-task's child (its turns run in this workflow, by this engine)."""
+        await self._contexts("create", _codec.context_to(context))
+
+    async def delete(self, context_id: str) -> None:
+        await self._contexts("delete", context_id)
+
+    async def list_contexts(self) -> list[ContextSummary]:
+        from .. import records
+
+        return [records.from_python(ContextSummary, s) for s in await self._contexts("list", None)]
 
     async def acquire_lease(
         self,
@@ -191,7 +242,7 @@ class _WorkflowLLM:
         rt = wf.engine._d.loaded.get(request.context_id)
         seq = rt.seq if rt is not None else 0
         message_id = (rt.partial_id or "") if rt is not None and streamed else ""
-        result = await workflow.execute_activity(
+        result = await _activity(
             "turnfsm.llm",
             args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
             start_to_close_timeout=wf.config.llm_timeout,
@@ -260,7 +311,7 @@ class _ActivityTool(Tool):
         from .. import records
 
         try:
-            success, result, notes = await workflow.execute_activity(
+            success, result, notes = await _activity(
                 "turnfsm.tool",
                 args=[records.to_python(call), wf.take_rows()],
                 start_to_close_timeout=timeout,
@@ -272,8 +323,22 @@ class _ActivityTool(Tool):
         return ToolOutcome(bool(success), result, tuple(notes))
 
 
+def _in_workflow(tool: Tool) -> bool:
+    """A tool that runs in the workflow itself: a question (never run; a
+    human answers it) or a sub-task (``subtask()``: its child context's turns
+    are the engine's own, so they run here, each of their I/O an activity)."""
+    if isinstance(tool, QuestionTool):
+        return True
+    fn = tool.fn
+    return (
+        fn is not None
+        and getattr(fn, "__module__", None) == "turnfsm.tools._subtask"
+        and getattr(fn, "__qualname__", "") == "subtask.<locals>.run"
+    )
+
+
 def _tools(config: WorkerConfig, wf: ContextWorkflow) -> list[Tool]:
-    return [t if isinstance(t, QuestionTool) else _ActivityTool.of(t, wf) for t in config.tools]
+    return [t if _in_workflow(t) else _ActivityTool.of(t, wf) for t in config.tools]
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -330,7 +395,7 @@ class ContextWorkflow:
     async def _flush(self) -> None:
         rows = self.take_rows()
         if rows:
-            await workflow.execute_activity(
+            await _activity(
                 "turnfsm.events",
                 args=[rows],
                 start_to_close_timeout=self.config.store_timeout,
