@@ -31,7 +31,7 @@ def test_workers_and_the_temporal_server_killed_lose_and_repeat_nothing(
     ``charge`` twice only where its outcome was marked unknown, every context
     at Idle with an audit log that verifies, every stream whole."""
     report = kill.run(pg_cluster.new_database(), seconds=60)
-    assert report.problems == [], kill.summary(report)
+    assert report.problems == [], "\n".join([kill.summary(report), *report.problems])
     assert report.contexts == 8
     assert report.acked >= 8 * 3
     assert sum(report.worker_kills.values()) >= 50
