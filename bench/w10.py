@@ -36,6 +36,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -113,15 +114,25 @@ def _workers(n: int, address: str, url: str, think: float) -> list[subprocess.Po
         "--tools",
         "w10:TOOLS",
     ]
-    procs = [
-        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for _ in range(n)
-    ]
+    folder = Path(tempfile.mkdtemp(prefix="w10-workers-"))
+    procs = []
+    for i in range(n):
+        with open(folder / f"worker{i}.log", "wb") as log:  # a log each, never a full pipe
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+    LOGS.update({proc.pid: folder / f"worker{i}.log" for i, proc in enumerate(procs)})
+    end = time.monotonic() + 120
     for proc in procs:  # ready: each printed its first line
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        check(line.startswith("turnfsm temporal-worker:"), f"a worker did not start: {line!r}")
+        while not _log(proc).startswith("turnfsm temporal-worker:"):
+            check(proc.poll() is None and time.monotonic() < end, f"no worker: {_log(proc)!r}")
+            time.sleep(0.05)
     return procs
+
+
+LOGS: dict[int, Path] = {}
+
+
+def _log(proc: subprocess.Popen[bytes]) -> str:
+    return LOGS[proc.pid].read_text(errors="replace")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
@@ -135,8 +146,11 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
             proc.kill()
             proc.wait()
         codes.append(proc.returncode)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        if proc.returncode != 0:
+            print(
+                f"worker {proc.pid} exited {proc.returncode}:\n{_log(proc)[-3000:]}",
+                file=sys.stderr,
+            )
     return codes
 
 
