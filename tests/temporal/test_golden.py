@@ -41,6 +41,7 @@ from turnfsm.replay._runner import (
     build_engine,
 )
 from turnfsm.replay._script import Script
+from turnfsm.storage._logtypes import LogNote
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 EXPECTED: dict[str, dict[str, Any]] = json.loads(
@@ -74,15 +75,44 @@ def _normal(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [walk(m) for m in messages]
 
 
+class _Log:
+    """An event log that keeps what it is given (rows and rung notes)."""
+
+    shared = True
+    rings = True
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.notes: list[LogNote] = []
+
+    async def open(self) -> None:
+        return None
+
+    async def add(self, rows: Any, notes: Any) -> None:
+        self.rows += rows
+        self.notes += notes
+
+    def events(self, cid: str) -> list[tuple[int, str]]:
+        """The context's events, durable and rung, as (seq, kind), by seq."""
+        seen = {(s, k) for c, s, k, _ in self.rows if c == cid}
+        seen |= {
+            (n.seq, json.loads(str(n.event))["kind"])
+            for n in self.notes
+            if n.event is not None and n.context_id == cid
+        }
+        return sorted(seen)
+
+
 async def _run_on_temporal(
     client: Client, script: Script
-) -> tuple[list[Failure], list[str], list[dict[str, Any]], list[str]]:
+) -> tuple[list[Failure], list[str], list[dict[str, Any]], list[str], list[tuple[int, str]]]:
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     tape = _Tape(script.steps)
     reference = build_engine(script, tape)  # the script's LLM, tools and options
     settings = reference._d.settings
     store = MemoryStore()
+    log = _Log()
     queue = f"golden-{uuid.uuid4().hex[:10]}"
     failures: list[Failure] = []
     cfg = script.config
@@ -93,7 +123,7 @@ async def _run_on_temporal(
             llm=reference.llm,
             tools=list(reference.tools),
             task_queue=queue,
-            event_log=None,
+            event_log=log,
             # the same attempts; shorter waits (real timers here, a fake clock
             # in-process): a wait decides no edge, so the trace is the same
             retry=dataclasses.replace(
@@ -108,6 +138,9 @@ async def _run_on_temporal(
             client, store=store, task_queue=queue, tools=list(reference.tools), modes=script.modes
         ) as engine,
     ):
+        # what the client's engine does itself (branches, config) has its
+        # events from it, as a server's relay takes them from its own engine
+        engine.tap(lambda ev: log.rows.append((ev.context_id, ev.seq, ev.kind, "")))
         cid = await engine.create_context(
             system_prompt=cfg.system_prompt,
             model=cfg.model,
@@ -140,7 +173,7 @@ async def _run_on_temporal(
         failures.extend(_check_final(script.expect, trace, ctx))
     messages = [records.to_python(n) for n in ctx.history()]
     audit = audit_jsonl(audit_records(cid, steps, ctx.message_pool.values())).splitlines()
-    return failures, trace, messages, audit
+    return failures, trace, messages, audit, log.events(cid)
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +186,10 @@ def test_golden_script_on_temporal(client: Client, name: str) -> None:
     script = load_script(SCRIPTS / name)
     here = run_script(script)
     assert here.ok, here.report()
-    failures, trace, messages, audit = anyio.run(_run_on_temporal, client, script)
+    failures, trace, messages, audit, events = anyio.run(_run_on_temporal, client, script)
     assert not failures, [f.message for f in failures]
     assert trace == here.trace
+    # what a server's streams would be given: the same seqs, the same kinds
+    assert events == sorted((e["seq"], e["kind"]) for e in here.events)
     assert _normal(messages) == _normal(here.messages)
     assert verify_audit_log(audit).ok

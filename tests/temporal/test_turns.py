@@ -379,8 +379,9 @@ class _Hangs:
 
 def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
     """``cancel`` reaches the workflow while its LLM activity runs: the
-    activity is cancelled, the context goes back to Idle through the cancel
-    edge, and the running send returns the cancelled turn."""
+    activity is cancelled and returns what had arrived, the context goes back
+    to Idle through the cancel edge with the partial text kept, and the
+    running send returns the cancelled turn."""
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     async def go() -> None:
@@ -413,9 +414,108 @@ def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
             assert str(cancelled.stop_reason) == "cancelled"
             assert sent[0].state is State.IDLE
             trace = [str(s) for s in await engine.trace(cid)]
-            assert trace == ["Idle", "ProcessingUserMessage", "AwaitingLLMResponse", "Idle"]
+            assert trace == [
+                "Idle",
+                "ProcessingUserMessage",
+                "AwaitingLLMResponse",
+                "StreamingLLMResponse",
+                "Idle",
+            ]
+            # the partial text is kept, marked cancelled, as in-process
+            partial = (await engine.get_context(cid)).history()[-1].message
+            assert partial.text == "Once upon " and partial.metadata.cancelled
             again = await engine.send(cid, "again")
             assert again.text == "second answer"
             assert await _audit_ok(store, cid)
+
+    anyio.run(go)
+
+
+class _Toolset:
+    """A toolset as MCP servers are one: started with the worker, its tools
+    listed then, closed with it."""
+
+    name = "demo"
+
+    def __init__(self) -> None:
+        self.started = self.closed = False
+        self._tools: list[Any] = []
+
+    async def start(self) -> None:
+        from turnfsm import Tool
+
+        self.started = True
+        self._tools = [
+            Tool.from_spec("echo", "Echo.", None, lambda: "echoed", idempotent=True),
+        ]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def tools(self) -> list[Any]:
+        return self._tools
+
+    def on_change(self, callback: Any) -> None:
+        return None
+
+
+def test_a_workers_toolsets_start_with_it_and_their_tools_run_as_activities(
+    temporal_server: DevServer,
+) -> None:
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    toolset = _Toolset()
+
+    async def go() -> Any:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        llm = ScriptedLLM(
+            [{"tool_calls": [{"id": "e1", "name": "echo", "arguments": {}}]}, {"text": "ok"}]
+        )
+        async with (
+            TemporalWorker(client, store=store, llm=llm, toolsets=[toolset], task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            assert toolset.started
+            cid = await engine.create_context()
+            turn = await engine.send(cid, "echo")
+            ctx = await engine.get_context(cid)
+        return turn, ctx
+
+    turn, ctx = anyio.run(go)
+    assert toolset.closed
+    assert turn.state is State.IDLE and turn.text == "ok"
+    results = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
+    assert [(r.success, r.result) for r in results] == [(True, "echoed")]
+
+
+def test_a_request_body_and_a_recovery_run_their_turns_on_temporal(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """``send_request`` and ``recover`` are turn calls too: on a TemporalEngine
+    their turns run in the workflows, never in the client's process (which
+    has no LLM)."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    store_url = f"sqlite:///{tmp_path / 'requests.db'}"
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        queue = _queue()
+        # a turn handed off and left for a worker: the context is away from rest
+        async with Engine(store=store_url) as local:
+            left = await local.create_context()
+            await local.submit(left, "left behind")
+        llm = ScriptedLLM([{"text": "from a body"}, {"text": "recovered"}])
+        async with (
+            TemporalWorker(client, store=store_url, llm=llm, task_queue=queue),
+            TemporalEngine(client, store=store_url, task_queue=queue) as engine,
+        ):
+            turn = await engine.send_request({"messages": [{"role": "user", "content": "hi"}]})
+            assert turn.state is State.IDLE and turn.text == "from a body"
+            recovery = await engine.recover()
+            assert list(recovery.resumed) == [left] and not recovery.failed
+            assert recovery.resumed[left].text == "recovered"
+            assert (await engine.get_context(left)).current_state == "Idle"
 
     anyio.run(go)

@@ -197,6 +197,11 @@ class Activities:
             stream = aiter(self.llm.stream(request))
             with _beating(self.heartbeat):  # also while the provider thinks
                 async for chunk in stream:
+                    if cancels:
+                        # the adapter asked to cancel the turn: the engine stops
+                        # reading here, so nothing after is rung (its seqs go to
+                        # the cancel's events)
+                        break
                     chunks.append(_codec.chunk_to(chunk))
                     activity.heartbeat()
                     kind = type(chunk)
@@ -225,7 +230,9 @@ class Activities:
                     )
                     index += 1
         except asyncio.CancelledError:
-            raise
+            # the turn was cancelled: what arrived is the answer's partial
+            # text, which the engine keeps (marked cancelled), as in-process
+            return {"chunks": chunks, "error": None, "cancel_at": None}
         except Exception as exc:
             error = _codec.error_to(exc)
         finally:

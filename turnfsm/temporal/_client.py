@@ -9,10 +9,12 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdate
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
-from ..engine import Engine, Turn
+from ..adapters.inbound import parse_request
+from ..engine import Engine, Recovery, Turn
 from ..engine._inputs import check_call_ids, check_content, check_id, check_text
-from ..errors import InvalidInput
+from ..errors import ContextBusy, InvalidInput, TurnFSMError
 from ..model import ContentPart
+from ..states import RESTING
 from ..storage import Store
 from . import _codec
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
@@ -157,6 +159,35 @@ class TemporalEngine(Engine):
     async def resume(self, context_id: str) -> Turn:
         check_id("context_id", context_id)
         return await self._update(context_id, "resume", {})
+
+    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+        """:meth:`Engine.send_request`, its turn on Temporal: the body is checked
+        here (``InvalidInput``), a context made when none is named, and the
+        workflow's engine lays it over the branch and runs the turn."""
+        parse_request(body)
+        if context_id is None:
+            context_id = await self.create_context()
+        else:
+            check_id("context_id", context_id)
+        return await self._update(context_id, "request", {"body": body})
+
+    async def recover(self) -> Recovery:
+        """:meth:`Engine.recover` on Temporal: each context away from rest is
+        resumed by its workflow (``resume``). One whose workflow is running a
+        call (it goes on by itself, on any worker) is skipped as busy."""
+        resumed: dict[str, Turn] = {}
+        skipped: dict[str, str] = {}
+        failed: dict[str, TurnFSMError] = {}
+        for summary in await self.store.list_contexts():
+            if summary.state in RESTING:
+                continue
+            try:
+                resumed[summary.id] = await self.resume(summary.id)
+            except ContextBusy as exc:
+                skipped[summary.id] = str(exc)
+            except TurnFSMError as exc:
+                failed[summary.id] = exc
+        return Recovery(resumed=resumed, skipped=skipped, failed=failed)
 
     async def submit(
         self,

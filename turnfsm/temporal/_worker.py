@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
 import anyio
-import anyio._backends._asyncio
+import anyio._backends._asyncio  # outside the sandbox: see PASSED_THROUGH
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -17,7 +18,7 @@ from ..adapters.llm import LLM
 from ..storage import Store, open_store
 from ..storage._eventlog import open_event_log
 from ..storage._logtypes import EventLog
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from ._activities import Activities
 from ._config import DEFAULT_TASK_QUEUE, REPLAY, WorkerConfig, register
 from ._workflow import ContextWorkflow
@@ -64,6 +65,9 @@ class TemporalWorker:
 
     ``store``: the store every worker and the server share (a SQLite file or
     a PostgreSQL URL); ``llm`` and ``tools``: what the turns call;
+    ``toolsets``: more tools, started with the worker (MCP servers), run by
+    its activities; their list as it is when a workflow is made is what that
+    workflow offers;
     ``event_log``: where events go for the server's streams (the store's own
     by default, as ``turnfsm worker``'s relay writes them; None: nowhere).
     ``engine_options``: what ``Engine`` takes besides ``llm``, ``tools``,
@@ -84,6 +88,7 @@ class TemporalWorker:
         llm: LLM | None,
         tools: Iterable[Tool] = (),
         task_queue: str = DEFAULT_TASK_QUEUE,
+        toolsets: Iterable[Toolset] = (),
         event_log: EventLog | str | None = "store",
         identity: str | None = None,
         heartbeat_timeout: timedelta = timedelta(seconds=10),
@@ -94,6 +99,8 @@ class TemporalWorker:
     ) -> None:
         self.store = open_store(store) if isinstance(store, str) else store
         tools = tuple(tools)
+        self._own_tools = tools
+        self._toolsets = tuple(toolsets)
         self.config = WorkerConfig(
             tools=tools,
             engine_options=dict(engine_options),
@@ -133,14 +140,39 @@ class TemporalWorker:
         return self._worker
 
     async def _open(self) -> None:
-        if not self._opened and self._event_log is not None:
-            await self._event_log.open()
+        if self._opened:
+            return
         self._opened = True
+        if self._event_log is not None:
+            await self._event_log.open()
+        for toolset in self._toolsets:
+            await toolset.start()
+            toolset.on_change(self._tools_changed)
+        if self._toolsets:
+            self._set_tools(merge_tools(self._own_tools, self._toolsets, strict=True))
+
+    def _tools_changed(self) -> None:
+        self._set_tools(merge_tools(self._own_tools, self._toolsets, strict=False))
+
+    def _set_tools(self, tools: list[Tool]) -> None:
+        """The worker's tools, its own and its toolsets' as last listed: for the
+        activities at once, for the workflows made from now on."""
+        self.config = dataclasses.replace(self.config, tools=tuple(tools))
+        register(self.task_queue, self.config)
+        self.activities.tools = ToolRegistry(tools)
+
+    async def _close(self) -> None:
+        for toolset in reversed(self._toolsets):
+            with anyio.CancelScope(shield=True):
+                await toolset.aclose()
 
     async def run(self) -> None:
         """Poll until :meth:`shutdown` is called or the task is cancelled."""
         await self._open()
-        await self._worker.run()
+        try:
+            await self._worker.run()
+        finally:
+            await self._close()
 
     async def shutdown(self) -> None:
         """Stop polling; running activities finish or are handed back to Temporal."""
@@ -158,4 +190,7 @@ class TemporalWorker:
         tb: TracebackType | None,
     ) -> None:
         with anyio.CancelScope(shield=True):
-            await self._worker.__aexit__(exc_type, exc, tb)
+            try:
+                await self._worker.__aexit__(exc_type, exc, tb)
+            finally:
+                await self._close()

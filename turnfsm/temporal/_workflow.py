@@ -24,6 +24,7 @@ workflow only waits: a context waiting for a human holds no worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -32,8 +33,10 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy as ActivityRetry
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    import anyio
     import anyio.lowlevel
 
     from ..engine import Engine, RetryPolicy, Turn
@@ -45,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _codec
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
 
-__all__ = ["ContextWorkflow"]
+__all__ = ["ContextWorkflow", "tool_retry"]
 
 _STORE_RETRY = ActivityRetry(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
@@ -242,13 +245,35 @@ class _WorkflowLLM:
         rt = wf.engine._d.loaded.get(request.context_id)
         seq = rt.seq if rt is not None else 0
         message_id = (rt.partial_id or "") if rt is not None and streamed else ""
-        result = await _activity(
-            "turnfsm.llm",
-            args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
-            start_to_close_timeout=wf.config.llm_timeout,
-            heartbeat_timeout=wf.config.heartbeat_timeout,
-            retry_policy=_STORE_RETRY,
+        task = asyncio.ensure_future(
+            workflow.execute_activity(
+                "turnfsm.llm",
+                args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
+                start_to_close_timeout=wf.config.llm_timeout,
+                heartbeat_timeout=wf.config.heartbeat_timeout,
+                retry_policy=_STORE_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
         )
+        task.add_done_callback(_retrieved)
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # the turn is cancelled mid-call: the activity returns what had
+            # arrived; the engine reads it (as the deltas it would have read by
+            # now in-process) and then the cancel, keeping the partial text
+            # (each await on the way is the engine's shielded commit)
+            task.cancel()
+            arrived: list[Any] = []
+            # nothing came back (the activity failed): the cancel as it is
+            with (
+                anyio.CancelScope(shield=True),
+                contextlib.suppress(ActivityError, asyncio.CancelledError),
+            ):
+                arrived = (await asyncio.shield(task))["chunks"]
+            for chunk in arrived:
+                yield _codec.chunk_from(chunk)
+            raise
         cancel_at = result["cancel_at"]
         for i, chunk in enumerate(result["chunks"]):
             if i == cancel_at:
@@ -258,6 +283,17 @@ class _WorkflowLLM:
             await _cancel(request)
         if result["error"] is not None:
             raise _codec.error_from(result["error"])
+
+
+def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
+    """Temporal's retry policy for a call of ``tool``, from its own settings:
+    an idempotent tool's call lost with its worker is attempted again (up to
+    ``config.idempotent_attempts``); any other is attempted once, and a lost
+    attempt is ``outcome_unknown``. (One function, so that a test can plant
+    the bug of retrying every tool and see its checker catch it.)"""
+    if tool.idempotent:
+        return ActivityRetry(maximum_attempts=config.idempotent_attempts)
+    return ActivityRetry(maximum_attempts=1)
 
 
 async def _cancel(request: LLMRequest) -> None:
@@ -303,11 +339,7 @@ class _ActivityTool(Tool):
         timeout = (
             timedelta(seconds=self.timeout + 30) if self.timeout is not None else cfg.tool_timeout
         )
-        retry = (
-            ActivityRetry(maximum_attempts=cfg.idempotent_attempts)
-            if self.idempotent
-            else ActivityRetry(maximum_attempts=1)
-        )
+        retry = tool_retry(self, cfg)
         from .. import records
 
         try:
@@ -419,9 +451,13 @@ class ContextWorkflow:
             raise ApplicationError(
                 str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
             ) from None
-        except _Lost as exc:
+        except BaseException as exc:
+            if not _lost(exc):
+                raise
             raise ApplicationError(
-                f"a tool call's worker was lost twice: {exc}", type="ToolLost", non_retryable=True
+                "a tool call was lost with its worker again after the resume",
+                type="ToolLost",
+                non_retryable=True,
             ) from None
         finally:
             if self.rows:
@@ -460,6 +496,10 @@ class ContextWorkflow:
     @workflow.update(name="reset")
     async def reset(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.reset(self.context_id))
+
+    @workflow.update(name="request")
+    async def request(self, a: dict[str, Any]) -> Any:
+        return await self._call(lambda e: e.send_request(a["body"], self.context_id))
 
     @workflow.update(name="resume")
     async def resume(self, a: dict[str, Any]) -> Any:
