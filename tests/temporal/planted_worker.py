@@ -2,11 +2,12 @@
 idempotent, silently.
 
 ``python -m tests.temporal.planted_worker ARGS`` is ``turnfsm temporal-worker
-ARGS`` whose workflows take every tool for idempotent: a call of ``charge``
-lost with its worker (a SIGKILL mid-call) is attempted again by Temporal's
-retry policy on another worker, instead of being answered as
-``outcome_unknown`` for a human to decide. The kill test's checker must catch
-it (``test_kill.py``). It exists only here, never as a switch of the product.
+ARGS`` whose workflows give every tool call the retry policy of an idempotent
+tool (``turnfsm.temporal._workflow.tool_retry``, replaced here): a call of
+``charge`` lost with its worker (a SIGKILL mid-call) is attempted again by
+Temporal on another worker, instead of being answered as ``outcome_unknown``
+for a human to decide. The kill test's checker must catch it
+(``test_kill.py``). It exists only here, never as a switch of the product.
 """
 
 from __future__ import annotations
@@ -14,19 +15,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from temporalio.common import RetryPolicy
+
 from turnfsm.cli import main
 from turnfsm.temporal import _workflow
 
-_made = _workflow._ActivityTool.of.__func__  # type: ignore[attr-defined]
+
+def _as_if_idempotent(tool: Any, config: Any) -> RetryPolicy:
+    return RetryPolicy(maximum_attempts=config.idempotent_attempts)
 
 
-def _every_tool_idempotent(cls: Any, tool: Any, wf: Any) -> Any:
-    made = _made(cls, tool, wf)
-    object.__setattr__(made, "idempotent", True)
-    return made
-
-
-_workflow._ActivityTool.of = classmethod(_every_tool_idempotent)  # type: ignore[assignment,method-assign]
+_workflow.tool_retry = _as_if_idempotent
 
 if __name__ == "__main__":
     sys.exit(main(["temporal-worker", *sys.argv[1:]]))

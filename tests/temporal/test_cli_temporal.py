@@ -46,7 +46,7 @@ class Processes:
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            "TURNFSM_KILL_THINK": "0.6",
+            "TURNFSM_KILL_THINK": "0.3",
             "TURNFSM_KILL_EFFECTS": str(self.effects),
             "TURNFSM_KILL_MARKS": str(self.marks),
         }

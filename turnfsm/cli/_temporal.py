@@ -21,7 +21,6 @@ its heartbeat timeout. Needs the ``temporal`` extra: ``pip install
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import signal
@@ -192,22 +191,13 @@ def _run(args: argparse.Namespace) -> int:
     identity = f"{socket.gethostname()}:{os.getpid()}"
 
     async def main() -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(store.aclose)
-            toolsets = mcp_toolsets(args)
-            for toolset in toolsets:  # started here, stopped on the way out
-                await toolset.start()
-                stack.push_async_callback(toolset.aclose)
-            offered = list(tools)
-            if toolsets:
-                from ..tools._toolset import merge_tools
-
-                offered = merge_tools(tools, toolsets, strict=True)
+        try:
             worker = package.TemporalWorker(
                 client,
                 store=store,
                 llm=llm,
-                tools=offered,
+                tools=tools,
+                toolsets=mcp_toolsets(args),  # started and stopped with the worker
                 task_queue=args.temporal_task_queue,
                 identity=identity,
                 max_concurrent_activities=args.max_activities,
@@ -217,6 +207,8 @@ def _run(args: argparse.Namespace) -> int:
                 **history_settings(args),
             )
             await serve(worker)
+        finally:
+            await store.aclose()
 
     async def serve(worker: Any) -> None:
         stopping = anyio.Event()
