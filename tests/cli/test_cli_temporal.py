@@ -95,7 +95,7 @@ def test_a_temporal_server_that_does_not_answer_is_a_usage_error(cli: Cli, tmp_p
 
 def test_the_default_task_queue_is_the_packages() -> None:
     pytest.importorskip("temporalio")
-    from turnfsm.cli._temporal import DEFAULT_TASK_QUEUE
+    from turnfsm.cli._temporal_options import DEFAULT_TASK_QUEUE
     from turnfsm.temporal import DEFAULT_TASK_QUEUE as PACKAGES
 
     assert DEFAULT_TASK_QUEUE == PACKAGES

@@ -582,9 +582,12 @@ class Run:
         runs = Counter(line.split()[0] for line in self.effects.read_text().splitlines())
         r = self.report
         r.charge_runs = sum(runs.values())
-        for name, code in r.exit_codes.items():
-            if name.startswith("worker") and code != 0:
-                r.problems.append(f"{name} exited with {code} on SIGTERM (expected 0)")
+        for proc in self.workers:
+            code = r.exit_codes.get(proc.name)
+            if code != 0:
+                assert proc.log is not None
+                tail = proc.log.read_text(errors="replace")[-1500:]
+                r.problems.append(f"{proc.name} exited with {code} on SIGTERM (expected 0): {tail}")
         for client in self.clients:
             for cid, attempts in client.attempts.items():
                 r.contexts += 1

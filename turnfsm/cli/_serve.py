@@ -31,6 +31,7 @@ from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_
 from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
+from ._temporal_options import add_temporal_options, connect, shared_store, temporal_package
 
 __all__ = ["add_model_options", "add_parser", "load_tools", "model_name", "model_of"]
 
@@ -61,8 +62,6 @@ def add_parser(sub: Any) -> None:
         "a Temporal Update run by `turnfsm temporal-worker`s; needs --temporal; see "
         "docs/temporal.md)",
     )
-    from ._temporal import add_temporal_options  # the module imports this one
-
     add_temporal_options(p, required=False)
     p.add_argument(
         "--max-body",
@@ -251,8 +250,6 @@ def _run(args: argparse.Namespace) -> int:
             raise CLIError(
                 "--turns temporal needs --temporal HOST:PORT (the Temporal server's frontend)"
             )
-        from ._temporal import temporal_package
-
         temporal = temporal_package("turnfsm serve --turns temporal")
     elif args.temporal is not None:
         raise CLIError(f"--temporal {args.temporal}: only with --turns temporal")
@@ -299,10 +296,8 @@ def _run_on_temporal(
     store, whose turn calls are Updates of the contexts' workflows; the
     model, the tools and MCP servers are the workers' (this server runs no
     turn), its own tools only describe the contexts."""
-    from ._temporal import connect, shared_store
-
     shared_store(store, url, "--turns temporal: --store")
-    client = connect(args)
+    client = connect(args, temporal, store)
 
     def factory() -> Engine:
         engine: Engine = temporal.TemporalEngine(
