@@ -51,21 +51,21 @@ def test_a_commit_run_again_after_its_reply_was_lost_is_applied_once() -> None:
         )
         acts = _activities(store)
         data = _codec.commit_to(commit)
-        await _env(1).run(acts.commit, data, [])
+        await _env(1).run(acts.commit, data, [], [])
         assert (await store.load(cid)).version == ctx.version + 1
         # Temporal runs it again (the first reply was lost): taken as applied
-        await _env(2).run(acts.commit, data, [])
+        await _env(2).run(acts.commit, data, [], [])
         assert (await store.load(cid)).version == ctx.version + 1
         # a first attempt never finds itself applied: another writer's commit
         with pytest.raises(ApplicationError) as info:
-            await _env(1).run(acts.commit, data, [])
+            await _env(1).run(acts.commit, data, [], [])
         assert info.value.type == "VersionConflict" and info.value.non_retryable
         # nor does a retry whose version another writer took (another time)
         other = _codec.commit_to(
             dataclasses.replace(commit, updated_at=datetime(2031, 1, 1, tzinfo=UTC))
         )
         with pytest.raises(ApplicationError) as info:
-            await _env(2).run(acts.commit, other, [])
+            await _env(2).run(acts.commit, other, [], [])
         assert info.value.type == "VersionConflict"
 
     anyio.run(go)

@@ -158,6 +158,15 @@ def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) 
         ):
             with pytest.raises(ContextNotFound):
                 await engine.send("no-such-context", "hi")
+            # the workflow started for it ends (no workflow lingers for nothing)
+            from temporalio.client import WorkflowExecutionStatus
+
+            from turnfsm.temporal import workflow_id
+
+            handle = client.get_workflow_handle(workflow_id("no-such-context"))
+            with anyio.fail_after(20):
+                await handle.result()
+            assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
             cid = await engine.create_context()
             with pytest.raises(IllegalTransition):
                 await engine.retry(cid)  # Idle has no retry

@@ -8,15 +8,18 @@ holds the store, the LLM adapter, the tools and the event log:
 - ``turnfsm.commit``: one step to the store. The store's version check makes
   a retried commit harmless: a commit whose reply was lost and that Temporal
   runs again finds the context already at its version and time, and is taken
-  as applied; any other writer's commit in between is a ``VersionConflict``;
+  as applied; any other writer's commit in between is a ``VersionConflict``.
+  Once stored, the commit's events are written to the event log (as the
+  relay writes an engine's events after their commit);
 - ``turnfsm.llm``: one LLM attempt, streamed from the provider. Each delta is
   rung on the event log as it arrives (as ``EventRelay`` rings a worker's
   deltas), the activity heartbeats, and it returns every chunk (and the
   adapter's error, if it raised), which the workflow reads as the engine reads
   an adapter's stream;
 - ``turnfsm.tool``: one tool call, run as in-process (``run_calls``);
-- ``turnfsm.events``: the durable events of the last commits, written to the
-  event log (each activity above also writes those that wait, first).
+- ``turnfsm.contexts``: a sub-task's child created, listed or deleted;
+- ``turnfsm.events``: durable events the engine sent outside a commit's
+  activity, if any (each activity above also writes those that wait, first).
 
 Errors the engine has a meaning for (an unknown context, a version
 conflict) fail the activity for good (``non_retryable``), carrying the error
@@ -41,7 +44,7 @@ from ..errors import ContextNotFound, SchemaVersionError, VersionConflict
 from ..events import ContentDelta
 from ..model import LLMResponse, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallRequest
 from ..relay import event_json
-from ..storage import Store
+from ..storage import Commit, Store
 from ..storage._logtypes import EventLog, LogNote
 from ..tools import ToolRegistry, run_calls
 from . import _codec
@@ -151,19 +154,25 @@ class Activities:
         raise ApplicationError(f"unknown store operation {op!r}", non_retryable=True)
 
     @activity.defn(name="turnfsm.commit")
-    async def commit(self, data: Any, rows: list[Any]) -> None:
+    async def commit(self, data: Any, rows: list[Any], after: list[Any]) -> None:
+        """One commit; ``rows`` (events of earlier commits) written first,
+        ``after`` (this commit's events) once it is stored."""
         await self._write(rows)
         commit = _codec.commit_from(data)
         try:
             await self.store.commit(commit)
         except VersionConflict as exc:
-            if activity.info().attempt > 1:
-                stored = await self.store.load(commit.context_id)
-                if stored.version == commit.version and stored.updated_at == commit.updated_at:
-                    return  # this commit, applied by an attempt whose reply was lost
-            raise _definite(exc) from exc
+            if activity.info().attempt == 1 or not await self._applied(commit):
+                raise _definite(exc) from exc
         except DEFINITE as exc:
             raise _definite(exc) from exc
+        await self._write(after)
+
+    async def _applied(self, commit: Commit) -> bool:
+        """Whether the store holds ``commit`` already: applied by an attempt
+        whose reply was lost (its version, with its time)."""
+        stored = await self.store.load(commit.context_id)
+        return stored.version == commit.version and stored.updated_at == commit.updated_at
 
     # ------------------------------------------------------------ the LLM
 

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from ..errors import ContextNotFound, TurnFSMError
     from ..events import Event
     from ..model import ChatContext, LLMRequest
+    from ..model._detach import detached_fields
     from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
@@ -174,7 +175,11 @@ class _WorkflowStore:
         try:
             await _activity(
                 "turnfsm.commit",
-                args=[_codec.commit_to(commit), self._wf.take_rows()],
+                args=[
+                    _codec.commit_to(commit),
+                    self._wf.take_rows(),
+                    self._wf.rows_of_commit(commit.context_id),
+                ],
                 start_to_close_timeout=self._wf.config.store_timeout,
                 retry_policy=_STORE_RETRY,
             )
@@ -382,6 +387,8 @@ class ContextWorkflow:
         self.context_id: str = args["context_id"]
         self.config = config_for(workflow.info().task_queue)
         self.rows: list[Any] = []
+        self.sent: set[tuple[str, int]] = set()
+        """Events written by their commit's activity (the engine's tap skips them)."""
         self.gone = False
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
@@ -399,8 +406,27 @@ class ContextWorkflow:
         self.engine.tap(self._on_event)
 
     def _on_event(self, ev: Event) -> None:
-        if ev.kind not in _NOT_DURABLE:  # a delta was rung by the LLM activity
-            self.rows.append(_codec.event_row(ev))
+        if ev.kind in _NOT_DURABLE:  # a delta was rung by the LLM activity
+            return
+        if (ev.context_id, ev.seq) in self.sent:  # written by its commit's activity
+            self.sent.discard((ev.context_id, ev.seq))
+            return
+        self.rows.append(_codec.event_row(ev))
+
+    def rows_of_commit(self, context_id: str) -> list[Any]:
+        """The durable events the engine sends once the commit it is making is
+        stored: the commit activity writes them right after it (the engine
+        makes them from its outbox, the same way, after the commit returns)."""
+        rt = self.engine._d.loaded.get(context_id)
+        if rt is None:
+            return []
+        rows = []
+        for kind, seq, at, fields in rt.outbox:
+            ev = kind(context_id=context_id, seq=seq, timestamp=at, **detached_fields(fields))
+            if ev.kind not in _NOT_DURABLE:
+                rows.append(_codec.event_row(ev))
+                self.sent.add((context_id, seq))
+        return rows
 
     def take_rows(self) -> list[Any]:
         """The durable events that wait to be written (with the next activity)."""
