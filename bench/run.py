@@ -12,6 +12,7 @@
     python bench/run.py --workload files              # a turn and a page on files://, 100 .. 5,000
     python bench/run.py --workload W7                 # a W1 turn over HTTP + SSE vs in-process
     python bench/run.py --workload W9                 # 1, 2 and 4 workers on PostgreSQL
+    python bench/run.py --workload W10 --runs 3       # turns on Temporal: overhead, 1, 2, 4 workers
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -473,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--workload", help="W1, W2, W3, W4, W5, W6, W7, W8, W9, bytes, prepare, files or all"
+        "--workload",
+        help="W1, W2, W3, W4, W5, W6, W7, W8, W9, W10, bytes, prepare, files or all",
     )
     p.add_argument(
         "--system",
@@ -539,8 +541,12 @@ def main(argv: list[str] | None = None) -> int:
 
         w9_args = ["--concurrency", str(args.w9_concurrency), "--think", str(args.w9_think)]
         return w9.main([*w9_args, *(["--json"] if args.json else [])])
+    if args.workload and args.workload.upper() == "W10":  # its own runner: bench/w10.py
+        import w10
+
+        return w10.main(["--rounds", str(args.runs), *(["--json"] if args.json else [])])
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|bytes|prepare|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|bytes|prepare|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")

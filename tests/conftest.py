@@ -28,9 +28,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     under 200 clients) and the ``mcp`` tests (the reference MCP servers from npm,
     several servers, a server killed by a signal) run only when selected:
     ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``; the ``soak`` test
-    (a server's memory over 10,000 turns) with ``-m soak``."""
+    (a server's memory over 10,000 turns) with ``-m soak``; the Temporal kill
+    test with ``-m temporal_kill``."""
     markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser", "load", "mcp", "soak"):
+    for marker in ("slow", "browser", "load", "mcp", "soak", "temporal_kill"):
         if marker in markexpr:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")

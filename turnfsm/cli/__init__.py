@@ -19,6 +19,7 @@ from . import (
     _replay,
     _resume,
     _serve,
+    _temporal,
     _worker,
 )
 from ._errors import EXIT_USAGE, Parser, run_guarded
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _db.add_parser(sub)
     _serve.add_parser(sub)
     _worker.add_parser(sub)
+    _temporal.add_parser(sub)
     return parser
 
 

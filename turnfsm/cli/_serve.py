@@ -31,6 +31,7 @@ from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_
 from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
+from ._temporal_options import add_temporal_options, connect, shared_store, temporal_package
 
 __all__ = ["add_model_options", "add_parser", "load_tools", "model_name", "model_of"]
 
@@ -53,12 +54,15 @@ def add_parser(sub: Any) -> None:
     add_model_options(p)
     p.add_argument(
         "--turns",
-        choices=("here", "workers"),
+        choices=("here", "workers", "temporal"),
         default="here",
-        help="where a posted message's turn runs: in this process (here, the default), or "
+        help="where a posted message's turn runs: in this process (here, the default), "
         "on a `turnfsm worker` of the same store (workers: the message is committed and "
-        "202 returned; see docs/workers.md)",
+        "202 returned; see docs/workers.md), or on Temporal (temporal: every turn call is "
+        "a Temporal Update run by `turnfsm temporal-worker`s; needs --temporal; see "
+        "docs/temporal.md)",
     )
+    add_temporal_options(p, required=False)
     p.add_argument(
         "--max-body",
         type=count(1, 1 << 30),
@@ -224,7 +228,7 @@ def _host(host: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     try:
         from ..server import ServerConfig, load_tokens
-        from ..server._run import StartupFailed, is_loopback, run_server
+        from ..server._run import is_loopback
     except ImportError as exc:
         raise CLIError(
             f"turnfsm serve needs the server extra ({exc.name} is missing): "
@@ -240,6 +244,15 @@ def _run(args: argparse.Namespace) -> int:
             "or $TURNFSM_SERVER_TOKENS): anyone who reaches it could use every context; "
             "give tokens, or --insecure to serve without them"
         )
+    temporal = None
+    if args.turns == "temporal":
+        if args.temporal is None:
+            raise CLIError(
+                "--turns temporal needs --temporal HOST:PORT (the Temporal server's frontend)"
+            )
+        temporal = temporal_package("turnfsm serve --turns temporal")
+    elif args.temporal is not None:
+        raise CLIError(f"--temporal {args.temporal}: only with --turns temporal")
     llm, tools = model_of(args)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
@@ -259,6 +272,8 @@ def _run(args: argparse.Namespace) -> int:
         )
 
     mcp_toolsets(args)  # the options are checked before the server starts
+    if temporal is not None:
+        return _run_on_temporal(args, temporal, config, store, url, tools)
 
     def factory() -> Engine:
         return Engine(
@@ -271,12 +286,51 @@ def _run(args: argparse.Namespace) -> int:
             **history_settings(args),
         )
 
+    return _serve(args, factory, config, url)
+
+
+def _run_on_temporal(
+    args: argparse.Namespace, temporal: Any, config: Any, store: Any, url: str, tools: list[Tool]
+) -> int:
+    """``--turns temporal``: the engine is a ``TemporalEngine`` on the same
+    store, whose turn calls are Updates of the contexts' workflows; the
+    model, the tools and MCP servers are the workers' (this server runs no
+    turn), its own tools only describe the contexts."""
+    shared_store(store, url, "--turns temporal: --store")
+    client = connect(args, temporal, store)
+
+    def factory() -> Engine:
+        engine: Engine = temporal.TemporalEngine(
+            client,
+            store=store,
+            task_queue=args.temporal_task_queue,
+            tools=tools,
+            lease_ttl=args.lease_ttl,
+            **history_settings(args),
+        )
+        return engine
+
+    where = f"temporal {args.temporal} (namespace {args.temporal_namespace}, task queue "
+    where += f"{args.temporal_task_queue})"
+    return _serve(args, factory, config, url, turns=where)
+
+
+def _serve(
+    args: argparse.Namespace,
+    factory: Any,
+    config: Any,
+    url: str,
+    *,
+    turns: str | None = None,
+) -> int:
+    from ..server._run import StartupFailed, run_server
+
     stop_tracing = start_tracing("turnfsm-serve")
     # a log line, to standard error as the server's others (standard output is
     # a command's output only)
     print(
         f"turnfsm serve: http://{_host(args.host)}:{args.port}, model {config.model}, "
-        f"store {store_location(url)}",
+        f"store {store_location(url)}" + (f", turns on {turns}" if turns else ""),
         file=sys.stderr,
         flush=True,
     )

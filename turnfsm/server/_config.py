@@ -29,7 +29,11 @@ class ServerConfig:
     ``model``, ``/v1``, ``/api/chat``, ``/chat``, the web view): the name the
     model adapter sends upstream for it. ``turnfsm serve`` sets it to the model
     it calls (``docs/server.md``)."""
-    turns: Literal["here", "workers"] = "here"
+    turns: Literal["here", "workers", "temporal"] = "here"
     """Where a posted message's turn runs: in this process, or on the workers
     of the same store (``docs/workers.md``; the server then runs no
-    ``recover()`` on start: the workers claim what a crash left)."""
+    ``recover()`` on start: the workers claim what a crash left), or on
+    Temporal (``docs/temporal.md``: the factory's engine is a
+    ``TemporalEngine``, whose turn calls are Temporal Updates; no
+    ``recover()`` on start, and running calls are not cancelled on shutdown:
+    their turns go on without this server)."""

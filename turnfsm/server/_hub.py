@@ -178,7 +178,11 @@ class Hub:
         await self._stop_running()
 
     async def _stop_running(self) -> None:
-        """Cancel the running calls cleanly (each ends at Idle, its text kept)."""
+        """Cancel the running calls cleanly (each ends at Idle, its text kept).
+        Not with ``turns="temporal"``: the turns run on Temporal, not here,
+        and go on after this server stops (a call here only waits for one)."""
+        if self.config.turns == "temporal":
+            return
         with anyio.move_on_after(self.config.shutdown_grace):
             for cid, job in list(self.running.items()):
                 try:

@@ -94,6 +94,7 @@ class TemporalWorker:
         heartbeat_timeout: timedelta = timedelta(seconds=10),
         history_limit: int = 10_000,
         max_concurrent_activities: int = 100,
+        graceful_shutdown_timeout: timedelta = timedelta(0),
         **engine_options: Any,
     ) -> None:
         self.store = open_store(store) if isinstance(store, str) else store
@@ -128,6 +129,7 @@ class TemporalWorker:
             activities=self.activities.all(),
             workflow_runner=sandbox(),
             max_concurrent_activities=max_concurrent_activities,
+            graceful_shutdown_timeout=graceful_shutdown_timeout,
             **options,
         )
         self._opened = False

@@ -1,0 +1,203 @@
+"""``turnfsm serve --turns temporal`` and ``turnfsm temporal-worker`` as
+processes on a real Temporal dev server and one SQLite file: a tool loop with
+an approval over HTTP, its events on the stream, and a worker stopped by
+SIGTERM in the middle of a tool call, which it finishes before it exits 0
+while another worker goes on with the turn. (The usage errors:
+tests/cli/test_cli_temporal.py; the kill test: test_kill.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+# tests/ is on sys.path (no tests/__init__.py)
+from temporal.devserver import DevServer, _free_port
+
+pytest.importorskip("temporalio", reason="the temporal extra is not installed")
+pytest.importorskip("fastapi", reason="the server extra is not installed")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = [
+    "--llm",
+    "tests.temporal.kill_model:make_llm",
+    "--tools",
+    "tests.temporal.kill_model:TOOLS",
+]
+
+
+class Processes:
+    def __init__(self, server: DevServer, folder: Path) -> None:
+        self.folder = folder
+        self.store = f"sqlite:///{folder / 'chats.db'}"
+        self.effects = folder / "effects.txt"
+        self.marks = folder / "marks.txt"
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TURNFSM_KILL_THINK": "0.3",
+            "TURNFSM_KILL_EFFECTS": str(self.effects),
+            "TURNFSM_KILL_MARKS": str(self.marks),
+        }
+        self.common = ["--temporal", server.address, *MODEL, "--store", self.store]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *argv: str, name: str) -> subprocess.Popen[bytes]:
+        with open(self.folder / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "turnfsm", *argv, *self.common],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def wait_for_line(self, name: str, text: str, timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        while text not in self.log(name):
+            assert time.monotonic() < end, self.log(name)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def processes(temporal_server: DevServer, tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(temporal_server, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop()
+
+
+def _ready(port: int, processes: Processes) -> None:
+    end = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < end, processes.log("serve")
+        time.sleep(0.1)
+
+
+def _open_marks(marks: Path, kind: str) -> list[str]:
+    """The pids running a ``kind`` call right now (a begin without its end)."""
+    open_: dict[tuple[str, str], int] = {}
+    if marks.exists():
+        for line in marks.read_text().splitlines():
+            edge, k, ref, pid = line.split()
+            if k == kind:
+                open_[(ref, pid)] = open_.get((ref, pid), 0) + (1 if edge == "begin" else -1)
+    return [pid for (_, pid), n in open_.items() if n > 0]
+
+
+def _events(http: httpx.Client, cid: str) -> list[dict[str, Any]]:
+    """The context's events from the start (``Last-Event-ID: 0``) up to the
+    last ``TurnCompleted`` now in its log."""
+    out: list[dict[str, Any]] = []
+    with http.stream(
+        "GET", f"/api/contexts/{cid}/events", headers={"Last-Event-ID": "0"}, timeout=30
+    ) as r:
+        kind = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind not in ("Heartbeat", None):
+                out.append(json.loads(line[6:]))
+                if kind == "TurnCompleted" and sum(e["kind"] == kind for e in out) == 2:
+                    return out
+    return out
+
+
+def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
+    processes: Processes,
+) -> None:
+    first = processes.start("temporal-worker", "--grace", "20", name="worker1")
+    processes.wait_for_line("worker1", "turnfsm temporal-worker: ")
+    port = _free_port()
+    server = processes.start("serve", "--turns", "temporal", "--port", str(port), name="serve")
+    _ready(port, processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-1"})
+        assert r.status_code == 200, r.text
+        turn = r.json()
+        assert turn["state"] == "AwaitingToolApproval"
+        assert [c["id"] for c in turn["pending_tool_calls"]] == ["c-pay-1"]
+
+        # the approval: the tools run on the worker; SIGTERM reaches it while
+        # charge runs: it finishes the call, exits 0, and the second worker
+        # takes the rest of the turn (the next model call)
+        second = processes.start("temporal-worker", name="worker2")
+        processes.wait_for_line("worker2", "turnfsm temporal-worker: ")
+        # (the 202 of a call on Temporal comes when its Update returns: at rest)
+        approved: list[httpx.Response] = []
+        approving = threading.Thread(
+            target=lambda: approved.append(
+                http.post(f"/api/contexts/{cid}/tools/approve", json={"approve": ["c-pay-1"]})
+            )
+        )
+        approving.start()
+        end = time.monotonic() + 30
+        while str(first.pid) not in _open_marks(processes.marks, "charge"):
+            assert time.monotonic() < end, processes.marks.read_text()
+            time.sleep(0.02)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0, processes.log("worker1")
+        assert "turnfsm temporal-worker: stopped (SIGTERM)" in processes.log("worker1")
+        assert processes.effects.read_text().split() == ["pay-1", str(first.pid)]
+
+        approving.join(timeout=60)
+        assert [r.status_code for r in approved] == [202], approved
+        end = time.monotonic() + 60
+        while (state := http.get(f"/api/contexts/{cid}/state").json()["state"]) != "Idle":
+            assert time.monotonic() < end, state
+            time.sleep(0.1)
+        messages = http.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        texts = ["".join(p.get("text", "") for p in m["message"]["content"]) for m in messages]
+        assert texts[0] == "pay-1" and texts[-1] == "done pay-1."
+        calls = [c for m in messages for c in (m["message"]["tool_calls"] or [])]
+        assert [c["outcome_unknown"] for c in calls if c["tool_name"] == "charge"] == [False]
+        results = [m["message"]["tool_result"] for m in messages if m["message"]["tool_result"]]
+        assert sorted(r["request_id"] for r in results) == ["c-pay-1", "l-pay-1"]
+        assert all(r["success"] for r in results)
+        assert "stream" in {k for k in processes.marks.read_text().split() if k == "stream"}
+
+        # the stream from the start: every seq once, each event as the worker wrote it
+        events = _events(http, cid)
+        spans = [
+            (e["first_seq"], e["last_seq"]) if "first_seq" in e else (e["seq"],) * 2 for e in events
+        ]
+        assert spans[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans)), (
+            spans
+        )
+        kinds = [e["kind"] for e in events]
+        assert kinds.count("TurnCompleted") == 2
+        assert kinds.count("ToolResult") == 2
+
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=30) in (0, -signal.SIGTERM)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=30) == 0, processes.log("worker2")
