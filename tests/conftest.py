@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -29,10 +30,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     several servers, a server killed by a signal) run only when selected:
     ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``; the ``soak`` test
     (a server's memory over 10,000 turns) with ``-m soak``; the Temporal kill
-    test with ``-m temporal_kill``."""
-    markexpr = config.option.markexpr or ""
-    for marker in ("slow", "browser", "load", "mcp", "soak", "temporal_kill"):
-        if marker in markexpr:
+    test with ``-m temporal_kill``; every golden script on Temporal (beyond one
+    of each kind) with ``-m temporal``."""
+    named = set(re.findall(r"\w+", config.option.markexpr or ""))
+    for marker in ("slow", "browser", "load", "mcp", "soak", "temporal", "temporal_kill"):
+        if marker in named:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
         for item in items:

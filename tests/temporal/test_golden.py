@@ -49,6 +49,23 @@ EXPECTED: dict[str, dict[str, Any]] = json.loads(
 )
 GOLDEN = sorted(name for name, e in EXPECTED.items() if e["exit"] == 0)
 
+# One script of each kind runs in the default test command (a text answer, an
+# approval, a retry after a transient failure, a cancel mid-stream, a question,
+# a sub-task, a compaction); all of them run with ``-m temporal`` (its own step
+# of .ci/run), which keeps the default command within its time.
+EVERY_KIND = {
+    "text_answer.json",
+    "weather_with_approval.json",
+    "transient_error_then_success.json",
+    "cancel_mid_stream.json",
+    "question_with_approval.json",
+    "subtask_approval.json",
+    "compaction.json",
+}
+SCRIPT_PARAMS = [
+    pytest.param(name, marks=() if name in EVERY_KIND else pytest.mark.temporal) for name in GOLDEN
+]
+
 _AN_ID = re.compile(r"\b(?:id-\d+|[0-9a-f]{32})\b")
 """An id of the in-process engine (``SequentialIds``) or of the workflow (``uuid4().hex``)."""
 
@@ -181,7 +198,7 @@ def client(temporal_server: DevServer) -> Client:
     return anyio.run(Client.connect, temporal_server.address)
 
 
-@pytest.mark.parametrize("name", GOLDEN)
+@pytest.mark.parametrize("name", SCRIPT_PARAMS)
 def test_golden_script_on_temporal(client: Client, name: str) -> None:
     script = load_script(SCRIPTS / name)
     here = run_script(script)
