@@ -5,6 +5,8 @@
     {root}/contexts/{context-id}/
         metadata.json        config, branches (with their message ids), state, version, ...
         message_index.json   {"messages": [{id, role, message_type, created_at, branch}]}
+        commits.jsonl        a long context's commits since the two files above were
+                             last written whole: one record a line (see below)
         messages/{msg-id}.json
         steps.jsonl          the audit trail: one committed transition a line
         commit.journal       only while a commit is being applied (or after a crash)
@@ -15,14 +17,18 @@
 **Every change is all-or-nothing as seen after a crash.**
 
 * A commit first writes its whole result (the final content of every file it
-  changes, and the lines it appends to ``steps.jsonl``) into one journal file,
+  changes, the lines it appends to ``steps.jsonl``, and the record it appends
+  to ``commits.jsonl`` or that file's emptying) into one journal file,
   ``commit.journal``, atomically (a temporary file, fsync, rename, fsync of the
-  folder): that rename is the commit point. It then applies the journal file
-  by file (each file written atomically, ``metadata.json`` last) and removes
-  it. A journal left by a crash is applied again (idempotently) before the
-  context is next read or changed, under the context's exclusive lock; a
-  journal whose versions do not match ``metadata.json`` is damage and is
-  refused, never applied.
+  folder): that rename is the commit point. It then applies the journal: the
+  steps, each file written atomically (``metadata.json`` last), then
+  ``commits.jsonl`` (written at the offset the journal names, cutting off
+  what follows), and removes it. A journal left by a crash is applied again
+  (idempotently) before the context is next read or changed, under the
+  context's exclusive lock; a journal whose versions do not match the stored
+  ones (``metadata.json``'s, or the last record's of ``commits.jsonl``) is
+  damage and is refused, never applied. So ``commits.jsonl`` holds whole
+  records only, once no journal is left: anything else in it is damage.
 * ``create`` builds the whole folder under a temporary name
   (``contexts/.creating-...``) and renames it into place; ``delete`` renames the
   folder to a tombstone (``contexts/.deleted-...``) and then removes it. Both
@@ -51,11 +57,16 @@ summary (id, state, version, timestamps, parent) can be read, even when
 other parts of it are damaged, and silently leaves out one whose summary cannot
 be read: one damaged context never hides the others; ``load`` of it raises.
 
-The layout keeps every message id in ``metadata.json`` and every message in
-``message_index.json``: those two files are rewritten on each commit and grow
-with the history. The SQLite store is the append-only default for long
-conversations. A commit does not read the history again, though: see
-:mod:`turnfsm.storage._files_heads`.
+``metadata.json`` keeps every message id and ``message_index.json`` every
+message, so both grow with the history. A commit on a short context writes
+them whole (as every release did); on a long one (:attr:`FilesStore.tail_from`)
+it appends one record to ``commits.jsonl`` instead, holding the context's
+small fields after the commit and the commit's ids and index entries, and the
+context is ``metadata.json`` with the records applied in order. The commit
+that would make ``commits.jsonl`` longer than :attr:`FilesStore.tail_limit`
+of the two files writes them whole again and empties it: on average a commit
+costs the same at any length. A commit does not read the history again
+either: see :mod:`turnfsm.storage._files_heads`.
 """
 
 from __future__ import annotations
@@ -93,6 +104,7 @@ from ._base import (
 )
 from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_lines
 from ._files_records import (
+    TAIL,
     _dumps,
     _index_of,
     _journal_bytes,
@@ -102,10 +114,10 @@ from ._files_records import (
     _parse_journal,
     _read_bytes,
     _read_context,
-    _read_metadata,
+    _read_state,
+    _read_summary,
     _safe_name,
     _Summary,
-    _validated,
 )
 
 __all__ = ["FilesStore"]
@@ -178,9 +190,10 @@ def _unlink(path: Path) -> None:
         path.unlink()
 
 
-def _write_steps(path: Path, offset: int, data: bytes, fsync: bool) -> None:
-    """``data`` at ``offset`` of ``path``, cutting off whatever followed it."""
-    _op("steps", path)
+def _write_at(kind: str, path: Path, offset: int, data: bytes, fsync: bool) -> None:
+    """``data`` at ``offset`` of ``path``, cutting off whatever followed it
+    (``kind``: ``steps`` for ``steps.jsonl``, ``tail`` for ``commits.jsonl``)."""
+    _op(kind, path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.ftruncate(fd, offset)
@@ -229,6 +242,18 @@ class FilesStore(Store, MessagePages):
     written and released right after it is applied (a crash between leaves the
     lease held by a process that is gone: taken over at once on this host, or
     at its expiry)."""
+
+    tail_from = 64 * 1024
+    """A commit appends a record to ``commits.jsonl`` rather than write
+    ``metadata.json`` and ``message_index.json`` whole only once their id
+    lists and entries are this many bytes long (below, writing them is cheap,
+    and the files are what they always were)."""
+    tail_limit = 0.02
+    """... and only while ``commits.jsonl`` stays shorter than this share of
+    them (a fiftieth): the commit that would pass it writes them whole and
+    empties it. So the whole files are written once per a fiftieth of their
+    length appended: on average a constant cost per commit, and a partial
+    read (a page) reads a tail no longer than that."""
 
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
@@ -315,35 +340,55 @@ class FilesStore(Store, MessagePages):
     def _recover(self, folder: Path, context_id: str) -> None:
         """Apply the journal a crashed commit left (under the exclusive lock)."""
         path = folder / JOURNAL
-        header, files, steps = _parse_journal(_read_bytes(path), path)
+        header, files, steps, tail = _parse_journal(_read_bytes(path), path)
         meta = folder / "metadata.json"
         data = _json_document(_read_bytes(meta), meta)
         version = data.get("version") if isinstance(data, dict) else None
-        if header.context != context_id or version not in (
-            header.from_version,
-            header.to_version,
-        ):
+        placed = version == header.to_version and any(n == "metadata.json" for n, _ in files)
+        before = version
+        if not placed:
+            # the version the journal starts from: the last record of
+            # commits.jsonl before the journal's own (every record of it when
+            # the journal rewrites the whole files: they are emptied last)
+            log = folder / TAIL
+            with suppress(FileNotFoundError, NotADirectoryError):
+                raw = _read_bytes(log)
+                if tail is not None and tail[1]:
+                    raw = raw[: tail[0]]
+                last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :] if raw else b""
+                if last:
+                    record = _json_document(last, log)
+                    before = record.get("version") if isinstance(record, dict) else None
+        if header.context != context_id or (not placed and before != header.from_version):
             raise StoreError(
                 f"{path}: a commit journal of context {header.context!r} from version "
-                f"{header.from_version} to {header.to_version}, but {meta} holds context "
-                f"{context_id!r} at version {version!r}; both are left as they are"
+                f"{header.from_version} to {header.to_version}, but {meta} (and {TAIL}) "
+                f"hold context {context_id!r} at version {before!r}; both are left as they are"
             )
         for entry in os.scandir(folder / "messages"):  # temporaries of the interrupted apply
             if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                 _unlink(Path(entry.path))
-        self._apply(folder, files, steps)
+        self._apply(folder, files, steps, tail)
 
     def _apply(
-        self, folder: Path, files: list[tuple[str, bytes]], steps: tuple[int, bytes] | None
+        self,
+        folder: Path,
+        files: list[tuple[str, bytes]],
+        steps: tuple[int, bytes] | None,
+        tail: tuple[int, bytes] | None,
     ) -> None:
-        """Put a journal's content in place (any number of times), then remove it."""
+        """Put a journal's content in place (any number of times), then remove
+        it: the steps, the files (``metadata.json`` last), then the tail (a
+        record appended, or the file emptied once the whole files hold it)."""
         messages = folder / "messages"
         if steps is not None:
-            _write_steps(folder / "steps.jsonl", steps[0], steps[1], self._fsync)
+            _write_at("steps", folder / "steps.jsonl", steps[0], steps[1], self._fsync)
         for name, data in files:
             _write_atomic(folder / name, data, self._fsync)
         if any(name.startswith("messages/") for name, _ in files):
             self._sync_dir(messages)
+        if tail is not None:
+            _write_at("tail", folder / TAIL, tail[0], tail[1], self._fsync)
         self._sync_dir(folder)
         _unlink(folder / JOURNAL)
 
@@ -399,11 +444,14 @@ class FilesStore(Store, MessagePages):
     def _load(self, context_id: str) -> ChatContext:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            raw = _read_bytes(folder / "metadata.json")
-            ctx, steps_bytes = _read_context(folder, context_id)
+            ctx, stored = _read_context(folder, context_id)
             head = self._heads.get(context_id)
-            if head is None or head.raw != raw:
-                self._keep(context_id, _Head.of(ctx, steps_bytes, raw))
+            if head is None or (head.raw, head.tail_bytes, head.last) != (
+                stored.raw,
+                stored.tail_bytes,
+                stored.last,
+            ):
+                self._keep(context_id, _Head.of(ctx, stored))
             return ctx
 
     def _keep(self, context_id: str, head: _Head) -> None:
@@ -414,18 +462,32 @@ class FilesStore(Store, MessagePages):
 
     def _head(self, folder: Path, context_id: str) -> _Head:
         """The context's head, taken out of the kept ones (a commit puts it back
-        once applied): the kept one if ``metadata.json`` is still what it was
-        made from, else made from the whole context, read and validated."""
-        path = folder / "metadata.json"
-        try:
-            raw = _read_bytes(path)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ContextNotFound(context_id) from None
+        once applied): the kept one if the files are still as it last saw them
+        (see :class:`_Head`), else made from the whole context, read and validated."""
         head = self._heads.pop(context_id, None)
-        if head is not None and head.raw == raw:
+        if head is not None and self._current(folder, head):
             return head
-        ctx, steps_bytes = _read_context(folder, context_id)
-        return _Head.of(ctx, steps_bytes, raw)
+        ctx, stored = _read_context(folder, context_id)
+        return _Head.of(ctx, stored)
+
+    @staticmethod
+    def _current(folder: Path, head: _Head) -> bool:
+        """Whether the context's files are as ``head`` last saw them."""
+        try:
+            with open(folder / TAIL, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size != head.tail_bytes:
+                    return False
+                if size:
+                    f.seek(size - len(head.last))
+                    return f.read() == head.last
+        except (FileNotFoundError, NotADirectoryError):
+            if head.tail_bytes:
+                return False
+        try:
+            return _read_bytes(folder / "metadata.json") == head.raw
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(folder.name) from None
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
@@ -471,10 +533,18 @@ class FilesStore(Store, MessagePages):
                 steps_bytes += len(lines)
             head.steps_bytes = steps_bytes  # kept again only once applied
             head.apply(commit)
-            metadata = head.metadata()
-            files.append(("message_index.json", head.index()))
-            files.append(("metadata.json", metadata))
-            journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)
+            record = self._record(head, commit)
+            tail: tuple[int, bytes] | None
+            if record is not None:  # appended to commits.jsonl
+                tail = (head.tail_bytes, record)
+            else:  # the two whole files written again, commits.jsonl emptied
+                metadata = head.metadata()
+                files.append(("message_index.json", head.index()))
+                files.append(("metadata.json", metadata))
+                tail = (0, b"") if head.tail_bytes else None
+            journal = _journal_bytes(
+                cid, commit.expected_version, commit.version, files, steps, tail
+            )
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     _unlink(Path(entry.path))
@@ -485,13 +555,32 @@ class FilesStore(Store, MessagePages):
                 owner = None if commit.release_lease else take.owner
                 self._write_lease(folder, owner, take.token, take.expires_at)
             self._write_journal(folder, journal)
-            self._apply(folder, files, steps)
-            head.raw = metadata
+            self._apply(folder, files, steps, tail)
+            if record is not None:
+                head.tail_bytes += len(record)
+                head.last = record
+            else:
+                head.raw = metadata
+                head.tail_bytes, head.last = 0, b""
             self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
                 lease = self._read_lease(folder)
                 if lease is not None and lease["owner"] is not None:  # the fence found it
                     self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
+
+    def _record(self, head: _Head, commit: Commit) -> bytes | None:
+        """The commit's record for ``commits.jsonl`` (``head`` has the commit
+        applied), or None when the commit writes the two whole files instead:
+        for a context whose whole files are shorter than :attr:`tail_from`, or
+        when the record would make the tail longer than :attr:`tail_limit`
+        of them."""
+        whole = head.whole_size()
+        if whole < self.tail_from:
+            return None
+        record = head.record(commit)
+        if head.tail_bytes + len(record) > whole * self.tail_limit:
+            return None
+        return record
 
     def _write_journal(self, folder: Path, journal: bytes) -> None:
         """Put the journal in place: the commit point."""
@@ -512,13 +601,12 @@ class FilesStore(Store, MessagePages):
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
             folder = Path(entry.path)
-            path = folder / "metadata.json"
             try:
                 try:
                     with self._context(folder, entry.name, exclusive=False):
-                        summary = _validated(_Summary, _read_bytes(path), path)
+                        summary = _read_summary(folder)
                 except StoreError:  # a damaged journal: the summary as stored, if readable
-                    summary = _validated(_Summary, _read_bytes(path), path)
+                    summary = _read_summary(folder)
             except (ContextNotFound, StoreError, FileNotFoundError, NotADirectoryError):
                 continue  # absent, or a summary that cannot be read (load raises)
             if summary.id == entry.name:
@@ -555,7 +643,7 @@ class FilesStore(Store, MessagePages):
     def _steps(self, context_id: str) -> list[StepLog]:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            size = _read_metadata(folder / "metadata.json").steps_bytes
+            size = _read_state(folder, context_id, every=False).meta.steps_bytes
             path = folder / "steps.jsonl"
             if not size:
                 return []

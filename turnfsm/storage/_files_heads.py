@@ -1,10 +1,11 @@
 """The files store's kept heads and its partial reads.
 
 A commit does not read the history again: the store keeps each context's head,
-checked against ``metadata.json`` byte for byte under the lock, and writes
-``metadata.json`` and ``message_index.json`` from it. ``load_messages`` and
-``message_page`` read ``metadata.json`` and the files of the messages asked
-for only.
+checked against ``metadata.json`` (or the last record of ``commits.jsonl``)
+byte for byte under the lock, and writes ``metadata.json`` and
+``message_index.json``, or its record of ``commits.jsonl``, from it.
+``load_messages`` and ``message_page`` read ``metadata.json``,
+``commits.jsonl`` and the files of the messages asked for only.
 
 A head (:class:`_Head`) is what a commit needs of a context, kept between
 commits by a :class:`~turnfsm.storage.FilesStore` (see its module for when it
@@ -20,7 +21,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ContextNotFound, StoreError
+from ..errors import StoreError
 from ..model import ChatContext, MessageNode
 from ._base import Commit, StepLog
 from ._files_records import (
@@ -31,9 +32,11 @@ from ._files_records import (
     _Metadata,
     _metadata_text,
     _read_message,
-    _read_metadata,
+    _read_state,
+    _record_text,
     _safe_name,
     _StepLine,
+    _Stored,
     _validated,
 )
 from ._schema import step_problem
@@ -47,10 +50,14 @@ class _Head:
     reads and writes no more than it changes (not every message file, nor the
     indenting JSON encoder over every id).
 
-    It is valid while ``metadata.json`` holds ``raw``, byte for byte: every
-    commit (of any process) rewrites that file, and a commit compares it,
-    under the context's exclusive lock, before it uses a kept head. Otherwise
-    the context is read whole, as on ``load``, and a new head made from it.
+    It is valid while the context's files are as the head last saw them, which
+    a commit checks under the context's exclusive lock before it uses a kept
+    head: with no ``commits.jsonl`` (or an empty one), ``metadata.json`` holds
+    ``raw``, byte for byte (every commit that leaves no tail rewrites it);
+    with one, ``commits.jsonl`` is ``tail_bytes`` long and ends with ``last``,
+    byte for byte (every commit appends a record naming its version, or
+    empties the file). Otherwise the context is read whole, as on ``load``,
+    and a new head made from it.
     """
 
     raw: bytes
@@ -67,9 +74,13 @@ class _Head:
     entries: dict[str, bytearray]
     """Each branch's entries of ``message_index.json``, joined the same way."""
     steps_bytes: int
+    tail_bytes: int = 0
+    """How long ``commits.jsonl`` is (0: empty or missing)."""
+    last: bytes = b""
+    """Its last record (b"": none)."""
 
     @classmethod
-    def of(cls, ctx: ChatContext, steps_bytes: int, raw: bytes) -> _Head:
+    def of(cls, ctx: ChatContext, stored: _Stored) -> _Head:
         pool = {mid: _index_head(mid, node.message) for mid, node in ctx.message_pool.items()}
         on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
         small = dataclasses.replace(
@@ -81,7 +92,10 @@ class _Head:
             },
             config=copy.deepcopy(ctx.config),
         )
-        head = cls(raw, small, pool, [m for m in pool if m not in on_branches], {}, {}, steps_bytes)
+        detached = [m for m in pool if m not in on_branches]
+        steps_bytes = stored.meta.steps_bytes
+        head = cls(stored.raw, small, pool, detached, {}, {}, steps_bytes)
+        head.tail_bytes, head.last = stored.tail_bytes, stored.last
         for name in small.branches:
             head.index_branch(name)
         return head
@@ -106,6 +120,22 @@ class _Head:
 
     def index(self) -> bytes:
         return _index_text([self.entries[name] for name in self.ctx.branches])
+
+    def whole_size(self) -> int:
+        """About how long ``metadata.json`` and ``message_index.json`` are: their
+        id lists and entries (the rest is small)."""
+        return sum(map(len, self.ids.values())) + sum(map(len, self.entries.values()))
+
+    def record(self, commit: Commit) -> bytes:
+        """The record of ``commits.jsonl`` of ``commit``, once applied to the head."""
+        return _record_text(
+            self.ctx,
+            self.detached,
+            self.steps_bytes,
+            {b.name: list(b.message_ids) for b in commit.branches},
+            commit.appended,
+            commit.replaced,
+        )
 
     def apply(self, commit: Commit) -> None:
         """The commit's changes (checked already) to the head."""
@@ -148,14 +178,8 @@ class _Head:
 
 
 def _stored_metadata(folder: Path, context_id: str) -> _Metadata:
-    path = folder / "metadata.json"
-    try:
-        meta = _read_metadata(path)
-    except (FileNotFoundError, NotADirectoryError):
-        raise ContextNotFound(context_id) from None
-    if meta.id != context_id:
-        raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
-    return meta
+    """The context's current metadata: ``metadata.json`` and ``commits.jsonl``."""
+    return _read_state(folder, context_id, every=False).meta
 
 
 def _message(folder: Path, mid: str, where: str) -> MessageNode:
