@@ -502,6 +502,12 @@ def _tail_damage(tail: Path, kind: str) -> str:
         lines[-1] = json.dumps(last).encode() + b"\n"
         tail.write_bytes(b"".join(lines))
         return f"line {len(lines)}: \\$.metadata.version"
+    if kind == "newer":  # a record but the last, which a page reads only in part
+        first = json.loads(lines[0])
+        first["metadata"]["schema_version"] = 99
+        lines[0] = json.dumps(first).encode() + b"\n"
+        tail.write_bytes(b"".join(lines))
+        return "line 1: \\$.metadata.schema_version: schema version 99 is newer"
     if kind == "branch":
         last["appended"][0][0] = "nowhere"
         lines[-1] = json.dumps(last).encode() + b"\n"
@@ -510,7 +516,7 @@ def _tail_damage(tail: Path, kind: str) -> str:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["torn", "gap", "not json", "field", "branch"])
+@pytest.mark.parametrize("kind", ["torn", "gap", "not json", "field", "newer", "branch"])
 def test_a_damaged_tail_is_refused_named_and_left_alone(tmp_path: Path, kind: str) -> None:
     """commits.jsonl is written only from a commit's journal, so no reader ever
     sees half a record: a torn or otherwise damaged one is damage, refused by

@@ -221,6 +221,7 @@ class _RecordHead(BaseModel):
     """What a partial read checks of a record's metadata but the last one's."""
 
     model_config = ConfigDict(extra="ignore")
+    schema_version: int
     id: str
     version: int
 
@@ -339,6 +340,7 @@ def _read_state(folder: Path, context_id: str, *, every: bool = True) -> _Stored
             last = rec.metadata
         else:
             rec = _validated(_TailIds, line, where)
+            check_version(rec.metadata.schema_version, where=f"{where}: $.metadata.schema_version")
         if rec.version != version + 1 or rec.metadata.version != rec.version:
             raise StoreError(
                 f"{where}: $.version: a commit to version {rec.version} (its metadata "
