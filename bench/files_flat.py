@@ -187,8 +187,9 @@ def run() -> dict[str, Any]:
         ("memory_turn", "memory_turn"),
         ("bytes", "bytes_per_turn"),
     ):
+        unit = "" if key == "bytes" else "_us"
         for n in SIZES:
-            out[f"{name}_us_at_{n}"] = round(at[f"{key}_{n}"], 1)
+            out[f"{name}{unit}_at_{n}"] = round(at[f"{key}_{n}"], 1)
         out[f"{name}_ratio_5000_to_100"] = round(at[f"{key}_{large}"] / at[f"{key}_{small}"], 3)
     out["value"] = out[f"turn_us_at_{large}"]
     out["target"] = TARGET
