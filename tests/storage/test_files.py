@@ -547,3 +547,33 @@ def test_a_damaged_tail_is_refused_named_and_left_alone(tmp_path: Path, kind: st
         assert tail.read_bytes() == damaged
 
     anyio.run(go)
+
+
+def test_a_kept_head_is_not_used_for_a_context_made_again_under_its_id(tmp_path: Path) -> None:
+    """Deleted and made again by another store object, with the same commits:
+    commits.jsonl ends with the very same record, at the same length. The
+    first object's kept head is still not taken for the new context (its
+    metadata.json is another file), so the commit that folds the tail writes
+    the new context's messages."""
+    import anyio
+
+    async def go() -> None:
+        first = AlwaysTailing(root(tmp_path), fsync=False)
+        await first.create(_long_context(5))
+        for version in range(1, 4):
+            await first.commit(_appending(version))
+        other = AlwaysTailing(root(tmp_path), fsync=False)
+        tail = root(tmp_path) / "contexts" / "long" / "commits.jsonl"
+        before = tail.read_bytes()
+        await other.delete("long")
+        await other.create(_long_context(6))
+        for version in range(1, 4):
+            await other.commit(_appending(version))
+        assert tail.read_bytes() == before
+        first.tail_limit = 0.0  # this commit folds, from the head it uses
+        await first.commit(_appending(4))
+        ctx = await FilesStore(root(tmp_path), fsync=False).load("long")
+        ids = ctx.branches["main"].message_ids
+        assert ids[:6] == [f"m{i:05d}" for i in range(6)] and len(ids) == 10
+
+    anyio.run(go)

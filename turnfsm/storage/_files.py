@@ -106,6 +106,7 @@ from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_li
 from ._files_records import (
     TAIL,
     _dumps,
+    _file_id,
     _index_of,
     _journal_bytes,
     _json_document,
@@ -446,8 +447,9 @@ class FilesStore(Store, MessagePages):
         with self._context(folder, context_id, exclusive=False):
             ctx, stored = _read_context(folder, context_id)
             head = self._heads.get(context_id)
-            if head is None or (head.raw, head.tail_bytes, head.last) != (
+            if head is None or (head.raw, head.meta_id, head.tail_bytes, head.last) != (
                 stored.raw,
+                stored.meta_id,
                 stored.tail_bytes,
                 stored.last,
             ):
@@ -480,11 +482,14 @@ class FilesStore(Store, MessagePages):
                     return False
                 if size:
                     f.seek(size - len(head.last))
-                    return f.read() == head.last
+                    if f.read() != head.last:
+                        return False
         except (FileNotFoundError, NotADirectoryError):
             if head.tail_bytes:
                 return False
         try:
+            if head.tail_bytes:
+                return _file_id(folder / "metadata.json") == head.meta_id
             return _read_bytes(folder / "metadata.json") == head.raw
         except (FileNotFoundError, NotADirectoryError):
             raise ContextNotFound(folder.name) from None
@@ -560,7 +565,7 @@ class FilesStore(Store, MessagePages):
                 head.tail_bytes += len(record)
                 head.last = record
             else:
-                head.raw = metadata
+                head.raw, head.meta_id = metadata, _file_id(folder / "metadata.json")
                 head.tail_bytes, head.last = 0, b""
             self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
@@ -633,6 +638,7 @@ class FilesStore(Store, MessagePages):
         with self._maintenance(), self._context(folder, context_id, recover=False):
             tomb = self._contexts / f"{_DELETED}{context_id}-{secrets.token_hex(4)}"
             _rename(folder, tomb)  # from here on the context does not exist
+            self._heads.pop(context_id, None)
             self._sync_dir(self._contexts)
             _remove_tree(tomb)
 

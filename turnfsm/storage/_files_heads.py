@@ -56,8 +56,10 @@ class _Head:
     ``raw``, byte for byte (every commit that leaves no tail rewrites it);
     with one, ``commits.jsonl`` is ``tail_bytes`` long and ends with ``last``,
     byte for byte (every commit appends a record naming its version, or
-    empties the file). Otherwise the context is read whole, as on ``load``,
-    and a new head made from it.
+    empties the file), and ``metadata.json`` is still the same file (inode,
+    size and time: a context deleted and made again under its id has
+    another). Otherwise the context is read whole, as on ``load``, and a new
+    head made from it.
     """
 
     raw: bytes
@@ -74,6 +76,8 @@ class _Head:
     entries: dict[str, bytearray]
     """Each branch's entries of ``message_index.json``, joined the same way."""
     steps_bytes: int
+    meta_id: tuple[int, int, int] = (0, 0, 0)
+    """``metadata.json``'s file identity (inode, size, time) when it held ``raw``."""
     tail_bytes: int = 0
     """How long ``commits.jsonl`` is (0: empty or missing)."""
     last: bytes = b""
@@ -95,6 +99,7 @@ class _Head:
         detached = [m for m in pool if m not in on_branches]
         steps_bytes = stored.meta.steps_bytes
         head = cls(stored.raw, small, pool, detached, {}, {}, steps_bytes)
+        head.meta_id = stored.meta_id
         head.tail_bytes, head.last = stored.tail_bytes, stored.last
         for name in small.branches:
             head.index_branch(name)

@@ -299,6 +299,8 @@ class _Stored:
     """The current metadata, every branch's ``message_ids`` whole."""
     raw: bytes
     """``metadata.json``'s bytes."""
+    meta_id: tuple[int, int, int]
+    """``metadata.json``'s :func:`_file_id`."""
     tail_bytes: int
     """The length of ``commits.jsonl`` (0: none)."""
     last: bytes
@@ -314,6 +316,7 @@ def _read_state(folder: Path, context_id: str, *, every: bool = True) -> _Stored
     path = folder / "metadata.json"
     try:
         raw = _read_bytes(path)
+        meta_id = _file_id(path)
     except (FileNotFoundError, NotADirectoryError):
         raise ContextNotFound(context_id) from None
     meta = _metadata_from(raw, path)
@@ -325,7 +328,7 @@ def _read_state(folder: Path, context_id: str, *, every: bool = True) -> _Stored
     except (FileNotFoundError, NotADirectoryError):
         log = b""
     if not log:
-        return _Stored(meta, raw, 0, b"")
+        return _Stored(meta, raw, meta_id, 0, b"")
     if not log.endswith(b"\n"):
         raise StoreError(f"{tail}: does not end with a whole record; the file is left as it is")
     ids = {name: list(b.message_ids) for name, b in meta.branches.items()}
@@ -365,7 +368,14 @@ def _read_state(folder: Path, context_id: str, *, every: bool = True) -> _Stored
         name: dataclasses.replace(b, message_ids=ids[name]) for name, b in last.branches.items()
     }
     current = dataclasses.replace(last, branches=branches)
-    return _Stored(current, raw, len(log), lines[-1] + b"\n")
+    return _Stored(current, raw, meta_id, len(log), lines[-1] + b"\n")
+
+
+def _file_id(path: Path) -> tuple[int, int, int]:
+    """Which file ``path`` is: its inode, size and time of change (every atomic
+    write puts a new file in place)."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _read_summary(folder: Path) -> _Summary:
