@@ -57,16 +57,12 @@ summary (id, state, version, timestamps, parent) can be read, even when
 other parts of it are damaged, and silently leaves out one whose summary cannot
 be read: one damaged context never hides the others; ``load`` of it raises.
 
-``metadata.json`` keeps every message id and ``message_index.json`` every
-message, so both grow with the history. A commit on a short context writes
-them whole (as every release did); on a long one (:attr:`FilesStore.tail_from`)
-it appends one record to ``commits.jsonl`` instead, holding the context's
-small fields after the commit and the commit's ids and index entries, and the
-context is ``metadata.json`` with the records applied in order. The commit
-that would make ``commits.jsonl`` longer than :attr:`FilesStore.tail_limit`
-of the two files writes them whole again and empties it: on average a commit
-costs the same at any length. A commit does not read the history again
-either: see :mod:`turnfsm.storage._files_heads`.
+``metadata.json`` and ``message_index.json`` list every message. A commit on
+a long context (:attr:`FilesStore.tail_from`) appends a record to
+``commits.jsonl`` instead of writing them whole, until the tail would pass
+:attr:`FilesStore.tail_limit` of them (docs/storage.md has the record and the
+rules). A commit does not read the history again either: see
+:mod:`turnfsm.storage._files_heads`.
 """
 
 from __future__ import annotations
@@ -85,12 +81,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import (
-    ContextNotFound,
-    LeaseLost,
-    StoreError,
-    VersionConflict,
-)
+from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import ChatContext, MessageNode
 from ._base import (
     Commit,
@@ -102,28 +93,36 @@ from ._base import (
     in_order,
     lease_is_held,
 )
-from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_lines
+from ._files_heads import (
+    _committed_steps,
+    _Head,
+    _messages_of,
+    _page_of,
+    _parse_steps,
+    _steps_lines,
+)
 from ._files_records import (
+    JOURNAL,
     TAIL,
+    _check_journal,
     _dumps,
     _file_id,
     _index_of,
     _journal_bytes,
-    _json_document,
     _message_file,
     _metadata_of,
     _parse_journal,
     _read_bytes,
     _read_context,
-    _read_state,
+    _read_lease,
     _read_summary,
     _safe_name,
     _Summary,
 )
 
 __all__ = ["FilesStore"]
+_At = tuple[int, bytes] | None  # what goes at an offset of steps.jsonl or commits.jsonl
 
-JOURNAL = "commit.journal"
 HEADS = 64
 """How many contexts' heads (:class:`_Head`) a store keeps, the most recently used."""
 _CREATING = ".creating-"
@@ -245,16 +244,12 @@ class FilesStore(Store, MessagePages):
     at its expiry)."""
 
     tail_from = 64 * 1024
-    """A commit appends a record to ``commits.jsonl`` rather than write
-    ``metadata.json`` and ``message_index.json`` whole only once their id
-    lists and entries are this many bytes long (below, writing them is cheap,
-    and the files are what they always were)."""
+    """A commit appends its record to ``commits.jsonl`` instead of writing the
+    two whole files once their id lists and entries are this long, ..."""
     tail_limit = 0.02
-    """... and only while ``commits.jsonl`` stays shorter than this share of
-    them (a fiftieth): the commit that would pass it writes them whole and
-    empties it. So the whole files are written once per a fiftieth of their
-    length appended: on average a constant cost per commit, and a partial
-    read (a page) reads a tail no longer than that."""
+    """... while the tail stays shorter than this share of them: then written
+    whole, once per a fiftieth of their length appended (a constant cost per
+    commit on average; a page reads no longer a tail)."""
 
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
@@ -342,42 +337,13 @@ class FilesStore(Store, MessagePages):
         """Apply the journal a crashed commit left (under the exclusive lock)."""
         path = folder / JOURNAL
         header, files, steps, tail = _parse_journal(_read_bytes(path), path)
-        meta = folder / "metadata.json"
-        data = _json_document(_read_bytes(meta), meta)
-        version = data.get("version") if isinstance(data, dict) else None
-        placed = version == header.to_version and any(n == "metadata.json" for n, _ in files)
-        before = version
-        if not placed:
-            # the version the journal starts from: the last record of
-            # commits.jsonl before the journal's own (every record of it when
-            # the journal rewrites the whole files: they are emptied last)
-            log = folder / TAIL
-            with suppress(FileNotFoundError, NotADirectoryError):
-                raw = _read_bytes(log)
-                if tail is not None and tail[1]:
-                    raw = raw[: tail[0]]
-                last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :] if raw else b""
-                if last:
-                    record = _json_document(last, log)
-                    before = record.get("version") if isinstance(record, dict) else None
-        if header.context != context_id or (not placed and before != header.from_version):
-            raise StoreError(
-                f"{path}: a commit journal of context {header.context!r} from version "
-                f"{header.from_version} to {header.to_version}, but {meta} (and {TAIL}) "
-                f"hold context {context_id!r} at version {before!r}; both are left as they are"
-            )
+        _check_journal(folder, context_id, header, files, tail)
         for entry in os.scandir(folder / "messages"):  # temporaries of the interrupted apply
             if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                 _unlink(Path(entry.path))
         self._apply(folder, files, steps, tail)
 
-    def _apply(
-        self,
-        folder: Path,
-        files: list[tuple[str, bytes]],
-        steps: tuple[int, bytes] | None,
-        tail: tuple[int, bytes] | None,
-    ) -> None:
+    def _apply(self, folder: Path, files: list[tuple[str, bytes]], steps: _At, tail: _At) -> None:
         """Put a journal's content in place (any number of times), then remove
         it: the steps, the files (``metadata.json`` last), then the tail (a
         record appended, or the file emptied once the whole files hold it)."""
@@ -447,12 +413,7 @@ class FilesStore(Store, MessagePages):
         with self._context(folder, context_id, exclusive=False):
             ctx, stored = _read_context(folder, context_id)
             head = self._heads.get(context_id)
-            if head is None or (head.raw, head.meta_id, head.tail_bytes, head.last) != (
-                stored.raw,
-                stored.meta_id,
-                stored.tail_bytes,
-                stored.last,
-            ):
+            if head is None or not head.saw(stored):
                 self._keep(context_id, _Head.of(ctx, stored))
             return ctx
 
@@ -467,32 +428,10 @@ class FilesStore(Store, MessagePages):
         once applied): the kept one if the files are still as it last saw them
         (see :class:`_Head`), else made from the whole context, read and validated."""
         head = self._heads.pop(context_id, None)
-        if head is not None and self._current(folder, head):
+        if head is not None and head.current(folder):
             return head
         ctx, stored = _read_context(folder, context_id)
         return _Head.of(ctx, stored)
-
-    @staticmethod
-    def _current(folder: Path, head: _Head) -> bool:
-        """Whether the context's files are as ``head`` last saw them."""
-        try:
-            with open(folder / TAIL, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size != head.tail_bytes:
-                    return False
-                if size:
-                    f.seek(size - len(head.last))
-                    if f.read() != head.last:
-                        return False
-        except (FileNotFoundError, NotADirectoryError):
-            if head.tail_bytes:
-                return False
-        try:
-            if head.tail_bytes:
-                return _file_id(folder / "metadata.json") == head.meta_id
-            return _read_bytes(folder / "metadata.json") == head.raw
-        except (FileNotFoundError, NotADirectoryError):
-            raise ContextNotFound(folder.name) from None
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
@@ -503,7 +442,7 @@ class FilesStore(Store, MessagePages):
         with self._context(folder, cid, exclusive=True):
             take = commit.take_lease if commit.lease_token is not None else None
             if take is not None:
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 token = old["token"] if old is not None else 0
                 if token != take.token - 1 or (
                     old is not None and old["owner"] not in (None, take.owner)
@@ -539,7 +478,7 @@ class FilesStore(Store, MessagePages):
             head.steps_bytes = steps_bytes  # kept again only once applied
             head.apply(commit)
             record = self._record(head, commit)
-            tail: tuple[int, bytes] | None
+            tail: _At
             if record is not None:  # appended to commits.jsonl
                 tail = (head.tail_bytes, record)
             else:  # the two whole files written again, commits.jsonl emptied
@@ -569,16 +508,13 @@ class FilesStore(Store, MessagePages):
                 head.tail_bytes, head.last = 0, b""
             self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
-                lease = self._read_lease(folder)
+                lease = _read_lease(folder)
                 if lease is not None and lease["owner"] is not None:  # the fence found it
                     self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
 
     def _record(self, head: _Head, commit: Commit) -> bytes | None:
-        """The commit's record for ``commits.jsonl`` (``head`` has the commit
-        applied), or None when the commit writes the two whole files instead:
-        for a context whose whole files are shorter than :attr:`tail_from`, or
-        when the record would make the tail longer than :attr:`tail_limit`
-        of them."""
+        """The commit's record for ``commits.jsonl`` (``head`` has it applied),
+        or None: the two whole files are written (:attr:`tail_from`, :attr:`tail_limit`)."""
         whole = head.whole_size()
         if whole < self.tail_from:
             return None
@@ -649,21 +585,8 @@ class FilesStore(Store, MessagePages):
     def _steps(self, context_id: str) -> list[StepLog]:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            size = _read_state(folder, context_id, every=False).meta.steps_bytes
-            path = folder / "steps.jsonl"
-            if not size:
-                return []
-            try:
-                with open(path, "rb") as f:
-                    raw = f.read(size)
-            except FileNotFoundError:
-                raw = b""
-        if len(raw) < size:
-            raise StoreError(
-                f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
-                "are committed; the file is left as it is"
-            )
-        return _parse_steps(raw, path)
+            raw = _committed_steps(folder, context_id)
+        return _parse_steps(raw, folder / "steps.jsonl") if raw else []
 
     async def aclose(self) -> None:
         return None
@@ -673,24 +596,8 @@ class FilesStore(Store, MessagePages):
     # ``lease.json`` in the context's folder, read and written under the
     # context's ``.lock`` (the one commits hold), written atomically.
 
-    @staticmethod
-    def _read_lease(folder: Path) -> dict[str, Any] | None:
-        path = folder / "lease.json"
-        try:
-            data = _json_document(_read_bytes(path), path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("token"), int)
-            or not isinstance(data.get("expires_at"), int | float)
-            or not isinstance(data.get("owner"), str | None)
-        ):
-            raise StoreError(f"{path}: not a lease record")
-        return data
-
     def _check_fence(self, folder: Path, context_id: str, token: int) -> None:
-        data = self._read_lease(folder)
+        data = _read_lease(folder)
         current = data["token"] if data is not None else None
         if current != token:
             raise LeaseLost(context_id, token, current)
@@ -711,7 +618,7 @@ class FilesStore(Store, MessagePages):
         def acquire() -> Lease | None:
             folder = self._dir(context_id)
             with self._context(folder, context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is not None and lease_is_held(
                     old["owner"],
                     old["token"],
@@ -732,7 +639,7 @@ class FilesStore(Store, MessagePages):
         def renew() -> Lease:
             folder = self._dir(lease.context_id)
             with self._context(folder, lease.context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is None or old["token"] != lease.token or old["owner"] is None:
                     raise LeaseLost(lease.context_id, lease.token, old["token"] if old else None)
                 renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
@@ -746,7 +653,7 @@ class FilesStore(Store, MessagePages):
         def release() -> None:
             folder = self._dir(lease.context_id)
             with contextlib.suppress(ContextNotFound), self._context(folder, lease.context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is not None and old["token"] == lease.token and old["owner"] is not None:
                     self._write_lease(folder, None, lease.token, old["expires_at"])
 
@@ -754,7 +661,7 @@ class FilesStore(Store, MessagePages):
 
     async def lease(self, context_id: str) -> Lease | None:
         def read() -> Lease | None:
-            data = self._read_lease(self._dir(context_id))
+            data = _read_lease(self._dir(context_id))
             if data is None or data["owner"] is None:
                 return None
             return Lease(context_id, data["owner"], data["token"], float(data["expires_at"]))

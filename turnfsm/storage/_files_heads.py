@@ -18,19 +18,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import StoreError
+from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext, MessageNode
 from ._base import Commit, StepLog
 from ._files_records import (
+    TAIL,
+    _file_id,
     _id_line,
     _index_head,
     _index_tail,
     _index_text,
     _Metadata,
     _metadata_text,
+    _read_bytes,
     _read_message,
     _read_state,
     _record_text,
@@ -126,6 +130,36 @@ class _Head:
     def index(self) -> bytes:
         return _index_text([self.entries[name] for name in self.ctx.branches])
 
+    def saw(self, stored: _Stored) -> bool:
+        """Whether the head was made from (or last wrote) the files ``stored`` read."""
+        return (self.raw, self.meta_id, self.tail_bytes, self.last) == (
+            stored.raw,
+            stored.meta_id,
+            stored.tail_bytes,
+            stored.last,
+        )
+
+    def current(self, folder: Path) -> bool:
+        """Whether the context's files in ``folder`` are as the head last saw them."""
+        try:
+            with open(folder / TAIL, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size != self.tail_bytes:
+                    return False
+                if size:
+                    f.seek(size - len(self.last))
+                    if f.read() != self.last:
+                        return False
+        except (FileNotFoundError, NotADirectoryError):
+            if self.tail_bytes:
+                return False
+        try:
+            if self.tail_bytes:
+                return _file_id(folder / "metadata.json") == self.meta_id
+            return _read_bytes(folder / "metadata.json") == self.raw
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(folder.name) from None
+
     def whole_size(self) -> int:
         """About how long ``metadata.json`` and ``message_index.json`` are: their
         id lists and entries (the rest is small)."""
@@ -211,6 +245,25 @@ def _steps_lines(steps: list[StepLog]) -> bytes:
         + "\n"
         for s in steps
     ).encode()
+
+
+def _committed_steps(folder: Path, context_id: str) -> bytes:
+    """The committed part of ``steps.jsonl`` (read under the context's lock)."""
+    size = _read_state(folder, context_id, every=False).meta.steps_bytes
+    path = folder / "steps.jsonl"
+    if not size:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(size)
+    except FileNotFoundError:
+        raw = b""
+    if len(raw) < size:
+        raise StoreError(
+            f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
+            "are committed; the file is left as it is"
+        )
+    return raw
 
 
 def _parse_steps(raw: bytes, path: Path) -> list[StepLog]:

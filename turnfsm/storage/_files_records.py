@@ -31,6 +31,7 @@ from ._schema import (
     validation_problem,
 )
 
+JOURNAL = "commit.journal"
 _JOURNAL_FORMAT = 1
 _JOURNAL_TAIL_FORMAT = 2
 """A journal that appends to ``commits.jsonl`` or empties it: its header has ``tail``."""
@@ -450,6 +451,23 @@ def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, _Stored]:
     return ctx, stored
 
 
+def _read_lease(folder: Path) -> dict[str, Any] | None:
+    """``lease.json``: owner (None once released), fencing token, expiry."""
+    path = folder / "lease.json"
+    try:
+        data = _json_document(_read_bytes(path), path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("token"), int)
+        or not isinstance(data.get("expires_at"), int | float)
+        or not isinstance(data.get("owner"), str | None)
+    ):
+        raise StoreError(f"{path}: not a lease record")
+    return data
+
+
 # ---------------------------------------------------------------------- the journal
 
 
@@ -503,6 +521,41 @@ def _journal_file_name(name: str) -> bool:
 _Parsed = tuple[
     _JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None, tuple[int, bytes] | None
 ]
+
+
+def _check_journal(
+    folder: Path,
+    context_id: str,
+    header: _JournalHeader,
+    files: list[tuple[str, bytes]],
+    tail: tuple[int, bytes] | None,
+) -> None:
+    """Refuse a journal that does not follow on from what is stored: its first
+    version must be the stored one (the last record's of ``commits.jsonl``
+    before the journal's own, else ``metadata.json``'s), or its last one
+    ``metadata.json``'s when it writes the whole files and got that far."""
+    meta = folder / "metadata.json"
+    data = _json_document(_read_bytes(meta), meta)
+    version = data.get("version") if isinstance(data, dict) else None
+    placed = version == header.to_version and any(n == "metadata.json" for n, _ in files)
+    if not placed:  # the whole tail when the journal empties it: that comes last
+        log = folder / TAIL
+        try:
+            raw = _read_bytes(log)
+        except (FileNotFoundError, NotADirectoryError):
+            raw = b""
+        if tail is not None and tail[1]:
+            raw = raw[: tail[0]]
+        last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :] if raw else b""
+        if last:
+            record = _json_document(last, log)
+            version = record.get("version") if isinstance(record, dict) else None
+    if header.context != context_id or (not placed and version != header.from_version):
+        raise StoreError(
+            f"{folder / JOURNAL}: a commit journal of context {header.context!r} from version "
+            f"{header.from_version} to {header.to_version}, but {meta} (and {TAIL}) "
+            f"hold context {context_id!r} at version {version!r}; both are left as they are"
+        )
 
 
 def _parse_journal(raw: bytes, path: Path) -> _Parsed:
