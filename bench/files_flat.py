@@ -22,6 +22,13 @@ without fsyncs (set-up, untimed); the measured store fsyncs.
   that has not loaded the context (a fresh store object each time): what
   ``GET /api/contexts/{id}/messages`` does on a cold context.
 
+- **bytes**: what the files store writes per turn (every file it writes,
+  the commit journal included), the mean over ``BYTES_TURNS`` W1 turns on a
+  fresh store object of each size: counted, not timed, so the same on a
+  loaded machine (``bytes_per_turn_at_*``). The mean, not a median: it
+  includes the commits that write ``metadata.json`` and
+  ``message_index.json`` whole again (docs/storage.md), amortised.
+
 The figure of each is the median round; the target: the figure at 5,000
 messages at most 1.5x the one at 100 (``turn_ratio_5000_to_100``,
 ``page_ratio_5000_to_100``).
@@ -45,6 +52,7 @@ from turnfsm import Engine
 from turnfsm.enhancers import TokenBudget
 from turnfsm.model import Branch, ChatContext, MessageNode
 from turnfsm.storage import FilesStore, MemoryStore
+from turnfsm.storage import _files as files_module
 from turnfsm.testing import ScriptedLLM
 
 SIZES = (100, 1_000, 5_000)
@@ -52,6 +60,7 @@ TURNS = 5
 ROUNDS = 5
 PAGE = 20
 TARGET = 1.5
+BYTES_TURNS = 60
 
 
 def _context(n: int) -> ChatContext:
@@ -124,10 +133,48 @@ async def _measure(root: Path) -> dict[str, float]:
     return {key: statistics.median(r) for key, r in rounds.items()}
 
 
+async def _bytes(root: Path) -> dict[str, float]:
+    """Bytes the files store writes per W1 turn, by size (counted at the three
+    functions every write of the store goes through)."""
+    written = [0]
+    real = files_module._write_temp, files_module._write_new, files_module._write_at
+
+    def temp(path: Path, data: bytes, fsync: bool) -> Path:
+        written[0] += len(data)
+        return real[0](path, data, fsync)
+
+    def new(path: Path, data: bytes, fsync: bool) -> None:
+        written[0] += len(data)
+        real[1](path, data, fsync)
+
+    def at(kind: str, path: Path, offset: int, data: bytes, fsync: bool) -> None:
+        written[0] += len(data)
+        real[2](kind, path, offset, data, fsync)
+
+    out = {}
+    for n in SIZES:
+        folder = root / f"bytes-{n}"
+        store = FilesStore(folder, fsync=False)
+        await store.create(_context(n))
+        engine = _engine(store)
+        await engine.send("long", SENTENCE)  # loads the context
+        files_module._write_temp, files_module._write_new, files_module._write_at = temp, new, at
+        try:
+            written[0] = 0
+            for _ in range(BYTES_TURNS):
+                await engine.send("long", SENTENCE)
+        finally:
+            files_module._write_temp, files_module._write_new, files_module._write_at = real
+        out[f"bytes_{n}"] = written[0] / BYTES_TURNS
+        await engine.aclose()
+    return out
+
+
 def run() -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="turnfsm-bench-files-"))
     try:
         at = anyio.run(_measure, root)
+        at.update(anyio.run(_bytes, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     small, large = SIZES[0], SIZES[-1]
@@ -138,9 +185,11 @@ def run() -> dict[str, Any]:
         ("page", "page"),
         ("fsync_turn", "fsync_turn"),
         ("memory_turn", "memory_turn"),
+        ("bytes", "bytes_per_turn"),
     ):
+        unit = "" if key == "bytes" else "_us"
         for n in SIZES:
-            out[f"{name}_us_at_{n}"] = round(at[f"{key}_{n}"], 1)
+            out[f"{name}{unit}_at_{n}"] = round(at[f"{key}_{n}"], 1)
         out[f"{name}_ratio_5000_to_100"] = round(at[f"{key}_{large}"] / at[f"{key}_{small}"], 3)
     out["value"] = out[f"turn_us_at_{large}"]
     out["target"] = TARGET

@@ -447,7 +447,10 @@ def _run_files(runs: int, quiet: bool) -> int:
                 f"  files run {r + 1}/{runs}: turn {res['turn_us_at_100']:.4g} / "
                 f"{res['turn_us_at_1000']:.4g} / {res['turn_us_at_5000']:.4g} us, page "
                 f"{res['page_us_at_100']:.4g} / {res['page_us_at_1000']:.4g} / "
-                f"{res['page_us_at_5000']:.4g} us at 100 / 1,000 / 5,000 messages",
+                f"{res['page_us_at_5000']:.4g} us, written "
+                f"{res['bytes_per_turn_at_100']:.4g} / {res['bytes_per_turn_at_1000']:.4g} / "
+                f"{res['bytes_per_turn_at_5000']:.4g} bytes a turn at 100 / 1,000 / 5,000 "
+                "messages",
                 file=sys.stderr,
             )
     line = dict(results[0])

@@ -3,6 +3,7 @@ a fresh process, and check that nothing acknowledged was lost.
 
     python tests/crash/harness.py --store sqlite            # every commit, before and after
     python tests/crash/harness.py --store files             # ... and between its file operations
+    python tests/crash/harness.py --store files-tail        # ... with commits.jsonl at any size
     python tests/crash/harness.py --store sqlite --random 200 --seed 7   # longer: random points
     python tests/crash/harness.py --store sqlite --plant early-ack       # the control: must FAIL
 
@@ -50,6 +51,12 @@ def _store_url(kind: str, workdir: Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{workdir / 'store.db'}"
     return f"files:///{workdir / 'files'}"
+
+
+def _store_args(kind: str) -> list[str]:
+    """The worker's options for a store: ``files-tail`` uses ``commits.jsonl``
+    at any size (most commits append a record, every few fold it)."""
+    return ["--files-tail"] if kind == "files-tail" else []
 
 
 def _worker(url: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -129,7 +136,7 @@ async def verify(kind: str, workdir: Path) -> list[str]:
 def run_case(kind: str, phase: str, at: int, plant: str | None, keep: bool) -> list[str]:
     workdir = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-{phase}-{at}-"))
     url = _store_url(kind, workdir)
-    extra = ["--plant", plant] if plant else []
+    extra = (["--plant", plant] if plant else []) + _store_args(kind)
     try:
         first = _worker(url, workdir, "--crash-at", str(at), "--crash-phase", phase, *extra)
         if first.returncode not in (0, -signal.SIGKILL):
@@ -147,7 +154,7 @@ def count_boundaries(kind: str) -> tuple[int, int]:
     """(commits, file operations) of one clean run."""
     workdir = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-count-"))
     try:
-        done = _worker(_store_url(kind, workdir), workdir)
+        done = _worker(_store_url(kind, workdir), workdir, *_store_args(kind))
         if done.returncode != 0:
             raise SystemExit(f"clean run failed: {done.stderr[-2000:]}")
         commits = int((workdir / "commits.txt").read_text())
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--store", choices=("sqlite", "files"), required=True)
+    p.add_argument("--store", choices=("sqlite", "files", "files-tail"), required=True)
     p.add_argument("--random", type=int, metavar="N", help="N random kill points instead")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--every", type=int, default=1, help="test every Nth boundary (default 1)")
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = ["before", "after"]
     for at in range(1, commits + 1, args.every):
         cases += [(ph, at) for ph in phases]
-    if args.store == "files":
+    if args.store.startswith("files"):
         cases += [("write", at) for at in range(1, writes + 1, args.every)]
     if args.case:
         cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.case]

@@ -1,7 +1,10 @@
 """The commit-kind crash matrix: kill a process between every two steps of each
 kind of change, and check what a fresh process finds.
 
-For each store (``files``: the file store's file operations; ``sqlite``: the
+For each store (``files``: the file store's file operations; ``files-tail``:
+the same with ``commits.jsonl`` used at any size, so that most commits append
+a record to it and every few write the whole files again and empty it, the
+layout of long conversations; ``sqlite``: the
 SQL statements that change the database; ``postgres``: the statements other
 than plain reads, and each transaction's ``COMMIT``, on a PostgreSQL server
 named by ``$TURNFSM_CRASH_PG``, a URL whose database may make others, each
@@ -96,7 +99,7 @@ KINDS = (
     *SUB_KINDS,
     *MCP_KINDS,
 )
-STORES = ("files", "sqlite")
+STORES = ("files", "files-tail", "sqlite")
 """The stores of the default run; ``postgres`` needs a server (``PG_ENV``)."""
 PG_ENV = "TURNFSM_CRASH_PG"
 PG_URL_FILE = "postgres.url"
@@ -113,9 +116,20 @@ class TornFilesStore(FilesStore):
         return None
 
 
+class TailFilesStore(FilesStore):
+    """The files store of a long conversation, on the matrix's short ones:
+    every commit that fits appends its record to ``commits.jsonl``, which may
+    grow to three times the whole files before a commit writes them again."""
+
+    tail_from = 0
+    tail_limit = 3.0
+
+
 def open_test_store(kind: str, workdir: Path) -> Store:
     if kind == "files":
         return FilesStore(workdir / "files", fsync=False)
+    if kind == "files-tail":
+        return TailFilesStore(workdir / "files", fsync=False)
     if kind == "files-torn":
         return TornFilesStore(workdir / "files", fsync=False)
     if kind in ("postgres", "postgres-torn"):

@@ -29,7 +29,7 @@ import anyio
 from turnfsm import Engine, State, tool
 from turnfsm.adapters.llm import LLMResponse, ToolCallData
 from turnfsm.events import MessageCompleted, ToolResult
-from turnfsm.storage import Store, open_store
+from turnfsm.storage import FilesStore, Store, open_store
 from turnfsm.storage import _files as files_module
 from turnfsm.testing import ScriptedLLM
 
@@ -146,6 +146,8 @@ def handler(request: Any) -> Any:
 async def run(args: argparse.Namespace) -> int:
     workdir = Path(args.dir)
     acks = workdir / "acks.jsonl"
+    if args.files_tail:  # commits.jsonl at any size (the harness's files-tail)
+        FilesStore.tail_from, FilesStore.tail_limit = 0, 3.0
     inner = open_store(args.store)
     ops = FileOps(args.crash_at if args.crash_phase == "write" else 0)
     if args.crash_phase == "write":
@@ -209,6 +211,7 @@ def main() -> int:
     p.add_argument("--crash-at", type=int, default=0)
     p.add_argument("--crash-phase", choices=("before", "after", "write", "none"), default="none")
     p.add_argument("--plant", choices=("early-ack",), default=None)
+    p.add_argument("--files-tail", action="store_true")
     return anyio.run(run, p.parse_args())
 
 

@@ -113,12 +113,26 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
-def _run(root: Path, ctx: ChatContext, commits: list[Commit], stores: int = 1) -> None:
+class Tailing(FilesStore):
+    """Commits that use ``commits.jsonl`` at any size (the tail may grow to
+    three times the whole files: most commits append, every few fold)."""
+
+    tail_from = 0
+    tail_limit = 3.0
+
+
+def _run(
+    root: Path,
+    ctx: ChatContext,
+    commits: list[Commit],
+    stores: int = 1,
+    cls: type[FilesStore] = FilesStore,
+) -> None:
     """The commits, each through the next of ``stores`` store objects (more than
     one: each sees the others' writes), each loaded before its first commit."""
 
     async def go() -> None:
-        objs = [FilesStore(root, fsync=False) for _ in range(stores)]
+        objs = [cls(root, fsync=False) for _ in range(stores)]
         await objs[0].create(ctx)
         for obj in objs:
             await obj.load("ctx")
@@ -144,6 +158,15 @@ def test_kept_heads_write_what_a_whole_read_writes(
     assert _tree(tmp_path / "kept") == whole
     assert _tree(tmp_path / "shared") == whole
 
+    # the same commits with commits.jsonl: the same on every way of keeping heads
+    _run(tmp_path / "tail-whole", ctx, commits, cls=Tailing)
+    monkeypatch.setattr(_files, "HEADS", 64)
+    _run(tmp_path / "tail-kept", ctx, commits, cls=Tailing)
+    _run(tmp_path / "tail-shared", ctx, commits, stores=3, cls=Tailing)
+    tail_whole = _tree(tmp_path / "tail-whole")
+    assert _tree(tmp_path / "tail-kept") == tail_whole
+    assert _tree(tmp_path / "tail-shared") == tail_whole
+
     # and a whole read of every version: the same as the store's own encoding
     async def loaded() -> ChatContext:
         return await FilesStore(tmp_path / "whole", fsync=False).load("ctx")
@@ -158,6 +181,51 @@ def test_kept_heads_write_what_a_whole_read_writes(
             "detached_message_ids": meta.detached_message_ids,
         }
     )
+
+    # read back with commits.jsonl: the same context, steps, summary and pages
+    assert folder + "commits.jsonl" in tail_whole
+    assert anyio.run(_everything, tmp_path / "tail-whole") == anyio.run(
+        _everything, tmp_path / "whole"
+    )
+
+    # one more commit of a store that writes the whole files: the very files
+    # of a store that never appended a record (and commits.jsonl emptied)
+    extra = _extra(commits[-1])
+    anyio.run(FilesStore(tmp_path / "whole", fsync=False).commit, extra)
+    anyio.run(_Folding(tmp_path / "tail-whole", fsync=False).commit, extra)
+    folded = _tree(tmp_path / "tail-whole")
+    assert folded.pop(folder + "commits.jsonl") == b""
+    assert folded == _tree(tmp_path / "whole")
+
+
+class _Folding(FilesStore):
+    tail_from = 0
+    tail_limit = 0.0
+
+
+def _extra(last: Commit) -> Commit:
+    node = _node("last", 9999)
+    return dataclasses.replace(
+        last,
+        expected_version=last.version,
+        version=last.version + 1,
+        steps=[],
+        appended=[("main", node)],
+        replaced=[],
+        branches=[],
+        active_branch=None,
+        config=None,
+    )
+
+
+async def _everything(root: Path) -> tuple[Any, ...]:
+    """What every read of the store gives of the context (a fresh store object)."""
+    store = FilesStore(root, fsync=False)
+    ctx = await store.load("ctx")
+    pages = [await store.message_page("ctx", name, 1, 3) for name in ctx.branches]
+    pages.append(await store.message_page("ctx", None, 0, None))
+    found = await store.load_messages("ctx", list(ctx.message_pool))
+    return ctx, await store.steps("ctx"), await store.list_contexts(), pages, found
 
 
 def _index_by_json(ctx: ChatContext) -> bytes:

@@ -5,6 +5,8 @@
     {root}/contexts/{context-id}/
         metadata.json        config, branches (with their message ids), state, version, ...
         message_index.json   {"messages": [{id, role, message_type, created_at, branch}]}
+        commits.jsonl        a long context's commits since the two files above were
+                             last written whole: one record a line (see below)
         messages/{msg-id}.json
         steps.jsonl          the audit trail: one committed transition a line
         commit.journal       only while a commit is being applied (or after a crash)
@@ -15,14 +17,18 @@
 **Every change is all-or-nothing as seen after a crash.**
 
 * A commit first writes its whole result (the final content of every file it
-  changes, and the lines it appends to ``steps.jsonl``) into one journal file,
+  changes, the lines it appends to ``steps.jsonl``, and the record it appends
+  to ``commits.jsonl`` or that file's emptying) into one journal file,
   ``commit.journal``, atomically (a temporary file, fsync, rename, fsync of the
-  folder): that rename is the commit point. It then applies the journal file
-  by file (each file written atomically, ``metadata.json`` last) and removes
-  it. A journal left by a crash is applied again (idempotently) before the
-  context is next read or changed, under the context's exclusive lock; a
-  journal whose versions do not match ``metadata.json`` is damage and is
-  refused, never applied.
+  folder): that rename is the commit point. It then applies the journal: the
+  steps, each file written atomically (``metadata.json`` last), then
+  ``commits.jsonl`` (written at the offset the journal names, cutting off
+  what follows), and removes it. A journal left by a crash is applied again
+  (idempotently) before the context is next read or changed, under the
+  context's exclusive lock; a journal whose versions do not match the stored
+  ones (``metadata.json``'s, or the last record's of ``commits.jsonl``) is
+  damage and is refused, never applied. So ``commits.jsonl`` holds whole
+  records only, once no journal is left: anything else in it is damage.
 * ``create`` builds the whole folder under a temporary name
   (``contexts/.creating-...``) and renames it into place; ``delete`` renames the
   folder to a tombstone (``contexts/.deleted-...``) and then removes it. Both
@@ -51,10 +57,11 @@ summary (id, state, version, timestamps, parent) can be read, even when
 other parts of it are damaged, and silently leaves out one whose summary cannot
 be read: one damaged context never hides the others; ``load`` of it raises.
 
-The layout keeps every message id in ``metadata.json`` and every message in
-``message_index.json``: those two files are rewritten on each commit and grow
-with the history. The SQLite store is the append-only default for long
-conversations. A commit does not read the history again, though: see
+``metadata.json`` and ``message_index.json`` list every message. A commit on
+a long context (:attr:`FilesStore.tail_from`) appends a record to
+``commits.jsonl`` instead of writing them whole, until the tail would pass
+:attr:`FilesStore.tail_limit` of them (docs/storage.md has the record and the
+rules). A commit does not read the history again either: see
 :mod:`turnfsm.storage._files_heads`.
 """
 
@@ -74,12 +81,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import (
-    ContextNotFound,
-    LeaseLost,
-    StoreError,
-    VersionConflict,
-)
+from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import ChatContext, MessageNode
 from ._base import (
     ChildrenOfSummaries,
@@ -92,26 +94,36 @@ from ._base import (
     in_order,
     lease_is_held,
 )
-from ._files_heads import _Head, _messages_of, _page_of, _parse_steps, _steps_lines
+from ._files_heads import (
+    _committed_steps,
+    _Head,
+    _messages_of,
+    _page_of,
+    _parse_steps,
+    _steps_lines,
+)
 from ._files_records import (
+    JOURNAL,
+    TAIL,
+    _check_journal,
     _dumps,
+    _file_id,
     _index_of,
     _journal_bytes,
-    _json_document,
     _message_file,
     _metadata_of,
     _parse_journal,
     _read_bytes,
     _read_context,
-    _read_metadata,
+    _read_lease,
+    _read_summary,
     _safe_name,
     _Summary,
-    _validated,
 )
 
 __all__ = ["FilesStore"]
+_At = tuple[int, bytes] | None  # what goes at an offset of steps.jsonl or commits.jsonl
 
-JOURNAL = "commit.journal"
 HEADS = 64
 """How many contexts' heads (:class:`_Head`) a store keeps, the most recently used."""
 _CREATING = ".creating-"
@@ -179,9 +191,10 @@ def _unlink(path: Path) -> None:
         path.unlink()
 
 
-def _write_steps(path: Path, offset: int, data: bytes, fsync: bool) -> None:
-    """``data`` at ``offset`` of ``path``, cutting off whatever followed it."""
-    _op("steps", path)
+def _write_at(kind: str, path: Path, offset: int, data: bytes, fsync: bool) -> None:
+    """``data`` at ``offset`` of ``path``, cutting off whatever followed it
+    (``kind``: ``steps`` for ``steps.jsonl``, ``tail`` for ``commits.jsonl``)."""
+    _op(kind, path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.ftruncate(fd, offset)
@@ -230,6 +243,14 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     written and released right after it is applied (a crash between leaves the
     lease held by a process that is gone: taken over at once on this host, or
     at its expiry)."""
+
+    tail_from = 64 * 1024
+    """A commit appends its record to ``commits.jsonl`` instead of writing the
+    two whole files once their id lists and entries are this long, ..."""
+    tail_limit = 0.02
+    """... while the tail stays shorter than this share of them: then written
+    whole, once per a fiftieth of their length appended (a constant cost per
+    commit on average; a page reads no longer a tail)."""
 
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
@@ -316,35 +337,26 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     def _recover(self, folder: Path, context_id: str) -> None:
         """Apply the journal a crashed commit left (under the exclusive lock)."""
         path = folder / JOURNAL
-        header, files, steps = _parse_journal(_read_bytes(path), path)
-        meta = folder / "metadata.json"
-        data = _json_document(_read_bytes(meta), meta)
-        version = data.get("version") if isinstance(data, dict) else None
-        if header.context != context_id or version not in (
-            header.from_version,
-            header.to_version,
-        ):
-            raise StoreError(
-                f"{path}: a commit journal of context {header.context!r} from version "
-                f"{header.from_version} to {header.to_version}, but {meta} holds context "
-                f"{context_id!r} at version {version!r}; both are left as they are"
-            )
+        header, files, steps, tail = _parse_journal(_read_bytes(path), path)
+        _check_journal(folder, context_id, header, files, tail)
         for entry in os.scandir(folder / "messages"):  # temporaries of the interrupted apply
             if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                 _unlink(Path(entry.path))
-        self._apply(folder, files, steps)
+        self._apply(folder, files, steps, tail)
 
-    def _apply(
-        self, folder: Path, files: list[tuple[str, bytes]], steps: tuple[int, bytes] | None
-    ) -> None:
-        """Put a journal's content in place (any number of times), then remove it."""
+    def _apply(self, folder: Path, files: list[tuple[str, bytes]], steps: _At, tail: _At) -> None:
+        """Put a journal's content in place (any number of times), then remove
+        it: the steps, the files (``metadata.json`` last), then the tail (a
+        record appended, or the file emptied once the whole files hold it)."""
         messages = folder / "messages"
         if steps is not None:
-            _write_steps(folder / "steps.jsonl", steps[0], steps[1], self._fsync)
+            _write_at("steps", folder / "steps.jsonl", steps[0], steps[1], self._fsync)
         for name, data in files:
             _write_atomic(folder / name, data, self._fsync)
         if any(name.startswith("messages/") for name, _ in files):
             self._sync_dir(messages)
+        if tail is not None:
+            _write_at("tail", folder / TAIL, tail[0], tail[1], self._fsync)
         self._sync_dir(folder)
         _unlink(folder / JOURNAL)
 
@@ -400,11 +412,10 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     def _load(self, context_id: str) -> ChatContext:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            raw = _read_bytes(folder / "metadata.json")
-            ctx, steps_bytes = _read_context(folder, context_id)
+            ctx, stored = _read_context(folder, context_id)
             head = self._heads.get(context_id)
-            if head is None or head.raw != raw:
-                self._keep(context_id, _Head.of(ctx, steps_bytes, raw))
+            if head is None or not head.saw(stored):
+                self._keep(context_id, _Head.of(ctx, stored))
             return ctx
 
     def _keep(self, context_id: str, head: _Head) -> None:
@@ -415,18 +426,13 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
 
     def _head(self, folder: Path, context_id: str) -> _Head:
         """The context's head, taken out of the kept ones (a commit puts it back
-        once applied): the kept one if ``metadata.json`` is still what it was
-        made from, else made from the whole context, read and validated."""
-        path = folder / "metadata.json"
-        try:
-            raw = _read_bytes(path)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ContextNotFound(context_id) from None
+        once applied): the kept one if the files are still as it last saw them
+        (see :class:`_Head`), else made from the whole context, read and validated."""
         head = self._heads.pop(context_id, None)
-        if head is not None and head.raw == raw:
+        if head is not None and head.current(folder):
             return head
-        ctx, steps_bytes = _read_context(folder, context_id)
-        return _Head.of(ctx, steps_bytes, raw)
+        ctx, stored = _read_context(folder, context_id)
+        return _Head.of(ctx, stored)
 
     async def commit(self, commit: Commit) -> None:
         await self._run(self._commit, commit)
@@ -437,7 +443,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
         with self._context(folder, cid, exclusive=True):
             take = commit.take_lease if commit.lease_token is not None else None
             if take is not None:
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 token = old["token"] if old is not None else 0
                 if token != take.token - 1 or (
                     old is not None and old["owner"] not in (None, take.owner)
@@ -472,10 +478,18 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
                 steps_bytes += len(lines)
             head.steps_bytes = steps_bytes  # kept again only once applied
             head.apply(commit)
-            metadata = head.metadata()
-            files.append(("message_index.json", head.index()))
-            files.append(("metadata.json", metadata))
-            journal = _journal_bytes(cid, commit.expected_version, commit.version, files, steps)
+            record = self._record(head, commit)
+            tail: _At
+            if record is not None:  # appended to commits.jsonl
+                tail = (head.tail_bytes, record)
+            else:  # the two whole files written again, commits.jsonl emptied
+                metadata = head.metadata()
+                files.append(("message_index.json", head.index()))
+                files.append(("metadata.json", metadata))
+                tail = (0, b"") if head.tail_bytes else None
+            journal = _journal_bytes(
+                cid, commit.expected_version, commit.version, files, steps, tail
+            )
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     _unlink(Path(entry.path))
@@ -486,13 +500,29 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
                 owner = None if commit.release_lease else take.owner
                 self._write_lease(folder, owner, take.token, take.expires_at)
             self._write_journal(folder, journal)
-            self._apply(folder, files, steps)
-            head.raw = metadata
+            self._apply(folder, files, steps, tail)
+            if record is not None:
+                head.tail_bytes += len(record)
+                head.last = record
+            else:
+                head.raw, head.meta_id = metadata, _file_id(folder / "metadata.json")
+                head.tail_bytes, head.last = 0, b""
             self._keep(cid, head)
             if take is None and commit.release_lease and commit.lease_token is not None:
-                lease = self._read_lease(folder)
+                lease = _read_lease(folder)
                 if lease is not None and lease["owner"] is not None:  # the fence found it
                     self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
+
+    def _record(self, head: _Head, commit: Commit) -> bytes | None:
+        """The commit's record for ``commits.jsonl`` (``head`` has it applied),
+        or None: the two whole files are written (:attr:`tail_from`, :attr:`tail_limit`)."""
+        whole = head.whole_size()
+        if whole < self.tail_from:
+            return None
+        record = head.record(commit)
+        if head.tail_bytes + len(record) > whole * self.tail_limit:
+            return None
+        return record
 
     def _write_journal(self, folder: Path, journal: bytes) -> None:
         """Put the journal in place: the commit point."""
@@ -513,13 +543,12 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
             folder = Path(entry.path)
-            path = folder / "metadata.json"
             try:
                 try:
                     with self._context(folder, entry.name, exclusive=False):
-                        summary = _validated(_Summary, _read_bytes(path), path)
+                        summary = _read_summary(folder)
                 except StoreError:  # a damaged journal: the summary as stored, if readable
-                    summary = _validated(_Summary, _read_bytes(path), path)
+                    summary = _read_summary(folder)
             except (ContextNotFound, StoreError, FileNotFoundError, NotADirectoryError):
                 continue  # absent, or a summary that cannot be read (load raises)
             if summary.id == entry.name:
@@ -547,6 +576,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
         with self._maintenance(), self._context(folder, context_id, recover=False):
             tomb = self._contexts / f"{_DELETED}{context_id}-{secrets.token_hex(4)}"
             _rename(folder, tomb)  # from here on the context does not exist
+            self._heads.pop(context_id, None)
             self._sync_dir(self._contexts)
             _remove_tree(tomb)
 
@@ -557,21 +587,8 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     def _steps(self, context_id: str) -> list[StepLog]:
         folder = self._dir(context_id)
         with self._context(folder, context_id, exclusive=False):
-            size = _read_metadata(folder / "metadata.json").steps_bytes
-            path = folder / "steps.jsonl"
-            if not size:
-                return []
-            try:
-                with open(path, "rb") as f:
-                    raw = f.read(size)
-            except FileNotFoundError:
-                raw = b""
-        if len(raw) < size:
-            raise StoreError(
-                f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
-                "are committed; the file is left as it is"
-            )
-        return _parse_steps(raw, path)
+            raw = _committed_steps(folder, context_id)
+        return _parse_steps(raw, folder / "steps.jsonl") if raw else []
 
     async def aclose(self) -> None:
         return None
@@ -581,24 +598,8 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
     # ``lease.json`` in the context's folder, read and written under the
     # context's ``.lock`` (the one commits hold), written atomically.
 
-    @staticmethod
-    def _read_lease(folder: Path) -> dict[str, Any] | None:
-        path = folder / "lease.json"
-        try:
-            data = _json_document(_read_bytes(path), path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("token"), int)
-            or not isinstance(data.get("expires_at"), int | float)
-            or not isinstance(data.get("owner"), str | None)
-        ):
-            raise StoreError(f"{path}: not a lease record")
-        return data
-
     def _check_fence(self, folder: Path, context_id: str, token: int) -> None:
-        data = self._read_lease(folder)
+        data = _read_lease(folder)
         current = data["token"] if data is not None else None
         if current != token:
             raise LeaseLost(context_id, token, current)
@@ -619,7 +620,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
         def acquire() -> Lease | None:
             folder = self._dir(context_id)
             with self._context(folder, context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is not None and lease_is_held(
                     old["owner"],
                     old["token"],
@@ -640,7 +641,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
         def renew() -> Lease:
             folder = self._dir(lease.context_id)
             with self._context(folder, lease.context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is None or old["token"] != lease.token or old["owner"] is None:
                     raise LeaseLost(lease.context_id, lease.token, old["token"] if old else None)
                 renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
@@ -654,7 +655,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
         def release() -> None:
             folder = self._dir(lease.context_id)
             with contextlib.suppress(ContextNotFound), self._context(folder, lease.context_id):
-                old = self._read_lease(folder)
+                old = _read_lease(folder)
                 if old is not None and old["token"] == lease.token and old["owner"] is not None:
                     self._write_lease(folder, None, lease.token, old["expires_at"])
 
@@ -662,7 +663,7 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
 
     async def lease(self, context_id: str) -> Lease | None:
         def read() -> Lease | None:
-            data = self._read_lease(self._dir(context_id))
+            data = _read_lease(self._dir(context_id))
             if data is None or data["owner"] is None:
                 return None
             return Lease(context_id, data["owner"], data["token"], float(data["expires_at"]))

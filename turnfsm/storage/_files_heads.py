@@ -1,10 +1,11 @@
 """The files store's kept heads and its partial reads.
 
 A commit does not read the history again: the store keeps each context's head,
-checked against ``metadata.json`` byte for byte under the lock, and writes
-``metadata.json`` and ``message_index.json`` from it. ``load_messages`` and
-``message_page`` read ``metadata.json`` and the files of the messages asked
-for only.
+checked against ``metadata.json`` (or the last record of ``commits.jsonl``)
+byte for byte under the lock, and writes ``metadata.json`` and
+``message_index.json``, or its record of ``commits.jsonl``, from it.
+``load_messages`` and ``message_page`` read ``metadata.json``,
+``commits.jsonl`` and the files of the messages asked for only.
 
 A head (:class:`_Head`) is what a commit needs of a context, kept between
 commits by a :class:`~turnfsm.storage.FilesStore` (see its module for when it
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,16 +26,21 @@ from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext, MessageNode
 from ._base import Commit, StepLog
 from ._files_records import (
+    TAIL,
+    _file_id,
     _id_line,
     _index_head,
     _index_tail,
     _index_text,
     _Metadata,
     _metadata_text,
+    _read_bytes,
     _read_message,
-    _read_metadata,
+    _read_state,
+    _record_text,
     _safe_name,
     _StepLine,
+    _Stored,
     _validated,
 )
 from ._schema import step_problem
@@ -47,10 +54,16 @@ class _Head:
     reads and writes no more than it changes (not every message file, nor the
     indenting JSON encoder over every id).
 
-    It is valid while ``metadata.json`` holds ``raw``, byte for byte: every
-    commit (of any process) rewrites that file, and a commit compares it,
-    under the context's exclusive lock, before it uses a kept head. Otherwise
-    the context is read whole, as on ``load``, and a new head made from it.
+    It is valid while the context's files are as the head last saw them, which
+    a commit checks under the context's exclusive lock before it uses a kept
+    head: with no ``commits.jsonl`` (or an empty one), ``metadata.json`` holds
+    ``raw``, byte for byte (every commit that leaves no tail rewrites it);
+    with one, ``commits.jsonl`` is ``tail_bytes`` long and ends with ``last``,
+    byte for byte (every commit appends a record naming its version, or
+    empties the file), and ``metadata.json`` is still the same file (inode,
+    size and time: a context deleted and made again under its id has
+    another). Otherwise the context is read whole, as on ``load``, and a new
+    head made from it.
     """
 
     raw: bytes
@@ -67,9 +80,15 @@ class _Head:
     entries: dict[str, bytearray]
     """Each branch's entries of ``message_index.json``, joined the same way."""
     steps_bytes: int
+    meta_id: tuple[int, int, int] = (0, 0, 0)
+    """``metadata.json``'s file identity (inode, size, time) when it held ``raw``."""
+    tail_bytes: int = 0
+    """How long ``commits.jsonl`` is (0: empty or missing)."""
+    last: bytes = b""
+    """Its last record (b"": none)."""
 
     @classmethod
-    def of(cls, ctx: ChatContext, steps_bytes: int, raw: bytes) -> _Head:
+    def of(cls, ctx: ChatContext, stored: _Stored) -> _Head:
         pool = {mid: _index_head(mid, node.message) for mid, node in ctx.message_pool.items()}
         on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
         small = dataclasses.replace(
@@ -81,7 +100,11 @@ class _Head:
             },
             config=copy.deepcopy(ctx.config),
         )
-        head = cls(raw, small, pool, [m for m in pool if m not in on_branches], {}, {}, steps_bytes)
+        detached = [m for m in pool if m not in on_branches]
+        steps_bytes = stored.meta.steps_bytes
+        head = cls(stored.raw, small, pool, detached, {}, {}, steps_bytes)
+        head.meta_id = stored.meta_id
+        head.tail_bytes, head.last = stored.tail_bytes, stored.last
         for name in small.branches:
             head.index_branch(name)
         return head
@@ -106,6 +129,52 @@ class _Head:
 
     def index(self) -> bytes:
         return _index_text([self.entries[name] for name in self.ctx.branches])
+
+    def saw(self, stored: _Stored) -> bool:
+        """Whether the head was made from (or last wrote) the files ``stored`` read."""
+        return (self.raw, self.meta_id, self.tail_bytes, self.last) == (
+            stored.raw,
+            stored.meta_id,
+            stored.tail_bytes,
+            stored.last,
+        )
+
+    def current(self, folder: Path) -> bool:
+        """Whether the context's files in ``folder`` are as the head last saw them."""
+        try:
+            with open(folder / TAIL, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size != self.tail_bytes:
+                    return False
+                if size:
+                    f.seek(size - len(self.last))
+                    if f.read() != self.last:
+                        return False
+        except (FileNotFoundError, NotADirectoryError):
+            if self.tail_bytes:
+                return False
+        try:
+            if self.tail_bytes:
+                return _file_id(folder / "metadata.json") == self.meta_id
+            return _read_bytes(folder / "metadata.json") == self.raw
+        except (FileNotFoundError, NotADirectoryError):
+            raise ContextNotFound(folder.name) from None
+
+    def whole_size(self) -> int:
+        """About how long ``metadata.json`` and ``message_index.json`` are: their
+        id lists and entries (the rest is small)."""
+        return sum(map(len, self.ids.values())) + sum(map(len, self.entries.values()))
+
+    def record(self, commit: Commit) -> bytes:
+        """The record of ``commits.jsonl`` of ``commit``, once applied to the head."""
+        return _record_text(
+            self.ctx,
+            self.detached,
+            self.steps_bytes,
+            {b.name: list(b.message_ids) for b in commit.branches},
+            commit.appended,
+            commit.replaced,
+        )
 
     def apply(self, commit: Commit) -> None:
         """The commit's changes (checked already) to the head."""
@@ -148,14 +217,8 @@ class _Head:
 
 
 def _stored_metadata(folder: Path, context_id: str) -> _Metadata:
-    path = folder / "metadata.json"
-    try:
-        meta = _read_metadata(path)
-    except (FileNotFoundError, NotADirectoryError):
-        raise ContextNotFound(context_id) from None
-    if meta.id != context_id:
-        raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
-    return meta
+    """The context's current metadata: ``metadata.json`` and ``commits.jsonl``."""
+    return _read_state(folder, context_id, every=False).meta
 
 
 def _message(folder: Path, mid: str, where: str) -> MessageNode:
@@ -182,6 +245,25 @@ def _steps_lines(steps: list[StepLog]) -> bytes:
         + "\n"
         for s in steps
     ).encode()
+
+
+def _committed_steps(folder: Path, context_id: str) -> bytes:
+    """The committed part of ``steps.jsonl`` (read under the context's lock)."""
+    size = _read_state(folder, context_id, every=False).meta.steps_bytes
+    path = folder / "steps.jsonl"
+    if not size:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(size)
+    except FileNotFoundError:
+        raw = b""
+    if len(raw) < size:
+        raise StoreError(
+            f"{path}: {len(raw)} bytes, but metadata.json's $.steps_bytes says {size} "
+            "are committed; the file is left as it is"
+        )
+    return raw
 
 
 def _parse_steps(raw: bytes, path: Path) -> list[StepLog]:

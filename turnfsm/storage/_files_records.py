@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 import zlib
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,13 @@ from ._schema import (
     validation_problem,
 )
 
+JOURNAL = "commit.journal"
 _JOURNAL_FORMAT = 1
+_JOURNAL_TAIL_FORMAT = 2
+"""A journal that appends to ``commits.jsonl`` or empties it: its header has ``tail``."""
+TAIL = "commits.jsonl"
+"""The commits since ``metadata.json`` and ``message_index.json`` were last
+written whole: one record (a JSON line) each."""
 _M = TypeVar("_M")
 
 # ---------------------------------------------------------------------- reading
@@ -119,7 +126,7 @@ def _validated(model: type[_M], raw: bytes, path: Path | str) -> _M:
         raise StoreError(f"{path}: {validation_problem(exc)}; the file is left as it is") from None
 
 
-def _record_version(raw: bytes, path: Path) -> tuple[dict[str, Any], int]:
+def _record_version(raw: bytes, path: Path | str) -> tuple[dict[str, Any], int]:
     """A stored JSON object and its schema version (refused when newer)."""
     data = _json_document(raw, path)
     if not isinstance(data, dict):
@@ -159,7 +166,11 @@ def _read_message(path: Path, mid: str, named_at: str) -> MessageNode:
 
 def _read_metadata(path: Path) -> _Metadata:
     """metadata.json at the current schema version (upcast when older), validated."""
-    raw = _read_bytes(path)
+    return _metadata_from(_read_bytes(path), path)
+
+
+def _metadata_from(raw: bytes, path: Path | str) -> _Metadata:
+    """A metadata document at the current schema version (upcast when older), validated."""
     try:
         meta: _Metadata | None = from_json(_Metadata, raw, strict=True)
     except ValidationError:
@@ -168,29 +179,255 @@ def _read_metadata(path: Path) -> _Metadata:
         data, version = _record_version(raw, path)
         if version == SCHEMA_VERSION:
             _validated(_Metadata, raw, path)  # raises, naming the field
-        branches = data.get("branches")
-        if isinstance(branches, dict):
-            data["branches"] = {
-                name: upcast_branch(b, version, where=f"{path}: {json_path(('branches', name))}")
-                if isinstance(b, dict)
-                else b
-                for name, b in branches.items()
-            }
-        data = upcast_context(data, version, where=str(path))
-        data["schema_version"] = SCHEMA_VERSION
-        meta = _validated(_Metadata, json.dumps(data, default=str).encode(), path)
+        meta = _upcast_metadata(data, version, path)
     return meta
 
 
-def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, int]:
-    """The whole context in ``folder`` and the committed length of its steps, validated."""
+def _upcast_metadata(data: dict[str, Any], version: int, path: Path | str) -> _Metadata:
+    """A metadata document of an older schema version, brought up to date and validated."""
+    branches = data.get("branches")
+    if isinstance(branches, dict):
+        data["branches"] = {
+            name: upcast_branch(b, version, where=f"{path}: {json_path(('branches', name))}")
+            if isinstance(b, dict)
+            else b
+            for name, b in branches.items()
+        }
+    data = upcast_context(data, version, where=str(path))
+    data["schema_version"] = SCHEMA_VERSION
+    return _validated(_Metadata, json.dumps(data, default=str).encode(), path)
+
+
+# ---------------------------------------------------------------------- the tail
+
+
+class _TailRecord(BaseModel):
+    """One line of ``commits.jsonl``: what one commit changed of the two whole files.
+
+    ``metadata`` is ``metadata.json`` after the commit with every branch's
+    ``message_ids`` left empty (the small fields, which do not grow with the
+    messages); ``branches`` the id lists the commit set whole (a fork);
+    ``appended`` the new messages' entries of ``message_index.json``, in
+    order, as ``[branch, id, role, message_type, created_at]``; ``replaced``
+    the entries of replaced messages, ``[id, role, message_type, created_at]``."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: int
+    metadata: _Metadata
+    branches: dict[str, list[str]]
+    appended: list[tuple[str, str, str, str, str]]
+    replaced: list[tuple[str, str, str, str]]
+
+
+class _RecordHead(BaseModel):
+    """What a partial read checks of a record's metadata but the last one's."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int
+    id: str
+    version: int
+
+
+class _TailIds(BaseModel):
+    """A record of ``commits.jsonl`` as a partial read checks it (but the last):
+    its shape, versions, context and ids; the metadata a later record replaces
+    is not used."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: int
+    metadata: _RecordHead
+    branches: dict[str, list[str]]
+    appended: list[tuple[str, str, str, str, str]]
+    replaced: list[tuple[str, str, str, str]]
+
+
+class _TailSummary(BaseModel):
+    """What ``list_contexts`` reads of the last record of ``commits.jsonl``."""
+
+    model_config = ConfigDict(extra="ignore")
+    metadata: _Summary
+
+
+def _read_record(line: bytes, where: str) -> _TailRecord:
+    """A record of ``commits.jsonl`` at the current schema version, validated."""
+    try:
+        rec: _TailRecord | None = from_json(_TailRecord, line, strict=True)
+    except ValidationError:
+        rec = None
+    if rec is not None and rec.metadata.schema_version == SCHEMA_VERSION:
+        return rec
+    data = _json_document(line, where)
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(meta, dict):
+        return _validated(_TailRecord, line, where)  # raises, naming the field
+    version = check_version(
+        meta.pop("schema_version", None), where=f"{where}: $.metadata.schema_version"
+    )
+    if version == SCHEMA_VERSION:
+        return _validated(_TailRecord, line, where)  # raises, naming the field
+    upcast = _upcast_metadata(meta, version, f"{where}: $.metadata")
+    data["metadata"] = to_python(upcast)
+    data["metadata"].update(
+        detached_message_ids=upcast.detached_message_ids, steps_bytes=upcast.steps_bytes
+    )
+    return _validated(_TailRecord, json.dumps(data, default=str).encode(), where)
+
+
+def _last_line(path: Path) -> bytes:
+    """The last line of a file of JSON lines, with its newline (b"": empty or missing)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except (FileNotFoundError, NotADirectoryError):
+        return b""
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        chunk = 16_384
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            data = f.read(size - start)
+            cut = data.rfind(b"\n", 0, max(len(data) - 1, 0))
+            if cut >= 0 or start == 0:
+                return data[cut + 1 :]
+            chunk *= 4
+
+
+@dataclass(slots=True)
+class _Stored:
+    """A context's small fields and branches as stored: ``metadata.json`` with
+    the records of ``commits.jsonl`` applied."""
+
+    meta: _Metadata
+    """The current metadata, every branch's ``message_ids`` whole."""
+    raw: bytes
+    """``metadata.json``'s bytes."""
+    meta_id: tuple[int, int, int]
+    """``metadata.json``'s :func:`_file_id`."""
+    tail_bytes: int
+    """The length of ``commits.jsonl`` (0: none)."""
+    last: bytes
+    """Its last record, with its newline (b"": none)."""
+
+
+def _read_state(folder: Path, context_id: str, *, every: bool = True) -> _Stored:
+    """``metadata.json`` and ``commits.jsonl``, validated: the context's
+    current metadata. Every record must follow on from the version before it
+    (``metadata.json``'s for the first). ``every=False`` (a partial read)
+    validates of a record but the last only what it uses: its shape, version,
+    context and ids, not the metadata the next record replaces."""
     path = folder / "metadata.json"
     try:
-        meta = _read_metadata(path)
+        raw = _read_bytes(path)
+        meta_id = _file_id(path)
     except (FileNotFoundError, NotADirectoryError):
         raise ContextNotFound(context_id) from None
+    meta = _metadata_from(raw, path)
     if meta.id != context_id:
         raise StoreError(f"{path}: $.id: the context is {meta.id!r}, its folder {context_id!r}")
+    tail = path.parent / TAIL
+    try:
+        log = _read_bytes(tail)
+    except (FileNotFoundError, NotADirectoryError):
+        log = b""
+    if not log:
+        return _Stored(meta, raw, meta_id, 0, b"")
+    if not log.endswith(b"\n"):
+        raise StoreError(f"{tail}: does not end with a whole record; the file is left as it is")
+    ids = {name: list(b.message_ids) for name, b in meta.branches.items()}
+    last: _Metadata = meta
+    version = meta.version
+    lines = log.split(b"\n")[:-1]
+    for n, line in enumerate(lines, 1):
+        where = f"{tail}: line {n}"
+        rec: _TailRecord | _TailIds
+        if every or n == len(lines):
+            rec = _read_record(line, where)
+            last = rec.metadata
+        else:
+            rec = _validated(_TailIds, line, where)
+            check_version(rec.metadata.schema_version, where=f"{where}: $.metadata.schema_version")
+        if rec.version != version + 1 or rec.metadata.version != rec.version:
+            raise StoreError(
+                f"{where}: $.version: a commit to version {rec.version} (its metadata "
+                f"at {rec.metadata.version}) after version {version}; the file is "
+                "left as it is"
+            )
+        if rec.metadata.id != context_id:
+            raise StoreError(f"{where}: $.metadata.id: the context is {rec.metadata.id!r}")
+        for name, listed in rec.branches.items():
+            ids[name] = list(listed)
+        for i, (name, mid, *_) in enumerate(rec.appended):
+            if name not in ids:
+                raise StoreError(f"{where}: $.appended[{i}]: unknown branch {name!r}")
+            ids[name].append(mid)
+        version = rec.version
+    if set(ids) != set(last.branches):
+        raise StoreError(
+            f"{tail}: line {len(lines)}: $.metadata.branches: {sorted(last.branches)}, "
+            f"but the records name {sorted(ids)}; the file is left as it is"
+        )
+    branches = {
+        name: dataclasses.replace(b, message_ids=ids[name]) for name, b in last.branches.items()
+    }
+    current = dataclasses.replace(last, branches=branches)
+    return _Stored(current, raw, meta_id, len(log), lines[-1] + b"\n")
+
+
+def _file_id(path: Path) -> tuple[int, int, int]:
+    """Which file ``path`` is: its inode, size and time of change (every atomic
+    write puts a new file in place)."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read_summary(folder: Path) -> _Summary:
+    """What ``list_contexts`` shows of a context: the last record of
+    ``commits.jsonl``, else ``metadata.json`` (neither validated further)."""
+    last = _last_line(folder / TAIL)
+    if last:
+        return _validated(_TailSummary, last, folder / TAIL).metadata
+    path = folder / "metadata.json"
+    return _validated(_Summary, _read_bytes(path), path)
+
+
+def _record_text(
+    ctx: ChatContext,
+    detached: list[str],
+    steps_bytes: int,
+    branches: Mapping[str, list[str]],
+    appended: Sequence[tuple[str, MessageNode]],
+    replaced: Sequence[MessageNode],
+) -> bytes:
+    """A record of ``commits.jsonl`` (see :class:`_TailRecord`), one line."""
+    empty = {name: dataclasses.replace(b, message_ids=[]) for name, b in ctx.branches.items()}
+    small = dataclasses.replace(ctx, branches=empty, message_pool={})
+    doc = {
+        "version": ctx.version,
+        "metadata": {
+            "schema_version": SCHEMA_VERSION,
+            **to_python(small, exclude={"message_pool"}),
+            "detached_message_ids": detached,
+            "steps_bytes": steps_bytes,
+        },
+        "branches": branches,
+        "appended": [[name, node.id, *_entry(node.message)] for name, node in appended],
+        "replaced": [[node.id, *_entry(node.message)] for node in replaced],
+    }
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text.encode() + b"\n"
+
+
+def _entry(msg: InternalMessage) -> list[str]:
+    """A message's role, type and time as ``message_index.json`` lists them."""
+    return [str(msg.role), str(msg.message_type), msg.metadata.created_at.isoformat()]
+
+
+def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, _Stored]:
+    """The whole context in ``folder``, validated, and its metadata as stored
+    (with the committed length of its steps)."""
+    path = folder / "metadata.json"
+    stored = _read_state(folder, context_id)
+    meta = stored.meta
     pool: dict[str, MessageNode] = {}
     named: list[tuple[str, tuple[str | int, ...]]] = [
         (mid, ("branches", name, "message_ids", i))
@@ -212,7 +449,24 @@ def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, int]:
     if problems:
         loc, problem = problems[0]
         raise StoreError(f"{path}: {json_path(loc)}: {problem}; the file is left as it is")
-    return ctx, meta.steps_bytes
+    return ctx, stored
+
+
+def _read_lease(folder: Path) -> dict[str, Any] | None:
+    """``lease.json``: owner (None once released), fencing token, expiry."""
+    path = folder / "lease.json"
+    try:
+        data = _json_document(_read_bytes(path), path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("token"), int)
+        or not isinstance(data.get("expires_at"), int | float)
+        or not isinstance(data.get("owner"), str | None)
+    ):
+        raise StoreError(f"{path}: not a lease record")
+    return data
 
 
 # ---------------------------------------------------------------------- the journal
@@ -224,18 +478,24 @@ def _journal_bytes(
     to_version: int,
     files: list[tuple[str, bytes]],
     steps: tuple[int, bytes] | None,
+    tail: tuple[int, bytes] | None = None,
 ) -> bytes:
-    """A header line (JSON), then the bodies: every file's content, then the steps."""
+    """A header line (JSON), then the bodies: every file's content, the steps,
+    then what goes at ``tail[0]`` of ``commits.jsonl`` (a journal without it is
+    of format 1, as before the tail existed)."""
     body = b"".join(data for _, data in files) + (steps[1] if steps else b"")
-    header = {
-        "turnfsm_journal": _JOURNAL_FORMAT,
+    header: dict[str, Any] = {
+        "turnfsm_journal": _JOURNAL_FORMAT if tail is None else _JOURNAL_TAIL_FORMAT,
         "context": context_id,
         "from_version": from_version,
         "to_version": to_version,
         "files": [[name, len(data)] for name, data in files],
         "steps": [steps[0], len(steps[1])] if steps else None,
-        "crc32": zlib.crc32(body),
     }
+    if tail is not None:
+        header["tail"] = [tail[0], len(tail[1])]
+        body += tail[1]
+    header["crc32"] = zlib.crc32(body)
     return json.dumps(header).encode() + b"\n" + body
 
 
@@ -247,6 +507,7 @@ class _JournalHeader(BaseModel):
     to_version: int
     files: list[tuple[str, int]]
     steps: tuple[int, int] | None
+    tail: tuple[int, int] | None = None
     crc32: int
 
 
@@ -258,16 +519,61 @@ def _journal_file_name(name: str) -> bool:
     return folder == "messages" and file.endswith(".json") and _safe_name(file)
 
 
-def _parse_journal(
-    raw: bytes, path: Path
-) -> tuple[_JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None]:
+_Parsed = tuple[
+    _JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None, tuple[int, bytes] | None
+]
+
+
+def _check_journal(
+    folder: Path,
+    context_id: str,
+    header: _JournalHeader,
+    files: list[tuple[str, bytes]],
+    tail: tuple[int, bytes] | None,
+) -> None:
+    """Refuse a journal that does not follow on from what is stored: its first
+    version must be the stored one (the last record's of ``commits.jsonl``
+    before the journal's own, else ``metadata.json``'s), or its last one
+    ``metadata.json``'s when it writes the whole files and got that far."""
+    meta = folder / "metadata.json"
+    data = _json_document(_read_bytes(meta), meta)
+    version = data.get("version") if isinstance(data, dict) else None
+    placed = version == header.to_version and any(n == "metadata.json" for n, _ in files)
+    if not placed:  # the whole tail when the journal empties it: that comes last
+        log = folder / TAIL
+        try:
+            raw = _read_bytes(log)
+        except (FileNotFoundError, NotADirectoryError):
+            raw = b""
+        if tail is not None and tail[1]:
+            raw = raw[: tail[0]]
+        last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :] if raw else b""
+        if last:
+            record = _json_document(last, log)
+            version = record.get("version") if isinstance(record, dict) else None
+    if header.context != context_id or (not placed and version != header.from_version):
+        raise StoreError(
+            f"{folder / JOURNAL}: a commit journal of context {header.context!r} from version "
+            f"{header.from_version} to {header.to_version}, but {meta} (and {TAIL}) "
+            f"hold context {context_id!r} at version {version!r}; both are left as they are"
+        )
+
+
+def _parse_journal(raw: bytes, path: Path) -> _Parsed:
+    """A journal's header, files, steps and tail (each as ``_journal_bytes`` took them)."""
     head, sep, body = raw.partition(b"\n")
     if not sep:
         raise StoreError(f"{path}: a damaged commit journal (no header line); left as it is")
     header = _validated(_JournalHeader, head, path)
-    if header.turnfsm_journal != _JOURNAL_FORMAT:
-        raise SchemaVersionError(f"{path} (journal format)", header.turnfsm_journal, 1)
-    size = sum(n for _, n in header.files) + (header.steps[1] if header.steps else 0)
+    if header.turnfsm_journal not in (_JOURNAL_FORMAT, _JOURNAL_TAIL_FORMAT):
+        raise SchemaVersionError(
+            f"{path} (journal format)", header.turnfsm_journal, _JOURNAL_TAIL_FORMAT
+        )
+    if (header.tail is not None) != (header.turnfsm_journal == _JOURNAL_TAIL_FORMAT):
+        raise StoreError(f"{path}: a damaged commit journal (its tail and its format disagree)")
+    steps_size = header.steps[1] if header.steps else 0
+    tail_size = header.tail[1] if header.tail else 0
+    size = sum(n for _, n in header.files) + steps_size + tail_size
     if len(body) != size or zlib.crc32(body) != header.crc32:
         raise StoreError(f"{path}: a damaged commit journal (its body does not match its header)")
     files = []
@@ -277,8 +583,10 @@ def _parse_journal(
             raise StoreError(f"{path}: a damaged commit journal (file name {name!r})")
         files.append((name, body[at : at + n]))
         at += n
-    steps = (header.steps[0], body[at:]) if header.steps else None
-    return header, files, steps
+    steps = (header.steps[0], body[at : at + steps_size]) if header.steps else None
+    at += steps_size
+    tail = (header.tail[0], body[at:]) if header.tail else None
+    return header, files, steps, tail
 
 
 # ---------------------------------------------------------------------- writing
