@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from turnfsm import Engine, MemoryStore, SQLiteStore, State, tool
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+from turnfsm.engine._accepted import ON_ACCEPTED
 from turnfsm.errors import ContextBusy, ContextNotFound, IllegalTransition
 from turnfsm.storage._logtypes import LogNote
 from turnfsm.testing import ScriptedLLM
@@ -171,18 +172,25 @@ def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) 
             with pytest.raises(IllegalTransition):
                 await engine.retry(cid)  # Idle has no retry
             turns: list[Any] = []
+            accepted: list[str] = []
 
             async def send() -> None:
+                ON_ACCEPTED.set(lambda: accepted.append("go"))
                 turns.append(await engine.send(cid, "go"))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(send)
                 with anyio.fail_after(20):
                     await entered.wait()  # the turn runs its tool: the context is busy
+                # told "accepted" long before the turn ends (serve's 202)
+                assert accepted == ["go"]
+                # the busy call is refused by the workflow's validator: never accepted
+                ON_ACCEPTED.set(lambda: accepted.append("again"))
                 with pytest.raises(ContextBusy):
                     await engine.send(cid, "again")
                 gate.set()
             assert turns[0].state is State.IDLE and turns[0].text == "ok"
+            assert accepted == ["go"]
 
     anyio.run(go)
 

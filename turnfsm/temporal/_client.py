@@ -5,14 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    RPCError,
+    RPCTimeoutOrCancelledError,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCStatusCode
 
 from ..adapters.inbound import parse_request
 from ..engine import Engine, Recovery, Turn
+from ..engine._accepted import accepted
 from ..engine._inputs import check_call_ids, check_content, check_id, check_text
-from ..errors import ContextBusy, InvalidInput, TurnFSMError
+from ..errors import ContextBusy, InvalidInput, TemporalUnavailable, TurnFSMError
 from ..model import ContentPart
 from ..states import RESTING
 from ..storage import Store
@@ -22,6 +31,38 @@ from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
 __all__ = ["TemporalEngine"]
 
 _ROLES = ("user", "frontend_operator")
+
+_UNREACHABLE = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+)
+"""The statuses of a Temporal server that is down, restarting or too slow."""
+
+
+def _unavailable(exc: BaseException, taken: bool) -> TemporalUnavailable | None:
+    """``exc`` as :class:`TemporalUnavailable` when it says Temporal cannot be
+    reached (or timed out), else None. ``taken``: the Update had been accepted."""
+    if isinstance(exc, RPCTimeoutOrCancelledError):
+        said = "did not answer in time"
+    elif isinstance(exc, RPCError) and exc.status in _UNREACHABLE:
+        said = f"cannot be reached ({exc.status.name}: {exc.message})"
+    else:
+        return None
+    if taken:
+        return TemporalUnavailable(
+            f"the Temporal server {said} after it accepted the call, which goes on there; "
+            "its result is not known here: read the context",
+            accepted=True,
+        )
+    if isinstance(exc, RPCError) and exc.status is RPCStatusCode.UNAVAILABLE:
+        return TemporalUnavailable(
+            f"the Temporal server {said}; the call was not accepted: call again later",
+            accepted=False,
+        )
+    return TemporalUnavailable(
+        f"the Temporal server {said}; whether it accepted the call is not known: "
+        "read the context before calling again",
+        accepted=None,
+    )
 
 
 class TemporalEngine(Engine):
@@ -83,15 +124,34 @@ class TemporalEngine(Engine):
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+        taken = False
         try:
-            data = await self._client.execute_update_with_start_workflow(
-                name, args, start_workflow_operation=start
+            # the workflow validates the call (a busy or missing context is
+            # refused here, with the engine's error) and accepts it: a caller
+            # that answers before the turn rests (serve's 202) is told now
+            handle = await self._client.start_update_with_start_workflow(
+                name,
+                args,
+                start_workflow_operation=start,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             )
+            # refused by a validator (or failed at once): the outcome came with
+            # the handle, and result() raises it; only a call taken is announced
+            outcome = handle._known_outcome  # (the SDK has no public accessor)
+            if outcome is None or not outcome.HasField("failure"):
+                taken = True
+                accepted()
+            data = await handle.result()
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
                 raise _codec.error_from(cause.details[0]) from None
             raise
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            down = _unavailable(err, taken)
+            if down is None:
+                raise
+            raise down from err
         finally:
             self._d.loaded.unload(context_id)
         return _codec.turn_from(data)

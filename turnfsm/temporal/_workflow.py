@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     import anyio.lowlevel
 
     from ..engine import Engine, RetryPolicy, Turn
-    from ..errors import ContextNotFound, TurnFSMError
+    from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import Event
     from ..model import ChatContext, LLMRequest
     from ..model._detach import detached_fields
@@ -390,6 +390,8 @@ class ContextWorkflow:
         self.sent: set[tuple[str, int]] = set()
         """Events written by their commit's activity (the engine's tap skips them)."""
         self.gone = False
+        self.calls = 0
+        """Update handlers running a call (one at a time, but for a cancel)."""
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
         self.engine = Engine(
@@ -460,9 +462,36 @@ class ContextWorkflow:
                 retry_policy=_STORE_RETRY,
             )
 
+    def _refuse(self, exc: TurnFSMError) -> ApplicationError:
+        return ApplicationError(
+            str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
+        )
+
+    def _admit(self, _: dict[str, Any]) -> None:
+        """The validator of every call but ``cancel``: the errors the engine
+        would raise at once, raised before Temporal accepts the Update (so a
+        caller told "accepted" is not refused afterwards): a context known to
+        be gone, and a call while another runs. (Validators run on new
+        Updates only, never on replay: they change no history.)"""
+        if self.gone:
+            raise self._refuse(ContextNotFound(self.context_id))
+        if self.calls:
+            raise self._refuse(ContextBusy(self.context_id, "running"))
+
+    def _admit_cancel(self, _: dict[str, Any]) -> None:
+        if self.gone:
+            raise self._refuse(ContextNotFound(self.context_id))
+
     async def _call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
         """Run one engine call; its Turn as data, or the engine's error as the
         update's failure."""
+        self.calls += 1
+        try:
+            return await self._run_call(call)
+        finally:
+            self.calls -= 1
+
+    async def _run_call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
         try:
             try:
                 turn = await call(self.engine)
@@ -474,9 +503,7 @@ class ContextWorkflow:
         except TurnFSMError as exc:
             if isinstance(exc, ContextNotFound) and exc.context_id == self.context_id:
                 self.gone = True
-            raise ApplicationError(
-                str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
-            ) from None
+            raise self._refuse(exc) from None
         except BaseException as exc:
             if not _lost(exc):
                 raise
@@ -499,34 +526,70 @@ class ContextWorkflow:
             lambda e: e.send(self.context_id, content, a["role"], message_id=a["message_id"])
         )
 
+    @send.validator
+    def _send_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="approve")
     async def approve(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.approve(self.context_id, a["call_ids"]))
+
+    @approve.validator
+    def _approve_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="deny")
     async def deny(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.deny(self.context_id, a["call_ids"], a["reason"]))
 
+    @deny.validator
+    def _deny_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="answer")
     async def answer(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.answer(self.context_id, a["call_id"], a["text"]))
+
+    @answer.validator
+    def _answer_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="cancel")
     async def cancel(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.cancel(self.context_id))
 
+    @cancel.validator
+    def _cancel_admitted(self, a: dict[str, Any]) -> None:
+        self._admit_cancel(a)
+
     @workflow.update(name="retry")
     async def retry(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.retry(self.context_id))
+
+    @retry.validator
+    def _retry_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="reset")
     async def reset(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.reset(self.context_id))
 
+    @reset.validator
+    def _reset_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="request")
     async def request(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.send_request(a["body"], self.context_id))
 
+    @request.validator
+    def _request_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="resume")
     async def resume(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.resume(self.context_id))
+
+    @resume.validator
+    def _resume_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
