@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from ..engine import Engine, RetryPolicy, Turn
     from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import Event
-    from ..model import ChatContext, LLMRequest
+    from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..model._detach import detached_fields
     from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
@@ -102,9 +102,19 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
 
 
 class _Clock:
-    """The workflow's clock: replayed, never read from the machine."""
+    """The workflow's clock: replayed, never read from the machine.
+
+    ``pinned``: a time the engine reads instead, while it takes a step whose
+    event another activity has kept already with that time (the LLM
+    activity's ``stream_started``): the step's commit then writes the very
+    row the event log holds."""
+
+    def __init__(self) -> None:
+        self.pinned: float | None = None
 
     def time(self) -> float:
+        if self.pinned is not None:
+            return self.pinned
         return workflow.now().timestamp()
 
     async def sleep(self, seconds: float) -> None:
@@ -269,25 +279,60 @@ class _WorkflowLLM:
             # now in-process) and then the cancel, keeping the partial text
             # (each await on the way is the engine's shielded commit)
             task.cancel()
-            arrived: list[Any] = []
+            arrived: dict[str, Any] = {"chunks": []}
             # nothing came back (the activity failed): the cancel as it is
             with (
                 anyio.CancelScope(shield=True),
                 contextlib.suppress(ActivityError, asyncio.CancelledError),
             ):
-                arrived = (await asyncio.shield(task))["chunks"]
-            for chunk in arrived:
+                arrived = await asyncio.shield(task)
+            started_at = arrived.get("started_at")
+            for chunk in arrived["chunks"]:
+                if started_at is not None:
+                    async for first in self._first(chunk, started_at):
+                        yield first
+                    started_at = None
+                    continue
                 yield _codec.chunk_from(chunk)
             raise
         cancel_at = result["cancel_at"]
+        # the stream_started step as the LLM activity kept it in the event log
+        # (None: no delta was rung; and in histories older than it)
+        started_at = result.get("started_at")
         for i, chunk in enumerate(result["chunks"]):
             if i == cancel_at:
                 await _cancel(request)
+            if started_at is not None:
+                async for first in self._first(chunk, started_at):
+                    yield first
+                started_at = None
+                continue
             yield _codec.chunk_from(chunk)
+        if started_at is not None:  # kept by an attempt lost, and this one rang no delta
+            async for first in self._first(None, started_at):
+                yield first
         if cancel_at is not None and cancel_at >= len(result["chunks"]):
             await _cancel(request)
         if result["error"] is not None:
             raise _codec.error_from(result["error"])
+
+    async def _first(self, chunk: Any, started_at: float) -> AsyncIterator[Any]:
+        """``chunk`` (data, or None), read by the engine at the time
+        ``started_at`` of the ``stream_started`` step the LLM activity kept in
+        the event log: the engine's step then has that time, and its commit
+        writes the row the log holds. A chunk that is no delta (an attempt
+        lost after it rang, and this one answered at once or failed) comes
+        after an empty text delta: the step the log holds is taken all the same."""
+        clock = self._wf.clock
+        first = _codec.chunk_from(chunk) if chunk is not None else None
+        delta = first is not None and type(first) in (TextDelta, ThinkingDelta, ToolCallDelta)
+        clock.pinned = started_at
+        try:
+            yield first if delta else TextDelta("")
+        finally:
+            clock.pinned = None
+        if first is not None and not delta:
+            yield first
 
 
 def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
@@ -390,6 +435,7 @@ class ContextWorkflow:
         self.sent: set[tuple[str, int]] = set()
         """Events written by their commit's activity (the engine's tap skips them)."""
         self.gone = False
+        self.clock = _Clock()
         self.calls = 0
         """Update handlers running a call (one at a time, but for a cancel)."""
         options = dict(self.config.engine_options)
@@ -399,7 +445,7 @@ class ContextWorkflow:
             tools=_tools(self.config, self),
             store=_WorkflowStore(self),  # type: ignore[arg-type]
             retry=_deterministic(retry),
-            clock=_Clock(),
+            clock=self.clock,
             ids=_ids,
             logger=_Quiet(),
             **options,
