@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 from temporalio.client import (
     Client,
     RPCError,
@@ -19,18 +20,24 @@ from temporalio.service import RPCStatusCode
 
 from ..adapters.inbound import parse_request
 from ..engine import Engine, Recovery, Turn
-from ..engine._accepted import accepted
+from ..engine._accepted import ON_ACCEPTED
 from ..engine._inputs import check_call_ids, check_content, check_id, check_text
 from ..errors import ContextBusy, InvalidInput, TemporalUnavailable, TurnFSMError
 from ..model import ContentPart
 from ..states import RESTING
 from ..storage import Store
+from ..storage._base import ContextHeads
 from . import _codec
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
 
 __all__ = ["TemporalEngine"]
 
 _ROLES = ("user", "frontend_operator")
+
+_LOOK_FIRST = 0.02
+"""Seconds before the first look at the store once a call was accepted."""
+_LOOK_MAX = 0.25
+"""The longest wait between two looks (the wait doubles up to it)."""
 
 _UNREACHABLE = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
@@ -115,8 +122,33 @@ class TemporalEngine(Engine):
     def task_queue(self) -> str:
         return self._task_queue
 
+    async def _version(self, context_id: str) -> int | None:
+        """The context's version as last committed (None: no such context)."""
+        store = self.store
+        try:
+            if isinstance(store, ContextHeads):
+                return (await store.head(context_id))[1]
+            return (await store.load(context_id)).version
+        except TurnFSMError:
+            return None
+
+    async def _until_moved(self, context_id: str, version: int | None) -> None:
+        """Until the store holds a commit of the context past ``version``."""
+        delay = _LOOK_FIRST
+        while True:
+            await anyio.sleep(delay)
+            now = await self._version(context_id)
+            if now is not None and (version is None or now > version):
+                return
+            delay = min(delay * 2, _LOOK_MAX)
+
     async def _update(self, context_id: str, name: str, args: dict[str, Any]) -> Turn:
         self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
+        # a caller that answers before the turn rests (serve's 202) is told
+        # once the call is under way: its first step is in the store, as the
+        # other hosts tell it (refused or failed before that: its error)
+        announce = ON_ACCEPTED.get()
+        before = await self._version(context_id) if announce is not None else None
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             WORKFLOW_NAME,
             {"context_id": context_id},
@@ -127,8 +159,7 @@ class TemporalEngine(Engine):
         taken = False
         try:
             # the workflow validates the call (a busy or missing context is
-            # refused here, with the engine's error) and accepts it: a caller
-            # that answers before the turn rests (serve's 202) is told now
+            # refused here, with the engine's error) and accepts it
             handle = await self._client.start_update_with_start_workflow(
                 name,
                 args,
@@ -136,12 +167,13 @@ class TemporalEngine(Engine):
                 wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             )
             # refused by a validator (or failed at once): the outcome came with
-            # the handle, and result() raises it; only a call taken is announced
+            # the handle, and result() raises it
             outcome = handle._known_outcome  # (the SDK has no public accessor)
-            if outcome is None or not outcome.HasField("failure"):
-                taken = True
-                accepted()
-            data = await handle.result()
+            taken = outcome is None or not outcome.HasField("failure")
+            if not taken or announce is None:
+                data = await handle.result()
+            else:
+                data = await self._announced(context_id, handle, before, announce)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
@@ -155,6 +187,33 @@ class TemporalEngine(Engine):
         finally:
             self._d.loaded.unload(context_id)
         return _codec.turn_from(data)
+
+    async def _announced(
+        self, context_id: str, handle: Any, before: int | None, announce: Any
+    ) -> Any:
+        """The Update's result; ``announce()`` meanwhile, once the store holds
+        the call's first step (not if the call ends, or fails, before)."""
+        result: Any = None
+        failed: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                try:
+                    await self._until_moved(context_id, before)
+                except Exception:  # the store cannot say: the result will
+                    return
+                announce()
+
+            tg.start_soon(watch)
+            try:
+                result = await handle.result()
+            except BaseException as exc:  # raised as itself, not in a group
+                failed = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return result
 
     # ------------------------------------------------------------ the turn calls
 
