@@ -273,11 +273,24 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
     """With the Temporal server killed, a message is ``503
     temporal_unavailable`` with ``Retry-After`` (reads still work: they are the
     store's); the client posts it again once Temporal is back, and the
-    message is stored once."""
-    processes.env["TURNFSM_KILL_THINK"] = "0.1"
+    message is stored once. A call accepted before the kill (``?wait=true``)
+    waits across it and gives its Turn."""
+    processes.env["TURNFSM_KILL_THINK"] = "3"
     _, port = _serve(processes)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
+        early = http.post("/api/contexts", json={}).json()["id"]
+        waited: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: waited.append(
+                http.post(f"/api/contexts/{early}/messages?wait=true", json={"content": "pay-4"})
+            )
+        )
+        waiting.start()
+        end = time.monotonic() + 30
+        while not _open_marks(processes.marks, "model"):  # its model call under way
+            assert time.monotonic() < end
+            time.sleep(0.05)
         temporal_server.kill()
         try:
             r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-3"})
@@ -290,6 +303,9 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
             assert state.status_code == 200 and state.json()["state"] == "Idle"
         finally:
             temporal_server.start()
+        waiting.join(timeout=120)
+        assert [r.status_code for r in waited] == [200], [r.text for r in waited]
+        assert waited[0].json()["state"] == "AwaitingToolApproval"
         end = time.monotonic() + 90
         while True:  # the client's retry, as Retry-After says
             r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-3"})
@@ -304,3 +320,6 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
         users = [m for m in messages if m["message"]["role"] == "user"]
         assert ["".join(p["text"] for p in m["message"]["content"]) for m in users] == ["pay-3"]
         assert processes.effects.read_text().split()[::2] == ["pay-3"]
+        early_messages = http.get(f"/api/contexts/{early}/messages").json()["messages"]
+        assert [m["message"]["role"] for m in early_messages][:1] == ["user"]
+        assert sum(m["message"]["role"] == "user" for m in early_messages) == 1

@@ -39,6 +39,11 @@ _LOOK_FIRST = 0.02
 _LOOK_MAX = 0.25
 """The longest wait between two looks (the wait doubles up to it)."""
 
+PATIENCE = 60.0
+"""Seconds an accepted call goes on waiting for its result while the
+Temporal server cannot be reached (it holds the call: it runs once the
+server is back) before it is ``TemporalUnavailable``."""
+
 _UNREACHABLE = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
 )
@@ -70,6 +75,24 @@ def _unavailable(exc: BaseException, taken: bool) -> TemporalUnavailable | None:
         "read the context before calling again",
         accepted=None,
     )
+
+
+async def _result(handle: Any) -> Any:
+    """An accepted Update's result. Temporal holds the call: while its server
+    cannot be reached, the wait goes on (the call runs once it is back), for
+    up to :data:`PATIENCE` seconds."""
+    deadline: float | None = None
+    while True:
+        try:
+            return await handle.result()
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            if _unavailable(err, True) is None:
+                raise
+            now = anyio.current_time()
+            deadline = now + PATIENCE if deadline is None else deadline
+            if now >= deadline:
+                raise
+            await anyio.sleep(1.0)
 
 
 class TemporalEngine(Engine):
@@ -170,8 +193,10 @@ class TemporalEngine(Engine):
             # the handle, and result() raises it
             outcome = handle._known_outcome  # (the SDK has no public accessor)
             taken = outcome is None or not outcome.HasField("failure")
-            if not taken or announce is None:
+            if not taken:
                 data = await handle.result()
+            elif announce is None:
+                data = await _result(handle)
             else:
                 data = await self._announced(context_id, handle, before, announce)
         except WorkflowUpdateFailedError as err:
@@ -206,7 +231,7 @@ class TemporalEngine(Engine):
 
             tg.start_soon(watch)
             try:
-                result = await handle.result()
+                result = await _result(handle)
             except BaseException as exc:  # raised as itself, not in a group
                 failed = exc
             finally:
