@@ -29,6 +29,7 @@ The tree::
     │   ├── VersionConflict         another writer committed first
     │   ├── LeaseLost               the writer's lease on the context was taken over
     │   └── SchemaVersionError      a stored record has an unknown schema version
+    ├── TemporalUnavailable         the Temporal server that runs the turns cannot be reached
     └── RenderError                 a diagram, trace or audit log cannot be made or read
 
 Errors of the outside world (the ``openai`` SDK, the network, a tool) are mapped
@@ -60,6 +61,7 @@ __all__ = [
     "StoreError",
     "SubContextError",
     "TableError",
+    "TemporalUnavailable",
     "ToolCallError",
     "ToolCallNotPending",
     "ToolDefinitionError",
@@ -382,6 +384,20 @@ class SchemaVersionError(StoreError):
             f"{where}: schema version {found} is newer than this turnfsm supports "
             f"({supported}); upgrade turnfsm to read it"
         )
+
+
+class TemporalUnavailable(TurnFSMError):
+    """The Temporal server that runs the turns (``turnfsm.temporal``) cannot be
+    reached, or did not answer in time. ``accepted`` says what became of the
+    call: False, Temporal never took it (nothing ran: call again); True, it was
+    accepted and goes on there, only its result is not known here; None, not
+    known (read the context before calling again). ``retry_after``: the
+    seconds to wait before calling again."""
+
+    def __init__(self, message: str, *, accepted: bool | None = False, retry_after: int = 5):
+        self.accepted = accepted
+        self.retry_after = retry_after
+        super().__init__(message)
 
 
 class RenderError(TurnFSMError):

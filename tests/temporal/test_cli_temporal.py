@@ -201,3 +201,125 @@ def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
     assert server.wait(timeout=30) in (0, -signal.SIGTERM)
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=30) == 0, processes.log("worker2")
+
+
+def _serve(processes: Processes) -> tuple[subprocess.Popen[bytes], int]:
+    worker = processes.start("temporal-worker", name="worker")
+    processes.wait_for_line("worker", "turnfsm temporal-worker: ")
+    port = _free_port()
+    processes.start("serve", "--turns", "temporal", "--port", str(port), name="serve")
+    _ready(port, processes)
+    return worker, port
+
+
+def _approve(http: httpx.Client, cid: str, call_id: str) -> httpx.Response:
+    """``?wait=true`` approval; again while it is ``409 context_busy``: the
+    store shows the context at rest a moment before its workflow has ended
+    the call (its last events are being written), as a client sees it."""
+    end = time.monotonic() + 10
+    while True:
+        r = http.post(f"/api/contexts/{cid}/tools/approve?wait=true", json={"approve": [call_id]})
+        if r.status_code != 409 or r.json()["error"]["code"] != "context_busy":
+            return r
+        assert time.monotonic() < end, r.text
+        time.sleep(0.1)
+
+
+def _until_state(http: httpx.Client, cid: str, want: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while (state := http.get(f"/api/contexts/{cid}/state").json()["state"]) != want:
+        assert time.monotonic() < end, state
+        time.sleep(0.1)
+
+
+def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
+    processes: Processes,
+) -> None:
+    """The model thinks 2 s before it asks for its tools: the 202 comes before
+    that (once the workflow accepted the Update); a second message meanwhile is
+    refused by the workflow with 409 context_busy; ``?wait=true`` still gives
+    the Turn at rest."""
+    processes.env["TURNFSM_KILL_THINK"] = "2"
+    _, port = _serve(processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        sent = time.monotonic()
+        r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-2"})
+        took = time.monotonic() - sent
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert body["context_id"] == cid and body["message_id"]
+        # answered while the model still thinks: no model call has ended yet
+        marks = processes.marks.read_text() if processes.marks.exists() else ""
+        assert "end model pay-2" not in marks and took < 2, (took, marks)
+        assert body["state"] != "AwaitingToolApproval"
+
+        busy = http.post(f"/api/contexts/{cid}/messages", json={"content": "again"})
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "context_busy"
+
+        _until_state(http, cid, "AwaitingToolApproval")
+        r = _approve(http, cid, "c-pay-2")
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "Idle"
+        messages = http.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        texts = ["".join(p.get("text", "") for p in m["message"]["content"]) for m in messages]
+        assert texts[0] == "pay-2" and texts[-1] == "done pay-2." and "again" not in texts
+        assert messages[0]["id"] == body["message_id"]
+
+
+def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_once(
+    temporal_server: DevServer, processes: Processes
+) -> None:
+    """With the Temporal server killed, a message is ``503
+    temporal_unavailable`` with ``Retry-After`` (reads still work: they are the
+    store's); the client posts it again once Temporal is back, and the
+    message is stored once. A call accepted before the kill (``?wait=true``)
+    waits across it and gives its Turn."""
+    processes.env["TURNFSM_KILL_THINK"] = "3"
+    _, port = _serve(processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        early = http.post("/api/contexts", json={}).json()["id"]
+        waited: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: waited.append(
+                http.post(f"/api/contexts/{early}/messages?wait=true", json={"content": "pay-4"})
+            )
+        )
+        waiting.start()
+        end = time.monotonic() + 30
+        while not _open_marks(processes.marks, "model"):  # its model call under way
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        temporal_server.kill()
+        try:
+            r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-3"})
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "temporal_unavailable"
+            assert int(r.headers["Retry-After"]) > 0
+            assert "RPCError" not in processes.log("serve")
+            assert "unexpected_error" not in processes.log("serve")
+            state = http.get(f"/api/contexts/{cid}/state")
+            assert state.status_code == 200 and state.json()["state"] == "Idle"
+        finally:
+            temporal_server.start()
+        waiting.join(timeout=120)
+        assert [r.status_code for r in waited] == [200], [r.text for r in waited]
+        assert waited[0].json()["state"] == "AwaitingToolApproval"
+        end = time.monotonic() + 90
+        while True:  # the client's retry, as Retry-After says
+            r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-3"})
+            if r.status_code == 202:
+                break
+            assert r.status_code == 503 and time.monotonic() < end, r.text
+            time.sleep(1)
+        _until_state(http, cid, "AwaitingToolApproval")
+        r = _approve(http, cid, "c-pay-3")
+        assert r.status_code == 200 and r.json()["state"] == "Idle", r.text
+        messages = http.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        users = [m for m in messages if m["message"]["role"] == "user"]
+        assert ["".join(p["text"] for p in m["message"]["content"]) for m in users] == ["pay-3"]
+        assert processes.effects.read_text().split()[::2] == ["pay-3"]
+        early_messages = http.get(f"/api/contexts/{early}/messages").json()["messages"]
+        assert [m["message"]["role"] for m in early_messages][:1] == ["user"]
+        assert sum(m["message"]["role"] == "user" for m in early_messages) == 1

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from turnfsm import Engine, MemoryStore, SQLiteStore, State, tool
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+from turnfsm.engine._accepted import ON_ACCEPTED
 from turnfsm.errors import ContextBusy, ContextNotFound, IllegalTransition
 from turnfsm.storage._logtypes import LogNote
 from turnfsm.testing import ScriptedLLM
@@ -40,7 +41,11 @@ async def _audit_ok(store: Any, cid: str) -> bool:
 
 
 class _Recording:
-    """An event log that keeps what it is given (rows and rung notes)."""
+    """An event log that keeps what it is given (rows and rung notes): a row
+    already kept is left as it is (the event log's contract), and one given
+    again with other content is a conflict. ``early``: deltas rung before
+    every lower seq was kept or rung (a reader would be given a seq the log
+    cannot fill)."""
 
     shared = True
     rings = True
@@ -48,13 +53,37 @@ class _Recording:
     def __init__(self) -> None:
         self.rows: list[tuple[str, int, str, str]] = []
         self.notes: list[LogNote] = []
+        self.kept: dict[tuple[str, int], str] = {}
+        self.conflicts: list[tuple[str, int]] = []
+        self.early: list[int] = []
+        self.rung: set[int] = set()
 
     async def open(self) -> None:
         return None
 
     async def add(self, rows: Sequence[Any], notes: Sequence[LogNote]) -> None:
-        self.rows += rows
+        for row in rows:
+            key = (row[0], row[1])
+            if key in self.kept:
+                if self.kept[key] != row[3]:
+                    self.conflicts.append(key)
+                continue
+            self.kept[key] = row[3]
+            self.rows.append(row)
+        for note in notes:
+            if note.event is not None:
+                seen = {s for (_, s) in self.kept} | self.rung
+                if not set(range(1, note.seq)) <= seen:
+                    self.early.append(note.seq)
+                self.rung.add(note.seq)
         self.notes += notes
+
+    async def after(self, context_id: str, after: int, upto: int | None = None) -> list[Any]:
+        return sorted(
+            (s, k, j)
+            for c, s, k, j in self.rows
+            if c == context_id and s > after and (upto is None or s <= upto)
+        )
 
 
 def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path: Path) -> None:
@@ -125,6 +154,9 @@ def test_deltas_and_events_reach_the_log_with_the_engines_seqs(
         seen = [(s, k) for _, s, k, _ in log.rows]
         seen += [(n.seq, json.loads(str(n.event))["kind"]) for n in deltas]
         text = "".join(json.loads(str(n.event))["delta"] for n in deltas)
+        # no delta before the stream_started step is kept; that step's row,
+        # written by the LLM activity and again by its commit, the same
+        assert log.early == [] and log.conflicts == []
         return sorted(seen), text, ctx.event_seq
 
     here = anyio.run(in_process)
@@ -171,18 +203,25 @@ def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) 
             with pytest.raises(IllegalTransition):
                 await engine.retry(cid)  # Idle has no retry
             turns: list[Any] = []
+            accepted: list[str] = []
 
             async def send() -> None:
+                ON_ACCEPTED.set(lambda: accepted.append("go"))
                 turns.append(await engine.send(cid, "go"))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(send)
                 with anyio.fail_after(20):
                     await entered.wait()  # the turn runs its tool: the context is busy
+                # told "accepted" long before the turn ends (serve's 202)
+                assert accepted == ["go"]
+                # the busy call is refused by the workflow's validator: never accepted
+                ON_ACCEPTED.set(lambda: accepted.append("again"))
                 with pytest.raises(ContextBusy):
                     await engine.send(cid, "again")
                 gate.set()
             assert turns[0].state is State.IDLE and turns[0].text == "ok"
+            assert accepted == ["go"]
 
     anyio.run(go)
 

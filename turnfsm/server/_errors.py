@@ -37,6 +37,7 @@ _STATUS: tuple[tuple[type[e.TurnFSMError], int, str], ...] = (
     (e.VersionConflict, 409, "version_conflict"),
     (e.LeaseLost, 409, "lease_lost"),
     (e.StoreError, 503, "store_error"),
+    (e.TemporalUnavailable, 503, "temporal_unavailable"),
     (e.LLMError, 502, "llm_error"),
     (e.RenderError, 500, "render_error"),
 )
@@ -103,6 +104,10 @@ def install_handlers(app: FastAPI) -> None:
         where = exc.where if isinstance(exc, e.InvalidInput) else None
         if status >= 500:
             log.warning("request_failed", path=request.url.path, code=code, error=scrub(str(exc)))
+        if isinstance(exc, e.TemporalUnavailable):  # back in a moment, most likely
+            return error_response(
+                status, code, str(exc), where, **{"Retry-After": str(exc.retry_after)}
+            )
         return error_response(status, code, str(exc), where)
 
     @app.exception_handler(ApiError)

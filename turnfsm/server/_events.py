@@ -30,6 +30,7 @@ from .._numbers import whole_number
 from ..errors import InvalidInput, TurnFSMError
 from ..events import EVENT_ADAPTER
 from ..model import ChatContext
+from ..states import RESTING, State
 from ._channels import BATCH, Channel, Gap, Item, Listener, first_seq, last_seq
 from ._deps import HubOf, Owned, Tenant
 from ._hub import Hub
@@ -208,6 +209,29 @@ async def _newest(
     return max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
 
 
+def _ahead(after: int, newest: int | None, loaded: list[ChatContext | None]) -> bool:
+    """Whether a stream that saw ``after`` is ahead of the context (``newest``:
+    what :func:`_newest` said, with the context it loaded). Only when the
+    context rests: while a turn runs, the seqs of its deltas are past the
+    last stored one (a delta is never stored, and a turn run by another
+    process commits its steps there first), and an id this server or another
+    gave for one of them is where the stream goes on from."""
+    if newest is None or after <= newest:
+        return False
+    ctx = loaded[-1] if loaded else None
+    return ctx is None or State(ctx.current_state) in RESTING
+
+
+def _from_here(ch: Channel, sent: int | None) -> None:
+    """A stream that has everything up to ``sent`` reads the channel's live
+    items: a channel that has sent nothing yet starts after ``sent``, so that
+    what comes between ``sent`` and the first item it is given is read from
+    the log (or is a Resync), never skipped. (What the replay gives besides
+    is sent once: the stream skips what it sent.)"""
+    if sent is not None and ch.next is None and not ch.filling:
+        ch.next = sent + 1
+
+
 async def _history(hub: Hub, ch: Channel, after: int, newest: int | None) -> AsyncIterator[Item]:
     """What a stream that saw ``after`` missed, before the live items
     (``newest``: what :func:`_newest` said)."""
@@ -240,6 +264,7 @@ async def _context_stream(
     ch = hub.hold(cid)
     listener = Listener()
     ch.listeners.add(listener)
+    _from_here(ch, after)  # before anything can reach the channel
     sent = after
     # While a reconnect replays what it missed: the context loaded once for
     # every Resync of the replay (each answer's deltas are one), not once a
@@ -266,11 +291,12 @@ async def _context_stream(
 
     try:
         newest = None if after is None or replay is None else await _newest(hub, ch, after, replay)
-        if after is not None and newest is not None and after > newest:
+        if after is not None and _ahead(after, newest, replay or []):
             # The client's id is ahead of the context (a store restored from
             # a backup, another server's id): nothing it holds can be trusted.
             # One Resync for everything up to the context's last seq, whose
             # id the client keeps; the stream goes on from there.
+            assert newest is not None
             yield await _resync(hub, Gap(cid, min(1, newest), newest), loaded=replay)
             sent = after = newest
         if after is not None:  # what it missed, BATCH items a write
@@ -371,7 +397,8 @@ async def _tenant_replay(
             newest = await _newest(hub, ch, after, replay)
         except TurnFSMError:  # deleted meanwhile
             return
-        if newest is not None and after > newest:  # ahead of the context: see _context_stream
+        if _ahead(after, newest, replay):  # ahead of the context: see _context_stream
+            assert newest is not None
             at.advance(cid, newest)
             yield await _resync(hub, Gap(cid, min(1, newest), newest), at.ident(), replay)
             return

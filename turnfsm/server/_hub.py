@@ -13,6 +13,7 @@ import anyio.abc
 import structlog
 
 from ..engine import Engine, Turn
+from ..engine._accepted import ON_ACCEPTED
 from ..errors import ContextBusy, ContextNotFound, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
 from ..relay import EventRelay
@@ -62,6 +63,8 @@ class Job:
     ) -> None:
         # a call refused because another runs must not hide that one
         mine = hub.running.setdefault(self.context_id, self) is self
+        # a call another host runs (Temporal) is started once that host accepted it
+        ON_ACCEPTED.set(self.started.set)
         try:
             self.turn = await fn()
         except Exception as exc:
@@ -72,7 +75,7 @@ class Job:
                 # given back while the call still shows as running: a client
                 # that sees it done may start the next turn at once, on any server
                 await hub.slots.release(tenant, slot)
-            if mine:
+            if mine and hub.running.get(self.context_id) is self:
                 del hub.running[self.context_id]
             if tenant is not None:
                 hub.turn_limit.release(tenant)
@@ -359,7 +362,9 @@ class Hub:
         else until it took its first step (or failed its checks, raised here)."""
         assert self._tg is not None
         other = self.running.get(context_id)
-        if other is not None:
+        # on Temporal the context's workflow decides (for every server at once),
+        # and a call here may still wait for its result after the context rested
+        if other is not None and self.config.turns != "temporal":
             # A call of this server runs on the context: the engine would
             # refuse this one. Refused here, before it takes a turn slot:
             # only a turn that runs holds one.

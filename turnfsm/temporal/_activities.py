@@ -41,9 +41,10 @@ from temporalio.exceptions import ApplicationError
 from ..adapters.llm import LLM
 from ..engine._answer import delta_text
 from ..errors import ContextNotFound, SchemaVersionError, VersionConflict
-from ..events import ContentDelta
+from ..events import EVENT_ADAPTER, ContentDelta, StateChanged
 from ..model import LLMResponse, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallRequest
 from ..relay import event_json
+from ..states import State, Trigger
 from ..storage import Commit, Store
 from ..storage._logtypes import EventLog, LogNote
 from ..tools import ToolRegistry, run_calls
@@ -117,6 +118,35 @@ class Activities:
         with contextlib.suppress(Exception):  # a note lost is read from the log later
             await log.add([], [LogNote(ev.context_id, ev.seq, event_json(ev))])
 
+    async def _stream_started(self, context_id: str, seq: int) -> float | None:
+        """The time of the ``stream_started`` step at ``seq`` when the event log
+        holds it already (written by an earlier attempt of this call)."""
+        log = self.event_log
+        if log is None:
+            return None
+        for got, kind, data in await log.after(context_id, seq - 1, seq):
+            if got == seq and kind == "StateChanged":
+                ev = EVENT_ADAPTER.validate_json(data)
+                if isinstance(ev, StateChanged) and ev.trigger == Trigger.STREAM_STARTED:
+                    return float(ev.timestamp)
+        return None
+
+    async def _start_stream(self, context_id: str, seq: int, at: float) -> None:
+        """The ``StateChanged`` of the ``stream_started`` step, kept in the event
+        log before the first delta is rung: no reader is given a delta before
+        every durable event with a lower seq is in the log. The workflow's
+        engine takes the step with this very time (the result's
+        ``started_at``), so its commit writes the same row again (kept once)."""
+        ev = StateChanged(
+            context_id=context_id,
+            seq=seq,
+            timestamp=at,
+            from_state=State.AWAITING_LLM_RESPONSE,
+            to_state=State.STREAMING_LLM_RESPONSE,
+            trigger=Trigger.STREAM_STARTED,
+        )
+        await self._write([_codec.event_row(ev)])
+
     @activity.defn(name="turnfsm.events")
     async def events(self, rows: list[Any]) -> None:
         await self._write(rows)
@@ -180,9 +210,11 @@ class Activities:
     async def llm_call(
         self, data: Any, seq: int, message_id: str, streamed: bool, rows: list[Any]
     ) -> Any:
-        """One attempt: ``{"chunks": [...], "error": ... | None, "cancel_at": ...}``
-        (``cancel_at``: after how many chunks the adapter asked to cancel the
-        turn, if it did). ``seq`` is
+        """One attempt: ``{"chunks": [...], "error": ... | None, "cancel_at": ...,
+        "started_at": ...}`` (``cancel_at``: after how many chunks the adapter
+        asked to cancel the turn, if it did; ``started_at``: the time of the
+        ``stream_started`` step this attempt or an earlier one put in the event
+        log, if any). ``seq`` is
         the context's last seq when the attempt starts: the deltas are rung
         with the seqs the workflow gives them (the first one after the
         ``stream_started`` step's). ``streamed``: ring the deltas (not for a
@@ -200,6 +232,12 @@ class Activities:
         index = 0
         attempt = request.attempt
         stream: AsyncIterator[Any] | None = None
+        context_id = request.context_id
+        # an earlier attempt (its worker lost) may have started the stream:
+        # the log then says so, and the engine takes the step as it was kept
+        started_at = None
+        if streamed and activity.info().attempt > 1:
+            started_at = await self._stream_started(context_id, seq + 1)
         try:
             if self.llm is None:
                 raise TypeError("the engine has no LLM (it was made with llm=None)")
@@ -221,13 +259,16 @@ class Activities:
                     if not started:
                         started = True
                         seq += 1  # the stream_started step
+                        if started_at is None:
+                            started_at = time.time()
+                            await self._start_stream(context_id, seq, started_at)
                     if kind is ToolCallDelta:
                         continue
                     text, _ = delta_text(chunk, kind.__name__)
                     seq += 1
                     await self._ring(
                         ContentDelta(
-                            context_id=request.context_id,
+                            context_id=context_id,
                             seq=seq,
                             timestamp=time.time(),
                             message_id=message_id,
@@ -241,7 +282,7 @@ class Activities:
         except asyncio.CancelledError:
             # the turn was cancelled: what arrived is the answer's partial
             # text, which the engine keeps (marked cancelled), as in-process
-            return {"chunks": chunks, "error": None, "cancel_at": None}
+            return {"chunks": chunks, "error": None, "cancel_at": None, "started_at": started_at}
         except Exception as exc:
             error = _codec.error_to(exc)
         finally:
@@ -249,7 +290,12 @@ class Activities:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-        return {"chunks": chunks, "error": error, "cancel_at": cancels[0] if cancels else None}
+        return {
+            "chunks": chunks,
+            "error": error,
+            "cancel_at": cancels[0] if cancels else None,
+            "started_at": started_at,
+        }
 
     # ------------------------------------------------------------ tools
 

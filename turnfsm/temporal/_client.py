@@ -5,23 +5,94 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+import anyio
+from temporalio.client import (
+    Client,
+    RPCError,
+    RPCTimeoutOrCancelledError,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCStatusCode
 
 from ..adapters.inbound import parse_request
 from ..engine import Engine, Recovery, Turn
+from ..engine._accepted import ON_ACCEPTED
 from ..engine._inputs import check_call_ids, check_content, check_id, check_text
-from ..errors import ContextBusy, InvalidInput, TurnFSMError
+from ..errors import ContextBusy, InvalidInput, TemporalUnavailable, TurnFSMError
 from ..model import ContentPart
 from ..states import RESTING
 from ..storage import Store
+from ..storage._base import ContextHeads
 from . import _codec
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
 
 __all__ = ["TemporalEngine"]
 
 _ROLES = ("user", "frontend_operator")
+
+_LOOK_FIRST = 0.02
+"""Seconds before the first look at the store once a call was accepted."""
+_LOOK_MAX = 0.25
+"""The longest wait between two looks (the wait doubles up to it)."""
+
+PATIENCE = 60.0
+"""Seconds an accepted call goes on waiting for its result while the
+Temporal server cannot be reached (it holds the call: it runs once the
+server is back) before it is ``TemporalUnavailable``."""
+
+_UNREACHABLE = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+)
+"""The statuses of a Temporal server that is down, restarting or too slow."""
+
+
+def _unavailable(exc: BaseException, taken: bool) -> TemporalUnavailable | None:
+    """``exc`` as :class:`TemporalUnavailable` when it says Temporal cannot be
+    reached (or timed out), else None. ``taken``: the Update had been accepted."""
+    if isinstance(exc, RPCTimeoutOrCancelledError):
+        said = "did not answer in time"
+    elif isinstance(exc, RPCError) and exc.status in _UNREACHABLE:
+        said = f"cannot be reached ({exc.status.name}: {exc.message})"
+    else:
+        return None
+    if taken:
+        return TemporalUnavailable(
+            f"the Temporal server {said} after it accepted the call, which goes on there; "
+            "its result is not known here: read the context",
+            accepted=True,
+        )
+    if isinstance(exc, RPCError) and exc.status is RPCStatusCode.UNAVAILABLE:
+        return TemporalUnavailable(
+            f"the Temporal server {said}; the call was not accepted: call again later",
+            accepted=False,
+        )
+    return TemporalUnavailable(
+        f"the Temporal server {said}; whether it accepted the call is not known: "
+        "read the context before calling again",
+        accepted=None,
+    )
+
+
+async def _result(handle: Any) -> Any:
+    """An accepted Update's result. Temporal holds the call: while its server
+    cannot be reached, the wait goes on (the call runs once it is back), for
+    up to :data:`PATIENCE` seconds."""
+    deadline: float | None = None
+    while True:
+        try:
+            return await handle.result()
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            if _unavailable(err, True) is None:
+                raise
+            now = anyio.current_time()
+            deadline = now + PATIENCE if deadline is None else deadline
+            if now >= deadline:
+                raise
+            await anyio.sleep(1.0)
 
 
 class TemporalEngine(Engine):
@@ -74,8 +145,33 @@ class TemporalEngine(Engine):
     def task_queue(self) -> str:
         return self._task_queue
 
+    async def _version(self, context_id: str) -> int | None:
+        """The context's version as last committed (None: no such context)."""
+        store = self.store
+        try:
+            if isinstance(store, ContextHeads):
+                return (await store.head(context_id))[1]
+            return (await store.load(context_id)).version
+        except TurnFSMError:
+            return None
+
+    async def _until_moved(self, context_id: str, version: int | None) -> None:
+        """Until the store holds a commit of the context past ``version``."""
+        delay = _LOOK_FIRST
+        while True:
+            await anyio.sleep(delay)
+            now = await self._version(context_id)
+            if now is not None and (version is None or now > version):
+                return
+            delay = min(delay * 2, _LOOK_MAX)
+
     async def _update(self, context_id: str, name: str, args: dict[str, Any]) -> Turn:
         self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
+        # a caller that answers before the turn rests (serve's 202) is told
+        # once the call is under way: its first step is in the store, as the
+        # other hosts tell it (refused or failed before that: its error)
+        announce = ON_ACCEPTED.get()
+        before = await self._version(context_id) if announce is not None else None
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             WORKFLOW_NAME,
             {"context_id": context_id},
@@ -83,18 +179,66 @@ class TemporalEngine(Engine):
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+        taken = False
         try:
-            data = await self._client.execute_update_with_start_workflow(
-                name, args, start_workflow_operation=start
+            # the workflow validates the call (a busy or missing context is
+            # refused here, with the engine's error) and accepts it
+            handle = await self._client.start_update_with_start_workflow(
+                name,
+                args,
+                start_workflow_operation=start,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             )
+            # refused by a validator (or failed at once): the outcome came with
+            # the handle, and result() raises it
+            outcome = handle._known_outcome  # (the SDK has no public accessor)
+            taken = outcome is None or not outcome.HasField("failure")
+            if not taken:
+                data = await handle.result()
+            elif announce is None:
+                data = await _result(handle)
+            else:
+                data = await self._announced(context_id, handle, before, announce)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
                 raise _codec.error_from(cause.details[0]) from None
             raise
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            down = _unavailable(err, taken)
+            if down is None:
+                raise
+            raise down from err
         finally:
             self._d.loaded.unload(context_id)
         return _codec.turn_from(data)
+
+    async def _announced(
+        self, context_id: str, handle: Any, before: int | None, announce: Any
+    ) -> Any:
+        """The Update's result; ``announce()`` meanwhile, once the store holds
+        the call's first step (not if the call ends, or fails, before)."""
+        result: Any = None
+        failed: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                try:
+                    await self._until_moved(context_id, before)
+                except Exception:  # the store cannot say: the result will
+                    return
+                announce()
+
+            tg.start_soon(watch)
+            try:
+                result = await _result(handle)
+            except BaseException as exc:  # raised as itself, not in a group
+                failed = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return result
 
     # ------------------------------------------------------------ the turn calls
 

@@ -40,9 +40,9 @@ with workflow.unsafe.imports_passed_through():
     import anyio.lowlevel
 
     from ..engine import Engine, RetryPolicy, Turn
-    from ..errors import ContextNotFound, TurnFSMError
+    from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import Event
-    from ..model import ChatContext, LLMRequest
+    from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..model._detach import detached_fields
     from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
@@ -102,9 +102,19 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
 
 
 class _Clock:
-    """The workflow's clock: replayed, never read from the machine."""
+    """The workflow's clock: replayed, never read from the machine.
+
+    ``pinned``: a time the engine reads instead, while it takes a step whose
+    event another activity has kept already with that time (the LLM
+    activity's ``stream_started``): the step's commit then writes the very
+    row the event log holds."""
+
+    def __init__(self) -> None:
+        self.pinned: float | None = None
 
     def time(self) -> float:
+        if self.pinned is not None:
+            return self.pinned
         return workflow.now().timestamp()
 
     async def sleep(self, seconds: float) -> None:
@@ -269,25 +279,60 @@ class _WorkflowLLM:
             # now in-process) and then the cancel, keeping the partial text
             # (each await on the way is the engine's shielded commit)
             task.cancel()
-            arrived: list[Any] = []
+            arrived: dict[str, Any] = {"chunks": []}
             # nothing came back (the activity failed): the cancel as it is
             with (
                 anyio.CancelScope(shield=True),
                 contextlib.suppress(ActivityError, asyncio.CancelledError),
             ):
-                arrived = (await asyncio.shield(task))["chunks"]
-            for chunk in arrived:
+                arrived = await asyncio.shield(task)
+            started_at = arrived.get("started_at")
+            for chunk in arrived["chunks"]:
+                if started_at is not None:
+                    async for first in self._first(chunk, started_at):
+                        yield first
+                    started_at = None
+                    continue
                 yield _codec.chunk_from(chunk)
             raise
         cancel_at = result["cancel_at"]
+        # the stream_started step as the LLM activity kept it in the event log
+        # (None: no delta was rung; and in histories older than it)
+        started_at = result.get("started_at")
         for i, chunk in enumerate(result["chunks"]):
             if i == cancel_at:
                 await _cancel(request)
+            if started_at is not None:
+                async for first in self._first(chunk, started_at):
+                    yield first
+                started_at = None
+                continue
             yield _codec.chunk_from(chunk)
+        if started_at is not None:  # kept by an attempt lost, and this one rang no delta
+            async for first in self._first(None, started_at):
+                yield first
         if cancel_at is not None and cancel_at >= len(result["chunks"]):
             await _cancel(request)
         if result["error"] is not None:
             raise _codec.error_from(result["error"])
+
+    async def _first(self, chunk: Any, started_at: float) -> AsyncIterator[Any]:
+        """``chunk`` (data, or None), read by the engine at the time
+        ``started_at`` of the ``stream_started`` step the LLM activity kept in
+        the event log: the engine's step then has that time, and its commit
+        writes the row the log holds. A chunk that is no delta (an attempt
+        lost after it rang, and this one answered at once or failed) comes
+        after an empty text delta: the step the log holds is taken all the same."""
+        clock = self._wf.clock
+        first = _codec.chunk_from(chunk) if chunk is not None else None
+        delta = first is not None and type(first) in (TextDelta, ThinkingDelta, ToolCallDelta)
+        clock.pinned = started_at
+        try:
+            yield first if delta else TextDelta("")
+        finally:
+            clock.pinned = None
+        if first is not None and not delta:
+            yield first
 
 
 def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
@@ -390,6 +435,9 @@ class ContextWorkflow:
         self.sent: set[tuple[str, int]] = set()
         """Events written by their commit's activity (the engine's tap skips them)."""
         self.gone = False
+        self.clock = _Clock()
+        self.calls = 0
+        """Update handlers running a call (one at a time, but for a cancel)."""
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
         self.engine = Engine(
@@ -397,7 +445,7 @@ class ContextWorkflow:
             tools=_tools(self.config, self),
             store=_WorkflowStore(self),  # type: ignore[arg-type]
             retry=_deterministic(retry),
-            clock=_Clock(),
+            clock=self.clock,
             ids=_ids,
             logger=_Quiet(),
             **options,
@@ -460,9 +508,36 @@ class ContextWorkflow:
                 retry_policy=_STORE_RETRY,
             )
 
+    def _refuse(self, exc: TurnFSMError) -> ApplicationError:
+        return ApplicationError(
+            str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
+        )
+
+    def _admit(self, _: dict[str, Any]) -> None:
+        """The validator of every call but ``cancel``: the errors the engine
+        would raise at once, raised before Temporal accepts the Update (so a
+        caller told "accepted" is not refused afterwards): a context known to
+        be gone, and a call while another runs. (Validators run on new
+        Updates only, never on replay: they change no history.)"""
+        if self.gone:
+            raise self._refuse(ContextNotFound(self.context_id))
+        if self.calls:
+            raise self._refuse(ContextBusy(self.context_id, "running"))
+
+    def _admit_cancel(self, _: dict[str, Any]) -> None:
+        if self.gone:
+            raise self._refuse(ContextNotFound(self.context_id))
+
     async def _call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
         """Run one engine call; its Turn as data, or the engine's error as the
         update's failure."""
+        self.calls += 1
+        try:
+            return await self._run_call(call)
+        finally:
+            self.calls -= 1
+
+    async def _run_call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
         try:
             try:
                 turn = await call(self.engine)
@@ -474,9 +549,7 @@ class ContextWorkflow:
         except TurnFSMError as exc:
             if isinstance(exc, ContextNotFound) and exc.context_id == self.context_id:
                 self.gone = True
-            raise ApplicationError(
-                str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
-            ) from None
+            raise self._refuse(exc) from None
         except BaseException as exc:
             if not _lost(exc):
                 raise
@@ -499,34 +572,70 @@ class ContextWorkflow:
             lambda e: e.send(self.context_id, content, a["role"], message_id=a["message_id"])
         )
 
+    @send.validator
+    def _send_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="approve")
     async def approve(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.approve(self.context_id, a["call_ids"]))
+
+    @approve.validator
+    def _approve_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="deny")
     async def deny(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.deny(self.context_id, a["call_ids"], a["reason"]))
 
+    @deny.validator
+    def _deny_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="answer")
     async def answer(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.answer(self.context_id, a["call_id"], a["text"]))
+
+    @answer.validator
+    def _answer_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="cancel")
     async def cancel(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.cancel(self.context_id))
 
+    @cancel.validator
+    def _cancel_admitted(self, a: dict[str, Any]) -> None:
+        self._admit_cancel(a)
+
     @workflow.update(name="retry")
     async def retry(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.retry(self.context_id))
+
+    @retry.validator
+    def _retry_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
 
     @workflow.update(name="reset")
     async def reset(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.reset(self.context_id))
 
+    @reset.validator
+    def _reset_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="request")
     async def request(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.send_request(a["body"], self.context_id))
 
+    @request.validator
+    def _request_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
     @workflow.update(name="resume")
     async def resume(self, a: dict[str, Any]) -> Any:
         return await self._call(lambda e: e.resume(self.context_id))
+
+    @resume.validator
+    def _resume_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
