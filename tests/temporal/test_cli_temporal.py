@@ -232,6 +232,7 @@ def _until_state(http: httpx.Client, cid: str, want: str, timeout: float = 60) -
         time.sleep(0.1)
 
 
+@pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
 def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
     processes: Processes,
 ) -> None:
@@ -267,6 +268,7 @@ def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
         assert messages[0]["id"] == body["message_id"]
 
 
+@pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
 def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_once(
     temporal_server: DevServer, processes: Processes
 ) -> None:
