@@ -113,6 +113,8 @@ class Report:
     pauses: int = 0
     stale_wakeups: int = 0
     """Pauses after which another worker had claimed every lease of the paused one."""
+    too_many: int = 0
+    """Messages refused with ``429 too_many_turns`` and sent again (nothing stored)."""
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
@@ -337,6 +339,12 @@ class Run:
                 return
             if r is not None and r.status_code == 409:
                 await self._until_rest(http, cid, time.time())
+                continue
+            if r is not None and r.status_code == 429:
+                # the tenant's turns on every server of the database are at the
+                # limit (a paused server keeps its slots): nothing was stored
+                self.report.too_many += 1
+                await asyncio.sleep(min(float(r.headers.get("Retry-After", "1")), 1.0))
                 continue
             if r is not None and r.status_code < 500:
                 raise RuntimeError(f"{cid}: message refused: {r.status_code} {r.text}")
@@ -577,6 +585,7 @@ def main() -> int:
     print(
         f"{report.contexts} contexts, {report.acked} acknowledged messages, "
         f"{report.kills} kills, {report.pauses} pauses ({report.stale_wakeups} woke stale), "
+        f"{report.too_many} sent again after 429, "
         f"{len(report.problems)} problems, {report.seconds:.1f}s "
         f"({', '.join(f'{k} {v:.1f}s' for k, v in report.phases.items())})"
     )
