@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -19,11 +19,18 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
 from ..adapters.inbound import parse_request
-from ..engine import Engine, Recovery, Turn
+from ..engine import Engine, Finished, LLMSummarizer, Recovery, Summarizer, Turn
 from ..engine._accepted import ON_ACCEPTED
+from ..engine._children import as_summarizer
 from ..engine._inputs import check_call_ids, check_content, check_id, check_text
-from ..errors import ContextBusy, InvalidInput, TemporalUnavailable, TurnFSMError
-from ..model import ContentPart
+from ..errors import (
+    ContextBusy,
+    InvalidInput,
+    SubContextError,
+    TemporalUnavailable,
+    TurnFSMError,
+)
+from ..model import ChatContext, ContentPart
 from ..states import RESTING
 from ..storage import Store
 from ..storage._base import ContextHeads
@@ -166,6 +173,11 @@ class TemporalEngine(Engine):
             delay = min(delay * 2, _LOOK_MAX)
 
     async def _update(self, context_id: str, name: str, args: dict[str, Any]) -> Turn:
+        return _codec.turn_from(await self._call_workflow(context_id, name, args))
+
+    async def _call_workflow(self, context_id: str, name: str, args: dict[str, Any]) -> Any:
+        """The Update ``name`` on the context's workflow (started on first
+        use): its result as data, or the engine's error raised here."""
         self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
         # a caller that answers before the turn rests (serve's 202) is told
         # once the call is under way: its first step is in the store, as the
@@ -189,13 +201,11 @@ class TemporalEngine(Engine):
                 start_workflow_operation=start,
                 wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             )
-            # refused by a validator (or failed at once): the outcome came with
-            # the handle, and result() raises it
-            outcome = handle._known_outcome  # (the SDK has no public accessor)
-            taken = outcome is None or not outcome.HasField("failure")
-            if not taken:
-                data = await handle.result()
-            elif announce is None:
+            # accepted, or refused by a validator: a refusal's outcome came with
+            # the handle, and result() raises it without asking the server, so
+            # a server that cannot be reached from here on had accepted the call
+            taken = True
+            if announce is None:
                 data = await _result(handle)
             else:
                 data = await self._announced(context_id, handle, before, announce)
@@ -211,7 +221,7 @@ class TemporalEngine(Engine):
             raise down from err
         finally:
             self._d.loaded.unload(context_id)
-        return _codec.turn_from(data)
+        return data
 
     async def _announced(
         self, context_id: str, handle: Any, before: int | None, announce: Any
@@ -303,6 +313,33 @@ class TemporalEngine(Engine):
     async def resume(self, context_id: str) -> Turn:
         check_id("context_id", context_id)
         return await self._update(context_id, "resume", {})
+
+    async def finish(
+        self,
+        child_id: str,
+        *,
+        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
+        keep: bool = False,
+    ) -> Finished:
+        """:meth:`Engine.finish`. The LLM summary (the default, or an
+        :class:`LLMSummarizer`) needs the workers' LLM: the call goes to the
+        parent's workflow, which summarises and commits there. Any other
+        summarizer runs here, as on the in-process engine."""
+        check_id("child_id", child_id)
+        if not isinstance(keep, bool):
+            raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
+        chosen = as_summarizer("summarizer", summarizer)
+        if type(chosen) is not LLMSummarizer:
+            return await super().finish(child_id, summarizer=chosen, keep=keep)
+        parent_id = (await self.get_context(child_id)).parent_id
+        if parent_id is None:
+            raise SubContextError(child_id, "it is not a sub-context (it has no parent)")
+        args = {"child_id": child_id, "keep": keep, "prompt": chosen.prompt, "model": chosen.model}
+        try:
+            data = await self._call_workflow(parent_id, "finish", args)
+        finally:
+            self._d.loaded.unload(child_id)
+        return _codec.finished_from(data)
 
     async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
         """:meth:`Engine.send_request`, its turn on Temporal: the body is checked

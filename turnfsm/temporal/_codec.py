@@ -10,12 +10,13 @@ pure functions of data, used on both sides.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import types
 from typing import Any
 
 from .. import records
-from ..engine import Question, StopReason, Turn
+from ..engine import Finished, Question, StopReason, Turn
 from ..events import Event, event_bytes
 from ..model import (
     ChatContext,
@@ -41,6 +42,8 @@ __all__ = [
     "error_from",
     "error_to",
     "event_row",
+    "finished_from",
+    "finished_to",
     "parts_from",
     "parts_to",
     "request_from",
@@ -180,6 +183,14 @@ def turn_from(data: JSON) -> Turn:
 
 
 # ---------------------------------------------------------------- errors
+
+
+def finished_to(finished: Finished) -> JSON:
+    return dataclasses.asdict(finished)
+
+
+def finished_from(data: JSON) -> Finished:
+    return Finished(**data)
 
 
 def _plain(value: object) -> bool:

@@ -39,11 +39,12 @@ with workflow.unsafe.imports_passed_through():
     import anyio
     import anyio.lowlevel
 
-    from ..engine import Engine, RetryPolicy, Turn
+    from ..engine import Engine, LLMSummarizer, RetryPolicy
     from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import Event
     from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..model._detach import detached_fields
+    from ..states import State
     from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
@@ -55,6 +56,7 @@ _STORE_RETRY = ActivityRetry(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
 )
 _NOT_DURABLE = frozenset({"ContentDelta", "EventsMissed"})
+_AWAITING_LLM = State.AWAITING_LLM_RESPONSE.value
 
 
 class _Lost(BaseException):
@@ -256,8 +258,14 @@ class _WorkflowLLM:
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
         wf = self._wf
-        streamed = request.metadata.get("purpose") != "compaction"
         rt = wf.engine._d.loaded.get(request.context_id)
+        # a turn's own call streams to the context's readers; a compaction's
+        # or a sub-context's summary (the child at rest) is read by nobody
+        streamed = (
+            request.metadata.get("purpose") != "compaction"
+            and rt is not None
+            and rt.holder.state == _AWAITING_LLM
+        )
         seq = rt.seq if rt is not None else 0
         message_id = (rt.partial_id or "") if rt is not None and streamed else ""
         task = asyncio.ensure_future(
@@ -528,16 +536,20 @@ class ContextWorkflow:
         if self.gone:
             raise self._refuse(ContextNotFound(self.context_id))
 
-    async def _call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
-        """Run one engine call; its Turn as data, or the engine's error as the
-        update's failure."""
+    async def _call(
+        self,
+        call: Callable[[Engine], Awaitable[Any]],
+        encode: Callable[[Any], Any] = _codec.turn_to,
+    ) -> Any:
+        """Run one engine call; its result as data (``encode``: a Turn's by
+        default), or the engine's error as the update's failure."""
         self.calls += 1
         try:
-            return await self._run_call(call)
+            return encode(await self._run_call(call))
         finally:
             self.calls -= 1
 
-    async def _run_call(self, call: Callable[[Engine], Awaitable[Turn]]) -> Any:
+    async def _run_call(self, call: Callable[[Engine], Awaitable[Any]]) -> Any:
         try:
             try:
                 turn = await call(self.engine)
@@ -561,7 +573,7 @@ class ContextWorkflow:
         finally:
             if self.rows:
                 await self._flush()
-        return _codec.turn_to(turn)
+        return turn
 
     # ------------------------------------------------------------ the calls
 
@@ -638,4 +650,19 @@ class ContextWorkflow:
 
     @resume.validator
     def _resume_admitted(self, a: dict[str, Any]) -> None:
+        self._admit(a)
+
+    @workflow.update(name="finish")
+    async def finish(self, a: dict[str, Any]) -> Any:
+        """``Engine.finish`` of this context's child ``child_id`` with the LLM
+        summary (the workflow's LLM is the worker's): the summary is committed
+        to this context, the child kept or deleted."""
+        chosen = LLMSummarizer(a["prompt"], model=a["model"])
+        return await self._call(
+            lambda e: e.finish(a["child_id"], summarizer=chosen, keep=a["keep"]),
+            _codec.finished_to,
+        )
+
+    @finish.validator
+    def _finish_admitted(self, a: dict[str, Any]) -> None:
         self._admit(a)
