@@ -188,3 +188,23 @@ async def test_a_stored_setting_the_enhancers_refuse_fails_the_turn_in_prepare()
     assert turn.state is State.PERMANENT_FAILURE
     assert "history settings" in (turn.error or "")
     assert made.llm.requests == []
+
+
+async def test_a_sub_context_takes_its_parents_settings() -> None:
+    """A child runs on its parent's model and parameters, and so on its
+    parent's history settings: spawned, it has them, and its turns use them."""
+    made = make_engine(tool_then_text, tools=[lookup])
+    engine, llm = made.engine, made.llm
+    async with engine:
+        parent = await engine.create_context()
+        await engine.update_config(parent, tool_history=0, compaction="off")
+        plain = await engine.create_context()
+        child = await engine.spawn(parent, "question 0")
+        await engine.send(child.context_id, "question 1")
+        other = await engine.spawn(plain, "question 0")
+        config = (await engine.get_context(child.context_id)).config
+        assert (config.tool_history, config.token_budget, config.compaction) == (0, None, "off")
+        bare = (await engine.get_context(other.context_id)).config
+        assert (bare.tool_history, bare.token_budget, bare.compaction) == (None, None, None)
+    last = [r for r in llm.requests if r.context_id == child.context_id][-1]
+    assert results_in_full(last) == 0 and last.metadata["tool_history"]["full"] == 0

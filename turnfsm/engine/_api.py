@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..adapters.llm import LLM
-from ..model import ChatContext, ContentPart
+from ..model import ChatConfig, ChatContext, ContentPart
 from ..storage import Store
 from ..tools import ToolRegistry
 from ._drive import Driver
@@ -71,4 +71,5 @@ class EngineAPI(Protocol):
         title: str | None,
         tools: Sequence[str] | None,
         subtask_call: str | None,
+        history: ChatConfig | None = None,
     ) -> str: ...

@@ -102,7 +102,11 @@ class ContextManagement:
         title: str | None,
         tools: Sequence[str] | None,
         subtask_call: str | None,
+        history: ChatConfig | None = None,
     ) -> str:
+        """Create a context (arguments checked here); ``history``: a config
+        whose own history settings the new context takes (a sub-context takes
+        its parent's)."""
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
         self._d.settings.check_mode("mode", mode)
@@ -143,6 +147,9 @@ class ContextManagement:
                 title=title,
                 tools=allowed,
                 subtask_call=subtask_call,
+                tool_history=None if history is None else history.tool_history,
+                token_budget=None if history is None else history.token_budget,
+                compaction=None if history is None else history.compaction,
             ),
             branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
             created_at=now,

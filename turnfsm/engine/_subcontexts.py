@@ -121,6 +121,7 @@ async def spawn(
         title=title,
         tools=allowed,
         subtask_call=subtask_call,
+        history=config,
     )
     detail: dict[str, Any] = {"child_id": child_id, "task": _task_text(parts)}
     if title is not None:
