@@ -393,7 +393,9 @@ async def _tenant_replay(
             return
     except TurnFSMError:
         return
+    hub.tap(cid, who)  # its live events reach the tenant's streams, with or without a channel
     ch = hub.hold(cid)
+    _from_here(ch, after)  # before anything can reach the channel: see _context_stream
     try:
         replay: list[ChatContext | None] = []
         try:

@@ -121,6 +121,8 @@ class Hub:
         tenant-wide streams of events from contexts without a channel."""
         self.listeners: dict[str, set[Listener]] = {}
         """Per tenant, the tenant-wide streams (``/api/events``)."""
+        self._unknown: dict[str, list[LogNote]] = {}
+        """Contexts whose tenant is being read, with the notes that came meanwhile."""
 
     @property
     def engine(self) -> Engine:
@@ -295,7 +297,7 @@ class Hub:
 
     def _on_note(self, note: LogNote) -> None:
         """A doorbell from the event log (another process, or this one's echo)."""
-        ch = self.channel(note.context_id)
+        ch = self.channel(note.context_id) or self._for_tenant_streams(note)
         if ch is None:
             return  # nobody here streams it
         if ch.next is None and note.first is not None and not ch.filling:
@@ -312,6 +314,45 @@ class Hub:
             self.offer(note.context_id, note.seq)
         else:
             self.offer(note.context_id, ev)
+
+    def _for_tenant_streams(self, note: LogNote) -> Channel | None:
+        """A channel for a context no stream here holds, when its tenant has
+        streams here (``/api/events``): an idle one, so that its events from
+        other processes (a worker's, another server's) reach them in order,
+        durable ones read from the log. A context this server has not seen has
+        its tenant read first, its notes kept meanwhile (:meth:`_owner_of`)."""
+        if not self.listeners:
+            return None
+        cid = note.context_id
+        waiting = self._unknown.get(cid)
+        if waiting is not None:  # its tenant is being read: in order, after it
+            waiting.append(note)
+            return None
+        tenant = self.owners.get(cid)
+        if tenant is None:
+            if self._tg is not None and len(self._unknown) < KNOWN_OWNERS:
+                self._unknown[cid] = [note]
+                self._tg.start_soon(self._owner_of, cid)
+            return None
+        if tenant not in self.listeners:
+            return None
+        ch = self.hold(cid)
+        self.release(ch)  # idle: kept for the next notes (at most IDLE_CHANNELS)
+        return ch
+
+    async def _owner_of(self, context_id: str) -> None:
+        """Read the tenant of a context whose notes came before anything here
+        said it, then take its notes kept meanwhile."""
+        try:
+            tenant = await self.owner(context_id)
+        except Exception:  # deleted meanwhile, or the table cannot say: dropped
+            tenant = None
+        notes = self._unknown.pop(context_id, [])
+        if tenant is None:
+            return
+        self.tap(context_id, tenant)
+        for note in notes:
+            self._on_note(note)
 
     async def _on_listening(self) -> None:
         """Listening (again): notes rung meanwhile are lost, so each channel
