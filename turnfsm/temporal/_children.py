@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     import anyio
 
     from ..engine import Engine, Turn
-    from ..errors import ContextBusy
+    from ..errors import SubContextError
     from ..model import ContentPart
     from . import _codec
     from ._config import WORKFLOW_NAME, workflow_id
@@ -141,7 +141,7 @@ class Children:
         try:
             handle = await self._send(child_id, message)
         except FailureError as err:
-            raise ContextBusy(child_id, f"its workflow cannot be reached: {err}") from None
+            raise SubContextError(child_id, f"its workflow cannot be reached ({err})") from None
         try:
             await _until(lambda: token in self.replies)
         except asyncio.CancelledError:
