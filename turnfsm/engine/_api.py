@@ -1,7 +1,8 @@
 """The engine as the code around its public class sees it: :class:`EngineAPI`.
 
 Sub-contexts (``_subcontexts``) and workers (``_worker``) call the engine's
-public methods (a child is created, sent its task, resumed, deleted) and run
+public methods (a child is created, sent its task, resumed, decided on,
+deleted) and run
 calls through its drive loop. They name what they use here, so that they do
 not import the public class, which imports them: the engine's modules import
 downward only.
@@ -51,6 +52,12 @@ class EngineAPI(Protocol):
     ) -> Turn: ...
 
     async def resume(self, context_id: str) -> Turn: ...
+
+    async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn: ...
+
+    async def deny(
+        self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
+    ) -> Turn: ...
 
     async def children(self, context_id: str) -> list[ChildInfo]: ...
 

@@ -56,7 +56,12 @@ async def decide(
         )
     own, by_child, waiting = routed
     for child_id, child_ids in by_child.items():
-        await decide(engine, child_id, child_ids, status, reason)
+        # through the engine's own calls on the child (they decide as here, at
+        # any depth; a host whose children run elsewhere sends them there)
+        if status is ApprovalStatus.APPROVED:
+            await engine.approve(child_id, child_ids)
+        else:
+            await engine.deny(child_id, child_ids, reason)
     return await after_children(engine, context_id, dict.fromkeys(own, (status, reason)), waiting)
 
 

@@ -19,6 +19,11 @@ So every trigger is fired through the same ``transitions`` machine
 in-process turn commits. The calls arrive as Updates (``send``, ``approve``,
 ...) and return the ``Turn`` when the context rests. Between calls the
 workflow only waits: a context waiting for a human holds no worker.
+
+A sub-task's child context has a workflow of its own, started by its
+parent's as a child workflow: the parent's engine sends its calls on the
+child there (the ``call`` signal) and waits for the ``reply`` signal
+(:mod:`._children`).
 """
 
 from __future__ import annotations
@@ -48,9 +53,10 @@ with workflow.unsafe.imports_passed_through():
     from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
+    from ._children import OPS, SUBTASK_PATCH, Children, WorkflowEngine, reply, retrieved
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
 
-__all__ = ["ContextWorkflow", "tool_retry"]
+__all__ = ["SUBTASK_PATCH", "ContextWorkflow", "tool_retry"]
 
 _STORE_RETRY = ActivityRetry(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
@@ -90,17 +96,12 @@ async def _activity(name: str, args: list[Any], **options: Any) -> Any:
     delivers the cancel again on every turn of the loop: the workflow would
     spin without yielding.)"""
     task = asyncio.ensure_future(workflow.execute_activity(name, args=args, **options))
-    task.add_done_callback(_retrieved)
+    task.add_done_callback(retrieved)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         task.cancel()
         raise
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # no "never retrieved" log for an abandoned one
 
 
 class _Clock:
@@ -278,7 +279,7 @@ class _WorkflowLLM:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         )
-        task.add_done_callback(_retrieved)
+        task.add_done_callback(retrieved)
         try:
             result = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -415,8 +416,9 @@ class _ActivityTool(Tool):
 
 def _in_workflow(tool: Tool) -> bool:
     """A tool that runs in the workflow itself: a question (never run; a
-    human answers it) or a sub-task (``subtask()``: its child context's turns
-    are the engine's own, so they run here, each of their I/O an activity)."""
+    human answers it) or a sub-task (``subtask()``: the engine's sub-task
+    runner creates, reads, summarises and deletes the child here; the child's
+    turns run in its own workflow, see :mod:`._children`)."""
     if isinstance(tool, QuestionTool):
         return True
     fn = tool.fn
@@ -445,10 +447,13 @@ class ContextWorkflow:
         self.gone = False
         self.clock = _Clock()
         self.calls = 0
-        """Update handlers running a call (one at a time, but for a cancel)."""
+        """Calls running (Updates, or a parent's ``call`` signals): one at a
+        time, but for a cancel."""
+        self.children = Children()
+        """The sub-task children this run calls in their own workflows."""
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
-        self.engine = Engine(
+        self.engine = WorkflowEngine(
             llm=_WorkflowLLM(self),
             tools=_tools(self.config, self),
             store=_WorkflowStore(self),  # type: ignore[arg-type]
@@ -458,6 +463,8 @@ class ContextWorkflow:
             logger=_Quiet(),
             **options,
         )
+        self.engine.home = self.context_id
+        self.engine.child_workflows = self.children
         self.engine._d.renews_leases = False  # no lease to renew: no heartbeat timer
         self.engine.tap(self._on_event)
 
@@ -575,14 +582,44 @@ class ContextWorkflow:
                 await self._flush()
         return turn
 
+    # ------------------------------------------------------------ sub-task children
+
+    @workflow.signal(name="call")
+    async def call(self, a: dict[str, Any]) -> None:
+        """A call from a parent's workflow on this context (``op`` one of the
+        Updates' names, with its ``args``), run as an Update runs; the result
+        goes back to ``reply_to`` as the ``reply`` signal with ``token``."""
+        out: dict[str, Any]
+        op = a["op"]
+        if self.gone:
+            out = {"error": _codec.error_to(ContextNotFound(self.context_id))}
+        elif self.calls and op != "cancel":
+            out = {"error": _codec.error_to(ContextBusy(self.context_id, "running"))}
+        else:
+            run = OPS[op]
+            try:
+                out = {"turn": await self._call(lambda e: run(e, self.context_id, a["args"]))}
+            except ApplicationError as err:
+                error = err.details[0] if err.details else _codec.error_to(TurnFSMError(str(err)))
+                out = {"error": error}
+        await reply(a["reply_to"], a["token"], out)
+
+    @workflow.signal(name="reply")
+    def reply(self, a: dict[str, Any]) -> None:
+        """A child's workflow answered a ``call`` (:meth:`Children.call`)."""
+        self.children.replies[a["token"]] = a
+
+    @workflow.signal(name="end")
+    def end(self) -> None:
+        """The context was deleted (a sub-task's child after its summary):
+        the workflow ends once its handlers have."""
+        self.gone = True
+
     # ------------------------------------------------------------ the calls
 
     @workflow.update(name="send")
     async def send(self, a: dict[str, Any]) -> Any:
-        content = _codec.parts_from(a["content"])
-        return await self._call(
-            lambda e: e.send(self.context_id, content, a["role"], message_id=a["message_id"])
-        )
+        return await self._call(lambda e: OPS["send"](e, self.context_id, a))
 
     @send.validator
     def _send_admitted(self, a: dict[str, Any]) -> None:
@@ -590,7 +627,7 @@ class ContextWorkflow:
 
     @workflow.update(name="approve")
     async def approve(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.approve(self.context_id, a["call_ids"]))
+        return await self._call(lambda e: OPS["approve"](e, self.context_id, a))
 
     @approve.validator
     def _approve_admitted(self, a: dict[str, Any]) -> None:
@@ -598,7 +635,7 @@ class ContextWorkflow:
 
     @workflow.update(name="deny")
     async def deny(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.deny(self.context_id, a["call_ids"], a["reason"]))
+        return await self._call(lambda e: OPS["deny"](e, self.context_id, a))
 
     @deny.validator
     def _deny_admitted(self, a: dict[str, Any]) -> None:
@@ -606,7 +643,7 @@ class ContextWorkflow:
 
     @workflow.update(name="answer")
     async def answer(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.answer(self.context_id, a["call_id"], a["text"]))
+        return await self._call(lambda e: OPS["answer"](e, self.context_id, a))
 
     @answer.validator
     def _answer_admitted(self, a: dict[str, Any]) -> None:
@@ -614,7 +651,7 @@ class ContextWorkflow:
 
     @workflow.update(name="cancel")
     async def cancel(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.cancel(self.context_id))
+        return await self._call(lambda e: OPS["cancel"](e, self.context_id, a))
 
     @cancel.validator
     def _cancel_admitted(self, a: dict[str, Any]) -> None:
@@ -622,7 +659,7 @@ class ContextWorkflow:
 
     @workflow.update(name="retry")
     async def retry(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.retry(self.context_id))
+        return await self._call(lambda e: OPS["retry"](e, self.context_id, a))
 
     @retry.validator
     def _retry_admitted(self, a: dict[str, Any]) -> None:
@@ -630,7 +667,7 @@ class ContextWorkflow:
 
     @workflow.update(name="reset")
     async def reset(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.reset(self.context_id))
+        return await self._call(lambda e: OPS["reset"](e, self.context_id, a))
 
     @reset.validator
     def _reset_admitted(self, a: dict[str, Any]) -> None:
@@ -638,7 +675,7 @@ class ContextWorkflow:
 
     @workflow.update(name="request")
     async def request(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.send_request(a["body"], self.context_id))
+        return await self._call(lambda e: OPS["request"](e, self.context_id, a))
 
     @request.validator
     def _request_admitted(self, a: dict[str, Any]) -> None:
@@ -646,7 +683,7 @@ class ContextWorkflow:
 
     @workflow.update(name="resume")
     async def resume(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: e.resume(self.context_id))
+        return await self._call(lambda e: OPS["resume"](e, self.context_id, a))
 
     @resume.validator
     def _resume_admitted(self, a: dict[str, Any]) -> None:
