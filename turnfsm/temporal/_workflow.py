@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _codec
     from ._children import OPS, SUBTASK_PATCH, Children, WorkflowEngine, reply, retrieved
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
+    from ._host import Clock, Quiet, deterministic, new_id
 
 __all__ = ["SUBTASK_PATCH", "ContextWorkflow", "tool_retry"]
 
@@ -102,63 +103,6 @@ async def _activity(name: str, args: list[Any], **options: Any) -> Any:
     except asyncio.CancelledError:
         task.cancel()
         raise
-
-
-class _Clock:
-    """The workflow's clock: replayed, never read from the machine.
-
-    ``pinned``: a time the engine reads instead, while it takes a step whose
-    event another activity has kept already with that time (the LLM
-    activity's ``stream_started``): the step's commit then writes the very
-    row the event log holds."""
-
-    def __init__(self) -> None:
-        self.pinned: float | None = None
-
-    def time(self) -> float:
-        if self.pinned is not None:
-            return self.pinned
-        return workflow.now().timestamp()
-
-    async def sleep(self, seconds: float) -> None:
-        timer = asyncio.ensure_future(workflow.sleep(seconds))  # a durable timer
-        try:
-            await asyncio.shield(timer)  # (shielded, as activities are: see _activity)
-        except asyncio.CancelledError:
-            timer.cancel()
-            raise
-
-
-def _ids() -> str:
-    return workflow.uuid4().hex
-
-
-class _Quiet:
-    """No logging from inside the workflow: its code runs again on every replay."""
-
-    def bind(self, **_: Any) -> _Quiet:
-        return self
-
-    def debug(self, *_: Any, **__: Any) -> None:
-        return None
-
-    info = warning = error = debug
-
-
-def _deterministic(policy: RetryPolicy) -> RetryPolicy:
-    """The policy with its jitter drawn from ``workflow.random()``: tenacity's
-    ``wait_random_exponential`` (the default) draws from the process's
-    ``random``, which a replay would not draw again the same way."""
-    wait = policy.wait
-    if type(wait).__name__ != "wait_random_exponential":
-        return policy
-    exponential = type(wait).__mro__[1]  # tenacity's wait_exponential
-
-    def jittered(state: Any) -> float:
-        high = float(exponential.__call__(wait, state))
-        return workflow.random().uniform(float(getattr(wait, "min", 0.0)), high)
-
-    return dataclasses.replace(policy, wait=jittered)  # type: ignore[arg-type]
 
 
 class _WorkflowStore:
@@ -445,7 +389,7 @@ class ContextWorkflow:
         self.sent: set[tuple[str, int]] = set()
         """Events written by their commit's activity (the engine's tap skips them)."""
         self.gone = False
-        self.clock = _Clock()
+        self.clock = Clock()
         self.calls = 0
         """Calls running (Updates, or a parent's ``call`` signals): one at a
         time, but for a cancel."""
@@ -457,10 +401,10 @@ class ContextWorkflow:
             llm=_WorkflowLLM(self),
             tools=_tools(self.config, self),
             store=_WorkflowStore(self),  # type: ignore[arg-type]
-            retry=_deterministic(retry),
+            retry=deterministic(retry),
             clock=self.clock,
-            ids=_ids,
-            logger=_Quiet(),
+            ids=new_id,
+            logger=Quiet(),
             **options,
         )
         self.engine.home = self.context_id
