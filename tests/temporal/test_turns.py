@@ -640,3 +640,32 @@ def test_finish_with_the_llm_summary_runs_in_the_parents_workflow(
         + [n.seq for n in log.notes if n.event is not None and n.context_id == kept_id]
     )
     assert seqs == list(range(1, last + 1))
+
+
+def test_a_deleted_contexts_workflow_ends(temporal_server: DevServer) -> None:
+    """``delete_context`` on a TemporalEngine ends the workflow of each context
+    it deleted; a context whose workflow never started needs nothing."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from turnfsm.temporal import TemporalEngine, TemporalWorker, workflow_id
+
+    async def go() -> None:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        llm = ScriptedLLM([{"text": "hi"}])
+        async with (
+            TemporalWorker(client, store=store, llm=llm, task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            ran = await engine.create_context()
+            await engine.send(ran, "hello")
+            handle = client.get_workflow_handle(workflow_id(ran))
+            assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+            assert await engine.delete_context(ran) == [ran]
+            with anyio.fail_after(10):
+                await handle.result()  # it ends
+            assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+            never = await engine.create_context()
+            assert await engine.delete_context(never) == [never]
+
+    anyio.run(go)

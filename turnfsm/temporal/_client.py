@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -340,6 +341,17 @@ class TemporalEngine(Engine):
         finally:
             self._d.loaded.unload(child_id)
         return _codec.finished_from(data)
+
+    async def delete_context(self, context_id: str) -> list[str]:
+        """:meth:`Engine.delete_context`, then the workflow of each context
+        deleted ends (the ``end`` signal). One that never started, or has
+        ended, needs nothing; one that Temporal cannot be told of now ends at
+        its next call, which finds its context gone."""
+        deleted = await super().delete_context(context_id)
+        for cid in deleted:
+            with contextlib.suppress(RPCError, RPCTimeoutOrCancelledError):
+                await self._client.get_workflow_handle(workflow_id(cid)).signal("end")
+        return deleted
 
     async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
         """:meth:`Engine.send_request`, its turn on Temporal: the body is checked
