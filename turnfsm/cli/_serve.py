@@ -31,7 +31,13 @@ from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_
 from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
-from ._temporal_options import add_temporal_options, connect, shared_store, temporal_package
+from ._temporal_options import (
+    add_temporal_options,
+    connect,
+    exit_at_once,
+    shared_store,
+    temporal_package,
+)
 
 __all__ = ["add_model_options", "add_parser", "load_tools", "model_name", "model_of"]
 
@@ -312,7 +318,7 @@ def _run_on_temporal(
 
     where = f"temporal {args.temporal} (namespace {args.temporal_namespace}, task queue "
     where += f"{args.temporal_task_queue})"
-    return _serve(args, factory, config, url, turns=where)
+    exit_at_once(_serve(args, factory, config, url, turns=where))  # see exit_at_once
 
 
 def _serve(

@@ -36,7 +36,13 @@ from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of
 from ._store import add_store_option, open_cli_store, store_location
-from ._temporal_options import add_temporal_options, connect, shared_store, temporal_package
+from ._temporal_options import (
+    add_temporal_options,
+    connect,
+    exit_at_once,
+    shared_store,
+    temporal_package,
+)
 
 __all__ = ["add_parser"]
 
@@ -130,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         say("turnfsm temporal-worker: stopped" + (" (SIGTERM)" if stopping.is_set() else ""))
 
     anyio.run(main)
-    return 0
+    exit_at_once(0)  # stopped cleanly: see exit_at_once
 
 
 def say(line: str) -> None:

@@ -6,9 +6,12 @@ extra they need, the connection, and the store they share
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
+import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -20,6 +23,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE",
     "add_temporal_options",
     "connect",
+    "exit_at_once",
     "shared_store",
     "temporal_package",
 ]
@@ -120,3 +124,16 @@ def shared_store(store: Store, url: str, flag: str) -> None:
             "Temporal turns share a store: use a PostgreSQL URL (or, on one machine, "
             "a SQLite file)"
         )
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """End a process that holds a Temporal client, once it has stopped
+    cleanly, without the interpreter's finalization: the SDK's Rust threads
+    may still call into Python while it finalizes, which aborts the process
+    (``Fatal Python error: PyGILState_Release``, SIGABRT; temporalio/sdk-python
+    issue 300). Everything of ours is closed by then; the standard streams
+    are flushed here."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            stream.flush()
+    os._exit(code)
