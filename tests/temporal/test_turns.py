@@ -669,3 +669,41 @@ def test_a_deleted_contexts_workflow_ends(temporal_server: DevServer) -> None:
             assert await engine.delete_context(never) == [never]
 
     anyio.run(go)
+
+
+def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: DevServer) -> None:
+    """The store shows a context at rest a moment before its workflow has
+    ended the call (its last commit is in; the workflow has yet to hear of
+    it). A call made in that moment, by a client that watches the store or
+    the stream, runs: it is not refused as busy."""
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    async def go() -> list[str]:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        rounds = 4
+        llm = ScriptedLLM([{"text": f"answer {i}"} for i in range(rounds + 1)])
+        refused: list[str] = []
+        async with (
+            TemporalWorker(client, store=store, llm=llm, task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            cid = await engine.create_context()
+            async with anyio.create_task_group() as tg:
+                for i in range(rounds):
+                    tg.start_soon(engine.send, cid, f"question {i}")
+                    with anyio.fail_after(20):
+                        while True:  # what a client watching the store sees
+                            await anyio.sleep(0.002)
+                            ctx = await store.load(cid)
+                            if ctx.current_state == "Idle" and len(ctx.history()) == 2 * i + 2:
+                                break
+            try:
+                await engine.send(cid, "last")
+            except ContextBusy as exc:
+                refused.append(str(exc))
+            history = [n.message.text for n in (await engine.get_context(cid)).history()]
+        assert history[-1] == f"answer {rounds}"
+        return refused
+
+    assert anyio.run(go) == []

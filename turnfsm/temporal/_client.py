@@ -32,7 +32,7 @@ from ..errors import (
     TurnFSMError,
 )
 from ..model import ChatContext, ContentPart
-from ..states import RESTING
+from ..states import RESTING, State
 from ..storage import Store
 from ..storage._base import ContextHeads
 from . import _codec
@@ -56,6 +56,16 @@ _UNREACHABLE = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
 )
 """The statuses of a Temporal server that is down, restarting or too slow."""
+
+
+SETTLING = 1.5
+"""Seconds a call refused as busy while the store shows the context at rest
+is made again before it is ``ContextBusy`` (see ``_call_workflow``)."""
+_SETTLE_PAUSES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.72)
+
+
+class _Settling(Exception):
+    """Refused as busy by the workflow while the store shows rest: again."""
 
 
 def _unavailable(exc: BaseException, taken: bool) -> TemporalUnavailable | None:
@@ -178,7 +188,35 @@ class TemporalEngine(Engine):
 
     async def _call_workflow(self, context_id: str, name: str, args: dict[str, Any]) -> Any:
         """The Update ``name`` on the context's workflow (started on first
-        use): its result as data, or the engine's error raised here."""
+        use): its result as data, or the engine's error raised here.
+
+        The store shows a context at rest a moment before its workflow has
+        ended the call that put it there (the last commit is in; the
+        workflow has yet to hear of it). A call the workflow refuses as busy
+        while the store shows the context at rest is made again, a few
+        times over :data:`SETTLING` seconds, before it is ``ContextBusy``."""
+        for pause in _SETTLE_PAUSES:
+            try:
+                return await self._call_once(context_id, name, args, settling=True)
+            except _Settling:
+                await anyio.sleep(pause)
+        return await self._call_once(context_id, name, args, settling=False)
+
+    async def _resting(self, context_id: str) -> bool:
+        """Whether the store shows the context at rest (False: it cannot say)."""
+        store = self.store
+        try:
+            if isinstance(store, ContextHeads):
+                state = (await store.head(context_id))[0]
+            else:
+                state = (await store.load(context_id)).current_state
+        except TurnFSMError:
+            return False
+        return State(state) in RESTING
+
+    async def _call_once(
+        self, context_id: str, name: str, args: dict[str, Any], *, settling: bool
+    ) -> Any:
         self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
         # a caller that answers before the turn rests (serve's 202) is told
         # once the call is under way: its first step is in the store, as the
@@ -213,7 +251,16 @@ class TemporalEngine(Engine):
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
-                raise _codec.error_from(cause.details[0]) from None
+                refused = _codec.error_from(cause.details[0])
+                at_the_door = list(cause.details[1:]) == [_codec.NOT_ADMITTED]
+                if (
+                    settling
+                    and at_the_door
+                    and isinstance(refused, ContextBusy)
+                    and await self._resting(context_id)
+                ):
+                    raise _Settling from None
+                raise refused from None
             raise
         except (RPCError, RPCTimeoutOrCancelledError) as err:
             down = _unavailable(err, taken)

@@ -33,6 +33,7 @@ from ..states import State
 from ..storage import Commit
 
 __all__ = [
+    "NOT_ADMITTED",
     "chunk_from",
     "chunk_to",
     "commit_from",
@@ -53,6 +54,10 @@ __all__ = [
 ]
 
 JSON = Any
+
+NOT_ADMITTED = "not admitted"
+"""The second detail of a call refused by the workflow's validator, before
+Temporal accepted it (the first is the engine's error): nothing of it ran."""
 
 
 # ---------------------------------------------------------------- records

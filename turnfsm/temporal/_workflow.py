@@ -467,9 +467,9 @@ class ContextWorkflow:
                 retry_policy=_STORE_RETRY,
             )
 
-    def _refuse(self, exc: TurnFSMError) -> ApplicationError:
+    def _refuse(self, exc: TurnFSMError, *details: str) -> ApplicationError:
         return ApplicationError(
-            str(exc), _codec.error_to(exc), type=type(exc).__name__, non_retryable=True
+            str(exc), _codec.error_to(exc), *details, type=type(exc).__name__, non_retryable=True
         )
 
     def _admit(self, _: dict[str, Any]) -> None:
@@ -479,13 +479,13 @@ class ContextWorkflow:
         be gone, and a call while another runs. (Validators run on new
         Updates only, never on replay: they change no history.)"""
         if self.gone:
-            raise self._refuse(ContextNotFound(self.context_id))
+            raise self._refuse(ContextNotFound(self.context_id), _codec.NOT_ADMITTED)
         if self.calls:
-            raise self._refuse(ContextBusy(self.context_id, "running"))
+            raise self._refuse(ContextBusy(self.context_id, "running"), _codec.NOT_ADMITTED)
 
     def _admit_cancel(self, _: dict[str, Any]) -> None:
         if self.gone:
-            raise self._refuse(ContextNotFound(self.context_id))
+            raise self._refuse(ContextNotFound(self.context_id), _codec.NOT_ADMITTED)
 
     async def _call(
         self,
