@@ -54,7 +54,7 @@ def sandbox() -> SandboxedWorkflowRunner:
 def replayer(
     *,
     tools: Iterable[Tool] = (),
-    store: Store | str | None = None,
+    store: Store | None = None,
     data_converter: DataConverter = DataConverter.default,
     **engine_options: Any,
 ) -> Replayer:
@@ -65,15 +65,13 @@ def replayer(
     raises Temporal's ``NondeterminismError`` when today's code decides
     otherwise than the code that made ``history``.
 
-    ``store``: the workers' store, which holds the payloads a history refers
-    to (docs/temporal.md, "Contexts of any size"); without it, a history
-    holding such a reference fails to replay with ``PayloadNotFound``, which
-    says so. ``data_converter``: the workers' clients' own (turnfsm's codec
-    is chained after its codec)."""
+    ``store``: the workers' store (open; the caller closes it), which holds
+    the payloads a history refers to (docs/temporal.md, "Contexts of any
+    size"); without it, a history holding such a reference fails to replay
+    with ``PayloadNotFound``, which says so. ``data_converter``: the
+    workers' clients' own (turnfsm's codec is chained after its codec)."""
     register(REPLAY, WorkerConfig(tools=tuple(tools), engine_options=dict(engine_options)))
-    table = None
-    if store is not None:
-        table = payload_table(open_store(store) if isinstance(store, str) else store)
+    table = payload_table(store) if store is not None else None
     return Replayer(
         workflows=[ContextWorkflow],
         workflow_runner=sandbox(),
