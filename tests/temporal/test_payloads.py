@@ -32,6 +32,7 @@ from turnfsm.storage import Store
 from turnfsm.temporal import (
     PAYLOAD_THRESHOLD,
     PayloadNotFound,
+    Pruned,
     StoredPayloadCodec,
     TemporalEngine,
     TemporalWorker,
@@ -341,11 +342,24 @@ def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
         assert refs and {k.encode() for k, _ in moved} >= refs
         assert all(n > PAYLOAD_THRESHOLD for _, n in moved)
         assert max(e.ByteSize() for e in history.events) < PAYLOAD_THRESHOLD
-        # the history replays from the store's table (a new worker would too);
-        # without the store, the replay says what it lacks
+        # a client without turnfsm's codec is told what the reference is, never
+        # given it as a value; the engine's client reads the context back
+        results = [
+            p
+            for e in history.events
+            if e.HasField("activity_task_completed_event_attributes")
+            for p in e.activity_task_completed_event_attributes.result.payloads
+        ]
+        loaded = next(p for p in results if p.metadata["encoding"] == ENCODING)
+        with pytest.raises(KeyError, match="binary/turnfsm-stored-payload"):
+            await client.data_converter.decode([loaded])
         tools = _tools(size, [])
         store = SQLiteStore(path)
         try:
+            [value] = await with_payloads(client, store).data_converter.decode([loaded])
+            assert "part 1: " + f"{_SEED:08x}" * 100 in json.dumps(value)
+            # the history replays from the store's table (a new worker would
+            # too); without the store, the replay says what it lacks
             result = await replayer(tools=tools, store=store).replay_workflow(
                 history, raise_on_replay_failure=False
             )
@@ -361,11 +375,12 @@ def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
             before = {k for k, _ in _rows(path)}
             pruned = await prune_payloads(store, client, older_than=timedelta(0))
             assert pruned.deleted == 1 and pruned.kept == len(before) - 1
+            assert pruned.histories >= 1
             after = {k for k, _ in _rows(path)}
             assert after == before - {orphan.metadata["sha256"].decode()}
-            assert await prune_payloads(store, client, older_than=timedelta(hours=1)) == type(
-                pruned
-            )(deleted=0, kept=0, histories=0)
+            # nothing old enough: no history is read
+            nothing = Pruned(deleted=0, kept=0, histories=0)
+            assert await prune_payloads(store, client, older_than=timedelta(hours=1)) == nothing
             again = await replayer(tools=tools, store=store).replay_workflow(
                 history, raise_on_replay_failure=False
             )
