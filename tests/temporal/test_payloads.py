@@ -132,6 +132,19 @@ def test_a_reference_without_its_bytes_fails_clearly() -> None:
     anyio.run(go)
 
 
+def test_stores_of_one_process_share_the_table_as_they_share_the_data(tmp_path: Path) -> None:
+    """A memory store's table is its object's; a files store's is its folder's
+    (a worker and a client of one process open the folder each)."""
+    from turnfsm.storage import FilesStore
+
+    one, two = FilesStore(tmp_path / "f"), FilesStore(tmp_path / "f")
+    assert payload_table(one) is payload_table(two)
+    assert payload_table(one) is not payload_table(FilesStore(tmp_path / "g"))
+    memory = MemoryStore()
+    assert payload_table(memory) is payload_table(memory)
+    assert payload_table(memory) is not payload_table(MemoryStore())
+
+
 class _Zlib(PayloadCodec):
     """A user's codec: compresses every payload."""
 

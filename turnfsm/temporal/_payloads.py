@@ -21,8 +21,8 @@ Where the bytes go, by store:
   its reader thread;
 - a PostgreSQL store: the table under the store's schema, through the
   store's pool (created under an advisory lock when missing);
-- any other store (memory, files): in memory, kept per store object, for
-  one process.
+- any other store: in memory, for one process: a files store's by its
+  folder, any other's by the store object.
 
 The store's own tables and rows are untouched. See docs/temporal.md
 ("Contexts of any size").
@@ -288,6 +288,9 @@ class PostgresPayloads:
 
 
 _MEMORY: weakref.WeakKeyDictionary[Store, MemoryPayloads] = weakref.WeakKeyDictionary()
+_FOLDERS: dict[str, MemoryPayloads] = {}
+"""A files store's, by its folder: two store objects on one folder in one
+process (a worker's and a client's) share it, as they share the files."""
 
 
 def payload_table(store: Store) -> PayloadTable:
@@ -298,6 +301,14 @@ def payload_table(store: Store) -> PayloadTable:
 
     if isinstance(store, PostgresStore):
         return PostgresPayloads(store)
+    from ..storage._files import FilesStore
+
+    if isinstance(store, FilesStore):
+        folder = str(store.root.resolve())
+        found = _FOLDERS.get(folder)
+        if found is None:
+            found = _FOLDERS[folder] = MemoryPayloads(f"{folder} (in this process's memory)")
+        return found
     table = _MEMORY.get(store)
     if table is None:
         table = _MEMORY[store] = MemoryPayloads(f"{type(store).__name__} (this process)")
