@@ -105,6 +105,44 @@ def test_only_a_payload_over_the_threshold_moves_and_the_same_bytes_are_kept_onc
     anyio.run(go)
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_each_table_keeps_a_key_once_and_deletes_only_what_is_still_old(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from datetime import UTC, datetime
+
+    from turnfsm.storage import open_store
+
+    url = {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp_path}/t.db",
+        "postgres": request.getfixturevalue("pg_url") if kind == "postgres" else "",
+    }[kind]
+
+    async def go() -> None:
+        store = open_store(url)
+        try:
+            table = payload_table(store)
+            assert await table.get(["a" * 64]) == {}  # no table yet: nothing, no error
+            assert await table.written_before(datetime.now(UTC)) == []
+            t0 = datetime(2026, 1, 1, tzinfo=UTC)
+            t1, t2 = t0 + timedelta(days=1), t0 + timedelta(days=2)
+            await table.put({"a" * 64: b"one", "b" * 64: b"two"}, t0)
+            await table.put({"a" * 64: b"one"}, t2)  # written again: its time only
+            assert await table.get(["a" * 64, "b" * 64, "c" * 64]) == {
+                "a" * 64: b"one",
+                "b" * 64: b"two",
+            }
+            assert await table.written_before(t1) == ["b" * 64]
+            # deleted only while still older than the cutoff
+            assert await table.delete(["a" * 64, "b" * 64], t1) == 1
+            assert await table.get(["a" * 64, "b" * 64]) == {"a" * 64: b"one"}
+        finally:
+            await store.aclose()
+
+    anyio.run(go)
+
+
 def test_a_reference_without_its_bytes_fails_clearly() -> None:
     """A process without turnfsm's codec, or with another store, or a replay
     without one, is told what is missing: never given the reference as a value."""
