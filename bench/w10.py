@@ -13,6 +13,10 @@ CLI's ``server start-dev``, its state in a SQLite file):
    activities per turn, and the requests the Temporal server answered per
    turn, by operation (from its Prometheus metrics, ``service_requests``):
    the round trips of the client and the workers.
+1b. **A large context** (``--big-mb``): W1 turns on a conversation whose
+   stored JSON is 3 MB, past Temporal's payload limit (its loads, model
+   requests and commits kept in the store's table), on Temporal and
+   in-process, with the payloads kept per turn.
 2. **Throughput**: W9's kind of load, ``--conversations`` conversations x
    ``--turns`` W1 turns, all at once, the model thinking ``--think`` seconds
    per call, driven through ``TemporalEngine.send`` from this process with 1,
@@ -58,6 +62,8 @@ CONVERSATIONS = 40
 TURNS = 3
 OVERHEAD_TURNS = 30
 ROUNDS = 3
+BIG_MB = 3.0
+BIG_TURNS = 5
 
 
 def make_llm() -> Any:
@@ -266,6 +272,117 @@ def _events_of_first_turn(events: list[Any]) -> Counter[str]:
     return out
 
 
+# ---------------------------------------------------------------------- 1b. a large context
+
+
+_FILLER = "The log line says the job ran and wrote its output to the usual place. "
+
+
+async def _table(store: Any) -> tuple[int, int]:
+    """Rows and bytes of the moved payloads' table (0, 0 before it exists)."""
+    from turnfsm.temporal._payloads import TABLE
+
+    async def read(conn: Any) -> tuple[int, int]:
+        cur = await conn.execute(f"SELECT to_regclass('{TABLE}') IS NOT NULL")
+        row = await cur.fetchone()
+        if not row[0]:
+            return 0, 0
+        cur = await conn.execute(f"SELECT count(*), coalesce(sum(length(data)), 0) FROM {TABLE}")
+        n, size = await cur.fetchone()
+        return int(n), int(size)
+
+    found: tuple[int, int] = await store._run(read)
+    return found
+
+
+async def _big(server: Any, url: str, mb: float, turns: int, rounds: int) -> dict[str, Any]:
+    """W1 turns on a context whose stored JSON is ``mb`` MB (user messages of
+    500 KB made in-process first): on Temporal, where each turn's load, model
+    requests and commits pass Temporal's payload limit and are kept in the
+    store's table, and in-process, alternated in rounds."""
+    from temporalio.client import Client
+
+    from turnfsm import Engine, records
+    from turnfsm.model import to_chat_messages
+    from turnfsm.storage._postgres import PostgresStore, upgrade
+    from turnfsm.temporal import TemporalEngine
+
+    await upgrade(url)
+    store = PostgresStore(url, max_size=4)
+    client = await Client.connect(server.address, namespace=server.namespace)
+    procs = _workers(1, server.address, url, 0.0)
+    inprocess: list[float] = []
+    temporal: list[float] = []
+    moved_rows = moved_bytes = 0
+    sizes: list[int] = []
+    try:
+        here = Engine(llm=make_llm(), tools=_tools(), store=store)
+        there = TemporalEngine(client, store=store, tools=_tools())
+        async with here, there:
+
+            async def grown() -> str:
+                cid = await here.create_context()
+                k = 0
+                while True:
+                    ctx = await here.get_context(cid)
+                    size = len(json.dumps(records.to_python(ctx)))
+                    if size >= mb * 1e6:
+                        sizes.append(size)
+                        return cid
+                    k += 1
+                    await here.send(cid, f"part {k}: " + _FILLER * (500_000 // len(_FILLER)))
+
+            for _ in range(rounds):
+                cid = await grown()
+                t0 = time.perf_counter()
+                for i in range(1, turns + 1):
+                    await here.send(cid, f"turn {i}")
+                inprocess.append((time.perf_counter() - t0) / turns * 1e3)
+
+                cid = await grown()
+                await there.send(cid, "turn 0")  # the workflow started, outside the clock
+                rows0, bytes0 = await _table(store)
+                t0 = time.perf_counter()
+                for i in range(1, turns + 1):
+                    await there.send(cid, f"turn {i}")
+                temporal.append((time.perf_counter() - t0) / turns * 1e3)
+                rows1, bytes1 = await _table(store)
+                moved_rows += rows1 - rows0
+                moved_bytes += bytes1 - bytes0
+                ctx = await store.load(cid)
+                check(ctx.current_state == "Idle", f"{cid} ends in {ctx.current_state}")
+                # every turn a W1 turn: its message, the tool call, the result, the answer
+                want = expected_w1_history(1)
+                got = to_chat_messages(n.message for n in ctx.history())
+                check(len(got) % len(want) == 0, f"{cid}: {len(got)} messages")
+                tail = got[-len(want) :]
+                check(
+                    [m["role"] for m in tail] == [m["role"] for m in want]
+                    and tail[-1]["content"] == want[-1]["content"],
+                    f"{cid}: its last turn differs from a W1 turn: {tail[-1]}",
+                )
+    finally:
+        codes = _stop(procs)
+        await store.aclose()
+    check(codes == [0], f"the worker exited with {codes} on SIGTERM")
+    n = turns * rounds
+    return {
+        "system": "turnfsm",
+        "workload": "W10",
+        "part": "large_context",
+        "value": statistics.median(temporal),
+        "unit": "ms/turn",
+        "inprocess_ms_per_turn": statistics.median(inprocess),
+        "runs": [round(t, 1) for t in temporal],
+        "inprocess_runs": [round(t, 1) for t in inprocess],
+        "context_bytes": statistics.median(sizes),
+        "moved_payloads_per_turn": round(moved_rows / n, 2),
+        "moved_mb_per_turn": round(moved_bytes / n / 1e6, 2),
+        "turns": turns,
+        "rounds": rounds,
+    }
+
+
 # ---------------------------------------------------------------------- 2. throughput
 
 
@@ -355,6 +472,8 @@ def run(
     think: float = THINK,
     overhead_turns: int = OVERHEAD_TURNS,
     rounds: int = ROUNDS,
+    big_mb: float = BIG_MB,
+    big_turns: int = BIG_TURNS,
     quiet: bool = False,
 ) -> list[dict[str, Any]]:
     from storage.pg import Cluster, find_bin_dir
@@ -379,6 +498,20 @@ def run(
                 line = asyncio.run(
                     _overhead(server, cluster.new_database(), overhead_turns, rounds)
                 )
+            finally:
+                server.stop()
+            lines.append(line)
+            print(json.dumps(line), flush=True)
+        if big_mb and big_turns:
+            server = DevServer(cli)
+            server.start()
+            try:
+                if not quiet:
+                    print(
+                        f"W10: a {big_mb:g} MB context, {rounds} x {big_turns} turns ...",
+                        file=sys.stderr,
+                    )
+                line = asyncio.run(_big(server, cluster.new_database(), big_mb, big_turns, rounds))
             finally:
                 server.stop()
             lines.append(line)
@@ -408,7 +541,16 @@ def run(
         cluster.stop()
     if not quiet:
         for line in lines:
-            if line["part"] == "overhead":
+            if line["part"] == "large_context":
+                print(
+                    f"W10 a {line['context_bytes'] / 1e6:.1f} MB context: "
+                    f"{line['value']:.0f} ms/turn on Temporal, "
+                    f"{line['inprocess_ms_per_turn']:.0f} in-process; "
+                    f"{line['moved_payloads_per_turn']} payloads "
+                    f"({line['moved_mb_per_turn']} MB) kept in the store per turn",
+                    file=sys.stderr,
+                )
+            elif line["part"] == "overhead":
                 print(
                     f"W10 overhead: {line['temporal_ms_per_turn']:.1f} ms/turn on Temporal, "
                     f"{line['inprocess_ms_per_turn']:.1f} in-process: +{line['value']:.1f} ms; "
@@ -436,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--think", type=float, default=THINK)
     p.add_argument("--overhead-turns", type=int, default=OVERHEAD_TURNS, help="0: no overhead part")
     p.add_argument("--rounds", type=int, default=ROUNDS)
+    p.add_argument(
+        "--big-mb", type=float, default=BIG_MB, help="the large context's MB (0: no such part)"
+    )
+    p.add_argument("--big-turns", type=int, default=BIG_TURNS)
     p.add_argument("--json", action="store_true", help="only the JSON lines")
     args = p.parse_args(argv)
     counts = tuple(int(x) for x in args.workers.split(",") if x)
@@ -447,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             think=args.think,
             overhead_turns=args.overhead_turns,
             rounds=args.rounds,
+            big_mb=args.big_mb,
+            big_turns=args.big_turns,
             quiet=args.json,
         )
     except CheckFailed as exc:

@@ -2,7 +2,8 @@
 processes on a real Temporal dev server and one SQLite file: a tool loop with
 an approval over HTTP, its events on the stream, and a worker stopped by
 SIGTERM in the middle of a tool call, which it finishes before it exits 0
-while another worker goes on with the turn. (The usage errors:
+while another worker goes on with the turn; a context past Temporal's
+payload limit through both. (The usage errors:
 tests/cli/test_cli_temporal.py; the kill test: test_kill.py.)"""
 
 from __future__ import annotations
@@ -325,3 +326,38 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
         early_messages = http.get(f"/api/contexts/{early}/messages").json()["messages"]
         assert [m["message"]["role"] for m in early_messages][:1] == ["user"]
         assert sum(m["message"]["role"] == "user" for m in early_messages) == 1
+
+
+@pytest.mark.temporal  # processes and seconds: with -m temporal (.ci/run)
+def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
+    processes: Processes,
+) -> None:
+    """A message of 600 KB through ``serve --turns temporal`` and a
+    ``temporal-worker``: its Update, the loads, the model requests, the tool
+    calls (the model passes the text on as their argument) and the Turn all
+    pass the threshold, and the context's stored JSON passes Temporal's limit
+    (2 MB) before the approval's call loads it; both processes keep the
+    payloads in the SQLite file's table and read each other's, with nothing
+    to set up."""
+    import sqlite3
+
+    from turnfsm.temporal._payloads import TABLE
+
+    processes.env["TURNFSM_KILL_THINK"] = "0"
+    _, port = _serve(processes)
+    big = "big-" + "0123456789abcdef" * 37_500
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": big})
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "AwaitingToolApproval"
+        r = _approve(http, cid, f"c-{big}")
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "Idle" and r.json()["text"] == f"done {big}."
+        messages = http.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        texts = ["".join(p.get("text", "") for p in m["message"]["content"]) for m in messages]
+        assert texts[0] == big and texts[-1] == f"done {big}."
+        assert len(json.dumps(messages)) > 2_000_000  # over Temporal's limit
+    with sqlite3.connect(processes.folder / "chats.db") as db:
+        sizes = [n for (n,) in db.execute(f"SELECT length(data) FROM {TABLE}")]
+    assert len(sizes) >= 5 and min(sizes) > 256 * 1024, sizes

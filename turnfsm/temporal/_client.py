@@ -37,6 +37,7 @@ from ..storage import Store
 from ..storage._base import ContextHeads
 from . import _codec
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
+from ._payloads import THRESHOLD, with_payloads
 
 __all__ = ["TemporalEngine"]
 
@@ -127,6 +128,11 @@ class TemporalEngine(Engine):
     which stays the read model. This engine runs no turn itself: it has no
     LLM, and the tools, modes and options that shape a turn are the workers'
     (:class:`~turnfsm.temporal.TemporalWorker`).
+
+    ``client`` is used through a copy whose payload codec keeps every payload
+    over ``payload_threshold`` bytes in the store (after the client's own
+    codec, if it has one; ``None``: none is moved, references are still
+    read): see docs/temporal.md, "Contexts of any size".
     """
 
     def __init__(
@@ -135,10 +141,11 @@ class TemporalEngine(Engine):
         *,
         store: Store | str,
         task_queue: str = DEFAULT_TASK_QUEUE,
+        payload_threshold: int | None = THRESHOLD,
         **engine_options: Any,
     ) -> None:
         super().__init__(llm=None, store=store, **engine_options)
-        self._client = client
+        self._client = with_payloads(client, self.store, payload_threshold)
         self._task_queue = task_queue
 
     @classmethod
@@ -149,14 +156,23 @@ class TemporalEngine(Engine):
         store: Store | str,
         namespace: str = "default",
         task_queue: str = DEFAULT_TASK_QUEUE,
+        payload_threshold: int | None = THRESHOLD,
         **engine_options: Any,
     ) -> TemporalEngine:
         """Connect to the Temporal frontend at ``address`` (``host:port``)."""
         client = await Client.connect(address, namespace=namespace)
-        return cls(client, store=store, task_queue=task_queue, **engine_options)
+        return cls(
+            client,
+            store=store,
+            task_queue=task_queue,
+            payload_threshold=payload_threshold,
+            **engine_options,
+        )
 
     @property
     def client(self) -> Client:
+        """The client the Updates go through (the one given, with turnfsm's
+        payload codec for this engine's store)."""
         return self._client
 
     @property

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import anyio._backends._asyncio  # outside the sandbox: see PASSED_THROUGH
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -21,6 +22,7 @@ from ..storage._logtypes import EventLog
 from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from ._activities import Activities
 from ._config import DEFAULT_TASK_QUEUE, REPLAY, WorkerConfig, register
+from ._payloads import THRESHOLD, data_converter_for, payload_table, with_payloads
 from ._workflow import ContextWorkflow
 
 __all__ = ["PASSED_THROUGH", "TemporalWorker", "replayer", "sandbox"]
@@ -49,15 +51,32 @@ def sandbox() -> SandboxedWorkflowRunner:
     )
 
 
-def replayer(*, tools: Iterable[Tool] = (), **engine_options: Any) -> Replayer:
+def replayer(
+    *,
+    tools: Iterable[Tool] = (),
+    store: Store | None = None,
+    data_converter: DataConverter = DataConverter.default,
+    **engine_options: Any,
+) -> Replayer:
     """A ``Replayer`` of context workflows, whose engine is made with ``tools``
     and ``engine_options`` as a :class:`TemporalWorker`'s (the tools' names,
     schemas, approval and idempotence are what a replay decides by; their
     functions never run). ``await replayer(...).replay_workflow(history)``
     raises Temporal's ``NondeterminismError`` when today's code decides
-    otherwise than the code that made ``history``."""
+    otherwise than the code that made ``history``.
+
+    ``store``: the workers' store (open; the caller closes it), which holds
+    the payloads a history refers to (docs/temporal.md, "Contexts of any
+    size"); without it, a history holding such a reference fails to replay
+    with ``PayloadNotFound``, which says so. ``data_converter``: the
+    workers' clients' own (turnfsm's codec is chained after its codec)."""
     register(REPLAY, WorkerConfig(tools=tuple(tools), engine_options=dict(engine_options)))
-    return Replayer(workflows=[ContextWorkflow], workflow_runner=sandbox())
+    table = payload_table(store) if store is not None else None
+    return Replayer(
+        workflows=[ContextWorkflow],
+        workflow_runner=sandbox(),
+        data_converter=data_converter_for(data_converter, table),
+    )
 
 
 class TemporalWorker:
@@ -70,6 +89,10 @@ class TemporalWorker:
     workflow offers;
     ``event_log``: where events go for the server's streams (the store's own
     by default, as ``turnfsm worker``'s relay writes them; None: nowhere).
+    ``client`` is used through a copy whose payload codec keeps every payload
+    over ``payload_threshold`` bytes in the store (after the client's own
+    codec, if any; ``None``: none is moved, references are still read), as
+    :class:`TemporalEngine` does (docs/temporal.md, "Contexts of any size").
     ``engine_options``: what ``Engine`` takes besides ``llm``, ``tools``,
     ``store``, ``clock`` and ``ids`` (``modes``, ``retry``, ``max_iterations``,
     ``tool_history_rounds``, ``compaction``, ``token_budget``, ``enhancers``).
@@ -95,9 +118,11 @@ class TemporalWorker:
         history_limit: int = 10_000,
         max_concurrent_activities: int = 100,
         graceful_shutdown_timeout: timedelta = timedelta(0),
+        payload_threshold: int | None = THRESHOLD,
         **engine_options: Any,
     ) -> None:
         self.store = open_store(store) if isinstance(store, str) else store
+        client = with_payloads(client, self.store, payload_threshold)
         tools = tuple(tools)
         self._own_tools = tools
         self._toolsets = tuple(toolsets)
