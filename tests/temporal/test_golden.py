@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
+from temporal.compare import normal_messages
 from temporal.devserver import DevServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
@@ -65,31 +65,6 @@ EVERY_KIND = {
 SCRIPT_PARAMS = [
     pytest.param(name, marks=() if name in EVERY_KIND else pytest.mark.temporal) for name in GOLDEN
 ]
-
-_AN_ID = re.compile(r"\b(?:id-\d+|[0-9a-f]{32})\b")
-"""An id of the in-process engine (``SequentialIds``) or of the workflow (``uuid4().hex``)."""
-
-
-def _normal(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored messages with their ids named by order of appearance, other ids
-    in texts masked, and their times left out: what the two hosts must agree on."""
-    names: dict[str, str] = {}
-    for m in messages:
-        names.setdefault(m["id"], f"m{len(names) + 1}")
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items() if k != "created_at"}
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, str):
-            if value in names:
-                return names[value]
-            # a context's id inside a text (a sub-task's child, named in a reason)
-            return _AN_ID.sub("<id>", value)
-        return value
-
-    return [walk(m) for m in messages]
 
 
 class _Log:
@@ -208,5 +183,5 @@ def test_golden_script_on_temporal(client: Client, name: str) -> None:
     assert trace == here.trace
     # what a server's streams would be given: the same seqs, the same kinds
     assert events == sorted((e["seq"], e["kind"]) for e in here.events)
-    assert _normal(messages) == _normal(here.messages)
+    assert normal_messages(messages) == normal_messages(here.messages)
     assert verify_audit_log(audit).ok

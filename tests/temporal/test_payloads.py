@@ -18,6 +18,7 @@ import anyio
 import pytest
 from storage.pg import pg_cluster, pg_url  # the PostgreSQL case's server
 
+from temporal.compare import normal_messages
 from temporal.devserver import DevServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
@@ -271,27 +272,6 @@ def _answers(parts: int) -> list[dict[str, Any]]:
     return out
 
 
-_AN_ID = re.compile(r"\b[0-9a-f]{32}\b")
-
-
-def _normal(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored messages, their ids named by order of appearance, times left out."""
-    names: dict[str, str] = {}
-    for m in messages:
-        names.setdefault(m["id"], f"m{len(names) + 1}")
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items() if k != "created_at"}
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, str):
-            return names.get(value, _AN_ID.sub("<id>", value))
-        return value
-
-    return [walk(m) for m in messages]
-
-
 async def _conversation(
     engine: Any, parts: int, restart: Any = None
 ) -> tuple[str, list[Any], list[str], list[dict[str, Any]]]:
@@ -447,7 +427,7 @@ def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
 
         here_trace, here_messages = await _in_process(1, size)
         assert trace == here_trace
-        assert _normal(messages) == _normal(here_messages)
+        assert normal_messages(messages) == normal_messages(here_messages)
 
     anyio.run(go)
 
@@ -483,4 +463,4 @@ def test_a_context_over_temporals_limit_runs_its_turns(
     assert max(e.ByteSize() for e in history.events) < PAYLOAD_THRESHOLD
     here_trace, here_messages = anyio.run(_in_process, parts, size)
     assert trace == here_trace
-    assert _normal(messages) == _normal(here_messages)
+    assert normal_messages(messages) == normal_messages(here_messages)
