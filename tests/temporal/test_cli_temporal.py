@@ -361,3 +361,28 @@ def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
     with sqlite3.connect(processes.folder / "chats.db") as db:
         sizes = [n for (n,) in db.execute(f"SELECT length(data) FROM {TABLE}")]
     assert len(sizes) >= 5 and min(sizes) > 256 * 1024, sizes
+
+
+@pytest.mark.temporal  # two processes to start: with -m temporal (.ci/run)
+def test_the_openai_compatible_route_runs_its_turns_on_temporal(processes: Processes) -> None:
+    """``/v1/chat/completions`` on ``serve --turns temporal`` (the demo model
+    on the workers): a client resending its whole ``messages`` list gets its
+    answer, and the context holds each message once."""
+    processes.common = [a for a in processes.common if a not in MODEL]
+    _, port = _serve(processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        messages = [{"role": "user", "content": "hello"}]
+        first = http.post("/v1/chat/completions", json={"model": "demo", "messages": messages})
+        assert first.status_code == 200, first.text
+        cid = first.headers["x-turnfsm-context-id"]
+        messages += [first.json()["choices"][0]["message"], {"role": "user", "content": "again"}]
+        second = http.post(
+            "/v1/chat/completions",
+            json={"model": "demo", "messages": messages},
+            headers={"x-turnfsm-context-id": cid},
+        )
+        assert second.status_code == 200, second.text
+        page = http.get(f"/api/contexts/{cid}/messages").json()
+    stored = [n["message"] for n in page["messages"]]
+    assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert [m["content"][0]["text"] for m in stored if m["role"] == "user"] == ["hello", "again"]

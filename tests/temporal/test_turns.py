@@ -23,7 +23,13 @@ from turnfsm import Engine, MemoryStore, SQLiteStore, State, tool
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
 from turnfsm.engine import LLMSummarizer
 from turnfsm.engine._accepted import ON_ACCEPTED
-from turnfsm.errors import ContextBusy, ContextNotFound, IllegalTransition, SubContextError
+from turnfsm.errors import (
+    ContextBusy,
+    ContextNotFound,
+    IllegalTransition,
+    InvalidInput,
+    SubContextError,
+)
 from turnfsm.storage._logtypes import LogNote
 from turnfsm.testing import ScriptedLLM
 
@@ -707,3 +713,51 @@ def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: DevSe
         return refused
 
     assert anyio.run(go) == []
+
+
+def test_a_resent_conversation_is_laid_over_the_branch_as_in_process(
+    temporal_server: DevServer,
+) -> None:
+    """``send(..., context=...)`` (what ``/v1/chat/completions`` does with a
+    client's whole ``messages``): on Temporal the workflow's engine lays the
+    resent conversation over the branch, as the in-process engine does; an
+    empty one is a plain send."""
+    from turnfsm.adapters.inbound import InboundMessage
+    from turnfsm.model import Role
+    from turnfsm.temporal import TemporalEngine, TemporalWorker
+
+    resent = [
+        InboundMessage(role=Role.USER, content="my name is Ada", message_id="c-1"),
+        InboundMessage(role=Role.ASSISTANT, content="Hello Ada", message_id="c-1-response"),
+    ]
+    answers = [{"text": "you are Ada"}, {"text": "still Ada"}, {"text": "plain answer"}]
+
+    async def run(engine: Engine) -> list[str]:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "who am I?", context=resent)
+        assert turn.state is State.IDLE
+        await engine.send(cid, "and now?", context=resent)  # resent again: nothing doubled
+        await engine.send(cid, "plain", context=[])
+        ctx = await engine.get_context(cid)
+        return [f"{n.message.role}: {n.message.text}" for n in ctx.history()]
+
+    async def on_temporal() -> list[str]:
+        client = await Client.connect(temporal_server.address)
+        store, queue = MemoryStore(), _queue()
+        async with (
+            TemporalWorker(client, store=store, llm=ScriptedLLM(answers), task_queue=queue),
+            TemporalEngine(client, store=store, task_queue=queue) as engine,
+        ):
+            with pytest.raises(InvalidInput) as info:
+                await engine.send(await engine.create_context(), "x", context=["not one"])  # type: ignore[list-item]
+            assert info.value.where == "context[0]"
+            return await run(engine)
+
+    async def in_process() -> list[str]:
+        async with Engine(llm=ScriptedLLM(answers)) as engine:
+            return await run(engine)
+
+    there = anyio.run(on_temporal)
+    assert there == anyio.run(in_process)
+    assert there[:2] == ["user: my name is Ada", "assistant: Hello Ada"]
+    assert there.count("user: my name is Ada") == 1 and there[-1] == "assistant: plain answer"

@@ -43,7 +43,11 @@ Op = Callable[[Engine, str, dict[str, Any]], Awaitable[Turn]]
 
 OPS: dict[str, Op] = {
     "send": lambda e, cid, a: e.send(
-        cid, _codec.parts_from(a["content"]), a["role"], message_id=a["message_id"]
+        cid,
+        _codec.parts_from(a["content"]),
+        a["role"],
+        message_id=a["message_id"],
+        context=_codec.inbound_from(a.get("context")),
     ),
     "approve": lambda e, cid, a: e.approve(cid, a["call_ids"]),
     "deny": lambda e, cid, a: e.deny(cid, a["call_ids"], a["reason"]),

@@ -19,7 +19,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
-from ..adapters.inbound import parse_request
+from ..adapters.inbound import InboundMessage, parse_request
 from ..engine import Engine, Finished, LLMSummarizer, Recovery, Summarizer, Turn
 from ..engine._accepted import ON_ACCEPTED
 from ..engine._children import as_summarizer
@@ -331,17 +331,17 @@ class TemporalEngine(Engine):
         check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        if context is not None:
-            raise InvalidInput("context", "a resent history is not taken on Temporal (yet)")
-        return await self._update(
-            context_id,
-            "send",
-            {
-                "content": _codec.parts_to(content if isinstance(content, str) else list(content)),
-                "role": role,
-                "message_id": message_id,
-            },
-        )
+        args: dict[str, Any] = {
+            "content": _codec.parts_to(content if isinstance(content, str) else list(content)),
+            "role": role,
+            "message_id": message_id,
+        }
+        if context:  # the conversation a client resent: laid over the branch in the workflow
+            for i, m in enumerate(context):
+                if not isinstance(m, InboundMessage):
+                    raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
+            args["context"] = _codec.inbound_to(list(context))
+        return await self._update(context_id, "send", args)
 
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
         check_id("context_id", context_id)

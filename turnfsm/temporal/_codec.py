@@ -16,6 +16,7 @@ import types
 from typing import Any
 
 from .. import records
+from ..adapters.inbound import InboundMessage
 from ..engine import Finished, Question, StopReason, Turn
 from ..events import Event, event_bytes
 from ..model import (
@@ -45,6 +46,8 @@ __all__ = [
     "event_row",
     "finished_from",
     "finished_to",
+    "inbound_from",
+    "inbound_to",
     "parts_from",
     "parts_to",
     "request_from",
@@ -188,6 +191,17 @@ def turn_from(data: JSON) -> Turn:
 
 
 # ---------------------------------------------------------------- errors
+
+
+def inbound_to(messages: list[InboundMessage]) -> JSON:
+    return [m.model_dump(mode="json") for m in messages]
+
+
+def inbound_from(data: JSON) -> list[InboundMessage] | None:
+    """A resent conversation (None: none was sent)."""
+    if data is None:
+        return None
+    return [InboundMessage.model_validate(m) for m in data]
 
 
 def finished_to(finished: Finished) -> JSON:
