@@ -179,15 +179,22 @@ class TemporalEngine(Engine):
     def task_queue(self) -> str:
         return self._task_queue
 
-    async def _version(self, context_id: str) -> int | None:
-        """The context's version as last committed (None: no such context)."""
+    async def _head(self, context_id: str) -> tuple[str, int] | None:
+        """The context's state and version as last committed (one row where
+        the store reads heads); None when the store cannot say."""
         store = self.store
         try:
             if isinstance(store, ContextHeads):
-                return (await store.head(context_id))[1]
-            return (await store.load(context_id)).version
+                return await store.head(context_id)
+            ctx = await store.load(context_id)
         except TurnFSMError:
             return None
+        return ctx.current_state, ctx.version
+
+    async def _version(self, context_id: str) -> int | None:
+        """The context's version as last committed (None: no such context)."""
+        head = await self._head(context_id)
+        return None if head is None else head[1]
 
     async def _until_moved(self, context_id: str, version: int | None) -> None:
         """Until the store holds a commit of the context past ``version``."""
@@ -220,15 +227,8 @@ class TemporalEngine(Engine):
 
     async def _resting(self, context_id: str) -> bool:
         """Whether the store shows the context at rest (False: it cannot say)."""
-        store = self.store
-        try:
-            if isinstance(store, ContextHeads):
-                state = (await store.head(context_id))[0]
-            else:
-                state = (await store.load(context_id)).current_state
-        except TurnFSMError:
-            return False
-        return State(state) in RESTING
+        head = await self._head(context_id)
+        return head is not None and State(head[0]) in RESTING
 
     async def _call_once(
         self, context_id: str, name: str, args: dict[str, Any], *, settling: bool
