@@ -30,7 +30,8 @@ one owner per commit: along the step rows in commit order the recorded
 fencing tokens never go down and each token has one owner, and no row was
 committed under a token after a larger token of that context had been granted
 (an observer reads the ``leases`` table every few milliseconds and notes when
-each token was first seen; a commit's ``at`` is taken before its transaction
+each token was first seen, as does a pause while it waits for the paused
+worker's leases to be claimed; a commit's ``at`` is taken before its transaction
 starts, so a row whose ``at`` is later than that sighting was committed by a
 writer whose fence should have refused it).
 
@@ -181,6 +182,10 @@ class Run:
         self.states: dict[str, str] = {}
         self.states_at = 0.0
         """When the snapshot in ``states`` was taken (its query started)."""
+        self.looks: list[asyncio.Task[None]] = []
+        self.caught = 0
+        """With ``planted``: contexts on which a look after a stale wake-up found
+        a commit the fence should have refused."""
         self.chaos_over = asyncio.Event()
         self.stop = asyncio.Event()
         self.store = PostgresStore(url, max_size=4)
@@ -219,16 +224,35 @@ class Run:
         proc.pauses += 1
         self.report.pauses += 1
         end = time.monotonic() + 3 * LEASE_TTL + 2
+        stale = False
         try:
             while time.monotonic() < end:
                 await asyncio.sleep(0.05)
                 now = await self._tokens(list(held))
+                seen_at = time.time()
+                for cid, token in now.items():
+                    # a sighting of its own: the observer shares this event loop
+                    # with the clients and may look only after the paused worker
+                    # woke and committed (a stale commit it would then miss)
+                    self.seen.setdefault((cid, token), seen_at)
                 if all(now.get(cid, 0) > token for cid, token in held.items()):
                     self.report.stale_wakeups += 1
+                    stale = True
                     break
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
+        if stale and self.planted:
+            self.looks.append(asyncio.create_task(self._look_for_stale_commits(list(held))))
+
+    async def _look_for_stale_commits(self, cids: list[str]) -> None:
+        """With ``planted``: after a stale wake-up, give the woken worker a
+        moment to commit, then run the fencing check on what it held (the run
+        goes on until this found something, within its bound)."""
+        await asyncio.sleep(LEASE_TTL / 2)
+        for cid in cids:
+            if check_fencing(cid, await self.store.steps(cid), self.seen):
+                self.caught += 1
 
     async def _leases_of(self, pid: int) -> dict[str, int]:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
@@ -246,16 +270,18 @@ class Run:
             return {cid: token for cid, token in await cur.fetchall()}
 
     async def chaos(self) -> None:
-        """Faults for ``seconds``, and on (20 seconds at most) until at least
-        ``min_stale`` pauses woke a worker holding stale leases and at least
-        ``MIN_KILLS`` processes were killed."""
+        """Faults for ``seconds``, and on (30 seconds at most) until at least
+        ``min_stale`` pauses woke a worker holding stale leases (with
+        ``planted``: and one of them was seen to commit under its stale lease)
+        and at least ``MIN_KILLS`` processes were killed."""
         end = time.monotonic() + self.seconds
 
         def short() -> tuple[bool, bool]:  # (stale wake-ups, kills) still wanted
             r = self.report
-            return r.stale_wakeups < self.min_stale, r.kills < MIN_KILLS
+            stale = r.stale_wakeups < self.min_stale or (self.planted and not self.caught)
+            return stale, r.kills < MIN_KILLS
 
-        while time.monotonic() < end or (any(short()) and time.monotonic() < end + 20):
+        while time.monotonic() < end or (any(short()) and time.monotonic() < end + 30):
             await asyncio.sleep(self.rng.uniform(0.6, 1.6))
             if time.monotonic() < end:
                 pause = self.rng.random() < 0.4
@@ -271,6 +297,7 @@ class Run:
             self.kill(proc)
             await asyncio.sleep(self.rng.uniform(0.0, 0.4))
             proc.start(self.env, self.folder)
+        await asyncio.gather(*self.looks)
         self.chaos_over.set()
         self.report.phases["faults_over"] = time.monotonic() - self.t0
 
