@@ -21,7 +21,7 @@ import pytest
 from turnfsm import Engine
 from turnfsm.errors import StoreError
 from turnfsm.model import ChatContext
-from turnfsm.storage import FilesStore, SQLiteStore, Store
+from turnfsm.storage import ContextOutlines, FilesStore, MessagePages, SQLiteStore, Store
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 from .contract import empty_context, rich_context
@@ -74,8 +74,36 @@ async def check_refused(
     assert (cid in ids) is listed, ids
     with pytest.raises(StoreError):  # a second try finds it just as damaged
         await store.load(cid)
+    await check_partial_reads(store, cid, where, field)
     after = on_disk(damaged)
     assert after == before
+
+
+UNREAD_BY_OUTLINE = ("id 'm2'", "parent_message_id", "detached_message_ids[")
+"""Damage the outline of the rich context does not read: a message off its
+active branch ('alt': m1, m5, m6, which the first tail read holds whole) and
+what the branches say of other messages. Everything else it reads."""
+
+
+async def check_partial_reads(store: Store, cid: str, where: str, field: str) -> None:
+    """The reads of a part of the context meet the damage as ``load`` does: the
+    outline raises the StoreError naming the same place unless the damage lies
+    in what it does not read (:data:`UNREAD_BY_OUTLINE`); a page of the active
+    branch raises one naming that place, or answers when it does not read it
+    (the context's row but its active branch). Never another kind of error."""
+    if not isinstance(store, ContextOutlines):
+        return
+    assert isinstance(store, MessagePages)
+    try:
+        await store.outline(cid)
+    except StoreError as exc:
+        assert where in str(exc), exc
+    else:
+        assert any(part in where + field for part in UNREAD_BY_OUTLINE), (where, field)
+    try:
+        await store.message_page(cid, None, 0, None)
+    except StoreError as exc:
+        assert where in str(exc), exc
 
 
 # ---------------------------------------------------------------------- the file store
@@ -473,6 +501,13 @@ SQL_CASES: list[tuple[str, str, str, str, bool]] = [
         """UPDATE contexts SET progress = '{"iteration": "2"}' WHERE id = 'rich'""",
         "table contexts, row (context 'rich'), column progress",
         "$.iteration",
+        True,
+    ),
+    (
+        "a message of the active branch not stored",
+        f"DELETE FROM messages WHERE id = 'm6' AND ctx = {SEQ}",
+        "table branch_messages, row (context 'rich', branch 'alt')",
+        "$.branches.alt.message_ids[2]",
         True,
     ),
     (

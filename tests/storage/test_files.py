@@ -14,13 +14,14 @@ from turnfsm.model import ApprovalStatus, TurnProgress
 from turnfsm.storage import FilesStore, Store, open_store
 
 from .contract import StoreContract
+from .contract_reads import PartialReadsContract
 
 
 def root(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-class TestFilesStore(StoreContract):
+class TestFilesStore(StoreContract, PartialReadsContract):
     persistent = True
 
     def make_store(self, tmp_path: Path) -> Store:

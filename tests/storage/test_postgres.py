@@ -47,6 +47,7 @@ from .contract import (
     rich_context,
     snapshot,
 )
+from .contract_reads import PartialReadsContract
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -56,7 +57,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = 1_000_000.0
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(StoreContract, PartialReadsContract):
     url: str
 
     @pytest.fixture(autouse=True)

@@ -13,11 +13,13 @@ from turnfsm import Engine
 from turnfsm.engine import Worker
 from turnfsm.errors import StoreError
 from turnfsm.storage import (
+    ContextOutlines,
     ContextStore,
     FilesStore,
     Lease,
     Leases,
     MemoryStore,
+    MessagePages,
     SQLiteStore,
     Store,
     WorkDoorbell,
@@ -53,6 +55,11 @@ async def test_isinstance_tells_what_a_store_can_do(tmp_path: Path) -> None:
         assert not isinstance(memory, WorkQueue)
         assert not isinstance(files, WorkQueue)
         assert isinstance(sqlite, WorkQueue)
+        for store in (files, sqlite):  # they read a part of a context alone
+            assert isinstance(store, ContextOutlines)
+            assert isinstance(store, MessagePages)
+        assert not isinstance(memory, ContextOutlines)  # it holds contexts whole
+        assert not isinstance(memory, MessagePages)
     finally:
         await sqlite.aclose()
 

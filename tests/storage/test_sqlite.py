@@ -45,6 +45,7 @@ from .contract import (
     rich_context,
     snapshot,
 )
+from .contract_reads import PartialReadsContract
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
-class TestSQLiteStore(StoreContract):
+class TestSQLiteStore(StoreContract, PartialReadsContract):
     def make_store(self, tmp_path: Path) -> Store:
         return SQLiteStore(db_path(tmp_path))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -167,30 +167,42 @@ class ChatContext:
         Returns that message and the ids of its calls that already have a result
         (the tool messages after it). Scans back only to that message.
         """
-        pool = self.message_pool
-        answered: list[str] = []
         ids = self.active_branch.message_ids if message_ids is None else message_ids
-        for mid in reversed(ids):
-            node = pool[mid]
-            msg = node.message
-            if msg.role is Role.TOOL and msg.tool_result is not None:
-                answered.append(msg.tool_result.request_id)
-                continue
-            if msg.role is Role.ASSISTANT and msg.tool_calls:
-                return node, answered
-            return None
-        return None
+        return newest_tool_batch(self.message_pool, ids)
 
     def open_tool_calls(self) -> list[ToolCallRequest]:
         """Calls of the newest tool batch that have no result yet, in the order asked."""
-        batch = self.last_tool_batch()
-        if batch is None:
-            return []
-        node, answered = batch
-        assert node.message.tool_calls is not None
-        done = set(answered)
-        return [c for c in node.message.tool_calls if c.id not in done]
+        return open_calls(self.last_tool_batch())
 
     def pending_tool_calls(self) -> list[ToolCallRequest]:
         """Open calls still waiting for a human decision."""
         return [c for c in self.open_tool_calls() if c.approval_status is ApprovalStatus.PENDING]
+
+
+def newest_tool_batch(
+    pool: Mapping[str, MessageNode], ids: Sequence[str]
+) -> tuple[MessageNode, list[str]] | None:
+    """:meth:`ChatContext.last_tool_batch` of the history ``ids`` (each in
+    ``pool``; it needs only the messages from the newest assistant message on)."""
+    answered: list[str] = []
+    for mid in reversed(ids):
+        node = pool[mid]
+        msg = node.message
+        if msg.role is Role.TOOL and msg.tool_result is not None:
+            answered.append(msg.tool_result.request_id)
+            continue
+        if msg.role is Role.ASSISTANT and msg.tool_calls:
+            return node, answered
+        return None
+    return None
+
+
+def open_calls(batch: tuple[MessageNode, list[str]] | None) -> list[ToolCallRequest]:
+    """The calls of a tool batch (:func:`newest_tool_batch`) that have no result
+    yet, in the order asked."""
+    if batch is None:
+        return []
+    node, answered = batch
+    assert node.message.tool_calls is not None
+    done = set(answered)
+    return [c for c in node.message.tool_calls if c.id not in done]

@@ -29,6 +29,7 @@ from ._base import (
     WorkQueue,
 )
 from ._memory import MemoryStore
+from ._outline import ContextOutline, ContextOutlines, outline_of
 from ._url import open_store
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ __all__ = [
     "ChildSummaries",
     "Commit",
     "CommitsWithoutWaiting",
+    "ContextOutline",
+    "ContextOutlines",
     "ContextStore",
     "ContextSummary",
     "FilesStore",
@@ -53,6 +56,7 @@ __all__ = [
     "WorkDoorbell",
     "WorkQueue",
     "open_store",
+    "outline_of",
 ]
 
 

@@ -74,7 +74,7 @@ import os
 import secrets
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ from typing import Any
 import anyio.to_thread
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
-from ..model import ChatContext, MessageNode
+from ..model import ChatContext
 from ._base import (
     ChildrenOfSummaries,
     Commit,
@@ -91,14 +91,12 @@ from ._base import (
     MessagePages,
     StepLog,
     Store,
-    in_order,
     lease_is_held,
 )
 from ._files_heads import (
+    PartialReads,
     _committed_steps,
     _Head,
-    _messages_of,
-    _page_of,
     _parse_steps,
     _steps_lines,
 )
@@ -230,7 +228,7 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(Store, MessagePages, ChildrenOfSummaries):
+class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -670,31 +668,3 @@ class FilesStore(Store, MessagePages, ChildrenOfSummaries):
 
         result: Lease | None = await self._run(read)
         return result
-
-    # ------------------------------------------------------------------ messages
-
-    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        """The messages with these ids: ``metadata.json`` and their files only."""
-        found: list[MessageNode] = await self._run(self._load_messages, context_id, ids)
-        return found
-
-    def _load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
-        folder = self._dir(context_id)
-        with self._context(folder, context_id, exclusive=False):
-            return in_order(context_id, ids, _messages_of(folder, context_id, ids))
-
-    async def message_page(
-        self, context_id: str, branch: str | None, offset: int, limit: int | None
-    ) -> tuple[str, list[MessageNode]] | None:
-        """A page of a branch: ``metadata.json`` and the page's message files only."""
-        page: tuple[str, list[MessageNode]] | None = await self._run(
-            self._message_page, context_id, branch, offset, limit
-        )
-        return page
-
-    def _message_page(
-        self, context_id: str, branch: str | None, offset: int, limit: int | None
-    ) -> tuple[str, list[MessageNode]] | None:
-        folder = self._dir(context_id)
-        with self._context(folder, context_id, exclusive=False):
-            return _page_of(folder, context_id, branch, offset, limit)

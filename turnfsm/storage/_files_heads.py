@@ -4,8 +4,9 @@ A commit does not read the history again: the store keeps each context's head,
 checked against ``metadata.json`` (or the last record of ``commits.jsonl``)
 byte for byte under the lock, and writes ``metadata.json`` and
 ``message_index.json``, or its record of ``commits.jsonl``, from it.
-``load_messages`` and ``message_page`` read ``metadata.json``,
-``commits.jsonl`` and the files of the messages asked for only.
+``load_messages``, ``message_page`` and ``outline`` (:class:`PartialReads`)
+read ``metadata.json``, ``commits.jsonl`` and the files of the messages they
+need only.
 
 A head (:class:`_Head`) is what a commit needs of a context, kept between
 commits by a :class:`~turnfsm.storage.FilesStore` (see its module for when it
@@ -19,12 +20,14 @@ import copy
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext, MessageNode
-from ._base import Commit, StepLog
+from ._base import Commit, StepLog, in_order
 from ._files_records import (
     TAIL,
     _file_id,
@@ -43,7 +46,10 @@ from ._files_records import (
     _Stored,
     _validated,
 )
-from ._schema import step_problem
+from ._outline import ContextOutline, pending_of_branch
+from ._schema import context_problems, json_path, step_problem
+
+R = TypeVar("R")
 
 # ---------------------------------------------------------------------- a context's head
 
@@ -303,3 +309,76 @@ def _page_of(
         _message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
         for i, mid in enumerate(found.message_ids[offset:end], start)
     ]
+
+
+def _outline_of(folder: Path, context_id: str) -> ContextOutline:
+    """``FilesStore.outline`` (read under the context's lock): ``metadata.json``
+    (with ``commits.jsonl``) and the files of a tail of the active branch."""
+    meta = _stored_metadata(folder, context_id)
+    problems = context_problems(meta, messages=False)  # what load refuses, but messages
+    if problems:
+        loc, problem = problems[0]
+        raise StoreError(f"{folder / 'metadata.json'}: {json_path(loc)}: {problem}")
+    lengths = {name: len(b.message_ids) for name, b in meta.branches.items()}
+    name = meta.active_branch_name
+    ids = meta.branches[name].message_ids
+
+    def tail(n: int) -> list[MessageNode]:
+        start = len(ids) - n
+        return [
+            _message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
+            for i, mid in enumerate(ids[start:], start)
+        ]
+
+    pending = pending_of_branch(len(ids), tail)
+    fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ChatContext)}
+    fields["branches"] = {
+        n: dataclasses.replace(b, message_ids=[]) for n, b in meta.branches.items()
+    }
+    return ContextOutline(ChatContext(**fields), lengths, pending)
+
+
+class PartialReads:
+    """The files store's reads of a part of a context: ``metadata.json`` and
+    the message files they need, under the context's shared lock."""
+
+    if TYPE_CHECKING:  # the store's own
+
+        def _dir(self, context_id: str) -> Path: ...
+
+        def _context(
+            self, folder: Path, context_id: str, *, exclusive: bool = True
+        ) -> AbstractContextManager[None]: ...
+
+        async def _run(self, fn: Any, *args: Any) -> Any: ...
+
+    async def load_messages(self, context_id: str, ids: Sequence[str]) -> list[MessageNode]:
+        """The messages with these ids: ``metadata.json`` and their files only."""
+        return await self._read(
+            context_id,
+            lambda folder: in_order(context_id, ids, _messages_of(folder, context_id, ids)),
+        )
+
+    async def message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        """A page of a branch: ``metadata.json`` and the page's message files only."""
+        return await self._read(
+            context_id, lambda folder: _page_of(folder, context_id, branch, offset, limit)
+        )
+
+    async def outline(self, context_id: str) -> ContextOutline:
+        """The context without its messages (``ContextOutlines``):
+        ``metadata.json`` and the files of a tail of the active branch."""
+        return await self._read(context_id, lambda folder: _outline_of(folder, context_id))
+
+    async def _read(self, context_id: str, fn: Callable[[Path], R]) -> R:
+        """``fn(folder)`` in a worker thread, under the context's shared lock."""
+
+        def read() -> R:
+            folder = self._dir(context_id)
+            with self._context(folder, context_id, exclusive=False):
+                return fn(folder)
+
+        found: R = await self._run(read)
+        return found

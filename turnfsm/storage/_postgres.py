@@ -48,6 +48,7 @@ from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..records import to_json
 from ..states import RESTING
 from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkDoorbell, WorkQueue, in_order
+from ._pg_reads import PartialReads
 from ._pg_schema import (
     MIGRATIONS,
     STORE_FORMAT,
@@ -223,7 +224,7 @@ def _current(exc: Any) -> int | None:
     return found if found > 0 else None
 
 
-class PostgresStore(PostgresDatabase, Store, WorkQueue, WorkDoorbell):
+class PostgresStore(PostgresDatabase, PartialReads, Store, WorkQueue, WorkDoorbell):
     """A store in a PostgreSQL database (see the module docstring).
 
     ``url`` is a libpq connection URL (``postgresql://user:password@host:5432/db``;

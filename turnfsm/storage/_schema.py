@@ -256,11 +256,15 @@ def validation_problem(exc: ValidationError, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]]:
+def context_problems(
+    ctx: ChatContext, *, messages: bool = True
+) -> list[tuple[tuple[str | int, ...], str]]:
     """What makes a well-typed context unusable, as (key path, problem): an unknown
     state, an active branch that does not exist, a branch stored under another
     name, or a branch naming a message, a parent message or a source branch that
-    the context does not hold. Empty when the context is sound."""
+    the context does not hold. Empty when the context is sound. Without
+    ``messages`` (a context read without its message pool: an outline), what
+    the branches say of messages is not checked."""
     out: list[tuple[tuple[str | int, ...], str]] = []
     if ctx.current_state not in _STATES:
         out.append((("current_state",), f"unknown state {ctx.current_state!r}"))
@@ -272,6 +276,11 @@ def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]
     for name, branch in ctx.branches.items():
         if branch.name != name:
             out.append((("branches", name, "name"), f"the branch is stored as {name!r}"))
+        source = branch.forked_from
+        if source is not None and source not in ctx.branches:
+            out.append((("branches", name, "forked_from"), f"no branch {source!r} is stored"))
+        if not messages:
+            continue
         for i, mid in enumerate(branch.message_ids):
             if mid not in pool:
                 out.append((("branches", name, "message_ids", i), f"no message {mid!r} is stored"))
@@ -280,9 +289,6 @@ def context_problems(ctx: ChatContext) -> list[tuple[tuple[str | int, ...], str]
             out.append(
                 (("branches", name, "parent_message_id"), f"no message {parent!r} is stored")
             )
-        source = branch.forked_from
-        if source is not None and source not in ctx.branches:
-            out.append((("branches", name, "forked_from"), f"no branch {source!r} is stored"))
     return out
 
 

@@ -15,7 +15,7 @@ which lets any column hold anything, has every column checked with
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -28,6 +28,7 @@ from ..records import from_json, to_json
 from ._base import Commit, StepLog
 from ._schema import (
     check_version,
+    context_problems,
     json_object_column,
     json_path,
     message_from_record,
@@ -39,6 +40,7 @@ from ._schema import (
 )
 
 __all__ = [
+    "BRANCH_LENGTH",
     "DELETE_POSITIONS",
     "HEAD_COLUMNS",
     "INSERT_CONTEXT",
@@ -46,6 +48,7 @@ __all__ = [
     "INSERT_POSITIONS",
     "INSERT_STEPS",
     "NEXT_POSITION",
+    "PAGE",
     "RELEASE",
     "RENEW",
     "REPLACE_MESSAGE",
@@ -54,11 +57,13 @@ __all__ = [
     "CommitRows",
     "Places",
     "branch_of",
+    "check_outline",
     "column",
     "commit_rows",
     "context_of",
     "context_row",
     "message_of",
+    "page_of",
     "pg",
     "positions",
     "refused_update",
@@ -102,6 +107,19 @@ NEXT_POSITION = (
     "(SELECT MAX(pos) FROM branch_messages WHERE ctx = ? AND branch = ?)"
 )
 """Whether a branch exists, and its last position (NULL when it has none)."""
+BRANCH_LENGTH = "(SELECT MAX(pos) FROM branch_messages WHERE ctx = b.ctx AND branch = b.name)"
+"""The last position of the branch row ``b`` (NULL when it has none): a
+branch's positions are 0 to its length - 1, as :data:`NEXT_POSITION` takes
+them to be; one step down the primary key, whatever the length."""
+PAGE = (
+    "SELECT p.message_id, m.id, m.schema_version, m.body FROM branch_messages AS p "
+    "LEFT JOIN messages AS m ON m.ctx = p.ctx AND m.id = p.message_id "
+    "WHERE p.ctx = ? AND p.branch = ? AND p.pos >= ? ORDER BY p.pos LIMIT ?"
+)
+"""A page of a branch: its messages from an index (a position: see
+:data:`BRANCH_LENGTH`) on, at most a number; the page's rows only, found
+down the primary key (a position whose message is not stored has a NULL
+``m.id``)."""
 INSERT_STEPS = (
     "INSERT INTO steps (ctx, schema_version, version, from_state, trigger, "
     "to_state, at, detail, lease_token, lease_owner) "
@@ -260,6 +278,38 @@ def message_of(places: Places, context_id: str, mid: str, version: int, body: st
     if node.id != mid:
         raise StoreError(f"{row}, column body: $.id: the message is {node.id!r}")
     return node
+
+
+def page_of(
+    places: Places,
+    context_id: str,
+    name: str,
+    offset: int,
+    rows: Iterable[Sequence[Any]],
+    message: Callable[[str, Any, Any, Any], MessageNode],
+) -> list[MessageNode]:
+    """The messages of the rows :data:`PAGE` read from branch ``name`` at
+    ``offset`` (position's message id, message row's id, schema version,
+    body), each made by ``message(context_id, id, version, body)``; a
+    position whose message is not stored is a StoreError naming it, as
+    ``load`` names it."""
+    out = []
+    for i, (mid, found, version, body) in enumerate(rows, offset):
+        if found is None:
+            loc = ("branches", name, "message_ids", i)
+            raise StoreError(f"{places.place(context_id, loc)}: no message {mid!r} is stored")
+        out.append(message(context_id, mid, version, body))
+    return out
+
+
+def check_outline(places: Places, ctx: ChatContext) -> None:
+    """Refuse what ``load`` would refuse in a context read without its messages
+    (its row and its branches: see ``context_problems``) with the StoreError
+    ``load`` raises, naming the place."""
+    problems = context_problems(ctx, messages=False)
+    if problems:
+        loc, problem = problems[0]
+        raise StoreError(f"{places.place(ctx.id, loc)}: {problem}")
 
 
 def step_of(

@@ -90,6 +90,7 @@ from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..records import to_json
 from ..states import RESTING
 from ._base import Commit, ContextSummary, Lease, StepLog, Store, WorkQueue, in_order, lease_is_held
+from ._outline import ContextOutline
 from ._schema import check_version, context_problems, summary_of_config
 from ._sql import (
     DELETE_POSITIONS,
@@ -106,7 +107,6 @@ from ._sql import (
     UPSERT_MESSAGE,
     CommitRows,
     Places,
-    branch_of,
     column,
     context_of,
     context_row,
@@ -114,7 +114,14 @@ from ._sql import (
     refused_update,
     step_of,
 )
-from ._sqlite_load import load_messages, message_row, positions_of
+from ._sqlite_load import (
+    branch_page,
+    branches_of,
+    load_messages,
+    message_row,
+    outline_of_rows,
+    positions_of,
+)
 from ._sqlite_rows import commit_rows_of
 from ._sqlite_schema import STORE_FORMAT, check_database_file, prepare
 from ._sqlite_threads import SQLiteThreads
@@ -244,18 +251,7 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         places = self._places
         ctx = context_of(places, head, check_columns=True)
         positions = positions_of(conn, places, context_id, seq)
-        branches: dict[str, Branch] = {}
-        for name, version, body in conn.execute(
-            "SELECT name, schema_version, body FROM branches WHERE ctx = ? ORDER BY rowid",
-            (seq,),
-        ):
-            row = places.row(context_id, "branches", f"name {name!r}")
-            column(row, "name", name, str)
-            column(row, "schema_version", version, int)
-            column(row, "body", body, str)
-            branches[name] = branch_of(
-                places, context_id, name, version, body, positions.get(name, [])
-            )
+        branches, _ = branches_of(conn, places, context_id, seq, positions)
         pool: dict[str, MessageNode] = {}
         load_messages(conn, places, context_id, seq, pool)
         conn.execute("COMMIT")
@@ -269,6 +265,20 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
 
     def _message(self, context_id: str, mid: Any, version: Any, body: Any) -> MessageNode:
         return message_row(self._places, context_id, mid, version, body)
+
+    async def outline(self, context_id: str) -> ContextOutline:
+        """The context without its messages (``ContextOutlines``): its row, its
+        branch rows with their lengths and a tail of the active branch."""
+        return await self._run(lambda conn: outline_of_rows(conn, self._places, context_id))
+
+    async def message_page(
+        self, context_id: str, branch: str | None, offset: int, limit: int | None
+    ) -> tuple[str, list[MessageNode]] | None:
+        """A page of a branch (``MessagePages``): the page's rows only."""
+
+        return await self._run(
+            lambda conn: branch_page(conn, self._places, context_id, branch, offset, limit)
+        )
 
     async def commit(self, commit: Commit) -> None:
         # serialized here, on the caller's thread: the writer thread is what all

@@ -1,19 +1,43 @@
-"""Reading a context from the SQLite store: the rows of its branch positions
-and of its messages, each checked (``SQLiteStore.load``)."""
+"""Reading a context from the SQLite store: the rows of its branches, their
+positions and its messages, each checked (``SQLiteStore.load``); and the
+partial reads: a context's outline and a page of a branch
+(``SQLiteStore.outline``, ``SQLiteStore.message_page``)."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import Any
 
 from pydantic import ValidationError
 
 from .. import records
-from ..model import SCHEMA_VERSION, MessageNode
+from ..errors import ContextNotFound
+from ..model import SCHEMA_VERSION, Branch, MessageNode
+from ._outline import ContextOutline, pending_of_branch
 from ._schema import check_version
-from ._sql import Places, column, message_of
+from ._sql import (
+    BRANCH_LENGTH,
+    HEAD_COLUMNS,
+    PAGE,
+    Places,
+    branch_of,
+    check_outline,
+    column,
+    context_of,
+    message_of,
+    page_of,
+)
 
-__all__ = ["load_messages", "message_row", "positions_of"]
+__all__ = [
+    "branch_page",
+    "branches_of",
+    "load_messages",
+    "message_row",
+    "outline_of_rows",
+    "page_of_rows",
+    "positions_of",
+]
 
 _V = SCHEMA_VERSION
 
@@ -108,3 +132,95 @@ def message_row(places: Places, context_id: str, mid: Any, version: Any, body: A
     column(row, "schema_version", version, int)
     column(row, "body", body, str)
     return message_of(places, context_id, mid, version, body)
+
+
+def branches_of(
+    conn: sqlite3.Connection,
+    places: Places,
+    context_id: str,
+    seq: int,
+    positions: dict[str, list[str]] | None,
+) -> tuple[dict[str, Branch], dict[str, int]]:
+    """The context's branches, in the order they were made, each with its
+    message ids from ``positions`` (``None``: without them), and each one's
+    length as its positions say."""
+    branches: dict[str, Branch] = {}
+    lengths: dict[str, int] = {}
+    length = BRANCH_LENGTH if positions is None else "NULL"
+    for name, version, body, last in conn.execute(
+        f"SELECT name, schema_version, body, {length} FROM branches AS b "
+        "WHERE ctx = ? ORDER BY rowid",
+        (seq,),
+    ):
+        row = places.row(context_id, "branches", f"name {name!r}")
+        column(row, "name", name, str)
+        column(row, "schema_version", version, int)
+        column(row, "body", body, str)
+        ids = [] if positions is None else positions.get(name, [])
+        branches[name] = branch_of(places, context_id, name, version, body, ids)
+        lengths[name] = len(ids) if positions is not None else 0 if last is None else last + 1
+    return branches, lengths
+
+
+def outline_of_rows(conn: sqlite3.Connection, places: Places, context_id: str) -> ContextOutline:
+    """``SQLiteStore.outline``: the context's row, its branch rows with each
+    one's last position, and a tail of the active branch, in one snapshot."""
+    conn.execute("BEGIN")
+    head = conn.execute(
+        f"SELECT {HEAD_COLUMNS} FROM contexts WHERE id = ?", (context_id,)
+    ).fetchone()
+    if head is None:
+        raise ContextNotFound(context_id)
+    seq = head[0]
+    ctx = context_of(places, head, check_columns=True)
+    ctx.branches, lengths = branches_of(conn, places, context_id, seq, None)
+    check_outline(places, ctx)
+    active = ctx.active_branch_name
+    length = lengths[active]
+    pending = pending_of_branch(
+        length,
+        lambda n: page_of_rows(conn, places, context_id, seq, active, length - n, n),
+    )
+    conn.execute("COMMIT")
+    return ContextOutline(ctx, lengths, pending)
+
+
+def page_of_rows(
+    conn: sqlite3.Connection,
+    places: Places,
+    context_id: str,
+    seq: int,
+    branch: str,
+    offset: int,
+    limit: int | None,
+) -> list[MessageNode]:
+    """The messages of ``branch`` from index ``offset``, at most ``limit``."""
+    rows = conn.execute(PAGE, (seq, branch, offset, -1 if limit is None else limit))
+    return page_of(places, context_id, branch, offset, rows, functools.partial(message_row, places))
+
+
+def branch_page(
+    conn: sqlite3.Connection,
+    places: Places,
+    context_id: str,
+    branch: str | None,
+    offset: int,
+    limit: int | None,
+) -> tuple[str, list[MessageNode]] | None:
+    """``SQLiteStore.message_page``: the branch's name (the active one when
+    ``branch`` is None) and its page, in one snapshot; None for no such branch."""
+    conn.execute("BEGIN")
+    row = conn.execute(
+        "SELECT seq, active_branch FROM contexts WHERE id = ?", (context_id,)
+    ).fetchone()
+    if row is None:
+        raise ContextNotFound(context_id)
+    seq, active = row
+    column(places.row(context_id, "contexts"), "active_branch", active, str)
+    name = active if branch is None else branch
+    known = conn.execute("SELECT 1 FROM branches WHERE ctx = ? AND name = ?", (seq, name))
+    page = None
+    if known.fetchone() is not None:
+        page = name, page_of_rows(conn, places, context_id, seq, name, offset, limit)
+    conn.execute("COMMIT")
+    return page
