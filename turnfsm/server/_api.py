@@ -113,12 +113,12 @@ async def list_contexts(
 @router.post("/api/contexts", status_code=201, tags=["contexts"])
 async def create_context(hub: HubOf, body: ContextIn, who: Tenant) -> ContextOut:
     cid = await create_from(hub, who, body)
-    return ContextOut.of(await stored(hub, cid))
+    return ContextOut.of(await hub.outline(cid))
 
 
 @router.get("/api/contexts/{context_id}", tags=["contexts"])
 async def get_context(hub: HubOf, context_id: Owned) -> ContextOut:
-    return ContextOut.of(await stored(hub, context_id))
+    return ContextOut.of(await hub.outline(context_id))
 
 
 @router.put("/api/contexts/{context_id}", tags=["contexts"])
@@ -134,7 +134,7 @@ async def update_context(hub: HubOf, context_id: Owned, body: ContextUpdate) -> 
         token_budget=given.get("token_budget", UNSET),
         compaction=given.get("compaction", UNSET),
     )
-    return ContextOut.of(await stored(hub, context_id))
+    return ContextOut.of(await hub.outline(context_id))
 
 
 @router.delete("/api/contexts/{context_id}", tags=["contexts"])
@@ -147,13 +147,13 @@ async def delete_context(hub: HubOf, context_id: Owned) -> dict[str, list[str]]:
 
 @router.get("/api/contexts/{context_id}/state", tags=["contexts"])
 async def get_state(hub: HubOf, context_id: Owned) -> StateOut:
-    ctx = await stored(hub, context_id)
+    found = await hub.outline(context_id)
     return StateOut(
         context_id=context_id,
-        state=ctx.current_state,
-        version=ctx.version,
+        state=found.context.current_state,
+        version=found.context.version,
         running=context_id in hub.running,
-        pending_tool_calls=ctx.pending_tool_calls(),
+        pending_tool_calls=found.pending_tool_calls,
     )
 
 
@@ -329,7 +329,7 @@ async def audit_verify(hub: HubOf, context_id: Owned) -> VerifyOut:
 async def diagram(
     hub: HubOf, context_id: Owned, format: Literal["mermaid", "svg"] = "mermaid"
 ) -> Response:
-    ctx = await stored(hub, context_id)
+    ctx = (await hub.outline(context_id)).context
     steps = await hub.engine.steps(context_id)
     path = path_from_steps(steps, start=ctx.created_at)
     title = f"context {context_id} (now {ctx.current_state}, {len(steps)} steps)"

@@ -87,7 +87,7 @@ async def state_of(hub: Hub, job: Job) -> str:
         return job.turn.state.value
     if job.state is not None:
         return job.state
-    return (await hub.engine.store.load(job.context_id)).current_state
+    return (await hub.outline(job.context_id)).context.current_state
 
 
 async def run_call(hub: Hub, context_id: str, fn: Call, wait: bool) -> Turn | AcceptedOut:

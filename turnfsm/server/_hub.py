@@ -17,6 +17,7 @@ from ..engine._accepted import ON_ACCEPTED
 from ..errors import ContextBusy, ContextNotFound, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
 from ..relay import EventRelay
+from ..storage import ContextOutline, ContextOutlines, outline_of
 from ..storage._eventlog import LogNote, open_event_log
 from ._channels import Channel, Listener
 from ._config import ServerConfig
@@ -198,6 +199,16 @@ class Hub:
 
     # ------------------------------------------------------------------ tenants
 
+    async def outline(self, context_id: str) -> ContextOutline:
+        """The context without its messages, read from the store (not the
+        engine's loaded copy, which turns of another process may have left
+        behind): on a store that reads it alone (SQLite, PostgreSQL, files), at
+        a cost that does not grow with the conversation."""
+        store = self.engine.store
+        if isinstance(store, ContextOutlines):
+            return await store.outline(context_id)
+        return outline_of(await store.load(context_id))
+
     async def owner(self, context_id: str) -> str | None:
         """The tenant of a stored context (a child: its parent's); ContextNotFound.
 
@@ -216,7 +227,7 @@ class Hub:
             tenant = await self.tenants.get(cid)
             if tenant is not None:
                 return tenant
-            ctx = await self.engine.store.load(cid)
+            ctx = (await self.outline(cid)).context
             if ctx.parent_id is None:
                 return DEFAULT_TENANT if not self.config.tokens else None
             cid = ctx.parent_id

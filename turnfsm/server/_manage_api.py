@@ -16,6 +16,7 @@ from ..engine import (
     Turn,
     context_tree,
 )
+from ..storage import outline_of
 from ..tools import QuestionTool
 from ._deps import HubOf, Owned
 from ._models import (
@@ -125,7 +126,7 @@ async def branch_prompts(
         system_prompt=given.get("system_prompt", UNSET),
         user_prompt=given.get("user_prompt", UNSET),
     )
-    return ContextOut.of(ctx)
+    return ContextOut.of(outline_of(ctx))
 
 
 @router.put("/api/contexts/{context_id}/branches/{name}", tags=["branches"])
@@ -142,9 +143,8 @@ async def switch_to(hub: HubOf, context_id: Owned, name: str) -> TurnOut:
 @router.get("/api/contexts/{context_id}/questions", tags=["turns"])
 async def questions(hub: HubOf, context_id: Owned) -> list[QuestionOut]:
     """The questions the model asked that wait for an answer (``tools/answer``)."""
-    ctx = await hub.engine.store.load(context_id)
     out: list[QuestionOut] = []
-    for call in ctx.pending_tool_calls():
+    for call in (await hub.outline(context_id)).pending_tool_calls:
         tool = hub.engine.tools.get(call.tool_name)
         asked = tool.ask(call) if isinstance(tool, QuestionTool) else None
         if asked is not None:  # as the Turn's questions are found

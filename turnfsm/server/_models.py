@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine import Turn
-from ..model import ChatContext, InternalMessage, MessageNode, ToolCallRequest
+from ..model import InternalMessage, MessageNode, ToolCallRequest
+from ..storage import ContextOutline
 
 __all__ = [
     "AcceptedOut",
@@ -132,7 +133,8 @@ class ContextOut(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, ctx: ChatContext) -> ContextOut:
+    def of(cls, outline: ContextOutline) -> ContextOut:
+        ctx, lengths = outline.context, outline.lengths
         return cls(
             id=ctx.id,
             parent_id=ctx.parent_id,
@@ -150,7 +152,7 @@ class ContextOut(BaseModel):
             branches=[
                 BranchOut(
                     name=b.name,
-                    message_count=len(b.message_ids),
+                    message_count=lengths[b.name],
                     forked_from=b.forked_from,
                     system_prompt=b.system_prompt.content if b.system_prompt else None,
                     user_prompt=b.user_prompt,

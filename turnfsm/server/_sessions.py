@@ -321,7 +321,7 @@ async def list_sessions(
     page: list[SessionOut] = []
     for cid in reversed(mine[start:end]):
         try:
-            page.append(SessionOut.of(await hub.engine.store.load(cid)))
+            page.append(SessionOut.of((await hub.outline(cid)).context))
         except ContextNotFound:
             continue  # deleted meanwhile
     return SessionList(sessions=page, next_cursor=str(start) if start > 0 else None)
