@@ -65,6 +65,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from fleet import Proc, all_started  # noqa: E402
 from storage.pg import Cluster, find_bin_dir, free_port  # noqa: E402
 
 from turnfsm.model import Role  # noqa: E402
@@ -77,30 +78,8 @@ RESTING = ("Idle", "AwaitingToolApproval", "PermanentFailure")
 MODEL = ["--llm", "tests.scale.model:make_llm", "--tools", "tests.scale.model:TOOLS"]
 
 
-@dataclass
-class Proc:
-    """One process of the test, started again after each kill."""
-
-    name: str
-    argv: list[str]
-    kind: str  # "worker" or "server"
-    port: int | None = None
-    popen: subprocess.Popen[bytes] | None = None
-    kills: int = 0
-    pauses: int = 0
-    log: Path | None = None
-
-    def start(self, env: dict[str, str], folder: Path) -> None:
-        self.log = folder / f"{self.name}.log"
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    @property
-    def pid(self) -> int:
-        assert self.popen is not None
-        return self.popen.pid
+START_LINE = ("turnfsm worker: ", ", concurrency ")
+"""How a worker's start line begins, and a part of it (written once it handles SIGTERM)."""
 
 
 @dataclass
@@ -438,6 +417,14 @@ class Run:
         finally:
             self.stop.set()
             await observer
+            await all_started(
+                self.procs,
+                self.env,
+                self.folder,
+                ready=self.wait_ready,
+                start_line=START_LINE,
+                deadline=60.0,
+            )
             for proc in self.procs:
                 assert proc.popen is not None
                 with contextlib.suppress(ProcessLookupError):

@@ -84,6 +84,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
+from fleet import Proc, all_started  # noqa: E402
 from scale.kill import check_context  # noqa: E402  (the workers' kill test's checker)
 from storage.pg import Cluster, find_bin_dir, free_port  # noqa: E402
 
@@ -110,28 +111,8 @@ MOMENTS = ("mid-stream", "mid-tool", "after-effect", "awaiting-approval", "any")
 """When a worker is killed (see the module docstring)."""
 
 
-@dataclass
-class Proc:
-    """One process of the test, started again after each kill."""
-
-    name: str
-    argv: list[str]
-    kind: str  # "worker" or "server"
-    port: int | None = None
-    popen: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
-
-    def start(self, env: dict[str, str], folder: Path) -> None:
-        self.log = folder / f"{self.name}.log"
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    @property
-    def pid(self) -> int:
-        assert self.popen is not None
-        return self.popen.pid
+START_LINE = ("turnfsm temporal-worker: ", " task queue ")
+"""How a worker's start line begins, and a part of it (written once it handles SIGTERM)."""
 
 
 @dataclass
@@ -558,6 +539,14 @@ class Run:
                 task.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
             await observer
+            await all_started(
+                self.procs,
+                self.env,
+                self.folder,
+                ready=self.wait_ready,
+                start_line=START_LINE,
+                deadline=90.0,
+            )
             for proc in self.procs:
                 assert proc.popen is not None
                 with contextlib.suppress(ProcessLookupError):

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from ..engine import RetryPolicy
 from ._errors import count, guarded, seconds
@@ -117,14 +118,15 @@ def _run(args: argparse.Namespace) -> int:
         stopping = anyio.Event()
         async with anyio.create_task_group() as tg:
 
-            async def on_signal() -> None:
+            async def on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    task_status.started()
                     async for _ in signals:
                         stopping.set()
                         await worker.shutdown()
                         return
 
-            tg.start_soon(on_signal)
+            await tg.start(on_signal)  # from the start line on, SIGTERM stops it cleanly
             # log lines, to standard error: standard output is for what a command outputs
             say(
                 f"turnfsm temporal-worker: {identity} on {store_location(url)}, "

@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from ..engine import Engine, RetryPolicy, Worker
 from ..relay import EventRelay
@@ -103,12 +104,13 @@ def _run(args: argparse.Namespace) -> int:
     async def work(relay: EventRelay) -> None:
         async with engine, relay, anyio.create_task_group() as tg:
 
-            async def on_signal() -> None:
+            async def on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    task_status.started()
                     async for _ in signals:
                         worker.stop()
 
-            tg.start_soon(on_signal)
+            await tg.start(on_signal)  # from the start line on, SIGTERM stops it cleanly
             # log lines, to standard error: standard output is for what a command outputs
             print(
                 f"turnfsm worker: {engine.owner} on {store_location(url)}, "
