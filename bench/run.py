@@ -78,6 +78,10 @@ def _one(workload: str, system: str, synchronous: str) -> dict[str, Any]:
         import files_flat
 
         return files_flat.run()
+    if workload == "COLD":
+        import cold_reads
+
+        return cold_reads.run()
     if workload == "W7":
         import http_side
 
@@ -430,6 +434,46 @@ def _run_prepare(runs: int, quiet: bool) -> int:
     return 0
 
 
+def _run_cold(runs: int, quiet: bool) -> int:
+    """The cold-reads workload (bench/cold_reads.py): turnfsm only, a context's
+    outline, a page and (for reference) a whole load at 100 and 5,000 messages
+    on each store that reads a part alone; the medians over ``runs`` processes."""
+    results = []
+    for r in range(runs):
+        try:
+            results.append(_spawn("COLD", "turnfsm", "FULL"))
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if not quiet:
+            ratios = {k: v for k, v in results[-1].items() if k.endswith("_to_100")}
+            print(f"  cold run {r + 1}/{runs}: {ratios}", file=sys.stderr)
+    line = dict(results[0])
+    for key in results[0]:
+        if key.endswith(("_at_100", "_at_5000", "_to_100")):
+            line[key] = _round(statistics.median(r[key] for r in results), 4)
+    print(json.dumps(line), flush=True)
+    if not quiet:
+        for key, ratio in line.items():
+            if key.endswith("_ratio_5000_to_100"):
+                what = key.removesuffix("_ratio_5000_to_100")
+                target = (
+                    ""
+                    if what.endswith("_load")
+                    else (
+                        " (<= {:g}x {})".format(
+                            line["target"], "ok" if ratio <= line["target"] else "MISSED"
+                        )
+                    )
+                )
+                print(
+                    f"cold {what}: {line[f'{what}_us_at_100']:.4g} us at 100 messages, "
+                    f"{line[f'{what}_us_at_5000']:.4g} us at 5,000: {ratio:.2f}x{target}",
+                    file=sys.stderr,
+                )
+    return 0
+
+
 def _run_files(runs: int, quiet: bool) -> int:
     """The files workload (bench/files_flat.py): turnfsm only, a turn and a cold
     page on ``files://`` at 100, 1,000 and 5,000 messages; the medians over
@@ -478,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--workload",
-        help="W1, W2, W3, W4, W5, W6, W7, W8, W9, W10, bytes, prepare, files or all",
+        help="W1, W2, W3, W4, W5, W6, W7, W8, W9, W10, bytes, prepare, files, cold or all",
     )
     p.add_argument(
         "--system",
@@ -539,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run_prepare(args.runs, args.json)
     if args.workload and args.workload.upper() == "FILES":
         return _run_files(args.runs, args.json)
+    if args.workload and args.workload.upper() == "COLD":
+        return _run_cold(args.runs, args.json)
     if args.workload and args.workload.upper() == "W9":  # its own runner: bench/w9.py
         import w9
 
@@ -549,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return w10.main(["--rounds", str(args.runs), *(["--json"] if args.json else [])])
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|bytes|prepare|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|bytes|prepare|files|cold|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")

@@ -29,11 +29,11 @@ from ._base import (
     WorkQueue,
 )
 from ._memory import MemoryStore
-from ._outline import ContextOutline, ContextOutlines, outline_of
 from ._url import open_store
 
 if TYPE_CHECKING:
     from ._files import FilesStore
+    from ._outline import ContextOutline, ContextOutlines, outline_of
     from ._sqlite import SQLiteStore
 
 __all__ = [
@@ -60,8 +60,16 @@ __all__ = [
 ]
 
 
-_LAZY = {"FilesStore": "._files", "PostgresStore": "._postgres", "SQLiteStore": "._sqlite"}
-"""The stores imported when first asked for, and their module."""
+_LAZY = {
+    "ContextOutline": "._outline",
+    "ContextOutlines": "._outline",
+    "FilesStore": "._files",
+    "PostgresStore": "._postgres",
+    "SQLiteStore": "._sqlite",
+    "outline_of": "._outline",
+}
+"""The stores, and the outline the stores kept outside the process read,
+imported when first asked for, and their module."""
 
 
 def __getattr__(name: str) -> object:
