@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..audit import audit_jsonl, audit_records, verify_audit_log
 from ..engine import UNSET, Turn
-from ..errors import InvalidInput, RenderError
+from ..errors import InvalidInput, RenderError, StoreError
 from ..model import ChatContext, MessageNode
 from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ._calls import create_from, decide_calls, post_message, run_call, tenant_contexts
@@ -190,8 +190,13 @@ async def list_messages(
 
 @router.get("/api/contexts/{context_id}/messages/{message_id}", tags=["messages"])
 async def get_message(hub: HubOf, context_id: Owned, message_id: str) -> MessageNode:
-    ctx = await stored(hub, context_id)
-    node = ctx.message_pool.get(message_id)
+    try:  # the one message (the messages table's row, its file)
+        found = await hub.engine.store.load_messages(context_id, [message_id])
+    except StoreError:
+        found = []  # not held, or damaged: the whole context says which
+    if found:
+        return found[0]
+    node = (await stored(hub, context_id)).message_pool.get(message_id)
     if node is None:
         raise ApiError(
             404, "message_not_found", f"context {context_id!r} has no message {message_id!r}"

@@ -90,8 +90,10 @@ def tenant_events(hub: Hub, who: str, last_event_id: str | None = None) -> Event
 
 
 async def _load(hub: Hub, context_id: str) -> ChatContext | None:
+    """The context without its messages (its state, version and last seq are
+    what a stream reads), or None when it cannot be read."""
     try:
-        return await hub.engine.store.load(context_id)
+        return (await hub.outline(context_id)).context
     except TurnFSMError:
         return None
 
@@ -207,7 +209,7 @@ async def _newest(
     ring = ch.ring
     if ring and first_seq(ring[0]) <= after + 1 and after <= last_seq(ring[-1]):
         return None
-    ctx = await hub.engine.store.load(ch.context_id)
+    ctx = (await hub.outline(ch.context_id)).context
     loaded.append(ctx)
     return max(ctx.event_seq, last_seq(ring[-1]) if ring else 0)
 
