@@ -108,13 +108,13 @@ from ._sql import (
     CommitRows,
     Places,
     column,
-    context_of,
     context_row,
     positions,
     refused_update,
     step_of,
 )
 from ._sqlite_load import (
+    begin_with_row,
     branch_page,
     branches_of,
     load_messages,
@@ -241,15 +241,8 @@ class SQLiteStore(SQLiteThreads, Store, WorkQueue):
         return await self._run(lambda conn: self._load_tx(conn, context_id))
 
     def _load_tx(self, conn: sqlite3.Connection, context_id: str) -> ChatContext:
-        conn.execute("BEGIN")  # one snapshot for every read below
-        head = conn.execute(
-            f"SELECT {HEAD_COLUMNS} FROM contexts WHERE id = ?", (context_id,)
-        ).fetchone()
-        if head is None:
-            raise ContextNotFound(context_id)
-        seq = head[0]
         places = self._places
-        ctx = context_of(places, head, check_columns=True)
+        seq, ctx = begin_with_row(conn, places, context_id)  # one snapshot for every read
         positions = positions_of(conn, places, context_id, seq)
         branches, _ = branches_of(conn, places, context_id, seq, positions)
         pool: dict[str, MessageNode] = {}

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from .. import records
 from ..errors import ContextNotFound
-from ..model import SCHEMA_VERSION, Branch, MessageNode
+from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ._outline import ContextOutline, pending_of_branch
 from ._schema import check_version
 from ._sql import (
@@ -30,6 +30,7 @@ from ._sql import (
 )
 
 __all__ = [
+    "begin_with_row",
     "branch_page",
     "branches_of",
     "load_messages",
@@ -162,17 +163,24 @@ def branches_of(
     return branches, lengths
 
 
-def outline_of_rows(conn: sqlite3.Connection, places: Places, context_id: str) -> ContextOutline:
-    """``SQLiteStore.outline``: the context's row, its branch rows with each
-    one's last position, and a tail of the active branch, in one snapshot."""
+def begin_with_row(
+    conn: sqlite3.Connection, places: Places, context_id: str
+) -> tuple[int, ChatContext]:
+    """Begin the read's snapshot (the caller commits it), and read the
+    context's row: its ``seq`` and the context without branches or messages."""
     conn.execute("BEGIN")
     head = conn.execute(
         f"SELECT {HEAD_COLUMNS} FROM contexts WHERE id = ?", (context_id,)
     ).fetchone()
     if head is None:
         raise ContextNotFound(context_id)
-    seq = head[0]
-    ctx = context_of(places, head, check_columns=True)
+    return head[0], context_of(places, head, check_columns=True)
+
+
+def outline_of_rows(conn: sqlite3.Connection, places: Places, context_id: str) -> ContextOutline:
+    """``SQLiteStore.outline``: the context's row, its branch rows with each
+    one's last position, and a tail of the active branch, in one snapshot."""
+    seq, ctx = begin_with_row(conn, places, context_id)
     ctx.branches, lengths = branches_of(conn, places, context_id, seq, None)
     check_outline(places, ctx)
     active = ctx.active_branch_name
