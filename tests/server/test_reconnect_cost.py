@@ -1,6 +1,7 @@
 """A reconnect that replays a long context's history costs its length, not
-its square: the context is loaded once for the replay's Resyncs (one per
-answer's deltas), however many turns it holds."""
+its square: the context's outline (its state, version and last seq) is read
+once for the replay's Resyncs (one per answer's deltas), however many turns it
+holds, and the whole context not at all."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from turnfsm.server import ServerConfig, create_app
 from .conftest import TOKENS, demo_engine, serve_in_thread
 
 
-def test_a_replay_loads_the_context_once_whatever_its_length(tmp_path: Path) -> None:
+def test_a_replay_reads_the_outline_once_whatever_its_length(tmp_path: Path) -> None:
     app = create_app(
         lambda: demo_engine(tmp_path / "s.db"), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5)
     )
@@ -26,14 +27,16 @@ def test_a_replay_loads_the_context_once_whatever_its_length(tmp_path: Path) -> 
         ) as c:
             cid = c.post("/api/contexts", json={"system_prompt": "x"}).json()["id"]
             store = hub.engine.store
-            real = store.load
-            loads: list[str] = []
+            reads: list[tuple[str, str]] = []
 
-            async def counted(
-                context_id: str, *args: Any, _real: Any = real, _loads: Any = loads, **kwargs: Any
-            ) -> Any:
-                _loads.append(context_id)
-                return await _real(context_id, *args, **kwargs)
+            def counting(name: str, store: Any = store, reads: Any = reads) -> Any:
+                real = getattr(store, name)
+
+                async def counted(context_id: str, *args: Any, **kwargs: Any) -> Any:
+                    reads.append((name, context_id))
+                    return await real(context_id, *args, **kwargs)
+
+                return counted
 
             done = 0
             for turns in (3, 12):
@@ -43,8 +46,8 @@ def test_a_replay_loads_the_context_once_whatever_its_length(tmp_path: Path) -> 
                     done += 1
                 time.sleep(1.0)  # the relay has written the turns' events to the log
                 hub.idle.pop(cid, None)  # forgotten, as by a server of many contexts
-                loads.clear()
-                store.load = counted
+                reads.clear()
+                store.load, store.outline = counting("load"), counting("outline")
                 try:
                     resyncs = 0
                     with c.stream(
@@ -55,8 +58,9 @@ def test_a_replay_loads_the_context_once_whatever_its_length(tmp_path: Path) -> 
                                 break
                             resyncs += line == "event: Resync"
                 finally:
-                    del store.load
+                    del store.load, store.outline
                 # each answer's deltas: a Resync (those the relay had not
                 # written yet, one for all of them)
                 assert resyncs >= 2, resyncs
-                assert loads.count(cid) == 1, (turns, len(loads))
+                assert reads.count(("outline", cid)) == 1, (turns, reads)
+                assert ("load", cid) not in reads, (turns, reads)
