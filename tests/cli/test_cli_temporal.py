@@ -51,10 +51,16 @@ def test_the_worker_needs_its_temporal_server(cli: Cli) -> None:
         assert "the following arguments are required: --temporal" in ran.one_line()
 
 
-def test_prune_needs_its_store(cli: Cli) -> None:
+def test_prune_needs_its_store_and_creates_none(cli: Cli, tmp_path: Path) -> None:
     ran = cli(*PRUNE)
     assert ran.code == 2
     assert "the following arguments are required: --store" in ran.one_line()
+    pytest.importorskip("temporalio")
+    missing = tmp_path / "none.db"
+    ran = cli(*PRUNE, "--store", f"sqlite:///{missing}")
+    assert ran.code == 2
+    assert f"no SQLite store at {missing} (it is not created here)" in ran.one_line()
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize(
