@@ -55,8 +55,16 @@ READING = [
 ]
 
 
-@pytest.mark.parametrize("argv", WRITING + READING, ids=lambda a: " ".join(a[:2]))
+TEMPORAL = [
+    ["temporal-worker", "--temporal", "127.0.0.1:7233"],
+    ["temporal-prune", "--temporal", "127.0.0.1:7233"],
+]
+
+
+@pytest.mark.parametrize("argv", WRITING + READING + TEMPORAL, ids=lambda a: " ".join(a[:2]))
 def test_a_bad_store_url_is_one_line_and_exit_2(cli: Cli, tmp_path: Path, argv: list[str]) -> None:
+    if argv in TEMPORAL:
+        pytest.importorskip("temporalio")
     for url, named in _bad_stores(tmp_path):
         before = _files(tmp_path)
         ran = cli(*argv, "--store", url)

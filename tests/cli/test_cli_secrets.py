@@ -51,6 +51,8 @@ COMMANDS = [
     ["db", "upgrade"],
     ["serve"],
     ["worker"],
+    ["temporal-worker", "--temporal", "127.0.0.1:7233"],
+    ["temporal-prune", "--temporal", "127.0.0.1:7233"],
 ]
 
 

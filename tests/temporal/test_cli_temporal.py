@@ -8,18 +8,22 @@ tests/cli/test_cli_temporal.py; the kill test: test_kill.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -386,3 +390,180 @@ def test_the_openai_compatible_route_runs_its_turns_on_temporal(processes: Proce
     stored = [n["message"] for n in page["messages"]]
     assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
     assert [m["content"][0]["text"] for m in stored if m["role"] == "user"] == ["hello", "again"]
+
+
+# ------------------------------------------------------------ temporal-prune
+
+
+def _prune(server: DevServer, store: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "turnfsm", "temporal-prune", "--temporal", server.address]
+    return subprocess.run(
+        [*command, "--store", store, *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _kept(path: Path) -> set[str]:
+    import sqlite3
+
+    from turnfsm.temporal._payloads import TABLE
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchall():
+            return set()  # made with the first payload moved
+        return {k for (k,) in db.execute(f"SELECT sha256 FROM {TABLE}")}
+
+
+def _backdate(path: Path, hours: float) -> None:
+    """Every row of the table as if last written ``hours`` ago."""
+    import sqlite3
+    from datetime import UTC, datetime, timedelta
+
+    from turnfsm.temporal._payloads import TABLE, _stamp
+
+    at = _stamp(datetime.now(UTC) - timedelta(hours=hours))
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(f"UPDATE {TABLE} SET written_at = ?", (at,))
+
+
+@pytest.mark.temporal  # processes: with -m temporal (.ci/run)
+def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_to(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """Rows referred to by a running workflow in ``default`` (A) and in a
+    second namespace (B), and rows no history refers to, one old (C) and one
+    new (D): the command keeps A and B while it is given both namespaces,
+    deletes C (older than ``--older-than``), then D (``0s``), then B once
+    only ``default`` is given; a namespace Temporal does not know deletes
+    nothing."""
+    from google.protobuf.duration_pb2 import Duration
+    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    from turnfsm import SQLiteStore
+    from turnfsm.temporal import StoredPayloadCodec
+    from turnfsm.temporal._payloads import payload_table, with_payloads
+
+    path = tmp_path / "chats.db"
+    url = f"sqlite:///{path}"
+    other = f"prune-{uuid.uuid4().hex[:8]}"
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"  # no worker: the workflows wait, running
+
+    def big() -> str:
+        return os.urandom(150_000).hex()  # 300 KB of JSON: over the threshold
+
+    async def setup() -> tuple[list[Any], dict[str, str]]:
+        store = SQLiteStore(path)
+        try:
+            client = await Client.connect(temporal_server.address)
+            await client.workflow_service.register_namespace(
+                RegisterNamespaceRequest(
+                    namespace=other,
+                    workflow_execution_retention_period=Duration(seconds=86400),
+                )
+            )
+            theirs = await Client.connect(temporal_server.address, namespace=other)
+            handles = []
+            rows: dict[str, str] = {}
+            for name, c in (("A", client), ("B", theirs)):
+                before = _kept(path)
+                end = time.monotonic() + 30
+                while True:  # a new namespace is known to the frontend after a moment
+                    try:
+                        handle = await with_payloads(c, store).start_workflow(
+                            "turnfsm-prune-test",
+                            big(),
+                            id=f"prune-{name}-{uuid.uuid4().hex[:8]}",
+                            task_queue=queue,
+                        )
+                        break
+                    except RPCError:
+                        assert time.monotonic() < end
+                        await anyio.sleep(0.5)
+                handles.append(handle)
+                [rows[name]] = _kept(path) - before
+                for _ in range(100):  # listed: visibility may lag a moment
+                    if [w async for w in c.list_workflows(f"WorkflowId = '{handle.id}'")]:
+                        break
+                    await anyio.sleep(0.1)
+            codec = StoredPayloadCodec(payload_table(store))
+            rows["C"] = await _ref_of(codec, big())
+            return handles, rows
+        finally:
+            await store.aclose()
+
+    async def orphan() -> str:
+        store = SQLiteStore(path)
+        try:
+            return await _ref_of(StoredPayloadCodec(payload_table(store)), big())
+        finally:
+            await store.aclose()
+
+    handles, rows = anyio.run(setup)
+    try:
+        _backdate(path, 2)
+        rows["D"] = anyio.run(orphan)  # new: younger than the default hour
+        assert _kept(path) == set(rows.values())
+        both = ["--temporal-namespace", "default", "--temporal-namespace", other]
+
+        ran = _prune(temporal_server, url, *both)
+        assert ran.returncode == 0, ran.stderr
+        line = ran.stdout.strip()
+        assert re.fullmatch(
+            r"deleted 1 payload, kept 2 still referred to, read \d+ histories", line
+        ), line
+        histories = int(line.split()[-2])
+        assert histories >= 2
+        assert ran.stdout.count("\n") == 1
+        assert _kept(path) == {rows["A"], rows["B"], rows["D"]}
+
+        ran = _prune(temporal_server, url, *both, "--older-than", "0s", "--json")
+        assert ran.returncode == 0, ran.stderr
+        out = json.loads(ran.stdout)
+        assert out["deleted"] == 1 and out["kept"] == 2 and out["histories"] >= 2, out
+        assert set(out) == {"deleted", "kept", "histories"}
+        assert _kept(path) == {rows["A"], rows["B"]}
+
+        # a namespace Temporal does not know: nothing deleted, one line, exit 2
+        rows["E"] = anyio.run(orphan)
+        ran = _prune(
+            temporal_server, url, *both, "--temporal-namespace", "nope-none", "--older-than", "0s"
+        )
+        assert ran.returncode == 2, (ran.stdout, ran.stderr)
+        assert ran.stdout == ""
+        [err] = ran.stderr.splitlines()
+        assert err == (
+            f"turnfsm temporal-prune: --temporal {temporal_server.address}: cannot read the "
+            f"workflow histories (namespaces default, {other}, nope-none): "
+            "Namespace nope-none is not found; nothing was deleted"
+        ), err
+        assert _kept(path) == {rows["A"], rows["B"], rows["E"]}
+
+        # only default given: B, which only the other namespace's history
+        # refers to, goes (why every namespace of the store must be given)
+        ran = _prune(temporal_server, url, "--older-than", "0s", "--json")
+        assert ran.returncode == 0, ran.stderr
+        out = json.loads(ran.stdout)
+        assert out["deleted"] == 2 and out["kept"] == 1, out
+        assert _kept(path) == {rows["A"]}
+    finally:
+
+        async def end() -> None:
+            for handle in handles:
+                await handle.terminate()
+
+        anyio.run(end)
+
+
+async def _ref_of(codec: Any, value: str) -> str:
+    """``value`` through ``codec`` as a JSON payload: the key of its row."""
+    from temporalio.converter import DataConverter
+
+    [payload] = await DataConverter.default.encode([value])
+    [ref] = await codec.encode([payload])
+    return str(ref.metadata["sha256"].decode())

@@ -20,6 +20,7 @@ from . import (
     _resume,
     _serve,
     _temporal,
+    _temporal_prune,
     _worker,
 )
 from ._errors import EXIT_USAGE, Parser, run_guarded
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.add_parser(sub)
     _worker.add_parser(sub)
     _temporal.add_parser(sub)
+    _temporal_prune.add_parser(sub)
     return parser
 
 

@@ -1,7 +1,7 @@
 """The Temporal options of ``turnfsm serve`` and ``turnfsm temporal-worker``
 (``--temporal``, ``--temporal-namespace``, ``--temporal-task-queue``), the
 extra they need, the connection, and the store they share
-(``docs/temporal.md``)."""
+(``docs/temporal.md``); ``turnfsm temporal-prune`` uses them too."""
 
 from __future__ import annotations
 
@@ -90,17 +90,21 @@ CONNECT_TIMEOUT = 10.0
 """Seconds a command waits for the Temporal server as it starts."""
 
 
-def connect(args: argparse.Namespace, package: ModuleType, store: Store) -> Any:
+def connect(
+    args: argparse.Namespace, package: ModuleType, store: Store, *, namespace: str | None = None
+) -> Any:
     """A client of the Temporal server of ``--temporal`` (connected now, so
     that a wrong address is a usage error before anything starts), through
     ``TemporalEngine.connect`` (only ``turnfsm.temporal`` imports the SDK). It
     is made on an event loop of its own and used on another: the SDK's client
-    belongs to no event loop."""
+    belongs to no event loop. Its namespace: ``namespace``, else
+    ``--temporal-namespace``."""
+    namespace = namespace or args.temporal_namespace
 
     async def go() -> Any:
         with anyio.fail_after(CONNECT_TIMEOUT):
             engine = await package.TemporalEngine.connect(
-                args.temporal, store=store, namespace=args.temporal_namespace
+                args.temporal, store=store, namespace=namespace
             )
             return engine.client
 
@@ -112,7 +116,7 @@ def connect(args: argparse.Namespace, package: ModuleType, store: Store) -> Any:
         problem = " ".join(str(exc).split())[:300] or type(exc).__name__
     raise CLIError(
         f"--temporal {args.temporal}: cannot reach the Temporal server "
-        f"(namespace {args.temporal_namespace}): {problem}"
+        f"(namespace {namespace}): {problem}"
     )
 
 
