@@ -387,13 +387,15 @@ class Run:
     async def _drive(self, http: httpx.AsyncClient, me: Client, cid: str, k: int) -> None:
         acked = 0
         attempts = me.attempts[cid]
+        holding: str | None = None  # the last message acknowledged
         while not self.chaos_over.is_set() or acked < 3:
-            await self._until_rest(http, cid, time.time())
+            await self._until_rest(http, cid, time.time(), holding)
             ref = f"m{k}x{me.contexts.index(cid)}a{len(attempts)}"
             answer = await self._post(http, cid, ref)
             attempts.append((ref, answer))
             acked += answer == "acked"
-        await self._until_rest(http, cid, time.time())
+            holding = ref if answer == "acked" else holding
+        await self._until_rest(http, cid, time.time(), holding)
 
     async def _request(self, http: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
         """Send until the server answers below 500 (it may be down, or Temporal)."""
@@ -424,17 +426,29 @@ class Run:
         await self._request(http, "GET", "/readyz")  # the server back before the next one
         return "unknown"
 
-    async def _until_rest(self, http: httpx.AsyncClient, cid: str, after: float) -> None:
+    async def _until_rest(
+        self, http: httpx.AsyncClient, cid: str, after: float, holding: str | None = None
+    ) -> None:
         """Wait for a snapshot taken after ``after`` that shows the context at
-        Idle; approve what waits for approval (after a pause), retry what
-        failed."""
+        Idle, holding the message ``holding`` (one acknowledged: a 202 comes
+        once Temporal accepted the call, maybe before its turn stored the
+        message, and the context may show Idle in between); approve what waits
+        for approval (after a pause), retry what failed."""
         while True:
             await asyncio.sleep(0.05)
             if self.states_at <= after:
                 continue
             state = self.states.get(cid)
             if state == "Idle":
-                return
+                if holding is None:
+                    return
+                ctx = await self.store.load(cid)
+                if ctx.current_state == "Idle" and any(
+                    n.message.role is Role.USER and _text(n.message) == holding
+                    for n in ctx.history()
+                ):
+                    return
+                after = time.time()
             if state == "AwaitingToolApproval":
                 await asyncio.sleep(self.rng.uniform(0.0, 0.6))
                 ctx = await self.store.load(cid)
@@ -623,7 +637,8 @@ def check_stored(
     known = [ref for ref in users if ref in answers]
     if known != sorted(known, key=order.index):
         out.append(f"{cid}: messages stored in the order {known}, sent in the order {order}")
-    out += check_context(cid, ctx, steps, users, runs)
+    unknown = frozenset(ref for ref, answer in attempts if answer == "unknown")
+    out += check_context(cid, ctx, steps, users, runs, unknown)
     lines = audit_jsonl(audit_records(ctx.id, steps, ctx.message_pool.values())).splitlines()
     verified = verify_audit_log(lines)
     if not verified.ok:
