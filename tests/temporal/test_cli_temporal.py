@@ -136,6 +136,7 @@ def _events(http: httpx.Client, cid: str) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
     processes: Processes,
 ) -> None:

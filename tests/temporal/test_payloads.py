@@ -350,6 +350,7 @@ def _refs(history: Any) -> list[bytes]:
     return found
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
     temporal_server: DevServer, tmp_path: Path
 ) -> None:

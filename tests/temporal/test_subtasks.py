@@ -136,6 +136,7 @@ async def _audit_ok(engine: Any, cid: str) -> bool:
     return verify_audit_log(lines).ok
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_a_subtasks_child_runs_in_a_child_workflow_of_its_parents(client: Client) -> None:
     """The child's turns (its model calls, its tool) run in the child's own
     workflow, started by the parent's as its child; deleted after its
@@ -174,6 +175,7 @@ def test_a_subtasks_child_runs_in_a_child_workflow_of_its_parents(client: Client
     anyio.run(go)
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_an_approval_the_child_waits_for_is_given_on_the_parent(client: Client) -> None:
     """The child waits for approval in its own workflow; the parent's turn
     surfaces its call; ``approve`` on the parent reaches the child, which

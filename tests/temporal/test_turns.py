@@ -576,6 +576,7 @@ def test_a_request_body_and_a_recovery_run_their_turns_on_temporal(
     anyio.run(go)
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_finish_with_the_llm_summary_runs_in_the_parents_workflow(
     temporal_server: DevServer,
 ) -> None:
@@ -677,6 +678,7 @@ def test_a_deleted_contexts_workflow_ends(temporal_server: DevServer) -> None:
     anyio.run(go)
 
 
+@pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: DevServer) -> None:
     """The store shows a context at rest a moment before its workflow has
     ended the call (its last commit is in; the workflow has yet to hear of
