@@ -608,6 +608,36 @@ async def test_a_damaged_row_is_refused_named_and_left_alone(
     conn.close()
 
 
+async def test_a_position_that_is_text_is_refused_by_the_outline_named(tmp_path: Path) -> None:
+    """The outline reads a branch's length from its last position: one stored
+    as text (which SQLite sorts after every number) is refused naming the
+    column, not taken for a number; what is stored stays as it was."""
+    path = db(tmp_path)
+    store = SQLiteStore(path)
+    await two_contexts(store)
+    await store.aclose()
+    conn = sqlite3.connect(path)
+    conn.execute(
+        f"UPDATE branch_messages SET pos = 'x' WHERE ctx = {SEQ} AND branch = 'alt' AND pos = 2"
+    )
+    conn.commit()
+    dump = data_dump(conn)
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.outline("rich")
+        assert "table branch_messages, row (context 'rich', branch 'alt'), column pos" in str(
+            info.value
+        )
+        assert (await store.outline("other")).lengths == {"main": 0}
+    finally:
+        await store.aclose()
+    conn = sqlite3.connect(path)
+    assert data_dump(conn) == dump
+    conn.close()
+
+
 async def test_a_damaged_steps_row_is_refused_by_steps(tmp_path: Path) -> None:
     path = db(tmp_path)
     async with Engine(

@@ -304,10 +304,17 @@ def _page_of(
     if found is None:
         return None
     end = None if limit is None else offset + limit
-    start = min(offset, len(found.message_ids))
-    return name, [
+    return name, _branch_messages(folder, name, found.message_ids, offset, end)
+
+
+def _branch_messages(
+    folder: Path, name: str, ids: Sequence[str], start: int, end: int | None
+) -> list[MessageNode]:
+    """The message files of ``ids[start:end]``, the ids of branch ``name``."""
+    first = min(start, len(ids))
+    return [
         _message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
-        for i, mid in enumerate(found.message_ids[offset:end], start)
+        for i, mid in enumerate(ids[start:end], first)
     ]
 
 
@@ -322,15 +329,9 @@ def _outline_of(folder: Path, context_id: str) -> ContextOutline:
     lengths = {name: len(b.message_ids) for name, b in meta.branches.items()}
     name = meta.active_branch_name
     ids = meta.branches[name].message_ids
-
-    def tail(n: int) -> list[MessageNode]:
-        start = len(ids) - n
-        return [
-            _message(folder, mid, f"$.branches.{name}.message_ids[{i}]")
-            for i, mid in enumerate(ids[start:], start)
-        ]
-
-    pending = pending_of_branch(len(ids), tail)
+    pending = pending_of_branch(
+        len(ids), lambda n: _branch_messages(folder, name, ids, len(ids) - n, None)
+    )
     fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ChatContext)}
     fields["branches"] = {
         n: dataclasses.replace(b, message_ids=[]) for n, b in meta.branches.items()

@@ -7,6 +7,7 @@ or of a short tail of the active branch."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -127,11 +128,4 @@ def _rows(columns: Sequence[Any]) -> list[tuple[Any, ...]]:
 def _page(
     places: Places, context_id: str, name: str, offset: int, rows: Sequence[Sequence[Any]]
 ) -> list[MessageNode]:
-    return page_of(
-        places,
-        context_id,
-        name,
-        offset,
-        rows,
-        lambda cid, mid, version, body: message_of(places, cid, mid, version, body),
-    )
+    return page_of(places, context_id, name, offset, rows, functools.partial(message_of, places))

@@ -142,14 +142,13 @@ def branches_of(
     seq: int,
     positions: dict[str, list[str]] | None,
 ) -> tuple[dict[str, Branch], dict[str, int]]:
-    """The context's branches, in the order they were made, each with its
-    message ids from ``positions`` (``None``: without them), and each one's
-    length as its positions say."""
+    """The context's branches, in the order they were made, with their message
+    ids from ``positions``; with ``positions`` None (an outline), without
+    them, and each one's length as its last position says."""
     branches: dict[str, Branch] = {}
     lengths: dict[str, int] = {}
-    length = BRANCH_LENGTH if positions is None else "NULL"
     for name, version, body, last in conn.execute(
-        f"SELECT name, schema_version, body, {length} FROM branches AS b "
+        f"SELECT name, schema_version, body, {BRANCH_LENGTH} FROM branches AS b "
         "WHERE ctx = ? ORDER BY rowid",
         (seq,),
     ):
@@ -159,7 +158,10 @@ def branches_of(
         column(row, "body", body, str)
         ids = [] if positions is None else positions.get(name, [])
         branches[name] = branch_of(places, context_id, name, version, body, ids)
-        lengths[name] = len(ids) if positions is not None else 0 if last is None else last + 1
+        if positions is None:
+            where = places.row(context_id, "branch_messages", f"branch {name!r}")
+            column(where, "pos", last, (int, type(None)))  # the largest: a text sorts last
+            lengths[name] = 0 if last is None else last + 1
     return branches, lengths
 
 
