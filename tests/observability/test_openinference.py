@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from turnfsm import tool
 from turnfsm.engine._tracing import CAPTURE_CONTENT_ENV
+from turnfsm.enhancers import Compaction
+from turnfsm.model import LLMRequest
 
 from .conftest import by_name
 
@@ -153,6 +155,31 @@ async def test_a_retried_attempt_carries_its_request(
         assert flat == [{"message.role": "user", "message.content": "Hi"}]
     assert "output.value" not in _attrs(failed)
     assert _attrs(answered)["output.value"] == "Hello."
+
+
+async def test_a_request_built_again_after_a_summary_is_the_one_recorded(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tp, exporter = provider
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    words = "the quick brown fox jumps over the lazy dog while it rains over the old town"
+
+    def summary(request: LLMRequest) -> bool:
+        return request.metadata.get("purpose") == "compaction"
+
+    def answer(request: LLMRequest) -> dict[str, Any]:
+        return {"text": "a summary" if summary(request) else "answer: " + words}
+
+    made = make_engine(answer, compaction=Compaction(300, keep_tokens=100), tracer_provider=tp)
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        for i in range(8):
+            await engine.send(cid, f"question {i}: {words}")
+    requests = made.llm.requests
+    assert any(summary(r) for r in requests), "no summary was made"
+    sent = [r.messages for r in requests if not summary(r)]
+    chats = _in_order(exporter.get_finished_spans(), "chat ")
+    assert [json.loads(_attrs(s)["input.value"]) for s in chats] == sent
 
 
 async def test_openinference_kinds_and_counts(
