@@ -35,10 +35,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     several servers, a server killed by a signal) run only when selected:
     ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``; the ``soak`` test
     (a server's memory over 10,000 turns) with ``-m soak``; the Temporal kill
-    test with ``-m temporal_kill``; every golden script on Temporal (beyond one
+    test with ``-m temporal_kill``; a real Arize Phoenix with ``-m phoenix``;
+    every golden script on Temporal (beyond one
     of each kind) with ``-m temporal``."""
     named = set(re.findall(r"\w+", config.option.markexpr or ""))
-    for marker in ("slow", "browser", "load", "mcp", "soak", "temporal", "temporal_kill"):
+    for marker in (
+        "slow",
+        "browser",
+        "load",
+        "mcp",
+        "phoenix",
+        "soak",
+        "temporal",
+        "temporal_kill",
+    ):
         if marker in named:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")

@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.util._once import Once
 
+Provider = tuple[TracerProvider, InMemorySpanExporter]
+
 
 def _reset_global_provider() -> None:
     # the API sets its global provider once per process; the SDK's own tests

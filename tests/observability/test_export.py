@@ -120,7 +120,8 @@ def test_chat_exports_its_spans_over_otlp_http(
     assert chat_attrs["gen_ai.provider.name"] == "turnfsm.demo"
     assert chat_attrs["gen_ai.operation.name"] == "chat"
     call = by_id[chat.parent_span_id]
-    events = [e for e in call.events if e.name == "turnfsm.transition"]
+    events = list(call.events)
+    assert events[0].name == "Idle → ProcessingUserMessage"
     assert _attrs(events[0].attributes) == {
         "turnfsm.trigger": "user_message",
         "turnfsm.from_state": "Idle",

@@ -167,8 +167,8 @@ def test_a_requests_traceparent_parents_the_turn(
                 time.sleep(0.02)
     (send,) = [s for s in global_spans.get_finished_spans() if s.name == "turnfsm.send"]
     assert format(send.context.trace_id, "032x") == trace_id
-    assert send.parent is not None and format(send.parent.span_id, "016x") == parent
-    assert send.parent.is_remote
+    # under FastAPI's HTTP span, itself the child of the caller's (test_http_spans.py)
+    assert send.parent is not None and not send.parent.is_remote
     chat = [s for s in global_spans.get_finished_spans() if s.name.startswith("chat ")]
     assert chat and all(s.context.trace_id == send.context.trace_id for s in chat)
     # a request without one starts a trace of its own

@@ -59,15 +59,18 @@ def _calls(spans: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
 
 
 def _transitions(span: ReadableSpan) -> list[tuple[str, str, str]]:
-    return [
-        (
+    """The span's transition events (each named by its edge) as (from, to, trigger)."""
+    found = []
+    for e in span.events:
+        if e.attributes is None or "turnfsm.trigger" not in e.attributes:
+            continue
+        source, dest = (
             str(e.attributes["turnfsm.from_state"]),
             str(e.attributes["turnfsm.to_state"]),
-            str(e.attributes["turnfsm.trigger"]),
         )
-        for e in span.events
-        if e.name == "turnfsm.transition" and e.attributes is not None
-    ]
+        assert e.name == f"{source} → {dest}"
+        found.append((source, dest, str(e.attributes["turnfsm.trigger"])))
+    return found
 
 
 @pytest.mark.parametrize("name", GOLDEN)

@@ -76,6 +76,8 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     request = await _request(d, rt)
     if request is None:
         return
+    if rt.watch is not None:  # traced: the attempt's own request
+        rt.watch.llm_request(rt, request)
     progress = rt.ctx.progress
     s = d.settings
     message_id = s.ids()

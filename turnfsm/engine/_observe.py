@@ -13,7 +13,8 @@ attribute reads.
 The drive loop reports to the call's :class:`Watches` at these points only:
 the call starts and ends (``Driver.run``), the context is loaded
 (``Driver._call``), a transition of the table fires (``Driver.fire``), the
-``call_llm`` effect starts and ends (:func:`run_effect`), and each tool call
+``call_llm`` effect starts and ends (:func:`run_effect`) and sends its
+request (``_call_llm.call_llm``: each attempt's own), and each tool call
 runs (:func:`run_calls`, from the ``run_tools`` effect). A watch must not
 block or await; what one raises is logged (``observer_failed``) and the call
 goes on.
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from ..model import ApprovalStatus, MessageNode, ToolCallRequest
+from ..model import ApprovalStatus, LLMRequest, MessageNode, ToolCallRequest
 from ..states import Effect
 from ..tools import ToolOutcome, ToolRegistry
 from ..tools import run_calls as _run_calls
@@ -91,6 +92,13 @@ class Watches:
                 w.llm_started(rt)
             except Exception as exc:
                 self._failed(w, "llm_started", exc)
+
+    def llm_request(self, rt: Runtime, request: LLMRequest) -> None:
+        for w in self.watches:
+            try:
+                w.llm_request(rt, request)
+            except Exception as exc:
+                self._failed(w, "llm_request", exc)
 
     def llm_ended(
         self, rt: Runtime, answer: MessageNode | None, error: BaseException | None
@@ -183,7 +191,7 @@ def begin(
     watches: list[Watch] = []
     if tracer is not None:
         provider = _tracing.provider_name(d.settings.llm)
-        watches.append(_tracing.CallSpan(tracer, context_id, call, tracing, provider))
+        watches.append(_tracing.CallSpan(tracer, context_id, call, tracing, provider, d))
     for observer in observers:
         try:
             found = observer.begin(context_id, call)

@@ -11,9 +11,12 @@ instead of the global one.
 One span per engine call (``turnfsm.send``, ``turnfsm.approve``, ...), a
 child per LLM attempt (``chat {model}``) and per tool call
 (``execute_tool {name}``), and each transition of the table as an event of
-the call's span. Message content (the request's messages, the answer, tool
-arguments and results) is recorded only under the standard opt-in,
-``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
+the call's span, named by its edge (``Idle → ProcessingUserMessage``).
+Beside the GenAI attributes, each span carries the OpenInference ones
+(:mod:`turnfsm.engine._openinference`) that Arize Phoenix reads. Message
+content (each attempt's own request messages, its answer, tool arguments and
+results, the turn's input and output) is recorded only under the standard
+opt-in, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import sys
 import time
 from typing import Any
 
-from ..model import MessageNode, Role, ToolCallRequest
+from ..model import LLMRequest, MessageNode, Role, ToolCallRequest, to_chat_messages
 from ..states import State
 from ..tools import ToolOutcome
+from . import _openinference as oi
+from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason, Turn
 from ._watch import Watch
@@ -169,9 +174,11 @@ class CallSpan(Watch):
     __slots__ = (
         "call",
         "context_id",
+        "host",
         "llm_span",
         "llm_token",
         "provider",
+        "ran_loop",
         "span",
         "start_ns",
         "token",
@@ -180,9 +187,17 @@ class CallSpan(Watch):
     )
 
     def __init__(
-        self, tracer: Any, context_id: str, call: str, tracing: Tracing, provider: str
+        self,
+        tracer: Any,
+        context_id: str,
+        call: str,
+        tracing: Tracing,
+        provider: str,
+        host: Host | None = None,
     ) -> None:
         self.tracer = tracer
+        self.host = host
+        self.ran_loop = False
         self.provider = provider
         self.context_id = context_id
         self.call = call
@@ -208,6 +223,9 @@ class CallSpan(Watch):
                 "gen_ai.agent.name": "turnfsm",
                 "gen_ai.conversation.id": self.context_id,
                 "turnfsm.call": self.call,
+                oi.SPAN_KIND: oi.CHAIN,
+                oi.AGENT_NAME: "turnfsm",
+                oi.SESSION_ID: self.context_id,
             },
         )
         self.token = context.attach(trace.set_span_in_context(span, parent))
@@ -241,7 +259,7 @@ class CallSpan(Watch):
     def transition(self, rt: Runtime, source: str, trigger: str, dest: str) -> None:
         if self.span is not None:
             self.span.add_event(
-                "turnfsm.transition",
+                f"{source} → {dest}",
                 {
                     "turnfsm.trigger": str(trigger),
                     "turnfsm.from_state": str(source),
@@ -255,7 +273,11 @@ class CallSpan(Watch):
         if self.span is None:  # refused before the context was loaded
             self._start(None)
         span = self.span
+        if self.ran_loop:  # it called the model or ran a tool
+            span.set_attribute(oi.SPAN_KIND, oi.AGENT)
         if turn is not None:
+            if self.tracing.capture_content:
+                span.set_attributes(_turn_values(turn))
             span.set_attribute("turnfsm.state", turn.state.value)
             if turn.stop_reason is not None:
                 span.set_attribute("turnfsm.stop_reason", turn.stop_reason.value)
@@ -288,27 +310,48 @@ class CallSpan(Watch):
             "gen_ai.conversation.id": ctx.id,
             "turnfsm.attempt": progress.attempt,
             "turnfsm.iteration": progress.iteration,
+            oi.SPAN_KIND: oi.LLM,
+            oi.LLM_MODEL_NAME: model,
+            oi.LLM_PROVIDER: self.provider,
+            oi.LLM_SYSTEM: self.provider,
+            oi.SESSION_ID: ctx.id,
         }
         params = ctx.config.parameters
+        invocation: dict[str, Any] = {}
         for key, name in _REQUEST_PARAMETERS:
             value = params.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 attrs[name] = value
+                invocation[key] = value
         stop = params.get("stop")
         if isinstance(stop, str):
             attrs["gen_ai.request.stop_sequences"] = [stop]
+            invocation["stop"] = stop
         elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
             attrs["gen_ai.request.stop_sequences"] = stop
-        request = rt.request
-        if self.tracing.capture_content and request is not None:
-            messages, system = _input_messages(request.messages)
-            attrs["gen_ai.input.messages"] = messages
-            if system is not None:
-                attrs["gen_ai.system_instructions"] = system
+            invocation["stop"] = stop
+        attrs[oi.LLM_INVOCATION_PARAMETERS] = _json(invocation)
+        self.ran_loop = True
         self.llm_span = span = self.tracer.start_span(
             f"chat {model}", kind=trace.SpanKind.CLIENT, attributes=attrs
         )
         self.llm_token = context.attach(trace.set_span_in_context(span))
+
+    def llm_request(self, rt: Runtime, request: LLMRequest) -> None:
+        """The attempt's own request, as sent: its messages on its span."""
+        span = self.llm_span
+        if span is None or not self.tracing.capture_content:
+            return
+        messages, system = _input_messages(request.messages)
+        attrs: dict[str, Any] = {
+            "gen_ai.input.messages": messages,
+            oi.INPUT_VALUE: _json(request.messages),
+            oi.INPUT_MIME_TYPE: oi.JSON_MIME,
+        }
+        if system is not None:
+            attrs["gen_ai.system_instructions"] = system
+        attrs.update(oi.messages_attributes(oi.LLM_INPUT_MESSAGES, request.messages))
+        span.set_attributes(attrs)
 
     def llm_ended(
         self, rt: Runtime, answer: MessageNode | None, error: BaseException | None
@@ -324,25 +367,33 @@ class CallSpan(Watch):
             md = answer.message.metadata
             if md.model:
                 span.set_attribute("gen_ai.response.model", md.model)
+                span.set_attribute(oi.LLM_MODEL_NAME, md.model)
             usage = md.usage
             if usage is not None:
-                if usage.prompt_tokens is not None:
-                    span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-                if usage.completion_tokens is not None:
-                    span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+                prompt, completion = usage.prompt_tokens, usage.completion_tokens
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": prompt,
+                        "gen_ai.usage.output_tokens": completion,
+                        oi.LLM_TOKEN_COUNT_PROMPT: prompt,
+                        oi.LLM_TOKEN_COUNT_COMPLETION: completion,
+                        oi.LLM_TOKEN_COUNT_TOTAL: usage.total_tokens or prompt + completion,
+                    }
+                )
             if md.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [md.finish_reason])
             response_id = md.extra.get("response_id")
             if isinstance(response_id, str):
                 span.set_attribute("gen_ai.response.id", response_id)
             if self.tracing.capture_content:
-                from ..model import to_chat_messages
-
+                chat = to_chat_messages([answer.message])
                 out = [
                     {"role": m.get("role"), "parts": _parts(m), "finish_reason": md.finish_reason}
-                    for m in to_chat_messages([answer.message])
+                    for m in chat
                 ]
                 span.set_attribute("gen_ai.output.messages", _json(out))
+                span.set_attributes(_output_value(chat))
+                span.set_attributes(oi.messages_attributes(oi.LLM_OUTPUT_MESSAGES, chat))
         elif error is not None:
             span.set_attribute("error.type", type(error).__qualname__)
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(error) or "interrupted"))
@@ -370,9 +421,20 @@ class CallSpan(Watch):
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",
             "gen_ai.conversation.id": rt.ctx.id,
+            oi.SPAN_KIND: oi.TOOL,
+            oi.TOOL_NAME: call.tool_name,
+            oi.SESSION_ID: rt.ctx.id,
         }
+        known = self.host.settings.tools.get(call.tool_name) if self.host is not None else None
+        if known is not None:
+            attrs[oi.TOOL_DESCRIPTION] = known.description
+            attrs[oi.TOOL_PARAMETERS] = _json(known.parameters)
         if self.tracing.capture_content:
-            attrs["gen_ai.tool.call.arguments"] = _json(call.arguments)
+            arguments = _json(call.arguments)
+            attrs["gen_ai.tool.call.arguments"] = arguments
+            attrs[oi.INPUT_VALUE] = arguments
+            attrs[oi.INPUT_MIME_TYPE] = oi.JSON_MIME
+        self.ran_loop = True
         span = self.tracer.start_span(
             f"execute_tool {call.tool_name}", kind=trace.SpanKind.INTERNAL, attributes=attrs
         )
@@ -394,7 +456,14 @@ class CallSpan(Watch):
         context.detach(token)
         if outcome is not None:
             if self.tracing.capture_content:
-                span.set_attribute("gen_ai.tool.call.result", _json(outcome.result))
+                result = _json(outcome.result)
+                span.set_attributes(
+                    {
+                        "gen_ai.tool.call.result": result,
+                        oi.OUTPUT_VALUE: result,
+                        oi.OUTPUT_MIME_TYPE: oi.JSON_MIME,
+                    }
+                )
             if not outcome.success:
                 result = outcome.result
                 status = result.get("status") if isinstance(result, dict) else None
@@ -406,6 +475,32 @@ class CallSpan(Watch):
             span.set_attribute("error.type", type(error).__qualname__)
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(error) or "interrupted"))
         span.end()
+
+
+def _output_value(chat: list[dict[str, Any]]) -> dict[str, Any]:
+    """``output.value`` of a chat span: the answer's text, or the whole answer
+    as JSON when it asks for tool calls (or has no text)."""
+    if len(chat) == 1 and not chat[0].get("tool_calls"):
+        text = oi.content_text(chat[0].get("content"))
+        if text is not None:
+            return {oi.OUTPUT_VALUE: text, oi.OUTPUT_MIME_TYPE: oi.TEXT_MIME}
+    return {oi.OUTPUT_VALUE: _json(chat), oi.OUTPUT_MIME_TYPE: oi.JSON_MIME}
+
+
+def _turn_values(turn: Turn) -> dict[str, Any]:
+    """``input.value`` and ``output.value`` of a call's span: the text of the
+    user messages the call added, and of its last answer (each when there is
+    one)."""
+    attrs: dict[str, Any] = {}
+    asked = [m.text for m in turn.messages if m.role.value in _INPUT_ROLES and m.text]
+    if asked:
+        attrs[oi.INPUT_VALUE] = "\n\n".join(asked)
+        attrs[oi.INPUT_MIME_TYPE] = oi.TEXT_MIME
+    answer = turn.text
+    if answer:
+        attrs[oi.OUTPUT_VALUE] = answer
+        attrs[oi.OUTPUT_MIME_TYPE] = oi.TEXT_MIME
+    return attrs
 
 
 def _error_text(result: Any) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import MessageNode, ToolCallRequest
+from ..model import LLMRequest, MessageNode, ToolCallRequest
 from ..tools import ToolOutcome
 from ._runtime import Runtime
 from ._turn import Turn
@@ -30,8 +30,13 @@ class Watch:
         """A transition of the table fired (committed with the step's commit)."""
 
     def llm_started(self, rt: Runtime) -> None:
-        """The ``call_llm`` effect starts: one LLM attempt (``rt.request`` is
-        the prepared request, or None when it is built inside the effect)."""
+        """The ``call_llm`` effect starts: one LLM attempt (its request is
+        given to :meth:`llm_request` once it is built)."""
+
+    def llm_request(self, rt: Runtime, request: LLMRequest) -> None:
+        """The attempt's request is built and about to be sent to the model
+        (every attempt has its own: the first one ``prepare`` built, each
+        later one built inside the effect). Not told when building it failed."""
 
     def llm_ended(
         self, rt: Runtime, answer: MessageNode | None, error: BaseException | None
