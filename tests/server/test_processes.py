@@ -21,7 +21,8 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__init__.py)
+from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from storage.pg import Cluster, pg_cluster
 
 from .conftest import TOKENS
 from .test_events import Sse, read_events, until
@@ -71,16 +72,7 @@ class Served:
         self.log_path = log
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, self.log_path.read_text()
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, self.log_path.read_text()
-            time.sleep(0.1)
+        wait_ready(self.url, process=self.proc, log=self.log_path)
 
     def client(self, token: str = "token-alice") -> httpx.Client:
         return httpx.Client(
