@@ -23,7 +23,7 @@ def _banner(page: str) -> str:
 
 
 def _diagram_title(page: str) -> str:
-    found = re.search(r'<figure class="diagram" id="run-path">([\s\S]*?)</figure>', page)
+    found = re.search(r'<figure class="diagram" id="run-path"[^>]*>([\s\S]*?)</figure>', page)
     assert found is not None, page
     texts = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", found.group(1))]
     titled = [t for t in texts if t.startswith("context ")]
