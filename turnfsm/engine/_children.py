@@ -168,7 +168,9 @@ class SummaryFunction:
     An async function is awaited; a sync one runs in a worker thread, as a sync
     tool does (:func:`~turnfsm.tools.tool_threads` bounds them), so that one
     that calls a model or reads files holds up nothing else of the event loop.
-    Cancelled, the caller stops waiting and the thread runs on to its end."""
+    Cancelled, the caller stops waiting and the thread runs on to its end. In
+    a Temporal workflow (a sub-task's summary) a sync one is called in the
+    workflow, which runs deterministically on its one thread."""
 
     name = "function"
 
@@ -179,7 +181,7 @@ class SummaryFunction:
         )
 
     async def summarize(self, child: ChatContext, engine: EngineAPI) -> str:
-        if self.is_async:
+        if self.is_async or not engine._d.threads:
             out = self.fn(child)
         else:
             out = await anyio.to_thread.run_sync(
