@@ -94,8 +94,10 @@ def _weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": TOOL_RESULT_TEMP}
 
 
-get_weather = tool(_weather, name=TOOL_NAME)
-get_weather_approval = tool(_weather, name=TOOL_NAME, approval="required")
+# A pure function that answers at once: inline, as the floor calls it, without
+# the hop to a worker thread a sync tool takes by default (docs/benchmarks.md).
+get_weather = tool(_weather, name=TOOL_NAME, inline=True)
+get_weather_approval = tool(_weather, name=TOOL_NAME, approval="required", inline=True)
 
 
 class Handler:

@@ -7,17 +7,29 @@ a :class:`~turnfsm.testing.FakeClock` and sequential ids, with whatever other
 A suite that always wants the same tools binds them once::
 
     make_engine = functools.partial(kit.make_engine, tools=[book, lookup])
+
+``wait_ready(url)`` is the one way a test waits for a server it started: it
+returns when ``/readyz`` answers 200, whatever the machine's load.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
+
+import httpx
 
 from turnfsm import Engine
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-__all__ = ["Made", "make_engine"]
+__all__ = ["READY_WITHIN", "Made", "make_engine", "wait_ready"]
+
+READY_WITHIN = 300.0
+"""Seconds a server may take to get ready before a test gives up: a bound
+against a server that never comes up, not a measure of how fast it starts."""
 
 
 class Made(NamedTuple):
@@ -39,3 +51,43 @@ def make_engine(
     clock = clock or FakeClock()
     engine = Engine(llm=llm, tools=tools, clock=clock, ids=SequentialIds(), **kwargs)
     return Made(engine, llm, clock)
+
+
+def wait_ready(
+    url: str,
+    *,
+    process: subprocess.Popen[Any] | None = None,
+    log: Path | Callable[[], str] | None = None,
+    path: str = "/readyz",
+    within: float = READY_WITHIN,
+) -> None:
+    """Return once ``url + path`` answers 200: the server is up and ready.
+
+    A refused connection is tried again a moment later; a server that accepts
+    the connection is given all the time left to answer, so a loaded machine
+    makes this slower, never wrong. ``process`` (the server's, when the test
+    started one) must stay alive meanwhile; ``log`` (a file, or a function
+    giving text) is shown when it dies or the server never gets ready."""
+
+    def said() -> str:
+        if log is None:
+            return ""
+        return log() if callable(log) else log.read_text(errors="replace")
+
+    deadline = time.monotonic() + within
+    last = "no answer"
+    while True:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the server exited ({process.returncode}):\n{said()}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{url}{path} not ready in {within:g} s ({last}):\n{said()}")
+        try:
+            answer = httpx.get(url + path, timeout=left)
+        except httpx.TransportError as exc:
+            last = repr(exc)
+        else:
+            if answer.status_code == 200:
+                return
+            last = f"{answer.status_code} {answer.text[:200]}"
+        time.sleep(0.05)

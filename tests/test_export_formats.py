@@ -472,7 +472,7 @@ async def engine_conversation() -> ChatContext:
 @pytest.mark.parametrize("fmt", EXPORT_FORMATS)
 async def test_an_engine_conversation_round_trips(fmt: str) -> None:
     ctx = await engine_conversation()
-    assert WEATHER_CALLS == [{"city": "Oslo"}, {"city": "Rome"}]
+    assert sorted(c["city"] for c in WEATHER_CALLS) == ["Oslo", "Rome"]  # run concurrently
     back = again(ctx, fmt)
     assert conversation(back, fmt) == conversation(ctx, fmt)
     texts = [(m.role, m.text) for m in messages(back) if m.text]

@@ -83,6 +83,7 @@ def test_public_names_are_exact_and_sorted() -> None:
         "run_calls",
         "subtask",
         "tool",
+        "tool_threads",
     }
 
 
@@ -368,6 +369,10 @@ def test_bad_options_are_rejected() -> None:
         tool(fine, timeout=-1.0)
     with pytest.raises(ToolDefinitionError, match="blocking=True is for sync"):
         tool(afine, blocking=True)
+    with pytest.raises(ToolDefinitionError, match=r"inline=True .* give one of them"):
+        tool(fine, inline=True, blocking=True)
+    with pytest.raises(ToolDefinitionError, match="inline must be True or False"):
+        tool(fine, inline="yes")  # type: ignore[call-overload]
     assert tool(fine, timeout=None).timeout is None
 
 
@@ -532,17 +537,23 @@ async def test_no_timeout_runs_to_completion() -> None:
 
 
 @pytest.mark.anyio
-async def test_sync_tools_run_in_the_loop_thread_unless_blocking() -> None:
+async def test_sync_tools_run_in_a_worker_thread_unless_inline() -> None:
     loop_thread = threading.get_ident()
 
     def where() -> int:
         return threading.get_ident()
 
-    direct = await tool(where).run({})
-    threaded = await tool(where, blocking=True).run({})
-    assert direct == ToolOutcome(True, loop_thread)
-    assert threaded.success is True
-    assert threaded.result != loop_thread
+    for threaded in (tool(where), tool(where, blocking=True), Tool.from_spec("where", fn=where)):
+        assert threaded.blocking is True
+        assert threaded.inline is False
+        outcome = await threaded.run({})
+        assert outcome.success is True
+        assert outcome.result != loop_thread
+    for inline in (tool(where, inline=True), tool(where, blocking=False)):
+        assert inline.blocking is False
+        assert inline.inline is True
+        assert await inline.run({}) == ToolOutcome(True, loop_thread)
+        assert inline.with_approval("required").inline is True
 
 
 @pytest.mark.anyio

@@ -30,6 +30,7 @@ from turnfsm.tools.mcp import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import kit  # tests/ is on sys.path (no tests/__init__.py)
 from mcp_helpers import FAULT_SERVER, alive, children, gone
 
 pytestmark = pytest.mark.mcp
@@ -234,16 +235,7 @@ def wait_for_children(proc: subprocess.Popen[bytes], log: Path) -> set[int]:
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
+    kit.wait_ready(f"http://127.0.0.1:{port}", process=proc, log=log)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> int:

@@ -85,7 +85,7 @@ def url(tmp_path: Path) -> Iterator[str]:
 def test_metrics_after_scripted_turns(url: str) -> None:
     auth = {"Authorization": "Bearer token-alice"}
     with httpx.Client(base_url=url, headers=auth, timeout=30) as c:
-        assert httpx.get(f"{url}/metrics").status_code == 401  # behind the tokens
+        assert httpx.get(f"{url}/metrics", timeout=30).status_code == 401  # behind the tokens
         cid = c.post("/api/contexts", json={"model": "gpt-test"}).json()["id"]
         turn = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "Oslo?"})
         assert turn.json()["state"] == "Idle", turn.text
@@ -131,7 +131,9 @@ def test_metrics_after_scripted_turns(url: str) -> None:
         assert m[("turnfsm_tool_seconds_count", (("tool", "send_mail"),))] == 1
         assert m[("turnfsm_stream_clients", ())] == 0
         # another tenant's token reads the same process-wide figures
-        other = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer token-bob"})
+        other = httpx.get(
+            f"{url}/metrics", headers={"Authorization": "Bearer token-bob"}, timeout=30
+        )
         assert samples(other.text)[("turnfsm_turns_started_total", (("call", "approve"),))] == 1
 
 

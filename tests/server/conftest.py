@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 import uvicorn
+from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
@@ -49,13 +49,10 @@ def serve_in_thread(app: object) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive(), "the server did not start"
-        assert time.monotonic() < deadline, "the server did not start in 20 s"
-        time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        wait_ready(url, log=lambda: "" if thread.is_alive() else "the server's thread ended")
+        yield url
     finally:
         server.should_exit = True
         thread.join(20)

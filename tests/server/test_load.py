@@ -34,6 +34,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+
 from .load_server import TEMP_C
 from .test_events import Sse
 from .test_serve import free_port
@@ -101,16 +103,7 @@ def start_load_server(tmp_path: Path, *extra: str) -> Iterator[LoadServer]:
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the load server did not get ready"
-            time.sleep(0.05)
+        wait_ready(url, process=proc, log=log)
         yield LoadServer(url, db, tokens, log, proc.pid)
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

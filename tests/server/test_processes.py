@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__init__.py)
+from kit import READY_WITHIN, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from storage.pg import Cluster, pg_cluster
 
 from .conftest import TOKENS
 from .test_events import Sse, read_events, until
@@ -71,16 +73,7 @@ class Served:
         self.log_path = log
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, self.log_path.read_text()
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, self.log_path.read_text()
-            time.sleep(0.1)
+        wait_ready(self.url, process=self.proc, log=self.log_path)
 
     def client(self, token: str = "token-alice") -> httpx.Client:
         return httpx.Client(
@@ -118,10 +111,25 @@ def pair(
         b.stop()
 
 
-def stream_until(c: httpx.Client, cid: str, done: str, **headers: str) -> list[Sse]:
+def stream_until(
+    c: httpx.Client, cid: str, done: str, opened: threading.Event | None = None, **headers: str
+) -> list[Sse]:
+    """The stream's events up to ``done``; ``opened`` is set at its first event
+    (every stream begins with a Heartbeat, sent once it is subscribed)."""
     with c.stream("GET", f"/api/contexts/{cid}/events", headers=headers) as r:
         assert r.status_code == 200
-        return [e for e in until(read_events(r), done) if e.event != "Heartbeat"]
+        events = read_events(r)
+        first = next(events, None)
+        if opened is not None:
+            opened.set()
+        head = [] if first is None else [first]
+        return [e for e in until(itertools.chain(head, events), done) if e.event != "Heartbeat"]
+
+
+def open_streams(*opened: threading.Event) -> None:
+    """Return once every stream has begun (a stream that never does fails the test)."""
+    for event in opened:
+        assert event.wait(READY_WITHIN), "a stream did not open"
 
 
 def seqs(events: list[Sse]) -> list[int]:
@@ -135,9 +143,10 @@ def test_a_stream_on_one_server_shows_a_turn_run_on_another(
     with a.client() as ca, b.client() as cb:
         cid = create(ca)
         with ThreadPoolExecutor(2) as pool:
-            on_a = pool.submit(stream_until, ca, cid, "TurnCompleted")
-            on_b = pool.submit(stream_until, cb, cid, "TurnCompleted")
-            time.sleep(1.0)  # both streams are open (each sends a Heartbeat first)
+            opened = threading.Event(), threading.Event()
+            on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
+            on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
+            open_streams(*opened)
             r = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
             assert r.status_code == 202, r.text
             seen_a, seen_b = on_a.result(30), on_b.result(30)
@@ -246,9 +255,10 @@ def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) ->
         with a.client() as ca, b.client() as cb:
             cid = create(ca)
             with ThreadPoolExecutor(2) as pool:
-                on_a = pool.submit(stream_until, ca, cid, "TurnCompleted")
-                on_b = pool.submit(stream_until, cb, cid, "TurnCompleted")
-                time.sleep(1.0)  # both streams are open
+                opened = threading.Event(), threading.Event()
+                on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
+                on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
+                open_streams(*opened)
                 assert cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"}).is_success
                 seen_a, seen_b = on_a.result(30), on_b.result(30)
     finally:
@@ -285,8 +295,9 @@ def test_a_turn_handed_to_a_worker_streams_on_the_server(
         with server.client() as c:
             cid = create(c)
             with ThreadPoolExecutor(1) as pool:
-                streamed = pool.submit(stream_until, c, cid, "TurnCompleted")
-                time.sleep(1.0)  # the stream is open
+                opened = threading.Event()
+                streamed = pool.submit(stream_until, c, cid, "TurnCompleted", opened)
+                open_streams(opened)
                 r = c.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
                 assert r.status_code == 202, r.text
                 got = streamed.result(60)

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.cli import main
 from turnfsm.cli._errors import CLIError
@@ -55,16 +56,7 @@ def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], http
     )  # fmt: skip
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, timeout=30)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (tmp / "serve.log").read_text()
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "turnfsm serve did not get ready"
-            time.sleep(0.05)
+        wait_ready(f"http://127.0.0.1:{port}", process=proc, log=tmp / "serve.log")
         yield proc, client
     finally:
         client.close()

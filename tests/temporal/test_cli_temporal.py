@@ -28,6 +28,8 @@ import httpx
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
+from kit import wait_ready
+
 from temporal.devserver import DevServer, _free_port
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
@@ -96,15 +98,7 @@ def processes(temporal_server: DevServer, tmp_path: Path) -> Iterator[Processes]
 
 
 def _ready(port: int, processes: Processes) -> None:
-    end = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < end, processes.log("serve")
-        time.sleep(0.1)
+    wait_ready(f"http://127.0.0.1:{port}", log=lambda: processes.log("serve"))
 
 
 def _open_marks(marks: Path, kind: str) -> list[str]:

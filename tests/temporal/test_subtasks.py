@@ -453,3 +453,26 @@ def test_a_cancel_of_the_parent_is_sent_on_to_its_child(client: Client) -> None:
             assert await _audit_ok(engine, parent)
 
     anyio.run(go)
+
+
+def _counted(child: Any) -> str:
+    """A sync summarizer: in the workflow it is called there, not in a thread."""
+    return f"the child has {len(child.history())} messages"
+
+
+def test_a_sync_summarizer_of_a_subtask_runs_in_the_workflow(client: Client) -> None:
+    async def go() -> None:
+        answers = [RESEARCH, {"text": "found it"}, {"text": "done"}]
+        helper = subtask("research", "Research in a helper.", tools=["lookup"], summarizer=_counted)
+        async with _hosted(client, answers, [lookup, helper]) as (engine, _):
+            parent = await engine.create_context()
+            # bounded: a workflow task that fails (a thread started in the
+            # workflow) is retried for ever, and the turn would never end
+            with anyio.fail_after(300):
+                turn = await engine.send(parent, "go")
+            assert turn.state is State.IDLE and turn.text == "done", turn
+            ctx = await engine.get_context(parent)
+            [result] = [n.message.tool_result for n in ctx.history() if n.message.tool_result]
+            assert result.success and result.result == "the child has 2 messages"
+
+    anyio.run(go)

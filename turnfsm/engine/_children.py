@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import anyio.to_thread
+
 from ..errors import InvalidInput, LLMError, NotAtRest, SubContextError
 from ..model import (
     SUBTASK_WAITING,
@@ -40,6 +42,7 @@ from ..model import (
 )
 from ..states import RESTING, Change, State
 from ..storage import ChildSummaries, ContextSummary, Store
+from ..tools import tool_threads
 from . import _history
 from ._host import Host
 from ._runtime import Runtime
@@ -160,15 +163,30 @@ class FinalAnswer:
 
 class SummaryFunction:
     """A plain callable as a summarizer: ``fn(child)`` returns the text (sync or
-    async)."""
+    async).
+
+    An async function is awaited; a sync one runs in a worker thread, as a sync
+    tool does (:func:`~turnfsm.tools.tool_threads` bounds them), so that one
+    that calls a model or reads files holds up nothing else of the event loop.
+    Cancelled, the caller stops waiting and the thread runs on to its end. In
+    a Temporal workflow (a sub-task's summary) a sync one is called in the
+    workflow, which runs deterministically on its one thread."""
 
     name = "function"
 
     def __init__(self, fn: Callable[[ChatContext], str | Awaitable[str]]) -> None:
         self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004
+        )
 
     async def summarize(self, child: ChatContext, engine: EngineAPI) -> str:
-        out = self.fn(child)
+        if self.is_async or not engine._d.threads:
+            out = self.fn(child)
+        else:
+            out = await anyio.to_thread.run_sync(
+                self.fn, child, abandon_on_cancel=True, limiter=tool_threads()
+            )
         if inspect.isawaitable(out):
             out = await out
         return out

@@ -111,6 +111,10 @@ class Driver:
         store keeps no leases (a durable workflow, whose engine is the
         context's one owner by construction) turns it off: no heartbeat task,
         no timer."""
+        self.threads = True
+        """Run an application's sync summarizer in a worker thread. A host that
+        runs the engine deterministically on one thread (a durable workflow)
+        turns it off: the summarizer is called there, as it is."""
         self.subtask_host: SubtaskRunnerHost | None = None
         """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Host, Runtime], Awaitable[None]]] = {

@@ -410,6 +410,7 @@ class ContextWorkflow:
         self.engine.home = self.context_id
         self.engine.child_workflows = self.children
         self.engine._d.renews_leases = False  # no lease to renew: no heartbeat timer
+        self.engine._d.threads = False  # a workflow runs on its one thread, deterministically
         self.engine.tap(self._on_event)
 
     def _on_event(self, ev: Event) -> None:

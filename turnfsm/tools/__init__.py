@@ -7,6 +7,8 @@ approved calls with :func:`run_calls`. :data:`ask_user` (or :func:`question_tool
 the built-in tool the model asks the user with; its calls are answered, never run.
 A :class:`Toolset` brings tools from outside and changes them while the engine
 runs (:mod:`turnfsm.tools.mcp`: tools of MCP servers).
+A sync tool function runs in a worker thread (:func:`tool_threads` bounds them)
+unless it is declared ``inline``; an async one is awaited.
 Every failure of a tool — invalid arguments, an unknown tool, an exception, a
 timeout — is a :class:`ToolOutcome` with ``success=False``, never an exception;
 cancellation always propagates.
@@ -20,6 +22,7 @@ from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
 from ._subtask import SubtaskHost, SubtaskSpec, SubtaskTool, hosting, subtask
+from ._threads import tool_threads
 from ._toolset import Toolset, merge_tools
 
 __all__ = [
@@ -43,4 +46,5 @@ __all__ = [
     "run_calls",
     "subtask",
     "tool",
+    "tool_threads",
 ]

@@ -58,6 +58,7 @@ from ._schema import (
     check_name,
     parse_docstring,
 )
+from ._threads import tool_threads
 
 __all__ = ["Approval", "ApprovalPolicy", "Tool", "ToolError", "ToolOutcome", "tool"]
 
@@ -148,11 +149,15 @@ class Tool:
         idempotent: whether running a call twice is harmless; a started call of a
             non-idempotent tool with no recorded outcome goes back to a human on resume.
         timeout: seconds a call may take, or ``None``. It bounds async functions and
-            ``blocking`` ones; a plain sync function runs to completion in the event
-            loop thread and cannot be interrupted.
-        blocking: a sync function that blocks (I/O, heavy CPU): it runs in a worker
-            thread. On timeout or cancellation the thread is abandoned, not stopped:
-            it finishes in the background and its result is dropped.
+            sync ones run in a worker thread (from the call's start, a wait for a
+            free thread included); an ``inline`` function runs to completion in the
+            event loop's thread and cannot be interrupted.
+        inline: a sync function runs in the event loop's thread instead of a worker
+            thread: for cheap, pure functions only (see :func:`tool`).
+        blocking: whether the function runs in a worker thread (every sync
+            function that is not ``inline``). On timeout or cancellation the thread
+            is abandoned, not stopped: it finishes in the background and its result
+            is dropped.
     """
 
     __slots__ = (
@@ -164,6 +169,7 @@ class Tool:
         "description",
         "fn",
         "idempotent",
+        "inline",
         "name",
         "parameters",
         "timeout",
@@ -176,6 +182,7 @@ class Tool:
     approval: ApprovalPolicy
     idempotent: bool
     timeout: float | None
+    inline: bool
     blocking: bool
     _bind: Binder
     _definition: dict[str, Any]
@@ -192,7 +199,8 @@ class Tool:
         approval: ApprovalPolicy = Approval.AUTO,
         idempotent: bool = False,
         timeout: float | None = 60.0,
-        blocking: bool = False,
+        inline: bool = False,
+        blocking: bool | None = None,
     ) -> None:
         """Internal: use :func:`tool` or :meth:`Tool.from_spec`."""
         what = f"tool {name!r}"
@@ -207,12 +215,10 @@ class Tool:
             inspect.iscoroutinefunction(fn)
             or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
         )
-        if blocking and is_async:
-            raise ToolDefinitionError(
-                f"{what}: blocking=True is for sync functions; an async function is awaited"
-            )
+        inline = _resolve_inline(what, is_async, inline, blocking)
+        threaded = fn is not None and not is_async and not inline
         # How the function is invoked, chosen once: None means "call it directly".
-        invoke = _await_call if is_async else _thread_call if blocking else None
+        invoke = _await_call if is_async else _thread_call if threaded else None
         setter = object.__setattr__
         setter(self, "name", name)
         setter(self, "description", description)
@@ -221,7 +227,8 @@ class Tool:
         setter(self, "approval", _normalise_policy(approval, what))
         setter(self, "idempotent", bool(idempotent))
         setter(self, "timeout", None if timeout is None else float(timeout))
-        setter(self, "blocking", bool(blocking))
+        setter(self, "inline", inline)
+        setter(self, "blocking", threaded)
         setter(self, "_bind", bind)
         setter(self, "_invoke", invoke)
         setter(
@@ -259,7 +266,8 @@ class Tool:
         approval: ApprovalPolicy = Approval.AUTO,
         idempotent: bool = False,
         timeout: float | None = 60.0,
-        blocking: bool = False,
+        inline: bool = False,
+        blocking: bool | None = None,
     ) -> Tool:
         """A tool from a hand-written JSON schema (``parameters``, an object schema).
 
@@ -268,6 +276,7 @@ class Tool:
         ``fn`` receives the arguments as keyword arguments; ``fn=None`` declares a
         tool implemented elsewhere (running it gives a failed outcome). ``parameters``
         defaults to an object with no properties and no extra keys allowed.
+        A sync ``fn`` runs in a worker thread unless ``inline=True`` (as :func:`tool`).
         """
         check_name(name, f"tool {name!r}")
         if parameters is None:
@@ -295,6 +304,7 @@ class Tool:
             approval=approval,
             idempotent=idempotent,
             timeout=timeout,
+            inline=inline,
             blocking=blocking,
         )
 
@@ -317,7 +327,7 @@ class Tool:
             approval=approval,
             idempotent=self.idempotent,
             timeout=self.timeout,
-            blocking=self.blocking,
+            inline=self.inline,
         )
 
     def decide(self, call: ToolCallRequest) -> Approval:
@@ -398,7 +408,11 @@ class Tool:
                         return ToolOutcome(
                             False, {"error": f"tool {self.name!r} timed out after {timeout:g}s"}
                         )
-            if type(result) is not dict and invoke is None and inspect.isawaitable(result):
+            if (
+                type(result) is not dict
+                and invoke is not _await_call
+                and inspect.isawaitable(result)
+            ):
                 if inspect.iscoroutine(result):
                     result.close()
                 return ToolOutcome(
@@ -490,7 +504,32 @@ async def _await_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 
 async def _thread_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), abandon_on_cancel=True)
+    # abandoned on cancellation: the caller stops waiting, the thread runs on
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, **kwargs), abandon_on_cancel=True, limiter=tool_threads()
+    )
+
+
+def _resolve_inline(what: str, is_async: bool, inline: object, blocking: object) -> bool:
+    """Whether a sync function runs in the event loop's thread: ``inline=True``,
+    or its older spelling ``blocking=False``; ``blocking=True`` (the default now)
+    is accepted as it was."""
+    if not isinstance(inline, bool):
+        raise ToolDefinitionError(f"{what}: inline must be True or False, not {inline!r}")
+    if blocking is None:
+        return inline
+    if not isinstance(blocking, bool):
+        raise ToolDefinitionError(f"{what}: blocking must be True or False, not {blocking!r}")
+    if blocking and is_async:
+        raise ToolDefinitionError(
+            f"{what}: blocking=True is for sync functions; an async function is awaited"
+        )
+    if blocking and inline:
+        raise ToolDefinitionError(
+            f"{what}: inline=True runs the function in the event loop's thread and "
+            "blocking=True in a worker thread; give one of them"
+        )
+    return not blocking
 
 
 def _deep_copy(value: Any) -> Any:
@@ -514,7 +553,8 @@ def tool(
     approval: ApprovalPolicy = Approval.AUTO,
     idempotent: bool = False,
     timeout: float | None = 60.0,
-    blocking: bool = False,
+    inline: bool = False,
+    blocking: bool | None = None,
 ) -> Tool: ...
 
 
@@ -528,7 +568,8 @@ def tool(
     approval: ApprovalPolicy = Approval.AUTO,
     idempotent: bool = False,
     timeout: float | None = 60.0,
-    blocking: bool = False,
+    inline: bool = False,
+    blocking: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -541,7 +582,8 @@ def tool(
     approval: ApprovalPolicy = Approval.AUTO,
     idempotent: bool = False,
     timeout: float | None = 60.0,
-    blocking: bool = False,
+    inline: bool = False,
+    blocking: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a type-annotated function: ``@tool`` or ``@tool(...)``.
 
@@ -551,6 +593,20 @@ def tool(
     Google-style ``Args:`` section. Arguments are validated with that model (extra
     keys forbidden) and the function gets the validated values. The original
     function stays available as ``.fn``.
+
+    A sync function runs in a worker thread, so that a call that sleeps or waits
+    on I/O holds up nothing else of the event loop (the server's other requests,
+    streams and turns); it still sees the caller's context variables
+    (:func:`current_call`, the tool's tracing span). A cancelled or timed-out call
+    stops waiting for the thread, which runs on to its end and whose result is
+    dropped. The threads are bounded by :func:`tool_threads` (40 at once in each
+    event loop, apart from the threads the store and others use); a call that finds
+    them all busy waits for one. ``inline=True`` runs a sync function in the event
+    loop's thread instead, without the hop to a thread: for cheap, pure functions
+    (arithmetic, a lookup in memory) only, as nothing else runs while it does, and
+    its ``timeout`` cannot stop it. ``blocking=False`` is an older spelling of
+    ``inline=True``; ``blocking=True``, once the way to ask for a worker thread,
+    is accepted and changes nothing. An async function is awaited in the event loop.
 
     Raises :class:`~turnfsm.errors.ToolDefinitionError` for an unannotated parameter,
     ``*args`` / ``**kwargs``, a positional-only parameter, a type with no JSON
@@ -575,6 +631,7 @@ def tool(
             approval=approval,
             idempotent=idempotent,
             timeout=timeout,
+            inline=inline,
             blocking=blocking,
         )
 

@@ -63,6 +63,7 @@ from ._views import (
     message_view,
     seconds,
     status_words,
+    step_count,
     svg_body,
     verdict_text,
 )
@@ -391,7 +392,8 @@ async def audit_page(request: Request, context_id: str) -> Response:
     lines = [ln for ln in audit_jsonl(records).split("\n") if ln]
     verdict = verify_audit_log(lines)
     path = path_from_steps(steps, start=ctx.created_at)
-    title = f"context {context_id} (now {ctx.current_state}, {len(path.steps)} steps)"
+    counted = step_count(records)  # the one count the banner and the diagram give
+    title = f"context {context_id} (now {ctx.current_state}, {counted})"
     svg, svg_error = "", None
     try:
         svg = svg_body(
@@ -458,7 +460,7 @@ async def audit_page(request: Request, context_id: str) -> Response:
         state_rows=state_rows,
         edge_rows=edge_rows,
         verdict=verdict,
-        verdict_text=verdict_text(verdict),
+        verdict_text=verdict_text(verdict, counted),
         records=records,
         turns=list(range(1, len(starts) + 1)),
         turn=turn,

@@ -209,8 +209,35 @@ def int_param(value: str | None, name: str, default: int) -> int:
     return whole_number(value, name, 0, MAX_PAGE_NUMBER)
 
 
-def verdict_text(result: Any) -> str:
-    """What ``turnfsm audit verify`` prints for the log (docs/cli.md)."""
+@dataclass(frozen=True, slots=True)
+class StepCount:
+    """How many steps an audit log holds, and how many of them are transitions
+    of the table (what the run-path diagram draws); the others are changes
+    (config updates, branch changes: :data:`~turnfsm.states.CHANGES`). The
+    audit page says it once, from the records, wherever it gives a count."""
+
+    steps: int
+    transitions: int
+
+    def __str__(self) -> str:
+        changes = self.steps - self.transitions
+        if not changes:
+            return f"{self.steps} step{'' if self.steps == 1 else 's'}"
+        return (
+            f"{self.steps} steps: {self.transitions} "
+            f"transition{'' if self.transitions == 1 else 's'} and {changes} "
+            f"change{'' if changes == 1 else 's'}"
+        )
+
+
+def step_count(records: Sequence[Any]) -> StepCount:
+    """The :class:`StepCount` of an audit log's records."""
+    return StepCount(len(records), sum(1 for r in records if r.trigger not in CHANGES))
+
+
+def verdict_text(result: Any, counted: StepCount) -> str:
+    """What ``turnfsm audit verify`` prints for the log (docs/cli.md), its
+    count of steps split as :class:`StepCount` says."""
     if not result.ok:
         return f"line {result.line}: {result.reason}"
     calls = f"{result.tool_calls} tool calls, all resolved"
@@ -219,7 +246,7 @@ def verdict_text(result: Any) -> str:
             f"{result.tool_calls} tool calls, {len(result.open_calls)} still waiting in "
             f"{result.final_state}"
         )
-    return f"ok: {result.steps} steps, declared edges only, ending in {result.final_state}; {calls}"
+    return f"ok: {counted}, declared edges only, ending in {result.final_state}; {calls}"
 
 
 def diff_rows(a: RunPath, b: RunPath, result: PathDiff) -> list[dict[str, Any]]:

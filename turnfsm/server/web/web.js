@@ -165,9 +165,23 @@
     });
   }
 
+  // The audit page: a run-path diagram wider than its figure scrolls; it opens
+  // scrolled to the current state (the figure's data-current).
+  function auditPage() {
+    var figure = document.getElementById("run-path");
+    if (!figure || figure.scrollWidth <= figure.clientWidth) return;
+    var node = document.getElementById("s_" + (figure.dataset.current || ""));
+    if (!node || !figure.contains(node)) return;
+    var box = node.getBoundingClientRect();
+    var frame = figure.getBoundingClientRect();
+    figure.scrollLeft += box.left + box.width / 2 - (frame.left + frame.width / 2);
+  }
+
   if (body.dataset.page === "contexts") {
     contextsPage();
   } else if (body.dataset.page === "context") {
     contextPage();
+  } else if (body.dataset.page === "audit") {
+    auditPage();
   }
 })();
