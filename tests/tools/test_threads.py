@@ -5,6 +5,9 @@ loop's thread, as the decision it is (README, "Tools")."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 from contextvars import ContextVar
 from typing import Any
@@ -205,3 +208,48 @@ async def test_an_approval_policy_is_asked_in_the_loops_thread() -> None:
         turn = await engine.send(cid, "Oslo?")
     assert turn.state == "Idle"
     assert asked == [loop_thread]
+
+
+EXITS_WHILE_A_TOOL_SLEEPS = textwrap.dedent(
+    """
+    import sys, threading
+    import anyio
+    from turnfsm import Engine, tool
+    from turnfsm.testing import ScriptedLLM
+
+    entered = threading.Event()
+
+    @tool(timeout=None)
+    def forever() -> str:
+        entered.set()
+        threading.Event().wait()  # never returns
+        return "never"
+
+    llm = ScriptedLLM([{"tool_calls": [{"id": "c1", "name": "forever", "arguments": {}}]}])
+
+    async def main() -> None:
+        async with Engine(llm=llm, tools=[forever]) as engine:
+            cid = await engine.create_context()
+            async with anyio.create_task_group() as group:
+                group.start_soon(engine.send, cid, "go")
+                await anyio.to_thread.run_sync(entered.wait)
+                group.cancel_scope.cancel()  # as a stopping server cancels its turns
+        print("stopped", flush=True)
+
+    anyio.run(main)
+    """
+)
+
+
+def test_a_process_exits_without_waiting_for_a_sleeping_tool() -> None:
+    """The tool's thread is a daemon: a process that stops (``turnfsm serve`` on
+    SIGTERM) exits, as after a kill, instead of waiting for the tool to return
+    (the interpreter joins anyio's worker threads at exit)."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_WHILE_A_TOOL_SLEEPS],
+        capture_output=True,
+        text=True,
+        timeout=120,  # without daemon threads: never exits, and this fails
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "stopped\n"

@@ -17,12 +17,11 @@ on the parent and does not add a second one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-import anyio.to_thread
 
 from ..errors import InvalidInput, LLMError, NotAtRest, SubContextError
 from ..model import (
@@ -42,7 +41,7 @@ from ..model import (
 )
 from ..states import RESTING, Change, State
 from ..storage import ChildSummaries, ContextSummary, Store
-from ..tools import tool_threads
+from ..tools._threads import run_in_tool_thread
 from . import _history
 from ._host import Host
 from ._runtime import Runtime
@@ -184,9 +183,7 @@ class SummaryFunction:
         if self.is_async or not engine._d.threads:
             out = self.fn(child)
         else:
-            out = await anyio.to_thread.run_sync(
-                self.fn, child, abandon_on_cancel=True, limiter=tool_threads()
-            )
+            out = await run_in_tool_thread(functools.partial(self.fn, child))
         if inspect.isawaitable(out):
             out = await out
         return out

@@ -41,7 +41,6 @@ from enum import StrEnum
 from typing import Any, Literal, TypeAlias, overload
 
 import anyio
-import anyio.to_thread
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
@@ -58,7 +57,7 @@ from ._schema import (
     check_name,
     parse_docstring,
 )
-from ._threads import tool_threads
+from ._threads import run_in_tool_thread
 
 __all__ = ["Approval", "ApprovalPolicy", "Tool", "ToolError", "ToolOutcome", "tool"]
 
@@ -505,9 +504,7 @@ async def _await_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 async def _thread_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     # abandoned on cancellation: the caller stops waiting, the thread runs on
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, **kwargs), abandon_on_cancel=True, limiter=tool_threads()
-    )
+    return await run_in_tool_thread(functools.partial(fn, **kwargs))
 
 
 def _resolve_inline(what: str, is_async: bool, inline: object, blocking: object) -> bool:
