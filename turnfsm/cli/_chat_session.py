@@ -46,6 +46,7 @@ from ._chat_model import (
 from ._errors import CLIError
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
+from ._stdin import read_line_from
 from ._store import open_cli_store
 
 __all__ = ["Chat"]
@@ -414,8 +415,7 @@ class Chat:
         if target is not None:
             target.write(prompt)
             target.flush()
-        # abandoned on Ctrl-C: the blocked read must not hold the exit up
-        line = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
+        line = await read_line_from(self.stdin)  # Ctrl-C ends the wait at once
         return line.rstrip("\n") if line else None
 
 
