@@ -43,6 +43,7 @@ from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_messa
 from ._chat_session import Chat
 from ._errors import CLIError, count, guarded, seconds
 from ._history_options import add_history_options
+from ._imports import add_app_options
 from ._mcp import add_mcp_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
@@ -117,6 +118,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
     )
+    add_app_options(p)
     p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
     p.add_argument(
         "--timeout",

@@ -33,7 +33,6 @@ from ..model import InternalMessage, MessageType, Role, ToolCallRequest
 from ..states import RESTING, State
 from ..tools import QuestionTool, ToolRegistry
 from ._chat_model import (
-    DEFAULT_MODEL,
     DEFAULT_SYSTEM,
     MODE_NAMES,
     MODES,
@@ -95,6 +94,7 @@ class Chat:
         """The engine on the model and the store the options name, and the store's URL."""
         setup = open_model(self.args)
         self.endpoint = setup.endpoint
+        self.default_model = setup.model
         self.watched = Watched(setup.llm)
         try:
             store, url = open_cli_store(self.args.store, create=create)
@@ -170,7 +170,7 @@ class Chat:
         mode = getattr(self.args, "mode", None) or "chat"
         cid = await engine.create_context(
             system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
-            model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
+            model=self.args.model or self.default_model,
             mode=mode,
         )
         if not self.as_json:
