@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -96,3 +97,81 @@ def test_ctrl_c_at_the_prompt_exits_130_at_once(tmp_path: Path) -> None:
         term.read_until(b"turnfsm chat: interrupted")
     finally:
         term.close()
+
+
+SLOW_SERVER = '''\
+import os
+import sys
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("slow")
+
+
+@server.tool()
+async def slow() -> str:
+    """Say the server's process id in a file, then take ten minutes."""
+    with open(sys.argv[1], "w") as f:
+        f.write(str(os.getpid()))
+    await anyio.sleep(600)
+    return "done"
+
+
+server.run()
+'''
+
+CALLS_SLOW = """\
+from turnfsm.adapters.llm.scripted import ScriptedLLM
+
+llm = ScriptedLLM(
+    [
+        {"tool_calls": [{"id": "call_1", "name": "s__slow", "arguments": {}}]},
+        {"text": "done"},
+    ]
+)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, waiting to be reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sigterm_during_an_mcp_call_stops_the_server_and_exits_143(tmp_path: Path) -> None:
+    (tmp_path / "slow_server.py").write_text(SLOW_SERVER)
+    (tmp_path / "calls_slow.py").write_text(CALLS_SLOW)
+    marker = tmp_path / "server.pid"
+    server = f"s={sys.executable} {tmp_path / 'slow_server.py'} {marker}"
+    argv = ["chat", "--llm", "calls_slow:llm", "--mcp", server, "--mcp-approval", "auto"]
+    proc = subprocess.Popen(
+        [TURNFSM, *argv, "-m", "go", "--store", f"sqlite:///{tmp_path}/chat.db"],
+        cwd=tmp_path,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text():  # the call is running
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the MCP call never started"
+            time.sleep(0.05)
+        server_pid = int(marker.read_text())
+        assert _alive(server_pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert (
+        err.decode() == "turnfsm chat: stopped by SIGTERM; the MCP server it started is stopped\n"
+    )
+    assert not _alive(server_pid)  # not left behind, reparented to PID 1

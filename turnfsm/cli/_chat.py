@@ -32,16 +32,17 @@ key is sent (local servers need none).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any, TextIO
 
 import anyio
-import anyio.to_thread
+import anyio.abc
 
 from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
 from ._chat_session import Chat
-from ._errors import CLIError, count, guarded, seconds
+from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
 from ._history_options import add_history_options
 from ._imports import add_app_options
 from ._mcp import add_mcp_options
@@ -141,9 +142,40 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     stop_tracing = start_tracing("turnfsm-chat")
     try:
-        return anyio.run(run_chat, args)
+        return anyio.run(_until_sigterm, args)
     finally:
         stop_tracing()
+
+
+async def _until_sigterm(args: argparse.Namespace) -> int:
+    """The chat, stopped by SIGTERM as ``serve`` and ``worker`` are: the turn
+    is cancelled (its last commit stands), the MCP servers the chat started
+    are stopped (their processes gone), one line says so, exit 143."""
+    done: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def on_sigterm(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                task_status.started()
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        await tg.start(on_sigterm)
+        done.append(await run_chat(args))
+        tg.cancel_scope.cancel()
+    if done:
+        return done[0]
+    servers = len(getattr(args, "mcp_servers", None) or ())
+    stopped = ""
+    if servers:
+        stopped = (
+            "; the MCP server it started is stopped"
+            if servers == 1
+            else (f"; the {servers} MCP servers it started are stopped")
+        )
+    print(f"turnfsm chat: stopped by SIGTERM{stopped}", file=sys.stderr, flush=True)
+    return EXIT_TERMINATED
 
 
 async def run_chat(

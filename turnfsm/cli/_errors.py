@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "CLIError",
     "Parser",
@@ -40,6 +41,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: ``chat`` stopped by SIGTERM (after stopping what it started)."""
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a writer whose reader went away."""
 
