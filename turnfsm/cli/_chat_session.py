@@ -46,7 +46,7 @@ from ._errors import CLIError
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._stdin import read_line_from
-from ._store import open_cli_store
+from ._store import HOW_TO_APPROVE, denial_reason, open_cli_store
 
 __all__ = ["Chat"]
 
@@ -174,10 +174,12 @@ class Chat:
             mode=mode,
         )
         if not self.as_json:
-            self._note(
-                f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} "
-                f"(resume with --context {cid})"
-            )
+            kept = f"resume with --context {cid}"
+            if url.lower().startswith("memory://"):
+                kept = (
+                    "a memory:// store is gone at exit: give --store sqlite:///chats.db to keep it"
+                )
+            self._note(f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} ({kept})")
         return cid
 
     async def _switch_mode(self, cid: str, text: str) -> None:
@@ -258,13 +260,16 @@ class Chat:
             if self.approve == "all":
                 approved, reason = True, ""
             elif self.approve == "none":
-                approved, reason = False, "--approve none"
+                approved, reason = False, denial_reason(self.args.approve)
             else:
                 answer = await self._read(f"approve {shown}? [y/N] ", to=self.err)
                 approved = (answer or "").strip().lower() in ("y", "yes")
                 reason = "" if approved else "the user said no"
             if not self.as_json:
-                self._note(f"{'approved' if approved else 'denied'} {shown}")
+                why = ""
+                if not approved and self.args.approve is None:  # the default, and the way out
+                    why = f": {reason} ({HOW_TO_APPROVE})"
+                self._note(f"{'approved' if approved else 'denied'} {shown}{why}")
             if approved:
                 nxt = await self._call(functools.partial(self.engine.approve, cid, call.id))
             else:

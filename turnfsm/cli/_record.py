@@ -33,7 +33,7 @@ from ._chat_model import DEFAULT_MODEL, open_model
 from ._demo import get_weather
 from ._errors import CLIError, guarded, read_line, seconds
 from ._imports import add_app_options, load_tools
-from ._store import approval_mode
+from ._store import HOW_TO_APPROVE, approval_mode, denial_reason
 
 __all__ = ["add_parser"]
 
@@ -131,7 +131,7 @@ async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:
         yield line.strip()
 
 
-async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
+async def _decide(recorder: Recorder, turn: Turn, approve: str, given: str | None) -> Turn:
     while turn.state is State.AWAITING_TOOL_APPROVAL:
         call = turn.pending_tool_calls[0]
         shown = f"{call.tool_name}({json.dumps(call.arguments)})"
@@ -141,8 +141,13 @@ async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
             yes = (await read_line()).strip().lower() in ("y", "yes")
         if yes:
             turn = await recorder.approve(call.id)
-        else:
+        elif approve == "ask":
             turn = await recorder.deny(call.id, reason="the user said no")
+        else:
+            reason = denial_reason(given)
+            way_out = "" if given else f" ({HOW_TO_APPROVE})"
+            print(f"denied {shown}: {reason}{way_out}")
+            turn = await recorder.deny(call.id, reason=reason)
     return turn
 
 
@@ -153,7 +158,7 @@ async def _record(
     async with Engine(llm=recorder.llm, tools=recorder.tools) as engine:
         await recorder.start(engine, system_prompt=args.system_prompt)
         async for text in _messages(args):
-            turn = await _decide(recorder, await recorder.send(text), approve)
+            turn = await _decide(recorder, await recorder.send(text), approve, args.approve)
             print(f"assistant> {turn.text}")
             print(f"  states: {' -> '.join(turn.states)}")
         data = await recorder.save(args.out)
