@@ -16,7 +16,9 @@ the loopback is refused without tokens unless ``--insecure``. Needs the
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from typing import Any
 
@@ -180,6 +182,34 @@ def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse, before anything is started or opened, to serve on an address
+    that cannot be listened on (a port in use, an address not this
+    machine's): the one line the server's start would end with. Bound with
+    ``SO_REUSEADDR`` as uvicorn binds, so a port left in TIME_WAIT passes."""
+    if port == 0:
+        return  # any free port
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CLIError(f"the server did not start: --host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = found[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        where = f"{_host(host)}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise CLIError(
+                f"the server did not start: {where} is in use; stop what listens there, "
+                "or give another --port"
+            ) from None
+        raise CLIError(
+            f"the server did not start: cannot listen on {where}: {exc.strerror or exc}"
+        ) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         from ..server import ServerConfig, load_tokens
@@ -208,6 +238,7 @@ def _run(args: argparse.Namespace) -> int:
         temporal = temporal_package("turnfsm serve --turns temporal")
     elif args.temporal is not None:
         raise CLIError(f"--temporal {args.temporal}: only with --turns temporal")
+    check_port(args.host, args.port)  # before the store is opened (and recovered)
     llm, tools = model_of(args)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
