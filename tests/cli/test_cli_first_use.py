@@ -186,3 +186,20 @@ def test_a_chat_in_memory_says_it_is_gone_at_exit(cli: Cli) -> None:
     assert "resume with --context" not in first  # there is nothing to resume
     ran = cli("chat", "--demo", "-m", "hi", "--store", "sqlite:///kept.db")
     assert "(resume with --context " in ran.out.splitlines()[0]
+
+
+def test_chat_lists_the_tools_the_model_is_offered(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("/tools\n"))
+    ran = cli("chat", "--demo", "--store", "memory://")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert lines[1] == "4 tools offered in mode chat:"
+    assert lines[2:] == [
+        "  clock (auto): The current date and time in a timezone.",
+        "  calculator (auto): Evaluate an arithmetic expression exactly (no variables or "
+        "functions).",
+        "  read_file (required): Read a text file in the user's working directory.",
+        "  get_weather (required): Current weather for a city.",
+    ]

@@ -49,7 +49,7 @@ def _wait_ready(proc: subprocess.Popen[str], port: int) -> None:
 def _stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
-        proc.wait()
+    proc.communicate()  # reaped, its pipes closed
 
 
 def test_a_port_in_use_is_said_before_the_store_is_opened(tmp_path: Path) -> None:
@@ -99,3 +99,29 @@ def test_worker_exits_130_on_ctrl_c_and_0_on_sigterm(
         _stop(proc)
     assert proc.returncode == code, err
     assert "turnfsm worker: stopped (0 turns run, 0 failed)" in err
+
+
+def test_the_api_lists_the_tools_a_context_is_offered(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start(tmp_path, "serve", "--port", str(port), "--tools", "app:get_weather")
+    try:
+        _wait_ready(proc, port)
+        every = httpx.post(f"{url}/api/contexts", json={"system_prompt": "weather"}).json()
+        none = httpx.post(f"{url}/api/contexts", json={"system_prompt": "x", "tools": []}).json()
+        listed = httpx.get(f"{url}/api/contexts/{every['id']}/tools")
+        empty = httpx.get(f"{url}/api/contexts/{none['id']}/tools").json()
+        missing = httpx.get(f"{url}/api/contexts/no-such-id/tools")
+        schema = httpx.get(f"{url}/openapi.json").json()
+    finally:
+        _stop(proc)
+    assert listed.status_code == 200, listed.text
+    (weather,) = listed.json()
+    assert weather["name"] == "get_weather" and weather["approval"] == "auto"
+    assert weather["description"] == "The weather in a city."
+    assert weather["parameters"]["properties"]["city"]["type"] == "string"
+    assert empty == []  # its own allow-list offers nothing
+    assert missing.status_code == 404
+    response = schema["paths"]["/api/contexts/{context_id}/tools"]["get"]["responses"]["200"]
+    assert response["content"]["application/json"]["schema"]["items"]["$ref"].endswith("/ToolOut")

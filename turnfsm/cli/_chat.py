@@ -19,7 +19,8 @@ resumes it. ``--demo`` uses the built-in demo model (no key, no network).
 Modes: ``chat`` (the default) and ``plan`` (the model is told to answer with a
 plan and not carry it out; its answer is stored as a Plan). ``--mode NAME``
 starts a conversation in a mode, or switches a resumed one; ``/mode NAME``
-switches during the chat. A conversation in another mode than ``chat`` says
+switches during the chat. ``/tools`` lists the tools the model is offered
+(with their approval); ``/exit`` ends the chat. A conversation in another mode than ``chat`` says
 so when it starts.
 
 Exit codes: 0 done; 1 the turn failed (the model call failed for good, the

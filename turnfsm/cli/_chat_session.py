@@ -20,6 +20,7 @@ from rich.markup import escape
 from .. import records
 from .._numbers import whole_number
 from ..engine import Engine, RetryPolicy, Turn
+from ..engine._offered import offered_tools, tool_summary
 from ..errors import ContextNotFound, InvalidInput
 from ..events import (
     ContentDelta,
@@ -196,6 +197,16 @@ class Chat:
             return
         self._note(f"mode {config.mode}")
 
+    async def _list_tools(self, cid: str) -> None:
+        """``/tools``: the tools the model is offered in this context, one a line."""
+        ctx = await self.engine.get_context(cid)
+        offered = [tool_summary(t) for t in offered_tools(self.engine, ctx)]
+        self._note(f"{len(offered)} tools offered in mode {ctx.config.mode}:")
+        for row in offered:
+            about = (row["description"].strip().splitlines() or [""])[0]
+            line = f"  {row['name']} ({row['approval']})" + (f": {about}" if about else "")
+            self.console.print(line, markup=False)
+
     # ------------------------------------------------------------------ turns
 
     async def _one(self, cid: str, text: str) -> int:
@@ -226,6 +237,9 @@ class Chat:
                 return 0
             if text == "/mode" or text.startswith("/mode "):
                 await self._switch_mode(cid, text)
+                continue
+            if text == "/tools":
+                await self._list_tools(cid)
                 continue
             turn, states = await self._turn(cid, text)
             if self.as_json:
