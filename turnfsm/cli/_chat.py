@@ -26,8 +26,11 @@ so when it starts.
 Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
 reason on stderr); 2 a usage or setup problem, said in one line: no API key,
 a server that cannot be reached or refuses the key, a bad store URL, an
-unknown context. With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
-key is sent (local servers need none).
+unknown context; 130 Ctrl-C; 143 SIGTERM (the MCP servers it started are
+stopped first). With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
+key is sent (local servers need none). ``--llm module:attribute`` uses the
+application's own model adapter instead, ``--tools module:attribute`` adds
+its tools (the module is looked for in the working directory first).
 """
 
 from __future__ import annotations
