@@ -396,3 +396,24 @@ def test_chat_on_an_interrupted_context_points_to_resume(cli: Cli, tmp_path: Pat
     )
     assert cli("resume", cid, "--demo", "--store", url).code == 0
     assert cli("chat", "--demo", "--context", cid, "-m", "hello?", "--store", url).code == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "meant"),
+    [
+        ("sqlite:/srv/x.db", ["sqlite:////srv/x.db"]),
+        ("sqlite:x.db", ["sqlite:///x.db"]),
+        ("files:/srv/chats", ["files:////srv/chats"]),
+        ("/srv/x.db", ["sqlite:////srv/x.db"]),
+        ("sqlite://srv/x.db", ["sqlite:///srv/x.db", "sqlite:////srv/x.db"]),
+    ],
+)
+def test_a_store_url_short_of_slashes_is_told_the_url_meant(
+    cli: Cli, url: str, meant: list[str]
+) -> None:
+    ran = cli("chat", "--demo", "-m", "hi", "--store", url)
+    assert ran.code == 2
+    line = ran.one_line()
+    for suggestion in meant:
+        assert f"{suggestion} " in f"{line} " or f"{suggestion})" in line, line
+    assert "sqlite:///sqlite:" not in line and "sqlite:///files:" not in line, line

@@ -161,3 +161,45 @@ def test_chat_on_a_context_with_another_model_records_it(cli: Cli, tmp_path: Pat
     assert ran.code == 0, ran.err
     shown = cli("contexts", "show", row["id"], "--store", url)
     assert json.loads(shown.out)["config"]["model_id"] == "other-1"
+
+
+@pytest.mark.parametrize("command", ["chat", "record"])
+def test_a_call_denied_for_want_of_a_terminal_says_the_policy_and_the_way_out(
+    cli: Cli, command: str
+) -> None:
+    argv = ["--demo", "--store", "memory://"] if command == "chat" else ["--out", "w.json"]
+    ran = cli(command, *argv, "-m", "What's the weather in Rome?")
+    assert ran.code == 0, ran.err
+    denied = next(line for line in ran.out.splitlines() if line.startswith("denied "))
+    assert "--approve none" not in ran.out  # no such option was given
+    assert "stdin is not a terminal" in denied and "denied by default" in denied
+    assert "--approve all approves them" in denied and "--approve ask" in denied
+    ran = cli(command, *argv, "-m", "What's the weather in Rome?", "--approve", "none")
+    assert "denied: --approve none" in ran.out  # the option given is named as given
+
+
+def test_a_chat_in_memory_says_it_is_gone_at_exit(cli: Cli) -> None:
+    ran = cli("chat", "--demo", "-m", "hi", "--store", "memory://")
+    assert ran.code == 0, ran.err
+    first = ran.out.splitlines()[0]
+    assert "a memory:// store is gone at exit" in first
+    assert "resume with --context" not in first  # there is nothing to resume
+    ran = cli("chat", "--demo", "-m", "hi", "--store", "sqlite:///kept.db")
+    assert "(resume with --context " in ran.out.splitlines()[0]
+
+
+def test_chat_lists_the_tools_the_model_is_offered(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("/tools\n"))
+    ran = cli("chat", "--demo", "--store", "memory://")
+    assert ran.code == 0, ran.err
+    lines = ran.out.splitlines()
+    assert lines[1] == "4 tools offered in mode chat:"
+    assert lines[2:] == [
+        "  clock (auto): The current date and time in a timezone.",
+        "  calculator (auto): Evaluate an arithmetic expression exactly (no variables or "
+        "functions).",
+        "  read_file (required): Read a text file in the user's working directory.",
+        "  get_weather (required): Current weather for a city.",
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,3 +88,20 @@ def test_a_header_needs_a_url_before_it(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         parse("--mcp", "x", "--mcp-header", "A: b")
     assert "give it after the --mcp-url it is for" in capsys.readouterr().err
+
+
+def test_a_command_that_is_no_mcp_server_is_one_line_with_its_cause(tmp_path: Path) -> None:
+    """``ls`` answers with file names: the SDK logs a traceback for each line;
+    the command says it in one line of its own, the cause kept."""
+    (tmp_path / "notes.txt").write_text("not a server\n")
+    ran = subprocess.run(
+        [sys.executable, "-m", "turnfsm", "chat", "--demo", "-m", "hi", "--store", "memory://",
+         "--mcp", "ls"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert "Traceback" not in ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert ran.stderr.startswith("turnfsm chat: MCP server 'ls' could not be started: ")
+    assert "it sent what is not MCP" in ran.stderr and "notes.txt" in ran.stderr

@@ -280,3 +280,19 @@ def test_a_page_number_that_is_not_one_is_refused_naming_it(web: Web) -> None:
                 assert name in r.text and "whole number" in r.text
             assert tab.get(path, params={name: ""}).status_code == 200
             assert tab.get(path, params={name: "1"}).status_code == 200
+
+
+def test_a_context_page_lists_the_tools_it_is_offered(web: Web) -> None:
+    with web.api() as api:
+        every = api.post("/api/contexts", json={"system_prompt": "weather"}).json()["id"]
+        none = api.post("/api/contexts", json={"system_prompt": "x", "tools": []}).json()["id"]
+    with web.page_client() as tab:
+        page = tab.get(f"/contexts/{every}").text
+        bare = tab.get(f"/contexts/{none}").text
+    offered = page.split('<section aria-labelledby="tools-h" id="tools">', 1)[1].split(
+        "</section>"
+    )[0]
+    assert "<code>get_weather</code>" in offered and "(required)" in offered
+    assert "Current weather for a city." in offered
+    listed = bare.split('id="tools"', 1)[1].split("</section>")[0]
+    assert "get_weather" not in listed and "None." in listed  # its own allow-list is empty

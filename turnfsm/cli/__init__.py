@@ -38,6 +38,8 @@ exit status, the same for every command:
        unavailable store URL, an unreadable file or script
   130  interrupted (Ctrl-C): the store is left consistent; continue the
        conversation with `turnfsm resume ID` (or all of them: `turnfsm recover`)
+  143  chat stopped by SIGTERM, once it has stopped the MCP servers it started
+       (worker: 0 on SIGTERM; serve: the signal's own status)
   Output piped into a reader that stops early (`| head`) ends quietly (141).
 
 tool approvals: on a terminal the commands ask; without one (piped, in CI) a tool

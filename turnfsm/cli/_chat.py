@@ -19,30 +19,36 @@ resumes it. ``--demo`` uses the built-in demo model (no key, no network).
 Modes: ``chat`` (the default) and ``plan`` (the model is told to answer with a
 plan and not carry it out; its answer is stored as a Plan). ``--mode NAME``
 starts a conversation in a mode, or switches a resumed one; ``/mode NAME``
-switches during the chat. A conversation in another mode than ``chat`` says
+switches during the chat. ``/tools`` lists the tools the model is offered
+(with their approval); ``/exit`` ends the chat. A conversation in another mode than ``chat`` says
 so when it starts.
 
 Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
 reason on stderr); 2 a usage or setup problem, said in one line: no API key,
 a server that cannot be reached or refuses the key, a bad store URL, an
-unknown context. With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
-key is sent (local servers need none).
+unknown context; 130 Ctrl-C; 143 SIGTERM (the MCP servers it started are
+stopped first). With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
+key is sent (local servers need none). ``--llm module:attribute`` uses the
+application's own model adapter instead, ``--tools module:attribute`` adds
+its tools (the module is looked for in the working directory first).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any, TextIO
 
 import anyio
-import anyio.to_thread
+import anyio.abc
 
 from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
 from ._chat_session import Chat
-from ._errors import CLIError, count, guarded, seconds
+from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
 from ._history_options import add_history_options
+from ._imports import add_app_options
 from ._mcp import add_mcp_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
@@ -117,6 +123,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
     )
+    add_app_options(p)
     p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
     p.add_argument(
         "--timeout",
@@ -139,9 +146,40 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     stop_tracing = start_tracing("turnfsm-chat")
     try:
-        return anyio.run(run_chat, args)
+        return anyio.run(_until_sigterm, args)
     finally:
         stop_tracing()
+
+
+async def _until_sigterm(args: argparse.Namespace) -> int:
+    """The chat, stopped by SIGTERM as ``serve`` and ``worker`` are: the turn
+    is cancelled (its last commit stands), the MCP servers the chat started
+    are stopped (their processes gone), one line says so, exit 143."""
+    done: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def on_sigterm(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                task_status.started()
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        await tg.start(on_sigterm)
+        done.append(await run_chat(args))
+        tg.cancel_scope.cancel()
+    if done:
+        return done[0]
+    servers = len(getattr(args, "mcp_servers", None) or ())
+    stopped = ""
+    if servers:
+        stopped = (
+            "; the MCP server it started is stopped"
+            if servers == 1
+            else (f"; the {servers} MCP servers it started are stopped")
+        )
+    print(f"turnfsm chat: stopped by SIGTERM{stopped}", file=sys.stderr, flush=True)
+    return EXIT_TERMINATED
 
 
 async def run_chat(

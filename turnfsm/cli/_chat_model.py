@@ -16,6 +16,7 @@ from ..model import MessageType
 from ..tools import Tool, ask_user
 from ._demo_tools import builtin_tools
 from ._errors import CLIError
+from ._imports import llm_label, load_llm, load_tools
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -96,18 +97,28 @@ class Watched:
 class ModelSetup:
     llm: Any
     endpoint: str
+    """Where the model is, for the opening line."""
     tools: list[Tool]
+    model: str
+    """The model of a new context made without ``--model``."""
 
 
 def open_model(args: argparse.Namespace) -> ModelSetup:
     tools = builtin_tools()
     if getattr(args, "ask_user", False):
         tools.append(ask_user)
+    tools += load_tools(getattr(args, "tools", None) or [])
     if args.demo:
+        if args.llm is not None:
+            raise CLIError("--demo and --llm name two models: give one")
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
 
-        return ModelSetup(DemoLLM(delay=0.0), "the demo model", [*tools, get_weather])
+        return ModelSetup(DemoLLM(delay=0.0), "the demo model", [*tools, get_weather], "demo")
+    if args.llm is not None:
+        llm = load_llm(args.llm)
+        label = llm_label(args.llm, llm)
+        return ModelSetup(llm, f"model {label} (--llm)", tools, label)
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
     key = os.environ.get("OPENAI_API_KEY") or None
     if base_url is None and key is None:
@@ -129,7 +140,7 @@ def open_model(args: argparse.Namespace) -> ModelSetup:
         )
     except InvalidInput as exc:
         raise CLIError(str(exc)) from None
-    return ModelSetup(llm, llm.base_url, tools)
+    return ModelSetup(llm, llm.base_url, tools, DEFAULT_MODEL)
 
 
 def setup_problem(error: LLMError | None, endpoint: str) -> str | None:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from .. import records
 from .._numbers import whole_number
 from ..engine import Engine, RetryPolicy, Turn
+from ..engine._offered import offered_tools, tool_summary
 from ..errors import ContextNotFound, InvalidInput
 from ..events import (
     ContentDelta,
@@ -33,7 +34,6 @@ from ..model import InternalMessage, MessageType, Role, ToolCallRequest
 from ..states import RESTING, State
 from ..tools import QuestionTool, ToolRegistry
 from ._chat_model import (
-    DEFAULT_MODEL,
     DEFAULT_SYSTEM,
     MODE_NAMES,
     MODES,
@@ -46,7 +46,8 @@ from ._chat_model import (
 from ._errors import CLIError
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
-from ._store import open_cli_store
+from ._stdin import read_line_from
+from ._store import HOW_TO_APPROVE, denial_reason, open_cli_store
 
 __all__ = ["Chat"]
 
@@ -94,6 +95,7 @@ class Chat:
         """The engine on the model and the store the options name, and the store's URL."""
         setup = open_model(self.args)
         self.endpoint = setup.endpoint
+        self.default_model = setup.model
         self.watched = Watched(setup.llm)
         try:
             store, url = open_cli_store(self.args.store, create=create)
@@ -169,14 +171,16 @@ class Chat:
         mode = getattr(self.args, "mode", None) or "chat"
         cid = await engine.create_context(
             system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
-            model=self.args.model or (DEFAULT_MODEL if not self.args.demo else "demo"),
+            model=self.args.model or self.default_model,
             mode=mode,
         )
         if not self.as_json:
-            self._note(
-                f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} "
-                f"(resume with --context {cid})"
-            )
+            kept = f"resume with --context {cid}"
+            if url.lower().startswith("memory://"):
+                kept = (
+                    "a memory:// store is gone at exit: give --store sqlite:///chats.db to keep it"
+                )
+            self._note(f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} ({kept})")
         return cid
 
     async def _switch_mode(self, cid: str, text: str) -> None:
@@ -192,6 +196,16 @@ class Chat:
             self._note(str(exc))
             return
         self._note(f"mode {config.mode}")
+
+    async def _list_tools(self, cid: str) -> None:
+        """``/tools``: the tools the model is offered in this context, one a line."""
+        ctx = await self.engine.get_context(cid)
+        offered = [tool_summary(t) for t in offered_tools(self.engine, ctx)]
+        self._note(f"{len(offered)} tools offered in mode {ctx.config.mode}:")
+        for row in offered:
+            about = (row["description"].strip().splitlines() or [""])[0]
+            line = f"  {row['name']} ({row['approval']})" + (f": {about}" if about else "")
+            self.console.print(line, markup=False)
 
     # ------------------------------------------------------------------ turns
 
@@ -223,6 +237,9 @@ class Chat:
                 return 0
             if text == "/mode" or text.startswith("/mode "):
                 await self._switch_mode(cid, text)
+                continue
+            if text == "/tools":
+                await self._list_tools(cid)
                 continue
             turn, states = await self._turn(cid, text)
             if self.as_json:
@@ -257,13 +274,16 @@ class Chat:
             if self.approve == "all":
                 approved, reason = True, ""
             elif self.approve == "none":
-                approved, reason = False, "--approve none"
+                approved, reason = False, denial_reason(self.args.approve)
             else:
                 answer = await self._read(f"approve {shown}? [y/N] ", to=self.err)
                 approved = (answer or "").strip().lower() in ("y", "yes")
                 reason = "" if approved else "the user said no"
             if not self.as_json:
-                self._note(f"{'approved' if approved else 'denied'} {shown}")
+                why = ""
+                if not approved and self.args.approve is None:  # the default, and the way out
+                    why = f": {reason} ({HOW_TO_APPROVE})"
+                self._note(f"{'approved' if approved else 'denied'} {shown}{why}")
             if approved:
                 nxt = await self._call(functools.partial(self.engine.approve, cid, call.id))
             else:
@@ -414,8 +434,7 @@ class Chat:
         if target is not None:
             target.write(prompt)
             target.flush()
-        # abandoned on Ctrl-C: the blocked read must not hold the exit up
-        line = await anyio.to_thread.run_sync(self.stdin.readline, abandon_on_cancel=True)
+        line = await read_line_from(self.stdin)  # Ctrl-C ends the wait at once
         return line.rstrip("\n") if line else None
 
 

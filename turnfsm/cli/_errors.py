@@ -19,9 +19,6 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-import anyio
-import anyio.to_thread
-
 from .._numbers import whole_number
 from ..errors import InvalidInput, TurnFSMError
 
@@ -29,6 +26,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "CLIError",
     "Parser",
@@ -43,6 +41,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: ``chat`` stopped by SIGTERM (after stopping what it started)."""
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a writer whose reader went away."""
 
@@ -109,9 +109,11 @@ def count(minimum: int, maximum: int) -> Callable[[str], int]:
 
 
 async def read_line() -> str:
-    """A line of stdin ("" at its end), read in a worker thread that Ctrl-C
-    abandons, so that an interrupt at a prompt ends the command at once."""
-    return await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    """A line of stdin ("" at its end), read so that an interrupt at a prompt
+    ends the command at once (:func:`~turnfsm.cli._stdin.read_line_from`)."""
+    from ._stdin import read_line_from
+
+    return await read_line_from(sys.stdin)
 
 
 def _one_line(text: str) -> str:

@@ -13,6 +13,7 @@ for); ``--mcp-timeout`` bounds each call.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -97,11 +98,24 @@ def add_mcp_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _quiet_sdk() -> None:
+    """The MCP SDK's own log off: it logs a traceback for each line a server
+    writes that is not MCP (35 lines for a command that is not a server),
+    where turnfsm says what went wrong in one line of its own (the error a
+    server that cannot start raises, the warning when a running one
+    misbehaves)."""
+    sdk = logging.getLogger("mcp")
+    if not any(isinstance(h, logging.NullHandler) for h in sdk.handlers):
+        sdk.addHandler(logging.NullHandler())
+    sdk.propagate = False
+
+
 def mcp_toolsets(args: argparse.Namespace) -> list[Toolset]:
     """The MCP servers the options name (new objects on every call)."""
     servers = getattr(args, "mcp_servers", None) or []
     if not servers:
         return []
+    _quiet_sdk()
     try:
         from ..tools.mcp import MCPServer
     except ImportError as exc:

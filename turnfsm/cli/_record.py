@@ -1,9 +1,13 @@
 """``turnfsm record --out FILE``: record a conversation as a replay script.
 
-Talks to the demo model (no key, no network) with the demo weather tool. Type
+Talks to the demo model (no key, no network) with the demo weather tool,
+unless a model is named as ``turnfsm chat`` names one: ``--base-url`` (or
+``--model``, ``--responses``: the OpenAI API with ``OPENAI_API_KEY``), whose
+tools are chat's built-in ones, or ``--llm module:attribute``, the
+application's own adapter. ``--tools module:attribute`` adds tools. Type
 messages at the prompt (an empty line or end of input stops), or give
 ``--message TEXT`` for one turn. The script written replays to the same trace
-and messages with ``turnfsm replay FILE``.
+and messages with ``turnfsm replay FILE``, without the model.
 
 A tool call that needs approval is put to you on a terminal; without one it
 is denied unless --approve all is given. An empty --message is refused before
@@ -23,10 +27,13 @@ from ..adapters.llm.demo import DemoLLM
 from ..engine import Engine, Turn
 from ..replay import Recorder
 from ..states import State
-from ._chat import check_message
+from ..tools import Tool
+from ._chat import MAX_TIMEOUT, check_message
+from ._chat_model import DEFAULT_MODEL, open_model
 from ._demo import get_weather
-from ._errors import guarded, read_line
-from ._store import approval_mode
+from ._errors import CLIError, guarded, read_line, seconds
+from ._imports import add_app_options, load_tools
+from ._store import HOW_TO_APPROVE, approval_mode, denial_reason
 
 __all__ = ["add_parser"]
 
@@ -61,13 +68,54 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--system", dest="system_prompt", help=argparse.SUPPRESS)  # chat's old name
     p.add_argument("--name", default="recorded conversation", help="the script's name")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="the built-in demo model (the default when no other model is named)",
+    )
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
+        "(default: $OPENAI_BASE_URL, else the OpenAI API)",
+    )
+    p.add_argument("--model", metavar="NAME", help=f"the model (default {DEFAULT_MODEL})")
+    p.add_argument(
+        "--responses", action="store_true", help="use the Responses API (default: Chat Completions)"
+    )
+    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
+    p.add_argument(
+        "--timeout",
+        type=seconds(MAX_TIMEOUT),
+        default=60.0,
+        metavar="S",
+        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
+    )
+    add_app_options(p)
     p.set_defaults(run=guarded("turnfsm record", _run))
+
+
+def _model(args: argparse.Namespace) -> tuple[Any, list[Tool], str]:
+    """The model to record, its tools and its name."""
+    if args.demo and args.llm is not None:
+        raise CLIError("--demo and --llm name two models: give one")
+    named = args.llm is not None or args.base_url or args.model or args.responses
+    if args.demo or not named:  # the demo model, with its weather tool
+        return DemoLLM(), [get_weather, *load_tools(args.tools)], "demo"
+    setup = open_model(args)
+    return setup.llm, setup.tools, args.model or setup.model
 
 
 def _run(args: argparse.Namespace) -> int:
     for text in args.message or ():
         check_message(text, "--message")
-    return anyio.run(_record, args, approval_mode(args.approve))
+    llm, tools, model = _model(args)
+    try:
+        return anyio.run(_record, args, approval_mode(args.approve), llm, tools, model)
+    finally:
+        close = getattr(llm, "aclose", None)
+        if close is not None:
+            anyio.run(close)
 
 
 async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:
@@ -83,7 +131,7 @@ async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:
         yield line.strip()
 
 
-async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
+async def _decide(recorder: Recorder, turn: Turn, approve: str, given: str | None) -> Turn:
     while turn.state is State.AWAITING_TOOL_APPROVAL:
         call = turn.pending_tool_calls[0]
         shown = f"{call.tool_name}({json.dumps(call.arguments)})"
@@ -93,17 +141,24 @@ async def _decide(recorder: Recorder, turn: Turn, approve: str) -> Turn:
             yes = (await read_line()).strip().lower() in ("y", "yes")
         if yes:
             turn = await recorder.approve(call.id)
-        else:
+        elif approve == "ask":
             turn = await recorder.deny(call.id, reason="the user said no")
+        else:
+            reason = denial_reason(given)
+            way_out = "" if given else f" ({HOW_TO_APPROVE})"
+            print(f"denied {shown}: {reason}{way_out}")
+            turn = await recorder.deny(call.id, reason=reason)
     return turn
 
 
-async def _record(args: argparse.Namespace, approve: str) -> int:
-    recorder = Recorder(DemoLLM(), tools=[get_weather], name=args.name, model="demo")
+async def _record(
+    args: argparse.Namespace, approve: str, llm: Any, tools: list[Tool], model: str
+) -> int:
+    recorder = Recorder(llm, tools=tools, name=args.name, model=model)
     async with Engine(llm=recorder.llm, tools=recorder.tools) as engine:
         await recorder.start(engine, system_prompt=args.system_prompt)
         async for text in _messages(args):
-            turn = await _decide(recorder, await recorder.send(text), approve)
+            turn = await _decide(recorder, await recorder.send(text), approve, args.approve)
             print(f"assistant> {turn.text}")
             print(f"  states: {' -> '.join(turn.states)}")
         data = await recorder.save(args.out)

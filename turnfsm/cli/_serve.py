@@ -16,8 +16,9 @@ the loopback is refused without tokens unless ``--insecure``. Needs the
 from __future__ import annotations
 
 import argparse
-import importlib
+import errno
 import os
+import socket
 import sys
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..storage import WorkQueue
 from ..tools import Tool
 from ._errors import CLIError, count, guarded, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
+from ._imports import add_app_options, llm_label, load_llm, load_tools
 from ._mcp import add_mcp_options, mcp_toolsets
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
@@ -104,16 +106,10 @@ def add_parser(sub: Any) -> None:
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """The model and tool flags ``serve`` and ``worker`` share, the history
     settings, and ``--lease-ttl``."""
-    p.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help="add tools")
+    add_app_options(p)
     p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
     p.add_argument("--model", metavar="NAME", help="the model of new contexts")
     p.add_argument("--responses", action="store_true", help="use the Responses API")
-    p.add_argument(
-        "--llm",
-        metavar="MODULE:ATTR",
-        help="the model adapter to use instead (an object with stream(request), or a "
-        "function of no arguments returning one)",
-    )
     p.add_argument(
         "--timeout", type=seconds(3600.0), default=60.0, metavar="S", help="seconds per request"
     )
@@ -136,57 +132,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _named(flag: str, spec: str) -> Any:
-    """The object ``module:attribute`` names."""
-    module, sep, attr = spec.partition(":")
-    names = [*module.split("."), *attr.split(".")]
-    if not sep or not all(name.isidentifier() for name in names):
-        # a path (../x), a relative module (.x), an empty part: never imported
-        raise CLIError(
-            f"{flag} {spec!r}: expected module:attribute, dotted Python names "
-            "(e.g. mypackage.tools:search)"
-        )
-    try:
-        found: Any = importlib.import_module(module)
-    except ImportError as exc:
-        raise CLIError(f"{flag} {spec!r}: {exc}") from None
-    except Exception as exc:  # the module's own code failed as it was imported
-        raise CLIError(
-            f"{flag} {spec!r}: importing {module} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        for part in attr.split("."):
-            found = getattr(found, part)
-    except AttributeError as exc:
-        raise CLIError(f"{flag} {spec!r}: {exc}") from None
-    return found
-
-
-def load_tools(specs: list[str]) -> list[Tool]:
-    """The tools ``module:attribute`` names (a tool, or a list of them)."""
-    out: list[Tool] = []
-    for spec in specs:
-        found = _named("--tools", spec)
-        items = list(found) if isinstance(found, list | tuple) else [found]
-        for item in items:
-            if not isinstance(item, Tool):
-                raise CLIError(f"--tools {spec!r}: {item!r} is not a tool (use @tool)")
-            out.append(item)
-    return out
-
-
 def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
     """The model adapter the flags name, and the tools that come with it: the
     demo model's weather tool, offered only when the application gives no
     tools of its own (``--tools``, ``--mcp``, ``--mcp-url``), which replace it."""
     if args.llm is not None:
-        found = _named("--llm", args.llm)
-        llm = found if callable(getattr(found, "stream", None)) else None
-        if llm is None and callable(found):
-            llm = found()
-        if not callable(getattr(llm, "stream", None)):
-            raise CLIError(f"--llm {args.llm!r}: {found!r} is no model adapter (no stream method)")
-        return llm, []
+        return load_llm(args.llm), []
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
     key = os.environ.get("OPENAI_API_KEY") or None
     if base_url is None and key is None and args.model is None:
@@ -209,18 +160,18 @@ def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
 
 
 def model_name(args: argparse.Namespace, llm: Any) -> str:
-    """The model of a context made without one: ``--model``; else, for
-    ``--llm``, the adapter's own ``model`` if it names one; else ``demo`` for
-    the demo model and the default model for an OpenAI-compatible endpoint."""
+    """The model of a context made without one (and the metrics' model label):
+    ``--model``; else, for ``--llm``, the adapter's own ``model`` if it names
+    one, else the ``module:attribute`` it was given as; else ``demo`` for the
+    demo model and the default model for an OpenAI-compatible endpoint."""
     if args.model:
         return str(args.model)
+    if args.llm is not None:
+        return llm_label(args.llm, llm)
     from ..adapters.llm.demo import DemoLLM
 
     if isinstance(llm, DemoLLM):
         return "demo"
-    if args.llm is not None:
-        own = getattr(llm, "model", None)
-        return own if isinstance(own, str) and own else "demo"
     from ._chat import DEFAULT_MODEL
 
     return DEFAULT_MODEL
@@ -229,6 +180,34 @@ def model_name(args: argparse.Namespace, llm: Any) -> str:
 def _host(host: str) -> str:
     """``host`` as a URL writes it (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host else host
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse, before anything is started or opened, to serve on an address
+    that cannot be listened on (a port in use, an address not this
+    machine's): the one line the server's start would end with. Bound with
+    ``SO_REUSEADDR`` as uvicorn binds, so a port left in TIME_WAIT passes."""
+    if port == 0:
+        return  # any free port
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CLIError(f"the server did not start: --host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = found[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        where = f"{_host(host)}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise CLIError(
+                f"the server did not start: {where} is in use; stop what listens there, "
+                "or give another --port"
+            ) from None
+        raise CLIError(
+            f"the server did not start: cannot listen on {where}: {exc.strerror or exc}"
+        ) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -259,6 +238,7 @@ def _run(args: argparse.Namespace) -> int:
         temporal = temporal_package("turnfsm serve --turns temporal")
     elif args.temporal is not None:
         raise CLIError(f"--temporal {args.temporal}: only with --turns temporal")
+    check_port(args.host, args.port)  # before the store is opened (and recovered)
     llm, tools = model_of(args)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)

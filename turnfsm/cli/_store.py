@@ -18,6 +18,7 @@ __all__ = [
     "add_store_option",
     "approval_mode",
     "default_store_url",
+    "denial_reason",
     "open_cli_store",
     "store_location",
 ]
@@ -29,6 +30,18 @@ def approval_mode(given: str | None) -> str:
     if given:
         return given
     return "ask" if sys.stdin is not None and sys.stdin.isatty() else "none"
+
+
+DENIED_BY_DEFAULT = (
+    "no one to ask: stdin is not a terminal, where calls that need approval are denied by default"
+)
+HOW_TO_APPROVE = "--approve all approves them; --approve ask reads y/N from stdin"
+
+
+def denial_reason(given: str | None) -> str:
+    """Why a call was denied without asking: ``--approve none`` as given, or
+    the default policy without a terminal."""
+    return f"--approve {given}" if given else DENIED_BY_DEFAULT
 
 
 def default_store_url(*, create: bool = True) -> str:

@@ -5,7 +5,11 @@ worker's metrics port."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 from ..engine import Engine
 from ._errors import CLIError, count
@@ -13,12 +17,56 @@ from ._errors import CLIError, count
 __all__ = ["add_metrics_options", "serve_metrics", "start_tracing"]
 
 
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+"""The variables an OTLP endpoint is read from, the first given winning."""
+_REACH_TIMEOUT = 1.0
+"""Seconds the start waits to connect to the OTLP endpoint (a warning past it)."""
+
+
+def check_otlp_endpoint(env: Mapping[str, str], prog: str) -> None:
+    """When traces go to an OTLP endpoint: a malformed one is a usage error
+    (exit 2) naming its variable; one that cannot be reached now is a
+    warning line on stderr (it may come up later: spans wait in batches)."""
+    from ..observability._export import _exporters_asked
+
+    if "otlp" not in _exporters_asked(env):
+        return
+    name = next((n for n in _ENDPOINTS if env.get(n, "").strip()), None)
+    if name is None:
+        return  # the SDK's default, http://localhost:4318
+    value = env[name].strip()
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise CLIError(f"{name}={value!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CLIError(
+            f"{name}={value!r}: not an http:// or https:// URL with a host "
+            "(e.g. http://localhost:4318)"
+        )
+    port = port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=_REACH_TIMEOUT):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        print(
+            f"{prog}: warning: the OTLP endpoint {value} cannot be reached now ({reason}); "
+            "spans are dropped while it cannot",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def start_tracing(service_name: str) -> Callable[[], None]:
     """Export traces as the ``OTEL_*`` environment variables ask (nothing
-    when they ask for nothing); returns the function that flushes and stops
-    the export, to call on the way out."""
+    when they ask for nothing), the endpoint checked first
+    (:func:`check_otlp_endpoint`); returns the function that flushes and
+    stops the export, to call on the way out."""
     from ..observability._export import TelemetrySetupError, tracing_from_env
 
+    check_otlp_endpoint(os.environ, service_name.replace("-", " ", 1))
     try:
         stop = tracing_from_env(service_name)
     except TelemetrySetupError as exc:

@@ -8,11 +8,11 @@ on the hand-off's notification; it also looks every ``--poll`` seconds.
 
 SIGTERM or SIGINT: it stops claiming, lets each running turn reach its next
 commit and hands it back (its lease released, another worker goes on), and
-exits 0; turns still running after ``--grace`` seconds are interrupted as a
-crash would (their last commit stands) and their leases released. A SIGKILL
-leaves the leases to expire (``--lease-ttl``). The model and tool flags are
-``turnfsm serve``'s. Works on PostgreSQL, and on SQLite for processes of one
-machine.
+exits 0 (SIGTERM) or 130 (SIGINT, Ctrl-C, as every command); turns still
+running after ``--grace`` seconds are interrupted as a crash would (their
+last commit stands) and their leases released. A SIGKILL leaves the leases
+to expire (``--lease-ttl``). The model and tool flags are ``turnfsm
+serve``'s. Works on PostgreSQL, and on SQLite for processes of one machine.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..engine import Engine, RetryPolicy, Worker
 from ..relay import EventRelay
 from ..storage import WorkQueue
 from ..storage._eventlog import open_event_log
-from ._errors import CLIError, count, guarded, seconds
+from ._errors import EXIT_INTERRUPTED, CLIError, count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of
@@ -107,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             async def on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()
-                    async for _ in signals:
+                    async for signum in signals:
+                        received.append(signum)
                         worker.stop()
 
             await tg.start(on_signal)  # from the start line on, SIGTERM stops it cleanly
@@ -127,9 +128,11 @@ def _run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    received: list[int] = []
     try:
         anyio.run(main)
     finally:
         stop_metrics()
         stop_tracing()
-    return 0
+    # stopped by Ctrl-C: 130, as every command; by SIGTERM (a supervisor): 0
+    return EXIT_INTERRUPTED if received[:1] == [signal.SIGINT] else 0

@@ -1,7 +1,7 @@
 """The engine's calls that manage what a context is, under ``/api``: its
 sub-contexts (spawn, finish, the tree), a branch's own prompts, a switch by
-the branch's name, the pending questions, and the engine's modes
-(``docs/server.md``, "Endpoints"). Each route's work is the engine's."""
+the branch's name, the pending questions, the tools a context is offered and
+the engine's modes (``docs/server.md``, "Endpoints"). Each route's work is the engine's."""
 
 from typing import Any
 
@@ -16,6 +16,7 @@ from ..engine import (
     Turn,
     context_tree,
 )
+from ..engine._offered import offered_tools, tool_summary
 from ..storage import outline_of
 from ..tools import QuestionTool
 from ._deps import HubOf, Owned
@@ -28,6 +29,7 @@ from ._models import (
     QuestionOut,
     SpawnIn,
     SpawnOut,
+    ToolOut,
     TreeOut,
     TurnOut,
 )
@@ -157,6 +159,15 @@ async def questions(hub: HubOf, context_id: Owned) -> list[QuestionOut]:
                 )
             )
     return out
+
+
+@router.get("/api/contexts/{context_id}/tools", tags=["contexts"])
+async def tools(hub: HubOf, context_id: Owned) -> list[ToolOut]:
+    """The tools the model is offered in the context: the engine's (its MCP
+    servers' included) as the context's mode offers them, narrowed to the
+    context's own allow-list, each with its approval."""
+    ctx = await hub.engine.get_context(context_id)
+    return [ToolOut.model_validate(tool_summary(t)) for t in offered_tools(hub.engine, ctx)]
 
 
 @router.get("/api/modes", tags=["contexts"])

@@ -377,3 +377,12 @@ class ModeOut(BaseModel):
     tools: list[str] | None = Field(default=None, description="the tools it offers (all: null)")
     approval: dict[str, str] = Field(default_factory=dict)
     answer_type: str = "Text"
+
+
+class ToolOut(BaseModel):
+    """A tool the model is offered in a context (``GET /api/contexts/{id}/tools``)."""
+
+    name: str
+    description: str
+    approval: str = Field(description="auto, required, deny, or 'per call' (a policy function)")
+    parameters: dict[str, Any] = Field(description="the JSON Schema of its arguments")

@@ -71,9 +71,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if isinstance(url, str):
         redact(url)  # its password remembered for scrub()
     if not isinstance(url, str) or "://" not in url:
-        hint = ""
-        if isinstance(url, str) and url.strip() and "@" not in url:
-            hint = f" (for a SQLite file: sqlite:///{url})"
+        hint = _hint(url) if isinstance(url, str) else ""
         raise InvalidInput(
             "url", f"{redact(url)!r} is not a store URL; use one of {', '.join(SCHEMES)}{hint}"
         )
@@ -179,13 +177,34 @@ def store_location(url: str) -> str:
     return redact(url)
 
 
+def _hint(url: str) -> str:
+    """The URL meant by something that is not one: a path (``/srv/x.db``,
+    ``x.db``), or a ``sqlite:``/``files:`` URL short of its slashes
+    (``sqlite:/srv/x.db``); empty when nothing fits."""
+    if not url.strip() or "@" in url:
+        return ""
+    scheme, sep, rest = url.partition(":")
+    if sep and scheme.lower() in ("sqlite", "files"):
+        if not rest.strip("/"):
+            return ""
+        path, kind = rest, ("a SQLite file" if scheme.lower() == "sqlite" else "a files store")
+    else:
+        scheme, path, kind = "sqlite", url, "a SQLite file"
+    return f" (for {kind} at {path}: {scheme.lower()}:///{path})"
+
+
 def path_and_options(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.netloc:
+        # sqlite://srv/x.db: srv taken for a host; the path meant is one of two
+        meant = f"{parts.netloc}{parts.path}"
+        if "@" in meant:
+            meant = "path"
         raise InvalidInput(
             "url",
             f"{redact(url)!r}: a {parts.scheme}:// URL has no host; "
-            f"write {parts.scheme}:///relative/path or {parts.scheme}:////absolute/path",
+            f"write {parts.scheme}:///{meant} for {meant} under the working directory, "
+            f"or {parts.scheme}:////{meant} for /{meant}",
         )
     if parts.fragment:
         raise InvalidInput("url", f"{redact(url)!r}: a store URL has no #fragment")

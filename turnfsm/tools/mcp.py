@@ -437,7 +437,13 @@ class MCPServer:
     async def _open(self) -> _Connection:
         assert self._group is not None
         conn = _Connection()
-        await self._group.start(self._hold, conn)
+        try:
+            await self._group.start(self._hold, conn)
+        except Exception as exc:
+            if conn.why is None:
+                raise
+            # what ended it (a line that is not MCP), not the SDK's "Connection closed"
+            raise ConnectionError(conn.why) from exc
         self._conn = conn
         self.restarts += 1
         return conn
@@ -449,7 +455,8 @@ class MCPServer:
 
     def _drop(self, conn: _Connection, why: str) -> None:
         if not conn.stop.is_set():
-            _log.warning("MCP server %r: %s; closing the connection", self.name, why)
+            if conn.client is not None:  # while it starts, the error raised says why
+                _log.warning("MCP server %r: %s; closing the connection", self.name, why)
             conn.why = why
             conn.stop.set()
 

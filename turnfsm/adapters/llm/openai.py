@@ -52,7 +52,9 @@ raw text and the engine answers it with an error result the model sees.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
@@ -153,8 +155,26 @@ def _status_message(exc: openai.APIStatusError) -> str:
         if isinstance(message, str) and message:
             return message
     elif isinstance(body, str) and body.strip():
-        return _clip(body.strip(), 200)
+        return _clip(_one_line(body), 200)
     return f"HTTP {exc.status_code}"
+
+
+_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.I | re.S)
+_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.I | re.S)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _one_line(body: str) -> str:
+    """A text body as one line: an HTML page (a proxy's or a web server's error
+    page) by its visible text, tags stripped and entities decoded (its
+    <title> when it shows none); all whitespace runs as one space."""
+    text = body
+    if "<" in body and ">" in body:
+        title = _TITLE.search(body)
+        text = html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", body)))
+        if not text.strip() and title is not None:
+            text = html.unescape(_TAG.sub(" ", title.group(1)))
+    return " ".join(text.split())
 
 
 def map_openai_error(

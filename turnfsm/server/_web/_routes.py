@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from ...audit import AuditRecord, audit_jsonl, audit_records, verify_audit_log
+from ...engine._offered import offered_tools, tool_summary
 from ...errors import InvalidInput, RenderError
 from ...model import ChatContext
 from ...render import (
@@ -228,6 +229,7 @@ async def context_page(request: Request, context_id: str) -> Response:
         waiting={c.id: c.question is not None for c in pending},
         words=status_words(),
         tree=await _tree(request, context_id),
+        offered=[tool_summary(t) for t in offered_tools(hub.engine, ctx)],
         resting=RESTING_NAMES,
         running=context_id in hub.running,
     )

@@ -1,0 +1,116 @@
+"""``--llm`` and ``--tools module:attribute``: a module in the working
+directory is found (the installed ``turnfsm`` script, whose own folder is
+first on ``sys.path``), ``chat`` and ``record`` take them as ``serve`` does,
+and such a model is called by what it is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("TURNFSM_", "OPENAI_"))}
+ENV.pop("PYTHONPATH", None)
+TURNFSM = str(Path(sys.executable).parent / "turnfsm")
+
+APP = '''\
+from turnfsm import tool
+from turnfsm.adapters.llm.demo import DemoLLM
+
+
+@tool
+def get_weather(city: str) -> dict[str, object]:
+    """The weather in a city."""
+    return {"city": city, "temp_c": 21, "conditions": "sunny"}
+
+
+class Model:
+    def __init__(self) -> None:
+        self.inner = DemoLLM(delay=0.0)
+
+    def stream(self, request):
+        return self.inner.stream(request)
+
+
+class Named(Model):
+    model = "weather-7b"
+'''
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    """A folder holding the application's module ``app``, and nothing else."""
+    (tmp_path / "app.py").write_text(APP)
+    return tmp_path
+
+
+def turnfsm(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TURNFSM, *argv],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+
+
+def model_id(cwd: Path, url: str) -> str:
+    listed = turnfsm(cwd, "contexts", "list", "--json", "--store", url)
+    cid = json.loads(listed.stdout.splitlines()[0])["id"]
+    shown = turnfsm(cwd, "contexts", "show", cid, "--store", url)
+    return str(json.loads(shown.stdout)["config"]["model_id"])
+
+
+def test_chat_takes_the_llm_and_tools_of_a_module_in_the_working_directory(app: Path) -> None:
+    url = "sqlite:///chat.db"
+    ran = turnfsm(
+        app,
+        *("chat", "--llm", "app:Model", "--tools", "app:get_weather", "--approve", "all"),
+        *("-m", "What's the weather in Rome?", "--store", url),
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "tool call> get_weather" in ran.stdout
+    assert "The weather in Rome is 21 C and sunny." in ran.stdout
+    # labelled by what it is, not "demo": the opening line and the context's model
+    assert "model app:Model (--llm)" in ran.stdout
+    assert model_id(app, url) == "app:Model"
+
+
+def test_a_model_that_names_itself_is_labelled_by_its_name(app: Path) -> None:
+    url = "sqlite:///named.db"
+    ran = turnfsm(app, "chat", "--llm", "app:Named", "-m", "hello", "--store", url)
+    assert ran.returncode == 0, ran.stderr
+    assert "model weather-7b (--llm)" in ran.stdout
+    assert model_id(app, url) == "weather-7b"
+
+
+@pytest.mark.parametrize("flag", ["--llm", "--tools"])
+def test_a_module_found_nowhere_names_the_folder_and_pythonpath(app: Path, flag: str) -> None:
+    demo = ["--demo"] if flag == "--tools" else []  # the model, when it is not the one named
+    ran = turnfsm(app, "chat", *demo, "-m", "hi", flag, "nothere:x")
+    assert ran.returncode == 2
+    assert "Traceback" not in ran.stderr and ran.stderr.count("\n") == 1, ran.stderr
+    assert f"{flag} 'nothere:x': no module named 'nothere'" in ran.stderr
+    assert str(app) in ran.stderr and "PYTHONPATH" in ran.stderr
+
+
+def test_record_records_the_model_it_is_given(app: Path) -> None:
+    ran = turnfsm(
+        app,
+        *("record", "--out", "rome.json", "--llm", "app:Model", "--tools", "app:get_weather"),
+        *("--approve", "all", "--message", "What's the weather in Rome?"),
+    )
+    assert ran.returncode == 0, ran.stderr
+    script = json.loads((app / "rome.json").read_text())
+    assert script["config"]["model"] == "app:Model"
+    results = [step["tool"]["result"] for step in script["steps"] if "tool" in step]
+    assert results == [{"city": "Rome", "temp_c": 21, "conditions": "sunny"}]  # the app's tool
+    replayed = turnfsm(app, "replay", "rome.json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
