@@ -14,16 +14,18 @@ sleep at once cannot keep a commit or a page of the web view waiting.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
 from anyio.lowlevel import RunVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["DEFAULT_TOOL_THREADS", "run_in_tool_thread", "tool_threads"]
 
@@ -60,6 +62,8 @@ async def run_in_tool_thread(fn: Callable[[], T]) -> T:
     runs on, its outcome dropped, and does not hold the process open at exit
     (anyio's worker threads would: the interpreter joins them).
     """
+    import asyncio  # here: importing turnfsm leaves asyncio out
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # another async library (trio): anyio's worker threads
