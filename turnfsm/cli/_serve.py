@@ -26,6 +26,7 @@ from ..engine._leases import DEFAULT_LEASE_TTL
 from ..errors import InvalidInput
 from ..storage import WorkQueue
 from ..tools import Tool
+from ._cache_options import add_cache_options, cache_settings
 from ._errors import CLIError, count, guarded, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._mcp import add_mcp_options, mcp_toolsets
@@ -97,6 +98,7 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
     )
+    add_cache_options(p)
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm serve", _run))
 
@@ -290,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
             lease_ttl=args.lease_ttl,
             toolsets=mcp_toolsets(args),
             **history_settings(args),
+            **cache_settings(args),
         )
 
     return _serve(args, factory, config, url)
@@ -313,6 +316,7 @@ def _run_on_temporal(
             tools=tools,
             lease_ttl=args.lease_ttl,
             **history_settings(args),
+            **cache_settings(args),
         )
         return engine
 
