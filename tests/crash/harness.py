@@ -201,7 +201,7 @@ def count_boundaries(kind: str) -> tuple[int, int, list[float]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _until_ready(proc: subprocess.Popen[str], acks: Path) -> bool:
+def _until_ready(proc: subprocess.Popen[bytes], acks: Path) -> bool:
     """Wait until the worker writes its ``ready`` line (False: it exited first)."""
     end = time.monotonic() + WORKER_SECONDS
     while not any("ready" in a for a in _lines(acks)):
@@ -230,20 +230,20 @@ def run_timed_case(kind: str, delay: float, keep: bool) -> Timed:
     workdir = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-timed-"))
     url = _store_url(kind, workdir)
     argv = [sys.executable, str(HERE / "worker.py"), "--store", url, "--dir", str(workdir)]
+    log = workdir / "first.log"  # a file, not a pipe: a full pipe would stall the worker
     try:
-        with subprocess.Popen(
-            [*argv, *_store_args(kind)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        ) as first:
+        with (
+            log.open("w") as out,
+            subprocess.Popen([*argv, *_store_args(kind)], stdout=out, stderr=out) as first,
+        ):
             if _until_ready(first, workdir / "acks.jsonl"):
                 time.sleep(delay)  # the kill's moment (not a wait for anything)
                 with suppress(ProcessLookupError):
                     first.send_signal(signal.SIGKILL)
-            _, err = first.communicate(timeout=WORKER_SECONDS)
+            first.wait(timeout=WORKER_SECONDS)
         if first.returncode not in (0, -signal.SIGKILL):
-            return Timed([f"worker failed ({first.returncode}): {err[-2000:]}"])
+            err = log.read_text(errors="replace")[-2000:]
+            return Timed([f"worker failed ({first.returncode}): {err}"])
         acked = len(_turns_acked(workdir))
         killed = first.returncode != 0
         second = _worker(url, workdir, *_store_args(kind))
