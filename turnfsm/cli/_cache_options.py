@@ -5,11 +5,12 @@
 A server or worker runs for long and serves contexts that come and go, so
 its cache is always full: its bounds are what every such process spends.
 Their defaults are smaller than a plain ``Engine``'s: 1,024 contexts and
-12,000 messages, at the measured 4.0 KB per loaded context and 1.2 KB per
+12,000 messages. At the measured 4.0 KB per loaded context and 1.2 KB per
 loaded message of a tool-loop conversation (docs/benchmarks.md, "The
-loaded-context cache") at most 4 MiB + 13.3 MiB of Python objects, under the
-documented 32 MiB of resident memory with the allocator's share. A context
-that is not loaded costs one read from the store on its next call.
+loaded-context cache"), that is at most 3.9 MiB + 13.3 MiB of Python
+objects, under the documented 32 MiB of resident memory with the
+allocators' share. A context that is not loaded costs one read from the
+store on its next call.
 """
 
 from __future__ import annotations

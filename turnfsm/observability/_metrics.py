@@ -7,7 +7,8 @@ its own (``registry``), which ``turnfsm serve`` answers at ``/metrics`` and
 values: call names, states and stop reasons come from the table and the
 engine; model and tool names are kept as they come up to
 ``max_label_values`` distinct ones each, then counted as ``_other``. No
-context id is ever a label.
+context id is ever a label. The engines' loaded-context caches (their size
+and bounds, ``turnfsm_loaded_*``) are read at each scrape, at no cost per call.
 """
 
 from __future__ import annotations
