@@ -6,6 +6,22 @@ a fresh process, and check that nothing acknowledged was lost.
     python tests/crash/harness.py --store files-tail        # ... with commits.jsonl at any size
     python tests/crash/harness.py --store sqlite --random 200 --seed 7   # longer: random points
     python tests/crash/harness.py --store sqlite --plant early-ack       # the control: must FAIL
+    python tests/crash/harness.py --store files --timed 9     # SIGKILLs at random moments
+
+Kill points: by default the worker kills itself before or after commit N (and,
+on the file store, before its N-th file operation), for every N a clean run
+reaches; a case whose worker finishes without reaching its kill point fails,
+since it proved nothing. ``--timed N``: N cases in which the harness SIGKILLs
+the worker from outside, at a random moment of its conversation: each kill
+comes a delay drawn from ``--window LO:HI`` times the measured turn (0.75:2.75
+by default: the three turns of a conversation take about three) after the
+worker is ready. A turn is measured on this machine and store as the cases
+run: the median of the last :data:`RECENT` turns' seconds, from a clean run
+first, then from every case's runs (so that the window follows the machine's
+load). The timed cases must make progress: the
+killed runs together must have acknowledged at least :data:`PROGRESS_FLOOR`
+turns per timed case, else the run fails naming the floor (a window too short
+for any turn to finish would kill and resume forever and prove nothing).
 
 Checks after each kill and resume (docs/storage.md, "Crashes and resuming"):
 - no acknowledged message is lost (every message id the engine announced, and
@@ -26,11 +42,14 @@ import json
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +64,18 @@ from turnfsm.states import TRANSITIONS  # noqa: E402
 from turnfsm.storage import open_store  # noqa: E402
 
 EDGES = {(s.value, t.trigger.value, t.dest.value) for t in TRANSITIONS for s in t.sources}
+
+PROGRESS_FLOOR = 1 / 3
+"""Turns the killed runs of ``--timed`` cases must have acknowledged, per case,
+at the least: one for every three cases. At the default window a killed run
+acknowledges about one turn on average, and none only when it is killed
+within its first turn."""
+WINDOW = (0.75, 2.75)
+"""The default ``--window``: kill delays, in measured turns after the worker is ready."""
+RECENT = 9
+"""Turns the measured turn is the median of (the latest ones)."""
+WORKER_SECONDS = 120.0
+"""How long one worker run may take (a hang, not a speed)."""
 
 
 def _store_url(kind: str, workdir: Path) -> str:
@@ -139,7 +170,9 @@ def run_case(kind: str, phase: str, at: int, plant: str | None, keep: bool) -> l
     extra = (["--plant", plant] if plant else []) + _store_args(kind)
     try:
         first = _worker(url, workdir, "--crash-at", str(at), "--crash-phase", phase, *extra)
-        if first.returncode not in (0, -signal.SIGKILL):
+        if first.returncode == 0:
+            return [f"the worker finished without reaching kill point {phase} #{at}: no kill"]
+        if first.returncode != -signal.SIGKILL:
             return [f"worker failed ({first.returncode}): {first.stderr[-2000:]}"]
         second = _worker(url, workdir, *extra)
         if second.returncode != 0:
@@ -150,17 +183,131 @@ def run_case(kind: str, phase: str, at: int, plant: str | None, keep: bool) -> l
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def count_boundaries(kind: str) -> tuple[int, int]:
-    """(commits, file operations) of one clean run."""
+def _turns_acked(workdir: Path) -> list[float]:
+    """The seconds of each turn the worker runs so far acknowledged as finished."""
+    return [a["seconds"] for a in _lines(workdir / "acks.jsonl") if "state" in a]
+
+
+def count_boundaries(kind: str) -> tuple[int, int, list[float]]:
+    """(commits, file operations, the seconds of each turn) of one clean run."""
     workdir = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-count-"))
     try:
         done = _worker(_store_url(kind, workdir), workdir, *_store_args(kind))
         if done.returncode != 0:
             raise SystemExit(f"clean run failed: {done.stderr[-2000:]}")
         commits = int((workdir / "commits.txt").read_text())
-        return commits, int((workdir / "file_ops.txt").read_text())
+        return commits, int((workdir / "file_ops.txt").read_text()), _turns_acked(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _until_ready(proc: subprocess.Popen[bytes], acks: Path) -> bool:
+    """Wait until the worker writes its ``ready`` line (False: it exited first)."""
+    end = time.monotonic() + WORKER_SECONDS
+    while not any("ready" in a for a in _lines(acks)):
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > end:
+            raise SystemExit(f"the worker was not ready after {WORKER_SECONDS:g}s")
+        time.sleep(0.005)
+    return True
+
+
+@dataclass
+class Timed:
+    """What one timed case found."""
+
+    problems: list[str]
+    acked: int = 0
+    """Turns the killed run acknowledged as finished."""
+    killed: bool = False
+    turns: list[float] = field(default_factory=list)
+    """The seconds of every turn both runs finished."""
+
+
+def run_timed_case(kind: str, delay: float, keep: bool) -> Timed:
+    """A worker SIGKILLed ``delay`` seconds after it is ready, then resumed."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-timed-"))
+    url = _store_url(kind, workdir)
+    argv = [sys.executable, str(HERE / "worker.py"), "--store", url, "--dir", str(workdir)]
+    log = workdir / "first.log"  # a file, not a pipe: a full pipe would stall the worker
+    try:
+        with (
+            log.open("w") as out,
+            subprocess.Popen([*argv, *_store_args(kind)], stdout=out, stderr=out) as first,
+        ):
+            if _until_ready(first, workdir / "acks.jsonl"):
+                time.sleep(delay)  # the kill's moment (not a wait for anything)
+                with suppress(ProcessLookupError):
+                    first.send_signal(signal.SIGKILL)
+            first.wait(timeout=WORKER_SECONDS)
+        if first.returncode not in (0, -signal.SIGKILL):
+            err = log.read_text(errors="replace")[-2000:]
+            return Timed([f"worker failed ({first.returncode}): {err}"])
+        acked = len(_turns_acked(workdir))
+        killed = first.returncode != 0
+        second = _worker(url, workdir, *_store_args(kind))
+        if second.returncode != 0:
+            problems = [f"resumed worker failed ({second.returncode}): {second.stderr[-2000:]}"]
+            return Timed(problems, acked, killed)
+        problems = anyio.run(verify, kind, workdir)
+        return Timed(problems, acked, killed, _turns_acked(workdir))
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_timed(
+    kind: str, cases: int, window: tuple[float, float], turns: list[float], seed: int, keep: bool
+) -> int:
+    """``cases`` timed kills (see the module docstring), the window in multiples
+    of the turn ``turns`` (seconds, a clean run's) and each case measure; the
+    number of failures, the progress floor's included."""
+    rng = random.Random(seed)
+    failures = acked = killed = 0
+    low, high = window
+    measured = list(turns)
+    for n in range(1, cases + 1):
+        turn = statistics.median(measured[-RECENT:])
+        delay = rng.uniform(low, high) * turn
+        case = run_timed_case(kind, delay, keep)
+        acked += case.acked
+        killed += case.killed
+        measured += case.turns
+        if case.problems:
+            failures += 1
+            print(f"FAIL {kind} timed kill {n} at {delay:.3f}s (a turn: {turn:.3f}s):")
+            for line in case.problems:
+                print(f"  {line}")
+    floor = PROGRESS_FLOOR * cases
+    turn = statistics.median(measured[-RECENT:])
+    where = (
+        f"{cases} timed cases, kills {low:g}-{high:g} x a turn ({turn:.3f}s at the end) "
+        f"after the worker is ready: the killed runs acknowledged {acked} turns"
+    )
+    print(f"{kind}: {where}, {killed} were killed before they finished")
+    if acked < floor:
+        failures += 1
+        print(
+            f"FAIL {kind}: no progress: {acked} turns acknowledged by the killed runs, below "
+            f"the progress floor of {floor:g} ({PROGRESS_FLOOR:.2g} a case): the kill window "
+            "is too short for turns to finish, so the kills proved nothing"
+        )
+    if killed == 0:
+        failures += 1
+        print(f"FAIL {kind}: every worker finished before its kill: nothing was killed")
+    return failures
+
+
+def _window(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        window = (float(low), float(high))
+    except ValueError:
+        window = (-1.0, -1.0)
+    if not sep or not 0 < window[0] <= window[1]:
+        raise argparse.ArgumentTypeError(f"expected LO:HI with 0 < LO <= HI, not {text!r}")
+    return window
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,13 +321,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plant", choices=("early-ack",), help="run with a planted bug (control)")
     p.add_argument("--keep", action="store_true", help="keep the work folders")
     p.add_argument(
+        "--timed", type=int, metavar="N", help="N kills at random moments instead (see above)"
+    )
+    p.add_argument(
+        "--window",
+        type=_window,
+        default=WINDOW,
+        metavar="LO:HI",
+        help="--timed: kill delays in measured turns after the worker is ready (0.75:2.75)",
+    )
+    p.add_argument(
         "--case",
         action="append",
         metavar="PHASE:N",
         help="only this kill point (before:3, after:3, write:17); repeatable",
     )
     args = p.parse_args(argv)
-    commits, writes = count_boundaries(args.store)
+    commits, writes, turns = count_boundaries(args.store)
+    if args.timed:
+        failures = run_timed(args.store, args.timed, args.window, turns, args.seed, args.keep)
+        print(f"{args.store}: {args.timed} timed cases, {failures} failed")
+        return 1 if failures else 0
     cases: list[tuple[str, int]] = []
     phases = ["before", "after"]
     for at in range(1, commits + 1, args.every):

@@ -5,8 +5,9 @@ behind the ``crash_full`` marker, and their planted-bug controls.
 
 Two harnesses: ``matrix.py`` kills a process between every two steps (file
 operations, SQL statements) of each kind of change and checks the store a fresh
-process finds; ``harness.py`` kills a whole conversation at commit boundaries
-and checks that resuming it loses and repeats nothing. Both run by hand too
+process finds; ``harness.py`` kills a whole conversation at commit boundaries,
+or at random moments scaled to the measured turn, and checks that resuming it
+loses and repeats nothing, and that the killed runs made progress. Both run by hand too
 (``python tests/crash/matrix.py --help``, ``python tests/crash/harness.py --help``).
 """
 
@@ -205,3 +206,41 @@ def test_the_planted_bug_is_caught(store: str, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert code == 1, out
     assert "acknowledged messages lost" in out or "never marked" in out, out
+
+
+@full
+@pytest.mark.parametrize("store", ["sqlite", "files"])
+def test_kills_at_random_moments_lose_nothing_and_let_turns_finish(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGKILLs from outside at any moment of a turn (not only at a commit),
+    their delays scaled to the turn measured on this machine: resuming loses
+    and repeats nothing, and the killed runs acknowledged turns (the floor)."""
+    code = harness.main(["--store", store, "--timed", "9"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "9 timed cases, 0 failed" in out, out
+
+
+def test_kills_that_never_let_a_turn_finish_fail_the_harness(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The progress floor's control: a kill window forced far below the
+    measured turn (a hundredth of it) kills every run before its first turn
+    finishes; every resumed conversation checks out, so only the floor can
+    tell that the kills proved nothing, and it must fail the run."""
+    code = harness.main(["--store", "files", "--timed", "2", "--window", "0.005:0.01"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "below the progress floor" in out, out
+    assert "2 were killed" in out, out  # the runs were killed, not finished
+    assert "FAIL files timed kill" not in out, out  # each case itself passed
+
+
+def test_a_kill_point_never_reached_fails_the_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """A case whose worker finishes before its kill point killed nothing and
+    proved nothing: it fails rather than counting as passed."""
+    code = harness.main(["--store", "sqlite", "--case", "after:999"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "without reaching kill point after #999" in out, out

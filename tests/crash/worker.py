@@ -7,7 +7,9 @@ Run by ``harness.py``; each run resumes whatever the previous one left.
 Files in ``--dir``:
     context.txt   the context id (written atomically once it is created)
     acks.jsonl    what the engine acknowledged: message ids from MessageCompleted /
-                  ToolResult events and finished turns, fsynced line by line
+                  ToolResult events and finished turns (with the seconds each
+                  took), fsynced line by line; and a ``ready`` line once the
+                  engine has resumed what it found and the turns start
     runs.jsonl    one line per tool run (the tools' side effects), fsynced
     commits.txt   how many commits this run made (written at a clean exit)
     file_ops.txt  how many file operations the file store made (at a clean exit)
@@ -20,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -184,11 +187,14 @@ async def run(args: argparse.Namespace) -> int:
             ctx = await engine.get_context(cid)
             await _finish(engine, cid, State(ctx.current_state))
             done = sum(1 for n in ctx.history() if n.message.role == "user")
+            _append_line(acks, {"ready": os.getpid()})
             for i in range(done + 1, TURNS + 1):
+                began = time.perf_counter()
                 turn = await engine.send(cid, f"turn {i}")
                 _append_line(acks, {"turn": i, "messages": list(turn.message_ids)})
                 state = await _finish(engine, cid, turn.state)
-                _append_line(acks, {"turn": i, "state": str(state)})
+                took = time.perf_counter() - began
+                _append_line(acks, {"turn": i, "state": str(state), "seconds": took})
             tg.cancel_scope.cancel()
     (workdir / "commits.txt").write_text(str(store.count))
     (workdir / "file_ops.txt").write_text(str(ops.count))

@@ -20,7 +20,17 @@ a crash left unknown) and retry what failed for good.
 Faults, one every second or so: a SIGKILL of any process, or a pause of a
 worker that holds leases (SIGSTOP until every one of its leases was claimed by
 another worker, then SIGCONT): the paused worker wakes up holding stale
-leases, which is what fencing tokens are for.
+leases, which is what fencing tokens are for. The time between two faults is
+drawn from a window proportional to the turn (:data:`WINDOW` turns), measured
+first on this machine and store: :data:`PROBES` turns through the servers
+before any fault, from the post to the context's rest (their median). A
+killed process is started again after 0 to a quarter of the window's upper
+end (0.4 seconds for a turn of half a second).
+
+Progress: the turns that finished while the faults went on (a client's
+message posted and its context back at rest before the faults ended) must
+reach the floor, :data:`PROGRESS_FLOOR` per context; a run below it fails
+whatever else it found, since faults that let no turn finish prove nothing.
 
 The checker (:func:`check`) then requires, per context: every acknowledged
 message stored once, in order, each answered once; one result per tool call;
@@ -50,6 +60,7 @@ import contextlib
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +104,10 @@ class Report:
     pauses: int = 0
     stale_wakeups: int = 0
     """Pauses after which another worker had claimed every lease of the paused one."""
+    turn_seconds: float = 0.0
+    """The measured turn (see the module docstring) the fault window is scaled to."""
+    turns_under_faults: int = 0
+    """Turns that finished (posted, then at rest) while the faults went on."""
     too_many: int = 0
     """Messages refused with ``429 too_many_turns`` and sent again (nothing stored)."""
     exit_codes: dict[str, int | None] = field(default_factory=dict)
@@ -122,9 +137,11 @@ class Run:
         clients: int,
         contexts_per_client: int,
         min_stale: int,
+        window: tuple[float, float],
     ) -> None:
         self.url = url
         self.min_stale = min_stale
+        self.window = window
         self.folder = folder
         self.seconds = seconds
         self.planted = planted
@@ -260,10 +277,11 @@ class Run:
             stale = r.stale_wakeups < self.min_stale or (self.planted and not self.caught)
             return stale, r.kills < MIN_KILLS
 
+        low, high = (f * self.report.turn_seconds for f in self.window)
         while time.monotonic() < end or (any(short()) and time.monotonic() < end + 30):
-            await asyncio.sleep(self.rng.uniform(0.6, 1.6))
-            if time.monotonic() < end:
-                pause = self.rng.random() < 0.4
+            await asyncio.sleep(self.rng.uniform(low, high))
+            if time.monotonic() < end:  # min_stale 0: kills only
+                pause = self.min_stale > 0 and self.rng.random() < 0.4
             else:  # past the time: only what is still wanted
                 more_stale, more_kills = short()
                 pause = more_stale and not (more_kills and self.rng.random() < 0.5)
@@ -274,7 +292,7 @@ class Run:
                     continue
             proc = self.rng.choice(self.procs)
             self.kill(proc)
-            await asyncio.sleep(self.rng.uniform(0.0, 0.4))
+            await asyncio.sleep(self.rng.uniform(0.0, high / 4))
             proc.start(self.env, self.folder)
         await asyncio.gather(*self.looks)
         self.chaos_over.set()
@@ -319,6 +337,26 @@ class Run:
             me.acked[cid].append(ref)
             n += 1
             await self._until_rest(http, cid, time.time())
+            if not self.chaos_over.is_set():
+                self.report.turns_under_faults += 1
+
+    async def measure_turn(self) -> float:
+        """Seconds a turn takes here before any fault: the median of
+        :data:`PROBES` turns, each on a context of its own, through each
+        server in turn (posted, then at rest)."""
+        took = []
+        for n in range(PROBES):
+            server = self.servers[n % len(self.servers)]
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{server.port}", timeout=60
+            ) as http:
+                r = await self._request(http, "POST", "/api/contexts", json={})
+                cid = r.json()["id"]
+                began = time.time()
+                await self._post_message(http, cid, f"probe{n}")
+                await self._until_rest(http, cid, began)
+                took.append(time.time() - began)
+        return statistics.median(took)
 
     async def _request(self, http: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
         """Send until the server answers (it may be down, being restarted)."""
@@ -400,6 +438,8 @@ class Run:
         try:
             await asyncio.gather(*(self.wait_ready(p) for p in self.servers))
             self.report.phases["ready"] = time.monotonic() - t0
+            self.report.turn_seconds = await self.measure_turn()
+            self.report.phases["measured"] = time.monotonic() - t0
             chaos = asyncio.create_task(self.chaos())
             try:
                 await asyncio.wait_for(
@@ -451,6 +491,15 @@ class Run:
         for name, code in self.report.exit_codes.items():
             if name.startswith("worker") and code != 0:
                 problems.append(f"{name} exited with {code} on SIGTERM (expected 0)")
+        floor = PROGRESS_FLOOR * len(acked)
+        if self.report.turns_under_faults < floor:
+            low, high = self.window
+            problems.append(
+                f"no progress: {self.report.turns_under_faults} turns finished while the "
+                f"faults went on, below the progress floor of {floor} ({PROGRESS_FLOOR} per "
+                f"context): faults every {low:g}-{high:g} turns of "
+                f"{self.report.turn_seconds:.2f}s left the workers no time to finish turns"
+            )
         for cid, refs in acked.items():
             ctx = await self.store.load(cid)
             steps = await self.store.steps(cid)
@@ -562,6 +611,13 @@ def check_fencing(cid: str, steps: list[StepLog], seen: dict[tuple[str, int], fl
 
 MIN_KILLS = 3
 """SIGKILLs a run makes at the least (it goes on past ``seconds`` for them)."""
+WINDOW = (1.2, 3.2)
+"""Seconds between two faults, in measured turns: 0.6 to 1.6 seconds for a
+turn of half a second (2 model calls of :data:`THINK` seconds, the commits)."""
+PROBES = 4
+"""Turns measured before the faults start."""
+PROGRESS_FLOOR = 1
+"""Turns per context that must finish while the faults go on, at the least."""
 
 
 def run(
@@ -574,6 +630,7 @@ def run(
     contexts_per_client: int = 2,
     logs: str | None = None,
     min_stale: int = 2,
+    window: tuple[float, float] = WINDOW,
 ) -> Report:
     seed = random.randrange(1 << 30) if seed is None else seed
     with contextlib.ExitStack() as stack:
@@ -588,6 +645,7 @@ def run(
             clients=clients,
             contexts_per_client=contexts_per_client,
             min_stale=min_stale,
+            window=window,
         )
         try:
             return asyncio.run(r.main())
@@ -627,6 +685,8 @@ def main() -> int:
         print(problem)
     print(
         f"{report.contexts} contexts, {report.acked} acknowledged messages, "
+        f"{report.turns_under_faults} turns finished under faults (a turn "
+        f"{report.turn_seconds:.2f}s), "
         f"{report.kills} kills, {report.pauses} pauses ({report.stale_wakeups} woke stale), "
         f"{report.too_many} sent again after 429, "
         f"{len(report.problems)} problems, {report.seconds:.1f}s "

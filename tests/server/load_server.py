@@ -5,11 +5,12 @@ the app, its shutdown), with the demo model and one change: the weather tool
 needs no approval, so that every turn is a whole tool loop (the user's
 question, a tool call, the tool's result, the streamed answer) with no human
 in it. ``turnfsm serve`` offers the demo's ``get_weather``, which needs one.
+The engine's cache takes ``turnfsm serve``'s options and defaults.
 
 ::
 
     python tests/server/load_server.py --port N --db FILE --tokens FILE --max-turns N
-        [--max-loaded N] [--max-loaded-messages N]
+        [--max-loaded-contexts N] [--max-loaded-messages N]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from turnfsm import Engine, RetryPolicy, tool
 from turnfsm.adapters.llm.demo import DemoLLM
+from turnfsm.cli._cache_options import add_cache_options, cache_settings
 from turnfsm.server import ServerConfig, load_tokens
 from turnfsm.server._run import run_server
 from turnfsm.storage import open_store
@@ -42,10 +44,8 @@ def main() -> None:
     p.add_argument("--db", required=True, help="the SQLite file of the store")
     p.add_argument("--tokens", required=True, help="lines 'token tenant'")
     p.add_argument("--max-turns", type=int, default=8, help="--max-turns-per-tenant")
-    p.add_argument("--max-loaded", type=int, default=4096, help="Engine(max_loaded=...)")
-    p.add_argument(
-        "--max-loaded-messages", type=int, default=250_000, help="Engine(max_loaded_messages=...)"
-    )
+    # the cache's bounds are turnfsm serve's options, with its defaults
+    add_cache_options(p)
     args = p.parse_args()
     llm = DemoLLM(delay=0.0)
     store = open_store(f"sqlite:///{args.db}")  # as `turnfsm serve --store` opens it
@@ -56,8 +56,7 @@ def main() -> None:
             tools=[get_weather],
             store=store,
             retry=RetryPolicy(),
-            max_loaded=args.max_loaded,
-            max_loaded_messages=args.max_loaded_messages,
+            **cache_settings(args),
         )
 
     config = ServerConfig(tokens=load_tokens(args.tokens), max_turns_per_tenant=args.max_turns)

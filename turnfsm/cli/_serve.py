@@ -27,6 +27,7 @@ from ..engine._leases import DEFAULT_LEASE_TTL
 from ..errors import InvalidInput
 from ..storage import WorkQueue
 from ..tools import Tool
+from ._cache_options import add_cache_options, cache_settings
 from ._errors import CLIError, count, guarded, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._imports import add_app_options, llm_label, load_llm, load_tools
@@ -99,6 +100,7 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
     )
+    add_cache_options(p)
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm serve", _run))
 
@@ -270,6 +272,7 @@ def _run(args: argparse.Namespace) -> int:
             lease_ttl=args.lease_ttl,
             toolsets=mcp_toolsets(args),
             **history_settings(args),
+            **cache_settings(args),
         )
 
     return _serve(args, factory, config, url)
@@ -293,6 +296,7 @@ def _run_on_temporal(
             tools=tools,
             lease_ttl=args.lease_ttl,
             **history_settings(args),
+            **cache_settings(args),
         )
         return engine
 

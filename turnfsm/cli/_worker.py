@@ -29,6 +29,7 @@ from ..engine import Engine, RetryPolicy, Worker
 from ..relay import EventRelay
 from ..storage import WorkQueue
 from ..storage._eventlog import open_event_log
+from ._cache_options import add_cache_options, cache_settings
 from ._errors import EXIT_INTERRUPTED, CLIError, count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
@@ -69,6 +70,7 @@ def add_parser(sub: Any) -> None:
     )
     add_model_options(p)
     add_metrics_options(p)
+    add_cache_options(p)
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm worker", _run))
 
@@ -87,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         lease_ttl=args.lease_ttl,
         toolsets=mcp_toolsets(args),
         **history_settings(args),
+        **cache_settings(args),
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
     stop_tracing = start_tracing("turnfsm-worker")

@@ -50,6 +50,7 @@ from ._inputs import (
     check_text,
 )
 from ._leases import DEFAULT_LEASE_TTL
+from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
 from ._manage import ContextManagement
 from ._modes import Mode
 from ._observe import Observer
@@ -100,10 +101,9 @@ class Engine(ContextManagement):
     ``ids`` are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
-    beyond either and load again from the store when called. A loaded
-    message costs about 1.3 KB besides its text (``docs/architecture.md``,
-    "Memory"), so the default 250,000 bounds the cache near 330 MB plus the
-    messages' text; the most recently used context stays, however long.
+    beyond either and load again from the store when called. The defaults
+    (4,096; 200,000) keep it under 256 MiB besides long texts (measured in
+    ``docs/architecture.md``, "The loaded contexts' memory"); the last used stays.
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
     and stop when it closes; while it is entered their tools join ``tools``,
@@ -156,8 +156,8 @@ class Engine(ContextManagement):
         ids: Callable[[], str] | None = None,
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
-        max_loaded: int = 4096,
-        max_loaded_messages: int = 250_000,
+        max_loaded: int = MAX_LOADED,
+        max_loaded_messages: int = MAX_LOADED_MESSAGES,
         logger: Any = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         modes: Iterable[Mode] = (),
@@ -260,6 +260,11 @@ class Engine(ContextManagement):
     def loaded_contexts(self) -> list[str]:
         """The ids of the contexts held in memory, least recently used first."""
         return list(self._d.loaded.runtimes)
+
+    @property
+    def loaded_messages(self) -> int:
+        """The messages of the loaded contexts, as ``max_loaded_messages`` counts them."""
+        return self._d.loaded.messages
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -40,6 +40,7 @@ from ..tools import Tool, ToolRegistry
 from ._clock import Clock, SystemClock
 from ._defaults import HOST, Ids, checked_id, default_logger
 from ._inputs import check_count, check_name
+from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
 from ._retry import RetryPolicy
 
@@ -262,7 +263,7 @@ def make_settings(
     subscriber_buffer: int,
     max_loaded: int,
     logger: Any,
-    max_loaded_messages: int = 250_000,
+    max_loaded_messages: int = MAX_LOADED_MESSAGES,
     lease_ttl: float,
     modes: Iterable[Mode],
     token_budget: TokenBudget | None,

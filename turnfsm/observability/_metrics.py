@@ -7,7 +7,8 @@ its own (``registry``), which ``turnfsm serve`` answers at ``/metrics`` and
 values: call names, states and stop reasons come from the table and the
 engine; model and tool names are kept as they come up to
 ``max_label_values`` distinct ones each, then counted as ``_other``. No
-context id is ever a label.
+context id is ever a label. The engines' loaded-context caches (their size
+and bounds, ``turnfsm_loaded_*``) are read at each scrape, at no cost per call.
 """
 
 from __future__ import annotations
@@ -143,13 +144,41 @@ class EngineMetrics:
             "Event streams (SSE) open on this server",
             registry=r,
         )
+        self.engines: list[Engine] = []
+        """The engines attached: the loaded-context gauges sum theirs at each scrape."""
+        for name, doc, read in (
+            ("turnfsm_loaded_contexts", "Contexts the engine holds loaded", _loaded_contexts),
+            (
+                "turnfsm_loaded_messages",
+                "Messages of the loaded contexts (each as of its last call)",
+                _loaded_messages,
+            ),
+            (
+                "turnfsm_loaded_contexts_max",
+                "The bound on loaded contexts (max_loaded)",
+                _max_loaded,
+            ),
+            (
+                "turnfsm_loaded_messages_max",
+                "The bound on the loaded contexts' messages (max_loaded_messages)",
+                _max_loaded_messages,
+            ),
+        ):
+            Gauge(name, doc, registry=r).set_function(self._summed(read))
 
     # ------------------------------------------------------------------ wiring
 
     def attach(self, engine: Engine) -> Engine:
-        """Watch ``engine``'s calls from now on; returns it."""
+        """Watch ``engine``'s calls from now on, and read its loaded-context
+        cache at each scrape; returns it."""
         engine.observe(self)
+        self.engines.append(engine)
         return engine
+
+    def _summed(self, read: Callable[[Engine], int]) -> Callable[[], float]:
+        """A gauge's function: ``read`` of every attached engine, summed (read
+        at scrape time only: nothing is counted per call)."""
+        return lambda: float(sum(read(engine) for engine in self.engines))
 
     def count_streams(self, count: Callable[[], int]) -> None:
         """Read ``turnfsm_stream_clients`` from ``count()`` at each scrape."""
@@ -180,6 +209,22 @@ class EngineMetrics:
         if call == "claim":
             self.worker_claims.inc()
         return _CallMetrics(self, call)
+
+
+def _loaded_contexts(engine: Engine) -> int:
+    return len(engine.loaded_contexts)
+
+
+def _loaded_messages(engine: Engine) -> int:
+    return engine.loaded_messages
+
+
+def _max_loaded(engine: Engine) -> int:
+    return engine.max_loaded
+
+
+def _max_loaded_messages(engine: Engine) -> int:
+    return engine.max_loaded_messages
 
 
 class _CallMetrics(Watch):
