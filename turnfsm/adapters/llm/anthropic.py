@@ -63,9 +63,7 @@ from ._openai_common import (
 
 __all__ = ["AnthropicLLM", "anthropic_request_body", "map_anthropic_error"]
 
-_TRANSIENT_TYPES = frozenset(
-    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "request_too_large"}
-)
+_TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _PATH = "/v1/messages"
 
 
