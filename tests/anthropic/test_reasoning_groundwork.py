@@ -4,6 +4,7 @@ into the next request's view, and out of another provider's requests."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,12 @@ def test_provider_usage_puts_the_shared_details_under_the_chat_names() -> None:
         "prompt_tokens_details": {"cached_tokens": 90, "cache_creation_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 3},
     }
+
+
+def test_an_answer_with_provider_reasoning_crosses_the_temporal_wire_whole() -> None:
+    """The LLM activity's result carries the answer as JSON (the Temporal codec)."""
+    from turnfsm.temporal import _codec
+
+    answer = _tool_answer(THINKING, REDACTED)
+    wire = json.loads(json.dumps(_codec.chunk_to(answer)))
+    assert _codec.chunk_from(wire) == answer
