@@ -14,7 +14,7 @@ import pytest
 
 from turnfsm.adapters.llm._anthropic_body import anthropic_request_body
 from turnfsm.adapters.llm._anthropic_stream import MessagesStreamAssembler
-from turnfsm.adapters.llm._openai_common import IncompleteStream
+from turnfsm.adapters.llm._openai_common import IncompleteStream, MalformedChunk
 from turnfsm.model import RESPONSES_KEY, LLMRequest
 
 CACHE = {"type": "ephemeral"}
@@ -281,3 +281,41 @@ def test_importing_the_adapters_package_does_not_import_the_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _block(index: int, block: dict[str, Any], *deltas: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"type": "content_block_start", "index": index, "content_block": block},
+        *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def test_thinking_between_two_calls_keeps_its_place() -> None:
+    use = {"type": "tool_use", "name": "w", "input": {}}
+    events = [
+        START,
+        *_block(0, {**use, "id": "t1"}, {"type": "input_json_delta", "partial_json": '{"c":1}'}),
+        *_block(
+            1,
+            {"type": "thinking", "thinking": "", "signature": ""},
+            {"type": "thinking_delta", "thinking": "now the second"},
+            {"type": "signature_delta", "signature": "sig"},
+        ),
+        *_block(2, {**use, "id": "t2"}, {"type": "input_json_delta", "partial_json": '{"c":2}'}),
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
+    ]
+    out = _sse(*events).finish()
+    assert [(c.id, c.arguments) for c in out.tool_calls] == [("t1", {"c": 1}), ("t2", {"c": 2})]
+    [item] = out.reasoning
+    assert (item.summary, item.data, item.position) == (
+        ("now the second",),
+        {"type": "thinking", "signature": "sig"},
+        1,
+    )
+    assert out.finish_reason == "tool_calls"
+
+
+def test_a_delta_for_a_block_never_started_is_a_malformed_event() -> None:
+    with pytest.raises(MalformedChunk, match="never started"):
+        _sse(START, {"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta"}})
