@@ -75,6 +75,7 @@ async def test_an_overloaded_event_mid_stream_is_retried_and_its_text_not_kept(
         ),
         (529, "overloaded_error", "Overloaded", "2", 2.0),
         (503, "api_error", "Service unavailable", None, None),
+        (500, "api_error", "Internal server error", None, None),
     ],
 )
 async def test_a_transient_status_then_success(
@@ -160,3 +161,19 @@ async def test_the_mapping_by_type_and_header(loopback: LoopbackServer, llm: Ant
     assert map_anthropic_error(ValueError("x")).kind == "adapter"
     timeout = anthropic.APITimeoutError(request=httpx2.Request("POST", loopback.url))
     assert isinstance(map_anthropic_error(timeout), TransientLLMError)
+
+
+async def test_an_event_that_is_not_json_is_retried_as_a_malformed_chunk(
+    loopback: LoopbackServer, llm: AnthropicLLM
+) -> None:
+    loopback.script(
+        Reply(chunks=[b"event: message_start\n", b"data: {not json\n", b"\n"]), TEXT.reply()
+    )
+    async with kit.make_engine(llm=llm).engine as engine:
+        cid = await engine.create_context()
+        async with engine.subscribe(cid) as sub:
+            turn = await engine.send(cid, "Hi")
+            seen = sub.drain()
+    [retrying] = [e for e in seen if isinstance(e, Retrying)]
+    assert retrying.error.startswith("malformed_chunk: an event is not JSON: '{not json'")
+    assert turn.text == "Hello there!"
