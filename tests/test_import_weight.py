@@ -29,6 +29,7 @@ LAZY = (
     "rich",
     "pygments",
     "openai",
+    "anthropic",
     "httpx",
     "fastapi",
     "starlette",

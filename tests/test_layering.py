@@ -89,6 +89,7 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "transitions": ("turnfsm.states._machine",),
     "openai": ("turnfsm.adapters.llm.openai",),
+    "anthropic": ("turnfsm.adapters.llm.anthropic",),
     "tenacity": ("turnfsm.engine._retry",),
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),

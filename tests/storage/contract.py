@@ -119,6 +119,7 @@ from turnfsm.model import (
     MessageMetadata,
     MessageNode,
     MessageType,
+    ReasoningItem,
     Role,
     SystemPrompt,
     TextPart,
@@ -728,6 +729,35 @@ class StoreContract(abc.ABC):
         assert [n.message.text for n in loaded.history("main")] == ["one", "two", "three"]
         assert loaded.message_pool["b2"] == b2
         assert loaded.version == 2
+
+    async def test_reasoning_of_every_provider_round_trips(self, store: Store) -> None:
+        """Reasoning items name their provider and keep its opaque data and
+        their place in the answer; the provider's own stop reason is kept."""
+        ctx = empty_context("c")
+        await store.create(ctx)
+        items = [
+            ReasoningItem(id="rs_1", summary=["plan"], encrypted_content="gAAAA"),
+            ReasoningItem(
+                id="",
+                summary=["Let me think ✓"],
+                provider="anthropic",
+                data={"type": "thinking", "signature": "EqQBCgIYAhIM"},
+            ),
+            ReasoningItem(
+                id="",
+                provider="anthropic",
+                data={"type": "redacted_thinking", "data": "EmwKAhgBEgy3"},
+                position=1,
+            ),
+        ]
+        meta = MessageMetadata(created_at=T0, finish_reason="length", provider_reason="max_tokens")
+        node = msg("a1", Role.ASSISTANT, "cut", reasoning=items, metadata=meta)
+        await store.commit(make_commit("c", 0, appended=[("main", node)]))
+        loaded = (await store.load("c")).message_pool["a1"].message
+        assert loaded.reasoning == items
+        assert [r.provider for r in loaded.reasoning] == ["openai", "anthropic", "anthropic"]
+        assert loaded.metadata.provider_reason == "max_tokens"
+        assert loaded.outcome == "length"
 
     async def test_many_commits_keep_order(self, store: Store) -> None:
         await store.create(empty_context("c"))

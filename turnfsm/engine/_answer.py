@@ -15,7 +15,7 @@ leaves the context waiting for an answer that will not come:
   :class:`LLMResponse`, a delta whose text is not a ``str``, a stream that ends
   without a response, and a response whose fields do not have their declared
   types (text, thinking, finish reason, model, usage, tool calls, refusal,
-  incomplete reason, phase, reasoning items, logprobs) are a permanent
+  incomplete reason, provider reason, phase, reasoning items, logprobs) are a permanent
   failure of kind ``invalid_answer``.
 
 What is kept is made storable, and every change is recorded in the assistant
@@ -373,19 +373,42 @@ def _reasoning(value: object, notes: list[str]) -> list[ReasoningItem] | None:
         where = f"reasoning[{i}]"
         if not isinstance(item, ReasoningData):
             raise invalid_answer(f"{where} is a {_type(item)}, not a ReasoningData")
-        texts = [item.id, *item.summary]
+        texts = [item.id, item.provider, *item.summary]
         if item.encrypted_content is not None:
             texts.append(item.encrypted_content)
         if not all(isinstance(t, str) for t in texts):
             raise invalid_answer(f"{where} holds a value that is not a str")
+        position = item.position
+        if type(position) is not int or position < 0:
+            raise invalid_answer(f"{where}.position is {position!r}, not an int >= 0")
         out.append(
             ReasoningItem(
                 id=_clean(item.id, f"{where}.id", notes),
                 summary=[_clean(t, f"{where}.summary", notes) for t in item.summary],
                 encrypted_content=item.encrypted_content,
+                provider=item.provider,
+                data=_opaque(item.data, f"{where}.data"),
+                position=position,
             )
         )
     return out or None
+
+
+def _opaque(value: object, where: str) -> dict[str, Any] | None:
+    """A reasoning item's opaque data: a JSON object the store can keep as it
+    is (it goes back to the provider unchanged, so nothing in it is converted:
+    data that would need a conversion is an invalid answer)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid_answer(f"{where} is a {_type(value)}, not a dict or None")
+    try:
+        cleaned, found = clean_json(value, where)
+    except JSONProblem as problem:
+        raise invalid_answer(str(problem)) from None
+    if found:
+        raise invalid_answer(f"{where} cannot be kept unchanged: {found[0]}")
+    return cleaned  # type: ignore[no-any-return]
 
 
 def _logprobs(value: object, notes: list[str]) -> list[Any] | None:
@@ -437,6 +460,7 @@ def build_answer(
     finish_reason = _field(response, "finish_reason", notes)
     refusal = _field(response, "refusal", notes)
     incomplete_reason = _field(response, "incomplete_reason", notes)
+    provider_reason = _field(response, "provider_reason", notes)
     phase = _field(response, "phase", notes)
     reasoning = _reasoning(response.reasoning, notes)
     logprobs = _logprobs(response.logprobs, notes)
@@ -458,6 +482,7 @@ def build_answer(
             extra={"conversions": notes} if notes else {},
             incomplete_reason=incomplete_reason,
             logprobs=logprobs,
+            provider_reason=provider_reason,
         ),
         thinking=thinking,
         refusal=refusal,

@@ -44,8 +44,10 @@ from ._llm import (
     ThinkingDelta,
     ToolCallData,
     ToolCallDelta,
+    provider_usage,
 )
 from ._message import (
+    OPENAI_PROVIDER,
     ApprovalStatus,
     ContentPart,
     FilePart,
@@ -67,6 +69,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_TITLE_LENGTH",
+    "OPENAI_PROVIDER",
     "RESPONSES_KEY",
     "SCHEMA_VERSION",
     "SUBTASK_RESUMED",
@@ -109,6 +112,7 @@ __all__ = [
     "detached",
     "has_lone_surrogate",
     "id_problem",
+    "provider_usage",
     "title_problem",
     "to_chat_message",
     "to_chat_messages",

@@ -11,7 +11,15 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._message import FilePart, ImagePart, InternalMessage, ReasoningItem, Role, TextPart
+from ._message import (
+    OPENAI_PROVIDER,
+    FilePart,
+    ImagePart,
+    InternalMessage,
+    ReasoningItem,
+    Role,
+    TextPart,
+)
 
 __all__ = [
     "RESPONSES_KEY",
@@ -22,9 +30,12 @@ __all__ = [
 ]
 
 RESPONSES_KEY = "responses_items"
-"""The key of a chat-format assistant message that holds what the Responses
-API needs back: ``{"reasoning": [{"id", "summary": [...],
-"encrypted_content"?}], "phase"?: "commentary"}``."""
+"""The key of a chat-format assistant message that holds what a provider needs
+back besides the chat fields: ``{"reasoning": [{"id", "summary": [...],
+"encrypted_content"?, "provider"?, "data"?, "position"?}], "phase"?:
+"commentary"}`` (a reasoning item's JSON form; ``provider`` is left out for
+the Responses API's own items). Each adapter reads the items of its own
+provider and drops the others; the Chat Completions adapter sends none."""
 
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
@@ -71,6 +82,12 @@ def _reasoning_json(item: ReasoningItem) -> dict[str, Any]:
     out: dict[str, Any] = {"id": item.id, "summary": list(item.summary)}
     if item.encrypted_content is not None:
         out["encrypted_content"] = item.encrypted_content
+    if item.provider != OPENAI_PROVIDER:
+        out["provider"] = item.provider
+    if item.data is not None:
+        out["data"] = item.data
+    if item.position:
+        out["position"] = item.position
     return out
 
 
@@ -118,10 +135,10 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
     refusal goes back as the API gave it: ``refusal``, with ``content`` null
     when there was no text.
 
-    What only the Responses API takes back (reasoning items, the message's
-    ``phase``) rides under :data:`RESPONSES_KEY`, which the Chat Completions
-    adapter leaves out of its body and the Responses adapter turns into input
-    items.
+    What only a provider's own API takes back (its reasoning items, a
+    Responses message's ``phase``) rides under :data:`RESPONSES_KEY`, which
+    the Chat Completions adapter leaves out of its body and the other
+    adapters read.
     """
     role = msg.role
     if role is Role.TOOL:

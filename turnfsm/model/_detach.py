@@ -60,6 +60,7 @@ def _metadata(m: MessageMetadata) -> MessageMetadata:
         extra=_json(m.extra) if m.extra else {},
         incomplete_reason=m.incomplete_reason,
         logprobs=None if m.logprobs is None else _json(m.logprobs),
+        provider_reason=m.provider_reason,
     )
 
 
@@ -83,7 +84,14 @@ def _result(r: ToolCallResult) -> ToolCallResult:
 
 
 def _reasoning(r: ReasoningItem) -> ReasoningItem:
-    return ReasoningItem(id=r.id, summary=list(r.summary), encrypted_content=r.encrypted_content)
+    return ReasoningItem(
+        id=r.id,
+        summary=list(r.summary),
+        encrypted_content=r.encrypted_content,
+        provider=r.provider,
+        data=None if r.data is None else _json(r.data),
+        position=r.position,
+    )
 
 
 def _message(m: InternalMessage) -> InternalMessage:

@@ -12,7 +12,7 @@ do not have the types written here fails the call permanently (kind
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "ThinkingDelta",
     "ToolCallData",
     "ToolCallDelta",
+    "provider_usage",
 ]
 
 
@@ -88,13 +89,24 @@ class ToolCallData:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningData:
-    """A Responses API reasoning item, to be sent back on the next request:
-    its ``id``, its summary parts (one string each) and its
-    ``encrypted_content`` when the API returned it."""
+    """A reasoning item of an answer, to be sent back on the next request to
+    the same provider (stored as a :class:`~turnfsm.model.ReasoningItem`,
+    whose docstring says what each field holds).
+
+    ``provider`` names who made it (``"openai"`` for a Responses API item,
+    ``"anthropic"``, ``"google"``); ``id`` the provider's id (``""`` when it
+    gives none); ``summary`` the readable parts; ``encrypted_content`` the
+    Responses API's opaque reasoning; ``data`` any other opaque JSON the
+    provider needs back unchanged (a Claude thinking block's ``signature``);
+    ``position`` how many of the answer's tool calls came before it.
+    """
 
     id: str
     summary: tuple[str, ...] = ()
     encrypted_content: str | None = None
+    provider: str = "openai"
+    data: dict[str, Any] | None = None
+    position: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +115,19 @@ class LLMResponse:
 
     ``refusal`` is the model's refusal (kept apart from ``text``).
     ``finish_reason`` uses the Chat Completions names (``stop``,
-    ``tool_calls``, ``length``, ``content_filter``); ``incomplete_reason`` is a
-    Responses answer's ``incomplete_details.reason`` as sent. ``reasoning``
-    and ``phase`` are what a Responses answer must get back on the next
-    request; ``logprobs`` the token log probabilities, when asked for.
+    ``tool_calls``, ``length``, ``content_filter``); ``incomplete_reason`` says
+    why the answer is incomplete as the provider sent it (a Responses answer's
+    ``incomplete_details.reason``, Claude's ``pause_turn``);
+    ``provider_reason`` is the provider's own stop reason when its names
+    differ (Claude's ``stop_reason``, Gemini's ``finishReason``).
+    ``reasoning`` is what the provider must get back on the next request (in
+    order), and ``phase`` a Responses message's phase; ``logprobs`` the token
+    log probabilities, when asked for.
+
+    ``usage`` uses the Chat Completions names: ``prompt_tokens`` counts every
+    input token (cached ones included), ``completion_tokens`` every output
+    token (thinking included); the provider's own figures ride beside them as
+    sent (see :func:`provider_usage`).
     """
 
     text: str = ""
@@ -120,6 +141,45 @@ class LLMResponse:
     reasoning: tuple[ReasoningData, ...] = ()
     phase: str | None = None
     logprobs: list[Any] | None = None
+    provider_reason: str | None = None
+
+
+def provider_usage(
+    sent: Mapping[str, Any],
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cache_read_tokens: int | None = None,
+    cache_creation_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Usage in the engine's shape for a provider whose names are not the
+    Chat Completions ones: the counts (``prompt_tokens`` with every input
+    token, cached ones included; ``completion_tokens`` with every output
+    token, thinking included; their sum), then the provider's own fields as
+    sent (``sent``), then the shared details wherever the provider reported
+    them, under the names the Chat Completions usage gives them:
+    ``prompt_tokens_details.cached_tokens`` (read from the cache),
+    ``prompt_tokens_details.cache_creation_tokens`` (written to it) and
+    ``completion_tokens_details.reasoning_tokens`` (thinking)."""
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    for key, value in sent.items():
+        if key not in out:
+            out[str(key)] = value
+    prompt_details: dict[str, Any] = {}
+    if cache_read_tokens is not None:
+        prompt_details["cached_tokens"] = cache_read_tokens
+    if cache_creation_tokens is not None:
+        prompt_details["cache_creation_tokens"] = cache_creation_tokens
+    if prompt_details:
+        out["prompt_tokens_details"] = prompt_details
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
 
 
 LLMChunk = TextDelta | ThinkingDelta | ToolCallDelta | LLMResponse

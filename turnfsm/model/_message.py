@@ -20,6 +20,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 __all__ = [
+    "OPENAI_PROVIDER",
     "ApprovalStatus",
     "ContentPart",
     "FilePart",
@@ -47,6 +48,19 @@ _FORBID = ConfigDict(extra="forbid")
 
 def _is_none(value: object) -> bool:
     return value is None
+
+
+def _is_openai(value: object) -> bool:
+    return value == OPENAI_PROVIDER
+
+
+def _is_zero(value: object) -> bool:
+    return value == 0
+
+
+OPENAI_PROVIDER = "openai"
+"""The provider of a :class:`ReasoningItem` stored without one: the OpenAI
+Responses API (the only provider whose reasoning was kept before the field)."""
 
 
 class Role(StrEnum):
@@ -247,6 +261,13 @@ class MessageMetadata:
     are left out of the stored JSON when ``None``.
     """
 
+    # The docstring above is the record's description in the server's OpenAPI
+    # document, kept as it is. ``incomplete_reason`` also holds Claude's
+    # ``pause_turn``; ``provider_reason`` is the provider's own stop reason
+    # when its names are not the Chat Completions ones (Claude's
+    # ``stop_reason``: ``end_turn``, ``tool_use``, ``max_tokens``, ``refusal``,
+    # ...; Gemini's ``finishReason``), left out of the stored JSON when ``None``.
+
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     created_at: datetime
     model: str | None = None
@@ -258,6 +279,7 @@ class MessageMetadata:
     extra: dict[str, Any] = field(default_factory=dict)
     incomplete_reason: Annotated[str | None, Field(exclude_if=_is_none)] = None
     logprobs: Annotated[list[Any] | None, Field(exclude_if=_is_none)] = None
+    provider_reason: Annotated[str | None, Field(exclude_if=_is_none)] = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -269,10 +291,30 @@ class ReasoningItem:
     when the request asked for ``reasoning.encrypted_content``.
     """
 
+    # The docstring above is the record's description in the server's OpenAPI
+    # document, kept as it is; the item serves every provider now:
+    #
+    # ``provider`` names who made it: ``"openai"`` (the Responses API: the
+    # default, left out of the stored JSON), ``"anthropic"``, ``"google"``. An
+    # adapter sends back only its own provider's items and drops the others (a
+    # context may move between providers).
+    #
+    # ``id`` is the provider's id of the item (``""`` when the provider gives
+    # none). ``summary`` holds the readable reasoning, one string per part
+    # (a Responses summary's parts; Claude's thinking text; Gemini's thought
+    # summary). ``data`` is any other opaque data the provider needs back, as
+    # it sent it (JSON, e.g. Claude's ``{"type": "thinking", "signature":
+    # ...}`` or ``{"type": "redacted_thinking", "data": ...}``). ``position``
+    # keeps the item's place in the answer: how many of the answer's tool
+    # calls came before it (0: before the text and the first call).
+
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     id: str
     summary: list[str] = field(default_factory=list)
     encrypted_content: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    provider: Annotated[str, Field(exclude_if=_is_openai)] = OPENAI_PROVIDER
+    data: Annotated[dict[str, Any] | None, Field(exclude_if=_is_none)] = None
+    position: Annotated[int, Field(ge=0, exclude_if=_is_zero)] = 0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -290,8 +332,8 @@ class InternalMessage:
     refusal: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The model's refusal, kept apart from its text (an assistant message)."""
     reasoning: Annotated[list[ReasoningItem] | None, Field(exclude_if=_is_none)] = None
-    """The Responses API's reasoning items of this answer, sent back on the
-    next Responses request."""
+    """The answer's reasoning items (each naming its provider), sent back on
+    the next request to the same provider."""
     phase: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The Responses API's ``phase`` of the answer's message (``commentary``,
     ``final_answer``), sent back as it came."""
@@ -306,8 +348,9 @@ class InternalMessage:
         """How an assistant answer ended, when not normally: ``"refusal"`` (the
         model refused), ``"length"`` (cut at the token limit),
         ``"content_filter"`` (cut or withheld by the provider's filter), or
-        ``"incomplete"`` (a Responses answer marked incomplete for another
-        reason). ``None`` for a normal answer and for any other message."""
+        ``"incomplete"`` (an answer marked incomplete for another reason: a
+        Responses ``incomplete_details.reason``, Claude's ``pause_turn``).
+        ``None`` for a normal answer and for any other message."""
         if self.role is not Role.ASSISTANT or self.metadata.cancelled:
             return None
         if self.refusal is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import (
+    OPENAI_PROVIDER,
     RESPONSES_KEY,
     LLMChunk,
     LLMRequest,
@@ -126,7 +127,8 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
             extra = msg.get(RESPONSES_KEY)
             extra = extra if isinstance(extra, Mapping) else {}
             for r in extra.get("reasoning") or ():
-                items.append(_reasoning_input(r))
+                if _is_openai_reasoning(r):
+                    items.append(_reasoning_input(r))
             text = _text_of(msg.get("content"))
             refusal = msg.get("refusal")
             phase = extra.get("phase")
@@ -158,6 +160,13 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 {"type": "message", "role": role, "content": _input_content(msg.get("content"))}
             )
     return items
+
+
+def _is_openai_reasoning(r: object) -> bool:
+    """Whether a stored reasoning item is the Responses API's own (another
+    provider's reasoning means nothing to it, and is left out)."""
+    provider = r.get("provider", OPENAI_PROVIDER) if isinstance(r, Mapping) else None
+    return provider == OPENAI_PROVIDER
 
 
 def _reasoning_input(r: object) -> dict[str, Any]:
