@@ -63,8 +63,9 @@ async def _taken(start: WithStartWorkflowOperation[Any, Any]) -> None:
     keeps a failed start's error in a future of the operation: one never
     read is logged with a traceback when it is collected ("Future exception
     was never retrieved"). Once the call is over the future is done, and
-    awaiting it does not wait."""
-    with anyio.move_on_after(0), contextlib.suppress(BaseException):
+    awaiting it does not wait; its error may be the cancel the SDK was given
+    (our deadline), kept there, not this task's."""
+    with anyio.move_on_after(0), contextlib.suppress(Exception, anyio.get_cancelled_exc_class()):
         await start.workflow_handle()
 
 
