@@ -118,7 +118,7 @@ class TemporalEngine(Engine):
         ``TemporalUnavailable`` when it cannot be reached, or does not answer
         within :data:`~turnfsm.temporal._faults.CONNECT_WITHIN` seconds."""
         connecting = Client.connect(address, namespace=namespace)
-        client = await bounded(connecting, _faults.CONNECT_WITHIN, accepted=False)
+        client = await bounded(connecting, _faults.CONNECT_WITHIN, accepted=False, at=address)
         return cls(
             client,
             store=store,

@@ -105,10 +105,13 @@ def lost(exc: BaseException) -> str | None:
     return None
 
 
-def unavailable(said: str, accepted: bool | None) -> TemporalUnavailable:
+def unavailable(said: str, accepted: bool | None, at: str | None = None) -> TemporalUnavailable:
     """The error for a call the server did not answer (``said``: how), by
     what is known of the call: ``accepted`` True (it goes on there), False
-    (never sent: nothing ran), None (sent, but not known to be accepted)."""
+    (never sent: nothing ran), None (sent, but not known to be accepted).
+    With ``at`` (an address), the error of a connection, not of a call."""
+    if at is not None:
+        return TemporalUnavailable(f"the Temporal server at {at} {said}", accepted=False)
     if accepted:
         return TemporalUnavailable(
             f"the Temporal server {said} after it accepted the call, which goes on there; "
@@ -127,12 +130,14 @@ def unavailable(said: str, accepted: bool | None) -> TemporalUnavailable:
     )
 
 
-async def bounded(call: Awaitable[T], within: float, *, accepted: bool | None) -> T:
+async def bounded(
+    call: Awaitable[T], within: float, *, accepted: bool | None, at: str | None = None
+) -> T:
     """``call`` (one request to the Temporal server, or the SDK's loop of
     them) given ``within`` seconds; a lost connection, or no answer in time,
     is :class:`TemporalUnavailable` (``accepted``: as :func:`unavailable`;
     a call not known to be accepted whose connection could not be made was
-    never sent)."""
+    never sent; ``at``: the address of a connection being made)."""
     with anyio.move_on_after(within) as scope:
         try:
             return await call
@@ -143,9 +148,9 @@ async def bounded(call: Awaitable[T], within: float, *, accepted: bool | None) -
                     raise
                 if isinstance(exc, RuntimeError) and accepted is None:
                     accepted = False  # no connection: nothing of this call was sent
-                raise unavailable(said, accepted) from exc
+                raise unavailable(said, accepted, at) from exc
             # our deadline: the SDK may have made its cancel an error of its own
-    raise unavailable(f"did not answer within {within:g} s", accepted)
+    raise unavailable(f"did not answer within {within:g} s", accepted, at)
 
 
 async def answers(client: Client) -> bool:
