@@ -16,9 +16,15 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from temporalio.api.common.v1 import WorkflowExecution
+from google.protobuf.any_pb2 import Any as AnyDetail
+from temporalio.api.common.v1 import GrpcStatus, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage as Stage
-from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.api.errordetails.v1 import MultiOperationExecutionFailure, WorkflowNotReadyFailure
+from temporalio.api.failure.v1 import (
+    ApplicationFailureInfo,
+    Failure,
+    MultiOperationExecutionAborted,
+)
 from temporalio.api.update.v1 import Outcome, UpdateRef
 from temporalio.api.workflowservice.v1 import (
     ExecuteMultiOperationResponse,
@@ -39,6 +45,7 @@ __all__ = [
     "SILENT",
     "Frontend",
     "client_of",
+    "not_ready",
     "rpc_error",
 ]
 
@@ -50,6 +57,31 @@ HEALTHY = HealthCheckResponse(status=HealthCheckResponse.ServingStatus.SERVING)
 
 def rpc_error(status: RPCStatusCode, message: str = "") -> RPCError:
     return RPCError(message or status.name.lower().replace("_", " "), status, b"")
+
+
+def not_ready() -> RPCError:
+    """What the server answers an update-with-start on a workflow whose last
+    workflow task failed: the Update's operation ``FAILED_PRECONDITION`` with a
+    ``WorkflowNotReadyFailure``, the start's aborted."""
+    said = "Unable to perform workflow execution update due to Workflow Task in failed state."
+    reason = AnyDetail()
+    reason.Pack(WorkflowNotReadyFailure())
+    aborted = AnyDetail()
+    aborted.Pack(MultiOperationExecutionAborted())
+    multi = MultiOperationExecutionFailure(
+        statuses=[
+            MultiOperationExecutionFailure.OperationStatus(
+                code=10, message="Operation was aborted.", details=[aborted]
+            ),
+            MultiOperationExecutionFailure.OperationStatus(code=9, message=said, details=[reason]),
+        ]
+    )
+    detail = AnyDetail()
+    detail.Pack(multi)
+    status = GrpcStatus(
+        code=9, message="Update-with-Start could not be executed.", details=[detail]
+    )
+    return RPCError(status.message, RPCStatusCode.FAILED_PRECONDITION, status.SerializeToString())
 
 
 def ACCEPTED(req: Any) -> ExecuteMultiOperationResponse:

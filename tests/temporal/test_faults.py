@@ -28,7 +28,16 @@ from server.conftest import serve_in_thread
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from temporal.frontend import ACCEPTED, FAILED, HEALTHY, SILENT, Frontend, client_of, rpc_error
+from temporal.frontend import (
+    ACCEPTED,
+    FAILED,
+    HEALTHY,
+    SILENT,
+    Frontend,
+    client_of,
+    not_ready,
+    rpc_error,
+)
 from turnfsm.errors import TemporalUnavailable
 from turnfsm.server import ServerConfig, create_app
 from turnfsm.temporal import TemporalEngine, _faults
@@ -124,6 +133,26 @@ def test_a_lost_server_before_the_update_is_accepted_is_unavailable(
     assert took < ACCEPT + GRACE + 1.0
     gc.collect()  # the SDK keeps the failed start's error: read, it is not logged
     assert "never retrieved" not in caplog.text
+
+
+def test_a_workflow_whose_task_failed_is_unavailable_and_the_call_not_taken(
+    tmp_path: Path,
+) -> None:
+    """The server refuses an Update while the workflow's last workflow task
+    failed (``WorkflowNotReadyFailure``, inside the update-with-start's
+    failure): Temporal retries that task, and nothing of the call was taken."""
+    frontend = Frontend()
+    frontend.answer("execute_multi_operation", not_ready())
+
+    async def go() -> tuple[BaseException | None, float]:
+        async with _engine(frontend, tmp_path / "s.db") as engine:
+            cid = await engine.create_context()
+            return await _timed(engine.approve(cid, ["c1"]))
+
+    error, _ = anyio.run(go)
+    assert isinstance(error, TemporalUnavailable), repr(error)
+    assert error.accepted is False
+    assert "workflow task failed" in str(error)
 
 
 @pytest.mark.parametrize("fault", LOST)
@@ -310,8 +339,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 @pytest.mark.parametrize("wait", [False, True], ids=["202", "wait"])
-@pytest.mark.parametrize("stage", ["start", "result"])
-@pytest.mark.parametrize("fault", LOST)
+@pytest.mark.parametrize(
+    ("fault", "stage"),
+    [(f, s) for f in LOST for s in ("start", "result")] + [("workflow-not-ready", "start")],
+)
 def test_serve_answers_503_temporal_unavailable_and_logs_no_traceback(
     served: Served,
     caplog: pytest.LogCaptureFixture,
@@ -323,7 +354,9 @@ def test_serve_answers_503_temporal_unavailable_and_logs_no_traceback(
     frontend.answer("execute_multi_operation", ACCEPTED)
     frontend.answer("poll_workflow_execution_update", FAILED)
     frontend.answer("check", HEALTHY)
-    if stage == "start":
+    if fault == "workflow-not-ready":
+        frontend.answer("execute_multi_operation", not_ready())
+    elif stage == "start":
         frontend.answer("execute_multi_operation", lost_connection()[fault])
     else:
         frontend.answer("poll_workflow_execution_update", lost_connection()[fault])

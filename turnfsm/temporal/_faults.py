@@ -21,8 +21,11 @@ when it was lost:
 - no answer at all (a server that holds the connection and says nothing):
   :func:`bounded`'s own deadline.
 
-Each is :class:`~turnfsm.errors.TemporalUnavailable`. Everything else is the
-server answering, and stays what it is: an Update refused or failed
+Each is :class:`~turnfsm.errors.TemporalUnavailable`, and so is one answer
+of the server: ``FAILED_PRECONDITION`` with a ``WorkflowNotReadyFailure``
+(the context's workflow takes no Update while its last workflow task failed:
+Temporal retries that task, and the call was not taken). Everything else is
+the server answering, and stays what it is: an Update refused or failed
 (``WorkflowUpdateFailedError``, which carries the engine's own error), a
 workflow that failed, or any other status (``NOT_FOUND``,
 ``FAILED_PRECONDITION``, ``INVALID_ARGUMENT``, ``PERMISSION_DENIED``, ...).
@@ -35,6 +38,10 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
+from temporalio.api.errordetails.v1 import (
+    MultiOperationExecutionFailure,
+    WorkflowNotReadyFailure,
+)
 from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -51,6 +58,7 @@ __all__ = [
     "answers",
     "bounded",
     "lost",
+    "not_ready",
     "result_of",
     "unavailable",
 ]
@@ -105,6 +113,25 @@ def lost(exc: BaseException) -> str | None:
     return None
 
 
+def not_ready(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing an Update because the workflow
+    cannot take one now (``WorkflowNotReadyFailure``, alone or as the
+    failed operation of an update-with-start)."""
+    if not isinstance(exc, RPCError) or exc.status is not RPCStatusCode.FAILED_PRECONDITION:
+        return False
+    for detail in exc.grpc_status.details:
+        if detail.Is(WorkflowNotReadyFailure.DESCRIPTOR):
+            return True
+        multi = MultiOperationExecutionFailure()
+        if detail.Unpack(multi) and any(
+            inner.Is(WorkflowNotReadyFailure.DESCRIPTOR)
+            for status in multi.statuses
+            for inner in status.details
+        ):
+            return True
+    return False
+
+
 def unavailable(said: str, accepted: bool | None, at: str | None = None) -> TemporalUnavailable:
     """The error for a call the server did not answer (``said``: how), by
     what is known of the call: ``accepted`` True (it goes on there), False
@@ -143,6 +170,13 @@ async def bounded(
             return await call
         except Exception as exc:
             if not scope.cancel_called:  # the SDK's answer, not our deadline
+                if not_ready(exc):
+                    raise TemporalUnavailable(
+                        f"the context's workflow takes no call now ({exc}): its last "
+                        "workflow task failed, and Temporal tries it again; the call was "
+                        "not taken: call again later",
+                        accepted=False,
+                    ) from exc
                 said = lost(exc)
                 if said is None:
                     raise
