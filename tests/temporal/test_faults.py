@@ -382,3 +382,27 @@ def test_serve_answers_503_temporal_unavailable_and_logs_no_traceback(
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert "Exception in ASGI application" not in caplog.text
     assert "never retrieved" not in caplog.text
+
+
+def test_serve_answers_within_its_own_bound_whatever_the_engine_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's own bound on a call without ``?wait=true``
+    (``ServerConfig.temporal_answer_within``) holds even where a wait of the
+    engine would be longer: a request is never left open."""
+    monkeypatch.setattr(_faults, "ACCEPT_WITHIN", 120.0)
+    frontend = Frontend()
+    frontend.answer("execute_multi_operation", SILENT)
+    config = ServerConfig(turns="temporal", recover_on_start=False, temporal_answer_within=1.0)
+    app = create_app(lambda: _engine(frontend, tmp_path / "s.db"), config)
+    for url in serve_in_thread(app):
+        with httpx.Client(base_url=url, timeout=60) as http:
+            cid = http.post("/api/contexts", json={}).json()["id"]
+            started = time.monotonic()
+            r = http.post(f"/api/contexts/{cid}/tools/approve", json={"approve": ["c1"]})
+            took = time.monotonic() - started
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "temporal_unavailable"
+        assert "not known" in r.json()["error"]["message"]
+        assert took < 1.0 + 2.0
+    assert "Exception in ASGI application" not in caplog.text
