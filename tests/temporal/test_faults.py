@@ -149,10 +149,29 @@ def test_a_workflow_whose_task_failed_is_unavailable_and_the_call_not_taken(
             cid = await engine.create_context()
             return await _timed(engine.approve(cid, ["c1"]))
 
-    error, _ = anyio.run(go)
+    error, took = anyio.run(go)
     assert isinstance(error, TemporalUnavailable), repr(error)
     assert error.accepted is False
     assert "workflow task failed" in str(error)
+    assert took < ACCEPT + GRACE + 1.0
+
+
+def test_a_call_refused_while_the_workflows_task_failed_is_made_again_until_taken(
+    tmp_path: Path,
+) -> None:
+    """A workflow task that failed is tried again by Temporal at once: the
+    call refused meanwhile is made again (within ACCEPT_WITHIN) and taken."""
+    frontend = Frontend()
+    frontend.answer("execute_multi_operation", not_ready(), not_ready(), ACCEPTED)
+
+    async def go() -> BaseException | None:
+        async with _engine(frontend, tmp_path / "s.db") as engine:
+            cid = await engine.create_context()
+            return (await _timed(engine.approve(cid, ["c1"])))[0]
+
+    error = anyio.run(go)
+    assert isinstance(error, WorkflowUpdateFailedError), repr(error)  # taken, then failed
+    assert frontend.calls.count("execute_multi_operation") == 3
 
 
 @pytest.mark.parametrize("fault", LOST)

@@ -36,7 +36,7 @@ from ..storage import Store
 from ..storage._base import ContextHeads
 from . import _codec, _faults
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
-from ._faults import PATIENCE, bounded, result_of
+from ._faults import PATIENCE, WorkflowNotReady, bounded, result_of
 from ._payloads import THRESHOLD, with_payloads
 
 __all__ = ["PATIENCE", "TemporalEngine"]
@@ -52,6 +52,12 @@ SETTLING = 1.5
 """Seconds a call refused as busy while the store shows the context at rest
 is made again before it is ``ContextBusy`` (see ``_call_workflow``)."""
 _SETTLE_PAUSES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.72)
+
+
+_NOT_READY_FIRST = 0.1
+"""Seconds before a call refused as ``WorkflowNotReady`` is made again (the
+wait doubles, up to :data:`_NOT_READY_MAX`, within ``ACCEPT_WITHIN``)."""
+_NOT_READY_MAX = 2.0
 
 
 class _Settling(Exception):
@@ -176,19 +182,29 @@ class TemporalEngine(Engine):
         workflow has yet to hear of it). A call the workflow refuses as busy
         while the store shows the context at rest is made again, a few
         times over :data:`SETTLING` seconds, before it is ``ContextBusy``.
+        One the server refuses because the workflow's last task failed
+        (``WorkflowNotReady``) is made again too, less and less often.
 
         The Update is accepted (or refused) within :data:`~turnfsm.temporal._faults.ACCEPT_WITHIN`
         seconds, those tries included, or the call is ``TemporalUnavailable``
         (docs/temporal.md, "When Temporal does not answer")."""
         deadline = anyio.current_time() + _faults.ACCEPT_WITHIN
-        for pause in _SETTLE_PAUSES:
+        settle = list(_SETTLE_PAUSES)
+        wait = _NOT_READY_FIRST
+        while True:
             try:
-                return await self._call_once(context_id, name, args, deadline, settling=True)
+                settling = bool(settle)
+                return await self._call_once(context_id, name, args, deadline, settling=settling)
             except _Settling:
+                pause = settle.pop(0)
                 if anyio.current_time() + pause >= deadline:
-                    break
-                await anyio.sleep(pause)
-        return await self._call_once(context_id, name, args, deadline, settling=False)
+                    settle.clear()  # no time left to settle: the last try says busy
+                    continue
+            except WorkflowNotReady:  # its last workflow task failed: Temporal retries it
+                pause, wait = wait, min(wait * 2, _NOT_READY_MAX)
+                if anyio.current_time() + pause >= deadline:
+                    raise
+            await anyio.sleep(pause)
 
     async def _resting(self, context_id: str) -> bool:
         """Whether the store shows the context at rest (False: it cannot say)."""

@@ -55,6 +55,7 @@ __all__ = [
     "LOST",
     "PATIENCE",
     "RPC_TIMEOUT",
+    "WorkflowNotReady",
     "answers",
     "bounded",
     "lost",
@@ -111,6 +112,13 @@ def lost(exc: BaseException) -> str | None:
     if isinstance(exc, RuntimeError) and str(exc).startswith(_CONNECT):
         return f"cannot be reached ({exc})"
     return None
+
+
+class WorkflowNotReady(TemporalUnavailable):
+    """The server refused the Update: the context's workflow takes none while
+    its last workflow task failed (Temporal tries that task again). Nothing of
+    the call was taken; the caller may try again (``_call_workflow`` does,
+    within ``ACCEPT_WITHIN``)."""
 
 
 def not_ready(exc: BaseException) -> bool:
@@ -171,7 +179,7 @@ async def bounded(
         except Exception as exc:
             if not scope.cancel_called:  # the SDK's answer, not our deadline
                 if not_ready(exc):
-                    raise TemporalUnavailable(
+                    raise WorkflowNotReady(
                         f"the context's workflow takes no call now ({exc}): its last "
                         "workflow task failed, and Temporal tries it again; the call was "
                         "not taken: call again later",
