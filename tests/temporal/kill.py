@@ -51,8 +51,11 @@ no delta at a seq the log holds a durable event for; and no durable event
 given only as part of a ``Resync`` when it was in the log before the stream
 (re)connected (it could have been given); and no ``Last-Event-ID`` the server
 itself sent answered as one past the context's last event. Every worker must
-exit 0 on SIGTERM. The streams received are kept in ``streams.jsonl`` of the
-run's folder (``--logs``).
+exit 0 on SIGTERM. The run itself (``kill_checks.py``): every request answered
+within the bound of a call on Temporal, no 5xx but Temporal's ``503``, no
+traceback in any process's log, the workers' progress; a turn timed before the
+faults scales their windows. The streams received are kept in ``streams.jsonl``
+of the run's folder (``--logs``).
 
 By hand::
 
