@@ -375,6 +375,24 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
     assert "Exception in ASGI application" not in log
 
 
+@pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
+def test_a_turn_longer_than_a_poll_of_its_result_is_waited_for(processes: Processes) -> None:
+    """A model call longer than one long poll of the Update's result
+    (``RPC_TIMEOUT``): the poll runs out at a server that answers its health
+    check, so ``?wait=true`` polls again and gives the Turn, not a 503."""
+    from turnfsm.temporal._faults import RPC_TIMEOUT
+
+    processes.env["TURNFSM_KILL_THINK"] = str(RPC_TIMEOUT + 3)
+    _, port = _serve(processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        started = time.monotonic()
+        r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-6"})
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "AwaitingToolApproval"
+        assert time.monotonic() - started > RPC_TIMEOUT
+
+
 @pytest.mark.temporal  # processes and seconds: with -m temporal (.ci/run)
 def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
     processes: Processes,
