@@ -51,8 +51,11 @@ no delta at a seq the log holds a durable event for; and no durable event
 given only as part of a ``Resync`` when it was in the log before the stream
 (re)connected (it could have been given); and no ``Last-Event-ID`` the server
 itself sent answered as one past the context's last event. Every worker must
-exit 0 on SIGTERM. The streams received are kept in ``streams.jsonl`` of the
-run's folder (``--logs``).
+exit 0 on SIGTERM. The run itself (``kill_checks.py``): every request answered
+within the bound of a call on Temporal, no 5xx but Temporal's ``503``, no
+traceback in any process's log, the workers' progress; a turn timed before the
+faults scales their windows. The streams received are kept in ``streams.jsonl``
+of the run's folder (``--logs``).
 
 By hand::
 
@@ -64,6 +67,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -73,7 +77,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +88,33 @@ if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
 from fleet import Proc, all_started  # noqa: E402
-from scale.kill import check_context  # noqa: E402  (the workers' kill test's checker)
 from storage.pg import Cluster, find_bin_dir, free_port  # noqa: E402
 
 from temporal.devserver import DevServer, find_cli  # noqa: E402
-from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log  # noqa: E402
+from temporal.kill_checks import (  # noqa: E402
+    Requests,
+    _text,
+    answered_refs,
+    check_logs,
+    check_progress,
+    check_stored,
+    check_stream,
+)
+from temporal.kill_parts import (  # noqa: E402
+    MOMENTS,
+    Client,
+    Follower,
+    Marks,
+    NoProgress,
+    Report,
+    summary,
+)
 from turnfsm.model import Role  # noqa: E402
 from turnfsm.storage._postgres import PostgresStore, upgrade  # noqa: E402
 
 THINK = 0.15
+WARM_UP = 90.0
+"""Seconds the first turn, before the faults, may take (the workers start)."""
 HEARTBEAT_TIMEOUT = 2.0
 MODEL = [
     "--llm",
@@ -107,90 +128,10 @@ with ``Last-Event-ID``, to either server)."""
 SERVER_KILLS = 0.08
 """The share of faults that SIGKILL a ``turnfsm serve`` (its clients' calls
 are then unanswered, its streams broken)."""
-MOMENTS = ("mid-stream", "mid-tool", "after-effect", "awaiting-approval", "any")
-"""When a worker is killed (see the module docstring)."""
 
 
 START_LINE = ("turnfsm temporal-worker: ", " task queue ")
 """How a worker's start line begins, and a part of it (written once it handles SIGTERM)."""
-
-
-@dataclass
-class Report:
-    """What a run did and what the checker found."""
-
-    problems: list[str] = field(default_factory=list)
-    contexts: int = 0
-    acked: int = 0
-    attempts: int = 0
-    worker_kills: Counter[str] = field(default_factory=Counter)
-    """SIGKILLs of workers, by moment (``MOMENTS``)."""
-    server_kills: int = 0
-    """SIGKILLs of the Temporal dev server."""
-    http_server_kills: int = 0
-    """SIGKILLs of ``turnfsm serve`` processes."""
-    outcome_unknown: int = 0
-    """Calls of ``charge`` marked ``outcome_unknown`` (a lost attempt)."""
-    charge_runs: int = 0
-    reconnects: int = 0
-    resyncs: int = 0
-    exit_codes: dict[str, int | None] = field(default_factory=dict)
-    seconds: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Client:
-    """One client: its server, its contexts, and per context the attempts
-    (text, answer: "acked", "refused" or "unknown") in the order made."""
-
-    server: Proc
-    contexts: list[str] = field(default_factory=list)
-    attempts: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-
-
-@dataclass
-class Follower:
-    """One context's event stream, as received over every connection."""
-
-    cid: str
-    items: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    """(when the connection that gave it was asked for, the event)."""
-    last: int = 0
-    connections: int = 0
-
-
-class Marks:
-    """The model's and tools' ``begin``/``end`` lines, read as they grow."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.open: dict[tuple[str, str, int], int] = {}
-        self.ended: list[tuple[float, str, int]] = []
-        """(when read, kind, pid) of the ``end`` lines read so far."""
-
-    def read(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        cut = data.rfind(b"\n") + 1
-        self.offset += cut
-        now = time.monotonic()
-        for line in data[:cut].decode().splitlines():
-            edge, kind, ref, pid = line.split()
-            key = (kind, ref, int(pid))
-            if edge == "begin":
-                self.open[key] = self.open.get(key, 0) + 1
-            else:
-                self.open[key] = self.open.get(key, 0) - 1
-                self.ended.append((now, kind, int(pid)))
-
-    def running(self, kinds: tuple[str, ...]) -> set[int]:
-        """The pids with a call of one of ``kinds`` begun and not ended."""
-        return {pid for (kind, _, pid), n in self.open.items() if n > 0 and kind in kinds}
 
 
 class Run:
@@ -228,6 +169,12 @@ class Run:
             "PYTHONPATH": str(ROOT),
         }
         self.report = Report()
+        self.requests = Requests()
+        self.faults_over_at = float("inf")
+        self.floor = 3 * clients * contexts_per_client
+        """Acknowledged messages that must be answered: the 3 of every context."""
+        self.turn_time = 1.0
+        """A turn without faults, measured before them (:meth:`measure_turn`)."""
         worker = (
             [sys.executable, "-m", "tests.temporal.planted_worker"]
             if planted
@@ -279,11 +226,11 @@ class Run:
         proc.popen.wait()
 
     async def kill_worker(self, moment: str) -> None:
-        """SIGKILL one worker at ``moment`` (waiting up to 5 s for it; else at
-        any moment), and start it again."""
+        """SIGKILL one worker at ``moment`` (waiting for it up to three turns'
+        time; else at any moment), and start it again."""
         pids = {w.pid: w for w in self.workers}
         target: Proc | None = None
-        end = time.monotonic() + 5
+        end = time.monotonic() + min(max(3 * self.turn_time, 1.0), 15.0)
         since = time.monotonic()
         while target is None and time.monotonic() < end:
             self.marks.read()
@@ -337,7 +284,8 @@ class Run:
     async def chaos(self) -> None:
         end = time.monotonic() + self.seconds
         while time.monotonic() < end or (self.short() and time.monotonic() < end + 240):
-            await asyncio.sleep(self.rng.uniform(0.2, 0.8))
+            # a fault every half turn or so (every half second for a turn of a second)
+            await asyncio.sleep(self.rng.uniform(0.2, 0.8) * min(max(self.turn_time, 0.5), 3.0))
             r = self.report
             left = max(end - time.monotonic(), 1.0)
             # the Temporal server's kills spread over the run
@@ -348,8 +296,9 @@ class Run:
                 await self.kill_server(self.rng.choice(self.servers))
             else:
                 await self.kill_worker(self.rng.choice(self.moments))
+        self.faults_over_at = time.monotonic()
         self.chaos_over.set()
-        self.report.phases["faults_over"] = time.monotonic() - self.t0
+        self.report.phases["faults_over"] = self.faults_over_at - self.t0
 
     # ------------------------------------------------------------------ observer
 
@@ -372,6 +321,21 @@ class Run:
                 await asyncio.sleep(0.02)
 
     # ------------------------------------------------------------------ clients
+
+    async def measure_turn(self) -> float:
+        """The seconds a turn takes before the faults: a message on a context
+        of its own, its approval, its answer (the workers' first turn, so
+        their start is in it). The faults' windows are scaled to it."""
+        base = f"http://127.0.0.1:{self.servers[0].port}"
+        async with httpx.AsyncClient(base_url=base, timeout=90) as http:
+            cid = (await self._request(http, "POST", "/api/contexts", json={})).json()["id"]
+            started = time.monotonic()
+            for attempt in itertools.count():  # a 503 while Temporal warms up: again
+                if await self._post(http, cid, "warm-up") == "acked":
+                    break
+                await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
+            await self._until_rest(http, cid, time.time(), "warm-up")
+            return time.monotonic() - started
 
     async def client(self, me: Client, k: int) -> None:
         base = f"http://127.0.0.1:{me.server.port}"
@@ -402,6 +366,8 @@ class Run:
             answer = await self._post(http, cid, ref)
             attempts.append((ref, answer))
             acked += answer == "acked"
+            if answer == "acked":
+                me.acked_at[ref] = time.monotonic()
             holding = ref if answer == "acked" else holding
         await self._until_rest(http, cid, time.time(), holding)
 
@@ -409,7 +375,7 @@ class Run:
         """Send until the server answers below 500 (it may be down, or Temporal)."""
         while True:
             try:
-                r = await http.request(method, path, **kw)
+                r = await self.requests.send(http, method, path, **kw)
             except httpx.TransportError:
                 await asyncio.sleep(0.2)
                 continue
@@ -422,7 +388,8 @@ class Run:
         """One attempt: ``acked`` (2xx), ``refused`` (4xx: never stored) or
         ``unknown`` (no answer, or 5xx: it may be stored, later)."""
         try:
-            r = await http.post(f"/api/contexts/{cid}/messages", json={"content": ref})
+            path = f"/api/contexts/{cid}/messages"
+            r = await self.requests.send(http, "POST", path, json={"content": ref})
         except httpx.TransportError:
             r = None
         if r is not None and r.status_code in (200, 202):
@@ -463,11 +430,12 @@ class Run:
                 ids = [c.id for c in ctx.pending_tool_calls()]
                 if ids and ctx.current_state == "AwaitingToolApproval":
                     with contextlib.suppress(httpx.TransportError):
-                        await http.post(f"/api/contexts/{cid}/tools/approve", json={"approve": ids})
+                        path = f"/api/contexts/{cid}/tools/approve"
+                        await self.requests.send(http, "POST", path, json={"approve": ids})
                 after = time.time()
             elif state == "PermanentFailure":
                 with contextlib.suppress(httpx.TransportError):
-                    await http.post(f"/api/contexts/{cid}/retry")
+                    await self.requests.send(http, "POST", f"/api/contexts/{cid}/retry")
                 after = time.time()
 
     # ------------------------------------------------------------------ streams
@@ -533,6 +501,15 @@ class Run:
         try:
             await asyncio.gather(*(self.wait_ready(p) for p in self.servers))
             self.report.phases["ready"] = time.monotonic() - t0
+            try:
+                self.turn_time = await asyncio.wait_for(self.measure_turn(), WARM_UP)
+            except TimeoutError:
+                raise NoProgress(
+                    f"the workers made no progress: a turn without faults did not end "
+                    f"within {WARM_UP:g}s (see the logs in {self.folder})"
+                ) from None
+            self.report.turn_time = self.turn_time
+            self.report.phases["warm"] = time.monotonic() - t0
             chaos = asyncio.create_task(self.chaos())
             try:
                 drivers = [
@@ -607,100 +584,25 @@ class Run:
                 ctx = await self.store.load(cid)
                 steps = await self.store.steps(cid)
                 r.problems += check_stored(cid, ctx, steps, attempts, runs)
+                answered = answered_refs(ctx) & set(client.acked_at)
+                r.answered += len(answered)
+                r.answered_during_faults += sum(
+                    client.acked_at[ref] < self.faults_over_at for ref in answered
+                )
                 r.outcome_unknown += sum(
                     1
                     for n in ctx.history()
                     for c in n.message.tool_calls or ()
                     if c.tool_name == "charge" and c.outcome_unknown
                 )
+        r.problems += check_progress(r.answered, r.answered_during_faults, self.floor)
+        r.problems += self.requests.problems()
+        r.requests, r.longest_request = self.requests.count, self.requests.longest
+        r.problems += check_logs([p.log for p in self.procs if p.log is not None])
         for follower in self.followers.values():
             r.reconnects += max(follower.connections - 1, 0)
             r.resyncs += sum(1 for _, ev in follower.items if ev.get("kind") == "Resync")
             r.problems += check_stream(follower, self.logged)
-
-
-def _text(message: Any) -> str:
-    return "".join(getattr(p, "text", "") for p in message.content)
-
-
-def check_stored(
-    cid: str, ctx: Any, steps: list[Any], attempts: list[tuple[str, str]], runs: Counter[str]
-) -> list[str]:
-    """The messages against the attempts; then the workers' checker (answers,
-    results, ``charge``'s runs) on the messages stored; then the audit log."""
-    out: list[str] = []
-    users = [_text(n.message) for n in ctx.history() if n.message.role is Role.USER]
-    order = [ref for ref, _ in attempts]
-    answers = dict(attempts)
-    for ref, n in Counter(users).items():
-        if n > 1:
-            out.append(f"{cid}: message {ref} stored {n} times")
-        if ref not in answers:
-            out.append(f"{cid}: message {ref} stored but never sent")
-    for ref, answer in attempts:
-        if answer == "acked" and ref not in users:
-            out.append(f"{cid}: acknowledged message {ref} not stored")
-        if answer == "refused" and ref in users:
-            out.append(f"{cid}: refused message {ref} stored")
-    known = [ref for ref in users if ref in answers]
-    if known != sorted(known, key=order.index):
-        out.append(f"{cid}: messages stored in the order {known}, sent in the order {order}")
-    unknown = frozenset(ref for ref, answer in attempts if answer == "unknown")
-    out += check_context(cid, ctx, steps, users, runs, unknown)
-    lines = audit_jsonl(audit_records(ctx.id, steps, ctx.message_pool.values())).splitlines()
-    verified = verify_audit_log(lines)
-    if not verified.ok:
-        out.append(f"{cid}: the audit log does not verify: line {verified.line}: {verified.reason}")
-    return out
-
-
-def check_stream(me: Follower, logged: dict[tuple[str, int], tuple[str, float]]) -> list[str]:
-    """Each seq once, in order, as itself or in a Resync's range, up to the
-    log's last; durable events as logged; no delta on a durable seq; nothing
-    durable given only as a Resync when it was logged before the stream was
-    asked for."""
-    out: list[str] = []
-    cid = me.cid
-    last_logged = max((s for (c, s) in logged if c == cid), default=0)
-    covered = 0
-    for asked, ev in me.items:
-        kind = ev.get("kind")
-        first, last = (ev["first_seq"], ev["last_seq"]) if kind == "Resync" else (ev["seq"],) * 2
-        if kind == "Resync" and first == 1 and covered > 0:
-            # the server took the stream's Last-Event-ID for one past the
-            # context's last event: everything 1..last is to be pulled again,
-            # and the stream goes on after it (docs/server.md)
-            out.append(
-                f"stream {cid}: Last-Event-ID {covered}, a seq the server itself sent, "
-                f"was answered as past the context's last event (a Resync 1..{last})"
-            )
-            covered = last
-            continue
-        if first != covered + 1:
-            out.append(f"stream {cid}: {kind} covers {first}..{last} after {covered}")
-        covered = max(covered, last)
-        if kind == "Resync":
-            for seq in range(first, last + 1):
-                found = logged.get((cid, seq))
-                if found is not None and found[1] < asked:
-                    out.append(
-                        f"stream {cid}: seq {seq} ({found[0]}) was in the log "
-                        f"{asked - found[1]:.2f}s before the stream was asked for, "
-                        "but came only inside a Resync"
-                    )
-                    break
-            continue
-        found = logged.get((cid, first))
-        if kind == "ContentDelta":
-            if found is not None:
-                out.append(f"stream {cid}: a delta at seq {first}, where the log has {found[0]}")
-        elif found is None:
-            out.append(f"stream {cid}: {kind} at seq {first} is not in the log")
-        elif found[0] != kind:
-            out.append(f"stream {cid}: {kind} at seq {first}, the log has {found[0]}")
-    if covered < last_logged:
-        out.append(f"stream {cid}: ends at seq {covered}, the log at {last_logged}")
-    return out
 
 
 def run(
@@ -749,21 +651,6 @@ def run(
             raise
         print(summary(report, seed), file=sys.stderr)
         return report
-
-
-def summary(report: Report, seed: int | None = None) -> str:
-    kills = ", ".join(f"{k} {report.worker_kills[k]}" for k in MOMENTS)
-    return (
-        f"{report.contexts} contexts, {report.attempts} messages sent "
-        f"({report.acked} acknowledged), {sum(report.worker_kills.values())} worker kills "
-        f"({kills}), {report.server_kills} Temporal server kills, "
-        f"{report.http_server_kills} turnfsm serve kills, "
-        f"{report.charge_runs} charges ({report.outcome_unknown} outcome_unknown), "
-        f"{report.reconnects} stream reconnects ({report.resyncs} Resync), "
-        f"{len(report.problems)} problems, {report.seconds:.1f}s "
-        f"({', '.join(f'{k} {v:.1f}s' for k, v in report.phases.items())})"
-        + (f", seed {seed}" if seed is not None else "")
-    )
 
 
 def main() -> int:

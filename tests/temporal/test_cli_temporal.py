@@ -327,6 +327,66 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
         assert sum(m["message"]["role"] == "user" for m in early_messages) == 1
 
 
+@pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
+def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
+    temporal_server: DevServer, processes: Processes
+) -> None:
+    """The Temporal server SIGSTOPped: its connections stay open and nothing
+    answers on them (nor on new ones), so the SDK alone would wait for ever.
+    A message is ``503 temporal_unavailable`` within ``ACCEPT_WITHIN`` (and
+    the grace past it); reads still work; once the server goes on, the
+    message posted again is taken."""
+    from turnfsm.temporal._faults import ACCEPT_WITHIN, GRACE
+
+    _, port = _serve(processes)
+    bound = ACCEPT_WITHIN + GRACE + 3.0  # + the server's own work, on a busy machine
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=bound + 30) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        assert temporal_server.pid is not None
+        os.kill(temporal_server.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-5"})
+            took = time.monotonic() - started
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "temporal_unavailable"
+            assert took < bound, took
+            assert http.get(f"/api/contexts/{cid}/state").status_code == 200
+        finally:
+            os.kill(temporal_server.pid, signal.SIGCONT)
+        end = time.monotonic() + 90
+        while True:  # whether the first was accepted is not known: the context says
+            if http.get(f"/api/contexts/{cid}/state").json()["state"] != "Idle":
+                break
+            r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-5"})
+            if r.status_code == 202:
+                break
+            assert r.status_code in (409, 503) and time.monotonic() < end, r.text
+            time.sleep(1)
+        _until_state(http, cid, "AwaitingToolApproval")
+    log = processes.log("serve")
+    assert "Traceback (most recent call last)" not in log
+    assert "Exception in ASGI application" not in log
+
+
+@pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
+def test_a_turn_longer_than_a_poll_of_its_result_is_waited_for(processes: Processes) -> None:
+    """A model call longer than one long poll of the Update's result
+    (``RPC_TIMEOUT``): the poll runs out at a server that answers its health
+    check, so ``?wait=true`` polls again and gives the Turn, not a 503."""
+    from turnfsm.temporal._faults import RPC_TIMEOUT
+
+    processes.env["TURNFSM_KILL_THINK"] = str(RPC_TIMEOUT + 3)
+    _, port = _serve(processes)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+        cid = http.post("/api/contexts", json={}).json()["id"]
+        started = time.monotonic()
+        r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-6"})
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "AwaitingToolApproval"
+        assert time.monotonic() - started > RPC_TIMEOUT
+
+
 @pytest.mark.temporal  # processes and seconds: with -m temporal (.ci/run)
 def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
     processes: Processes,

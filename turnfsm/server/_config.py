@@ -29,6 +29,12 @@ class ServerConfig:
     ``model``, ``/v1``, ``/api/chat``, ``/chat``, the web view): the name the
     model adapter sends upstream for it. ``turnfsm serve`` sets it to the model
     it calls (``docs/server.md``)."""
+    temporal_answer_within: float = 35.0
+    """With ``turns="temporal"``: the longest a call without ``?wait=true``
+    waits for Temporal to take it (the engine's own bounds answer within about
+    32 s: ``docs/temporal.md``, "When Temporal does not answer"); past it the
+    request is ``503 temporal_unavailable``, the call's fate not known, and
+    the call goes on in the background."""
     turns: Literal["here", "workers", "temporal"] = "here"
     """Where a posted message's turn runs: in this process, or on the workers
     of the same store (``docs/workers.md``; the server then runs no

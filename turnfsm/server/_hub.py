@@ -14,7 +14,7 @@ import structlog
 
 from ..engine import Engine, Turn
 from ..engine._accepted import ON_ACCEPTED
-from ..errors import ContextBusy, ContextNotFound, TurnFSMError
+from ..errors import ContextBusy, ContextNotFound, TemporalUnavailable, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
 from ..relay import EventRelay
 from ..storage import ContextOutline, ContextOutlines, outline_of
@@ -446,7 +446,7 @@ class Hub:
             starting.append(job)
             try:
                 self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id), slot)
-                await job.started.wait()
+                await self._started(job)
             finally:
                 starting.remove(job)
                 if not starting and self.starting.get(context_id) is starting:
@@ -454,3 +454,21 @@ class Hub:
         if job.done.is_set() and job.error is not None:
             raise job.error
         return job
+
+    async def _started(self, job: Job) -> None:
+        """Until the launched call took its first step. On Temporal, for
+        ``temporal_answer_within`` seconds at most: a request never stays
+        open on a Temporal that does not answer (the call goes on)."""
+        if self.config.turns != "temporal":
+            await job.started.wait()
+            return
+        within = self.config.temporal_answer_within
+        with anyio.move_on_after(within):
+            await job.started.wait()
+        if not job.started.is_set():
+            log.warning("call_unanswered", context_id=job.context_id, seconds=within)
+            raise TemporalUnavailable(
+                f"the Temporal server did not take the call within {within:g} s; whether "
+                "it accepted it is not known: read the context before calling again",
+                accepted=None,
+            )

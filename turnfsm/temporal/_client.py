@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import anyio
 from temporalio.client import (
     Client,
-    RPCError,
-    RPCTimeoutOrCancelledError,
     WithStartWorkflowOperation,
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCStatusCode
+from temporalio.service import RPCError
 
 from ..adapters.inbound import InboundMessage, parse_request
 from ..engine import Engine, Finished, LLMSummarizer, Recovery, Summarizer, Turn
@@ -35,11 +34,12 @@ from ..model import ChatContext, ContentPart
 from ..states import RESTING, State
 from ..storage import Store
 from ..storage._base import ContextHeads
-from . import _codec
+from . import _codec, _faults
 from ._config import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, workflow_id
+from ._faults import PATIENCE, WorkflowNotReady, bounded, result_of
 from ._payloads import THRESHOLD, with_payloads
 
-__all__ = ["TemporalEngine"]
+__all__ = ["PATIENCE", "TemporalEngine"]
 
 _ROLES = ("user", "frontend_operator")
 
@@ -48,70 +48,31 @@ _LOOK_FIRST = 0.02
 _LOOK_MAX = 0.25
 """The longest wait between two looks (the wait doubles up to it)."""
 
-PATIENCE = 60.0
-"""Seconds an accepted call goes on waiting for its result while the
-Temporal server cannot be reached (it holds the call: it runs once the
-server is back) before it is ``TemporalUnavailable``."""
-
-_UNREACHABLE = frozenset(
-    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
-)
-"""The statuses of a Temporal server that is down, restarting or too slow."""
-
-
 SETTLING = 1.5
 """Seconds a call refused as busy while the store shows the context at rest
 is made again before it is ``ContextBusy`` (see ``_call_workflow``)."""
 _SETTLE_PAUSES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.72)
 
 
+_NOT_READY_FIRST = 0.1
+"""Seconds before a call refused as ``WorkflowNotReady`` is made again (the
+wait doubles, up to :data:`_NOT_READY_MAX`, within ``ACCEPT_WITHIN``)."""
+_NOT_READY_MAX = 2.0
+
+
 class _Settling(Exception):
     """Refused as busy by the workflow while the store shows rest: again."""
 
 
-def _unavailable(exc: BaseException, taken: bool) -> TemporalUnavailable | None:
-    """``exc`` as :class:`TemporalUnavailable` when it says Temporal cannot be
-    reached (or timed out), else None. ``taken``: the Update had been accepted."""
-    if isinstance(exc, RPCTimeoutOrCancelledError):
-        said = "did not answer in time"
-    elif isinstance(exc, RPCError) and exc.status in _UNREACHABLE:
-        said = f"cannot be reached ({exc.status.name}: {exc.message})"
-    else:
-        return None
-    if taken:
-        return TemporalUnavailable(
-            f"the Temporal server {said} after it accepted the call, which goes on there; "
-            "its result is not known here: read the context",
-            accepted=True,
-        )
-    if isinstance(exc, RPCError) and exc.status is RPCStatusCode.UNAVAILABLE:
-        return TemporalUnavailable(
-            f"the Temporal server {said}; the call was not accepted: call again later",
-            accepted=False,
-        )
-    return TemporalUnavailable(
-        f"the Temporal server {said}; whether it accepted the call is not known: "
-        "read the context before calling again",
-        accepted=None,
-    )
-
-
-async def _result(handle: Any) -> Any:
-    """An accepted Update's result. Temporal holds the call: while its server
-    cannot be reached, the wait goes on (the call runs once it is back), for
-    up to :data:`PATIENCE` seconds."""
-    deadline: float | None = None
-    while True:
-        try:
-            return await handle.result()
-        except (RPCError, RPCTimeoutOrCancelledError) as err:
-            if _unavailable(err, True) is None:
-                raise
-            now = anyio.current_time()
-            deadline = now + PATIENCE if deadline is None else deadline
-            if now >= deadline:
-                raise
-            await anyio.sleep(1.0)
+async def _taken(start: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Read the outcome of an update-with-start's start operation. The SDK
+    keeps a failed start's error in a future of the operation: one never
+    read is logged with a traceback when it is collected ("Future exception
+    was never retrieved"). Once the call is over the future is done, and
+    awaiting it does not wait; its error may be the cancel the SDK was given
+    (our deadline), kept there, not this task's."""
+    with anyio.move_on_after(0), contextlib.suppress(Exception, anyio.get_cancelled_exc_class()):
+        await start.workflow_handle()
 
 
 class TemporalEngine(Engine):
@@ -159,8 +120,11 @@ class TemporalEngine(Engine):
         payload_threshold: int | None = THRESHOLD,
         **engine_options: Any,
     ) -> TemporalEngine:
-        """Connect to the Temporal frontend at ``address`` (``host:port``)."""
-        client = await Client.connect(address, namespace=namespace)
+        """Connect to the Temporal frontend at ``address`` (``host:port``):
+        ``TemporalUnavailable`` when it cannot be reached, or does not answer
+        within :data:`~turnfsm.temporal._faults.CONNECT_WITHIN` seconds."""
+        connecting = Client.connect(address, namespace=namespace)
+        client = await bounded(connecting, _faults.CONNECT_WITHIN, accepted=False, at=address)
         return cls(
             client,
             store=store,
@@ -217,13 +181,30 @@ class TemporalEngine(Engine):
         ended the call that put it there (the last commit is in; the
         workflow has yet to hear of it). A call the workflow refuses as busy
         while the store shows the context at rest is made again, a few
-        times over :data:`SETTLING` seconds, before it is ``ContextBusy``."""
-        for pause in _SETTLE_PAUSES:
+        times over :data:`SETTLING` seconds, before it is ``ContextBusy``.
+        One the server refuses because the workflow's last task failed
+        (``WorkflowNotReady``) is made again too, less and less often.
+
+        The Update is accepted (or refused) within :data:`~turnfsm.temporal._faults.ACCEPT_WITHIN`
+        seconds, those tries included, or the call is ``TemporalUnavailable``
+        (docs/temporal.md, "When Temporal does not answer")."""
+        deadline = anyio.current_time() + _faults.ACCEPT_WITHIN
+        settle = list(_SETTLE_PAUSES)
+        wait = _NOT_READY_FIRST
+        while True:
             try:
-                return await self._call_once(context_id, name, args, settling=True)
+                settling = bool(settle)
+                return await self._call_once(context_id, name, args, deadline, settling=settling)
             except _Settling:
-                await anyio.sleep(pause)
-        return await self._call_once(context_id, name, args, settling=False)
+                pause = settle.pop(0)
+                if anyio.current_time() + pause >= deadline:
+                    settle.clear()  # no time left to settle: the last try says busy
+                    continue
+            except WorkflowNotReady:  # its last workflow task failed: Temporal retries it
+                pause, wait = wait, min(wait * 2, _NOT_READY_MAX)
+                if anyio.current_time() + pause >= deadline:
+                    raise
+            await anyio.sleep(pause)
 
     async def _resting(self, context_id: str) -> bool:
         """Whether the store shows the context at rest (False: it cannot say)."""
@@ -231,7 +212,13 @@ class TemporalEngine(Engine):
         return head is not None and State(head[0]) in RESTING
 
     async def _call_once(
-        self, context_id: str, name: str, args: dict[str, Any], *, settling: bool
+        self,
+        context_id: str,
+        name: str,
+        args: dict[str, Any],
+        deadline: float,
+        *,
+        settling: bool,
     ) -> Any:
         self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
         # a caller that answers before the turn rests (serve's 202) is told
@@ -246,22 +233,28 @@ class TemporalEngine(Engine):
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        taken = False
+        left = max(deadline - anyio.current_time(), 0.1)
         try:
             # the workflow validates the call (a busy or missing context is
-            # refused here, with the engine's error) and accepts it
-            handle = await self._client.start_update_with_start_workflow(
-                name,
-                args,
-                start_workflow_operation=start,
-                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            # refused here, with the engine's error) and accepts it; the SDK
+            # sends the Update again until it is accepted, so the deadline
+            # is ours (the request's own makes the server answer before it)
+            handle = await bounded(
+                self._client.start_update_with_start_workflow(
+                    name,
+                    args,
+                    start_workflow_operation=start,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    rpc_timeout=timedelta(seconds=left),
+                ),
+                left + _faults.GRACE,
+                accepted=None,
             )
             # accepted, or refused by a validator: a refusal's outcome came with
             # the handle, and result() raises it without asking the server, so
             # a server that cannot be reached from here on had accepted the call
-            taken = True
             if announce is None:
-                data = await _result(handle)
+                data = await result_of(self._client, handle)
             else:
                 data = await self._announced(context_id, handle, before, announce)
         except WorkflowUpdateFailedError as err:
@@ -278,12 +271,8 @@ class TemporalEngine(Engine):
                     raise _Settling from None
                 raise refused from None
             raise
-        except (RPCError, RPCTimeoutOrCancelledError) as err:
-            down = _unavailable(err, taken)
-            if down is None:
-                raise
-            raise down from err
         finally:
+            await _taken(start)
             self._d.loaded.unload(context_id)
         return data
 
@@ -291,21 +280,23 @@ class TemporalEngine(Engine):
         self, context_id: str, handle: Any, before: int | None, announce: Any
     ) -> Any:
         """The Update's result; ``announce()`` meanwhile, once the store holds
-        the call's first step (not if the call ends, or fails, before)."""
+        the call's first step, or :data:`~turnfsm.temporal._faults.FIRST_STEP_WITHIN` seconds after
+        the call was accepted (not if the call ends, or fails, before)."""
         result: Any = None
         failed: BaseException | None = None
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
-                try:
-                    await self._until_moved(context_id, before)
-                except Exception:  # the store cannot say: the result will
-                    return
+                with anyio.move_on_after(_faults.FIRST_STEP_WITHIN):
+                    try:
+                        await self._until_moved(context_id, before)
+                    except Exception:  # the store cannot say: accepted, all the same
+                        await anyio.sleep_forever()
                 announce()
 
             tg.start_soon(watch)
             try:
-                result = await _result(handle)
+                result = await result_of(self._client, handle)
             except BaseException as exc:  # raised as itself, not in a group
                 failed = exc
             finally:
@@ -412,8 +403,11 @@ class TemporalEngine(Engine):
         its next call, which finds its context gone."""
         deleted = await super().delete_context(context_id)
         for cid in deleted:
-            with contextlib.suppress(RPCError, RPCTimeoutOrCancelledError):
-                await self._client.get_workflow_handle(workflow_id(cid)).signal("end")
+            handle = self._client.get_workflow_handle(workflow_id(cid))
+            # none to end (NOT_FOUND), or Temporal not answering: ends at its next call
+            with contextlib.suppress(RPCError, TemporalUnavailable):
+                signal = handle.signal("end", rpc_timeout=timedelta(seconds=_faults.RPC_TIMEOUT))
+                await bounded(signal, _faults.RPC_TIMEOUT + _faults.GRACE, accepted=None)
         return deleted
 
     async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
