@@ -5,6 +5,8 @@ provider's message, no key in it)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 
 import kit
@@ -162,3 +164,21 @@ async def test_unknown_parameters_and_a_missing_key_are_named(
     assert map_gemini_error(ValueError("x")).kind == "adapter"
     server = errors.ServerError(503, {"error": {"code": 503, "message": "busy"}})
     assert isinstance(map_gemini_error(server), TransientLLMError)
+
+
+def test_without_the_extra_the_import_error_names_it() -> None:
+    """A real interpreter where ``google.genai`` cannot be imported."""
+    code = (
+        "import sys; sys.modules['google.genai'] = None\n"
+        "import turnfsm.adapters.llm as llm\n"
+        "try:\n"
+        "    llm.GeminiLLM\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == (
+        "GeminiLLM needs the google-genai SDK: pip install 'turnfsm[google]'"
+    )
