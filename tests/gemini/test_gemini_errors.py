@@ -20,7 +20,7 @@ from turnfsm.adapters.llm import GeminiLLM
 from turnfsm.adapters.llm.gemini import map_gemini_error
 from turnfsm.errors import InvalidInput, PermanentLLMError, TransientLLMError
 from turnfsm.events import Failed, Retrying
-from turnfsm.model import LLMRequest
+from turnfsm.model import RESPONSES_KEY, LLMRequest
 from turnfsm.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -157,6 +157,33 @@ async def test_unknown_parameters_and_a_missing_key_are_named(
     assert info.value.kind == "invalid_request"
     assert "logprobz" in info.value.message
     assert loopback.requests == []  # refused before anything was sent
+    bad = LLMRequest(
+        "c",
+        "gemini-2.5-flash",
+        [
+            {
+                "role": "assistant",
+                "content": "x",
+                RESPONSES_KEY: {
+                    "reasoning": [
+                        {
+                            "id": "",
+                            "summary": [],
+                            "provider": "google",
+                            "data": {"part": "text", "thoughtSignature": "YWJj!"},
+                        }
+                    ]
+                },
+            }
+        ],
+    )
+    async with GeminiLLM("gemini-2.5-flash", base_url=loopback.url, api_key=KEY) as llm:
+        with pytest.raises(PermanentLLMError) as info:
+            async for _chunk in llm.stream(bad):
+                pass
+    assert info.value.kind == "invalid_request"
+    assert info.value.message.startswith("a part's thoughtSignature is not base64")
+    assert loopback.requests == []
     for name in ("GEMINI_API_KEY", "GOOGLE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(InvalidInput, match="GEMINI_API_KEY"):

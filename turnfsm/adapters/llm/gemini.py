@@ -145,10 +145,12 @@ def _map(exc: BaseException, partial_text: str, now: float) -> LLMError:
 
 
 def _to_bytes(text: object, where: str) -> bytes:
+    """Base64 text (standard or URL-safe alphabet, padded or not) as its bytes."""
     if not isinstance(text, str):
         raise PermanentLLMError(f"{where} is not base64 text", kind="invalid_request")
+    standard = text.replace("-", "+").replace("_", "/")
     try:
-        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=False)
+        return base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
     except ValueError as exc:
         raise PermanentLLMError(f"{where} is not base64: {exc}", kind="invalid_request") from exc
 
@@ -156,12 +158,10 @@ def _to_bytes(text: object, where: str) -> bytes:
 def _sdk_part(part: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(part)
     if "thoughtSignature" in out:
-        sig = str(out["thoughtSignature"]).replace("-", "+").replace("_", "/")
-        out["thoughtSignature"] = _to_bytes(sig, "a part's thoughtSignature")
+        out["thoughtSignature"] = _to_bytes(out["thoughtSignature"], "a part's thoughtSignature")
     inline = out.get("inlineData")
-    if isinstance(inline, Mapping) and isinstance(inline.get("data"), str):
-        data = inline["data"].replace("-", "+").replace("_", "/")
-        out["inlineData"] = {**inline, "data": _to_bytes(data, "an inlineData part's data")}
+    if isinstance(inline, Mapping) and "data" in inline:
+        out["inlineData"] = {**inline, "data": _to_bytes(inline["data"], "an inlineData's data")}
     return out
 
 
