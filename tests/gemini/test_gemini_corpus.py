@@ -100,15 +100,19 @@ def assert_agrees(stored: InternalMessage, sdk: Oracle) -> None:
     ids = [c.id for c in stored.tool_calls or ()]
     assert ids == [f"call_{sdk.response_id}_{n}" for n in range(len(calls))]
     # every signature the SDK read is stored, on the part it came with
-    signed = []
+    signed: list[tuple[dict[str, Any], int]] = []
     n = 0
+    text_before = 0
     for p in sdk.parts:
         if p.function_call is not None:
             if p.thought_signature is not None:
                 signed.append(({"part": "functionCall", "thoughtSignature": signature(p)}, n))
             n += 1
-        elif p.thought_signature is not None and not p.thought:
-            signed.append(({"part": "text", "thoughtSignature": signature(p)}, 0))
+        elif not p.thought:
+            if p.thought_signature is not None:
+                data = {"part": "text", "thoughtSignature": signature(p), "at": text_before}
+                signed.append((data, 0))
+            text_before += len(p.text or "")
     stored_signed = [
         (r.data, r.position)
         for r in stored.reasoning or ()
@@ -172,31 +176,20 @@ async def test_the_stored_answer_agrees_with_the_sdk(
     assert declared["name"] == "get_weather"
     if not case.tools:
         assert len(loopback.requests) == 1
+        loopback.script(follow.reply())
+        async with kit.make_engine(llm=llm, store=SQLiteStore(tmp_path / "t.db")).engine as engine:
+            await engine.send(cid, "Thanks")
+        contents = loopback.bodies[1]["contents"]
+        if sdk.parts and any(p.text or p.thought_signature for p in sdk.parts):
+            assert contents[1] == {"role": "model", "parts": sent_back(sdk.parts)}
+        else:  # nothing to send back: the two user messages are one content
+            assert [c["role"] for c in contents] == ["user"]
         return
     calls = [p for p in sdk.parts if p.function_call is not None]
     assert [dict(p.function_call.args or {}) for p in calls if p.function_call] == RAN
     second = loopback.bodies[1]
     model_turn, responses = second["contents"][-2:]
-    assert model_turn["role"] == "model"
-    # every part the SDK read, in order, the signatures' bytes unchanged
-    expected = []
-    for p in sdk.parts:
-        if p.function_call is not None:
-            part: dict[str, Any] = {
-                "functionCall": {"name": p.function_call.name, "args": p.function_call.args}
-            }
-        elif p.thought:
-            part = {"text": p.text, "thought": True}
-        else:
-            part = {"text": p.text}
-        if p.thought_signature is not None:
-            part["thoughtSignature"] = p.thought_signature
-        expected.append(part)
-    sent = [dict(q) for q in model_turn["parts"]]
-    for q in sent:
-        if "thoughtSignature" in q:
-            q["thoughtSignature"] = base64.urlsafe_b64decode(q["thoughtSignature"])
-    assert sent == merge_thoughts(expected)
+    assert model_turn == {"role": "model", "parts": sent_back(sdk.parts)}
     assert responses == {
         "role": "user",
         "parts": [
@@ -212,21 +205,29 @@ async def test_the_stored_answer_agrees_with_the_sdk(
     assert history[-1].message.text == "The capital of France is Paris."
 
 
-def merge_thoughts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive thought parts without a signature between them, as one part
-    (the stream splits one thought summary across chunks)."""
+def sent_back(parts: list[types.Part]) -> list[dict[str, Any]]:
+    """The parts the SDK read, as the API requires them back: in order, each
+    signature on the part it came with (the URL-safe base64 the SDK writes);
+    an unsigned text or thought part joins the part of its kind before it (the
+    stream cuts one text into many parts), a signed one is never joined to an
+    unsigned one before it."""
     out: list[dict[str, Any]] = []
-    for part in parts:
-        prev = out[-1] if out else None
-        if (
-            part.get("thought")
-            and prev is not None
-            and prev.get("thought")
-            and "thoughtSignature" not in prev
-        ):
-            prev["text"] += part["text"]
-            if "thoughtSignature" in part:
-                prev["thoughtSignature"] = part["thoughtSignature"]
+    last_kind = None
+    for p in parts:
+        sig = p.thought_signature
+        if p.function_call is not None:
+            call = {"name": p.function_call.name, "args": p.function_call.args}
+            out.append({"functionCall": call})
+            last_kind = "call"
+        elif p.text is not None:
+            kind = "thought" if p.thought else "text"
+            if kind == last_kind and sig is None:
+                out[-1]["text"] += p.text
+                continue
+            out.append({"text": p.text, "thought": True} if p.thought else {"text": p.text})
+            last_kind = kind
         else:
-            out.append(dict(part))
+            continue
+        if sig is not None:
+            out[-1]["thoughtSignature"] = base64.urlsafe_b64encode(sig).decode()
     return out

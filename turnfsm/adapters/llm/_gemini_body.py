@@ -14,7 +14,9 @@ values (no ``google.genai`` here).
   the model gave them: its thought summaries (``thought: true`` text parts),
   its text, its ``functionCall`` parts (``args`` the arguments object). A
   ``thoughtSignature`` goes back unchanged on the part it came with (the
-  function call it was attached to, the text, or the thought). Reasoning of
+  function call it was attached to, the text, or the thought; the text
+  streamed before a signed part goes back as a part of its own, never merged
+  with the signed one). Reasoning of
   another provider is dropped, and so is an answer with nothing in it;
 - tool results are ``functionResponse`` parts (``name`` the called tool's,
   ``response`` the result's JSON object, or ``{"result": ...}`` for any other
@@ -118,6 +120,21 @@ def _signed(part: dict[str, Any], data: Mapping[str, Any] | None) -> dict[str, A
     return part
 
 
+def _split_signed(
+    text: str, data: Mapping[str, Any] | None, extra: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """A text (or thought) as the parts it came in: the unsigned text before the
+    signed part, then the signed part (from ``data["at"]`` on) with its
+    signature; a signed part is never merged with an unsigned one."""
+    at = data.get("at") if data is not None else None
+    if data is None or not isinstance(data.get("thoughtSignature"), str):
+        return [{"text": text, **extra}]
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(text):
+        at = 0
+    before = [{"text": text[:at], **extra}] if at else []
+    return [*before, _signed({"text": text[at:], **extra}, data)]
+
+
 def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     extra = msg.get(RESPONSES_KEY)
     reasoning = extra.get("reasoning") if isinstance(extra, Mapping) else None
@@ -134,8 +151,9 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("part")
         if kind == "thought":
             summary = "".join(str(s) for s in item.get("summary") or ())
-            part = {"text": summary, "thought": True}
-            thoughts.setdefault(position, []).append(_signed(part, data))
+            thoughts.setdefault(position, []).extend(
+                _split_signed(summary, data, {"thought": True})
+            )
         elif kind == "text":
             text_data = data
         elif kind == "functionCall":
@@ -143,7 +161,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     parts = list(thoughts.pop(0, ()))
     text = _text_of(msg.get("content"))
     if text or text_data is not None:
-        parts.append(_signed({"text": text}, text_data))
+        parts.extend(_split_signed(text, text_data, {}))
     for n, call in enumerate(msg.get("tool_calls") or ()):
         if n:
             parts.extend(thoughts.pop(n, ()))

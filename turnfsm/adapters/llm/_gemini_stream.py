@@ -18,7 +18,10 @@ What each answer becomes::
     a thoughtSignature on a part               a reasoning item (data {"part":
                                                  "functionCall" | "text" | "thought",
                                                  "thoughtSignature"}; a thought keeps its
-                                                 own), placed where it came
+                                                 own), placed where it came; for text and
+                                                 thoughts "at" is where the signed part
+                                                 began in the joined text (the parts
+                                                 before it go back unsigned, apart)
     finishReason STOP                          stop (tool_calls with calls)
     finishReason MAX_TOKENS                    length
     finishReason SAFETY, PROHIBITED_CONTENT,   content_filter
@@ -109,6 +112,7 @@ def gemini_usage(sent: Mapping[str, Any]) -> dict[str, Any]:
 class _Thought:
     text: list[str] = field(default_factory=list)
     signature: str | None = None
+    signed_at: int = 0  # where, in the thought's text, the signed part began
     calls_before: int = 0
 
 
@@ -127,6 +131,7 @@ class GeminiStreamAssembler:
     def __init__(self) -> None:
         self._text: list[str] = []
         self._text_signature: str | None = None
+        self._text_signed_at = 0
         self._text_calls_before = 0
         self._thoughts: list[_Thought] = []
         self._calls: list[_Call] = []
@@ -169,14 +174,16 @@ class GeminiStreamAssembler:
             raise MalformedChunk(f"a part's 'text' is not a string: {short(part)}")
         if part.get("thought") is True:
             chunks: list[LLMChunk] = []
-            if not self._last_was_thought or (self._thoughts and self._thoughts[-1].signature):
+            signed_twice = signature is not None and self._thoughts[-1].signature is not None
+            if not self._last_was_thought or signed_twice:
                 if self._thoughts:
                     chunks.append(ThinkingDelta(THINKING_SEPARATOR))
                 self._thoughts.append(_Thought(calls_before=len(self._calls)))
             thought = self._thoughts[-1]
-            thought.text.append(text or "")
             if signature is not None:
                 thought.signature = signature
+                thought.signed_at = len("".join(thought.text))
+            thought.text.append(text or "")
             self._last_was_thought = True
             return [*chunks, ThinkingDelta(text)] if text else chunks
         if text is None and signature is None:
@@ -186,6 +193,7 @@ class GeminiStreamAssembler:
             self._text_calls_before = len(self._calls)
         if signature is not None:
             self._text_signature = signature
+            self._text_signed_at = len(self.text)
         if text:
             self._text.append(text)
             return [TextDelta(text)]
@@ -227,6 +235,7 @@ class GeminiStreamAssembler:
             data: dict[str, Any] = {"part": "thought"}
             if t.signature is not None:
                 data["thoughtSignature"] = t.signature
+                data["at"] = t.signed_at
             items.append(
                 ReasoningData(
                     "",
@@ -241,7 +250,11 @@ class GeminiStreamAssembler:
                 ReasoningData(
                     "",
                     provider=GOOGLE_PROVIDER,
-                    data={"part": "text", "thoughtSignature": self._text_signature},
+                    data={
+                        "part": "text",
+                        "thoughtSignature": self._text_signature,
+                        "at": self._text_signed_at,
+                    },
                     position=self._text_calls_before,
                 )
             )
