@@ -13,7 +13,7 @@ from gemini_loopback import LoopbackServer
 
 from turnfsm.adapters.llm import GeminiLLM
 from turnfsm.adapters.llm._gemini_body import gemini_request
-from turnfsm.model import RESPONSES_KEY, LLMRequest
+from turnfsm.model import RESPONSES_KEY, LLMRequest, LLMResponse, ToolCallDelta
 
 pytestmark = pytest.mark.anyio
 
@@ -216,3 +216,21 @@ async def test_media_and_signatures_reach_the_wire_as_the_same_bytes(
         "role": "user",
         "parts": [{"functionResponse": {"name": "get_weather", "response": {}}}],
     }
+
+
+async def test_streamed_call_deltas_carry_the_ids_of_the_answers_calls(
+    loopback: LoopbackServer,
+) -> None:
+    cases = {c.name: c for c in corpus()}
+    loopback.script(cases["parallel_calls"].reply(), cases["parallel_calls"].reply())
+    request = LLMRequest("c", "x", [{"role": "user", "content": "Paris and Oslo?"}], tools=[TOOL])
+    async with GeminiLLM("gemini-2.5-flash", base_url=loopback.url, api_key="k") as llm:
+        runs = [[c async for c in llm.stream(request)] for _ in range(2)]
+    for chunks in runs:
+        final = chunks[-1]
+        assert isinstance(final, LLMResponse)
+        streamed = [(d.index, d.id) for d in chunks if isinstance(d, ToolCallDelta) and d.id]
+        assert streamed == [(n, c.id) for n, c in enumerate(final.tool_calls)]
+    # the same answer gives the same ids (a replay, a resume)
+    ids = [[c.id for c in r[-1].tool_calls] for r in runs]  # type: ignore[union-attr]
+    assert ids[0] == ids[1] == ["call_pc9mafbwMdOjz7IP6bPY8Ac_0", "call_pc9mafbwMdOjz7IP6bPY8Ac_1"]

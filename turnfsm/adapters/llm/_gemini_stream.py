@@ -160,13 +160,13 @@ class GeminiStreamAssembler:
             args = call.get("args") if call.get("args") is not None else {}
             args = expect_dict(args, "a functionCall's 'args'")
             given = call.get("id")
+            given = given if isinstance(given, str) and given else None
             index = len(self._calls)
-            self._calls.append(
-                _Call(given if isinstance(given, str) and given else None, name, args, signature)
-            )
+            self._calls.append(_Call(given, name, args, signature))
             self._last_was_thought = False
+            the_id = given or call_id(self._response_id, index, name, args)
             return [
-                ToolCallDelta(index=index, name=name),
+                ToolCallDelta(index=index, id=the_id, name=name),
                 ToolCallDelta(index=index, arguments=json.dumps(args, ensure_ascii=False)),
             ]
         text = part.get("text")
