@@ -234,3 +234,30 @@ async def test_streamed_call_deltas_carry_the_ids_of_the_answers_calls(
     # the same answer gives the same ids (a replay, a resume)
     ids = [[c.id for c in r[-1].tool_calls] for r in runs]  # type: ignore[union-attr]
     assert ids[0] == ids[1] == ["call_pc9mafbwMdOjz7IP6bPY8Ac_0", "call_pc9mafbwMdOjz7IP6bPY8Ac_1"]
+
+
+async def test_parameters_reach_the_wire_in_the_generation_config(
+    loopback: LoopbackServer,
+) -> None:
+    loopback.script(corpus()[0].reply())
+    async with GeminiLLM(
+        "gemini-2.5-flash",
+        base_url=loopback.url,
+        api_key="k",
+        temperature=0.7,
+        thinkingConfig={"includeThoughts": True},
+    ) as llm:
+        request = LLMRequest(
+            "c",
+            "ignored",
+            [{"role": "user", "content": "Hi"}],
+            parameters={"max_tokens": 50, "stop": "X", "seed": 3, "temperature": 0.1},
+        )
+        [_ async for _ in llm.stream(request)]
+    [sent] = loopback.requests
+    assert sent.path == "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    config = sent.body["generationConfig"]
+    assert config["temperature"] == 0.1  # the context's parameter wins
+    assert (config["maxOutputTokens"], config["stopSequences"], config["seed"]) == (50, ["X"], 3)
+    # the SDK writes nested fields in snake_case; the API reads both
+    assert config["thinkingConfig"] == {"include_thoughts": True}
