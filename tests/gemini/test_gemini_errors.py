@@ -13,7 +13,8 @@ import kit
 import pytest
 from gemini_corpus import corpus, error_mid_stream, status_error
 from gemini_loopback import LoopbackServer, Reply
-from google.genai import errors
+from google import genai
+from google.genai import errors, types
 
 from turnfsm import State
 from turnfsm.adapters.llm import GeminiLLM
@@ -209,3 +210,20 @@ def test_without_the_extra_the_import_error_names_it() -> None:
     assert done.stdout.strip() == (
         "GeminiLLM needs the google-genai SDK: pip install 'turnfsm[google]'"
     )
+
+
+async def test_a_client_of_ones_own_that_retries_still_sends_each_request_once(
+    loopback: LoopbackServer,
+) -> None:
+    retrying = types.HttpRetryOptions(attempts=4, initial_delay=0.01, max_delay=0.01)
+    client = genai.Client(
+        api_key=KEY, http_options=types.HttpOptions(base_url=loopback.url, retry_options=retrying)
+    )
+    loopback.script(status_error(503, "UNAVAILABLE", "overloaded"), TEXT.reply())
+    async with GeminiLLM("gemini-2.5-flash", client=client) as llm:
+        with pytest.raises(TransientLLMError) as info:
+            async for _chunk in llm.stream(REQUEST):
+                pass
+    assert info.value.status == 503
+    assert len(loopback.requests) == 1  # the engine is the one layer that retries
+    await client.aio.aclose()
