@@ -30,6 +30,7 @@ LAZY = (
     "pygments",
     "openai",
     "anthropic",
+    "google",
     "httpx",
     "fastapi",
     "starlette",

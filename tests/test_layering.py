@@ -90,6 +90,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "transitions": ("turnfsm.states._machine",),
     "openai": ("turnfsm.adapters.llm.openai",),
     "anthropic": ("turnfsm.adapters.llm.anthropic",),
+    "google": ("turnfsm.adapters.llm.gemini",),
     "tenacity": ("turnfsm.engine._retry",),
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),

@@ -1,9 +1,11 @@
 """LLM adapters: the interface, the scripted test double, and (separately, so that
-``openai`` and ``anthropic`` are imported only when used) the provider adapters.
+``openai``, ``anthropic`` and ``google.genai`` are imported only when used) the
+provider adapters.
 
-``AnthropicLLM`` is exported lazily: ``from turnfsm.adapters.llm import
-AnthropicLLM`` imports the ``anthropic`` SDK (extra ``anthropic``) then, and
-``import turnfsm.adapters.llm`` alone does not.
+``AnthropicLLM`` and ``GeminiLLM`` are exported lazily: ``from
+turnfsm.adapters.llm import AnthropicLLM`` imports the ``anthropic`` SDK (extra
+``anthropic``) then, ``GeminiLLM`` the ``google-genai`` SDK (extra ``google``),
+and ``import turnfsm.adapters.llm`` alone imports neither.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from .scripted import AnswerSpec, ScriptedLLM
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicLLM
+    from .gemini import GeminiLLM
 
 __all__ = [
     "LLM",
     "AnswerSpec",
     "AnthropicLLM",
+    "GeminiLLM",
     "LLMChunk",
     "LLMRequest",
     "LLMResponse",
@@ -51,4 +55,14 @@ def __getattr__(name: str) -> Any:
                 "AnthropicLLM needs the anthropic SDK: pip install 'turnfsm[anthropic]'"
             ) from exc
         return AnthropicLLM
+    if name == "GeminiLLM":
+        try:
+            from .gemini import GeminiLLM
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("google", "google.genai"):
+                raise
+            raise ImportError(
+                "GeminiLLM needs the google-genai SDK: pip install 'turnfsm[google]'"
+            ) from exc
+        return GeminiLLM
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
