@@ -107,12 +107,19 @@ def _run(args: argparse.Namespace) -> int:
     for text in args.message or ():
         check_message(text, "--message")
     llm, tools, model = _model(args)
-    try:
-        return anyio.run(_record, args, approval_mode(args.approve), llm, tools, model)
-    finally:
-        close = getattr(llm, "aclose", None)
-        if close is not None:
-            anyio.run(close)
+    approve = approval_mode(args.approve)
+
+    async def record_then_close() -> int:
+        # closed on the event loop its connections were opened on (a kept-alive
+        # connection cannot be closed from another one)
+        try:
+            return await _record(args, approve, llm, tools, model)
+        finally:
+            close = getattr(llm, "aclose", None)
+            if close is not None:
+                await close()
+
+    return anyio.run(record_then_close)
 
 
 async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:
