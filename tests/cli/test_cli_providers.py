@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import turnfsm.adapters.llm as llm_package
 from turnfsm.cli import build_parser
 from turnfsm.cli._errors import CLIError
 from turnfsm.cli._providers import PROVIDERS, Provider, open_provider
@@ -427,4 +428,120 @@ def test_an_adapter_missing_from_this_turnfsm_is_one_line() -> None:
     assert str(caught.value) == (
         "--provider elsewhere: its adapter, turnfsm.adapters.llm.NoSuchLLM, is not in this "
         "version of turnfsm"
+    )
+
+
+# ---------------------------------------------------------------------- Gemini
+
+GEMINI = PROVIDERS["google"].default_model
+GEMINI_KEY = "gemini-cli-test-0123456789"
+HAS_GEMINI_ADAPTER = "GeminiLLM" in llm_package.__all__
+
+
+def _gemini_answer(pieces: list[str]) -> list[bytes]:
+    """A streamed ``generateContent`` answer (``alt=sse``) in the documented
+    shape: one ``data:`` event per piece of text, the last with its
+    ``finishReason`` and the usage."""
+    events = []
+    for n, piece in enumerate(pieces):
+        candidate: dict[str, object] = {
+            "content": {"parts": [{"text": piece}], "role": "model"},
+            "index": 0,
+        }
+        if n == len(pieces) - 1:
+            candidate["finishReason"] = "STOP"
+        event = {
+            "candidates": [candidate],
+            "usageMetadata": {
+                "promptTokenCount": 9,
+                "candidatesTokenCount": n + 1,
+                "totalTokenCount": 10 + n,
+            },
+            "modelVersion": GEMINI,
+            "responseId": "gemini-cli-1",
+        }
+        events.append(b"data: " + json.dumps(event).encode() + b"\r\n\r\n")
+    return events
+
+
+@pytest.fixture
+def gemini() -> Iterator[LoopbackServer]:
+    """A loopback server for Gemini's streamed answers; the test is skipped
+    while ``turnfsm.adapters.llm.GeminiLLM`` (or its SDK) is not installed."""
+    try:
+        from turnfsm.adapters.llm import GeminiLLM  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"GeminiLLM is not available here: {exc}")
+    with LoopbackServer() as server:
+        yield server
+    assert not server.errors, server.errors
+
+
+def test_chat_with_gemini_answers_with_the_replayed_text(
+    tmp_path: Path, gemini: LoopbackServer
+) -> None:
+    gemini.script(Reply(chunks=_gemini_answer(["Hello", " from Gemini!"])))
+    ran = run(
+        tmp_path, "chat", "--provider", "google", "--base-url", gemini.url,
+        "--store", "sqlite:///chats.db",
+        env={"GEMINI_API_KEY": GEMINI_KEY}, stdin="Hello, who are you?\n",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    opening, *rest = ran.out.splitlines()
+    assert f"; google {GEMINI} at " in opening
+    assert "assistant> Hello from Gemini!" in rest
+    (request,) = gemini.requests
+    assert f"models/{GEMINI}:streamGenerateContent" in request.path
+    assert request.headers.get("x-goog-api-key") == GEMINI_KEY
+    assert "Hello, who are you?" in json.dumps(request.body["contents"])
+
+
+def test_serve_with_gemini_answers_a_posted_turn(tmp_path: Path, gemini: LoopbackServer) -> None:
+    gemini.script(Reply(chunks=_gemini_answer(["Hello", " from Gemini!"])))
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start(
+        tmp_path, "serve", "--port", str(port), "--provider", "google",
+        "--base-url", gemini.url, "--store", "sqlite:///serve.db",
+        env={"GOOGLE_API_KEY": GEMINI_KEY},
+    )  # fmt: skip
+    try:
+        _wait_ready(proc, url)
+        cid = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."}).json()["id"]
+        turn = httpx.post(
+            f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
+        )
+    finally:
+        err = _stop(proc)
+    assert turn.status_code == 200, turn.text
+    assert turn.json()["text"] == "Hello from Gemini!"
+    assert err.startswith(f"turnfsm serve: {url}, model {GEMINI} (google"), err
+    (request,) = gemini.requests
+    assert f"models/{GEMINI}:streamGenerateContent" in request.path
+    assert request.headers.get("x-goog-api-key") == GEMINI_KEY
+
+
+@pytest.mark.skipif(not HAS_GEMINI_ADAPTER, reason="turnfsm.adapters.llm has no GeminiLLM")
+def test_a_missing_google_extra_is_one_line_naming_it(tmp_path: Path) -> None:
+    ran = run(
+        tmp_path, "chat", "--provider", "google", "--base-url", "http://127.0.0.1:9",
+        "-m", "hi", "--store", "memory://", env=_blocking(tmp_path, "google.genai"),
+    )  # fmt: skip
+    assert ran.code == 2
+    assert ran.one_line() == (
+        "turnfsm chat: --provider google needs the google extra (google.genai is not "
+        "installed): pip install 'turnfsm[google]'"
+    )
+
+
+@pytest.mark.skipif(HAS_GEMINI_ADAPTER, reason="turnfsm.adapters.llm has GeminiLLM")
+def test_google_without_its_adapter_is_one_line(tmp_path: Path) -> None:
+    ran = run(
+        tmp_path, "chat", "--provider", "google", "--base-url", "http://127.0.0.1:9",
+        "-m", "hi", "--store", "memory://",
+    )  # fmt: skip
+    assert ran.code == 2
+    assert ran.one_line() == (
+        "turnfsm chat: --provider google: its adapter, turnfsm.adapters.llm.GeminiLLM, is not "
+        "in this version of turnfsm"
     )
