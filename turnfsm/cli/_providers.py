@@ -95,12 +95,8 @@ def _openai(cls: Any, c: Connection) -> Any:
     )
 
 
-def _anthropic(cls: Any, c: Connection) -> Any:
+def _anthropic_or_google(cls: Any, c: Connection) -> Any:
     return cls(c.model, api_key=c.api_key, base_url=c.base_url, timeout=c.timeout)
-
-
-def _google(cls: Any, c: Connection) -> Any:
-    return cls(c.model, api_key=c.api_key, base_url=c.base_url)
 
 
 _OPENAI_KEYS = ("OPENAI_API_KEY",)
@@ -139,7 +135,7 @@ PROVIDERS: dict[str, Provider] = {
             key_vars=("ANTHROPIC_API_KEY",),
             base_url_var="ANTHROPIC_BASE_URL",
             default_model="claude-haiku-4-5",
-            make=_anthropic,
+            make=_anthropic_or_google,
             streams_only=True,
         ),
         Provider(
@@ -152,7 +148,7 @@ PROVIDERS: dict[str, Provider] = {
             key_vars=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
             base_url_var="GOOGLE_GEMINI_BASE_URL",
             default_model="gemini-2.5-flash",
-            make=_google,
+            make=_anthropic_or_google,
             streams_only=True,
         ),
     )

@@ -191,9 +191,10 @@ def model_shown(args: argparse.Namespace, llm: Any) -> str:
     name = model_name(args, llm)
     if args.llm is not None or isinstance(llm, DemoLLM):
         return name
-    where = getattr(llm, "base_url", None)
+    provider = provider_of(args)
+    where = getattr(llm, "base_url", None) or args.base_url or provider.env_base_url()
     at = f" at {where}" if where else ""
-    return f"{name} ({provider_of(args).name}{at})"
+    return f"{name} ({provider.name}{at})"
 
 
 def _host(host: str) -> str:
