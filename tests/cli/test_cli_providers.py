@@ -245,6 +245,35 @@ def test_record_talks_to_claude(tmp_path: Path, claude: LoopbackServer) -> None:
     assert len(claude.requests) == 1
 
 
+def test_a_stored_conversation_moves_from_openai_to_claude(
+    tmp_path: Path, claude: LoopbackServer
+) -> None:
+    with OpenAILoopback() as server:
+        server.script(OpenAIReply(events=text_stream(["Nice to meet ", "you, Ada."])))
+        first = run(
+            tmp_path, "chat", "--base-url", server.url, "-m", "I am Ada.", "--json",
+            "--store", "sqlite:///chats.db",
+        )  # fmt: skip
+    assert first.code == 0, first.err
+    cid = json.loads(first.out)["context_id"]
+    claude.script(Reply(chunks=lines("basic_response.txt")))
+    ran = run(
+        tmp_path, "chat", "--context", cid, "--provider", "anthropic", "--model", CLAUDE,
+        "--base-url", claude.url, "-m", "Who am I?", "--store", "sqlite:///chats.db",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert f"resumed context {cid}: 2 messages, " in ran.out
+    assert f"; anthropic {CLAUDE} at {claude.url}" in ran.out
+    (request,) = claude.requests
+    assert request.body["model"] == CLAUDE
+    said = [(m["role"], [b["text"] for b in m["content"]]) for m in request.body["messages"]]
+    assert said == [
+        ("user", ["I am Ada."]),
+        ("assistant", ["Nice to meet you, Ada."]),
+        ("user", ["Who am I?"]),
+    ]
+
+
 # ---------------------------------------------------------------------- setup problems
 
 
