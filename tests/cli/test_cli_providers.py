@@ -298,6 +298,17 @@ def test_a_missing_key_is_one_line_naming_the_variable(tmp_path: Path, argv: lis
     assert not list(tmp_path.glob("*.db"))  # said before any store is made
 
 
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_a_model_named_without_a_key_or_endpoint_is_one_line(tmp_path: Path, command: str) -> None:
+    # not the OpenAI API with a placeholder key, refused at the first turn
+    argv = ["--port", "0"] if command == "serve" else []
+    ran = run(tmp_path, command, *argv, "--model", "llama3.2", "--store", "sqlite:///s.db")
+    assert ran.code == 2
+    assert ran.one_line() == (
+        f"turnfsm {command}: no OPENAI_API_KEY is set and no --base-url was given"
+    )
+
+
 def test_a_missing_gemini_key_names_both_variables(tmp_path: Path) -> None:
     ran = run(tmp_path, "chat", "--provider", "google", "-m", "hi")
     assert ran.code == 2
