@@ -1,9 +1,14 @@
-"""``turnfsm chat``: a chat on the terminal with any OpenAI-compatible endpoint.
+"""``turnfsm chat``: a chat on the terminal with a model of OpenAI, Anthropic,
+Google or any OpenAI-compatible server.
 
 The OpenAI API by default (``OPENAI_API_KEY``), or any OpenAI-compatible server
 (vLLM, Ollama, LM Studio, OpenRouter, ...) with ``--base-url`` (or
-``OPENAI_BASE_URL``). The text streams as it arrives; tool calls are shown and,
-for tools that need it, approved or denied (``--approve``). Built-in demo
+``OPENAI_BASE_URL``). ``--provider`` picks another: ``openai-responses`` (the
+Responses API; ``--responses`` says the same), ``anthropic`` (Claude;
+``ANTHROPIC_API_KEY``, the ``anthropic`` extra) or ``google`` (Gemini;
+``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``, the ``google`` extra). The text
+streams as it arrives; tool calls are shown and, for tools that need it,
+approved or denied (``--approve``). Built-in demo
 tools: ``clock`` (the time in a timezone), ``calculator`` (arithmetic only,
 parsed, never ``eval``'d) and ``read_file`` (a text file under the working
 directory; each call needs approval; no path escapes it). ``--ask-user`` also
@@ -27,8 +32,8 @@ Exit codes: 0 done; 1 the turn failed (the model call failed for good, the
 reason on stderr); 2 a usage or setup problem, said in one line: no API key,
 a server that cannot be reached or refuses the key, a bad store URL, an
 unknown context; 130 Ctrl-C; 143 SIGTERM (the MCP servers it started are
-stopped first). With ``--base-url`` and no ``OPENAI_API_KEY`` a placeholder
-key is sent (local servers need none). ``--llm module:attribute`` uses the
+stopped first). With ``--base-url`` and no key a placeholder key is sent
+(local servers need none). ``--llm module:attribute`` uses the
 application's own model adapter instead, ``--tools module:attribute`` adds
 its tools (the module is looked for in the working directory first).
 """
@@ -50,6 +55,7 @@ from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
 from ._history_options import add_history_options
 from ._imports import add_app_options
 from ._mcp import add_mcp_options
+from ._providers import add_provider_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
 
@@ -72,7 +78,7 @@ MAX_ATTEMPTS = 100
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "chat",
-        help="chat with an OpenAI-compatible model on the terminal",
+        help="chat with a model (OpenAI, Anthropic, Google, or OpenAI-compatible) on the terminal",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -94,14 +100,8 @@ def add_parser(sub: Any) -> None:
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """The options that choose and drive the model (chat, resume, recover)."""
-    p.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
-        "(default: $OPENAI_BASE_URL, else the OpenAI API)",
-    )
-    p.add_argument(
-        "--model", metavar="NAME", help=f"the model (default {DEFAULT_MODEL}, or the context's)"
+    add_provider_options(
+        p, model_help="the model", model_note="; a resumed conversation keeps its own"
     )
     p.add_argument(
         "--approve",
@@ -117,9 +117,6 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print each turn as one JSON object")
     add_store_option(p)
-    p.add_argument(
-        "--responses", action="store_true", help="use the Responses API (default: Chat Completions)"
-    )
     p.add_argument(
         "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
     )

@@ -4,19 +4,27 @@ model), its failures that are setup problems, the modes and the defaults."""
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..adapters.llm import LLMChunk, LLMRequest
 from ..engine import Mode
-from ..errors import InvalidInput, LLMError
+from ..errors import LLMError
 from ..model import MessageType
 from ..tools import Tool, ask_user
 from ._demo_tools import builtin_tools
 from ._errors import CLIError
 from ._imports import llm_label, load_llm, load_tools
+from ._providers import (
+    DEFAULT_PROVIDER,
+    PLACEHOLDER_KEY,
+    PROVIDERS,
+    Provider,
+    open_provider,
+    provider_named,
+    provider_of,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -32,13 +40,11 @@ __all__ = [
     "setup_problem",
 ]
 
-DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_MODEL = PROVIDERS[DEFAULT_PROVIDER].default_model
 DEFAULT_SYSTEM = (
     "You are a helpful assistant in a terminal. You can tell the time, do arithmetic "
     "and read text files in the user's working directory with your tools."
 )
-PLACEHOLDER_KEY = "not-needed"
-"""Sent with ``--base-url`` when no ``OPENAI_API_KEY`` is set (local servers need none)."""
 
 ApproveMode = Literal["all", "none", "ask"]
 
@@ -101,6 +107,15 @@ class ModelSetup:
     tools: list[Tool]
     model: str
     """The model of a new context made without ``--model``."""
+    provider: Provider | None = None
+    """The provider that answers (``None``: the demo model, or ``--llm``'s)."""
+
+    def shown(self, model: str) -> str:
+        """The opening line's model: the provider, the model name a context
+        sends (``model``) and where it goes; else what ``endpoint`` says."""
+        if self.provider is None:
+            return self.endpoint
+        return f"{self.provider.name} {model} at {self.endpoint}"
 
 
 def open_model(args: argparse.Namespace) -> ModelSetup:
@@ -108,50 +123,51 @@ def open_model(args: argparse.Namespace) -> ModelSetup:
     if getattr(args, "ask_user", False):
         tools.append(ask_user)
     tools += load_tools(getattr(args, "tools", None) or [])
+    named = provider_named(args)
     if args.demo:
         if args.llm is not None:
             raise CLIError("--demo and --llm name two models: give one")
+        if named is not None:
+            raise CLIError(f"--demo and --provider {named} name two models: give one")
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
 
         return ModelSetup(DemoLLM(delay=0.0), "the demo model", [*tools, get_weather], "demo")
     if args.llm is not None:
+        if named is not None:
+            raise CLIError(f"--llm and --provider {named} name two models: give one")
         llm = load_llm(args.llm)
         label = llm_label(args.llm, llm)
         return ModelSetup(llm, f"model {label} (--llm)", tools, label)
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
-    key = os.environ.get("OPENAI_API_KEY") or None
-    if base_url is None and key is None:
-        raise CLIError(
-            "no OPENAI_API_KEY is set and no --base-url was given; without a key, try the "
-            "demo model: `turnfsm chat --demo` (or `turnfsm demo`), or a local server: "
-            "`turnfsm chat --base-url http://localhost:11434/v1 --model llama3.2`",
+    provider = provider_of(args)
+    hint = ""
+    if provider.name == DEFAULT_PROVIDER and named is None:
+        hint = (
+            "; without a key, try the demo model: `turnfsm chat --demo` (or `turnfsm "
+            "demo`), or a local server: `turnfsm chat --base-url http://localhost:11434/v1 "
+            "--model llama3.2`"
         )
-    from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
-
-    cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
-    try:
-        llm = cls(
-            base_url=base_url,
-            api_key=key or PLACEHOLDER_KEY,
-            model=args.model,
-            timeout=args.timeout,
-            stream=not args.no_stream,
-        )
-    except InvalidInput as exc:
-        raise CLIError(str(exc)) from None
-    return ModelSetup(llm, llm.base_url, tools, DEFAULT_MODEL)
+    llm, endpoint = open_provider(
+        provider,
+        base_url=args.base_url,
+        model=args.model,
+        timeout=args.timeout,
+        stream=not args.no_stream,
+        no_key_hint=hint,
+    )
+    return ModelSetup(llm, endpoint, tools, provider.default_model, provider)
 
 
-def setup_problem(error: LLMError | None, endpoint: str) -> str | None:
-    """A failure that is a setup problem (exit 2), said in one line."""
+def setup_problem(
+    error: LLMError | None, endpoint: str, provider: Provider | None = None
+) -> str | None:
+    """A failure that is a setup problem (exit 2), said in one line (the key
+    to check is the provider's: ``OPENAI_API_KEY`` when none is named)."""
     if error is None:
         return None
     if error.kind == "connection" and not error.partial_text:
         return f"cannot reach {endpoint}: {error.message}"
     if error.status in (401, 403):
-        return (
-            f"{endpoint} refused the API key ({error.describe()}); "
-            "check OPENAI_API_KEY (or --base-url)"
-        )
+        keys = (provider or PROVIDERS[DEFAULT_PROVIDER]).keys_named
+        return f"{endpoint} refused the API key ({error.describe()}); check {keys} (or --base-url)"
     return None

@@ -94,6 +94,7 @@ class Chat:
     async def session(self, *, create: bool) -> AsyncIterator[tuple[Engine, str]]:
         """The engine on the model and the store the options name, and the store's URL."""
         setup = open_model(self.args)
+        self.setup = setup
         self.endpoint = setup.endpoint
         self.default_model = setup.model
         self.watched = Watched(setup.llm)
@@ -163,16 +164,16 @@ class Chat:
             if model and model != ctx.config.model_id:  # the context shows what is sent
                 await engine.update_config(ctx.id, model=model)
             if not self.as_json:
+                shown = self.setup.shown(model or ctx.config.model_id)
                 self._note(
                     f"resumed context {ctx.id}: {len(ctx.history())} messages, "
-                    f"{ctx.current_state}; {self.endpoint}{_mode_note(mode)}"
+                    f"{ctx.current_state}; {shown}{_mode_note(mode)}"
                 )
             return ctx.id
         mode = getattr(self.args, "mode", None) or "chat"
+        model = self.args.model or self.default_model
         cid = await engine.create_context(
-            system_prompt=self.args.system_prompt or DEFAULT_SYSTEM,
-            model=self.args.model or self.default_model,
-            mode=mode,
+            system_prompt=self.args.system_prompt or DEFAULT_SYSTEM, model=model, mode=mode
         )
         if not self.as_json:
             kept = f"resume with --context {cid}"
@@ -180,7 +181,8 @@ class Chat:
                 kept = (
                     "a memory:// store is gone at exit: give --store sqlite:///chats.db to keep it"
                 )
-            self._note(f"context {cid} in {url}; {self.endpoint}{_mode_note(mode)} ({kept})")
+            shown = self.setup.shown(model)
+            self._note(f"context {cid} in {url}; {shown}{_mode_note(mode)} ({kept})")
         return cid
 
     async def _switch_mode(self, cid: str, text: str) -> None:
@@ -344,7 +346,7 @@ class Chat:
             raise failures[0]
         turn = box[0]
         if turn.state is State.PERMANENT_FAILURE:
-            fatal = setup_problem(self.watched.last_error, self.endpoint)
+            fatal = setup_problem(self.watched.last_error, self.endpoint, self.setup.provider)
             if fatal:
                 raise CLIError(fatal)
         return turn

@@ -1,10 +1,12 @@
 """``turnfsm record --out FILE``: record a conversation as a replay script.
 
 Talks to the demo model (no key, no network) with the demo weather tool,
-unless a model is named as ``turnfsm chat`` names one: ``--base-url`` (or
-``--model``, ``--responses``: the OpenAI API with ``OPENAI_API_KEY``), whose
-tools are chat's built-in ones, or ``--llm module:attribute``, the
-application's own adapter. ``--tools module:attribute`` adds tools. Type
+unless a model is named as ``turnfsm chat`` names one: ``--provider``
+(``openai``, ``openai-responses``, ``anthropic``, ``google``; ``--responses``
+is ``--provider openai-responses``), ``--base-url`` or ``--model`` (the
+provider's API with its key: ``OPENAI_API_KEY`` unless ``--provider`` says
+otherwise), whose tools are chat's built-in ones, or ``--llm
+module:attribute``, the application's own adapter. ``--tools module:attribute`` adds tools. Type
 messages at the prompt (an empty line or end of input stops), or give
 ``--message TEXT`` for one turn. The script written replays to the same trace
 and messages with ``turnfsm replay FILE``, without the model.
@@ -29,10 +31,11 @@ from ..replay import Recorder
 from ..states import State
 from ..tools import Tool
 from ._chat import MAX_TIMEOUT, check_message
-from ._chat_model import DEFAULT_MODEL, open_model
+from ._chat_model import open_model
 from ._demo import get_weather
 from ._errors import CLIError, guarded, read_line, seconds
 from ._imports import add_app_options, load_tools
+from ._providers import add_provider_options, provider_named
 from ._store import HOW_TO_APPROVE, approval_mode, denial_reason
 
 __all__ = ["add_parser"]
@@ -73,16 +76,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="the built-in demo model (the default when no other model is named)",
     )
-    p.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
-        "(default: $OPENAI_BASE_URL, else the OpenAI API)",
-    )
-    p.add_argument("--model", metavar="NAME", help=f"the model (default {DEFAULT_MODEL})")
-    p.add_argument(
-        "--responses", action="store_true", help="use the Responses API (default: Chat Completions)"
-    )
+    add_provider_options(p, model_help="the model")
     p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
     p.add_argument(
         "--timeout",
@@ -99,7 +93,10 @@ def _model(args: argparse.Namespace) -> tuple[Any, list[Tool], str]:
     """The model to record, its tools and its name."""
     if args.demo and args.llm is not None:
         raise CLIError("--demo and --llm name two models: give one")
-    named = args.llm is not None or args.base_url or args.model or args.responses
+    provider = provider_named(args)
+    if args.demo and provider is not None:
+        raise CLIError(f"--demo and --provider {provider} name two models: give one")
+    named = args.llm is not None or args.base_url or args.model or provider is not None
     if args.demo or not named:  # the demo model, with its weather tool
         return DemoLLM(), [get_weather, *load_tools(args.tools)], "demo"
     setup = open_model(args)
@@ -110,12 +107,19 @@ def _run(args: argparse.Namespace) -> int:
     for text in args.message or ():
         check_message(text, "--message")
     llm, tools, model = _model(args)
-    try:
-        return anyio.run(_record, args, approval_mode(args.approve), llm, tools, model)
-    finally:
-        close = getattr(llm, "aclose", None)
-        if close is not None:
-            anyio.run(close)
+    approve = approval_mode(args.approve)
+
+    async def record_then_close() -> int:
+        # closed on the event loop its connections were opened on (a kept-alive
+        # connection cannot be closed from another one)
+        try:
+            return await _record(args, approve, llm, tools, model)
+        finally:
+            close = getattr(llm, "aclose", None)
+            if close is not None:
+                await close()
+
+    return anyio.run(record_then_close)
 
 
 async def _messages(args: argparse.Namespace) -> AsyncIterator[str]:

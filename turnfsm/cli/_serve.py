@@ -2,7 +2,9 @@
 
 The store is the one ``turnfsm chat`` uses (``--store``, ``$TURNFSM_STORE``, else a
 SQLite file in the user's data folder). The model is the demo model (no key,
-no network) unless ``--base-url``, ``--model`` or ``OPENAI_API_KEY`` names one;
+no network) unless ``--provider``, ``--base-url``, ``--model`` or
+``OPENAI_API_KEY`` names one (``--provider anthropic`` or ``google`` for Claude
+or Gemini, with their keys and extras: see ``--provider``);
 ``--tools module:attribute`` adds tools (a tool or a list of them), ``--llm
 module:attribute`` names a model adapter of the application's. ``--turns
 workers`` hands each posted message's turn to ``turnfsm worker`` processes on
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
 import socket
 import sys
 from typing import Any
@@ -32,6 +33,7 @@ from ._errors import CLIError, count, guarded, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._imports import add_app_options, llm_label, load_llm, load_tools
 from ._mcp import add_mcp_options, mcp_toolsets
+from ._providers import add_provider_options, open_provider, provider_named, provider_of
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import start_tracing
 from ._temporal_options import (
@@ -42,7 +44,14 @@ from ._temporal_options import (
     temporal_package,
 )
 
-__all__ = ["add_model_options", "add_parser", "load_tools", "model_name", "model_of"]
+__all__ = [
+    "add_model_options",
+    "add_parser",
+    "load_tools",
+    "model_name",
+    "model_of",
+    "model_shown",
+]
 
 
 def add_parser(sub: Any) -> None:
@@ -109,9 +118,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     """The model and tool flags ``serve`` and ``worker`` share, the history
     settings, and ``--lease-ttl``."""
     add_app_options(p)
-    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint")
-    p.add_argument("--model", metavar="NAME", help="the model of new contexts")
-    p.add_argument("--responses", action="store_true", help="use the Responses API")
+    add_provider_options(p, model_help="the model of new contexts")
     p.add_argument(
         "--timeout", type=seconds(3600.0), default=60.0, metavar="S", help="seconds per request"
     )
@@ -137,27 +144,26 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def model_of(args: argparse.Namespace) -> tuple[Any, list[Tool]]:
     """The model adapter the flags name, and the tools that come with it: the
     demo model's weather tool, offered only when the application gives no
-    tools of its own (``--tools``, ``--mcp``, ``--mcp-url``), which replace it."""
+    tools of its own (``--tools``, ``--mcp``, ``--mcp-url``), which replace it.
+    The demo model answers when nothing names a model: no ``--llm``,
+    ``--provider``, ``--responses``, ``--base-url`` or ``--model``, and no
+    ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``."""
+    named = provider_named(args)
     if args.llm is not None:
+        if named is not None:
+            raise CLIError(f"--llm and --provider {named} name two models: give one")
         return load_llm(args.llm), []
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or None
-    key = os.environ.get("OPENAI_API_KEY") or None
-    if base_url is None and key is None and args.model is None:
+    provider = provider_of(args)
+    nothing = named is None and args.base_url is None and args.model is None
+    if nothing and provider.key() is None and provider.env_base_url() is None:
         from ..adapters.llm.demo import DemoLLM
         from ._demo import get_weather
 
         own = bool(args.tools or getattr(args, "mcp_servers", None))
         return DemoLLM(delay=args.demo_delay), [] if own else [get_weather]
-    from ..adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
-    from ._chat import PLACEHOLDER_KEY
-
-    cls = OpenAIResponsesAdapter if args.responses else OpenAIChatAdapter
-    try:
-        # no model of its own: each context's model is the name sent upstream
-        # (new contexts get model_name(), the one --model names)
-        llm = cls(base_url=base_url, api_key=key or PLACEHOLDER_KEY, timeout=args.timeout)
-    except InvalidInput as exc:
-        raise CLIError(str(exc)) from None
+    # no model of its own: each context's model is the name sent upstream
+    # (new contexts get model_name(), the one --model names)
+    llm, _ = open_provider(provider, base_url=args.base_url, model=None, timeout=args.timeout)
     return llm, []
 
 
@@ -165,7 +171,7 @@ def model_name(args: argparse.Namespace, llm: Any) -> str:
     """The model of a context made without one (and the metrics' model label):
     ``--model``; else, for ``--llm``, the adapter's own ``model`` if it names
     one, else the ``module:attribute`` it was given as; else ``demo`` for the
-    demo model and the default model for an OpenAI-compatible endpoint."""
+    demo model and the provider's default model."""
     if args.model:
         return str(args.model)
     if args.llm is not None:
@@ -174,9 +180,21 @@ def model_name(args: argparse.Namespace, llm: Any) -> str:
 
     if isinstance(llm, DemoLLM):
         return "demo"
-    from ._chat import DEFAULT_MODEL
+    return provider_of(args).default_model
 
-    return DEFAULT_MODEL
+
+def model_shown(args: argparse.Namespace, llm: Any) -> str:
+    """The model a start line names: :func:`model_name`, with the provider
+    and the endpoint it calls when a provider's adapter answers."""
+    from ..adapters.llm.demo import DemoLLM
+
+    name = model_name(args, llm)
+    if args.llm is not None or isinstance(llm, DemoLLM):
+        return name
+    provider = provider_of(args)
+    where = getattr(llm, "base_url", None) or args.base_url or provider.env_base_url()
+    at = f" at {where}" if where else ""
+    return f"{name} ({provider.name}{at})"
 
 
 def _host(host: str) -> str:
@@ -253,6 +271,7 @@ def _run(args: argparse.Namespace) -> int:
         turns=args.turns,
         model=model_name(args, llm),
     )
+    shown = model_shown(args, llm)
     if args.turns == "workers" and not isinstance(store, WorkQueue):
         raise CLIError(
             f"--turns workers: the store {url} cannot hand turns to workers; "
@@ -261,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
 
     mcp_toolsets(args)  # the options are checked before the server starts
     if temporal is not None:
-        return _run_on_temporal(args, temporal, config, store, url, tools)
+        return _run_on_temporal(args, temporal, config, store, url, tools, shown)
 
     def factory() -> Engine:
         return Engine(
@@ -275,11 +294,17 @@ def _run(args: argparse.Namespace) -> int:
             **cache_settings(args),
         )
 
-    return _serve(args, factory, config, url)
+    return _serve(args, factory, config, url, shown)
 
 
 def _run_on_temporal(
-    args: argparse.Namespace, temporal: Any, config: Any, store: Any, url: str, tools: list[Tool]
+    args: argparse.Namespace,
+    temporal: Any,
+    config: Any,
+    store: Any,
+    url: str,
+    tools: list[Tool],
+    shown: str,
 ) -> int:
     """``--turns temporal``: the engine is a ``TemporalEngine`` on the same
     store, whose turn calls are Updates of the contexts' workflows; the
@@ -302,7 +327,7 @@ def _run_on_temporal(
 
     where = f"temporal {args.temporal} (namespace {args.temporal_namespace}, task queue "
     where += f"{args.temporal_task_queue})"
-    exit_at_once(_serve(args, factory, config, url, turns=where))  # see exit_at_once
+    exit_at_once(_serve(args, factory, config, url, shown, turns=where))  # see exit_at_once
 
 
 def _serve(
@@ -310,6 +335,7 @@ def _serve(
     factory: Any,
     config: Any,
     url: str,
+    shown: str,
     *,
     turns: str | None = None,
 ) -> int:
@@ -319,7 +345,7 @@ def _serve(
     # a log line, to standard error as the server's others (standard output is
     # a command's output only)
     print(
-        f"turnfsm serve: http://{_host(args.host)}:{args.port}, model {config.model}, "
+        f"turnfsm serve: http://{_host(args.host)}:{args.port}, model {shown}, "
         f"store {store_location(url)}" + (f", turns on {turns}" if turns else ""),
         file=sys.stderr,
         flush=True,

@@ -35,7 +35,7 @@ from ..engine import RetryPolicy
 from ._errors import count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
-from ._serve import add_model_options, load_tools, model_of
+from ._serve import add_model_options, load_tools, model_of, model_shown
 from ._store import add_store_option, open_cli_store, store_location
 from ._temporal_options import (
     add_temporal_options,
@@ -87,6 +87,7 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     package = temporal_package("turnfsm temporal-worker")
     llm, tools = model_of(args)
+    shown = model_shown(args, llm)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
     shared_store(store, url, "--store")
@@ -131,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
             say(
                 f"turnfsm temporal-worker: {identity} on {store_location(url)}, "
                 f"task queue {args.temporal_task_queue} at {args.temporal} "
-                f"(namespace {args.temporal_namespace})"
+                f"(namespace {args.temporal_namespace}), model {shown}"
             )
             await worker.run()
             tg.cancel_scope.cancel()

@@ -33,7 +33,7 @@ from ._cache_options import add_cache_options, cache_settings
 from ._errors import EXIT_INTERRUPTED, CLIError, count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
-from ._serve import add_model_options, load_tools, model_of
+from ._serve import add_model_options, load_tools, model_of, model_shown
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import add_metrics_options, serve_metrics, start_tracing
 
@@ -77,6 +77,7 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     llm, tools = model_of(args)
+    shown = model_shown(args, llm)
     tools += load_tools(args.tools)
     store, url = open_cli_store(args.store)
     if not isinstance(store, WorkQueue):
@@ -118,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
             # log lines, to standard error: standard output is for what a command outputs
             print(
                 f"turnfsm worker: {engine.owner} on {store_location(url)}, "
-                f"concurrency {args.concurrency}",
+                f"concurrency {args.concurrency}, model {shown}",
                 file=sys.stderr,
                 flush=True,
             )
