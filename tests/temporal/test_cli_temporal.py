@@ -232,6 +232,21 @@ def _until_state(http: httpx.Client, cid: str, want: str, timeout: float = 60) -
         time.sleep(0.1)
 
 
+@pytest.mark.temporal  # a process to start: with -m temporal (.ci/run)
+def test_a_temporal_worker_stopped_by_ctrl_c_exits_130_and_by_sigterm_0(
+    processes: Processes,
+) -> None:
+    """As every command: Ctrl-C (SIGINT) is 130, a supervisor's SIGTERM a
+    clean 0; the stop line names the signal."""
+    for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 0)):
+        name = f"worker-{signum.name}"
+        worker = processes.start("temporal-worker", name=name)
+        processes.wait_for_line(name, "turnfsm temporal-worker: ")
+        worker.send_signal(signum)
+        assert worker.wait(timeout=60) == code, processes.log(name)
+        assert f"turnfsm temporal-worker: stopped ({signum.name})" in processes.log(name)
+
+
 @pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
 def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
     processes: Processes,

@@ -12,7 +12,8 @@ file for processes of one machine. The model, tool and history flags are
 SIGTERM or SIGINT: the worker stops polling, lets the activities it runs
 finish for up to ``--grace`` seconds (Temporal retries one cut off, on any
 worker of the queue: a tool that is not idempotent becomes an unknown
-outcome for a human to decide), and exits 0. A SIGKILL leaves its work to
+outcome for a human to decide), and exits 0 (SIGTERM) or 130 (SIGINT,
+Ctrl-C, as every command). A SIGKILL leaves its work to
 Temporal: a workflow task goes to another worker at once, an activity after
 its heartbeat timeout. Needs the ``temporal`` extra: ``pip install
 'turnfsm[temporal]'``.
@@ -32,7 +33,7 @@ import anyio
 import anyio.abc
 
 from ..engine import RetryPolicy
-from ._errors import count, guarded, seconds
+from ._errors import EXIT_INTERRUPTED, count, guarded, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of, model_shown
@@ -115,15 +116,16 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             await store.aclose()
 
+    received: list[signal.Signals] = []
+
     async def serve(worker: Any) -> None:
-        stopping = anyio.Event()
         async with anyio.create_task_group() as tg:
 
             async def on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()
-                    async for _ in signals:
-                        stopping.set()
+                    async for signum in signals:
+                        received.append(signum)
                         await worker.shutdown()
                         return
 
@@ -136,10 +138,11 @@ def _run(args: argparse.Namespace) -> int:
             )
             await worker.run()
             tg.cancel_scope.cancel()
-        say("turnfsm temporal-worker: stopped" + (" (SIGTERM)" if stopping.is_set() else ""))
+        say("turnfsm temporal-worker: stopped" + (f" ({received[0].name})" if received else ""))
 
     anyio.run(main)
-    exit_at_once(0)  # stopped cleanly: see exit_at_once
+    # stopped cleanly (see exit_at_once): by Ctrl-C 130, as every command; by SIGTERM 0
+    exit_at_once(EXIT_INTERRUPTED if received[:1] == [signal.SIGINT] else 0)
 
 
 def say(line: str) -> None:
