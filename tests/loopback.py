@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
 
-__all__ = ["Handler", "RawReply", "RawServer", "Recorded", "ScriptedServer"]
+__all__ = [
+    "Case",
+    "Handler",
+    "RawReply",
+    "RawServer",
+    "Recorded",
+    "ScriptedServer",
+    "cut_inside_characters",
+]
 
 R = TypeVar("R")
 
@@ -204,3 +212,28 @@ class RawServer(ScriptedServer[RawReply]):
         for chunk in reply.chunks:
             handler.chunk(chunk)
         handler.end_stream()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A recorded answer of a provider's corpus, replayed byte for byte."""
+
+    name: str
+    chunks: list[bytes]
+    tools: bool = False
+    """Whether the answer asks for a tool (the engine then sends a second request)."""
+
+    def reply(self) -> RawReply:
+        return RawReply(chunks=self.chunks)
+
+
+def cut_inside_characters(chunks: list[bytes]) -> list[bytes]:
+    """The same bytes, cut into HTTP chunks in the middle of every multi-byte character."""
+    whole = b"".join(chunks)
+    cuts = [i + 1 for i, b in enumerate(whole) if b >= 0xC0]  # after a lead byte
+    out, at = [], 0
+    for cut in cuts:
+        out.append(whole[at:cut])
+        at = cut
+    out.append(whole[at:])
+    return out
