@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
@@ -35,6 +35,7 @@ __all__ = [
     "Recorded",
     "ScriptedServer",
     "cut_inside_characters",
+    "serving",
 ]
 
 R = TypeVar("R")
@@ -181,6 +182,17 @@ class ScriptedServer(Generic[R]):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+S = TypeVar("S", bound=ScriptedServer[Any])
+
+
+def serving(server: S) -> Iterator[S]:
+    """``server`` started for one test, stopped after it; a request it could not
+    answer (an exception in a handler) fails the test."""
+    with server:
+        yield server
+    assert not server.errors, server.errors
 
 
 @dataclass
