@@ -33,12 +33,11 @@ last tool and the last block of the newest message, so that the next request
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
-from ._common import append_turn, own_reasoning, text_of
+from ._common import append_turn, arguments_object, own_reasoning, text_of
 
 __all__ = [
     "ANTHROPIC_PROVIDER",
@@ -130,16 +129,6 @@ def _reasoning_block(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _tool_input(arguments: object) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
-            return {}
-        return decoded if isinstance(decoded, dict) else {}
-    return {}
-
-
 def _assistant_blocks(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     extra = msg.get(RESPONSES_KEY)
     reasoning = extra.get("reasoning") if isinstance(extra, Mapping) else None
@@ -162,7 +151,7 @@ def _assistant_blocks(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "type": "tool_use",
                 "id": call.get("id"),
                 "name": function.get("name"),
-                "input": _tool_input(function.get("arguments")),
+                "input": arguments_object(function.get("arguments")),
             }
         )
     for n in sorted(placed):  # after every call (an answer cut after its reasoning)

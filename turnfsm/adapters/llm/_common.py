@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from ...errors import LLMError, PermanentLLMError, TransientLLMError
+from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from ._openai_common import IncompleteStream, MalformedChunk, retry_after_seconds
 
 __all__ = [
@@ -21,9 +21,11 @@ __all__ = [
     "OwnedClient",
     "adapter_error",
     "append_turn",
+    "arguments_object",
     "clip",
     "connection_error",
     "masked",
+    "one_client",
     "own_reasoning",
     "status_error",
     "stream_break",
@@ -60,6 +62,12 @@ class OwnedClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def one_client(client: object, base_url: str | None, api_key: str | None) -> None:
+    """Refuse a client given together with what would build one."""
+    if client is not None and (base_url is not None or api_key is not None):
+        raise InvalidInput("client", "give a client, or base_url/api_key to build one, not both")
 
 
 class _HTTPClient(Protocol):
@@ -173,6 +181,18 @@ def text_of(content: object) -> str:
             str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
         )
     return ""
+
+
+def arguments_object(arguments: object) -> dict[str, Any]:
+    """A stored call's arguments as the JSON object a provider requires: the
+    decoded object, else ``{}``."""
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError):
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+    return {}
 
 
 def own_reasoning(

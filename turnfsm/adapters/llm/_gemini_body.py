@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
-from ._common import append_turn, own_reasoning, text_of
+from ._common import append_turn, arguments_object, own_reasoning, text_of
 
 __all__ = [
     "GOOGLE_PROVIDER",
@@ -94,16 +94,6 @@ def _user_parts(content: object) -> list[dict[str, Any]]:
     return parts
 
 
-def _arguments(arguments: object) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
-            return {}
-        return decoded if isinstance(decoded, dict) else {}
-    return {}
-
-
 def _signed(part: dict[str, Any], data: Mapping[str, Any] | None) -> dict[str, Any]:
     signature = data.get("thoughtSignature") if data is not None else None
     if isinstance(signature, str):
@@ -158,7 +148,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         part = {
             "functionCall": {
                 "name": function.get("name"),
-                "args": _arguments(function.get("arguments")),
+                "args": arguments_object(function.get("arguments")),
             }
         }
         parts.append(_signed(part, call_data.get(n)))

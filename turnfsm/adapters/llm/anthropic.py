@@ -56,6 +56,7 @@ from ._common import (
     adapter_error,
     connection_error,
     masked,
+    one_client,
     status_error,
     stream_break,
     timeout_error,
@@ -183,10 +184,7 @@ class AnthropicLLM(HTTPClientAdapter):
         new_id: Callable[[], str] = new_call_id,
         **params: Any,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         if type(max_tokens) is not int or max_tokens < 1:
             raise InvalidInput("max_tokens", f"must be an int >= 1, got {max_tokens!r}")
         if thinking is not None and not isinstance(thinking, Mapping):

@@ -57,6 +57,7 @@ from ._common import (
     adapter_error,
     connection_error,
     masked,
+    one_client,
     stream_break,
     timeout_error,
     with_partial,
@@ -208,10 +209,7 @@ class GeminiLLM(OwnedClient):
         timeout: float | None = 600.0,
         **params: Any,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         self._owns_client = client is None
         if client is None:
             options = types.HttpOptions(

@@ -68,6 +68,7 @@ from ._common import (
     adapter_error,
     clip,
     connection_error,
+    one_client,
     status_error,
     stream_break,
     timeout_error,
@@ -234,10 +235,7 @@ class _OpenAIAdapter(HTTPClientAdapter):
         extra_body: Mapping[str, Any] | None = None,
         new_id: Callable[[], str] = new_call_id,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         self._owns_client = client is None
         if client is None:
             try:
