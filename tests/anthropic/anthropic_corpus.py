@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from anthropic_loopback import Reply, error_body
+from loopback import Case, cut_inside_characters
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -140,29 +140,6 @@ def second_call_block() -> list[tuple[bytes, bytes]]:
         data = data.replace(b'"partial_json":"ar"', b'"partial_json":"sl"')
         data = data.replace(b'"partial_json":"is\\"}"', b'"partial_json":"o\\"}"')
         out.append((head, data))
-    return out
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    chunks: list[bytes]
-    tools: bool = False
-    """Whether the answer asks for a tool (the engine then sends a second request)."""
-
-    def reply(self) -> Reply:
-        return Reply(chunks=self.chunks)
-
-
-def cut_inside_characters(chunks: list[bytes]) -> list[bytes]:
-    """The same bytes, cut into HTTP chunks in the middle of every multi-byte character."""
-    whole = b"".join(chunks)
-    cuts = [i + 1 for i, b in enumerate(whole) if b >= 0xC0]  # after a lead byte
-    out, at = [], 0
-    for cut in cuts:
-        out.append(whole[at:cut])
-        at = cut
-    out.append(whole[at:])
     return out
 
 

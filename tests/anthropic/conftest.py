@@ -17,11 +17,10 @@ import pytest
 # tests/kit.py and tests/canonical.py are imported by name
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from anthropic_loopback import LoopbackServer
+from loopback import serving
 
 
 @pytest.fixture
 def loopback() -> Iterator[LoopbackServer]:
     """A Messages API server on 127.0.0.1 (ephemeral port), for one test."""
-    with LoopbackServer() as server:
-        yield server
-    assert not server.errors, server.errors
+    yield from serving(LoopbackServer())

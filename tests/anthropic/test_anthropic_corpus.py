@@ -12,16 +12,15 @@ from typing import Any
 
 import anthropic
 import jiter
-import kit
 import pytest
 from anthropic.types import Message
 from anthropic_corpus import Case, corpus
 from anthropic_loopback import LoopbackServer
+from provider_cases import stored_turn
 
 from turnfsm import State, tool
 from turnfsm.adapters.llm import AnthropicLLM
 from turnfsm.model import InternalMessage, Role
-from turnfsm.storage import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -138,14 +137,8 @@ async def test_the_stored_answer_agrees_with_the_sdk(
     sdk = await sdk_final(loopback, case)
     follow = corpus()[0]  # a text answer after the tool results
     loopback.script(case.reply(), follow.reply())
-    store = SQLiteStore(tmp_path / "t.db")
-    made = kit.make_engine(llm=llm, tools=[get_weather, make_file], store=store)
-    async with made.engine as engine:
-        cid = await engine.create_context(system_prompt="Be brief.")
-        turn = await engine.send(cid, "Weather in Paris?")
+    turn, _, history = await stored_turn(llm, [get_weather, make_file], tmp_path / "t.db")
     assert turn.state == State.IDLE
-    async with kit.make_engine(llm=llm, store=SQLiteStore(tmp_path / "t.db")).engine as engine:
-        history = (await engine.get_context(cid)).history()
     answer = history[1].message
     assert answer.role is Role.ASSISTANT
     assert_agrees(answer, sdk)

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 import anthropic
 import httpx2
-import kit
 import pytest
 from anthropic_corpus import corpus, overloaded_mid_stream, status_error
 from anthropic_loopback import LoopbackServer, Reply
+from provider_cases import ALR, IDLE, PF, PLR, PUM, SLR, TF, one_turn
 
 from turnfsm import State
 from turnfsm.adapters.llm import AnthropicLLM
@@ -27,15 +27,6 @@ pytestmark = pytest.mark.anyio
 KEY = "sk-ant-api03-loopback-secret-key"
 TEXT = corpus()[0]  # "Hello there!"
 REQUEST = LLMRequest("c", "claude-haiku-4-5", [{"role": "user", "content": "Hi"}])
-IDLE, PUM, ALR, SLR, PLR, TF, PF = (
-    "Idle",
-    "ProcessingUserMessage",
-    "AwaitingLLMResponse",
-    "StreamingLLMResponse",
-    "ProcessingLLMResponse",
-    "TransientFailure",
-    "PermanentFailure",
-)
 
 
 @pytest.fixture
@@ -49,12 +40,7 @@ async def test_an_overloaded_event_mid_stream_is_retried_and_its_text_not_kept(
 ) -> None:
     loopback.script(overloaded_mid_stream(), TEXT.reply())
     clock = FakeClock()
-    async with kit.make_engine(llm=llm, clock=clock).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
-        history = (await engine.get_context(cid)).history()
+    turn, seen, history = await one_turn(llm, clock)
     assert [s.value for s in turn.states] == [PUM, ALR, SLR, TF, ALR, SLR, PLR, IDLE]
     [retrying] = [e for e in seen if isinstance(e, Retrying)]
     assert retrying.error == "stream_error: Overloaded (overloaded_error)"
@@ -89,11 +75,7 @@ async def test_a_transient_status_then_success(
 ) -> None:
     loopback.script(status_error(status, type_, message, retry_after), TEXT.reply())
     clock = FakeClock()
-    async with kit.make_engine(llm=llm, clock=clock).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
+    turn, seen, _ = await one_turn(llm, clock)
     assert [s.value for s in turn.states] == [PUM, ALR, TF, ALR, SLR, PLR, IDLE]
     [retrying] = [e for e in seen if isinstance(e, Retrying)]
     assert retrying.error == f"HTTP {status}: {message}"
@@ -117,11 +99,7 @@ async def test_a_permanent_status_fails_with_the_providers_message_and_no_key(
     loopback: LoopbackServer, llm: AnthropicLLM, status: int, type_: str, message: str
 ) -> None:
     loopback.script(status_error(status, type_, message))
-    async with kit.make_engine(llm=llm).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
+    turn, seen, _ = await one_turn(llm)
     assert turn.state == State.PERMANENT_FAILURE
     assert [s.value for s in turn.states] == [PUM, ALR, PF]
     [failed] = [e for e in seen if isinstance(e, Failed)]
@@ -169,11 +147,7 @@ async def test_an_event_that_is_not_json_is_retried_as_a_malformed_chunk(
     loopback.script(
         Reply(chunks=[b"event: message_start\n", b"data: {not json\n", b"\n"]), TEXT.reply()
     )
-    async with kit.make_engine(llm=llm).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
+    turn, seen, _ = await one_turn(llm)
     [retrying] = [e for e in seen if isinstance(e, Retrying)]
     assert retrying.error.startswith("malformed_chunk: an event is not JSON: '{not json'")
     assert turn.text == "Hello there!"

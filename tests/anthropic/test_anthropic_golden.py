@@ -11,19 +11,16 @@ To write the golden file again after an intended change:
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from anthropic_corpus import corpus, overloaded_mid_stream
 from anthropic_loopback import LoopbackServer
+from provider_cases import assert_golden
 
-from turnfsm import Engine, records, tool
+from turnfsm import tool
 from turnfsm.adapters.llm import AnthropicLLM
-from turnfsm.replay import Recorder, replay
-from turnfsm.testing import FakeClock, SequentialIds
 
 pytestmark = pytest.mark.anyio
 
@@ -37,15 +34,6 @@ def get_weather(location: str) -> dict[str, Any]:
     return {"location": location, "temp_c": 15}
 
 
-def _shape(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    out = []
-    for node in messages:
-        m = node["message"]
-        calls = [(c["id"], c["tool_name"], c["arguments"]) for c in m["tool_calls"] or []]
-        out.append((m["role"], m["content"], calls, m["tool_result"], m["thinking"]))
-    return out
-
-
 async def test_a_recorded_claude_conversation_is_the_golden_script_and_replays_offline(
     loopback: LoopbackServer,
 ) -> None:
@@ -53,19 +41,4 @@ async def test_a_recorded_claude_conversation_is_the_golden_script_and_replays_o
         overloaded_mid_stream(), CLAUDE["thinking_then_tool"].reply(), CLAUDE["text"].reply()
     )
     async with AnthropicLLM("claude-sonnet-4-5", base_url=loopback.url, api_key="k") as llm:
-        recorder = Recorder(llm, tools=[get_weather], name="Claude: thinking, a tool call")
-        async with Engine(
-            llm=recorder.llm, tools=recorder.tools, clock=FakeClock(), ids=SequentialIds()
-        ) as engine:
-            cid = await recorder.start(engine, system_prompt="Be brief.")
-            await recorder.send("Weather in Paris?")
-            script = await recorder.script()
-            live = [records.to_python(n) for n in (await engine.get_context(cid)).history()]
-    if os.environ.get("TURNFSM_WRITE_GOLDEN"):
-        GOLDEN.write_text(json.dumps(script, indent=2, ensure_ascii=False) + "\n")
-    assert script == json.loads(GOLDEN.read_text())
-    result = await replay(GOLDEN)
-    assert result.ok, result.report()
-    assert result.trace == script["expect"]["trace"]
-    assert _shape(result.messages) == _shape(live)
-    assert "TransientFailure" in result.trace
+        await assert_golden(llm, [get_weather], GOLDEN, "Claude: thinking, a tool call")

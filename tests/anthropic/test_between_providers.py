@@ -12,33 +12,20 @@ from typing import Any
 import pytest
 from anthropic_corpus import corpus
 
-from turnfsm import Engine, State, tool
+from turnfsm import State
 from turnfsm.adapters.llm import AnthropicLLM
 from turnfsm.storage import SQLiteStore
-from turnfsm.testing import FakeClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
-from openai_corpus import CASES as OPENAI_CASES
 from openai_corpus import ENC
+from openai_handoff import OPENAI, engine, get_weather, start_with_openai
 from openai_loopback import LoopbackServer as OpenAILoopback
 
 from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 
 pytestmark = pytest.mark.anyio
 
-OPENAI = {c.name: c for c in OPENAI_CASES}
 CLAUDE = {c.name: c for c in corpus()}
-
-
-def engine(**kwargs: Any) -> Engine:
-    """An engine with ids of its own (unique across the engines sharing the store)."""
-    return Engine(clock=FakeClock(), **kwargs)
-
-
-@tool
-def get_weather(city: str = "", location: str = "") -> dict[str, Any]:
-    """Current weather."""
-    return {"where": city or location, "temp_c": 15}
 
 
 async def test_a_context_moves_between_providers_and_each_gets_only_its_own_reasoning(
@@ -46,16 +33,7 @@ async def test_a_context_moves_between_providers_and_each_gets_only_its_own_reas
 ) -> None:
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server:
-        openai_server.script(
-            OPENAI["resp_reasoning_stream"].reply(), OPENAI["resp_logprobs_stream"].reply()
-        )
-        async with (
-            OpenAIResponsesAdapter(base_url=openai_server.url, api_key="sk-loop") as gpt,
-            engine(llm=gpt, tools=[get_weather], store=SQLiteStore(db)) as e,
-        ):
-            cid = await e.create_context(model="o4-mini")
-            first = await e.send(cid, "Weather in Oslo?")
-        assert first.state == State.IDLE
+        cid = await start_with_openai(openai_server, db)
 
         loopback.script(CLAUDE["thinking_then_tool"].reply(), CLAUDE["text"].reply())
         claude = AnthropicLLM("claude-sonnet-4-5", base_url=loopback.url, api_key="k")

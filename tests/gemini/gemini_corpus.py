@@ -29,10 +29,10 @@ trusted as turnfsm's expectation.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from gemini_loopback import Reply, error_body
+from loopback import Case, cut_inside_characters
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -46,29 +46,6 @@ def events(name: str) -> list[bytes]:
     """A fixture's events, each with its blank line."""
     raw = (FIXTURES / name).read_bytes()
     return [e + b"\r\n\r\n" for e in raw.split(b"\r\n\r\n") if e]
-
-
-def cut_inside_characters(chunks: list[bytes]) -> list[bytes]:
-    """The same bytes, cut into HTTP chunks in the middle of every multi-byte character."""
-    whole = b"".join(chunks)
-    cuts = [i + 1 for i, b in enumerate(whole) if b >= 0xC0]  # after a lead byte
-    out, at = [], 0
-    for cut in cuts:
-        out.append(whole[at:cut])
-        at = cut
-    out.append(whole[at:])
-    return out
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    chunks: list[bytes]
-    tools: bool = False
-    """Whether the answer asks for a tool (the engine then sends a second request)."""
-
-    def reply(self) -> Reply:
-        return Reply(chunks=self.chunks)
 
 
 def corpus() -> list[Case]:

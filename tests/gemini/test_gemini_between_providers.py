@@ -9,43 +9,27 @@ import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from gemini_corpus import corpus
 from gemini_loopback import LoopbackServer
 
-from turnfsm import Engine, State, tool
+from turnfsm import State
 from turnfsm.adapters.llm import AnthropicLLM, GeminiLLM
 from turnfsm.storage import SQLiteStore
-from turnfsm.testing import FakeClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "anthropic"))
 from anthropic_corpus import corpus as claude_corpus
 from anthropic_loopback import LoopbackServer as ClaudeLoopback
-from openai_corpus import CASES as OPENAI_CASES
 from openai_corpus import ENC
+from openai_handoff import engine, get_weather, start_with_openai
 from openai_loopback import LoopbackServer as OpenAILoopback
-
-from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 
 pytestmark = pytest.mark.anyio
 
-OPENAI = {c.name: c for c in OPENAI_CASES}
 CLAUDE = {c.name: c for c in claude_corpus()}
 GEMINI = {c.name: c for c in corpus()}
-
-
-def engine(**kwargs: Any) -> Engine:
-    """An engine with ids of its own (unique across the engines sharing the store)."""
-    return Engine(clock=FakeClock(), **kwargs)
-
-
-@tool
-def get_weather(city: str = "", location: str = "") -> dict[str, Any]:
-    """Current weather."""
-    return {"where": city or location, "temp_c": 15}
 
 
 def gemini_signature() -> str:
@@ -59,16 +43,7 @@ async def test_a_context_moves_openai_claude_gemini_and_each_gets_only_its_own_r
 ) -> None:
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server, ClaudeLoopback() as claude_server:
-        openai_server.script(
-            OPENAI["resp_reasoning_stream"].reply(), OPENAI["resp_logprobs_stream"].reply()
-        )
-        async with (
-            OpenAIResponsesAdapter(base_url=openai_server.url, api_key="sk-loop") as gpt,
-            engine(llm=gpt, tools=[get_weather], store=SQLiteStore(db)) as e,
-        ):
-            cid = await e.create_context(model="o4-mini")
-            first = await e.send(cid, "Weather in Oslo?")
-        assert first.state == State.IDLE
+        cid = await start_with_openai(openai_server, db)
 
         claude_server.script(CLAUDE["thinking_then_tool"].reply(), CLAUDE["text"].reply())
         claude = AnthropicLLM(base_url=claude_server.url, api_key="k")

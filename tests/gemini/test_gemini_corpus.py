@@ -20,6 +20,7 @@ from gemini_corpus import Case, corpus
 from gemini_loopback import LoopbackServer
 from google import genai
 from google.genai import types
+from provider_cases import stored_turn
 
 from turnfsm import State, tool
 from turnfsm.adapters.llm import GeminiLLM
@@ -156,13 +157,8 @@ async def test_the_stored_answer_agrees_with_the_sdk(
     sdk = await sdk_read(loopback, case)
     follow = corpus()[0]  # a text answer after the function responses
     loopback.script(case.reply(), follow.reply())
-    made = kit.make_engine(llm=llm, tools=[get_weather], store=SQLiteStore(tmp_path / "t.db"))
-    async with made.engine as engine:
-        cid = await engine.create_context(system_prompt="Be brief.")
-        turn = await engine.send(cid, "Weather in Paris?")
+    turn, cid, history = await stored_turn(llm, [get_weather], tmp_path / "t.db")
     assert turn.state == State.IDLE
-    async with kit.make_engine(llm=llm, store=SQLiteStore(tmp_path / "t.db")).engine as engine:
-        history = (await engine.get_context(cid)).history()
     answer = history[1].message
     assert answer.role is Role.ASSISTANT
     assert_agrees(answer, sdk)

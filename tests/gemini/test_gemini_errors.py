@@ -9,12 +9,12 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 
-import kit
 import pytest
 from gemini_corpus import corpus, error_mid_stream, status_error
 from gemini_loopback import LoopbackServer, Reply
 from google import genai
 from google.genai import errors, types
+from provider_cases import ALR, IDLE, PF, PLR, PUM, SLR, TF, one_turn
 
 from turnfsm import State
 from turnfsm.adapters.llm import GeminiLLM
@@ -29,15 +29,6 @@ pytestmark = pytest.mark.anyio
 KEY = "AIzaSyLoopbackSecretKey0123456789abcdef"
 TEXT = corpus()[0]  # "The capital of France is Paris."
 REQUEST = LLMRequest("c", "gemini-2.5-flash", [{"role": "user", "content": "Hi"}])
-IDLE, PUM, ALR, SLR, PLR, TF, PF = (
-    "Idle",
-    "ProcessingUserMessage",
-    "AwaitingLLMResponse",
-    "StreamingLLMResponse",
-    "ProcessingLLMResponse",
-    "TransientFailure",
-    "PermanentFailure",
-)
 
 
 @pytest.fixture
@@ -50,12 +41,7 @@ async def test_an_error_mid_stream_is_retried_and_its_text_not_kept(
     loopback: LoopbackServer, llm: GeminiLLM
 ) -> None:
     loopback.script(error_mid_stream(), TEXT.reply())
-    async with kit.make_engine(llm=llm, clock=FakeClock()).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
-        history = (await engine.get_context(cid)).history()
+    turn, seen, history = await one_turn(llm, FakeClock())
     assert [s.value for s in turn.states] == [PUM, ALR, SLR, TF, ALR, SLR, PLR, IDLE]
     [retrying] = [e for e in seen if isinstance(e, Retrying)]
     assert retrying.error == "HTTP 500: Error"
@@ -88,11 +74,7 @@ async def test_a_transient_status_then_success(
         status_error(code, status, message, retry_after=retry_after, delay=delay), TEXT.reply()
     )
     clock = FakeClock()
-    async with kit.make_engine(llm=llm, clock=clock).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
+    turn, seen, _ = await one_turn(llm, clock)
     assert [s.value for s in turn.states] == [PUM, ALR, TF, ALR, SLR, PLR, IDLE]
     [retrying] = [e for e in seen if isinstance(e, Retrying)]
     assert retrying.error == f"HTTP {code}: {message}"
@@ -117,11 +99,7 @@ async def test_a_permanent_status_fails_with_the_providers_message_and_no_key(
     loopback: LoopbackServer, llm: GeminiLLM, code: int, status: str, message: str
 ) -> None:
     loopback.script(status_error(code, status, message))
-    async with kit.make_engine(llm=llm).engine as engine:
-        cid = await engine.create_context()
-        async with engine.subscribe(cid) as sub:
-            turn = await engine.send(cid, "Hi")
-            seen = sub.drain()
+    turn, seen, _ = await one_turn(llm)
     assert turn.state == State.PERMANENT_FAILURE
     assert [s.value for s in turn.states] == [PUM, ALR, PF]
     [failed] = [e for e in seen if isinstance(e, Failed)]

@@ -10,12 +10,11 @@ import pytest
 
 # tests/canonical.py (what the canonical-trace tests share) is imported by name
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from loopback import serving
 from openai_loopback import LoopbackServer
 
 
 @pytest.fixture
 def loopback() -> Iterator[LoopbackServer]:
     """An OpenAI-compatible server on 127.0.0.1 (ephemeral port), for one test."""
-    with LoopbackServer() as server:
-        yield server
-    assert not server.errors, server.errors
+    yield from serving(LoopbackServer())

@@ -99,33 +99,30 @@ def _anthropic_or_google(cls: Any, c: Connection) -> Any:
     return cls(c.model, api_key=c.api_key, base_url=c.base_url, timeout=c.timeout)
 
 
-_OPENAI_KEYS = ("OPENAI_API_KEY",)
+def _openai_provider(name: str, what: str, adapter: str) -> Provider:
+    """One of the OpenAI SDK's APIs: the SDK, key, base URL and model they share."""
+    return Provider(
+        name=name,
+        what=what,
+        adapter=f"turnfsm.adapters.llm.openai:{adapter}",
+        sdk="openai",
+        extra=None,
+        key_vars=("OPENAI_API_KEY",),
+        base_url_var="OPENAI_BASE_URL",
+        default_model="gpt-4o-mini",
+        make=_openai,
+    )
+
 
 PROVIDERS: dict[str, Provider] = {
     p.name: p
     for p in (
-        Provider(
-            name="openai",
-            what="Chat Completions of the OpenAI API or any OpenAI-compatible server",
-            adapter="turnfsm.adapters.llm.openai:OpenAIChatAdapter",
-            sdk="openai",
-            extra=None,
-            key_vars=_OPENAI_KEYS,
-            base_url_var="OPENAI_BASE_URL",
-            default_model="gpt-4o-mini",
-            make=_openai,
+        _openai_provider(
+            "openai",
+            "Chat Completions of the OpenAI API or any OpenAI-compatible server",
+            "OpenAIChatAdapter",
         ),
-        Provider(
-            name="openai-responses",
-            what="the OpenAI Responses API",
-            adapter="turnfsm.adapters.llm.openai:OpenAIResponsesAdapter",
-            sdk="openai",
-            extra=None,
-            key_vars=_OPENAI_KEYS,
-            base_url_var="OPENAI_BASE_URL",
-            default_model="gpt-4o-mini",
-            make=_openai,
-        ),
+        _openai_provider("openai-responses", "the OpenAI Responses API", "OpenAIResponsesAdapter"),
         Provider(
             name="anthropic",
             what="Claude through the Messages API",

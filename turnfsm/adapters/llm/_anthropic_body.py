@@ -33,11 +33,11 @@ last tool and the last block of the newest message, so that the next request
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
+from ._common import append_turn, arguments_object, own_reasoning, text_of
 
 __all__ = [
     "ANTHROPIC_PROVIDER",
@@ -59,16 +59,6 @@ CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
 _OWNED = frozenset({"model", "messages", "system", "tools", "stream", "input"})
 _DROPPED = frozenset({"stream_options", "parallel_tool_calls", "max_completion_tokens"})
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
-
-
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
-    return ""
 
 
 def _image_block(url: str) -> dict[str, Any]:
@@ -139,29 +129,17 @@ def _reasoning_block(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _tool_input(arguments: object) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
-            return {}
-        return decoded if isinstance(decoded, dict) else {}
-    return {}
-
-
 def _assistant_blocks(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     extra = msg.get(RESPONSES_KEY)
     reasoning = extra.get("reasoning") if isinstance(extra, Mapping) else None
     placed: dict[int, list[dict[str, Any]]] = {}
-    for item in reasoning or ():
-        if not isinstance(item, Mapping) or item.get("provider") != ANTHROPIC_PROVIDER:
-            continue  # another provider's reasoning means nothing to Claude
+    for item in own_reasoning(reasoning or (), ANTHROPIC_PROVIDER):
         block = _reasoning_block(item)
         if block is not None:
             position = item.get("position", 0)
             placed.setdefault(position if isinstance(position, int) else 0, []).append(block)
     blocks = list(placed.pop(0, ()))
-    text = _text_of(msg.get("content"))
+    text = text_of(msg.get("content"))
     if text:
         blocks.append({"type": "text", "text": text})
     for n, call in enumerate(msg.get("tool_calls") or ()):
@@ -173,7 +151,7 @@ def _assistant_blocks(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "type": "tool_use",
                 "id": call.get("id"),
                 "name": function.get("name"),
-                "input": _tool_input(function.get("arguments")),
+                "input": arguments_object(function.get("arguments")),
             }
         )
     for n in sorted(placed):  # after every call (an answer cut after its reasoning)
@@ -190,17 +168,12 @@ def anthropic_messages(
     out: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if out and out[-1]["role"] == role == "user":
-            out[-1]["content"].extend(blocks)  # tool results, then what the user said
-        else:
-            out.append({"role": role, "content": blocks})
+        append_turn(out, role, blocks, "content")
 
     for msg in messages:
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = _text_of(msg.get("content"))
+            text = text_of(msg.get("content"))
             if text:
                 system.append({"type": "text", "text": text})
         elif role == "tool":
@@ -210,7 +183,7 @@ def anthropic_messages(
                     {
                         "type": "tool_result",
                         "tool_use_id": msg.get("tool_call_id"),
-                        "content": _text_of(msg.get("content")),
+                        "content": text_of(msg.get("content")),
                     }
                 ],
             )

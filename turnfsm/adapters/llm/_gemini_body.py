@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
+from ._common import append_turn, arguments_object, own_reasoning, text_of
 
 __all__ = [
     "GOOGLE_PROVIDER",
@@ -60,16 +61,6 @@ _RENAMED = {
     "presence_penalty": "presencePenalty",
     "frequency_penalty": "frequencyPenalty",
 }
-
-
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
-    return ""
 
 
 def _media_part(url: str, fallback_mime: str) -> dict[str, Any]:
@@ -103,16 +94,6 @@ def _user_parts(content: object) -> list[dict[str, Any]]:
     return parts
 
 
-def _arguments(arguments: object) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
-            return {}
-        return decoded if isinstance(decoded, dict) else {}
-    return {}
-
-
 def _signed(part: dict[str, Any], data: Mapping[str, Any] | None) -> dict[str, Any]:
     signature = data.get("thoughtSignature") if data is not None else None
     if isinstance(signature, str):
@@ -141,9 +122,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     thoughts: dict[int, list[dict[str, Any]]] = {}
     text_data: Mapping[str, Any] | None = None
     call_data: dict[int, Mapping[str, Any]] = {}
-    for item in reasoning or ():
-        if not isinstance(item, Mapping) or item.get("provider") != GOOGLE_PROVIDER:
-            continue  # another provider's reasoning means nothing to Gemini
+    for item in own_reasoning(reasoning or (), GOOGLE_PROVIDER):
         data = item.get("data")
         data = data if isinstance(data, Mapping) else {}
         position = item.get("position", 0)
@@ -159,7 +138,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         elif kind == "functionCall":
             call_data[position] = data
     parts = list(thoughts.pop(0, ()))
-    text = _text_of(msg.get("content"))
+    text = text_of(msg.get("content"))
     if text or text_data is not None:
         parts.extend(_split_signed(text, text_data, {}))
     for n, call in enumerate(msg.get("tool_calls") or ()):
@@ -169,7 +148,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         part = {
             "functionCall": {
                 "name": function.get("name"),
-                "args": _arguments(function.get("arguments")),
+                "args": arguments_object(function.get("arguments")),
             }
         }
         parts.append(_signed(part, call_data.get(n)))
@@ -179,7 +158,7 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _response_object(content: object) -> dict[str, Any]:
-    text = _text_of(content)
+    text = text_of(content)
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -197,17 +176,12 @@ def gemini_contents(
     names: dict[str, str] = {}
 
     def add(role: str, parts: list[dict[str, Any]]) -> None:
-        if not parts:
-            return
-        if out and out[-1]["role"] == role == "user":
-            out[-1]["parts"].extend(parts)  # tool results, then what the user said
-        else:
-            out.append({"role": role, "parts": parts})
+        append_turn(out, role, parts, "parts")
 
     for msg in messages:
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = _text_of(msg.get("content"))
+            text = text_of(msg.get("content"))
             if text:
                 system.append({"text": text})
         elif role == "tool":

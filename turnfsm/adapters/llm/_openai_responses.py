@@ -30,6 +30,7 @@ from ...model import (
     ToolCallData,
     ToolCallDelta,
 )
+from ._common import own_reasoning, text_of
 from ._openai_common import (
     AssembledCall,
     IncompleteStream,
@@ -56,16 +57,6 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------- Responses out
-
-
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
-    return ""
 
 
 def _input_part(part: object) -> object:
@@ -120,16 +111,15 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 {
                     "type": "function_call_output",
                     "call_id": msg.get("tool_call_id"),
-                    "output": _text_of(msg.get("content")),
+                    "output": text_of(msg.get("content")),
                 }
             )
         elif role == "assistant":
             extra = msg.get(RESPONSES_KEY)
             extra = extra if isinstance(extra, Mapping) else {}
-            for r in extra.get("reasoning") or ():
-                if _is_openai_reasoning(r):
-                    items.append(_reasoning_input(r))
-            text = _text_of(msg.get("content"))
+            for r in own_reasoning(extra.get("reasoning") or (), OPENAI_PROVIDER, unlabelled=True):
+                items.append(_reasoning_input(r))
+            text = text_of(msg.get("content"))
             refusal = msg.get("refusal")
             phase = extra.get("phase")
             item: dict[str, Any] | None = None
@@ -160,13 +150,6 @@ def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 {"type": "message", "role": role, "content": _input_content(msg.get("content"))}
             )
     return items
-
-
-def _is_openai_reasoning(r: object) -> bool:
-    """Whether a stored reasoning item is the Responses API's own (another
-    provider's reasoning means nothing to it, and is left out)."""
-    provider = r.get("provider", OPENAI_PROVIDER) if isinstance(r, Mapping) else None
-    return provider == OPENAI_PROVIDER
 
 
 def _reasoning_input(r: object) -> dict[str, Any]:

@@ -40,11 +40,9 @@ never appears in it (any occurrence of the client's key is masked).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anthropic
 from anthropic import AsyncStream
@@ -53,24 +51,23 @@ from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMErr
 from ._anthropic_body import anthropic_request_body
 from ._anthropic_stream import MessagesStreamAssembler
 from ._base import LLMChunk, LLMRequest
-from ._openai_common import (
-    IncompleteStream,
-    MalformedChunk,
-    StreamErrorEvent,
-    new_call_id,
-    retry_after_seconds,
+from ._common import (
+    HTTPClientAdapter,
+    adapter_error,
+    connection_error,
+    masked,
+    one_client,
+    status_error,
+    stream_break,
+    timeout_error,
+    with_partial,
 )
+from ._openai_common import StreamErrorEvent, new_call_id
 
 __all__ = ["AnthropicLLM", "anthropic_request_body", "map_anthropic_error"]
 
 _TRANSIENT_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _PATH = "/v1/messages"
-
-
-def _mask(text: str, secret: str | None) -> str:
-    if secret and len(secret) >= 8:
-        return text.replace(secret, "***")
-    return text
 
 
 def _error_field(body: object, name: str) -> str | None:
@@ -111,39 +108,23 @@ def map_anthropic_error(
     ``partial_text`` is the text a stream delivered before the failure;
     ``now`` (epoch seconds) dates a ``Retry-After`` given as an HTTP date;
     ``secret`` (the API key) is masked wherever it appears in the message."""
-    err = _map(exc, partial_text, time.time() if now is None else now)
-    err.message = _mask(err.message, secret)
-    err.args = (err.message,)
-    return err
+    return masked(_map(exc, partial_text, time.time() if now is None else now), secret)
 
 
 def _map(exc: BaseException, partial_text: str, now: float) -> LLMError:
     if isinstance(exc, LLMError):
-        if partial_text and not exc.partial_text:
-            exc.partial_text = partial_text
-        return exc
+        return with_partial(exc, partial_text)
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         if status < 300:  # an error event inside a 200 stream
             return _stream_error(_status_message(exc), _error_field(exc.body, "type"), partial_text)
-        headers = exc.response.headers
-        retry_after = retry_after_seconds(headers, now)
-        base = LLMError.from_status(status, _status_message(exc), retry_after=retry_after)
-        should = (headers.get("x-should-retry") or "").strip().lower()
-        cls: type[LLMError] = type(base)
-        if should == "true":
-            cls = TransientLLMError
-        elif should == "false":
-            cls = PermanentLLMError
-        return cls(base.message, status=status, retry_after=retry_after, partial_text=partial_text)
+        return status_error(status, _status_message(exc), exc.response.headers, now, partial_text)
     if isinstance(exc, anthropic.APITimeoutError):
-        return TransientLLMError("request timed out", kind="timeout", partial_text=partial_text)
+        return timeout_error(partial_text)
     if isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-        return TransientLLMError(
-            f"the connection failed{detail}", kind="connection", partial_text=partial_text
-        )
+        return connection_error(detail, partial_text)
     if isinstance(exc, anthropic.APIResponseValidationError):
         return PermanentLLMError(
             f"the server's answer is invalid: {exc.message}",
@@ -153,17 +134,9 @@ def _map(exc: BaseException, partial_text: str, now: float) -> LLMError:
         )
     if isinstance(exc, StreamErrorEvent):
         return _stream_error(exc.message, exc.type, partial_text)
-    if isinstance(exc, json.JSONDecodeError):
-        doc = exc.doc if len(exc.doc) <= 120 else exc.doc[:117] + "..."
-        return TransientLLMError(
-            f"an event is not JSON: {doc!r} ({exc.msg} at char {exc.pos})",
-            kind="malformed_chunk",
-            partial_text=partial_text,
-        )
-    if isinstance(exc, MalformedChunk | UnicodeDecodeError):
-        return TransientLLMError(str(exc), kind="malformed_chunk", partial_text=partial_text)
-    if isinstance(exc, IncompleteStream):
-        return TransientLLMError(str(exc), kind="incomplete_stream", partial_text=partial_text)
+    broken = stream_break(exc, partial_text, "an event")
+    if broken is not None:
+        return broken
     if isinstance(exc, TypeError) and "authentication method" in str(exc):
         return PermanentLLMError(
             "no API key: pass api_key=, or set ANTHROPIC_API_KEY",
@@ -172,12 +145,10 @@ def _map(exc: BaseException, partial_text: str, now: float) -> LLMError:
         )
     if isinstance(exc, anthropic.AnthropicError):
         return PermanentLLMError(str(exc), kind="configuration", partial_text=partial_text)
-    return PermanentLLMError(
-        f"{type(exc).__name__}: {exc}", kind="adapter", partial_text=partial_text
-    )
+    return adapter_error(exc, partial_text)
 
 
-class AnthropicLLM:
+class AnthropicLLM(HTTPClientAdapter):
     """An :class:`~turnfsm.adapters.llm.LLM` over Claude's Messages API, streamed.
 
     ``model`` is the Claude model to call (it wins over the context's model
@@ -213,10 +184,7 @@ class AnthropicLLM:
         new_id: Callable[[], str] = new_call_id,
         **params: Any,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         if type(max_tokens) is not int or max_tokens < 1:
             raise InvalidInput("max_tokens", f"must be an int >= 1, got {max_tokens!r}")
         if thinking is not None and not isinstance(thinking, Mapping):
@@ -233,26 +201,6 @@ class AnthropicLLM:
         self.cache = cache
         self.params = params
         self._new_id = new_id
-
-    @property
-    def base_url(self) -> str:
-        return str(self.client.base_url)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, when this adapter built it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
         """The body this adapter sends for ``request``."""

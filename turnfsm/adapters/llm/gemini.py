@@ -40,12 +40,10 @@ never appears in it (any occurrence of the client's key is masked).
 from __future__ import annotations
 
 import base64
-import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx2
 import pydantic
@@ -54,20 +52,24 @@ from google.genai import errors, types
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from ._base import LLMChunk, LLMRequest
+from ._common import (
+    OwnedClient,
+    adapter_error,
+    connection_error,
+    masked,
+    one_client,
+    stream_break,
+    timeout_error,
+    with_partial,
+)
 from ._gemini_body import gemini_request
 from ._gemini_stream import GeminiStreamAssembler
-from ._openai_common import IncompleteStream, MalformedChunk, retry_after_seconds
+from ._openai_common import retry_after_seconds
 
 __all__ = ["GeminiLLM", "gemini_request", "map_gemini_error"]
 
 _ONE_ATTEMPT = types.HttpRetryOptions(attempts=1)
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
-
-
-def _mask(text: str, secret: str | None) -> str:
-    if secret and len(secret) >= 8:
-        return text.replace(secret, "***")
-    return text
 
 
 def _retry_delay(details: object) -> float | None:
@@ -107,41 +109,24 @@ def map_gemini_error(
     ``partial_text`` is the text a stream delivered before the failure;
     ``now`` (epoch seconds) dates a ``Retry-After`` given as an HTTP date;
     ``secret`` (the API key) is masked wherever it appears in the message."""
-    err = _map(exc, partial_text, time.time() if now is None else now)
-    err.message = _mask(err.message, secret)
-    err.args = (err.message,)
-    return err
+    return masked(_map(exc, partial_text, time.time() if now is None else now), secret)
 
 
 def _map(exc: BaseException, partial_text: str, now: float) -> LLMError:
     if isinstance(exc, LLMError):
-        if partial_text and not exc.partial_text:
-            exc.partial_text = partial_text
-        return exc
+        return with_partial(exc, partial_text)
     if isinstance(exc, errors.APIError):
         return _api_error(exc, partial_text, now)
     if isinstance(exc, httpx2.TimeoutException):
-        return TransientLLMError("request timed out", kind="timeout", partial_text=partial_text)
+        return timeout_error(partial_text)
     if isinstance(exc, httpx2.TransportError):
-        return TransientLLMError(
-            f"the connection failed ({type(exc).__name__}: {exc})",
-            kind="connection",
-            partial_text=partial_text,
-        )
-    if isinstance(exc, json.JSONDecodeError):
-        doc = exc.doc if len(exc.doc) <= 120 else exc.doc[:117] + "..."
-        return TransientLLMError(
-            f"a chunk is not JSON: {doc!r} ({exc.msg} at char {exc.pos})",
-            kind="malformed_chunk",
-            partial_text=partial_text,
-        )
-    if isinstance(exc, MalformedChunk | UnicodeDecodeError | errors.UnknownApiResponseError):
+        return connection_error(f" ({type(exc).__name__}: {exc})", partial_text)
+    if isinstance(exc, errors.UnknownApiResponseError):
         return TransientLLMError(str(exc), kind="malformed_chunk", partial_text=partial_text)
-    if isinstance(exc, IncompleteStream):
-        return TransientLLMError(str(exc), kind="incomplete_stream", partial_text=partial_text)
-    return PermanentLLMError(
-        f"{type(exc).__name__}: {exc}", kind="adapter", partial_text=partial_text
-    )
+    broken = stream_break(exc, partial_text, "a chunk")
+    if broken is not None:
+        return broken
+    return adapter_error(exc, partial_text)
 
 
 def _to_bytes(text: object, where: str) -> bytes:
@@ -195,7 +180,7 @@ def chunk_json(chunk: types.GenerateContentResponse) -> dict[str, Any]:
     return out
 
 
-class GeminiLLM:
+class GeminiLLM(OwnedClient):
     """An :class:`~turnfsm.adapters.llm.LLM` over Gemini's ``generateContent``,
     streamed.
 
@@ -224,10 +209,7 @@ class GeminiLLM:
         timeout: float | None = 600.0,
         **params: Any,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         self._owns_client = client is None
         if client is None:
             options = types.HttpOptions(
@@ -246,21 +228,8 @@ class GeminiLLM:
         self.params = params
         self._key = api_key or getattr(client._api_client, "api_key", None)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client, when this adapter built it."""
-        if self._owns_client:
-            await self.client.aio.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+    async def _close_client(self) -> None:
+        await self.client.aio.aclose()
 
     def request_json(self, request: LLMRequest) -> dict[str, Any]:
         """``{"model", "contents", "config"}`` this adapter sends for ``request``,

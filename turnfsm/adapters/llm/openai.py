@@ -53,26 +53,29 @@ raw text and the engine answers it with an error result the model sees.
 from __future__ import annotations
 
 import html
-import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import openai
 from openai import AsyncStream, RequestOptions
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from ._base import LLMChunk, LLMRequest, LLMResponse
-from ._openai_chat import ChatStreamAssembler, chat_completion_response, chat_request_body
-from ._openai_common import (
-    IncompleteStream,
-    MalformedChunk,
-    StreamErrorEvent,
-    new_call_id,
-    retry_after_seconds,
+from ._common import (
+    HTTPClientAdapter,
+    adapter_error,
+    clip,
+    connection_error,
+    one_client,
+    status_error,
+    stream_break,
+    timeout_error,
+    with_partial,
 )
+from ._openai_chat import ChatStreamAssembler, chat_completion_response, chat_request_body
+from ._openai_common import MalformedChunk, StreamErrorEvent, new_call_id
 from ._openai_responses import ResponsesStreamAssembler, responses_request_body, responses_response
 
 __all__ = [
@@ -144,10 +147,6 @@ def _stream_error(message: str, code: object, type_: str | None, partial_text: s
     return cls(text, kind="stream_error", partial_text=partial_text)
 
 
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _status_message(exc: openai.APIStatusError) -> str:
     body = exc.body
     if isinstance(body, Mapping):
@@ -155,7 +154,7 @@ def _status_message(exc: openai.APIStatusError) -> str:
         if isinstance(message, str) and message:
             return message
     elif isinstance(body, str) and body.strip():
-        return _clip(_one_line(body), 200)
+        return clip(_one_line(body), 200)
     return f"HTTP {exc.status_code}"
 
 
@@ -186,29 +185,17 @@ def map_openai_error(
     the system clock) dates a ``Retry-After`` given as an HTTP date. Use it as
     ``raise map_openai_error(exc) from exc``."""
     if isinstance(exc, LLMError):
-        if partial_text and not exc.partial_text:
-            exc.partial_text = partial_text
-        return exc
+        return with_partial(exc, partial_text)
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
+        clock = time.time() if now is None else now
         headers = exc.response.headers
-        retry_after = retry_after_seconds(headers, time.time() if now is None else now)
-        base = LLMError.from_status(status, _status_message(exc), retry_after=retry_after)
-        should = (headers.get("x-should-retry") or "").strip().lower()
-        cls: type[LLMError] = type(base)
-        if should == "true":
-            cls = TransientLLMError
-        elif should == "false":
-            cls = PermanentLLMError
-        return cls(base.message, status=status, retry_after=retry_after, partial_text=partial_text)
+        return status_error(exc.status_code, _status_message(exc), headers, clock, partial_text)
     if isinstance(exc, openai.APITimeoutError):
-        return TransientLLMError("request timed out", kind="timeout", partial_text=partial_text)
+        return timeout_error(partial_text)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-        return TransientLLMError(
-            f"the connection failed{detail}", kind="connection", partial_text=partial_text
-        )
+        return connection_error(detail, partial_text)
     if isinstance(exc, openai.APIResponseValidationError):
         return PermanentLLMError(
             f"the server's answer is invalid: {exc.message}",
@@ -220,27 +207,18 @@ def map_openai_error(
         return _stream_error(exc.message, exc.code, exc.type, partial_text)
     if isinstance(exc, StreamErrorEvent):
         return _stream_error(exc.message, exc.code, exc.type, partial_text)
-    if isinstance(exc, json.JSONDecodeError):
-        return TransientLLMError(
-            f"a chunk is not JSON: {_clip(exc.doc)!r} ({exc.msg} at char {exc.pos})",
-            kind="malformed_chunk",
-            partial_text=partial_text,
-        )
-    if isinstance(exc, MalformedChunk | UnicodeDecodeError):
-        return TransientLLMError(str(exc), kind="malformed_chunk", partial_text=partial_text)
-    if isinstance(exc, IncompleteStream):
-        return TransientLLMError(str(exc), kind="incomplete_stream", partial_text=partial_text)
+    broken = stream_break(exc, partial_text, "a chunk")
+    if broken is not None:
+        return broken
     if isinstance(exc, openai.OpenAIError):
         return PermanentLLMError(str(exc), kind="configuration", partial_text=partial_text)
-    return PermanentLLMError(
-        f"{type(exc).__name__}: {exc}", kind="adapter", partial_text=partial_text
-    )
+    return adapter_error(exc, partial_text)
 
 
 _NO_RETRIES: RequestOptions = {"max_retries": 0}
 
 
-class _OpenAIAdapter:
+class _OpenAIAdapter(HTTPClientAdapter):
     """What both adapters share: the client, its options, closing it."""
 
     _path: str
@@ -257,10 +235,7 @@ class _OpenAIAdapter:
         extra_body: Mapping[str, Any] | None = None,
         new_id: Callable[[], str] = new_call_id,
     ) -> None:
-        if client is not None and (base_url is not None or api_key is not None):
-            raise InvalidInput(
-                "client", "give a client, or base_url/api_key to build one, not both"
-            )
+        one_client(client, base_url, api_key)
         self._owns_client = client is None
         if client is None:
             try:
@@ -277,26 +252,6 @@ class _OpenAIAdapter:
         self.streaming = stream
         self.extra_body = dict(extra_body or {})
         self._new_id = new_id
-
-    @property
-    def base_url(self) -> str:
-        return str(self.client.base_url)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client, when this adapter built it."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
         raise NotImplementedError
