@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "LLMChunk",
     "LLMRequest",
     "LLMResponse",
+    "OutputMode",
+    "OutputSpec",
     "ReasoningData",
     "TextDelta",
     "ThinkingDelta",
@@ -31,6 +33,29 @@ __all__ = [
 
 def _no_cancel() -> None:
     return None
+
+
+OutputMode = Literal["native", "instruction"]
+"""How an answer's schema reaches the model: ``native`` through the provider's
+own structured-output mechanism (the adapter maps it), ``instruction`` as text
+in the messages (the engine adds it; the adapter sends nothing more)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """The type the turn's final answer must have, as a JSON Schema.
+
+    ``name`` is the schema's name as providers want it (letters, digits, ``_``
+    and ``-``, at most 64 characters); ``digest`` the SHA-256 of the schema's
+    canonical JSON (sorted keys, no spaces), which the stored answer records;
+    ``strict`` asks a provider that can for strict schema adherence.
+    """
+
+    name: str
+    schema: dict[str, Any]
+    digest: str
+    strict: bool = True
+    mode: OutputMode = "native"
 
 
 @dataclass(slots=True)
@@ -51,6 +76,10 @@ class LLMRequest:
     """What the enhancers did to the view (JSON data, one key per enhancer: what
     was dropped, injected or estimated). Adapters do not send it; the engine
     stores it with the answer (``metadata.extra["view"]``) for audits."""
+    output: OutputSpec | None = None
+    """The type the final answer must have (None: any text). With mode
+    ``native`` the adapter asks the provider for it; with ``instruction`` the
+    messages already say it."""
 
 
 @dataclass(frozen=True, slots=True)
