@@ -14,6 +14,7 @@ from . import (
     _db,
     _demo,
     _diagram,
+    _export,
     _import,
     _record,
     _replay,
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _record.add_parser(sub)
     _contexts.add_parser(sub)
     _import.add_parser(sub)
+    _export.add_parser(sub)
     _diagram.add_parser(sub)
     _audit.add_parser(sub)
     _db.add_parser(sub)
