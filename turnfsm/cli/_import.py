@@ -43,7 +43,6 @@ from .. import records
 from ..adapters.inbound import (
     IMPORT_FORMATS,
     ImportFormat,
-    count_tool_calls,
     detect_format,
     import_context,
 )
@@ -52,6 +51,7 @@ from ..model import ChatContext
 from ..storage._schema import context_from_document
 from ..storage._secrets import redact
 from ._errors import CLIError, guarded
+from ._import_folder import import_folder, summary
 
 __all__ = ["add_parser", "summary"]
 
@@ -89,18 +89,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=guarded("turnfsm import", _run))
 
 
-def summary(ctx: ChatContext, fmt: str) -> str:
-    """``session: 7 messages, 2 tool calls, 1 branch``."""
-    n_msg = len(ctx.message_pool)
-    n_calls = count_tool_calls(ctx)
-    n_branches = len(ctx.branches)
-    return (
-        f"{fmt}: {n_msg} message{'s' * (n_msg != 1)}, "
-        f"{n_calls} tool call{'s' * (n_calls != 1)}, "
-        f"{n_branches} branch{'es' * (n_branches != 1)}"
-    )
-
-
 def _fail(message: str) -> int:
     print(f"{_PROG}: {message}", file=sys.stderr)
     return 2
@@ -120,8 +108,6 @@ def _run(args: argparse.Namespace) -> int:
     name: str = args.file
     folder = name != "-" and Path(name).is_dir()
     if args.format == "sessions" or (args.format == "auto" and folder):
-        from ._import_folder import import_folder  # it imports summary from here
-
         if args.json:
             raise CLIError("--json prints one context: not with a folder (--format sessions)")
         return import_folder(_PROG, Path(name), args.store)

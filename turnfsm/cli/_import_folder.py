@@ -19,14 +19,27 @@ from pathlib import Path
 
 import anyio
 
+from ..adapters.inbound import count_tool_calls
 from ..adapters.inbound.importers import SessionFile, read_session_folder
 from ..errors import StoreError
+from ..model import ChatContext
 from ..storage import Store
 from ._errors import CLIError
-from ._import import summary
 from ._store import open_cli_store
 
-__all__ = ["import_folder"]
+__all__ = ["import_folder", "summary"]
+
+
+def summary(ctx: ChatContext, fmt: str) -> str:
+    """``session: 7 messages, 2 tool calls, 1 branch``."""
+    n_msg = len(ctx.message_pool)
+    n_calls = count_tool_calls(ctx)
+    n_branches = len(ctx.branches)
+    return (
+        f"{fmt}: {n_msg} message{'s' * (n_msg != 1)}, "
+        f"{n_calls} tool call{'s' * (n_calls != 1)}, "
+        f"{n_branches} branch{'es' * (n_branches != 1)}"
+    )
 
 
 def _plural(n: int, word: str) -> str:
