@@ -46,7 +46,7 @@ exit status, the same for every command:
 tool approvals: on a terminal the commands ask; without one (piped, in CI) a tool
 call that needs approval is denied unless --approve all (demo: --yes) is given.
 
-commands on stored conversations (contexts, audit export, diagram --context,
+commands on stored conversations (contexts, export, audit export, diagram --context,
 resume, recover, chat --context) never create a store: a missing one is an error.
 """
 
