@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 
 from turnfsm.adapters.inbound.importers import (
     SessionFileError,
+    import_session_records,
     read_session_file,
     read_session_folder,
 )
@@ -227,6 +228,20 @@ def test_an_id_that_cannot_be_a_file_name_is_refused_and_nothing_written(tmp_pat
         write_session_file(tmp_path, ctx)
     assert list(tmp_path.iterdir()) == []
     assert list(tmp_path.parent.glob("escape.json")) == []
+
+
+def test_the_file_name_and_the_documents_id_always_agree(tmp_path: Path) -> None:
+    """A session imported as one file gets a context id of its own; its export
+    is named by that id and says so inside, as ``{id}.json`` must."""
+    ctx = import_session_records(load(ER_SESSION), now=NOW)
+    assert ctx.id != ER_SESSION.stem
+    done = write_session_file(tmp_path, ctx)
+    assert done.file.name == f"{ctx.id}.json"
+    assert next(iter(load(done.file))) == "id"
+    assert load(done.file)["id"] == ctx.id
+    assert done.left_out == (
+        f"the session id {ER_SESSION.stem!r} kept from an import (written as the file's name)",
+    )
 
 
 # --- what the format cannot hold ------------------------------------------------------------

@@ -13,6 +13,10 @@ keeps its sessions in ``./sessions/`` reads them; the way back of
   and the folder fsynced. A crash at any moment leaves ``{id}.json`` absent,
   as it was, or complete: never half-written. A crash can leave a temporary
   file behind; it is not a session file.
+- The document's ``id`` is the context's id too, as the application expects
+  of ``{id}.json``: a different session id an import kept (a single file
+  imported with ``turnfsm import FILE`` gets an id of its own) is replaced,
+  and :func:`left_out` says so.
 - An existing ``{id}.json`` is replaced: the folder is the application's, and
   the context is the newer copy of that session.
 - What the format has no place for is left out, and :func:`left_out` lists it
@@ -33,7 +37,7 @@ from pathlib import Path
 from ....errors import InvalidInput
 from ....model import ApprovalStatus, ChatContext
 from ...inbound.importers import SESSION_SUFFIX, file_name_problem
-from ._common import results_by_call, select_branch
+from ._common import results_by_call, select_branch, source_fields
 from ._session_records import export_session_records
 
 __all__ = [
@@ -99,6 +103,9 @@ def left_out(ctx: ChatContext) -> list[str]:
             f"{_plural(len(pending), 'call', 'calls')} with no result yet, written with "
             f"the missing result: {', '.join(pending)}"
         )
+    kept = source_fields(history).get("id", ctx.id)
+    if kept != ctx.id:
+        out.append(f"the session id {kept!r} kept from an import (written as the file's name)")
     if ctx.current_state != "Idle":
         out.append(f"the state {ctx.current_state}")
     return out
@@ -131,7 +138,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 def write_session_file(folder: Path, ctx: ChatContext) -> SessionExport:
     """The active branch of ``ctx`` as ``folder/{id}.json`` (see the module docstring)."""
     path = folder / session_file_name(ctx)
-    document = export_session_records(ctx)
+    document = {**export_session_records(ctx), "id": ctx.id}
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     write_atomically(path, text.encode("utf-8"))
     return SessionExport(
