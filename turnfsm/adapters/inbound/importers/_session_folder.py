@@ -10,8 +10,8 @@ nothing in the folder is created, changed or removed.
   finds a session by that name), so importing a folder twice gives the same
   ids, and an export writes each context back to the file it came from. The
   document's own ``id`` is kept as the other formats keep it
-  (``metadata.extra["source"]["id"]`` of the first message) and written back
-  by the export.
+  (``metadata.extra["source"]["id"]`` of the first message); the export
+  writes the context's id, the file's name, in its place.
 - A file that cannot be read, is not JSON, cannot be converted, or whose name
   cannot be a context id gives a :class:`SessionFileError` naming the file
   and the JSON path of the problem (``$`` for the whole file); the files after
