@@ -14,6 +14,7 @@ from . import (
     _db,
     _demo,
     _diagram,
+    _export,
     _import,
     _record,
     _replay,
@@ -45,7 +46,7 @@ exit status, the same for every command:
 tool approvals: on a terminal the commands ask; without one (piped, in CI) a tool
 call that needs approval is denied unless --approve all (demo: --yes) is given.
 
-commands on stored conversations (contexts, audit export, diagram --context,
+commands on stored conversations (contexts, export, audit export, diagram --context,
 resume, recover, chat --context) never create a store: a missing one is an error.
 """
 
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _record.add_parser(sub)
     _contexts.add_parser(sub)
     _import.add_parser(sub)
+    _export.add_parser(sub)
     _diagram.add_parser(sub)
     _audit.add_parser(sub)
     _db.add_parser(sub)

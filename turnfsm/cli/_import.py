@@ -1,4 +1,5 @@
-"""``turnfsm import FILE``: import a conversation kept in another format.
+"""``turnfsm import FILE``: import a conversation kept in another format;
+``turnfsm import --format sessions DIR``: every session file of a folder.
 
 Formats (``--format``, detected by default): ``session`` (session records:
 MessageRecord / ToolCallRecord), ``entries`` (alternating user/assistant
@@ -9,6 +10,14 @@ ids, branches and state kept), ``context`` (a
 context as ``turnfsm contexts export`` writes it; older schema versions are
 upgraded). The conversation
 becomes a context in state Idle; with ``--store URL`` it is stored there.
+
+``sessions`` reads a folder (a folder given with ``--format auto`` is read so
+too): each ``*.json`` file in it is one session in the session records
+format, imported as the context whose id is the file's name without
+``.json``. One line per file; a file already stored (that id) is skipped, so
+importing the folder again adds nothing; a file that cannot be imported is
+reported with its JSON path and the others are imported all the same (exit
+status 2 if any could not be). The folder is only read.
 
 Prints the new context's id, then a one-line summary; with ``--json``, the
 whole context as JSON instead.
@@ -34,7 +43,6 @@ from .. import records
 from ..adapters.inbound import (
     IMPORT_FORMATS,
     ImportFormat,
-    count_tool_calls,
     detect_format,
     import_context,
 )
@@ -42,7 +50,8 @@ from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
 from ..storage._schema import context_from_document
 from ..storage._secrets import redact
-from ._errors import guarded
+from ._errors import CLIError, guarded
+from ._import_folder import import_folder, summary
 
 __all__ = ["add_parser", "summary"]
 
@@ -56,12 +65,18 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", metavar="FILE", help="a JSON file ('-' reads standard input)")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        help="a JSON file ('-' reads standard input), or a folder of session files "
+        "(--format sessions)",
+    )
     p.add_argument(
         "--format",
-        choices=("auto", *IMPORT_FORMATS, "context"),
+        choices=("auto", *IMPORT_FORMATS, "context", "sessions"),
         default="auto",
-        help="the file's format (default: auto, detected from its shape)",
+        help="the file's format (default: auto, detected from its shape); sessions: "
+        "every *.json session file of a folder",
     )
     p.add_argument(
         "--store",
@@ -72,18 +87,6 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the whole context as JSON")
     p.set_defaults(run=guarded("turnfsm import", _run))
-
-
-def summary(ctx: ChatContext, fmt: str) -> str:
-    """``session: 7 messages, 2 tool calls, 1 branch``."""
-    n_msg = len(ctx.message_pool)
-    n_calls = count_tool_calls(ctx)
-    n_branches = len(ctx.branches)
-    return (
-        f"{fmt}: {n_msg} message{'s' * (n_msg != 1)}, "
-        f"{n_calls} tool call{'s' * (n_calls != 1)}, "
-        f"{n_branches} branch{'es' * (n_branches != 1)}"
-    )
 
 
 def _fail(message: str) -> int:
@@ -103,6 +106,13 @@ def _read(name: str) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     name: str = args.file
+    folder = name != "-" and Path(name).is_dir()
+    if args.format == "sessions" or (args.format == "auto" and folder):
+        if args.json:
+            raise CLIError("--json prints one context: not with a folder (--format sessions)")
+        return import_folder(_PROG, Path(name), args.store)
+    if folder:
+        raise CLIError(f"{name}: a folder; --format sessions reads a folder of session files")
     try:
         data = _read(name)
     except OSError as exc:

@@ -23,6 +23,11 @@ picks one, :func:`detect_format` tells them apart, in :mod:`._detect`):
     Unlike the others it keeps its ids, its branches and its state (one at
     rest); its module says how.
 
+A folder of session files (``{id}.json`` each, as the application that
+writes the session JSON format keeps them) is read by
+:func:`read_session_folder` (:mod:`._session_folder`): one context or one
+:class:`SessionFileError` per file, the file's name as the context's id.
+
 What they share: the checks that name the JSON path of a problem
 (:mod:`._checks`) and the history being built (:mod:`._history`).
 
@@ -71,18 +76,32 @@ from ._detect import IMPORT_FORMATS, ImportFormat, count_tool_calls, detect_form
 from ._history import MISSING_RESULT
 from ._openai_messages import import_openai_messages
 from ._request_body import import_request_body
+from ._session_folder import (
+    SESSION_SUFFIX,
+    SessionFile,
+    SessionFileError,
+    file_name_problem,
+    read_session_file,
+    read_session_folder,
+)
 from ._session_records import import_session_records
 
 __all__ = [
     "IMPORT_FORMATS",
     "MISSING_RESULT",
+    "SESSION_SUFFIX",
     "ImportFormat",
+    "SessionFile",
+    "SessionFileError",
     "count_tool_calls",
     "detect_format",
+    "file_name_problem",
     "import_chat_context",
     "import_context",
     "import_conversation_entries",
     "import_openai_messages",
     "import_request_body",
     "import_session_records",
+    "read_session_file",
+    "read_session_folder",
 ]

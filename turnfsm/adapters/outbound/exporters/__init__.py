@@ -14,6 +14,9 @@ picks one):
 ``openai``   (:func:`export_openai_messages`, :mod:`._openai_messages`) an
     OpenAI Chat Completions ``messages`` list.
 
+A whole folder of session files, ``{id}.json`` each, written atomically, with
+what each context lost: :func:`write_session_file` (:mod:`._session_folder`).
+
 What they share (:mod:`._common`):
 
 - One branch is written: the active one, or the one named by ``branch``; a
@@ -37,15 +40,27 @@ What they share (:mod:`._common`):
 from ._conversation_entries import export_conversation_entries
 from ._export import EXPORT_FORMATS, ExportFormat, export_context
 from ._openai_messages import export_openai_messages
+from ._session_folder import (
+    SessionExport,
+    left_out,
+    session_file_name,
+    write_atomically,
+    write_session_file,
+)
 from ._session_records import export_session_records, message_record, tool_record
 
 __all__ = [
     "EXPORT_FORMATS",
     "ExportFormat",
+    "SessionExport",
     "export_context",
     "export_conversation_entries",
     "export_openai_messages",
     "export_session_records",
+    "left_out",
     "message_record",
+    "session_file_name",
     "tool_record",
+    "write_atomically",
+    "write_session_file",
 ]
