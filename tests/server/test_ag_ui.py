@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +25,8 @@ def parse(body: str) -> list[dict[str, Any]]:
     """The events in a stream, read as AG-UI's client reads them."""
     events: list[dict[str, Any]] = []
     for block in body.split("\n\n"):
-        data = [line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")]
+        lines = block.split("\n")
+        data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
         if data:
             events.append(json.loads("\n".join(data)))
     return events
@@ -174,3 +174,158 @@ def test_a_denial_resumes_the_turn_without_running_the_tool(agui: Running) -> No
     (result,) = _book_calls(agui, thread)
     assert result["tool_result"]["success"] is False
     assert "too far" in json.dumps(result["tool_result"]["result"])
+
+
+# ---------------------------------------------------------------------- resent history
+
+
+def test_a_new_thread_takes_the_history_the_client_holds(agui: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    history = [
+        user("earlier question"),
+        {"id": "a-0", "role": "assistant", "content": "earlier answer"},
+        user("hi"),
+    ]
+    answer = post(agui, run_input(thread, history))
+    assert parse(answer.text)[-1]["type"] == "RUN_FINISHED"
+    said = [(m["role"], m["content"][0]["text"]) for m in stored(agui, thread)]
+    assert said == [
+        ("user", "earlier question"),
+        ("assistant", "earlier answer"),
+        ("user", "hi"),
+        ("assistant", "Hello there."),
+    ]
+
+
+def test_a_resent_history_adds_nothing_twice(agui: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    first = user("hi")
+    events = parse(post(agui, run_input(thread, [first])).text)
+    reply = next(e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START")
+    assistant = {"id": reply, "role": "assistant", "content": "Hello there."}
+    again = post(agui, run_input(thread, [first, assistant, user("hi again")]))
+    assert parse(again.text)[-1]["type"] == "RUN_FINISHED"
+    roles = [m["role"] for m in stored(agui, thread)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+    # the same run once more (a client that retries): its message is refused, not doubled
+    repeated = post(agui, run_input(thread, [first]))
+    assert repeated.status_code == 422, repeated.text
+    assert len(stored(agui, thread)) == 4
+
+
+def test_a_history_that_disagrees_is_a_conflict_with_nothing_stored(agui: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    post(agui, run_input(thread, [user("hi")]))
+    answer = post(agui, run_input(thread, [user("something else"), user("and more")]))
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["error"]["code"] == "history_conflict"
+    assert len(stored(agui, thread)) == 2
+
+
+# ---------------------------------------------------------------------- what is refused
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"id": "a", "role": "assistant", "content": "x"}]}, "messages[0].role"),
+        ({"tools": [{"name": "show", "description": "shows it"}]}, "tools"),
+        (
+            {"resume": [{"interruptId": "c", "status": "resolved", "payload": {"ok": 1}}]},
+            "resume[0].payload.approved",
+        ),
+        ({"threadId": ""}, "threadId"),
+    ],
+)
+def test_a_malformed_run_is_a_422_naming_the_field(
+    agui: Running, change: dict[str, Any], where: str
+) -> None:
+    body = run_input(f"t-{uuid.uuid4().hex}", [user("hi")]) | change
+    answer = post(agui, body)
+    assert answer.status_code == 422, answer.text
+    assert where in answer.text
+
+
+def test_another_tenants_thread_is_not_found(agui: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    post(agui, run_input(thread, [user("book a trip")]))
+    theirs = post(agui, run_input(thread, [user("hi")]), token="token-bob")
+    assert theirs.status_code == 404, theirs.text
+    resume = [{"interruptId": "call_book", "status": "cancelled"}]
+    decided = post(agui, run_input(thread, [], resume=resume), token="token-bob")
+    assert decided.status_code == 404, decided.text
+    assert post(agui, run_input(thread, [user("hi")]), token="nope").status_code == 401
+    assert _book_calls(agui, thread) == []  # nothing decided by them
+
+
+def test_the_route_is_in_the_openapi_document(agui: Running) -> None:
+    with agui.client() as http:
+        document = http.get("/openapi.json").json()
+    route = document["paths"]["/ag-ui"]["post"]
+    assert "text/event-stream" in route["responses"]["200"]["content"]
+    schema = route["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["$ref"].endswith("/RunAgentIn")
+    assert {"threadId", "runId"} <= set(document["components"]["schemas"]["RunAgentIn"]["required"])
+
+
+# ---------------------------------------------------------------------- limits and disconnects
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    db = tmp_path_factory.mktemp("ag-ui-limited") / "server.db"
+    yield from scripted_server(db, max_turns_per_tenant=1, max_body=4_000)
+
+
+def state_of(server: Running, cid: str) -> dict[str, Any]:
+    with server.client() as http:
+        answer = http.get(f"/api/contexts/{cid}/state")
+    answer.raise_for_status()
+    out: dict[str, Any] = answer.json()
+    return out
+
+
+def test_a_client_gone_mid_stream_leaves_the_turn_running(limited: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    GATE.clear()
+    try:
+        body = run_input(thread, [user("hold")])
+        with limited.client() as http, http.stream("POST", "/ag-ui", json=body) as answer:
+            assert answer.status_code == 200
+            seen = ""
+            for piece in answer.iter_text():
+                seen += piece
+                if '"stepName":"AwaitingLLMResponse"' in seen:
+                    break  # the model holds its answer: the client goes away
+        assert state_of(limited, thread)["running"] is True
+        # the turn still runs: another run on the thread is refused, not started
+        busy = post(limited, run_input(thread, [user("hi")]))
+        assert busy.status_code == 409, busy.text
+        assert busy.json()["error"]["code"] == "context_busy"
+        # and it holds the tenant's one turn: a run on another thread is a 429
+        other = post(limited, run_input(f"t-{uuid.uuid4().hex}", [user("hi")]))
+        assert other.status_code == 429, other.text
+    finally:
+        GATE.set()
+    # the rest, where a client gets it: the context's durable event stream, from
+    # the last frame's id: (the engine event's seq), up to the turn's end
+    last = [line[4:] for line in seen.split("\n") if line.startswith("id: ")][-1]
+    with limited.client() as http:
+        after = {"Last-Event-ID": last}
+        with http.stream("GET", f"/api/contexts/{thread}/events", headers=after) as events:
+            for line in events.iter_lines():
+                if line.startswith("event: TurnCompleted"):
+                    break
+    assert state_of(limited, thread)["state"] == "Idle"
+    answer = stored(limited, thread)[-1]
+    assert answer["role"] == "assistant"
+    assert answer["content"][0]["text"] == "Held."
+    assert answer["metadata"]["cancelled"] is False
+
+
+def test_a_body_over_the_limit_is_a_413(limited: Running) -> None:
+    body = run_input(f"t-{uuid.uuid4().hex}", [user("x" * 5_000)])
+    answer = post(limited, body)
+    assert answer.status_code == 413, answer.text
