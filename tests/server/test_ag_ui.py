@@ -142,6 +142,7 @@ def test_an_approval_ends_the_run_with_an_interrupt_and_the_next_run_decides(
     assert interrupt["reason"] == "tool_approval"
     assert interrupt["responseSchema"]["required"] == ["approved"]
     assert "TOOL_CALL_RESULT" not in types(first)
+    assert text_of(first) == "I will book it."  # an answer that was not streamed comes whole
     assert _book_calls(agui, thread) == []  # not run before the decision
 
     resume = [{"interruptId": "call_book", "status": "resolved", "payload": {"approved": True}}]
