@@ -12,7 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import Running
+from turnfsm import Engine
+from turnfsm.adapters.llm import LLMRequest
+from turnfsm.server import ServerConfig, create_app
+from turnfsm.testing import ScriptedLLM
+from turnfsm.tools import ask_user
+
+from .conftest import TOKENS, Running, serve_in_thread
 from .scripted import GATE, scripted_server
 
 
@@ -330,3 +336,48 @@ def test_a_body_over_the_limit_is_a_413(limited: Running) -> None:
     body = run_input(f"t-{uuid.uuid4().hex}", [user("x" * 5_000)])
     answer = post(limited, body)
     assert answer.status_code == 413, answer.text
+
+
+# ---------------------------------------------------------------------- questions
+
+
+async def asking(request: LLMRequest) -> dict[str, Any]:
+    last = request.messages[-1]
+    if last["role"] == "tool":
+        return {"text": f"Going to {last['content']}."}
+    args = {"question": "Which city?", "choices": ["Oslo", "Rome"]}
+    return {"tool_calls": [{"id": "call_ask", "name": "ask_user", "arguments": args}]}
+
+
+@pytest.fixture(scope="module")
+def asks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    db = tmp_path_factory.mktemp("ag-ui-asks") / "server.db"
+
+    def factory() -> Engine:
+        return Engine(llm=ScriptedLLM(asking), tools=[ask_user], store=f"sqlite:///{db}")
+
+    app = create_app(factory, ServerConfig(tokens=dict(TOKENS), heartbeat=0.5))
+    for url in serve_in_thread(app):
+        yield Running(url, db)
+
+
+def test_a_question_is_an_interrupt_answered_by_the_next_run(asks: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    first = parse(post(asks, run_input(thread, [user("plan a trip")])).text)
+    (interrupt,) = first[-1]["outcome"]["interrupts"]
+    assert interrupt["reason"] == "question"
+    assert interrupt["message"] == "Which city?"
+    assert interrupt["responseSchema"]["properties"]["answer"]["enum"] == ["Oslo", "Rome"]
+
+    wrong = [{"interruptId": "call_ask", "status": "resolved", "payload": {"answer": "Paris"}}]
+    refused = post(asks, run_input(thread, [], resume=wrong))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "answer_not_a_choice"
+
+    resume = [{"interruptId": "call_ask", "status": "resolved", "payload": {"answer": "Rome"}}]
+    second = parse(post(asks, run_input(thread, [], resume=resume)).text)
+    assert second[-1]["outcome"] == {"type": "success"}
+    result = next(e for e in second if e["type"] == "TOOL_CALL_RESULT")
+    assert result["toolCallId"] == "call_ask"
+    assert "Rome" in result["content"]
+    assert text_of(second).startswith("Going to")
