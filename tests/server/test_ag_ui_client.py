@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from .ag_ui_server import PIECES, PLAN_TEXT, ag_ui_server
 from .conftest import Running
-from .scripted import scripted_server
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "js-agui" / "run_agent.cjs"
@@ -38,7 +38,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def agui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    yield from scripted_server(tmp_path_factory.mktemp("ag-ui-client") / "server.db")
+    yield from ag_ui_server(tmp_path_factory.mktemp("ag-ui-client") / "server.db")
 
 
 def drive(server: Running, thread: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -81,12 +81,13 @@ def test_the_ag_ui_client_assembles_text_tool_calls_results_and_an_approval(
         [
             {"user": "hi"},
             {"user": "add two and three"},
+            {"user": "plan it"},
             {"user": "book a trip"},
             {"resume": {"approved": True}},
         ],
     )
     runs = seen["runs"]
-    assert [r["error"] for r in runs] == [None, None, None, None]
+    assert [r["error"] for r in runs] == [None, None, None, None, None]
 
     # 1: streamed text, in two pieces
     hello = runs[0]
@@ -101,8 +102,15 @@ def test_the_ag_ui_client_assembles_text_tool_calls_results_and_an_approval(
     assert add["results"] == [{"toolCallId": "call_add", "content": "5"}]
     assert "The answer is 5." in add["text"].values()
 
-    # 3: a call that needs approval ends the run with an interrupt
-    book = runs[2]
+    # 3: a call whose arguments the model streamed in pieces
+    plan = runs[2]
+    assert plan["toolCalls"] == [{"id": "call_plan", "name": "add", "args": {"a": 4, "b": 5}}]
+    assert "".join(plan["argPieces"]["call_plan"]) == "".join(PIECES)
+    assert plan["results"] == [{"toolCallId": "call_plan", "content": "9"}]
+    assert PLAN_TEXT in plan["text"].values()
+
+    # 4: a call that needs approval ends the run with an interrupt
+    book = runs[3]
     assert book["toolCalls"] == [{"id": "call_book", "name": "book", "args": {"city": "Oslo"}}]
     assert book["results"] == []
     assert book["finished"]["outcome"] == "interrupt"
@@ -110,8 +118,8 @@ def test_the_ag_ui_client_assembles_text_tool_calls_results_and_an_approval(
     assert interrupt["toolCallId"] == "call_book"
     assert interrupt["reason"] == "tool_approval"
 
-    # 4: the client's resume approves it: the tool runs (once) and the turn goes on
-    resumed = runs[3]
+    # 5: the client's resume approves it: the tool runs (once) and the turn goes on
+    resumed = runs[4]
     assert resumed["results"] == [{"toolCallId": "call_book", "content": "booked Oslo"}]
     assert resumed["finished"]["outcome"] == "success"
     assert "The answer is booked Oslo." in resumed["text"].values()
@@ -121,17 +129,18 @@ def test_the_ag_ui_client_assembles_text_tool_calls_results_and_an_approval(
     # what the client holds: each user message once, the calls with their results
     messages = seen["messages"]
     users = [m["content"] for m in messages if m["role"] == "user"]
-    assert users == ["hi", "add two and three", "book a trip"]
+    assert users == ["hi", "add two and three", "plan it", "book a trip"]
     calls = [c for m in messages if m["role"] == "assistant" for c in m.get("toolCalls", [])]
     assert [(c["id"], json.loads(c["function"]["arguments"])) for c in calls] == [
         ("call_add", {"a": 2, "b": 3}),
+        ("call_plan", {"a": 4, "b": 5}),
         ("call_book", {"city": "Oslo"}),
     ]
     results = {m["toolCallId"]: m["content"] for m in messages if m["role"] == "tool"}
-    assert results == {"call_add": "5", "call_book": "booked Oslo"}
+    assert results == {"call_add": "5", "call_plan": "9", "call_book": "booked Oslo"}
 
     # the resent histories added nothing twice to the context
     with agui.client() as http:
         nodes = http.get(f"/api/contexts/{thread}/messages", params={"limit": 200}).json()
     stored_users = [n["message"] for n in nodes["messages"] if n["message"]["role"] == "user"]
-    assert len(stored_users) == 3
+    assert len(stored_users) == 4
