@@ -183,6 +183,17 @@ def test_a_denial_resumes_the_turn_without_running_the_tool(agui: Running) -> No
     assert "too far" in json.dumps(result["tool_result"]["result"])
 
 
+def test_a_failed_turn_ends_the_run_with_run_error(agui: Running) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    events = parse(post(agui, run_input(thread, [user("fail")])).text)
+    end = events[-1]
+    assert end["type"] == "RUN_ERROR"
+    assert end["code"] == "turn_failed"
+    assert "the model refused the request" in end["message"]
+    assert "RUN_FINISHED" not in types(events)
+    assert state_of(agui, thread)["state"] == "PermanentFailure"
+
+
 # ---------------------------------------------------------------------- resent history
 
 
