@@ -257,6 +257,11 @@ NOT_STRICT: list[tuple[str, dict[str, Any], str]] = [
         Short.model_json_schema(),
         "$.properties.code: strict mode does not take minLength",
     ),
+    (
+        "null_default_not_nullable",
+        {"type": "object", "properties": {"x": {"type": "string", "default": None}}},
+        "$.properties.x: an optional property",
+    ),
     ("root_array", {"type": "array", "items": {"type": "string"}}, "$: the root must be an object"),
     ("open", {"type": "object"}, "$: an object with no properties"),
     (
