@@ -262,6 +262,16 @@ NOT_STRICT: list[tuple[str, dict[str, Any], str]] = [
         {"type": "object", "properties": {"x": {"type": "string", "default": None}}},
         "$.properties.x: an optional property",
     ),
+    (
+        "ref_and_a_rule_of_its_own",
+        {
+            "type": "object",
+            "properties": {"n": {"$ref": "#/$defs/N", "minimum": 3}},
+            "required": ["n"],
+            "$defs": {"N": {"type": "integer", "minimum": 0}},
+        },
+        "$.properties.n: keywords beside a reference that it has too: minimum",
+    ),
     ("root_array", {"type": "array", "items": {"type": "string"}}, "$: the root must be an object"),
     ("open", {"type": "object"}, "$: an object with no properties"),
     (

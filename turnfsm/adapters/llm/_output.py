@@ -26,7 +26,9 @@ into that subset when the rewrite keeps what the schema means, and raises
   ``readOnly`` and ``writeOnly`` are annotations (they validate nothing):
   dropped;
 - a ``$ref`` with keywords beside it is replaced by its definition merged
-  with them, as is a one-entry ``allOf``;
+  with them, as is a one-entry ``allOf``, when no keyword but ``title`` and
+  ``description`` has a value in both that differs (else both would have to
+  hold, which one schema cannot say here);
 - any keyword outside the subset (``oneOf``, ``not``, ``if``,
   ``patternProperties``, ``minLength``, a ``format`` the API does not know,
   ...) cannot be kept.
@@ -194,6 +196,23 @@ def _accepts_null(node: Mapping[str, Any]) -> bool:
     )
 
 
+def _merged(target: Mapping[str, Any], beside: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A referenced (or ``allOf``) schema and the keywords beside it as one:
+    both must hold, which one dict says only when no keyword of both has two
+    values, but the annotations ``title`` and ``description`` (the ones
+    beside win)."""
+    shared = sorted(
+        k
+        for k in (set(target) & set(beside)) - _ANNOTATIONS - {"title", "description"}
+        if target[k] != beside[k]
+    )
+    if shared:
+        raise NotStrictCompatible(
+            path, f"keywords beside a reference that it has too: {', '.join(shared)}"
+        )
+    return {**target, **beside}
+
+
 class _Strict:
     """One rewrite: the root (for ``$ref`` look-ups) and the walk."""
 
@@ -222,13 +241,13 @@ class _Strict:
         all_of = node.get("allOf")
         if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
             del node["allOf"]
-            node = {**all_of[0], **node}
+            node = _merged(all_of[0], node, path)
         ref = node.get("$ref")
         if ref is not None and len(node) > 1:
             if ref in inlined:
                 raise NotStrictCompatible(path, f"the reference {ref!r} refers to itself")
             del node["$ref"]
-            merged = {**self.resolve(ref, path), **node}
+            merged = _merged(self.resolve(ref, path), node, path)
             return self.node(merged, path, (*inlined, str(ref)))
         unknown = sorted(set(node) - _KEYWORDS)
         if unknown:
