@@ -38,7 +38,7 @@ from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
 from ._common import append_turn, arguments_object, own_reasoning, text_of
-from ._output import closed_schema, native_output
+from ._output import closed_schema, native_spec
 
 __all__ = [
     "ANTHROPIC_PROVIDER",
@@ -295,7 +295,7 @@ def anthropic_request_body(
         merged.setdefault("thinking", dict(thinking))
     for key in _DROPPED:
         merged.pop(key, None)
-    spec = native_output(request)
+    spec = native_spec(request)
     if spec is not None:
         config = merged.get("output_config")
         merged["output_config"] = {

@@ -36,7 +36,7 @@ from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
 from ._common import append_turn, arguments_object, own_reasoning, text_of
-from ._output import native_output
+from ._output import native_spec
 
 __all__ = [
     "GOOGLE_PROVIDER",
@@ -291,7 +291,7 @@ def gemini_request(
         config["systemInstruction"] = {"parts": system}
     if request.tools:
         config["tools"] = gemini_tools(request.tools)
-    spec = native_output(request)
+    spec = native_spec(request)
     if spec is not None:
         for key in _SCHEMA_KEYS:
             config.pop(key, None)

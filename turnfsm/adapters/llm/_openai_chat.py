@@ -41,7 +41,7 @@ from ._openai_common import (
     opt_str,
     short,
 )
-from ._output import native_output, native_schema
+from ._output import native_schema, native_spec
 
 __all__ = [
     "ChatStreamAssembler",
@@ -93,7 +93,7 @@ def chat_request_body(
     if request.tools:
         body["tools"] = list(request.tools)
     merge_parameters(body, (request.parameters, extra_body))
-    spec = native_output(request)
+    spec = native_spec(request)
     if spec is not None:
         sent = native_schema(spec)
         body["response_format"] = {

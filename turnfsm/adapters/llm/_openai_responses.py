@@ -45,7 +45,7 @@ from ._openai_common import (
     opt_str,
     short,
 )
-from ._output import native_output, native_schema
+from ._output import native_schema, native_spec
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -256,7 +256,7 @@ def responses_request_body(
         ]
     if include:
         params["include"] = list(dict.fromkeys(include))
-    spec = native_output(request)
+    spec = native_spec(request)
     if spec is not None:
         sent = native_schema(spec)
         text = params.get("text")

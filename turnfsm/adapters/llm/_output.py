@@ -3,7 +3,7 @@ plain JSON values (no SDK here).
 
 An :class:`~turnfsm.model.LLMRequest` whose ``output`` has mode ``native``
 asks the adapter to send the answer's JSON Schema the provider's way
-(:func:`native_output` says whether it does). The request builders put it in
+(:func:`native_spec` says whether it does). The request builders put it in
 their own field (``response_format``, ``text.format``,
 ``output_config.format``, ``responseJsonSchema``); this module gives them
 the schema to send.
@@ -49,8 +49,8 @@ __all__ = [
     "NativeSchema",
     "NotStrictCompatible",
     "closed_schema",
-    "native_output",
     "native_schema",
+    "native_spec",
     "strict_schema",
 ]
 
@@ -119,7 +119,7 @@ class NativeSchema:
         return out
 
 
-def native_output(request: LLMRequest) -> OutputSpec | None:
+def native_spec(request: LLMRequest) -> OutputSpec | None:
     """The request's answer type when the adapter is to send it natively
     (mode ``native``); ``None`` when there is none or the messages already
     say it (mode ``instruction``)."""

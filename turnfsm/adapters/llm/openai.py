@@ -77,7 +77,7 @@ from ._common import (
 from ._openai_chat import ChatStreamAssembler, chat_completion_response, chat_request_body
 from ._openai_common import MalformedChunk, StreamErrorEvent, new_call_id
 from ._openai_responses import ResponsesStreamAssembler, responses_request_body, responses_response
-from ._output import native_output, native_schema
+from ._output import native_schema, native_spec
 
 __all__ = [
     "OpenAIChatAdapter",
@@ -267,7 +267,7 @@ class _OpenAIAdapter(HTTPClientAdapter):
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
         body = self.request_body(request)
-        spec = native_output(request)
+        spec = native_spec(request)
         if spec is not None:
             # whether the schema went strict (and why not), kept with the answer
             request.metadata["native_output"] = native_schema(spec).record(spec)
