@@ -563,7 +563,9 @@ class Engine(ContextManagement):
     async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
         """Answer a chat request body (the ``contextManagement`` body or the legacy
         ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
-        :class:`InvalidInput` names what is wrong with it).
+        :class:`InvalidInput` names what is wrong with it). A key the body's
+        format does not know is ignored, never stored, and logged once per key
+        path and format by this engine's logger.
 
         With no ``context_id``, a new context is made (``create_context()``
         defaults). The body's conversation context is laid over the active
@@ -577,7 +579,7 @@ class Engine(ContextManagement):
         The view marks the current message and states the user's locale
         (:class:`~turnfsm.enhancers.CurrentMessageMarker`, ``UserLocale``).
         """
-        request = parse_request(body)
+        request = parse_request(body, log=self._d.settings.log)
         if context_id is None:
             context_id = await self.create_context()
         else:

@@ -26,8 +26,11 @@ def import_request_body(
     the context rests in ``Idle`` with a user (or frontend operator) message last.
     ``engine.send_request(data, context_id)`` then answers it once (it is not
     stored again); ``engine.send`` would store a second copy.
+
+    Unlike a request's, an imported body's unknown keys are refused, each
+    with its JSON path: an import drops nothing silently.
     """
     check_source(data)
     at = resolve_now(now)
-    request = parse_request(data)
+    request = parse_request(data, unknown="refuse")
     return build_context(request.to_messages(now=at), now=at, ids=ids or uuid_hex)
