@@ -195,3 +195,19 @@ def test_unknown_keys_are_ignored_here_and_refused_by_the_rest_api(server: Runni
         bad = {**legacy, "messages": [{"id": "a1", "role": "user", "content": 5}]}
         r = c.post("/api/chat", json=bad)
         assert r.status_code == 422 and "messages[0].content" in r.json()["error"]["message"]
+
+
+def test_the_202_names_a_frontend_operators_current_message(server: Running) -> None:
+    body = {
+        "contextManagement": {
+            "currentMessage": {"role": "frontend_operator", "content": "opened the cart"},
+            "conversationContext": [{"role": "user", "content": "hello"}],
+        }
+    }
+    with server.client() as c:
+        r = c.post("/api/chat", json=body)
+        assert r.status_code == 202, r.text
+        accepted = r.json()
+        page = c.get(f"/api/contexts/{accepted['context_id']}/messages").json()
+    named = [m for m in page["messages"] if m["id"] == accepted["message_id"]]
+    assert [m["message"]["role"] for m in named] == ["frontend_operator"]

@@ -29,8 +29,10 @@ def import_request_body(
     ``engine.send_request(data, context_id)`` then answers it once (it is not
     stored again); ``engine.send`` would store a second copy.
 
-    Unlike a request's, an imported body's unknown keys are refused, each
-    with its JSON path: an import drops nothing silently.
+    The context's ``frontend_operator_as`` is ``"assistant"``, as for a
+    context ``send_request`` makes. Unlike a request's, an imported body's
+    unknown keys are refused, each with its JSON path: an import drops
+    nothing silently.
     """
     check_source(data)
     at = resolve_now(now)
@@ -38,4 +40,6 @@ def import_request_body(
     messages = request.to_messages(now=at)
     for message in messages:
         message.metadata.extra["request_format"] = request.format
-    return build_context(messages, now=at, ids=ids or uuid_hex)
+    ctx = build_context(messages, now=at, ids=ids or uuid_hex)
+    ctx.config.frontend_operator_as = "assistant"  # as send_request makes a context
+    return ctx
