@@ -109,6 +109,15 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
     )
+    p.add_argument(
+        "--frontend-operator-as",
+        choices=("assistant", "user"),
+        default="assistant",
+        help="the role the model sees a frontend operator's message in, for a context "
+        "made by POST /api/chat: assistant (the default, as the request formats send it) "
+        "or user (a user message named frontend_operator, as for every other context; "
+        "see docs/server.md)",
+    )
     add_cache_options(p)
     add_store_option(p)
     p.set_defaults(run=guarded("turnfsm serve", _run))
@@ -270,6 +279,7 @@ def _run(args: argparse.Namespace) -> int:
         max_turns_per_tenant=args.max_turns_per_tenant,
         turns=args.turns,
         model=model_name(args, llm),
+        frontend_operator_as=args.frontend_operator_as,
     )
     shown = model_shown(args, llm)
     if args.turns == "workers" and not isinstance(store, WorkQueue):

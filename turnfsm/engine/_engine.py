@@ -563,10 +563,10 @@ class Engine(ContextManagement):
     async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
         """Answer a chat request body (the ``contextManagement`` body or the legacy
         ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
-        :class:`InvalidInput` names what is wrong with it).
-
-        With no ``context_id``, a new context is made (``create_context()``
-        defaults). The body's conversation context is laid over the active
+        :class:`InvalidInput` names what is wrong with it; an unknown key is
+        ignored and logged once). Without ``context_id``, a new context is made
+        (``create_context(frontend_operator_as="assistant")``, as the formats
+        show an operator). The body's conversation context is laid over the active
         branch (a client may resend its whole history): what the context does
         not hold yet is appended, then the current message, flagged current
         with the user's language and time zone, in the ``user_message`` step;
@@ -577,9 +577,9 @@ class Engine(ContextManagement):
         The view marks the current message and states the user's locale
         (:class:`~turnfsm.enhancers.CurrentMessageMarker`, ``UserLocale``).
         """
-        request = parse_request(body)
+        request = parse_request(body, log=self._d.settings.log)
         if context_id is None:
-            context_id = await self.create_context()
+            context_id = await self.create_context(frontend_operator_as="assistant")
         else:
             check_id("context_id", context_id)
         d = self._d

@@ -15,6 +15,7 @@ from ..model import (
     Role,
     TextPart,
     clean_text,
+    frontend_operator_as_assistant,
 )
 from ..states import Trigger
 from . import _history
@@ -28,7 +29,9 @@ __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
-    through every enhancer (EnhancerError when one raises, or
+    through every enhancer, then its frontend operator messages sent as
+    assistant messages when the context's ``frontend_operator_as`` says so
+    (EnhancerError when an enhancer raises, or
     :class:`~turnfsm.engine._modes.UnknownMode` when the engine does not know
     the context's mode)."""
     ctx = rt.ctx
@@ -86,6 +89,8 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
             raise EnhancerError(type(enhancer).__name__, exc) from exc
     if request.messages is rt.chat:
         request.messages = list(rt.chat)
+    if ctx.config.frontend_operator_as == "assistant":  # the role the context asks for
+        request.messages = frontend_operator_as_assistant(request.messages)
     return request
 
 

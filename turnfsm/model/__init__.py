@@ -2,8 +2,10 @@
 through :mod:`turnfsm.records`), no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import (
+    FRONTEND_OPERATOR_NAME,
     RESPONSES_KEY,
     append_chat,
+    frontend_operator_as_assistant,
     to_chat_message,
     to_chat_messages,
     tool_result_content,
@@ -16,6 +18,7 @@ from ._context import (
     Branch,
     ChatConfig,
     ChatContext,
+    FrontendOperatorAs,
     HistoryOverride,
     SystemPrompt,
     TurnProgress,
@@ -67,6 +70,7 @@ from ._message import (
 )
 
 __all__ = [
+    "FRONTEND_OPERATOR_NAME",
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
@@ -83,6 +87,7 @@ __all__ = [
     "ChatContext",
     "ContentPart",
     "FilePart",
+    "FrontendOperatorAs",
     "HistoryOverride",
     "ImagePart",
     "InternalMessage",
@@ -114,6 +119,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "detached",
+    "frontend_operator_as_assistant",
     "has_lone_surrogate",
     "id_problem",
     "provider_usage",

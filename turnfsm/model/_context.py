@@ -19,6 +19,7 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "FrontendOperatorAs",
     "HistoryOverride",
     "SystemPrompt",
     "TurnProgress",
@@ -79,6 +80,11 @@ HistoryOverride = Annotated[int, Field(ge=0)] | Literal["off"] | None
 context, whatever the engine's), or ``None`` (the engine's setting)."""
 
 
+FrontendOperatorAs = Literal["assistant", "user"]
+"""How a context's frontend operator messages are sent to the model
+(``ChatConfig.frontend_operator_as``)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ChatConfig:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -108,6 +114,12 @@ class ChatConfig:
     compaction: Annotated[HistoryOverride, Field(exclude_if=_is_none)] = None
     """This context's compaction threshold in tokens (``"off"``: none) instead
     of the engine's ``compaction``."""
+    frontend_operator_as: Annotated[FrontendOperatorAs | None, Field(exclude_if=_is_none)] = None
+    """The role the model sees a frontend operator's message in: ``"user"``
+    (a user message named ``frontend_operator``; ``None`` means it too) or
+    ``"assistant"`` (an assistant message, as the request formats send one;
+    see docs/server.md, "The frontend operator's messages"). Stored history
+    keeps the ``frontend_operator`` role either way."""
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

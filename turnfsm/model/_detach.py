@@ -142,6 +142,7 @@ def _config(c: ChatConfig) -> ChatConfig:
         tool_history=c.tool_history,
         token_budget=c.token_budget,
         compaction=c.compaction,
+        frontend_operator_as=c.frontend_operator_as,
     )
 
 

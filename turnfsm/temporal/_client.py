@@ -415,8 +415,8 @@ class TemporalEngine(Engine):
         here (``InvalidInput``), a context made when none is named, and the
         workflow's engine lays it over the branch and runs the turn."""
         parse_request(body)
-        if context_id is None:
-            context_id = await self.create_context()
+        if context_id is None:  # as Engine.send_request makes it
+            context_id = await self.create_context(frontend_operator_as="assistant")
         else:
             check_id("context_id", context_id)
         return await self._update(context_id, "request", {"body": body})
