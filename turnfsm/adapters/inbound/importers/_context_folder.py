@@ -61,7 +61,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,8 @@ class _Folder:
     extras: dict[str, dict[str, Any]]
     """Message id -> what this module keeps in its ``metadata.extra``."""
     not_read: list[str]
+    roles: list[tuple[str, str, str]] = field(default_factory=list)
+    """(message id, JSON path of its index entry, the role the index gives)."""
 
     @property
     def meta_path(self) -> Path:
@@ -258,15 +260,15 @@ def _agree(f: _Folder, entry: dict[str, Any], at: str, mid: str) -> None:
         return
     source = f"{MESSAGES}/{mid}.json" if mid in f.files else METADATA
     with _in(f.index_path):
-        for key in ("role", "message_type"):
-            if entry.get(key) is None:
-                continue
-            said = expect_string(entry[key], f"{at}.{key}")
-            own = message.get(key)
-            if own is None and key == "message_type":
-                message[key] = said
+        if entry.get("role") is not None:  # checked once the message's own role is
+            f.roles.append((mid, at, expect_string(entry["role"], f"{at}.role")))
+        if entry.get("message_type") is not None:
+            said = expect_string(entry["message_type"], f"{at}.message_type")
+            own = message.get("message_type")
+            if own is None:
+                message["message_type"] = said
             elif isinstance(own, str) and not same_spelling(said, own):
-                raise InvalidInput(f"{at}.{key}", f"is {said!r}, but {source} says {own!r}")
+                raise InvalidInput(f"{at}.message_type", f"is {said!r}, but {source} says {own!r}")
         at_time = parse_timestamp(entry.get("created_at"), f"{at}.created_at")
     if at_time is None:
         return
@@ -388,6 +390,13 @@ def _read_folder(
     except InvalidInput as exc:
         file, where = f.locate(exc.where)
         raise ContextFolderError(file, where, exc.reason) from None
+    for mid, at, said in f.roles:
+        own = ctx.message_pool[mid].message.role.value
+        if not same_spelling(said, own):
+            source = f"{MESSAGES}/{mid}.json" if mid in f.files else METADATA
+            raise ContextFolderError(
+                f.index_path, f"{at}.role", f"is {said!r}, but {source} says {own!r}"
+            )
     if f.extras:
         ctx = _with_extras(f, ctx)
     return ctx, f.not_read
