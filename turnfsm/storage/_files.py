@@ -93,6 +93,7 @@ from ._base import (
     Store,
     lease_is_held,
 )
+from ._files_foreign import ForeignContextFolder, foreign_layout, is_foreign
 from ._files_heads import (
     PartialReads,
     _committed_steps,
@@ -225,6 +226,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _open_lock(folder: Path) -> int:
+    """A context's ``.lock``, made on its first use, unless the folder is another
+    program's: then nothing is written in it (:mod:`._files_foreign`)."""
+    try:
+        return os.open(folder / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        if is_foreign(folder):
+            raise ForeignContextFolder(folder, folder / "metadata.json") from None
+    return os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+
 # ---------------------------------------------------------------------- the store
 
 
@@ -253,6 +265,9 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._contexts = self.root / "contexts"
+        foreign = foreign_layout(self.root)
+        if foreign is not None:
+            raise foreign
         self._contexts.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._limiter = anyio.CapacityLimiter(1)
@@ -308,7 +323,7 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         while True:
             try:
-                fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = _open_lock(folder)
             except (FileNotFoundError, NotADirectoryError):
                 raise ContextNotFound(context_id) from None
             try:
