@@ -379,3 +379,18 @@ def test_two_folders_of_one_id_import_the_first(data: Path) -> None:
     assert copy.folder.name == "zz-copy" and copy.context is None and copy.error is not None
     assert (copy.error.where, "also the id of") == ("$.id", "also the id of")
     assert str(data / "contexts" / DOC) in copy.error.reason
+
+
+def test_files_the_layout_does_not_name_are_listed_not_read(data: Path) -> None:
+    folder = data / "contexts" / DOC
+    (folder / "messages" / "notes.txt").write_text("not a message")
+    (folder / "messages" / ".msg-1.json.tmp").write_text("{")
+    (folder / "attachments").mkdir()
+    (found,) = import_context_folders(folder)
+    assert found.error is None and found.context is not None
+    assert found.not_read == ("attachments", "messages/.msg-1.json.tmp", "messages/notes.txt")
+    assert sorted(found.context.message_pool) == ["msg-1", "msg-2"]
+    (folder / "message_index.json").unlink()
+    (folder / "message_index.json").mkdir()
+    (again,) = import_context_folders(folder)
+    assert "message_index.json" in again.not_read

@@ -137,3 +137,15 @@ async def test_their_folder_with_a_lock_already_in_it_is_still_refused(data: Pat
     with pytest.raises(ContextNotFound):
         await store.load("no-such-context")
     assert tree_digest(data) == before
+
+
+@pytest.mark.parametrize("where", ["data", "contexts", "one context"])
+def test_a_read_only_open_names_the_import_command_too(data: Path, where: str) -> None:
+    root = {"data": data, "contexts": data / "contexts", "one context": data / "contexts" / EMPTY}[
+        where
+    ]
+    before = tree_digest(data)
+    with pytest.raises(ForeignContextFolder) as info:
+        open_store(f"files:///{root}", create=False)
+    assert info.value.folder == root
+    assert tree_digest(data) == before

@@ -220,6 +220,8 @@ class _Folder:
 def _read_messages(f: _Folder) -> None:
     folder = f.folder / MESSAGES
     if not folder.is_dir():
+        if folder.exists():
+            f.not_read.append(MESSAGES)
         return
     for entry in sorted(folder.iterdir()):
         name = entry.name
@@ -290,6 +292,8 @@ def _agree(f: _Folder, entry: dict[str, Any], at: str, mid: str) -> None:
 def _read_index(f: _Folder) -> None:
     path = f.index_path
     if not path.is_file():
+        if path.exists():
+            f.not_read.append(INDEX)
         return
     index = _object(path)
     entries = _required(index, "messages", path)
