@@ -43,6 +43,12 @@
   the commit is applied: a commit that fails leaves none, and the next one
   reads the context whole.
 
+**Another program's context folders are refused, never adopted.** The same
+layout written by another program (a ``metadata.json`` without
+``schema_version``) is refused when the store is opened on it or reads it,
+with nothing written into it, naming the command that imports it
+(:mod:`turnfsm.storage._files_foreign`).
+
 **Damaged data is refused, never repaired or rewritten on read.** Every file is
 validated as it is read (UTF-8, JSON, the types of every field, with the
 models' own rules, strictly: ``"3"`` is not a version), and then the context as
