@@ -322,6 +322,20 @@ CASES: list[tuple[str, str, Damage, str, str]] = [
         "but messages/msg-1.json says 'user'",
     ),
     (
+        "an index field that cannot be stored",
+        INDEX,
+        edit(set_at("generated_by", value=float("nan"))),
+        "$.generated_by",
+        "",
+    ),
+    (
+        "a message field that cannot be stored",
+        MSG2,
+        edit(set_at("message", "score", value=float("inf"))),
+        "$.message.score",
+        "",
+    ),
+    (
         "an index time that disagrees",
         INDEX,
         edit(set_at("messages", 1, "created_at", value="2025-11-09T11:01:00Z")),

@@ -206,14 +206,17 @@ class _Folder:
 
     def locate(self, where: str) -> tuple[Path, str]:
         """The file and JSON path of a path of the assembled document."""
-        for key, file in (("$.message_index", self.index_path),):
-            if where == key or where.startswith((key + ".", key + "[")):
-                return file, "$" + where[len(key) :]
+        parts = [("$.message_index", self.index_path)]  # message_index.json's other fields
         if where.startswith("$.message_pool"):
-            for mid, file in self.files.items():
-                prefix = object_key("$.message_pool", mid)
-                if where == prefix or where.startswith((prefix + ".", prefix + "[")):
-                    return file, "$" + where[len(prefix) :]
+            for mid, file in self.files.items():  # a key spelled either way the checks spell it
+                parts += [
+                    (object_key("$.message_pool", mid), file),
+                    (f"$.message_pool.{mid}", file),
+                ]
+        parts.sort(key=lambda part: -len(part[0]))  # the longest: ids "a" and "a.b"
+        for prefix, file in parts:
+            if where == prefix or where.startswith((prefix + ".", prefix + "[", prefix + " ")):
+                return file, "$" + where[len(prefix) :]
         return self.meta_path, where
 
 
