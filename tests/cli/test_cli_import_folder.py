@@ -1,7 +1,7 @@
 """``turnfsm import --format context-folder DIR``: one context folder another
 program wrote, or every one of a data folder, into any store; a broken context
 is reported with its file and JSON path, stores nothing, and does not stop the
-others; DIR is never changed."""
+others; a context already stored is skipped; DIR is never changed."""
 
 from __future__ import annotations
 
@@ -70,10 +70,12 @@ def test_a_whole_data_folder_goes_into_the_store_as_read(
     ran = cli("import", "--format", "context-folder", str(data), "--store", url)
     assert (ran.code, ran.err) == (0, ""), ran.err
     lines = ran.out.splitlines()
-    assert lines[-1] == f"imported 4 of 4 contexts from {data}"
-    tools = next(line for line in lines if line.startswith(TOOLS))
-    assert "6 messages, 2 tool calls, 2 branches" in tools
-    assert tools.endswith("; not read: system_prompt.json")
+    assert lines[-1].startswith(f"4 imported, 0 skipped, 0 failed: {data} into {kind}:")
+    assert [line.split(": ")[:2] for line in lines[:-1]] == [[c, f"imported {c}"] for c in IDS]
+    assert lines[IDS.index(TOOLS)] == (
+        f"{TOOLS}: imported {TOOLS}: context-folder: 6 messages, 2 tool calls, 2 branches; "
+        "not read: system_prompt.json"
+    )
     assert stored_ids(url) == IDS
     assert tree_digest(data) == before
 
@@ -95,7 +97,7 @@ def test_an_imported_context_takes_its_next_turn(cli: Cli, tmp_path: Path) -> No
     url = STORES["sqlite"](tmp_path)
     ran = cli("import", str(DATA / "contexts" / TOOLS), "--store", url)  # a folder: detected
     assert ran.code == 0, ran.err
-    assert ran.out.splitlines()[0] == TOOLS
+    assert ran.out.startswith(f"{TOOLS}: imported {TOOLS}: context-folder: 6 messages")
 
     async def go() -> None:
         llm = ScriptedLLM([{"text": "Still 15 °C in London."}])
@@ -124,9 +126,8 @@ def test_a_broken_context_is_reported_stores_nothing_and_the_others_go_in(
         f"turnfsm import: {data / 'contexts' / PENDING}: not imported: "
         f"{bad}: $.message.role: must be a string, not a number\n"
     )
-    assert ran.out.splitlines()[-1] == (
-        f"imported 3 of 4 contexts from {data}; not imported: {PENDING}"
-    )
+    assert ran.out.splitlines()[-1].startswith(f"3 imported, 0 skipped, 1 failed: {data} into")
+    assert PENDING not in ran.out
     assert stored_ids(url) == [cid for cid in IDS if cid != PENDING]
     assert tree_digest(data) == before
 
@@ -138,7 +139,8 @@ def test_one_broken_context_folder_stores_nothing(cli: Cli, data: Path, tmp_path
     url = STORES["files"](tmp_path)
     before = tree_digest(data)
     ran = cli("import", "--format", "context-folder", str(folder), "--store", url)
-    assert (ran.code, ran.out) == (2, "")
+    assert ran.code == 2
+    assert ran.out.startswith(f"0 imported, 0 skipped, 1 failed: {folder} into files:")
     assert ran.err == (
         f"turnfsm import: {folder}: not imported: {index}: $.messages[1].id: "
         "no message 'msg-3': there is no file messages/msg-3.json\n"
@@ -154,35 +156,45 @@ def test_one_broken_context_folder_stores_nothing(cli: Cli, data: Path, tmp_path
     anyio.run(absent)
 
 
-def test_a_context_the_store_already_holds_is_reported_and_the_others_go_in(
+def test_a_context_the_store_already_holds_is_skipped_and_the_others_go_in(
     cli: Cli, tmp_path: Path
 ) -> None:
     url = STORES["sqlite"](tmp_path)
     assert cli("import", str(DATA / "contexts" / "uuid"), "--store", url).code == 0
     ran = cli("import", str(DATA / "contexts"), "--store", url)
-    assert ran.code == 2
-    assert "uuid: not imported: sqlite:///" in ran.err and "already exists" in ran.err
-    assert ran.out.splitlines()[-1].endswith("not imported: uuid")
+    assert (ran.code, ran.err) == (0, "")
+    assert "uuid: skipped: context uuid is already stored\n" in ran.out
+    last = ran.out.splitlines()[-1]
+    assert last.startswith(f"3 imported, 1 skipped, 0 failed: {DATA / 'contexts'}")
     assert stored_ids(url) == IDS
+    again = cli("import", str(DATA), "--store", url)  # a second import adds nothing
+    assert again.code == 0 and again.out.splitlines()[-1].startswith("0 imported, 4 skipped")
 
 
-def test_json_prints_the_imported_contexts(cli: Cli) -> None:
-    ran = cli("import", str(DATA), "--json")
-    assert ran.code == 0, ran.err
-    assert [c["id"] for c in json.loads(ran.out)] == IDS
+def test_json_prints_the_context_of_one_context_folder(cli: Cli) -> None:
     one = cli("import", str(DATA / "contexts" / "uuid"), "--json")
+    assert one.code == 0, one.err
     assert json.loads(one.out)["id"] == "uuid"
+    assert one.err.startswith("uuid: uuid: context-folder: 2 messages")  # the lines
+    many = cli("import", str(DATA), "--json")
+    assert (many.code, many.out) == (2, "")
+    assert "--json prints one context" in many.err
 
 
 def test_a_folder_given_another_format_names_the_folder_format(cli: Cli) -> None:
     ran = cli("import", "--format", "openai", str(DATA))
     assert (ran.code, ran.out) == (2, "")
-    assert (
-        ran.err == f"turnfsm import: {DATA}: is a folder: its format is --format context-folder\n"
-    )
+    assert f"{DATA}: a folder;" in ran.err and "--format context-folder" in ran.err
+
+
+def test_a_folder_of_session_files_is_still_read_as_sessions(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "one.json").write_text("[]")
+    ran = cli("import", str(tmp_path))
+    assert "context-folder" not in ran.out + ran.err
+    assert "one.json" in ran.err
 
 
 def test_a_folder_of_no_context_exits_2(cli: Cli, tmp_path: Path) -> None:
     ran = cli("import", "--format", "context-folder", str(tmp_path))
     assert ran.code == 2
-    assert ran.err.startswith(f"turnfsm import: {tmp_path / 'metadata.json'}: $: missing")
+    assert f"{tmp_path / 'metadata.json'}: $: missing" in ran.err

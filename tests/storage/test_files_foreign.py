@@ -80,7 +80,7 @@ def test_the_command_the_error_names_imports_their_folder(data: Path, tmp_path: 
         [sys.executable, "-m", "turnfsm", *argv[1:]], capture_output=True, text=True, timeout=120
     )
     assert ran.returncode == 0, ran.stderr
-    assert f"imported {len(IDS)} of {len(IDS)} contexts" in ran.stdout
+    assert f"{len(IDS)} imported, 0 skipped, 0 failed: {data} into sqlite:" in ran.stdout
     assert tree_digest(data) == before
 
     async def stored() -> list[str]:
