@@ -22,6 +22,7 @@ from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
+from ._typed import shape_request
 
 __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
@@ -86,6 +87,8 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
             raise EnhancerError(type(enhancer).__name__, exc) from exc
     if request.messages is rt.chat:
         request.messages = list(rt.chat)
+    if p.output is not None:
+        shape_request(d, request, p.output)
     return request
 
 

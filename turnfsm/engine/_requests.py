@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ..adapters.inbound import InboundMessage, InboundRequest, said
 from ..errors import HistoryConflict, InvalidInput, SubContextError
-from ..model import ContentPart, InternalMessage, MessageNode, Role, TurnProgress
+from ..model import ContentPart, InternalMessage, MessageNode, Role, TurnOutput, TurnProgress
 from ..states import State, Trigger
 from . import _calls, _history
 from ._host import Host
@@ -125,7 +125,9 @@ def _paths(request: InboundRequest) -> tuple[Callable[[int], str], str]:
     ), "contextManagement.currentMessage"
 
 
-async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
+async def start_request(
+    d: Host, request: InboundRequest, rt: Runtime, *, output: TurnOutput | None = None
+) -> None:
     """The ``user_message`` trigger for a request body: the new context
     messages (:func:`new_context_messages`), then the current message (flagged
     ``current``, with the user's language and time zone), appended in the same
@@ -183,7 +185,7 @@ async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
         messages.append(last)
         for message in messages:
             _history.append(rt, message, d.settings.ids())
-    rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
+    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output)
     d.fire(rt, Trigger.USER_MESSAGE)
 
 
@@ -193,16 +195,19 @@ def send_start(
     role: Role,
     message_id: str | None,
     context: Sequence[InboundMessage] | None,
+    output: TurnOutput | None = None,
 ) -> Callable[[Runtime], Awaitable[None]]:
     """The start of ``engine.send`` (its arguments checked): a plain send, or,
     with the client's ``context`` (checked here, before anything is loaded),
-    :func:`start_send_after`."""
+    :func:`start_send_after`. ``output`` is the turn's output type."""
     if not context:
-        return functools.partial(_calls.start_send, d, parts, role, message_id)
+        return functools.partial(_calls.start_send, d, parts, role, message_id, output=output)
     for i, m in enumerate(context):
         if not isinstance(m, InboundMessage):
             raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
-    return functools.partial(start_send_after, d, list(context), parts, role, message_id)
+    return functools.partial(
+        start_send_after, d, list(context), parts, role, message_id, output=output
+    )
 
 
 async def start_send_after(
@@ -212,6 +217,8 @@ async def start_send_after(
     role: Role,
     message_id: str | None,
     rt: Runtime,
+    *,
+    output: TurnOutput | None = None,
 ) -> None:
     """:func:`~turnfsm.engine._calls.start_send` after the client's own copy of
     the conversation (``context``; its assistant messages, the client's copies
@@ -230,4 +237,4 @@ async def start_send_after(
         now = d.now()
         for m in fresh:
             _history.append(rt, m.to_message(now, {"request_context": True}), d.settings.ids())
-    await _calls.start_send(d, parts, role, message_id, rt)
+    await _calls.start_send(d, parts, role, message_id, rt, output=output)

@@ -18,6 +18,7 @@ from ._context import (
     ChatContext,
     HistoryOverride,
     SystemPrompt,
+    TurnOutput,
     TurnProgress,
 )
 from ._detach import detached
@@ -107,6 +108,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallRequest",
     "ToolCallResult",
+    "TurnOutput",
     "TurnProgress",
     "append_chat",
     "check_json",
