@@ -119,7 +119,7 @@ async def decide(d: Host, rt: Runtime) -> None:
             answer = ctx.message_pool[ids[-1]] if ids else None
         outcome = answer.message.outcome if answer is not None else None
         output = ctx.progress.output
-        if output is not None and outcome is None and check_answer(d, rt, answer, output):
+        if output is not None and outcome is None and await check_answer(d, rt, answer, output):
             return  # output_invalid or output_failed was taken
     else:
         assert node is not None

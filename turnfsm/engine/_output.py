@@ -195,6 +195,9 @@ def output_type(tp: object, where: str = "output_type", *, strict: bool = True) 
             raise OutputInvalid(
                 tuple((json_path(e["loc"]), e["msg"]) for e in exc.errors(include_url=False))
             ) from None
+        except Exception as exc:  # a validator of the application's that raised
+            what = f"the validator raised {type(exc).__name__}: {exc}"
+            raise OutputInvalid((("$", what),)) from None
 
     return TypedOutput(_type_name(tp), schema, _digest(schema), validate, strict)
 

@@ -30,7 +30,7 @@ from . import _history
 from ._host import Host
 from ._inputs import UNSET, Unset, check_count
 from ._output import OutputInvalid, Outputs, canonical_json, output_type, unfenced
-from ._runtime import Runtime
+from ._runtime import Runtime, dirty
 from ._turn import StopReason
 
 __all__ = [
@@ -118,9 +118,16 @@ def _errors_text(name: str, problems: tuple[tuple[str, str], ...]) -> str:
     )
 
 
-def check_answer(d: Host, rt: Runtime, answer: MessageNode | None, output: TurnOutput) -> bool:
+async def check_answer(
+    d: Host, rt: Runtime, answer: MessageNode | None, output: TurnOutput
+) -> bool:
     """ProcessingLLMResponse, for a turn with an output type whose answer
     has no tool calls: validate the answer's text.
+
+    The answer is committed first (in ProcessingLLMResponse): a validator is
+    the application's code, and whatever it does (raise, hang, take the
+    process down), the answer that was paid for is kept, and a resume
+    validates it again without calling the model.
 
     Valid: its value is the turn's output (``rt.output``) and False is
     returned (the turn completes as any other). Invalid: the errors are
@@ -128,6 +135,8 @@ def check_answer(d: Host, rt: Runtime, answer: MessageNode | None, output: TurnO
     the edge is taken: ``output_invalid`` (the model is asked again) while
     retries remain, else ``output_failed`` (the turn fails with an
     :class:`~turnfsm.errors.OutputValidationError`); True is returned."""
+    if dirty(rt):
+        await d.commit(rt)
     typed = d.settings.outputs.of(output)
     text = answer.message.text if answer is not None else ""
     try:
