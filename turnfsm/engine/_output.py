@@ -16,6 +16,7 @@ fence (```` ```json ... ``` ````) is taken off (:func:`unfenced`).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -81,7 +82,9 @@ class TypedOutput:
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces: the text a schema's digest is taken of."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def _digest(schema: Mapping[str, Any]) -> str:
@@ -176,7 +179,11 @@ def output_type(tp: object, where: str = "output_type", *, strict: bool = True) 
         return tp
     if isinstance(tp, dict):
         return schema_output(tp, where, strict=strict)
-    if tp is None or isinstance(tp, str | bytes | int | float | bool | list | tuple | set):
+    if (
+        tp is None
+        or isinstance(tp, str | bytes | int | float | bool | list | tuple | set)
+        or inspect.isroutine(tp)
+    ):
         raise OutputTypeError(where, f"must be a type or a JSON Schema dict, not {tp!r}")
     try:
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(cast(Any, tp))
