@@ -361,3 +361,39 @@ async def test_a_process_that_never_saw_the_type_validates_with_the_stored_schem
         {"path": "$.population", "message": "'x' is not of type 'integer'"}
     ]
     assert llm.requests[0].output is not None and llm.requests[0].output.name == "City"
+
+
+def _body(current: str, context: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "contextManagement": {
+            "currentMessage": {"role": "user", "content": current},
+            "conversationContext": context,
+        }
+    }
+
+
+async def test_a_request_body_resends_what_the_client_got_of_a_typed_turn() -> None:
+    llm = ScriptedLLM([{"text": '{"name": "Paris"}'}, {"text": PARIS}, {"text": "[1, 2]"}])
+    async with Engine(llm=llm) as engine:
+        first = await engine.send_request(_body("Paris?", []), output_type=City)
+        assert first.output == City(name="Paris", population=2100000)
+        cid = first.context_id
+        # the client holds its question and the answer it got, not the one sent back
+        history = [{"role": "user", "content": "Paris?"}, {"role": "assistant", "content": PARIS}]
+        second = await engine.send_request(
+            _body("Two numbers?", history), cid, output_type=list[int]
+        )
+    assert second.output == [1, 2] and second.states[0] is PUM
+    assert second.message_ids[0] not in first.message_ids  # nothing appended twice
+
+
+async def test_submit_stores_the_output_type_for_whoever_runs_the_turn(tmp_path: Path) -> None:
+    path = tmp_path / "chats.db"
+    async with Engine(llm=ScriptedLLM([]), store=SQLiteStore(path)) as a:
+        cid = await a.create_context()
+        await a.submit(cid, "Paris?", output_type=City, output_retries=0)
+        stored = (await a.store.load(cid)).progress.output
+    assert stored is not None and (stored.name, stored.retries) == ("City", 0)
+    async with Engine(llm=ScriptedLLM([{"text": PARIS}]), store=SQLiteStore(path)) as b:
+        turn = await b.resume(cid)
+    assert turn.output == {"name": "Paris", "population": 2100000}

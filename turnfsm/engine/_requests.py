@@ -14,6 +14,7 @@ from ..states import State, Trigger
 from . import _calls, _history
 from ._host import Host
 from ._runtime import Runtime, require
+from ._typed import ERRORS_KEY
 
 __all__ = ["new_context_messages", "send_start", "start_request", "start_send_after"]
 
@@ -25,6 +26,22 @@ def _said(node: MessageNode) -> tuple[Role, str] | None:
 def _client_id(node: MessageNode) -> str | None:
     found = node.message.metadata.extra.get("message_id")
     return found if isinstance(found, str) else None
+
+
+def _said_nodes(history: Sequence[MessageNode]) -> list[MessageNode]:
+    """The messages of ``history`` a body carries (:func:`_said`), less what a
+    client never got of a typed turn: each answer that did not match the
+    output type and the message that sent its errors back (``_typed``)."""
+    said: list[MessageNode] = []
+    for n in history:
+        if _said(n) is None:
+            continue
+        if ERRORS_KEY in n.message.metadata.extra and n.message.role is Role.USER:
+            if said and said[-1].message.role is Role.ASSISTANT:
+                said.pop()  # the answer whose errors it lists
+            continue
+        said.append(n)
+    return said
 
 
 def new_context_messages(
@@ -40,7 +57,8 @@ def new_context_messages(
 
     The body is laid over what the active branch *said* (its user, assistant,
     system and frontend operator messages with their text; tool messages, tool
-    calls with no text and summaries are not in a body), message for message:
+    calls with no text, summaries, and a typed turn's answers that were sent
+    back with their errors are not in a body), message for message:
 
     - It starts where its first message with a known id stands (a message is
       known by the id the client gave it, ``metadata.extra["message_id"]``,
@@ -62,7 +80,7 @@ def new_context_messages(
     ``where(i)`` names the body's ``i``-th message in an error.
     """
     ctx = rt.ctx
-    said = [n for n in ctx.history() if _said(n) is not None]
+    said = _said_nodes(ctx.history())
     body = list(enumerate(history))
     if not answers:  # the client's copies of turnfsm's answers are not compared
         said = [n for n in said if n.message.role is not Role.ASSISTANT]
