@@ -397,3 +397,13 @@ async def test_submit_stores_the_output_type_for_whoever_runs_the_turn(tmp_path:
     async with Engine(llm=ScriptedLLM([{"text": PARIS}]), store=SQLiteStore(path)) as b:
         turn = await b.resume(cid)
     assert turn.output == {"name": "Paris", "population": 2100000}
+
+
+async def test_a_schema_the_store_cannot_hold_is_refused_at_the_call() -> None:
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(70):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(OutputTypeError) as made:
+        Engine(output_type=deep)
+    assert made.value.where.startswith("output_type.properties.a.properties.a")
+    assert "cannot be stored" in made.value.reason

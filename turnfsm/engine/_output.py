@@ -27,7 +27,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pydantic
 
 from ..errors import OutputTypeError
-from ..model import TurnOutput
+from ..model import JSONProblem, TurnOutput, check_json
 
 __all__ = [
     "DEFAULT_OUTPUT_RETRIES",
@@ -119,6 +119,16 @@ def unfenced(text: str) -> str:
     return found.group(1).strip() if found is not None else stripped
 
 
+def _storable(schema: dict[str, Any], where: str) -> None:
+    """A schema the store can hold as a turn's progress keeps it (depth, size,
+    numbers), else :class:`OutputTypeError` naming the path."""
+    try:
+        check_json({"output": {"schema": schema}})
+    except JSONProblem as exc:
+        at = exc.path.removeprefix("$.output.schema")
+        raise OutputTypeError(where + at, f"cannot be stored: {exc.reason}") from None
+
+
 def _decoded(text: str) -> Any:
     try:
         return json.loads(text)
@@ -141,6 +151,7 @@ def schema_output(
     except (TypeError, ValueError) as exc:
         raise OutputTypeError(where, f"the schema is not JSON data: {exc}") from None
     copy: dict[str, Any] = json.loads(text)
+    _storable(copy, where)
     cls = jsonschema.validators.validator_for(copy, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(copy)
@@ -192,6 +203,7 @@ def output_type(tp: object, where: str = "output_type", *, strict: bool = True) 
         raise OutputTypeError(
             where, f"{tp!r} cannot be an output type: {type(exc).__name__}: {exc}"
         ) from None
+    _storable(schema, where)
     validate_json = adapter.validate_json
 
     def validate(answer: str) -> Any:
