@@ -17,6 +17,7 @@ from typing_extensions import TypedDict
 
 from turnfsm import Engine, OutputValidationError, Role, SQLiteStore, State, StopReason
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+from turnfsm.engine._output import json_path, unfenced
 from turnfsm.errors import InvalidInput, OutputTypeError
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import tool
@@ -407,3 +408,25 @@ async def test_a_schema_the_store_cannot_hold_is_refused_at_the_call() -> None:
         Engine(output_type=deep)
     assert made.value.where.startswith("output_type.properties.a.properties.a")
     assert "cannot be stored" in made.value.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('  {"a": 1}\n', '{"a": 1}'),
+        ('```json\n{"a": 1}\n```', '{"a": 1}'),
+        ('```JSON\r\n{"a": 1}\r\n```  ', '{"a": 1}'),
+        ("```\n[1, 2]\n```", "[1, 2]"),
+        ('Here it is:\n```json\n{"a": 1}\n```', 'Here it is:\n```json\n{"a": 1}\n```'),
+        ('```json\n{"a": 1}\n``` and more', '```json\n{"a": 1}\n``` and more'),
+    ],
+    ids=["spaces", "json-fence", "crlf-upper", "bare-fence", "text-before", "text-after"],
+)
+def test_only_a_fence_around_the_whole_answer_is_taken_off(text: str, expected: str) -> None:
+    assert unfenced(text) == expected
+
+
+def test_json_paths_name_keys_and_indexes() -> None:
+    assert json_path([]) == "$"
+    assert json_path(["items", 0, "price"]) == "$.items[0].price"
+    assert json_path(["a b", "é", 2]) == '$["a b"]["é"][2]'
