@@ -430,3 +430,37 @@ def test_json_paths_name_keys_and_indexes() -> None:
     assert json_path([]) == "$"
     assert json_path(["items", 0, "price"]) == "$.items[0].price"
     assert json_path(["a b", "é", 2]) == '$["a b"]["é"][2]'
+
+
+async def test_the_engines_output_type_is_read_as_a_copy_of_its_schema() -> None:
+    engine = Engine(output_type=City, output_retries=3)
+    schema = engine.output_type
+    assert schema == City.model_json_schema() and engine.output_retries == 3
+    schema["required"].append("mayor")
+    assert engine.output_type == City.model_json_schema()
+    assert Engine().output_type is None
+
+
+async def test_the_audit_log_of_a_failed_typed_turn_verifies() -> None:
+    llm = ScriptedLLM([{"text": "no json"}, {"text": PARIS}])
+    async with Engine(llm=llm, output_type=City, output_retries=0) as engine:
+        cid = await engine.create_context()
+        failed = await engine.send(cid, "?")
+        await engine.retry(cid)
+        steps = await engine.steps(cid)
+        ctx = await engine.get_context(cid)
+    lines = audit_jsonl(audit_records(cid, steps, ctx.message_pool.values())).splitlines()
+    assert verify_audit_log(lines).ok
+    records = [json.loads(line) for line in lines]
+    assert [r["trigger"] for r in records] == [
+        "user_message",
+        "prompt_ready",
+        "response_received",
+        "output_failed",
+        "retry",
+        "response_received",
+        "turn_complete",
+    ]
+    assert records[3]["actor"] == "system" and records[3]["to"] == "PermanentFailure"
+    assert records[3]["message_ids"] == [failed.message_ids[2]]
+    assert records[4]["actor"] == "user"

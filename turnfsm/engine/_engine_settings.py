@@ -4,6 +4,7 @@ object that the drive loop holds: a base of :class:`~turnfsm.engine.Engine`."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -81,9 +82,9 @@ class EngineSettings:
 
     @property
     def output_type(self) -> Any:
-        """The engine's default output type, as its JSON Schema (None: none)."""
+        """The engine's default output type, as a copy of its JSON Schema (None: none)."""
         typed = self._d.settings.outputs.default
-        return None if typed is None else typed.schema
+        return None if typed is None else copy.deepcopy(typed.schema)
 
     @property
     def output_retries(self) -> int:
