@@ -16,6 +16,8 @@ from server.conftest import serve_in_thread
 from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.server import ServerConfig, create_app
+from turnfsm.server._handoff import wait_for_rest
+from turnfsm.server._models import TurnOut
 from turnfsm.testing import ScriptedLLM
 
 CITY = {
@@ -132,3 +134,16 @@ def test_the_web_view_shows_the_typed_answer(url: str) -> None:
     assert html.count("Typed answer: <code>City</code>") == 2  # the invalid one and the valid one
     assert "&#34;population&#34;: 2100000" in html or "&quot;population&quot;: 2100000" in html
     assert "Sent back" in html
+
+
+@pytest.mark.anyio
+async def test_a_turn_a_worker_ran_is_read_back_with_its_output(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'chats.db'}"
+    async with Engine(llm=ScriptedLLM([]), store=store) as server:
+        cid = await server.create_context()
+        mid = await server.submit(cid, "Paris?", output_type=CITY)
+        async with Engine(llm=ScriptedLLM(_answer), store=store) as worker:
+            assert (await worker.resume(cid)).output == PARIS
+        turn = await wait_for_rest(server, cid, mid)
+    assert turn.state == "Idle" and turn.output == PARIS
+    assert TurnOut.of(turn).output == PARIS
