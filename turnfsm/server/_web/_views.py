@@ -56,6 +56,8 @@ TRIGGER_WORDS = {
     "give_up": "no more attempts",
     "approvals_resolved": "decided",
     "tools_done": "the tools answered",
+    "output_invalid": "the answer did not match its type; asking again",
+    "output_failed": "the answer did not match its type",
 }
 """What a page adds of the step that led there, for the steps worth saying."""
 
