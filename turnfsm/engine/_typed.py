@@ -58,7 +58,7 @@ def turn_output(
     """The output type a call starts a turn with, checked at the call:
     ``given`` (``output_type=``; left out: the engine's, ``None``: none), and
     ``retries`` (``output_retries=``; None: the engine's)."""
-    check_count("output_retries", retries, minimum=0, optional=True)
+    count: int | None = check_count("output_retries", retries, minimum=0, optional=True)
     if isinstance(given, Unset):
         typed = outputs.default
     elif given is None:
@@ -67,7 +67,7 @@ def turn_output(
         typed = outputs.remember(output_type(given))
     if typed is None:
         return None
-    return typed.stored(outputs.retries if retries is None else int(retries))  # type: ignore[call-overload]
+    return typed.stored(outputs.retries if count is None else count)
 
 
 def instruction(output: TurnOutput) -> dict[str, Any]:
