@@ -464,3 +464,17 @@ async def test_the_audit_log_of_a_failed_typed_turn_verifies() -> None:
     assert records[3]["actor"] == "system" and records[3]["to"] == "PermanentFailure"
     assert records[3]["message_ids"] == [failed.message_ids[2]]
     assert records[4]["actor"] == "user"
+
+
+async def test_a_handed_out_context_cannot_change_the_turns_schema() -> None:
+    llm = ScriptedLLM([LOOKUP_CALL, {"text": PARIS}])
+    async with Engine(llm=llm, tools=[lookup]) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "Paris?", output_type=City)
+        handed = await engine.get_context(cid)
+        assert handed.progress.output is not None
+        handed.progress.output.schema["required"].append("mayor")
+        turn = await engine.approve(cid, "c1")
+    assert llm.requests[1].output is not None
+    assert llm.requests[1].output.schema["required"] == ["name", "population"]
+    assert turn.output == City(name="Paris", population=2100000)
