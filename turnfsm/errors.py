@@ -17,6 +17,8 @@ The tree::
     │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
     │   └── AnswerNotAChoice        the answer is not one of the question's choices
     ├── InvalidInput                an argument of a public call is malformed
+    │   └── OutputTypeError         an output type that cannot be made a JSON Schema
+    ├── OutputValidationError       a typed answer did not validate, its retries spent
     ├── HistoryConflict             a resent history disagrees with what the context holds
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
@@ -54,6 +56,8 @@ __all__ = [
     "LeaseLost",
     "NotAQuestion",
     "NotAtRest",
+    "OutputTypeError",
+    "OutputValidationError",
     "PermanentLLMError",
     "QuestionNeedsAnswer",
     "RenderError",
@@ -238,6 +242,27 @@ class InvalidInput(TurnFSMError, ValueError):
         self.where = where
         self.reason = reason
         super().__init__(f"{where}: {reason}")
+
+
+class OutputTypeError(InvalidInput, TypeError):
+    """An ``output_type`` that cannot be turned into a JSON Schema and a
+    validator (an unsupported Python type, or a JSON Schema that is not
+    valid); ``where`` names the argument, or the path in the schema."""
+
+
+class OutputValidationError(TurnFSMError):
+    """A turn's answer did not match its output type, and the output retries
+    were spent: the turn rests in PermanentFailure (``retry`` asks again).
+
+    ``problems`` are ``(path, message)`` pairs, ``path`` a JSON path into the
+    answer (``$`` for the whole, ``$.items[0].price``); ``schema_name`` is the
+    output type's name."""
+
+    def __init__(self, schema_name: str, problems: tuple[tuple[str, str], ...]) -> None:
+        self.schema_name = schema_name
+        self.problems = problems
+        listed = "; ".join(f"{path}: {message}" for path, message in problems)
+        super().__init__(f"the answer does not match output type {schema_name}: {listed}")
 
 
 class HistoryConflict(TurnFSMError):

@@ -125,6 +125,8 @@ async def _run_on_temporal(
             tool_history_rounds=cfg.tool_history_rounds,
             compaction=settings.view_plan.compaction,
             modes=script.modes,
+            output_type=cfg.output_type,
+            output_retries=cfg.output_retries,
         ),
         TemporalEngine(
             client, store=store, task_queue=queue, tools=list(reference.tools), modes=script.modes

@@ -22,13 +22,13 @@ the model's answer or failure causes (``stream_started``, ``response_received``,
 for ``tools_done``, ``approver`` (the human approver) for
 ``approvals_resolved``, and ``system`` for the engine's own decisions
 (``prompt_ready``, ``prepare_failed``, ``needs_approval``, ``tools_decided``,
-``turn_complete``, ``outcome_unknown``, ``subtask_waits``, ``give_up``, and
-``retry`` after the backoff).
+``turn_complete``, ``output_invalid``, ``output_failed``, ``outcome_unknown``,
+``subtask_waits``, ``give_up``, and ``retry`` after the backoff).
 
 **attempt** is the LLM attempt the context's progress counts after the step,
-as the engine keeps it: 1 after ``user_message``, ``tools_done`` and a user's
-``retry``; one more after each ``retry`` out of TransientFailure; 0 after
-``reset`` and ``cancel``; unchanged otherwise.
+as the engine keeps it: 1 after ``user_message``, ``tools_done``,
+``output_invalid`` and a user's ``retry``; one more after each ``retry`` out
+of TransientFailure; 0 after ``reset`` and ``cancel``; unchanged otherwise.
 
 **message_ids** are the messages the step added or changed, in order;
 **tool_calls** the ids of the calls the step's LLM answer asked for;
@@ -48,6 +48,9 @@ append order) and each trigger takes what the engine appends for it:
 - ``needs_approval``, ``tools_decided``, ``approvals_resolved``,
   ``outcome_unknown``: the open batch's assistant message (decisions change it);
 - ``tools_done``: one result per open call;
+- ``output_invalid`` / ``output_failed``: the message listing what the answer
+  got wrong against the turn's output type (a ``user`` message with
+  ``metadata.extra["output_errors"]``);
 - ``subtask_waits``: the open batch's assistant message (the waiting calls are
   pending again) and the results of the calls that finished, which follow it;
 - ``turn_complete``: with open calls (the iteration limit), the batch and one
@@ -150,6 +153,8 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
     (None, T.NEEDS_APPROVAL): Actor.SYSTEM,
     (None, T.TOOLS_DECIDED): Actor.SYSTEM,
     (None, T.TURN_COMPLETE): Actor.SYSTEM,
+    (None, T.OUTPUT_INVALID): Actor.SYSTEM,
+    (None, T.OUTPUT_FAILED): Actor.SYSTEM,
     (None, T.APPROVALS_RESOLVED): Actor.APPROVER,
     (None, T.TOOLS_DONE): Actor.TOOL,
     (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
@@ -177,6 +182,7 @@ _ANSWER = frozenset({T.RESPONSE_RECEIVED, T.STREAM_ENDED})
 _DECISION = frozenset({T.NEEDS_APPROVAL, T.TOOLS_DECIDED, T.APPROVALS_RESOLVED, T.OUTCOME_UNKNOWN})
 _INPUT_ROLES = frozenset({Role.USER, Role.FRONTEND_OPERATOR})
 _LLM_FAILED = frozenset({T.LLM_FAILED_TRANSIENT, T.LLM_FAILED_PERMANENT})
+_OUTPUT = frozenset({T.OUTPUT_INVALID, T.OUTPUT_FAILED})
 
 
 def actor_of(source: State, trigger: Trigger) -> Actor:
@@ -188,7 +194,7 @@ def actor_of(source: State, trigger: Trigger) -> Actor:
 
 
 def _next_attempt(attempt: int, source: State, trigger: Trigger) -> int:
-    if trigger in (T.USER_MESSAGE, T.TOOLS_DONE):
+    if trigger in (T.USER_MESSAGE, T.TOOLS_DONE, T.OUTPUT_INVALID):
         return 1
     if trigger is T.RETRY:
         return attempt + 1 if source is S.TRANSIENT_FAILURE else 1
@@ -357,6 +363,8 @@ class _Walk:
                 touch.message_ids.append(self.batch.id)
         elif trigger == T.TOOLS_DONE:
             self.close_open(touch)
+        elif trigger in _OUTPUT:
+            self.take_while(touch, _output_errors)
         elif trigger == T.SUBTASK_WAITS:
             if self.batch is not None:
                 touch.message_ids.append(self.batch.id)
@@ -388,6 +396,12 @@ class _Walk:
 
     def done(self) -> bool:
         return not self.failed and self.head() is None
+
+
+def _output_errors(node: MessageNode) -> bool:
+    """The message listing why an answer does not match the turn's output type
+    (stored in ``decide``, with ``output_invalid`` or ``output_failed``)."""
+    return node.message.role is Role.USER and "output_errors" in node.message.metadata.extra
 
 
 def _summary(node: MessageNode) -> bool:

@@ -1,4 +1,5 @@
-"""The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn;
+"""The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn
+(a typed one once it validates: ``_typed``);
 tool calls are decided by policy (``tools_decided``) or left to a human
 (``needs_approval``). A question to the user always waits for the human."""
 
@@ -17,6 +18,7 @@ from ._history import Decisions
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
+from ._typed import check_answer
 
 __all__ = ["Decision", "decide", "decide_answer", "mark_started"]
 
@@ -116,6 +118,9 @@ async def decide(d: Host, rt: Runtime) -> None:
             ids = ctx.active_branch.message_ids
             answer = ctx.message_pool[ids[-1]] if ids else None
         outcome = answer.message.outcome if answer is not None else None
+        output = ctx.progress.output
+        if output is not None and outcome is None and await check_answer(d, rt, answer, output):
+            return  # output_invalid or output_failed was taken
     else:
         assert node is not None
         outcome = node.message.outcome

@@ -306,6 +306,7 @@ class Driver:
         rt.turn_states = []
         rt.turn_nodes = []
         rt.stop_reason = None
+        rt.output = rt.output_error = None
         rt.cancel_requested = False
         rt.hand_back = False
         rt.done = CallEnd()
@@ -452,6 +453,8 @@ class Driver:
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
             questions=questions,
+            output=rt.output,
+            output_error=rt.output_error,
         )
 
     async def _drive(self, rt: Runtime) -> None:

@@ -23,6 +23,7 @@ from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
+from ._typed import shape_request
 
 __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
@@ -91,6 +92,8 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         request.messages = list(rt.chat)
     if ctx.config.frontend_operator_as == "assistant":  # the role the context asks for
         request.messages = frontend_operator_as_assistant(request.messages)
+    if p.output is not None:
+        shape_request(d, request, p.output)
     return request
 
 

@@ -64,7 +64,8 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         wait_for_subtasks(d, rt, calls, outcomes, waiting)
         return
     d.add_results(rt, calls, outcomes)
-    ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
+    p = ctx.progress
+    ctx.progress = TurnProgress(iteration=p.iteration + 1, attempt=1, output=p.output)
     d.fire(rt, Trigger.TOOLS_DONE)
 
 

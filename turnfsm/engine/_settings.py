@@ -42,6 +42,8 @@ from ._defaults import HOST, Ids, checked_id, default_logger
 from ._inputs import check_count, check_name
 from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
+from ._output import DEFAULT_OUTPUT_RETRIES, Outputs
+from ._output import output_type as _output_type
 from ._retry import RetryPolicy
 
 __all__ = ["Settings", "View", "ViewPlan", "make_settings"]
@@ -108,6 +110,8 @@ class Settings:
     plain: View
     """The engine's own enhancers and view plan (a context with no history
     settings of its own)."""
+    outputs: Outputs = field(default_factory=Outputs, compare=False, repr=False)
+    """The default output type and those the calls gave (see ``_output``)."""
     views: dict[_HistoryKey, View] = field(default_factory=dict, compare=False, repr=False)
     """The views made for the history overrides seen so far (see :meth:`view`);
     made again with the enhancers they come from (``with_tools``)."""
@@ -268,6 +272,8 @@ def make_settings(
     modes: Iterable[Mode],
     token_budget: TokenBudget | None,
     compaction: Compaction | None,
+    output_type: object = None,
+    output_retries: int = DEFAULT_OUTPUT_RETRIES,
 ) -> Settings:
     """Check ``Engine``'s arguments (the same names) and make its settings."""
     check_count("max_iterations", max_iterations, minimum=1)
@@ -275,6 +281,10 @@ def make_settings(
     check_count("max_loaded_messages", max_loaded_messages, minimum=1)
     check_count("subscriber_buffer", subscriber_buffer, minimum=1)
     check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+    check_count("output_retries", output_retries, minimum=0)
+    outputs = Outputs(retries=output_retries)
+    if output_type is not None:
+        outputs.default = outputs.remember(_output_type(output_type))
     if token_budget is not None and not isinstance(token_budget, TokenBudget):
         raise InvalidInput(
             "token_budget",
@@ -346,4 +356,5 @@ def make_settings(
         subscriber_buffer=subscriber_buffer,
         view_plan=plan,
         plain=View(chain, len(builtin), plan),
+        outputs=outputs,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
+from ..errors import OutputValidationError
 from ..model import InternalMessage, Role, ToolCallRequest, detached
 from ..states import State
 
@@ -83,6 +84,14 @@ class Turn:
     pending_tool_calls: tuple[ToolCallRequest, ...]
     error: str | None = None
     questions: tuple[Question, ...] = ()
+    output: Any = None
+    """The turn's typed answer, validated: an instance of the output type's
+    model or dataclass, the Python value of another type, the decoded JSON
+    of a JSON Schema (docs/structured-output.md). None when the call had no
+    output type or did not end in a valid answer."""
+    output_error: OutputValidationError | None = None
+    """Why the answer did not match the output type once the output retries
+    were spent (the turn is in PermanentFailure; ``error`` says the same)."""
 
     @property
     def text(self) -> str:

@@ -21,6 +21,7 @@ from ._context import (
     FrontendOperatorAs,
     HistoryOverride,
     SystemPrompt,
+    TurnOutput,
     TurnProgress,
 )
 from ._detach import detached
@@ -112,6 +113,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallRequest",
     "ToolCallResult",
+    "TurnOutput",
     "TurnProgress",
     "append_chat",
     "check_json",

@@ -22,6 +22,7 @@ __all__ = [
     "FrontendOperatorAs",
     "HistoryOverride",
     "SystemPrompt",
+    "TurnOutput",
     "TurnProgress",
 ]
 
@@ -123,6 +124,23 @@ class ChatConfig:
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
+class TurnOutput:
+    """The output type of the running turn, as its JSON Schema (see
+    docs/structured-output.md): ``name``, ``schema`` and ``digest`` as in
+    :class:`~turnfsm.model.OutputSpec`; ``retries`` is how many answers that do
+    not match it are sent back with their errors before the turn fails;
+    ``invalid`` counts those sent back so far."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    name: str
+    schema: dict[str, Any]
+    digest: str
+    strict: bool = True
+    retries: int = 1
+    invalid: int = 0
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
 class TurnProgress:
     """Where the running turn is, so that a reloaded context can resume it.
 
@@ -139,6 +157,10 @@ class TurnProgress:
     retry_at: float | None = None
     last_error: str | None = None
     started_call_ids: tuple[str, ...] = ()
+    output: Annotated[TurnOutput | None, Field(exclude_if=_is_none)] = None
+    """The turn's output type (None: its answer is any text). Kept from the
+    turn's start to its end, so that it holds across a rest at
+    AwaitingToolApproval, an unload and a crash."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -336,6 +336,12 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
             answer = "stopped: the limit of LLM calls was reached"
         out.append(_reply("engine", "user", _text(answer) if answer else "turn complete"))
         return out
+    if trig == T.OUTPUT_INVALID:
+        return [
+            _call_to("engine", "LLM", "the answer does not match the output type: errors sent back")
+        ]
+    if trig == T.OUTPUT_FAILED:
+        return [_reply("engine", "user", "failed: the answer does not match the output type")]
     if trig == T.LLM_FAILED_TRANSIENT:
         return [_failed("LLM", "engine", "transient error")]
     if trig == T.LLM_FAILED_PERMANENT:

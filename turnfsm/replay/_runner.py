@@ -380,6 +380,8 @@ def build_engine(
         subscriber_buffer=1 << 30,
         logger=_QUIET,
         modes=script.modes,
+        output_type=cfg.output_type,
+        output_retries=cfg.output_retries,
     )
 
 
