@@ -111,6 +111,24 @@ async def test_native_mode_sends_the_schema_and_no_instruction() -> None:
     assert turn.output == City(name="Paris", population=2100000)
 
 
+@pytest.mark.parametrize(
+    ("output_type", "text", "expected"),
+    [(list[int], "[1, 2, 3]", [1, 2, 3]), (int | str, "7", 7)],
+)
+async def test_a_root_that_is_not_an_object_is_asked_for_in_words_even_natively(
+    output_type: Any, text: str, expected: Any
+) -> None:
+    llm = NativeLLM([{"text": text}])
+    async with Engine(llm=llm, output_type=output_type) as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "Numbers?")
+    (request,) = llm.requests
+    assert request.output is not None and request.output.mode == "instruction"
+    assert request.messages[-1]["role"] == "system"
+    assert turn.messages[-1].metadata.extra["output"]["mode"] == "instruction"
+    assert turn.output == expected
+
+
 async def test_an_invalid_answer_is_sent_back_then_a_valid_one_completes() -> None:
     llm = ScriptedLLM([{"text": '{"name": "Paris"}'}, {"text": f"```json\n{PARIS}\n```"}])
     async with Engine(llm=llm, output_type=City) as engine:

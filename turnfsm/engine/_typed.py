@@ -86,9 +86,15 @@ def instruction(output: TurnOutput) -> dict[str, Any]:
 def shape_request(d: Host, request: LLMRequest, output: TurnOutput) -> None:
     """Ask for the output type: ``request.output`` with mode ``native`` when
     the adapter says it can do structured output (a true ``native_output``
-    attribute), else mode ``instruction`` and a system message at the end of
-    the view."""
-    native = getattr(d.settings.llm, "native_output", False) is True
+    attribute) and the schema's root is an object, else mode ``instruction``
+    and a system message at the end of the view. (The providers' structured
+    outputs take an object at the root: OpenAI's ``json_schema`` and Claude's
+    refuse ``list[int]`` or a union there, so such a type is asked for in
+    words with every adapter.)"""
+    native = (
+        getattr(d.settings.llm, "native_output", False) is True
+        and output.schema.get("type") == "object"
+    )
     request.output = OutputSpec(
         name=output.name,
         schema=output.schema,
