@@ -259,3 +259,37 @@ async def test_responses_a_refusal_stays_a_refusal(loopback: LoopbackServer) -> 
     loopback.script(Reply(events=stream.completed()))
     answer = final(await run(responses(loopback), request()))
     assert (answer.text, answer.refusal) == ("", REFUSAL)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_an_engine_turn_asks_natively_sends_errors_back_and_returns_the_object(
+    loopback: LoopbackServer, stream: bool
+) -> None:
+    """The engine and the adapter together: ``Engine(output_type=...)`` with the
+    OpenAI adapter puts the strict schema in ``response_format`` on every call of
+    the turn (no instruction in the messages), an answer that does not validate
+    goes back with its errors, and the valid one is ``turn.output``."""
+    from turnfsm import Engine
+
+    def reply(text: str) -> Reply:
+        return Reply(events=text_stream([text])) if stream else Reply(json=completion(text))
+
+    loopback.script(reply('{"city": "Paris"}'), reply(ANSWER))
+    llm = chat(loopback, stream=stream)
+    async with llm, Engine(llm=llm, output_type=Weather) as engine:
+        cid = await engine.create_context(model="gpt-4o-mini")
+        turn = await engine.send(cid, "Weather in Paris?")
+    assert turn.output == Weather(city="Paris", temp=14, note=None)
+    first, second = loopback.requests
+    for got in (first, second):
+        assert got.body["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "Weather", "schema": STRICT_SCHEMA, "strict": True},
+        }
+        # no instruction in words: the context has no system prompt, and none is added
+        assert got.body["messages"][0]["role"] == "user"
+        assert all(m["role"] != "system" for m in got.body["messages"])
+    # the second call carries the first answer and what was wrong with it
+    sent_back = second.body["messages"][-1]
+    assert sent_back["role"] == "user" and "temp" in sent_back["content"]
+    assert turn.messages[-1].metadata.extra["output"]["mode"] == "native"
