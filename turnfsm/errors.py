@@ -15,8 +15,10 @@ The tree::
     │   ├── ToolCallNotPending      the call was already decided (approved or denied)
     │   ├── NotAQuestion            answer was given a call that is not a question
     │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
-    │   └── AnswerNotAChoice        the answer is not one of the question's choices
+    │   ├── AnswerNotAChoice        the answer is not one of the question's choices
+    │   └── NotAClientCall          submit_results was given a call the engine runs
     ├── InvalidInput                an argument of a public call is malformed
+    │   └── ToolNameClash           a client tool has the name of one of the engine's tools
     ├── HistoryConflict             a resent history disagrees with what the context holds
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
@@ -52,6 +54,7 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "LeaseLost",
+    "NotAClientCall",
     "NotAQuestion",
     "NotAtRest",
     "PermanentLLMError",
@@ -65,6 +68,7 @@ __all__ = [
     "ToolCallError",
     "ToolCallNotPending",
     "ToolDefinitionError",
+    "ToolNameClash",
     "ToolsetError",
     "TransientLLMError",
     "TurnFSMError",
@@ -231,6 +235,21 @@ class AnswerNotAChoice(ToolCallError, ValueError):
         )
 
 
+class NotAClientCall(ToolCallError):
+    """``submit_results`` was given a call the engine runs (one of its own
+    tools): approve, deny or answer it instead."""
+
+    def __init__(self, context_id: str, call_id: str, tool_name: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        self.tool_name = tool_name
+        super().__init__(
+            f"tool call {call_id!r} of context {context_id!r} calls {tool_name!r}, which is "
+            "not a client tool: the engine runs it (approve, deny or answer it instead); "
+            "nothing was changed"
+        )
+
+
 class InvalidInput(TurnFSMError, ValueError):
     """An argument of a public call is malformed; ``where`` names the argument."""
 
@@ -238,6 +257,20 @@ class InvalidInput(TurnFSMError, ValueError):
         self.where = where
         self.reason = reason
         super().__init__(f"{where}: {reason}")
+
+
+class ToolNameClash(InvalidInput):
+    """A tool the client declared (``client_tools``) has the name of one of the
+    engine's tools: a call of that name could not say who runs it. Nothing was
+    changed."""
+
+    def __init__(self, where: str, tool_name: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(
+            where,
+            f"{tool_name!r} is the name of one of the engine's tools: "
+            "a client tool needs a name of its own",
+        )
 
 
 class HistoryConflict(TurnFSMError):

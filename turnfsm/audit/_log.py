@@ -154,6 +154,7 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
     (None, T.TOOLS_DONE): Actor.TOOL,
     (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
     (None, T.SUBTASK_WAITS): Actor.SYSTEM,
+    (None, T.CLIENT_CALLS): Actor.SYSTEM,
     (None, T.LLM_FAILED_TRANSIENT): Actor.LLM,
     (None, T.LLM_FAILED_PERMANENT): Actor.LLM,
     (S.TRANSIENT_FAILURE, T.RETRY): Actor.SYSTEM,

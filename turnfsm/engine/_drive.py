@@ -44,6 +44,7 @@ from . import (
     _tracing,
 )
 from ._approval import questions_of
+from ._client_view import client_calls
 from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
@@ -434,10 +435,12 @@ class Driver:
         state = rt.holder.current()
         pending: tuple[ToolCallRequest, ...] = ()
         questions: tuple[Question, ...] = ()
+        client: tuple[ToolCallRequest, ...] = ()
         if state is S.AWAITING_TOOL_APPROVAL:
             pending = tuple(ctx.pending_tool_calls())
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
+            client = detached(tuple(client_calls(ctx)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
         return Turn(
@@ -452,6 +455,7 @@ class Driver:
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
             questions=questions,
+            client_tool_calls=client,
         )
 
     async def _drive(self, rt: Runtime) -> None:

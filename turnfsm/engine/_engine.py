@@ -31,6 +31,7 @@ from ..events import Event
 from ..model import (
     ApprovalStatus,
     ChatContext,
+    ClientTools,
     ContentPart,
     MessageNode,
     Role,
@@ -40,6 +41,7 @@ from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store, WorkQueue
 from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
+from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
 from ._drive import Driver, Start
 from ._inputs import (
@@ -48,6 +50,7 @@ from ._inputs import (
     check_count,
     check_id,
     check_text,
+    check_toolsets,
 )
 from ._leases import DEFAULT_LEASE_TTL
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
@@ -65,23 +68,10 @@ from ._turn import Turn
 __all__ = ["Engine"]
 
 
-def _check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
-    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
-        raise InvalidInput("toolsets", "must be a sequence of toolsets")
-    sets = tuple(toolsets)
-    for i, toolset in enumerate(sets):
-        if not isinstance(toolset, Toolset):
-            raise InvalidInput(
-                f"toolsets[{i}]",
-                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
-            )
-    return sets
-
-
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
-class Engine(ContextManagement):
+class Engine(ContextManagement, ClientToolCalls):
     """Drives conversations through the declared state machine.
 
     ::
@@ -166,7 +156,7 @@ class Engine(ContextManagement):
         tracer_provider: Any = None,
         toolsets: Iterable[Toolset] = (),
     ) -> None:
-        sets = _check_toolsets(toolsets)
+        sets = check_toolsets(toolsets)
         settings = make_settings(
             llm=llm,
             tools=tools,
@@ -377,6 +367,7 @@ class Engine(ContextManagement):
         *,
         message_id: str | None = None,
         context: Sequence[InboundMessage] | None = None,
+        client_tools: ClientToolsArg = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
@@ -386,8 +377,10 @@ class Engine(ContextManagement):
         knows it before the turn rests; an id the context already holds is
         refused with :class:`InvalidInput`. ``context`` (the conversation as the
         client holds it) is matched as in :meth:`send_request`, but for its answers.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
         """
-        start = self._start_send(context_id, content, role, message_id, context)
+        client = check_client_tools("client_tools", client_tools, self._d.settings.tools)
+        start = self._start_send(context_id, content, role, message_id, context, client)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))
 
     def _start_send(
@@ -397,6 +390,7 @@ class Engine(ContextManagement):
         role: str,
         message_id: str | None,
         context: Sequence[InboundMessage] | None = None,
+        client: ClientTools | None = None,
     ) -> Start:
         """The checked arguments of :meth:`send` and :meth:`submit`, as the
         call's start."""
@@ -406,7 +400,7 @@ class Engine(ContextManagement):
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        return _requests.send_start(self._d, parts, _INPUT_ROLES[role], message_id, context)
+        return _requests.send_start(self._d, parts, _INPUT_ROLES[role], message_id, context, client)
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):

@@ -195,6 +195,7 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         retry_at=p.retry_at,
         last_error=p.last_error,
         started_call_ids=ids,
+        client=p.client,
     )
 
 

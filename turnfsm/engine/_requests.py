@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ..adapters.inbound import InboundMessage, InboundRequest, said
 from ..errors import HistoryConflict, InvalidInput, SubContextError
-from ..model import ContentPart, InternalMessage, MessageNode, Role, TurnProgress
+from ..model import ClientTools, ContentPart, InternalMessage, MessageNode, Role, TurnProgress
 from ..states import State, Trigger
 from . import _calls, _history
 from ._host import Host
@@ -193,16 +193,19 @@ def send_start(
     role: Role,
     message_id: str | None,
     context: Sequence[InboundMessage] | None,
+    client: ClientTools | None = None,
 ) -> Callable[[Runtime], Awaitable[None]]:
     """The start of ``engine.send`` (its arguments checked): a plain send, or,
     with the client's ``context`` (checked here, before anything is loaded),
     :func:`start_send_after`."""
     if not context:
-        return functools.partial(_calls.start_send, d, parts, role, message_id)
+        return functools.partial(_calls.start_send, d, parts, role, message_id, client=client)
     for i, m in enumerate(context):
         if not isinstance(m, InboundMessage):
             raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
-    return functools.partial(start_send_after, d, list(context), parts, role, message_id)
+    return functools.partial(
+        start_send_after, d, list(context), parts, role, message_id, client=client
+    )
 
 
 async def start_send_after(
@@ -212,6 +215,7 @@ async def start_send_after(
     role: Role,
     message_id: str | None,
     rt: Runtime,
+    client: ClientTools | None = None,
 ) -> None:
     """:func:`~turnfsm.engine._calls.start_send` after the client's own copy of
     the conversation (``context``; its assistant messages, the client's copies
@@ -230,4 +234,4 @@ async def start_send_after(
         now = d.now()
         for m in fresh:
             _history.append(rt, m.to_message(now, {"request_context": True}), d.settings.ids())
-    await _calls.start_send(d, parts, role, message_id, rt)
+    await _calls.start_send(d, parts, role, message_id, rt, client)

@@ -33,6 +33,9 @@ class StopReason(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     """At least one tool call waits for a human decision (an approval, or the
     answer to a question: see :attr:`Turn.questions`)."""
+    CLIENT_TOOLS = "client_tools"
+    """The model called tools the client runs: :attr:`Turn.client_tool_calls`
+    wait for their results (``Engine.submit_results``)."""
     FAILED = "failed"
     """A permanent error, or transient errors past ``max_attempts``."""
     CANCELLED = "cancelled"
@@ -83,6 +86,9 @@ class Turn:
     pending_tool_calls: tuple[ToolCallRequest, ...]
     error: str | None = None
     questions: tuple[Question, ...] = ()
+    client_tool_calls: tuple[ToolCallRequest, ...] = ()
+    """The calls of client tools waiting for the caller's results (see
+    ``Engine.submit_results``); not among ``pending_tool_calls``."""
 
     @property
     def text(self) -> str:

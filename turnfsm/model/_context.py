@@ -19,6 +19,8 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "ClientTool",
+    "ClientTools",
     "HistoryOverride",
     "SystemPrompt",
     "TurnProgress",
@@ -110,6 +112,45 @@ class ChatConfig:
     of the engine's ``compaction``."""
 
 
+def _is_empty(value: object) -> bool:
+    return not value
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ClientTool:
+    """A tool the client runs: the model is offered it beside the engine's
+    tools, and a call of it is handed back to the caller instead of run
+    (docs/client-tools.md). ``parameters`` is its JSON Schema."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    name: str
+    description: Annotated[str, Field(exclude_if=_is_empty)] = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: Annotated[bool | None, Field(exclude_if=_is_none)] = None
+
+    def definition(self) -> dict[str, Any]:
+        """The tool in the OpenAI ``tools`` format the model is offered."""
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        if self.strict is not None:
+            function["strict"] = self.strict
+        return {"type": "function", "function": function}
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ClientTools:
+    """The client's tools of one turn, and how the model may call tools:
+    ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or
+    ``{"type": "function", "function": {"name": ...}}``) and
+    ``parallel_tool_calls``, sent as the request's parameters when set."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    tools: tuple[ClientTool, ...] = ()
+    tool_choice: Annotated[str | dict[str, Any] | None, Field(exclude_if=_is_none)] = None
+    parallel_tool_calls: Annotated[bool | None, Field(exclude_if=_is_none)] = None
+
+
 @dataclass(slots=True, kw_only=True, frozen=True)
 class TurnProgress:
     """Where the running turn is, so that a reloaded context can resume it.
@@ -117,8 +158,10 @@ class TurnProgress:
     ``iteration`` counts LLM calls for the current user message; ``attempt``
     counts attempts of the current LLM call. ``retry_at`` is the clock time at
     which a pending retry is due. ``started_call_ids`` are tool calls whose
-    attempt was recorded before they ran. Frozen: the engine replaces it when
-    it changes, so a store may keep the object it was given.
+    attempt was recorded before they ran. ``client`` are the tools the
+    client runs, declared with the turn's message (kept until the next one).
+    Frozen: the engine replaces it when it changes, so a store may keep the
+    object it was given.
     """
 
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -127,6 +170,7 @@ class TurnProgress:
     retry_at: float | None = None
     last_error: str | None = None
     started_call_ids: tuple[str, ...] = ()
+    client: Annotated[ClientTools | None, Field(exclude_if=_is_none)] = None
 
 
 @dataclass(slots=True, kw_only=True)

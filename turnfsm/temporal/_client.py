@@ -315,8 +315,11 @@ class TemporalEngine(Engine):
         *,
         message_id: str | None = None,
         context: Any = None,
+        client_tools: Any = None,
     ) -> Turn:
         check_id("context_id", context_id)
+        if client_tools:
+            raise InvalidInput("client_tools", "turns on Temporal do not take client tools")
         if not isinstance(role, str) or role not in _ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         check_content("content", content)
