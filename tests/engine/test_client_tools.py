@@ -230,7 +230,7 @@ async def test_a_client_tool_named_like_an_engine_tool_is_refused() -> None:
         with pytest.raises(ToolNameClash) as caught:
             await engine.send(cid, "hi", client_tools=[WEATHER, clash])
         assert caught.value.tool_name == "add"
-        assert caught.value.where == "client_tools[1].name"
+        assert caught.value.where == "client_tools[1].function.name"
         assert "'add'" in str(caught.value)
         assert isinstance(caught.value, InvalidInput)
         ctx = await engine.get_context(cid)
@@ -252,7 +252,8 @@ async def test_a_client_tool_named_like_an_engine_tool_is_refused() -> None:
             [{"type": "function", "function": {"name": "x", "strict": "yes"}}],
             "client_tools[0].function.strict",
         ),
-        ([WEATHER, WEATHER], "client_tools[1].name"),
+        ([WEATHER, WEATHER], "client_tools[1].function.name"),
+        ([CLOCK_TOOL, CLOCK_TOOL], "client_tools[1].name"),
         ("weather", "client_tools"),
     ],
 )

@@ -13,12 +13,15 @@ the turn (``TurnProgress.client``), so a rest survives an unload and a restart.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from ..adapters.inbound import InboundMessage
 from ..errors import (
+    HistoryConflict,
     IllegalTransition,
     InvalidInput,
     NotAClientCall,
@@ -34,6 +37,7 @@ from ._client_view import is_client_call
 from ._drive import Driver
 from ._host import Host
 from ._inputs import check_id, check_parameters, check_text
+from ._requests import new_context_messages
 from ._runtime import Runtime
 from ._turn import StopReason, Turn
 
@@ -41,6 +45,7 @@ __all__ = [
     "ClientToolCalls",
     "ClientToolsArg",
     "check_client_tools",
+    "check_tool_choice",
     "start_submit",
 ]
 
@@ -121,6 +126,14 @@ def _choice(where: str, value: object, names: Collection[str]) -> str | dict[str
     raise InvalidInput(where, f"must be 'auto', 'none', 'required' or a named tool, not {value!r}")
 
 
+def check_tool_choice(
+    where: str, value: object, names: Collection[str]
+) -> str | dict[str, Any] | None:
+    """A ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, None, or
+    ``{"type": "function", "function": {"name": N}}`` with N among ``names``."""
+    return _choice(where, value, names)
+
+
 def check_client_tools(where: str, value: object, engine_tools: ToolRegistry) -> ClientTools | None:
     """The client tools given to a public call as ``where``, checked: each has
     a name of 1 to 64 letters, digits, ``_`` or ``-`` and a JSON Schema, no two
@@ -140,10 +153,11 @@ def check_client_tools(where: str, value: object, engine_tools: ToolRegistry) ->
     seen: set[str] = set()
     for i, item in enumerate(given):
         tool = _tool(f"{listed}[{i}]", item)
+        named = f"{listed}[{i}]{'' if isinstance(item, ClientTool) else '.function'}.name"
         if tool.name in engine_tools:
-            raise ToolNameClash(f"{listed}[{i}].name", tool.name)
+            raise ToolNameClash(named, tool.name)
         if tool.name in seen:
-            raise InvalidInput(f"{listed}[{i}].name", f"two tools are named {tool.name!r}")
+            raise InvalidInput(named, f"two tools are named {tool.name!r}")
         seen.add(tool.name)
         tools.append(tool)
     if not tools:
@@ -157,10 +171,18 @@ def check_client_tools(where: str, value: object, engine_tools: ToolRegistry) ->
     return ClientTools(tools=tuple(tools), tool_choice=choice, parallel_tool_calls=parallel)
 
 
-async def start_submit(d: Host, results: Mapping[str, ToolOutcome], rt: Runtime) -> None:
+async def start_submit(
+    d: Host,
+    results: Mapping[str, ToolOutcome],
+    context: Sequence[InboundMessage] | None,
+    client: ClientTools | None,
+    rt: Runtime,
+) -> None:
     """The client's results of its calls: one result each, in the order the
     model asked for them. Once no call waits (for the client or a human), the
-    turn goes on as after an approval: ``approvals_resolved``, then the LLM."""
+    turn goes on as after an approval: ``approvals_resolved``, then the LLM.
+    ``context`` (the conversation as the client holds it) must be held by the
+    context already; ``client`` replaces the turn's client tools."""
     ctx = rt.ctx
     open_calls = ctx.open_tool_calls()
     by_id = {c.id: c for c in open_calls}
@@ -178,6 +200,19 @@ async def start_submit(d: Host, results: Mapping[str, ToolOutcome], rt: Runtime)
     state = rt.holder.current()
     if state is not State.AWAITING_TOOL_APPROVAL:  # client calls wait only there
         raise IllegalTransition(state, Trigger.APPROVALS_RESOLVED, context_id=ctx.id)
+    if context:
+        where = "context[{}]".format
+        fresh = new_context_messages(rt, context, where, answers=False)
+        if fresh:
+            i = len(context) - len(fresh)
+            raise HistoryConflict(
+                ctx.id,
+                where(i),
+                context[i].message_id,
+                "the context does not hold it: results come with the history they answer",
+            )
+    if client is not None:
+        ctx.progress = dataclasses.replace(ctx.progress, client=client)
     given = [c for c in open_calls if c.id in results]
     d.add_results(rt, given, [results[c.id] for c in given])
     left = [c for c in open_calls if c.id not in results]
@@ -206,7 +241,14 @@ class ClientToolCalls:
 
     _d: Driver
 
-    async def submit_results(self, context_id: str, results: Mapping[str, Any]) -> Turn:
+    async def submit_results(
+        self,
+        context_id: str,
+        results: Mapping[str, Any],
+        *,
+        context: Sequence[InboundMessage] | None = None,
+        client_tools: ClientToolsArg = None,
+    ) -> Turn:
         """Give the results of calls of client tools (``Turn.client_tool_calls``):
         ``results`` maps each call id to its result (a string, or JSON data,
         stored by the rules of :mod:`turnfsm.tools`), one result per call. Once
@@ -216,8 +258,19 @@ class ClientToolCalls:
         an unknown id :class:`~turnfsm.errors.UnknownToolCall`, a call that has
         its result :class:`~turnfsm.errors.ToolCallNotPending`; nothing is
         stored then. A new user message instead closes the calls "superseded".
+
+        ``context`` (the conversation as the client holds it) is matched as in
+        :meth:`send`; it must hold nothing new (else
+        :class:`~turnfsm.errors.HistoryConflict`). ``client_tools``, when
+        given, replace the turn's client tools for its next requests.
         """
         check_id("context_id", context_id)
         outcomes = _outcomes(results)
         d = self._d
-        return await d.run(context_id, functools.partial(start_submit, d, outcomes))
+        client = check_client_tools("client_tools", client_tools, d.settings.tools)
+        if context is not None:
+            for i, m in enumerate(context):
+                if not isinstance(m, InboundMessage):
+                    raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
+        start = functools.partial(start_submit, d, outcomes, context, client)
+        return await d.run(context_id, start)
