@@ -186,7 +186,7 @@ async def test_each_call_needs_its_result_before_the_turn_goes_on() -> None:
         cid = await engine.create_context()
         await engine.send(cid, "Two", client_tools=[WEATHER, CLOCK_TOOL])
         turn = await engine.submit_results(cid, {"t1": "09:00"})
-        assert turn.state is State.AWAITING_TOOL_APPROVAL
+        assert turn.state is State.AWAITING_TOOL_APPROVAL and turn.states == ()
         assert turn.stop_reason is StopReason.CLIENT_TOOLS
         assert [c.id for c in turn.client_tool_calls] == ["w1"]
         assert len(made.llm.requests) == 1  # not called again yet

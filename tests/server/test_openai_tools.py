@@ -281,6 +281,43 @@ def test_results_no_context_waits_for_are_a_409(served: Served) -> None:
     assert "messages[2].tool_call_id" in r.json()["error"]["message"]
 
 
+def test_results_for_calls_the_context_does_not_wait_for_are_a_409(
+    served: Served, sdk: openai.OpenAI
+) -> None:
+    first = [{"role": "user", "content": "What is the weather like?"}]
+    message = (
+        sdk.chat.completions.create(model="turnfsm", messages=first, tools=[WEATHER_TOOL])
+        .choices[0]
+        .message
+    )
+    follow = _results(message, "sunny")
+    follow[0]["tool_calls"][0]["id"] = follow[1]["tool_call_id"] = "call_other"
+    r = _post(served, {"messages": [*first, *follow], "tools": [WEATHER_TOOL]})
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "no_waiting_context"
+    (cid,) = served.contexts()
+    assert served.state(cid) == "AwaitingToolApproval"  # nothing was stored
+    assert [m["role"] for m in served.messages(cid)] == ["user", "assistant"]
+
+
+def test_results_after_a_history_the_context_does_not_hold_are_a_conflict(
+    served: Served, sdk: openai.OpenAI
+) -> None:
+    first = [{"role": "user", "content": "What is the weather like?"}]
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="turnfsm", messages=first, tools=[WEATHER_TOOL]
+    )
+    cid = raw.headers[HEADER]
+    other = [*first, {"role": "user", "content": "and one it never saw"}]
+    body = {"messages": [*other, *_results(raw.parse().choices[0].message, "x")]}
+    r = _post(served, {**body, "tools": [WEATHER_TOOL]}, **{HEADER: cid})
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "history_conflict"
+    assert r.json()["error"]["where"] == "context[1]"
+    assert served.state(cid) == "AwaitingToolApproval"
+    assert [m["role"] for m in served.messages(cid)] == ["user", "assistant"]
+
+
 def test_two_contexts_waiting_alike_need_the_header(served: Served, sdk: openai.OpenAI) -> None:
     first = [{"role": "user", "content": "twin"}]
     made = [
@@ -299,6 +336,27 @@ def test_two_contexts_waiting_alike_need_the_header(served: Served, sdk: openai.
     assert r.json()["choices"][0]["message"]["content"] == "It is hot in Paris."
     assert served.state(cid) == "Idle"
     assert served.state(made[0].headers[HEADER]) == "AwaitingToolApproval"
+
+
+def test_a_headerless_continuation_goes_to_the_context_with_its_history(
+    served: Served, sdk: openai.OpenAI
+) -> None:
+    # two contexts wait for a call of the same id, after different messages
+    asked = {}
+    for text in ("twin in Rome", "twin in Oslo"):
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="turnfsm", messages=[{"role": "user", "content": text}], tools=[WEATHER_TOOL]
+        )
+        asked[text] = (raw.headers[HEADER], raw.parse().choices[0].message)
+    cid, message = asked["twin in Oslo"]
+    first = [{"role": "user", "content": "twin in Oslo"}]
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="turnfsm", messages=[*first, *_results(message, "cold")], tools=[WEATHER_TOOL]
+    )
+    assert raw.headers[HEADER] == cid
+    assert raw.parse().choices[0].message.content == "It is cold in Paris."
+    assert served.state(asked["twin in Rome"][0]) == "AwaitingToolApproval"
+    assert_stored_once(served.messages(cid))
 
 
 def test_a_new_user_message_instead_supersedes_the_calls(
