@@ -102,15 +102,17 @@ def _tool(where: str, value: object) -> ClientTool:
             f"{where}.name", f"must be 1 to 64 letters, digits, '_' or '-', not {name!r}"
         )
     parameters = check_parameters(f"{where}.parameters", tool.parameters)
-    if tool.description and not isinstance(tool.description, str):
-        raise InvalidInput(f"{where}.description", "must be a string")
     check_text(f"{where}.description", tool.description)
     return ClientTool(
         name=name, description=tool.description, parameters=parameters, strict=tool.strict
     )
 
 
-def _choice(where: str, value: object, names: Collection[str]) -> str | dict[str, Any] | None:
+def check_tool_choice(
+    where: str, value: object, names: Collection[str]
+) -> str | dict[str, Any] | None:
+    """A ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, None, or
+    ``{"type": "function", "function": {"name": N}}`` with N among ``names``."""
     if value is None or (isinstance(value, str) and value in _CHOICES):
         return value
     if isinstance(value, Mapping):
@@ -124,14 +126,6 @@ def _choice(where: str, value: object, names: Collection[str]) -> str | dict[str
             raise InvalidInput(f"{where}.function.name", f"{name!r} is not a tool of this turn")
         return {"type": "function", "function": {"name": name}}
     raise InvalidInput(where, f"must be 'auto', 'none', 'required' or a named tool, not {value!r}")
-
-
-def check_tool_choice(
-    where: str, value: object, names: Collection[str]
-) -> str | dict[str, Any] | None:
-    """A ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, None, or
-    ``{"type": "function", "function": {"name": N}}`` with N among ``names``."""
-    return _choice(where, value, names)
 
 
 def check_client_tools(where: str, value: object, engine_tools: ToolRegistry) -> ClientTools | None:
@@ -167,7 +161,8 @@ def check_client_tools(where: str, value: object, engine_tools: ToolRegistry) ->
     parallel = value.parallel_tool_calls
     if parallel is not None and not isinstance(parallel, bool):
         raise InvalidInput(f"{where}.parallel_tool_calls", "must be true, false or None")
-    choice = _choice(f"{where}.tool_choice", value.tool_choice, {*seen, *engine_tools.names})
+    names = {*seen, *engine_tools.names}
+    choice = check_tool_choice(f"{where}.tool_choice", value.tool_choice, names)
     return ClientTools(tools=tuple(tools), tool_choice=choice, parallel_tool_calls=parallel)
 
 

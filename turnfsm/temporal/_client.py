@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -452,3 +452,14 @@ class TemporalEngine(Engine):
     ) -> str:
         """Not on Temporal: :meth:`send` hands the turn to a worker already."""
         raise InvalidInput("submit", "turns on Temporal are handed to workers by send()")
+
+    async def submit_results(
+        self,
+        context_id: str,
+        results: Mapping[str, Any],
+        *,
+        context: Any = None,
+        client_tools: Any = None,
+    ) -> Turn:
+        """Not on Temporal: a turn on Temporal takes no client tools (see :meth:`send`)."""
+        raise InvalidInput("submit_results", "turns on Temporal do not take client tools")
