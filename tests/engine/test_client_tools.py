@@ -418,3 +418,29 @@ async def test_a_client_call_after_the_iteration_limit_is_not_handed_out() -> No
         assert turn.stop_reason is StopReason.MAX_ITERATIONS
         assert turn.client_tool_calls == ()
         assert_one_result_per_call(await engine.get_context(cid))
+
+
+async def test_the_audit_log_accounts_for_the_hand_out() -> None:
+    from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
+    from turnfsm.render import sequence_diagram
+
+    made = make_engine(
+        [
+            {"tool_calls": [call("a1", "add", a=1, b=1), call("w1", "weather")]},
+            {"text": "2, and warm."},
+        ]
+    )
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "Both", client_tools=[WEATHER])
+        await engine.submit_results(cid, {"w1": "warm"})
+        ctx = await engine.get_context(cid)
+        records = audit_records(cid, await engine.steps(cid), ctx.message_pool.values())
+    result = verify_audit_log(audit_jsonl(records).splitlines())
+    assert result.ok, (result.line, result.reason)
+    assert {m for r in records for m in r.message_ids} == set(ctx.message_pool)
+    handed = next(r for r in records if r.trigger == "client_calls")
+    assert handed.tool_results == ("a1",) and handed.actor == "system"
+    done = next(r for r in records if r.trigger == "tools_done")
+    assert done.tool_results == ("w1",)
+    assert "w1 handed to the client" in sequence_diagram(records, ctx.message_pool, turn=1)

@@ -9,10 +9,9 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..model import ApprovalStatus, ChatContext, ToolCallRequest
+from ..model import CLIENT_CALL, ApprovalStatus, ChatContext, ToolCallRequest
 
 __all__ = [
-    "CLIENT_CALL",
     "client_calls",
     "client_decisions",
     "is_client_call",
@@ -20,11 +19,6 @@ __all__ = [
     "turn_parameters",
     "with_client_tools",
 ]
-
-CLIENT_CALL = "run by the client"
-"""The ``reason`` of a call of a client tool (decided by ``system``,
-``approved``): the client runs it and gives its result."""
-
 
 # ---------------------------------------------------------------------- the request
 

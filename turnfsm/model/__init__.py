@@ -9,6 +9,7 @@ from ._chat_format import (
     tool_result_content,
 )
 from ._context import (
+    CLIENT_CALL,
     SCHEMA_VERSION,
     SUBTASK_RESUMED,
     SUBTASK_WAITING,
@@ -69,6 +70,7 @@ from ._message import (
 )
 
 __all__ = [
+    "CLIENT_CALL",
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field
 from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
 
 __all__ = [
+    "CLIENT_CALL",
     "SCHEMA_VERSION",
     "SUBTASK_RESUMED",
     "SUBTASK_WAITING",
@@ -37,6 +38,9 @@ finished sub-context on its parent: ``{"child_id": ..., "message_ids": [...],
 SUBTASK_WAITING = "waiting for sub-context "
 """The ``reason`` of a parent's sub-task tool call while the child (its id
 follows) waits for a human: the call is pending again (``subtask_waits``)."""
+CLIENT_CALL = "run by the client"
+"""The ``reason`` of a call of one of the client's tools (approved by
+``system``): the client runs it and gives its result (docs/client-tools.md)."""
 SUBTASK_RESUMED = "resumed: sub-context "
 """The ``reason`` of such a call once its child no longer waits and the call
 runs again (the child's id follows)."""
