@@ -88,7 +88,9 @@ class Turn:
     questions: tuple[Question, ...] = ()
     client_tool_calls: tuple[ToolCallRequest, ...] = ()
     """The calls of client tools waiting for the caller's results (see
-    ``Engine.submit_results``); not among ``pending_tool_calls``."""
+    ``Engine.submit_results``); not among ``pending_tool_calls``. The engine's
+    calls of the same batch come first: while some wait for a human, these
+    wait too, until the human's decisions let them run (docs/client-tools.md)."""
 
     @property
     def text(self) -> str:
