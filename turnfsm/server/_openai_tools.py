@@ -123,8 +123,6 @@ class Continuation:
 
     earlier: list[dict[str, Any]]
     """The messages before the assistant message with the calls."""
-    call_ids: tuple[str, ...]
-    """The calls of that assistant message, in order."""
     results: dict[str, str]
     """Per ``tool_call_id``: the ``tool`` message's text."""
     where: dict[str, str]
@@ -184,7 +182,7 @@ def continuation(messages: list[dict[str, Any]]) -> Continuation | None:
             raise InvalidInput(f"messages[{i}].tool_call_id", f"a second result for {cid!r}")
         results[cid] = _text(f"messages[{i}].content", m.get("content"))
         where[cid] = f"messages[{i}].tool_call_id"
-    return Continuation(messages[:k], tuple(ids), results, where)
+    return Continuation(messages[:k], results, where)
 
 
 def _said(ctx: ChatContext) -> list[tuple[Role, str]]:
