@@ -93,6 +93,11 @@ DESIGN_ROWS: list[tuple[frozenset[str], str, str]] = [
         "cancel",
         "Idle",
     ),
+    (
+        frozenset({"ProcessingLLMResponse", "ExecutingTools"}),
+        "client_calls",
+        "AwaitingToolApproval",
+    ),
 ]
 
 DESIGN_TRIGGERS = {
@@ -117,6 +122,7 @@ DESIGN_TRIGGERS = {
     "give_up",
     "reset",
     "cancel",
+    "client_calls",
 }
 
 # The same rows, one edge per (source, trigger).

@@ -137,6 +137,38 @@ def test_metrics_after_scripted_turns(url: str) -> None:
         assert samples(other.text)[("turnfsm_turns_started_total", (("call", "approve"),))] == 1
 
 
+def test_a_wait_for_the_clients_results_is_not_a_wait_for_a_human() -> None:
+    import anyio
+
+    weather = {"type": "function", "function": {"name": "weather"}}
+    answers = [
+        {"tool_calls": [{"id": "w", "name": "weather", "arguments": {}}]},
+        {"tool_calls": [{"id": "m", "name": "send_mail", "arguments": {"to": "al"}}]},
+    ]
+
+    async def main() -> list[float]:
+        metrics = EngineMetrics()
+        seen: list[float] = []
+        engine = metrics.attach(Engine(llm=ScriptedLLM(answers), tools=[send_mail]))
+        async with engine:
+            cid = await engine.create_context()
+            turn = await engine.send(cid, "weather?", client_tools=[weather])
+            assert turn.client_tool_calls and turn.state.value == "AwaitingToolApproval"
+            seen.append(samples_of(metrics)[("turnfsm_turns_awaiting_approval", ())])
+            turn = await engine.submit_results(cid, {"w": "sun"})
+            assert [c.id for c in turn.pending_tool_calls] == ["m"]
+            seen.append(samples_of(metrics)[("turnfsm_turns_awaiting_approval", ())])
+        return seen
+
+    assert anyio.run(main) == [0, 1]
+
+
+def samples_of(metrics: EngineMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client import generate_latest
+
+    return samples(generate_latest(metrics.registry).decode())
+
+
 def test_label_values_are_bounded() -> None:
     metrics = EngineMetrics(max_label_values=2)
     assert [metrics.models(f"m{i}") for i in range(4)] == ["m0", "m1", "_other", "_other"]

@@ -23,7 +23,7 @@ for ``tools_done``, ``approver`` (the human approver) for
 ``approvals_resolved``, and ``system`` for the engine's own decisions
 (``prompt_ready``, ``prepare_failed``, ``needs_approval``, ``tools_decided``,
 ``turn_complete``, ``output_invalid``, ``output_failed``, ``outcome_unknown``,
-``subtask_waits``, ``give_up``, and ``retry`` after the backoff).
+``subtask_waits``, ``client_calls``, ``give_up``, and ``retry`` after the backoff).
 
 **attempt** is the LLM attempt the context's progress counts after the step,
 as the engine keeps it: 1 after ``user_message``, ``tools_done``,
@@ -53,6 +53,9 @@ append order) and each trigger takes what the engine appends for it:
   ``metadata.extra["output_errors"]``);
 - ``subtask_waits``: the open batch's assistant message (the waiting calls are
   pending again) and the results of the calls that finished, which follow it;
+- ``client_calls``: likewise, the batch and the results of the engine's calls
+  that ran before the client's were handed out (from ProcessingLLMResponse:
+  the batch only); the client's results come with ``tools_done``;
 - ``turn_complete``: with open calls (the iteration limit), the batch and one
   result per call;
 - ``cancel``: the cancelled partial answer, if any, and the results closing
@@ -90,7 +93,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..model import SUBTASK_RESUMED, SUBTASK_WAITING, SUMMARY_KEY, MessageNode, Role
+from ..model import CLIENT_CALL, SUBTASK_RESUMED, SUBTASK_WAITING, SUMMARY_KEY, MessageNode, Role
 from ..states import (
     CHANGES,
     Change,
@@ -159,6 +162,7 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
     (None, T.TOOLS_DONE): Actor.TOOL,
     (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
     (None, T.SUBTASK_WAITS): Actor.SYSTEM,
+    (None, T.CLIENT_CALLS): Actor.SYSTEM,
     (None, T.LLM_FAILED_TRANSIENT): Actor.LLM,
     (None, T.LLM_FAILED_PERMANENT): Actor.LLM,
     (S.TRANSIENT_FAILURE, T.RETRY): Actor.SYSTEM,
@@ -316,12 +320,16 @@ class _Walk:
             self.batch = None
 
     def close_at_head(self, touch: _Touch) -> None:
-        """``subtask_waits``: the results at the head of the history for the
-        open calls that did not wait for a sub-task (their reason says so)."""
+        """``subtask_waits``, ``client_calls``: the results at the head of the
+        history for the open calls that did not wait for a sub-task or the
+        client (their reason says so)."""
         waited = set()
         if self.batch is not None:
             for c in self.batch.message.tool_calls or ():
-                if c.reason and c.reason.startswith((SUBTASK_WAITING, SUBTASK_RESUMED)):
+                if c.reason and (
+                    c.reason == CLIENT_CALL
+                    or c.reason.startswith((SUBTASK_WAITING, SUBTASK_RESUMED))
+                ):
                     waited.add(c.id)
         while (node := self.head()) is not None:
             tr = node.message.tool_result
@@ -365,7 +373,7 @@ class _Walk:
             self.close_open(touch)
         elif trigger in _OUTPUT:
             self.take_while(touch, _output_errors)
-        elif trigger == T.SUBTASK_WAITS:
+        elif trigger in (T.SUBTASK_WAITS, T.CLIENT_CALLS):
             if self.batch is not None:
                 touch.message_ids.append(self.batch.id)
             self.close_at_head(touch)

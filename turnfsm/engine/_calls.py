@@ -22,6 +22,7 @@ from ..errors import (
 from ..model import (
     ApprovalStatus,
     Branch,
+    ClientTools,
     ContentPart,
     InternalMessage,
     MessageMetadata,
@@ -72,6 +73,7 @@ async def start_send(
     rt: Runtime,
     *,
     output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> None:
     if rt.ctx.config.archived:
         raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
@@ -88,7 +90,7 @@ async def start_send(
         InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
         d.settings.ids() if message_id is None else message_id,
     )
-    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output)
+    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output, client=client)
     d.fire(rt, T.USER_MESSAGE)
 
 
@@ -161,6 +163,7 @@ async def start_retry(d: Host, rt: Runtime) -> None:
         iteration=max(p.iteration, 1),
         attempt=1,
         output=out if out is None or not out.invalid else dataclasses.replace(out, invalid=0),
+        client=p.client,
     )
     d.fire(rt, T.RETRY)
 

@@ -14,6 +14,7 @@ from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry
 from . import _history
 from ._approval import policy_decisions, questions_of
+from ._client_view import client_decisions, is_client_call
 from ._history import Decisions
 from ._host import Host
 from ._runtime import Runtime
@@ -44,6 +45,7 @@ def decide_answer(
     iteration: int,
     max_iterations: int,
     offered: ToolRegistry,
+    client: Decisions | None = None,
 ) -> Decision:
     """ProcessingLLMResponse, as a pure function: ``calls`` are the answer's open
     calls, ``outcome`` how it ended when not normally (``length``,
@@ -56,7 +58,10 @@ def decide_answer(
     allowed LLM call: likewise, with ``max_iterations``. Else the policy
     decides (:func:`~turnfsm.engine._approval.policy_decisions`):
     ``needs_approval`` when some call is left for a human, else
-    ``tools_decided``.
+    ``tools_decided``. ``client`` are the decisions that hand calls of
+    client tools to the client (:func:`~turnfsm.engine._client_tools.client_decisions`):
+    when every open call is one, ``client_calls``; else the others are
+    decided, and the client's wait until they have run.
     """
     if not calls:
         stop = StopReason(outcome) if outcome else StopReason.COMPLETED
@@ -82,8 +87,14 @@ def decide_answer(
             {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls},
             tuple(ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls),
         )
+    if client:
+        if all(c.id in client for c in calls):
+            return Decision(Trigger.CLIENT_CALLS, StopReason.CLIENT_TOOLS, dict(client))
+        calls = [c for c in calls if c.id not in client]
     # the mode's view: its approval overrides; a tool it does not offer is unknown
     decisions, needs_human = policy_decisions(calls, offered)
+    if client:
+        decisions.update(client)
     if needs_human:
         return Decision(Trigger.NEEDS_APPROVAL, StopReason.AWAITING_APPROVAL, decisions)
     return Decision(Trigger.TOOLS_DECIDED, None, decisions)
@@ -126,7 +137,12 @@ async def decide(d: Host, rt: Runtime) -> None:
         outcome = node.message.outcome
     s = d.settings
     decision = decide_answer(
-        calls, outcome, ctx.progress.iteration, s.max_iterations, s.offered(ctx)
+        calls,
+        outcome,
+        ctx.progress.iteration,
+        s.max_iterations,
+        s.offered(ctx),
+        client_decisions(calls, ctx),
     )
     decided = calls  # the open calls as they are after the decisions
     if decision.decisions:
@@ -172,5 +188,11 @@ def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
     between that commit and the run sends non-idempotent calls to a human,
     which is the safe side.)"""
     ctx = rt.ctx
-    ids = tuple([c.id for c in open_calls if c.approval_status is ApprovalStatus.APPROVED])
+    ids = tuple(
+        [
+            c.id
+            for c in open_calls
+            if c.approval_status is ApprovalStatus.APPROVED and not is_client_call(c)
+        ]
+    )
     ctx.progress = _history.started(ctx.progress, ids)

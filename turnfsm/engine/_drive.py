@@ -44,6 +44,7 @@ from . import (
     _tracing,
 )
 from ._approval import questions_of
+from ._client_view import client_calls
 from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
@@ -435,10 +436,12 @@ class Driver:
         state = rt.holder.current()
         pending: tuple[ToolCallRequest, ...] = ()
         questions: tuple[Question, ...] = ()
+        client: tuple[ToolCallRequest, ...] = ()
         if state is S.AWAITING_TOOL_APPROVAL:
             pending = tuple(ctx.pending_tool_calls())
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
+            client = detached(tuple(client_calls(ctx)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
         return Turn(
@@ -455,6 +458,7 @@ class Driver:
             questions=questions,
             output=rt.output,
             output_error=rt.output_error,
+            client_tool_calls=client,
         )
 
     async def _drive(self, rt: Runtime) -> None:

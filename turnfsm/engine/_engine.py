@@ -30,6 +30,7 @@ from ..events import Event
 from ..model import (
     ApprovalStatus,
     ChatContext,
+    ClientTools,
     ContentPart,
     MessageNode,
     Role,
@@ -40,6 +41,7 @@ from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store, WorkQueue
 from ..tools import Tool, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
+from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
 from ._drive import Driver, Start
 from ._engine_settings import EngineSettings
@@ -73,7 +75,7 @@ __all__ = ["Engine"]
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
-class Engine(ContextManagement, EngineSettings):
+class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     """Drives conversations through the declared state machine.
 
     ::
@@ -322,6 +324,7 @@ class Engine(ContextManagement, EngineSettings):
         context: Sequence[InboundMessage] | None = None,
         output_type: Any = UNSET,
         output_retries: int | None = None,
+        client_tools: ClientToolsArg = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
@@ -333,9 +336,11 @@ class Engine(ContextManagement, EngineSettings):
         client holds it) is matched as in :meth:`send_request`, but for its answers.
         ``output_type`` and ``output_retries`` replace the engine's for this turn
         (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
         """
         out = turn_output(self._d.settings.outputs, output_type, output_retries)
-        start = self._start_send(context_id, content, role, message_id, context, out)
+        client = check_client_tools("client_tools", client_tools, self._d.settings.tools)
+        start = self._start_send(context_id, content, role, message_id, context, out, client)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))
 
     def _start_send(
@@ -346,6 +351,7 @@ class Engine(ContextManagement, EngineSettings):
         message_id: str | None,
         context: Sequence[InboundMessage] | None = None,
         output: TurnOutput | None = None,
+        client: ClientTools | None = None,
     ) -> Start:
         """The checked arguments of :meth:`send` and :meth:`submit`, as the
         call's start."""
@@ -355,7 +361,9 @@ class Engine(ContextManagement, EngineSettings):
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        return _requests.send_start(self._d, parts, _INPUT_ROLES[role], message_id, context, output)
+        return _requests.send_start(
+            self._d, parts, _INPUT_ROLES[role], message_id, context, output, client
+        )
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):

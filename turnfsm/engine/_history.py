@@ -196,6 +196,7 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         last_error=p.last_error,
         started_call_ids=ids,
         output=p.output,
+        client=p.client,
     )
 
 

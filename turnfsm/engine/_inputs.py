@@ -250,6 +250,7 @@ def check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] 
 
 
 def check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
+    """``Engine(toolsets=...)``: a sequence of :class:`~turnfsm.tools.Toolset`."""
     if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
         raise InvalidInput("toolsets", "must be a sequence of toolsets")
     sets = tuple(toolsets)

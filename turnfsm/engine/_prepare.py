@@ -20,6 +20,7 @@ from ..model import (
 from ..states import Trigger
 from . import _history
 from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
+from ._client_view import turn_parameters
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
@@ -66,7 +67,7 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         context_id=ctx.id,
         model=ctx.config.model_id,
         messages=messages,
-        parameters=ctx.config.parameters,
+        parameters=turn_parameters(ctx),
         attempt=p.attempt,
         iteration=p.iteration,
         request_cancel=rt.request_cancel,

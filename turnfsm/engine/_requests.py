@@ -9,7 +9,15 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ..adapters.inbound import InboundMessage, InboundRequest, said
 from ..errors import HistoryConflict, InvalidInput, SubContextError
-from ..model import ContentPart, InternalMessage, MessageNode, Role, TurnOutput, TurnProgress
+from ..model import (
+    ClientTools,
+    ContentPart,
+    InternalMessage,
+    MessageNode,
+    Role,
+    TurnOutput,
+    TurnProgress,
+)
 from ..states import State, Trigger
 from . import _calls, _history
 from ._host import Host
@@ -214,17 +222,20 @@ def send_start(
     message_id: str | None,
     context: Sequence[InboundMessage] | None,
     output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> Callable[[Runtime], Awaitable[None]]:
     """The start of ``engine.send`` (its arguments checked): a plain send, or,
     with the client's ``context`` (checked here, before anything is loaded),
     :func:`start_send_after`. ``output`` is the turn's output type."""
     if not context:
-        return functools.partial(_calls.start_send, d, parts, role, message_id, output=output)
+        return functools.partial(
+            _calls.start_send, d, parts, role, message_id, output=output, client=client
+        )
     for i, m in enumerate(context):
         if not isinstance(m, InboundMessage):
             raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
     return functools.partial(
-        start_send_after, d, list(context), parts, role, message_id, output=output
+        start_send_after, d, list(context), parts, role, message_id, output=output, client=client
     )
 
 
@@ -237,6 +248,7 @@ async def start_send_after(
     rt: Runtime,
     *,
     output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> None:
     """:func:`~turnfsm.engine._calls.start_send` after the client's own copy of
     the conversation (``context``; its assistant messages, the client's copies
@@ -255,4 +267,4 @@ async def start_send_after(
         now = d.now()
         for m in fresh:
             _history.append(rt, m.to_message(now, {"request_context": True}), d.settings.ids())
-    await _calls.start_send(d, parts, role, message_id, rt, output=output)
+    await _calls.start_send(d, parts, role, message_id, rt, output=output, client=client)

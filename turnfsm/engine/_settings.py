@@ -37,6 +37,7 @@ from ..errors import InvalidInput
 from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
+from ._client_view import with_client_tools
 from ._clock import Clock, SystemClock
 from ._defaults import HOST, Ids, checked_id, default_logger
 from ._inputs import check_count, check_name
@@ -247,7 +248,7 @@ def _mode_enhancers(modes: Modes) -> list[Enhancer]:
     """The built-in enhancers after the tool history, the first two read the modes."""
     return [
         SystemPromptEnhancer(mode=modes.instructions),
-        ToolDefinitionsEnhancer(per_context=modes.definitions),
+        ToolDefinitionsEnhancer(per_context=with_client_tools(modes.definitions)),
         UserLocale(),
         CurrentMessageMarker(),
     ]

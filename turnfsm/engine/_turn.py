@@ -34,6 +34,9 @@ class StopReason(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     """At least one tool call waits for a human decision (an approval, or the
     answer to a question: see :attr:`Turn.questions`)."""
+    CLIENT_TOOLS = "client_tools"
+    """The model called tools the client runs: :attr:`Turn.client_tool_calls`
+    wait for their results (``Engine.submit_results``)."""
     FAILED = "failed"
     """A permanent error, or transient errors past ``max_attempts``."""
     CANCELLED = "cancelled"
@@ -92,6 +95,11 @@ class Turn:
     output_error: OutputValidationError | None = None
     """Why the answer did not match the output type once the output retries
     were spent (the turn is in PermanentFailure; ``error`` says the same)."""
+    client_tool_calls: tuple[ToolCallRequest, ...] = ()
+    """The calls of client tools waiting for the caller's results (see
+    ``Engine.submit_results``); not among ``pending_tool_calls``. The engine's
+    calls of the same batch come first: while some wait for a human, these
+    wait too, until the human's decisions let them run (docs/client-tools.md)."""
 
     @property
     def text(self) -> str:

@@ -173,6 +173,7 @@ async def check_answer(
             iteration=p.iteration + 1,
             attempt=1,
             output=dataclasses.replace(output, invalid=output.invalid + 1),
+            client=p.client,
         )
         d.fire(rt, Trigger.OUTPUT_INVALID)
         return True

@@ -11,6 +11,7 @@ from ._chat_format import (
     tool_result_content,
 )
 from ._context import (
+    CLIENT_CALL,
     SCHEMA_VERSION,
     SUBTASK_RESUMED,
     SUBTASK_WAITING,
@@ -19,6 +20,8 @@ from ._context import (
     ChatConfig,
     ChatContext,
     FrontendOperatorAs,
+    ClientTool,
+    ClientTools,
     HistoryOverride,
     SystemPrompt,
     TurnOutput,
@@ -72,6 +75,7 @@ from ._message import (
 
 __all__ = [
     "FRONTEND_OPERATOR_NAME",
+    "CLIENT_CALL",
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
@@ -86,6 +90,8 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "ClientTool",
+    "ClientTools",
     "ContentPart",
     "FilePart",
     "FrontendOperatorAs",

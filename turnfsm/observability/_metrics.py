@@ -75,7 +75,8 @@ class EngineMetrics:
         self.models = _Bounded(max_label_values)
         self.tools = _Bounded(max_label_values)
         self.waiting: set[str] = set()
-        """Contexts whose last call in this process ended at AwaitingToolApproval."""
+        """Contexts whose last call in this process ended at AwaitingToolApproval
+        with calls for a human to decide."""
         self.turns_started = Counter(
             "turnfsm_turns_started",
             "Engine calls started, by call (send, submit, approve, claim, ...)",
@@ -333,7 +334,8 @@ class _CallMetrics(Watch):
             return
         stop = turn.stop_reason.value if turn.stop_reason is not None else "none"
         m.turns_finished.labels(self.call, stop).inc()
-        if turn.state is State.AWAITING_TOOL_APPROVAL:
+        if turn.state is State.AWAITING_TOOL_APPROVAL and turn.pending_tool_calls:
+            # (calls of the client's tools alone wait for the client, not a human)
             m.waiting.add(context_id)
         else:
             m.waiting.discard(context_id)

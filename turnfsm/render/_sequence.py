@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ..audit import AuditRecord
 from ..errors import RenderError
-from ..model import ApprovalStatus, MessageNode, Role, ToolCallRequest
+from ..model import CLIENT_CALL, ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ..states import State, Trigger
 
 __all__ = [
@@ -329,6 +329,12 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
         return [
             *_tool_runs(rec, book),
             _call_to("engine", "approver", "a sub-task waits for a decision"),
+        ]
+    if trig == T.CLIENT_CALLS:
+        handed = [c.id for c in book.batch_calls(rec) if c.reason == CLIENT_CALL]
+        return [
+            *_tool_runs(rec, book),
+            _reply("engine", "user", _text(f"{', '.join(handed)} handed to the client")),
         ]
     if trig == T.TURN_COMPLETE:
         out = _closed(book, rec, "not executed")

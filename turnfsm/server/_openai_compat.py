@@ -8,10 +8,12 @@ last one, a ``user`` message, is sent. With the header, the named context (of
 the same tenant) is continued: the earlier messages are matched, by content
 and position, against what the context holds (what it does not hold yet is
 appended, a disagreement is a ``409 history_conflict`` with nothing stored),
-and the last message is sent. Tools run
-server-side under their approval policies; a turn that stops for a human ends
-the completion with a note naming the pending calls, and the context is
-resumed through ``/api``. Every answer carries the context id in the
+and the last message is sent. The server's tools run server-side under their
+approval policies; a turn that stops for a human ends the completion with a
+note naming the pending calls, and the context is resumed through ``/api``.
+The request's ``tools`` are the client's: a call of one is answered as
+``tool_calls``, and the next request, ending with the ``tool`` messages, gives
+their results (``_openai_tools``). Every answer carries the context id in the
 ``x-turnfsm-context-id`` header (and in the ``turnfsm`` field of the body), and
 ``usage``: the tokens the model reported for the turn's LLM calls, summed. The
 request's ``user`` becomes the context's model parameter ``user``.
@@ -39,6 +41,15 @@ from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._errors import ApiError
 from ._hub import Hub, Job
+from ._openai_tools import (
+    Continuation,
+    client_tools_of,
+    continuation,
+    find_waiting,
+    handed_out,
+    tool_call_deltas,
+    tool_calls_out,
+)
 from ._sse import json_frame, sse_frame
 
 __all__ = ["CONTEXT_HEADER", "MODEL_ID", "router"]
@@ -60,8 +71,9 @@ class StreamOptions(BaseModel):
 
 class ChatCompletionIn(BaseModel):
     """The fields of an OpenAI Chat Completions request this server reads; the
-    others (``temperature``, ``tools``, ...) are accepted and ignored: the
-    context's own configuration and the server's tools apply."""
+    others (``temperature``, ...) are accepted and ignored: the context's own
+    configuration applies. ``tools`` are tools the client runs, beside the
+    server's (checked by ``_openai_tools.client_tools_of``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -72,6 +84,9 @@ class ChatCompletionIn(BaseModel):
     user: str | None = Field(default=None, min_length=1, max_length=MAX_USER_LENGTH)
     """The end user's id: kept as the context's model parameter ``user`` (see
     ``docs/server.md``)."""
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -112,7 +127,7 @@ def _note(turn: Turn) -> str:
 
 
 def _extra(turn: Turn) -> dict[str, Any]:
-    return {
+    extra = {
         "context_id": turn.context_id,
         "state": str(turn.state),
         "pending_tool_calls": [
@@ -120,6 +135,12 @@ def _extra(turn: Turn) -> dict[str, Any]:
             for c in turn.pending_tool_calls
         ],
     }
+    if turn.client_tool_calls:
+        extra["client_tool_calls"] = [
+            {"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments}
+            for c in turn.client_tool_calls
+        ]
+    return extra
 
 
 def _usage(turn: Turn) -> dict[str, int] | None:
@@ -204,6 +225,23 @@ async def _context_for(
     return cid, text, []
 
 
+async def _continued(
+    hub: Hub, body: ChatCompletionIn, who: str, given: str | None, cont: Continuation
+) -> tuple[str, list[InboundMessage]]:
+    """The context a request with tool results continues (named by the header,
+    else found by its calls and history), and its resent history."""
+    resent = _resent(cont.earlier)  # a malformed list is refused here
+    if given is not None:
+        await hub.check(given, who)
+        cid = given
+    else:
+        cid = await find_waiting(hub, who, cont, resent)
+    if body.user is not None:
+        async with hub.reserve(who):  # 429 before the config changes
+            await _keep_user(hub, cid, body.user)
+    return cid, resent
+
+
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(
     hub: HubOf,
@@ -211,14 +249,24 @@ async def chat_completions(
     who: Tenant,
     context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
 ) -> Any:
-    cid, text, resent = await _context_for(hub, body, who, context_id)
+    client = client_tools_of(hub, body.tools, body.tool_choice, body.parallel_tool_calls)
+    cont = continuation(body.messages) if client is not None else None
     engine = hub.engine
+    if cont is None:
+        cid, text, resent = await _context_for(hub, body, who, context_id)
+
+        def send() -> Awaitable[Turn]:
+            return engine.send(cid, text, context=resent, client_tools=client)
+    else:
+        cid, resent = await _continued(hub, body, who, context_id, cont)
+        results = cont.results
+
+        def send() -> Awaitable[Turn]:
+            return engine.submit_results(cid, results, context=resent, client_tools=client)
+
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {CONTEXT_HEADER: cid}
-
-    def send() -> Awaitable[Turn]:
-        return engine.send(cid, text, context=resent)
 
     if not body.stream:
         job = await hub.launch(cid, send, wait=True)
@@ -227,19 +275,22 @@ async def chat_completions(
         failed = _failed(turn)
         if failed is not None:
             raise failed
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text + _note(turn)}
+        finish = "stop"
+        if handed_out(turn):
+            message = {
+                "role": "assistant",
+                "content": turn.text or None,
+                "tool_calls": tool_calls_out(turn),
+            }
+            finish = "tool_calls"
         return JSONResponse(
             {
                 "id": completion_id,
                 "object": "chat.completion",
                 "created": created,
                 "model": body.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": turn.text + _note(turn)},
-                        "finish_reason": "stop",
-                    }
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": _usage(turn),
                 "turnfsm": _extra(turn),
             },
@@ -299,7 +350,12 @@ async def chat_completions(
         tail = ("" if streamed else turn.text) + _note(turn)
         if tail:
             yield chunk({"content": tail})
-        yield chunk({}, "stop", turnfsm=_extra(turn))
+        finish = "stop"
+        if handed_out(turn):
+            for delta in tool_call_deltas(tool_calls_out(turn)):
+                yield chunk(delta)
+            finish = "tool_calls"
+        yield chunk({}, finish, turnfsm=_extra(turn))
         if include_usage:
             yield chunk(None, usage=_usage(turn))
         yield sse_frame(b"[DONE]")

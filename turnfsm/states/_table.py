@@ -76,6 +76,7 @@ class Trigger(StrEnum):
     GIVE_UP = "give_up"
     RESET = "reset"
     CANCEL = "cancel"
+    CLIENT_CALLS = "client_calls"
 
 
 class Effect(StrEnum):
@@ -222,6 +223,12 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.IDLE,
         'partial text kept and marked cancelled; open calls get "cancelled" results',
     ),
+    Transition(
+        (S.PROCESSING_LLM_RESPONSE, S.EXECUTING_TOOLS),
+        T.CLIENT_CALLS,
+        S.AWAITING_TOOL_APPROVAL,
+        "calls of the client's tools wait for its results (the engine's calls ran first)",
+    ),
 )
 
 TRIGGERS: tuple[Trigger, ...] = tuple(dict.fromkeys(t.trigger for t in TRANSITIONS))
@@ -247,7 +254,9 @@ STATE_DESCRIPTIONS: Mapping[State, str] = {
     S.PROCESSING_LLM_RESPONSE: (
         "the answer is stored; its tool calls are decided by policy, a typed answer is validated"
     ),
-    S.AWAITING_TOOL_APPROVAL: "resting: waiting for a human to approve or deny tool calls",
+    S.AWAITING_TOOL_APPROVAL: (
+        "resting: waiting for a human to approve or deny tool calls, or for a client's results"
+    ),
     S.EXECUTING_TOOLS: "the decided tool calls run; one result per call is recorded",
     S.TRANSIENT_FAILURE: "a retryable LLM error; waiting out the backoff",
     S.PERMANENT_FAILURE: "resting: the turn failed; retry, reset or send a new message",

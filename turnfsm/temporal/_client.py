@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -326,9 +326,12 @@ class TemporalEngine(Engine):
         context: Any = None,
         output_type: Any = UNSET,
         output_retries: int | None = None,
+        client_tools: Any = None,
     ) -> Turn:
         _no_output_type(output_type, output_retries)
         check_id("context_id", context_id)
+        if client_tools:
+            raise InvalidInput("client_tools", "turns on Temporal do not take client tools")
         if not isinstance(role, str) or role not in _ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         check_content("content", content)
@@ -471,3 +474,14 @@ class TemporalEngine(Engine):
     ) -> str:
         """Not on Temporal: :meth:`send` hands the turn to a worker already."""
         raise InvalidInput("submit", "turns on Temporal are handed to workers by send()")
+
+    async def submit_results(
+        self,
+        context_id: str,
+        results: Mapping[str, Any],
+        *,
+        context: Any = None,
+        client_tools: Any = None,
+    ) -> Turn:
+        """Not on Temporal: a turn on Temporal takes no client tools (see :meth:`send`)."""
+        raise InvalidInput("submit_results", "turns on Temporal do not take client tools")
