@@ -282,6 +282,8 @@ class OutputValidationError(TurnFSMError):
         self.problems = problems
         listed = "; ".join(f"{path}: {message}" for path, message in problems)
         super().__init__(f"the answer does not match output type {schema_name}: {listed}")
+
+
 class ToolNameClash(InvalidInput):
     """A tool the client declared (``client_tools``) has the name of one of the
     engine's tools: a call of that name could not say who runs it. Nothing was

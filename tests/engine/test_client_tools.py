@@ -444,3 +444,36 @@ async def test_the_audit_log_accounts_for_the_hand_out() -> None:
     done = next(r for r in records if r.trigger == "tools_done")
     assert done.tool_results == ("w1",)
     assert "w1 handed to the client" in sequence_diagram(records, ctx.message_pool, turn=1)
+
+
+async def test_a_typed_turn_keeps_its_client_tools_and_its_output_type_across_the_rest(
+    store: Any,
+) -> None:
+    """Client tools and an output type in one turn: the rest for the client's
+    result keeps the output type, and the request that follows an answer sent
+    back for not matching it still offers the client's tools."""
+    schema = {
+        "type": "object",
+        "properties": {"celsius": {"type": "integer"}},
+        "required": ["celsius"],
+    }
+    made = make_engine(
+        [
+            {"tool_calls": [call("w1", "weather", city="Oslo")]},
+            {"text": '{"celsius": "three"}'},
+            {"text": '{"celsius": 3}'},
+        ],
+        store=store,
+    )
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "Weather?", client_tools=[WEATHER], output_type=schema)
+        assert turn.state is State.AWAITING_TOOL_APPROVAL and turn.output is None
+        await engine.unload(cid)
+        turn = await engine.submit_results(cid, {"w1": "3 C"})
+        assert turn.state is State.IDLE
+        assert turn.output == {"celsius": 3}
+        assert [str(s) for s in turn.states] == [EXT, ALR, PLR, ALR, PLR, IDLE]
+    third = made.llm.requests[2]
+    assert [t["function"]["name"] for t in third.tools] == ["add", "book", "weather"]
+    assert third.output is not None and third.output.schema == schema

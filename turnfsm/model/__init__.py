@@ -19,9 +19,9 @@ from ._context import (
     Branch,
     ChatConfig,
     ChatContext,
-    FrontendOperatorAs,
     ClientTool,
     ClientTools,
+    FrontendOperatorAs,
     HistoryOverride,
     SystemPrompt,
     TurnOutput,
@@ -74,8 +74,8 @@ from ._message import (
 )
 
 __all__ = [
-    "FRONTEND_OPERATOR_NAME",
     "CLIENT_CALL",
+    "FRONTEND_OPERATOR_NAME",
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
