@@ -20,6 +20,7 @@ request's ``user`` becomes the context's model parameter ``user``.
 """
 
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -33,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..adapters.inbound import InboundMessage, said_by
 from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
+from ..engine._output import TypedOutput
 from ..errors import InvalidInput
 from ..events import ContentDelta, Event
 from ..model import TokenUsage
@@ -41,6 +43,7 @@ from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._errors import ApiError
 from ._hub import Hub, Job
+from ._openai_output import output_of
 from ._openai_tools import (
     Continuation,
     client_tools_of,
@@ -87,6 +90,9 @@ class ChatCompletionIn(BaseModel):
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
+    response_format: Any = None
+    """``json_schema`` or ``json_object``: the answer's type (checked by
+    ``_openai_output.output_of``); ``text`` or none: any text."""
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -124,6 +130,15 @@ def _note(turn: Turn) -> str:
     else:
         how = f"approve or deny with POST /api/contexts/{cid}/tools/approve"
     return f"\n\n[turnfsm: waiting for a human on {calls}; {how}]"
+
+
+def _content(turn: Turn, typed: TypedOutput | None) -> str:
+    """The completion's text: with a ``response_format`` that asked for a type,
+    the validated answer as JSON (not the model's text, which may have had a
+    code fence around it), else the answer and the note of what waits."""
+    if typed is not None and turn.output is not None:
+        return json.dumps(turn.output, ensure_ascii=False)
+    return turn.text + _note(turn)
 
 
 def _extra(turn: Turn) -> dict[str, Any]:
@@ -250,13 +265,15 @@ async def chat_completions(
     context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
 ) -> Any:
     client = client_tools_of(hub, body.tools, body.tool_choice, body.parallel_tool_calls)
+    typed = output_of(body.response_format)  # a 422 before anything is stored
+    typing: dict[str, Any] = {} if typed is None else {"output_type": typed}
     cont = continuation(body.messages) if client is not None else None
     engine = hub.engine
     if cont is None:
         cid, text, resent = await _context_for(hub, body, who, context_id)
 
         def send() -> Awaitable[Turn]:
-            return engine.send(cid, text, context=resent, client_tools=client)
+            return engine.send(cid, text, context=resent, client_tools=client, **typing)
     else:
         cid, resent = await _continued(hub, body, who, context_id, cont)
         results = cont.results
@@ -275,7 +292,7 @@ async def chat_completions(
         failed = _failed(turn)
         if failed is not None:
             raise failed
-        message: dict[str, Any] = {"role": "assistant", "content": turn.text + _note(turn)}
+        message: dict[str, Any] = {"role": "assistant", "content": _content(turn, typed)}
         finish = "stop"
         if handed_out(turn):
             message = {
@@ -334,6 +351,8 @@ async def chat_completions(
                         except StopAsyncIteration:  # the engine closed
                             await job.done.wait()
                 for ev in batch:
+                    if typed is not None:  # the validated answer comes whole, at the end
+                        continue
                     if isinstance(ev, ContentDelta) and ev.channel == "text" and ev.delta:
                         streamed = True
                         yield chunk({"content": ev.delta})
@@ -347,7 +366,7 @@ async def chat_completions(
             error = {"message": reason, "type": "turn_failed", "code": "turn_failed"}
             yield json_frame({"error": error})
             return
-        tail = ("" if streamed else turn.text) + _note(turn)
+        tail = _content(turn, typed) if not streamed else _note(turn)
         if tail:
             yield chunk({"content": tail})
         finish = "stop"
