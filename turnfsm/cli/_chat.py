@@ -3,7 +3,8 @@ Google or any OpenAI-compatible server.
 
 The OpenAI API by default (``OPENAI_API_KEY``), or any OpenAI-compatible server
 (vLLM, Ollama, LM Studio, OpenRouter, ...) with ``--base-url`` (or
-``OPENAI_BASE_URL``). ``--provider`` picks another: ``openai-responses`` (the
+``OPENAI_BASE_URL``), the model ``--model``, else ``OPENAI_MODEL``, else
+``gpt-4o-mini``. ``--provider`` picks another: ``openai-responses`` (the
 Responses API; ``--responses`` says the same), ``anthropic`` (Claude;
 ``ANTHROPIC_API_KEY``, the ``anthropic`` extra) or ``google`` (Gemini;
 ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``, the ``google`` extra). The text

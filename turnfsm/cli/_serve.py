@@ -4,7 +4,8 @@ The store is the one ``turnfsm chat`` uses (``--store``, ``$TURNFSM_STORE``, els
 SQLite file in the user's data folder). The model is the demo model (no key,
 no network) unless ``--provider``, ``--base-url``, ``--model`` or
 ``OPENAI_API_KEY`` names one (``--provider anthropic`` or ``google`` for Claude
-or Gemini, with their keys and extras: see ``--provider``);
+or Gemini, with their keys and extras: see ``--provider``); new contexts get
+``--model``, else ``OPENAI_MODEL`` (OpenAI), else the provider's default;
 ``--tools module:attribute`` adds tools (a tool or a list of them), ``--llm
 module:attribute`` names a model adapter of the application's. ``--turns
 workers`` hands each posted message's turn to ``turnfsm worker`` processes on
@@ -180,7 +181,7 @@ def model_name(args: argparse.Namespace, llm: Any) -> str:
 
     if isinstance(llm, DemoLLM):
         return "demo"
-    return provider_of(args).default_model
+    return provider_of(args).model()
 
 
 def model_shown(args: argparse.Namespace, llm: Any) -> str:
