@@ -2,8 +2,7 @@
 hands the call to the drive loop (``_drive``); what a call does first is in
 ``_calls``, the work of each state in one module per effect. The methods
 that manage contexts (create, fork, branches, config, sub-contexts, delete)
-are in ``_manage``, the engine's settings in ``_settings``. See
-docs/architecture.md for the map.
+are in ``_manage``, the settings in ``_settings``. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from ..tools import Tool, ToolRegistry, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
 from ._clock import Clock
 from ._drive import Driver, Start
+from ._ids import IdKind
 from ._inputs import (
     check_call_ids,
     check_content,
@@ -97,8 +97,9 @@ class Engine(ContextManagement):
     (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
     ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
     history in the view by a summary the LLM makes (a call of its own, before
-    the turn's next call, stored once as a message and reused). ``clock`` and
-    ``ids`` are injected so that tests and replays are deterministic. At most
+    the turn's next call, stored once as a message and reused). Ids are UUIDv7
+    (``ids="uuid7"``, time-ordered), or ``ids="compact"`` (earlier versions'); ``clock``
+    and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
     beyond either and load again from the store when called. The defaults
@@ -153,7 +154,7 @@ class Engine(ContextManagement):
         max_iterations: int = 20,
         *,
         clock: Clock | None = None,
-        ids: Callable[[], str] | None = None,
+        ids: Callable[[], str] | IdKind | None = None,
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
         max_loaded: int = MAX_LOADED,

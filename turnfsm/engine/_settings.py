@@ -38,7 +38,8 @@ from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
 from ._clock import Clock, SystemClock
-from ._defaults import HOST, Ids, checked_id, default_logger
+from ._defaults import HOST, checked_id, default_logger
+from ._ids import ID_KINDS, IdKind, id_factory
 from ._inputs import check_count, check_name
 from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
@@ -258,7 +259,7 @@ def make_settings(
     retry: RetryPolicy | None,
     max_iterations: int,
     clock: Clock | None,
-    ids: Callable[[], str] | None,
+    ids: Callable[[], str] | IdKind | None,
     tool_history_rounds: int | None,
     subscriber_buffer: int,
     max_loaded: int,
@@ -302,8 +303,11 @@ def make_settings(
         callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
     ):
         raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
-    if ids is not None and not callable(ids):
-        raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
+    if ids is not None and not callable(ids) and ids not in ID_KINDS:
+        kinds = ", ".join(repr(k) for k in ID_KINDS)
+        raise InvalidInput(
+            "ids", f"must be one of {kinds} or a callable returning ids, not {ids!r}"
+        )
     if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
         raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
     if not lease_ttl > 0 or lease_ttl == float("inf"):
@@ -337,7 +341,7 @@ def make_settings(
         retry_policy=retry or RetryPolicy(),
         max_iterations=max_iterations,
         clock=clock or SystemClock(),
-        ids=Ids() if ids is None else functools.partial(checked_id, ids),
+        ids=_ids(ids),
         log=logger if logger is not None else default_logger(),
         max_loaded=max_loaded,
         max_loaded_messages=max_loaded_messages,
@@ -347,3 +351,13 @@ def make_settings(
         view_plan=plan,
         plain=View(chain, len(builtin), plan),
     )
+
+
+def _ids(ids: Callable[[], str] | IdKind | None) -> Callable[[], str]:
+    """The engine's id factory: UUIDv7 by default, the kind named, or the
+    application's factory, each of whose ids is checked."""
+    if ids is None:
+        return id_factory("uuid7")
+    if isinstance(ids, str):
+        return id_factory(ids)
+    return functools.partial(checked_id, ids)
