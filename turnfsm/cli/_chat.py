@@ -59,6 +59,7 @@ from ._mcp import add_mcp_options
 from ._providers import add_provider_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
+from ._turn_options import add_turn_options
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -139,6 +140,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     add_mcp_options(p)
     add_history_options(p, tool_history=None)  # a terminal chat shows every call in full
+    add_turn_options(p)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -57,25 +57,12 @@ from ._observe import Observer
 from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
-from ._settings import make_settings
+from ._settings import check_toolsets, make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._tracing import Tracing
 from ._turn import Turn
 
 __all__ = ["Engine"]
-
-
-def _check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
-    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
-        raise InvalidInput("toolsets", "must be a sequence of toolsets")
-    sets = tuple(toolsets)
-    for i, toolset in enumerate(sets):
-        if not isinstance(toolset, Toolset):
-            raise InvalidInput(
-                f"toolsets[{i}]",
-                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
-            )
-    return sets
 
 
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
@@ -97,7 +84,9 @@ class Engine(ContextManagement):
     (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
     ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
     history in the view by a summary the LLM makes (a call of its own, before
-    the turn's next call, stored once as a message and reused). Ids are UUIDv7
+    the turn's next call, stored once as a message and reused). At
+    ``max_iterations`` LLM calls for one user message the turn stops, and with
+    ``limit_notice`` an assistant message marked as a notice says so. Ids are UUIDv7
     (``ids="uuid7"``, time-ordered), or ``ids="compact"`` (earlier versions'); ``clock``
     and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
@@ -153,6 +142,7 @@ class Engine(ContextManagement):
         retry: RetryPolicy | None = None,
         max_iterations: int = 20,
         *,
+        limit_notice: bool = True,
         clock: Clock | None = None,
         ids: Callable[[], str] | IdKind | None = None,
         tool_history_rounds: int | None = None,
@@ -167,7 +157,7 @@ class Engine(ContextManagement):
         tracer_provider: Any = None,
         toolsets: Iterable[Toolset] = (),
     ) -> None:
-        sets = _check_toolsets(toolsets)
+        sets = check_toolsets(toolsets)
         settings = make_settings(
             llm=llm,
             tools=tools,
@@ -175,6 +165,7 @@ class Engine(ContextManagement):
             enhancers=enhancers,
             retry=retry,
             max_iterations=max_iterations,
+            limit_notice=limit_notice,
             clock=clock,
             ids=ids,
             tool_history_rounds=tool_history_rounds,
@@ -227,6 +218,10 @@ class Engine(ContextManagement):
     @property
     def max_iterations(self) -> int:
         return self._d.settings.max_iterations
+
+    @property
+    def limit_notice(self) -> bool:
+        return self._d.settings.limit_notice
 
     @property
     def clock(self) -> Clock:

@@ -36,7 +36,7 @@ from ..enhancers import (
 from ..errors import InvalidInput
 from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, Toolset
 from ._clock import Clock, SystemClock
 from ._defaults import HOST, checked_id, default_logger
 from ._ids import ID_KINDS, IdKind, id_factory
@@ -45,7 +45,7 @@ from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
 from ._retry import RetryPolicy
 
-__all__ = ["Settings", "View", "ViewPlan", "make_settings"]
+__all__ = ["Settings", "View", "ViewPlan", "check_toolsets", "make_settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +96,8 @@ class Settings:
     modes: Modes
     retry_policy: RetryPolicy
     max_iterations: int
+    limit_notice: bool
+    """Whether a turn stopped by ``max_iterations`` stores a notice saying so."""
     clock: Clock
     ids: Callable[[], str]
     log: Any
@@ -259,6 +261,7 @@ def make_settings(
     retry: RetryPolicy | None,
     max_iterations: int,
     clock: Clock | None,
+    limit_notice: bool = True,
     ids: Callable[[], str] | IdKind | None,
     tool_history_rounds: int | None,
     subscriber_buffer: int,
@@ -272,6 +275,8 @@ def make_settings(
 ) -> Settings:
     """Check ``Engine``'s arguments (the same names) and make its settings."""
     check_count("max_iterations", max_iterations, minimum=1)
+    if not isinstance(limit_notice, bool):
+        raise InvalidInput("limit_notice", f"must be True or False, not {limit_notice!r}")
     check_count("max_loaded", max_loaded, minimum=1)
     check_count("max_loaded_messages", max_loaded_messages, minimum=1)
     check_count("subscriber_buffer", subscriber_buffer, minimum=1)
@@ -340,6 +345,7 @@ def make_settings(
         modes=known_modes,
         retry_policy=retry or RetryPolicy(),
         max_iterations=max_iterations,
+        limit_notice=limit_notice,
         clock=clock or SystemClock(),
         ids=_ids(ids),
         log=logger if logger is not None else default_logger(),
@@ -361,3 +367,17 @@ def _ids(ids: Callable[[], str] | IdKind | None) -> Callable[[], str]:
     if isinstance(ids, str):
         return id_factory(ids)
     return functools.partial(checked_id, ids)
+
+
+def check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
+    """``Engine``'s ``toolsets``, each checked to be a :class:`Toolset`."""
+    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
+        raise InvalidInput("toolsets", "must be a sequence of toolsets")
+    sets = tuple(toolsets)
+    for i, toolset in enumerate(sets):
+        if not isinstance(toolset, Toolset):
+            raise InvalidInput(
+                f"toolsets[{i}]",
+                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
+            )
+    return sets

@@ -230,6 +230,8 @@ class Recorder:
         if parameters:
             self._config["parameters"] = parameters
         self._config["max_iterations"] = engine.max_iterations
+        if engine.limit_notice:  # scripts leave it out unless asked for
+            self._config["limit_notice"] = True
         self._config["retry"] = {"max_attempts": engine.retry_policy.max_attempts}
         return self._cid
 
