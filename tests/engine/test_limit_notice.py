@@ -271,3 +271,18 @@ def test_a_recorded_stop_at_the_limit_replays_with_its_notice() -> None:
         for m in result.messages
     ]
     assert replayed == live and live[-1] == "notice"
+
+
+def test_a_recording_that_never_reaches_the_limit_asks_for_no_notice() -> None:
+    from turnfsm.replay import Recorder
+
+    async def main() -> dict[str, Any]:
+        recorder = Recorder(ScriptedLLM([{"text": "Hi!"}]))
+        async with Engine(llm=recorder.llm, max_iterations=LIMIT) as engine:
+            await recorder.start(engine)
+            await recorder.send("Hello")
+            return await recorder.script()
+
+    script = anyio.run(main)
+    assert "limit_notice" not in script["config"]
+    assert script["config"]["max_iterations"] == LIMIT
