@@ -98,6 +98,18 @@ def test_the_model_reads_the_notice_as_the_assistants_words_on_the_next_turn() -
     at = sent.index(said[0])
     assert sent[at - 1]["role"] == "tool" and sent[at + 1] == {"role": "user", "content": "thanks"}
     assert sent[0] == {"role": "system", "content": "Be brief."}
+    # Claude and Gemini read it as the model's turn too, the system prompt untouched
+    from turnfsm.adapters.llm._anthropic_body import anthropic_messages
+    from turnfsm.adapters.llm._gemini_body import gemini_contents
+
+    system, claude = anthropic_messages(sent)
+    assert system == [{"type": "text", "text": "Be brief."}]
+    assert [m["role"] for m in claude[-3:]] == ["user", "assistant", "user"]
+    assert claude[-2]["content"][0]["text"] == said[0]["content"]
+    instruction, gemini = gemini_contents(sent)
+    assert all("Stopped" not in json.dumps(part) for part in instruction)
+    assert [c["role"] for c in gemini[-3:]] == ["user", "model", "user"]
+    assert gemini[-2]["parts"][0]["text"] == said[0]["content"]
 
 
 def test_limit_notice_false_stores_none() -> None:
