@@ -149,3 +149,34 @@ def test_serve_takes_both_options(app: Path) -> None:
     (item,) = [li for li in page.text.split("<li ") if "Stopped: the limit of 3" in li]
     assert "role-assistant" in item and " notice" in item.split(">", 1)[0]
     assert "written by turnfsm, not by the model" in item
+
+
+def test_a_worker_runs_the_turn_with_its_own_limit_and_ids(app: Path) -> None:
+    """``serve --turns workers`` commits the message; the ``worker`` runs the
+    turn: its ``--max-iterations`` stops it, its ``--ids`` names what it adds."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    model = ("--llm", "loopapp:loop", "--tools", "loopapp:lookup", "--store", "sqlite:///w.db")
+    server = _start(app, "serve", "--port", str(port), "--turns", "workers", *model)
+    worker = _start(app, "worker", *model, "--max-iterations", "2", "--ids", "compact")
+    try:
+        _wait_ready(server, url)
+        cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
+        turn = httpx.post(
+            f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=120
+        )
+        page = httpx.get(f"{url}/api/contexts/{cid}/messages", timeout=60).json()
+    finally:
+        _stop(worker)
+        _stop(server)
+    assert turn.status_code == 200, turn.text
+    assert turn.json()["state"] == "Idle"
+    assert uuid.UUID(cid).version == 7  # made by serve, with the default ids
+    user, *added = page["messages"]
+    assert user["message"]["role"] == "user"
+    # two LLM calls (an answer asking for a tool, its result, each), then the notice
+    assert [m["message"]["role"] for m in added] == ["assistant", "tool"] * 2 + ["assistant"]
+    notice = added[-1]["message"]
+    assert notice["metadata"]["extra"] == {"notice": "max_iterations", "max_iterations": 2}
+    assert "the limit of 2 LLM calls" in notice["content"][0]["text"]
+    assert all(COMPACT.fullmatch(m["id"]) for m in added), [m["id"] for m in added]
