@@ -56,8 +56,10 @@ append order) and each trigger takes what the engine appends for it:
 - ``client_calls``: likewise, the batch and the results of the engine's calls
   that ran before the client's were handed out (from ProcessingLLMResponse:
   the batch only); the client's results come with ``tools_done``;
-- ``turn_complete``: with open calls (the iteration limit), the batch and one
-  result per call;
+- ``turn_complete``: with open calls (the iteration limit), the batch, one
+  result per call, and the notice saying the turn stopped (an assistant
+  message marked as a notice, ``metadata.extra["notice"]``; none when the
+  engine stores none);
 - ``cancel``: the cancelled partial answer, if any, and the results closing
   open calls;
 - ``child_finished`` (a change record): the sub-context's summary, the one
@@ -93,7 +95,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..model import CLIENT_CALL, SUBTASK_RESUMED, SUBTASK_WAITING, SUMMARY_KEY, MessageNode, Role
+from ..model import (
+    CLIENT_CALL,
+    SUBTASK_RESUMED,
+    SUBTASK_WAITING,
+    SUMMARY_KEY,
+    MessageNode,
+    Role,
+)
 from ..states import (
     CHANGES,
     Change,
@@ -296,7 +305,7 @@ class _Walk:
         node = self.head()
         ok = node is not None and _matches(node, want)
         if not ok:
-            if self.strict and want != "cancelled":
+            if self.strict and want not in _OPTIONAL:
                 self.failed = True
             return None
         assert node is not None
@@ -393,6 +402,10 @@ class _Walk:
                 if self.batch is not None:
                     touch.message_ids.append(self.batch.id)
                 self.close_open(touch)
+                if trigger == T.TURN_COMPLETE:
+                    node = self.take_head("notice")
+                    if node is not None:
+                        touch.message_ids.append(node.id)
         return touch
 
     def take_while(self, touch: _Touch, kind: Callable[[MessageNode], bool]) -> None:
@@ -422,15 +435,24 @@ def _request_context(node: MessageNode) -> bool:
     return node.message.metadata.extra.get("request_context") is True
 
 
+_OPTIONAL = ("cancelled", "notice")
+"""What a step may add or not: a cancelled partial answer, a notice."""
+
+
 def _matches(node: MessageNode, want: str) -> bool:
     msg = node.message
     if want == "input":
         return msg.role in _INPUT_ROLES
+    notice = msg.notice is not None
+    if want == "notice":
+        return msg.role is Role.ASSISTANT and notice
     summary = SUMMARY_KEY in msg.metadata.extra
     if want == "summary":
         return msg.role is Role.ASSISTANT and summary
     if want == "answer":
-        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary
+        return (
+            msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary and not notice
+        )
     return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
 
 

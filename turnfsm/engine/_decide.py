@@ -1,15 +1,26 @@
 """The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn
 (a typed one once it validates: ``_typed``);
 tool calls are decided by policy (``tools_decided``) or left to a human
-(``needs_approval``). A question to the user always waits for the human."""
+(``needs_approval``). A question to the user always waits for the human. A
+turn stopped by the iteration limit stores a notice saying so, in the commit
+that ends the turn."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from ..events import QuestionAsked, ToolApprovalRequested
-from ..model import ApprovalStatus, ToolCallRequest
+from ..events import MessageCompleted, QuestionAsked, ToolApprovalRequested
+from ..model import (
+    NOTICE_KEY,
+    ApprovalStatus,
+    InternalMessage,
+    MessageMetadata,
+    Role,
+    TextPart,
+    ToolCallRequest,
+)
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry
 from . import _history
@@ -21,7 +32,10 @@ from ._runtime import Runtime
 from ._turn import StopReason
 from ._typed import check_answer
 
-__all__ = ["Decision", "decide", "decide_answer", "mark_started"]
+__all__ = ["LIMIT_NOTICE", "Decision", "decide", "decide_answer", "limit_notice", "mark_started"]
+
+LIMIT_NOTICE = "max_iterations"
+"""``metadata.extra["notice"]`` of the notice a turn stopped by the iteration limit stores."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +163,10 @@ async def decide(d: Host, rt: Runtime) -> None:
         decided = _history.set_decisions(rt, decision.decisions)
     if decision.results:
         d.add_results(rt, calls, decision.results)
+    if decision.stop_reason is StopReason.MAX_ITERATIONS and s.limit_notice:
+        message = limit_notice(s.max_iterations, len(calls), d.now(), ctx.progress.iteration)
+        node = _history.append(rt, message, s.ids())
+        d.later(rt, MessageCompleted, message_id=node.id, message=message)
     trigger = decision.trigger
     if trigger is Trigger.TOOLS_DECIDED:
         mark_started(rt, decided)
@@ -159,6 +177,31 @@ async def decide(d: Host, rt: Runtime) -> None:
     if trigger is Trigger.NEEDS_APPROVAL:
         _announce(d, rt, [c for c in decided if c.approval_status is ApprovalStatus.PENDING])
     d.end_turn(rt)
+
+
+def limit_notice(
+    max_iterations: int, not_run: int, now: datetime, iteration: int
+) -> InternalMessage:
+    """The notice of a turn stopped by the iteration limit: an assistant
+    message marked as a notice (``metadata.extra[NOTICE_KEY]``) saying why,
+    and that the last answer's ``not_run`` tool calls were not run. Stored
+    after their results, it is what the model reads of the stop on the next
+    turn (in the assistant's voice, no instruction), and what a reader of the
+    history, the web view and the exports see."""
+    calls = "tool call was" if not_run == 1 else f"{not_run} tool calls were"
+    text = (
+        f"Stopped: the limit of {max_iterations} LLM calls for one user message was "
+        f"reached; the last answer's {calls} not run. Send a message to go on."
+    )
+    return InternalMessage(
+        role=Role.ASSISTANT,
+        content=[TextPart(text=text)],
+        metadata=MessageMetadata(
+            created_at=now,
+            iteration=iteration,
+            extra={NOTICE_KEY: LIMIT_NOTICE, "max_iterations": max_iterations},
+        ),
+    )
 
 
 def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:

@@ -2,8 +2,7 @@
 hands the call to the drive loop (``_drive``); what a call does first is in
 ``_calls``, the work of each state in one module per effect. The methods
 that manage contexts (create, fork, branches, config, sub-contexts, delete)
-are in ``_manage``, the engine's settings in ``_settings``. See
-docs/architecture.md for the map.
+are in ``_manage``, the settings in ``_settings``. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
 from ._drive import Driver, Start
 from ._engine_settings import EngineSettings
+from ._ids import IdKind
 from ._inputs import (
     UNSET,
     check_call_ids,
@@ -91,8 +91,11 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
     ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
     history in the view by a summary the LLM makes (a call of its own, before
-    the turn's next call, stored once as a message and reused). ``clock`` and
-    ``ids`` are injected so that tests and replays are deterministic. At most
+    the turn's next call, stored once as a message and reused). At
+    ``max_iterations`` LLM calls for one user message the turn stops, and with
+    ``limit_notice`` an assistant message marked as a notice says so. Ids are UUIDv7
+    (``ids="uuid7"``, time-ordered), or ``ids="compact"`` (earlier versions'); ``clock``
+    and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
     beyond either and load again from the store when called. The defaults
@@ -151,8 +154,9 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         retry: RetryPolicy | None = None,
         max_iterations: int = 20,
         *,
+        limit_notice: bool = True,
         clock: Clock | None = None,
-        ids: Callable[[], str] | None = None,
+        ids: Callable[[], str] | IdKind | None = None,
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
         max_loaded: int = MAX_LOADED,
@@ -175,6 +179,7 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
             enhancers=enhancers,
             retry=retry,
             max_iterations=max_iterations,
+            limit_notice=limit_notice,
             clock=clock,
             ids=ids,
             tool_history_rounds=tool_history_rounds,

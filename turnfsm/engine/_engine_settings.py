@@ -56,6 +56,11 @@ class EngineSettings:
         return self._d.settings.max_iterations
 
     @property
+    def limit_notice(self) -> bool:
+        """Whether a turn stopped at ``max_iterations`` stores a notice saying so."""
+        return self._d.settings.limit_notice
+
+    @property
     def clock(self) -> Clock:
         return self._d.settings.clock
 

@@ -39,7 +39,8 @@ from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
 from ._client_view import with_client_tools
 from ._clock import Clock, SystemClock
-from ._defaults import HOST, Ids, checked_id, default_logger
+from ._defaults import HOST, checked_id, default_logger
+from ._ids import ID_KINDS, IdKind, id_factory
 from ._inputs import check_count, check_name
 from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
@@ -98,6 +99,8 @@ class Settings:
     modes: Modes
     retry_policy: RetryPolicy
     max_iterations: int
+    limit_notice: bool
+    """Whether a turn stopped by ``max_iterations`` stores a notice saying so."""
     clock: Clock
     ids: Callable[[], str]
     log: Any
@@ -263,7 +266,8 @@ def make_settings(
     retry: RetryPolicy | None,
     max_iterations: int,
     clock: Clock | None,
-    ids: Callable[[], str] | None,
+    limit_notice: bool = True,
+    ids: Callable[[], str] | IdKind | None,
     tool_history_rounds: int | None,
     subscriber_buffer: int,
     max_loaded: int,
@@ -278,6 +282,8 @@ def make_settings(
 ) -> Settings:
     """Check ``Engine``'s arguments (the same names) and make its settings."""
     check_count("max_iterations", max_iterations, minimum=1)
+    if not isinstance(limit_notice, bool):
+        raise InvalidInput("limit_notice", f"must be True or False, not {limit_notice!r}")
     check_count("max_loaded", max_loaded, minimum=1)
     check_count("max_loaded_messages", max_loaded_messages, minimum=1)
     check_count("subscriber_buffer", subscriber_buffer, minimum=1)
@@ -313,8 +319,11 @@ def make_settings(
         callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
     ):
         raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
-    if ids is not None and not callable(ids):
-        raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
+    if ids is not None and not callable(ids) and ids not in ID_KINDS:
+        kinds = ", ".join(repr(k) for k in ID_KINDS)
+        raise InvalidInput(
+            "ids", f"must be one of {kinds} or a callable returning ids, not {ids!r}"
+        )
     if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
         raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
     if not lease_ttl > 0 or lease_ttl == float("inf"):
@@ -347,8 +356,9 @@ def make_settings(
         modes=known_modes,
         retry_policy=retry or RetryPolicy(),
         max_iterations=max_iterations,
+        limit_notice=limit_notice,
         clock=clock or SystemClock(),
-        ids=Ids() if ids is None else functools.partial(checked_id, ids),
+        ids=_ids(ids),
         log=logger if logger is not None else default_logger(),
         max_loaded=max_loaded,
         max_loaded_messages=max_loaded_messages,
@@ -359,3 +369,13 @@ def make_settings(
         plain=View(chain, len(builtin), plan),
         outputs=outputs,
     )
+
+
+def _ids(ids: Callable[[], str] | IdKind | None) -> Callable[[], str]:
+    """The engine's id factory: UUIDv7 by default, the kind named, or the
+    application's factory, each of whose ids is checked."""
+    if ids is None:
+        return id_factory("uuid7")
+    if isinstance(ids, str):
+        return id_factory(ids)
+    return functools.partial(checked_id, ids)

@@ -56,6 +56,7 @@ from ._llm import (
     provider_usage,
 )
 from ._message import (
+    NOTICE_KEY,
     OPENAI_PROVIDER,
     ApprovalStatus,
     ContentPart,
@@ -80,6 +81,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_TITLE_LENGTH",
+    "NOTICE_KEY",
     "OPENAI_PROVIDER",
     "RESPONSES_KEY",
     "SCHEMA_VERSION",

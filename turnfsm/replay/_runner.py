@@ -373,6 +373,7 @@ def build_engine(
         store=store,
         retry=retry,
         max_iterations=cfg.max_iterations,
+        limit_notice=cfg.limit_notice,
         clock=FakeClock(),
         ids=ids if ids is not None else SequentialIds(),
         tool_history_rounds=cfg.tool_history_rounds,

@@ -108,6 +108,10 @@ class ScriptConfig(BaseModel):
     mode: str = "chat"
     parameters: dict[str, Any] = Field(default_factory=dict)
     max_iterations: int = Field(default=20, ge=1)
+    limit_notice: bool = False
+    """Whether a turn stopped by ``max_iterations`` stores its notice: off in
+    scripts unless asked for, so that scripts written before the notice
+    replay as they were recorded."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     tool_history_rounds: int | None = Field(default=None, ge=0)
     compaction: CompactionConfig | None = None

@@ -142,6 +142,8 @@ class MessageView:
     output_mode: str | None = None
     output_json: str | None = None
     """The typed answer's JSON, formatted (None: its text is not JSON)."""
+    notice: bool = False
+    """A notice the engine wrote (``InternalMessage.notice``), not the model's words."""
 
 
 _OUTCOME_MARK = {
@@ -193,6 +195,9 @@ def message_view(node: MessageNode, tools: Any) -> MessageView:
         view.marks.append(mark)
     if meta.cancelled:
         view.marks.append("cancelled: the partial text is kept")
+    if msg.notice is not None:
+        view.notice = True
+        view.marks.append("notice: written by turnfsm, not by the model")
     for part in msg.content:
         if isinstance(part, ImagePart):
             view.attachments.append(f"image: {part.url[:200]}")  # named, never loaded
