@@ -1,6 +1,6 @@
 """The turnfsm side: the same workloads, driven by ``turnfsm.Engine``.
 
-The engine runs with its defaults (in-memory store, system clock, uuid ids,
+The engine runs with its defaults (in-memory store, system clock, UUIDv7 ids,
 its default structlog logger at the stdlib ``turnfsm`` level, WARNING), the
 ``@tool`` decorator and ``ScriptedLLM`` with a handler that behaves exactly
 like the floor's fake LLM. W2 uses a tiny adapter (an object with an async

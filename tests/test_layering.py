@@ -92,6 +92,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "anthropic": ("turnfsm.adapters.llm.anthropic",),
     "google": ("turnfsm.adapters.llm.gemini",),
     "tenacity": ("turnfsm.engine._retry",),
+    "jsonschema": ("turnfsm.engine._output",),
     "fastapi": ("turnfsm.server",),
     "starlette": ("turnfsm.server",),
     "sse_starlette": ("turnfsm.server",),

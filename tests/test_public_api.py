@@ -44,6 +44,7 @@ EXPECTED_ALL = {
     "MessageNode",
     "Mode",
     "NotAtRest",
+    "OutputValidationError",
     "Question",
     "QuestionAsked",
     "Recovery",

@@ -57,6 +57,7 @@ def test_the_readme_has_its_examples() -> None:
     assert {
         "config and branch prompts",
         "questions",
+        "typed answers",
         "modes",
         "sub-contexts",
         "tool history",

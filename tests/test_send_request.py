@@ -99,7 +99,7 @@ async def test_a_second_body_appends_only_what_is_new() -> None:
 
 
 async def test_legacy_body_and_frontend_operator() -> None:
-    engine, llm, _ = make_engine([{"text": "ok"}])
+    engine, llm, _ = make_engine([{"text": "ok"}, {"text": "ok"}])
     body = {
         "messages": [
             {"role": "user", "content": "hi"},
@@ -108,12 +108,15 @@ async def test_legacy_body_and_frontend_operator() -> None:
         ]
     }
     async with engine:
-        turn = await engine.send_request(body)
-    last = llm.requests[0].messages[-1]
-    assert last == {
+        turn = await engine.send_request(body)  # a new context: the formats' mapping
+        existing = await engine.create_context()  # one made otherwise: a named user
+        await engine.send_request(body, existing)
+    marked = "[CURRENT MESSAGE FROM FRONTEND_OPERATOR]: please check the order"
+    assert llm.requests[0].messages[-1] == {"role": "assistant", "content": marked}
+    assert llm.requests[1].messages[-1] == {
         "role": "user",
         "name": "frontend_operator",
-        "content": "[CURRENT MESSAGE FROM FRONTEND_OPERATOR]: please check the order",
+        "content": marked,
     }
     assert llm.requests[0].messages[0]["content"].startswith("The user's language is en")
     assert turn.state is State.IDLE

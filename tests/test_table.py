@@ -57,6 +57,8 @@ DESIGN_ROWS: list[tuple[frozenset[str], str, str]] = [
     (frozenset({"ProcessingLLMResponse"}), "needs_approval", "AwaitingToolApproval"),
     (frozenset({"ProcessingLLMResponse"}), "tools_decided", "ExecutingTools"),
     (frozenset({"ProcessingLLMResponse"}), "turn_complete", "Idle"),
+    (frozenset({"ProcessingLLMResponse"}), "output_invalid", "AwaitingLLMResponse"),
+    (frozenset({"ProcessingLLMResponse"}), "output_failed", "PermanentFailure"),
     (frozenset({"AwaitingToolApproval"}), "approvals_resolved", "ExecutingTools"),
     (frozenset({"ExecutingTools"}), "tools_done", "AwaitingLLMResponse"),
     (frozenset({"ExecutingTools"}), "outcome_unknown", "AwaitingToolApproval"),
@@ -91,6 +93,11 @@ DESIGN_ROWS: list[tuple[frozenset[str], str, str]] = [
         "cancel",
         "Idle",
     ),
+    (
+        frozenset({"ProcessingLLMResponse", "ExecutingTools"}),
+        "client_calls",
+        "AwaitingToolApproval",
+    ),
 ]
 
 DESIGN_TRIGGERS = {
@@ -103,6 +110,8 @@ DESIGN_TRIGGERS = {
     "needs_approval",
     "tools_decided",
     "turn_complete",
+    "output_invalid",
+    "output_failed",
     "approvals_resolved",
     "tools_done",
     "outcome_unknown",
@@ -113,6 +122,7 @@ DESIGN_TRIGGERS = {
     "give_up",
     "reset",
     "cancel",
+    "client_calls",
 }
 
 # The same rows, one edge per (source, trigger).

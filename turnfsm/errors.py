@@ -15,8 +15,12 @@ The tree::
     │   ├── ToolCallNotPending      the call was already decided (approved or denied)
     │   ├── NotAQuestion            answer was given a call that is not a question
     │   ├── QuestionNeedsAnswer     approve was given a question: answer it (or deny it)
-    │   └── AnswerNotAChoice        the answer is not one of the question's choices
+    │   ├── AnswerNotAChoice        the answer is not one of the question's choices
+    │   └── NotAClientCall          submit_results was given a call the engine runs
     ├── InvalidInput                an argument of a public call is malformed
+    │   ├── OutputTypeError         an output type that cannot be made a JSON Schema
+    │   └── ToolNameClash           a client tool has the name of one of the engine's tools
+    ├── OutputValidationError       a typed answer did not validate, its retries spent
     ├── HistoryConflict             a resent history disagrees with what the context holds
     ├── BranchError                 unknown branch, existing name, fork index out of range
     ├── ToolDefinitionError         a tool cannot be turned into a JSON schema
@@ -52,8 +56,11 @@ __all__ = [
     "InvalidInput",
     "LLMError",
     "LeaseLost",
+    "NotAClientCall",
     "NotAQuestion",
     "NotAtRest",
+    "OutputTypeError",
+    "OutputValidationError",
     "PermanentLLMError",
     "QuestionNeedsAnswer",
     "RenderError",
@@ -65,6 +72,7 @@ __all__ = [
     "ToolCallError",
     "ToolCallNotPending",
     "ToolDefinitionError",
+    "ToolNameClash",
     "ToolsetError",
     "TransientLLMError",
     "TurnFSMError",
@@ -231,6 +239,21 @@ class AnswerNotAChoice(ToolCallError, ValueError):
         )
 
 
+class NotAClientCall(ToolCallError):
+    """``submit_results`` was given a call the engine runs (one of its own
+    tools): approve, deny or answer it instead."""
+
+    def __init__(self, context_id: str, call_id: str, tool_name: str) -> None:
+        self.context_id = context_id
+        self.call_id = call_id
+        self.tool_name = tool_name
+        super().__init__(
+            f"tool call {call_id!r} of context {context_id!r} calls {tool_name!r}, which is "
+            "not a client tool: the engine runs it (approve, deny or answer it instead); "
+            "nothing was changed"
+        )
+
+
 class InvalidInput(TurnFSMError, ValueError):
     """An argument of a public call is malformed; ``where`` names the argument."""
 
@@ -238,6 +261,41 @@ class InvalidInput(TurnFSMError, ValueError):
         self.where = where
         self.reason = reason
         super().__init__(f"{where}: {reason}")
+
+
+class OutputTypeError(InvalidInput, TypeError):
+    """An ``output_type`` that cannot be turned into a JSON Schema and a
+    validator (an unsupported Python type, or a JSON Schema that is not
+    valid); ``where`` names the argument, or the path in the schema."""
+
+
+class OutputValidationError(TurnFSMError):
+    """A turn's answer did not match its output type, and the output retries
+    were spent: the turn rests in PermanentFailure (``retry`` asks again).
+
+    ``problems`` are ``(path, message)`` pairs, ``path`` a JSON path into the
+    answer (``$`` for the whole, ``$.items[0].price``); ``schema_name`` is the
+    output type's name."""
+
+    def __init__(self, schema_name: str, problems: tuple[tuple[str, str], ...]) -> None:
+        self.schema_name = schema_name
+        self.problems = problems
+        listed = "; ".join(f"{path}: {message}" for path, message in problems)
+        super().__init__(f"the answer does not match output type {schema_name}: {listed}")
+
+
+class ToolNameClash(InvalidInput):
+    """A tool the client declared (``client_tools``) has the name of one of the
+    engine's tools: a call of that name could not say who runs it. Nothing was
+    changed."""
+
+    def __init__(self, where: str, tool_name: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(
+            where,
+            f"{tool_name!r} is the name of one of the engine's tools: "
+            "a client tool needs a name of its own",
+        )
 
 
 class HistoryConflict(TurnFSMError):

@@ -38,7 +38,13 @@ class Ran:
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No store or keys from the environment; the default store in tmp_path; no terminal."""
-    for name in ("TURNFSM_STORE", "TURNFSM_DEBUG", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    for name in (
+        "TURNFSM_STORE",
+        "TURNFSM_DEBUG",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))

@@ -377,8 +377,12 @@ async def test_max_iterations_closes_the_last_calls() -> None:
             assert result_of(ctx, cid_).success is True
         calls = calls_of(ctx)
         assert calls["call_2a"].approval_status == ApprovalStatus.DENIED
-        # the history ends with the results: the next request is valid for a provider
-        assert ctx.history()[-1].message.role == Role.TOOL
+        # the results, then the notice saying why the turn stopped (an assistant
+        # message after tool results: the next request is valid for a provider)
+        *_, first, second, notice = ctx.history()
+        assert [first.message.role, second.message.role] == [Role.TOOL, Role.TOOL]
+        assert notice.message.role == Role.ASSISTANT
+        assert notice.message.notice == "max_iterations"
 
 
 async def test_max_iterations_one() -> None:

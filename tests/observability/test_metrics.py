@@ -137,6 +137,38 @@ def test_metrics_after_scripted_turns(url: str) -> None:
         assert samples(other.text)[("turnfsm_turns_started_total", (("call", "approve"),))] == 1
 
 
+def test_a_wait_for_the_clients_results_is_not_a_wait_for_a_human() -> None:
+    import anyio
+
+    weather = {"type": "function", "function": {"name": "weather"}}
+    answers = [
+        {"tool_calls": [{"id": "w", "name": "weather", "arguments": {}}]},
+        {"tool_calls": [{"id": "m", "name": "send_mail", "arguments": {"to": "al"}}]},
+    ]
+
+    async def main() -> list[float]:
+        metrics = EngineMetrics()
+        seen: list[float] = []
+        engine = metrics.attach(Engine(llm=ScriptedLLM(answers), tools=[send_mail]))
+        async with engine:
+            cid = await engine.create_context()
+            turn = await engine.send(cid, "weather?", client_tools=[weather])
+            assert turn.client_tool_calls and turn.state.value == "AwaitingToolApproval"
+            seen.append(samples_of(metrics)[("turnfsm_turns_awaiting_approval", ())])
+            turn = await engine.submit_results(cid, {"w": "sun"})
+            assert [c.id for c in turn.pending_tool_calls] == ["m"]
+            seen.append(samples_of(metrics)[("turnfsm_turns_awaiting_approval", ())])
+        return seen
+
+    assert anyio.run(main) == [0, 1]
+
+
+def samples_of(metrics: EngineMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client import generate_latest
+
+    return samples(generate_latest(metrics.registry).decode())
+
+
 def test_label_values_are_bounded() -> None:
     metrics = EngineMetrics(max_label_values=2)
     assert [metrics.models(f"m{i}") for i in range(4)] == ["m0", "m1", "_other", "_other"]
@@ -196,3 +228,49 @@ def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.Mon
             cid = c.post("/api/contexts", json={}).json()["id"]
             turn = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "hello"})
             assert turn.json()["text"] == "hi"
+
+
+@pytest.fixture
+def chat_url(tmp_path: Path) -> Iterator[str]:
+    db = tmp_path / "formats.db"
+    answers = [{"text": f"answer {i}"} for i in range(5)]
+    app = create_app(
+        lambda: Engine(llm=ScriptedLLM(answers), store=f"sqlite:///{db}"),
+        ServerConfig(tokens=dict(TOKENS), heartbeat=0.5),
+    )
+    yield from serve_in_thread(app)
+
+
+def test_request_formats_are_counted_by_format(chat_url: str) -> None:
+    cm = {"contextManagement": {"currentMessage": {"role": "user", "content": "hi"}}}
+    legacy = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    auth = {"Authorization": "Bearer token-alice"}
+    with httpx.Client(base_url=chat_url, headers=auth, timeout=30) as c:
+        for body in (cm, cm, legacy):
+            r = c.post("/api/chat?wait=true", json=body)
+            assert r.status_code == 200, r.text
+        assert c.post("/api/chat", json={"messages": []}).status_code == 422  # not counted
+        cid = c.post("/api/contexts", json={}).json()["id"]  # a plain message: not counted
+        r = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "hi"})
+        assert r.status_code == 200, r.text
+        m = samples(c.get("/metrics").text)
+    name = "turnfsm_request_format_total"
+    counted = {labels: value for (n, labels), value in m.items() if n == name}
+    assert counted == {(("format", "context_management"),): 2, (("format", "legacy"),): 1}
+    assert m[("turnfsm_turns_started_total", (("call", "send_request"),))] == 3
+
+
+@pytest.mark.anyio
+async def test_an_imported_body_answered_is_counted_in_its_format() -> None:
+    from turnfsm.adapters.inbound import import_request_body
+
+    metrics = EngineMetrics()
+    body = {"messages": [{"role": "user", "content": "hi", "messageId": "m1"}]}
+    engine = metrics.attach(Engine(llm=ScriptedLLM([{"text": "hello"}]), store="memory://"))
+    async with engine:
+        ctx = import_request_body(body)
+        await engine.store.create(ctx)
+        turn = await engine.send_request(body, ctx.id)
+        assert turn.text == "hello"
+    m = samples(metrics.render().decode())
+    assert m[("turnfsm_request_format_total", (("format", "legacy"),))] == 1

@@ -27,6 +27,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pydantic
 from openai_loopback import DONE
 
 MODEL = "gpt-4o-mini"
@@ -278,3 +279,27 @@ class ResponsesStream:
     def completed(self) -> list[dict[str, Any] | str]:
         self.add("response.completed", response=_response("completed", self.output, True))
         return self.events
+
+
+# ---------------------------------------------------------------------- the reference
+
+
+def _materialize(value: Any) -> Any:
+    """A validated value as plain JSON values (pydantic validates iterables lazily)."""
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
+        return [_materialize(v) for v in value]
+    return value
+
+
+_ADAPTERS: dict[Any, pydantic.TypeAdapter[Any]] = {}
+
+
+def assert_matches_the_reference(body: dict[str, Any], params_type: Any) -> None:
+    """``body`` validates against the SDK's request type and loses nothing doing so
+    (a key the reference does not know would be dropped, a wrong type refused)."""
+    adapter = _ADAPTERS.setdefault(params_type, pydantic.TypeAdapter(params_type))
+    # (the adapter must outlive the lazy iterators it returns: keep it referenced)
+    validated = _materialize(adapter.validate_python(body))
+    assert validated == json.loads(json.dumps(body))

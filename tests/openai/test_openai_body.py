@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import pytest
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
+from openai_samples import assert_matches_the_reference
 
 from turnfsm import Engine, tool
 from turnfsm.adapters.llm._openai_chat import chat_request_body
@@ -108,27 +108,6 @@ async def _recorded_request() -> LLMRequest:
 @pytest.fixture
 async def request_() -> LLMRequest:
     return await _recorded_request()
-
-
-def _materialize(value: Any) -> Any:
-    """A validated value as plain JSON values (pydantic validates iterables lazily)."""
-    if isinstance(value, dict):
-        return {k: _materialize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
-        return [_materialize(v) for v in value]
-    return value
-
-
-def assert_matches_the_reference(body: dict[str, Any], params_type: Any) -> None:
-    """``body`` validates against the SDK's request type and loses nothing doing so
-    (a key the reference does not know would be dropped, a wrong type refused)."""
-    adapter = _ADAPTERS.setdefault(params_type, pydantic.TypeAdapter(params_type))
-    # (the adapter must outlive the lazy iterators it returns: keep it referenced)
-    validated = _materialize(adapter.validate_python(body))
-    assert validated == json.loads(json.dumps(body))
-
-
-_ADAPTERS: dict[Any, pydantic.TypeAdapter[Any]] = {}
 
 
 def _check_golden(name: str, body: dict[str, Any]) -> None:

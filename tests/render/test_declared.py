@@ -61,7 +61,7 @@ def test_the_table_has_multi_source_rows() -> None:
     edges = table_edges()
     assert sum(n for (_, t, _), n in edges.items() if t == "cancel") == 7
     assert sum(n for (_, t, _), n in edges.items() if t == "user_message") == 3
-    assert len(declared_edges()) == sum(edges.values()) == 30
+    assert len(declared_edges()) == sum(edges.values()) == 34
 
 
 # ---------------------------------------------------------------------- Mermaid

@@ -193,6 +193,18 @@ def test_sequence_of_retries_and_failures(golden_runs: dict[str, Run]) -> None:
     assert "engine-->>user: failed: attempts exhausted" in lines
 
 
+def test_sequence_of_typed_answers(golden_runs: dict[str, Run]) -> None:
+    run = golden_runs["typed_answer_retry.json"]
+    lines = parse_sequence(sequence_diagram(run.records, run.ctx.message_pool))
+    sent_back = "engine->>LLM: the answer does not match the output type: errors sent back"
+    assert lines.count(sent_back) == 1
+    assert "Note over engine: 4 · output_invalid → AwaitingLLMResponse" in lines
+    run = golden_runs["typed_answer_retries_spent.json"]
+    lines = parse_sequence(sequence_diagram(run.records, run.ctx.message_pool))
+    assert "engine-->>user: failed: the answer does not match the output type" in lines
+    assert "user->>engine: retry" in lines
+
+
 def test_sequence_of_a_superseded_approval(golden_runs: dict[str, Run]) -> None:
     run = golden_runs["supersede.json"]
     lines = parse_sequence(sequence_diagram(run.records, run.ctx.message_pool, turn=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -161,3 +162,52 @@ def test_the_answer_carries_the_response_id_and_a_resend_matches_it(server: Runn
         assert r.status_code == 200, r.text
         said = history(c, cid)
     assert len(said) == 4 and said[2][0] == "user" and "More" in said[2][1]
+
+
+def test_unknown_keys_are_ignored_here_and_refused_by_the_rest_api(server: Running) -> None:
+    legacy = {
+        "messages": [
+            {"id": "a1", "role": "user", "content": "Hello"},
+            {"id": "a2", "role": "assistant", "content": "Hi! How can I help you?"},
+            {"id": "a3", "role": "user", "content": "Add a task to buy milk"},
+        ],
+        "stream": True,
+        "userLanguage": "en",
+    }
+    cm = {
+        "contextManagement": {
+            "currentMessage": {"role": "user", "content": "Hi", "attachments": ["x-secret"]},
+            "conversationContext": [{"role": "user", "content": "Yo", "id": "x-secret"}],
+            "threadId": "x-secret",
+        },
+        "sessionId": "x-secret",
+    }
+    with server.client() as c:
+        for body in (legacy, cm):
+            r = c.post("/api/chat?wait=true", json=body)
+            assert r.status_code == 200, r.text
+            page = c.get(f"/api/contexts/{r.json()['context_id']}/messages").json()
+            assert "x-secret" not in json.dumps(page) and '"a1"' not in json.dumps(page)
+        # the engine's own API keeps its rule: an unknown key is 422, with its name
+        r = c.post("/api/contexts", json={"title": "t", "stream": True})
+        assert r.status_code == 422, r.text
+        assert "stream" in json.dumps(r.json())
+        bad = {**legacy, "messages": [{"id": "a1", "role": "user", "content": 5}]}
+        r = c.post("/api/chat", json=bad)
+        assert r.status_code == 422 and "messages[0].content" in r.json()["error"]["message"]
+
+
+def test_the_202_names_a_frontend_operators_current_message(server: Running) -> None:
+    body = {
+        "contextManagement": {
+            "currentMessage": {"role": "frontend_operator", "content": "opened the cart"},
+            "conversationContext": [{"role": "user", "content": "hello"}],
+        }
+    }
+    with server.client() as c:
+        r = c.post("/api/chat", json=body)
+        assert r.status_code == 202, r.text
+        accepted = r.json()
+        page = c.get(f"/api/contexts/{accepted['context_id']}/messages").json()
+    named = [m for m in page["messages"] if m["id"] == accepted["message_id"]]
+    assert [m["message"]["role"] for m in named] == ["frontend_operator"]

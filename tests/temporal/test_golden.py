@@ -122,9 +122,12 @@ async def _run_on_temporal(
                 reference.retry_policy, wait=wait_fixed(0.05), max_retry_after=0.05
             ),
             max_iterations=reference.max_iterations,
+            limit_notice=reference.limit_notice,
             tool_history_rounds=cfg.tool_history_rounds,
             compaction=settings.view_plan.compaction,
             modes=script.modes,
+            output_type=cfg.output_type,
+            output_retries=cfg.output_retries,
         ),
         TemporalEngine(
             client, store=store, task_queue=queue, tools=list(reference.tools), modes=script.modes

@@ -22,13 +22,13 @@ the model's answer or failure causes (``stream_started``, ``response_received``,
 for ``tools_done``, ``approver`` (the human approver) for
 ``approvals_resolved``, and ``system`` for the engine's own decisions
 (``prompt_ready``, ``prepare_failed``, ``needs_approval``, ``tools_decided``,
-``turn_complete``, ``outcome_unknown``, ``subtask_waits``, ``give_up``, and
-``retry`` after the backoff).
+``turn_complete``, ``output_invalid``, ``output_failed``, ``outcome_unknown``,
+``subtask_waits``, ``client_calls``, ``give_up``, and ``retry`` after the backoff).
 
 **attempt** is the LLM attempt the context's progress counts after the step,
-as the engine keeps it: 1 after ``user_message``, ``tools_done`` and a user's
-``retry``; one more after each ``retry`` out of TransientFailure; 0 after
-``reset`` and ``cancel``; unchanged otherwise.
+as the engine keeps it: 1 after ``user_message``, ``tools_done``,
+``output_invalid`` and a user's ``retry``; one more after each ``retry`` out
+of TransientFailure; 0 after ``reset`` and ``cancel``; unchanged otherwise.
 
 **message_ids** are the messages the step added or changed, in order;
 **tool_calls** the ids of the calls the step's LLM answer asked for;
@@ -48,10 +48,18 @@ append order) and each trigger takes what the engine appends for it:
 - ``needs_approval``, ``tools_decided``, ``approvals_resolved``,
   ``outcome_unknown``: the open batch's assistant message (decisions change it);
 - ``tools_done``: one result per open call;
+- ``output_invalid`` / ``output_failed``: the message listing what the answer
+  got wrong against the turn's output type (a ``user`` message with
+  ``metadata.extra["output_errors"]``);
 - ``subtask_waits``: the open batch's assistant message (the waiting calls are
   pending again) and the results of the calls that finished, which follow it;
-- ``turn_complete``: with open calls (the iteration limit), the batch and one
-  result per call;
+- ``client_calls``: likewise, the batch and the results of the engine's calls
+  that ran before the client's were handed out (from ProcessingLLMResponse:
+  the batch only); the client's results come with ``tools_done``;
+- ``turn_complete``: with open calls (the iteration limit), the batch, one
+  result per call, and the notice saying the turn stopped (an assistant
+  message marked as a notice, ``metadata.extra["notice"]``; none when the
+  engine stores none);
 - ``cancel``: the cancelled partial answer, if any, and the results closing
   open calls;
 - ``child_finished`` (a change record): the sub-context's summary, the one
@@ -87,7 +95,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ..errors import RenderError
-from ..model import SUBTASK_RESUMED, SUBTASK_WAITING, SUMMARY_KEY, MessageNode, Role
+from ..model import (
+    CLIENT_CALL,
+    SUBTASK_RESUMED,
+    SUBTASK_WAITING,
+    SUMMARY_KEY,
+    MessageNode,
+    Role,
+)
 from ..states import (
     CHANGES,
     Change,
@@ -150,10 +165,13 @@ ACTORS: Mapping[tuple[State | None, Trigger], Actor] = {
     (None, T.NEEDS_APPROVAL): Actor.SYSTEM,
     (None, T.TOOLS_DECIDED): Actor.SYSTEM,
     (None, T.TURN_COMPLETE): Actor.SYSTEM,
+    (None, T.OUTPUT_INVALID): Actor.SYSTEM,
+    (None, T.OUTPUT_FAILED): Actor.SYSTEM,
     (None, T.APPROVALS_RESOLVED): Actor.APPROVER,
     (None, T.TOOLS_DONE): Actor.TOOL,
     (None, T.OUTCOME_UNKNOWN): Actor.SYSTEM,
     (None, T.SUBTASK_WAITS): Actor.SYSTEM,
+    (None, T.CLIENT_CALLS): Actor.SYSTEM,
     (None, T.LLM_FAILED_TRANSIENT): Actor.LLM,
     (None, T.LLM_FAILED_PERMANENT): Actor.LLM,
     (S.TRANSIENT_FAILURE, T.RETRY): Actor.SYSTEM,
@@ -177,6 +195,7 @@ _ANSWER = frozenset({T.RESPONSE_RECEIVED, T.STREAM_ENDED})
 _DECISION = frozenset({T.NEEDS_APPROVAL, T.TOOLS_DECIDED, T.APPROVALS_RESOLVED, T.OUTCOME_UNKNOWN})
 _INPUT_ROLES = frozenset({Role.USER, Role.FRONTEND_OPERATOR})
 _LLM_FAILED = frozenset({T.LLM_FAILED_TRANSIENT, T.LLM_FAILED_PERMANENT})
+_OUTPUT = frozenset({T.OUTPUT_INVALID, T.OUTPUT_FAILED})
 
 
 def actor_of(source: State, trigger: Trigger) -> Actor:
@@ -188,7 +207,7 @@ def actor_of(source: State, trigger: Trigger) -> Actor:
 
 
 def _next_attempt(attempt: int, source: State, trigger: Trigger) -> int:
-    if trigger in (T.USER_MESSAGE, T.TOOLS_DONE):
+    if trigger in (T.USER_MESSAGE, T.TOOLS_DONE, T.OUTPUT_INVALID):
         return 1
     if trigger is T.RETRY:
         return attempt + 1 if source is S.TRANSIENT_FAILURE else 1
@@ -286,7 +305,7 @@ class _Walk:
         node = self.head()
         ok = node is not None and _matches(node, want)
         if not ok:
-            if self.strict and want != "cancelled":
+            if self.strict and want not in _OPTIONAL:
                 self.failed = True
             return None
         assert node is not None
@@ -310,12 +329,16 @@ class _Walk:
             self.batch = None
 
     def close_at_head(self, touch: _Touch) -> None:
-        """``subtask_waits``: the results at the head of the history for the
-        open calls that did not wait for a sub-task (their reason says so)."""
+        """``subtask_waits``, ``client_calls``: the results at the head of the
+        history for the open calls that did not wait for a sub-task or the
+        client (their reason says so)."""
         waited = set()
         if self.batch is not None:
             for c in self.batch.message.tool_calls or ():
-                if c.reason and c.reason.startswith((SUBTASK_WAITING, SUBTASK_RESUMED)):
+                if c.reason and (
+                    c.reason == CLIENT_CALL
+                    or c.reason.startswith((SUBTASK_WAITING, SUBTASK_RESUMED))
+                ):
                     waited.add(c.id)
         while (node := self.head()) is not None:
             tr = node.message.tool_result
@@ -357,7 +380,9 @@ class _Walk:
                 touch.message_ids.append(self.batch.id)
         elif trigger == T.TOOLS_DONE:
             self.close_open(touch)
-        elif trigger == T.SUBTASK_WAITS:
+        elif trigger in _OUTPUT:
+            self.take_while(touch, _output_errors)
+        elif trigger in (T.SUBTASK_WAITS, T.CLIENT_CALLS):
             if self.batch is not None:
                 touch.message_ids.append(self.batch.id)
             self.close_at_head(touch)
@@ -377,6 +402,10 @@ class _Walk:
                 if self.batch is not None:
                     touch.message_ids.append(self.batch.id)
                 self.close_open(touch)
+                if trigger == T.TURN_COMPLETE:
+                    node = self.take_head("notice")
+                    if node is not None:
+                        touch.message_ids.append(node.id)
         return touch
 
     def take_while(self, touch: _Touch, kind: Callable[[MessageNode], bool]) -> None:
@@ -390,6 +419,12 @@ class _Walk:
         return not self.failed and self.head() is None
 
 
+def _output_errors(node: MessageNode) -> bool:
+    """The message listing why an answer does not match the turn's output type
+    (stored in ``decide``, with ``output_invalid`` or ``output_failed``)."""
+    return node.message.role is Role.USER and "output_errors" in node.message.metadata.extra
+
+
 def _summary(node: MessageNode) -> bool:
     """A compaction summary (stored in ``call_llm``, before the LLM's answer)."""
     return node.message.role is Role.SYSTEM and "summary" in node.message.metadata.extra
@@ -400,15 +435,24 @@ def _request_context(node: MessageNode) -> bool:
     return node.message.metadata.extra.get("request_context") is True
 
 
+_OPTIONAL = ("cancelled", "notice")
+"""What a step may add or not: a cancelled partial answer, a notice."""
+
+
 def _matches(node: MessageNode, want: str) -> bool:
     msg = node.message
     if want == "input":
         return msg.role in _INPUT_ROLES
+    notice = msg.notice is not None
+    if want == "notice":
+        return msg.role is Role.ASSISTANT and notice
     summary = SUMMARY_KEY in msg.metadata.extra
     if want == "summary":
         return msg.role is Role.ASSISTANT and summary
     if want == "answer":
-        return msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary
+        return (
+            msg.role is Role.ASSISTANT and not msg.metadata.cancelled and not summary and not notice
+        )
     return msg.role is Role.ASSISTANT and msg.metadata.cancelled  # "cancelled"
 
 

@@ -3,7 +3,8 @@ Google or any OpenAI-compatible server.
 
 The OpenAI API by default (``OPENAI_API_KEY``), or any OpenAI-compatible server
 (vLLM, Ollama, LM Studio, OpenRouter, ...) with ``--base-url`` (or
-``OPENAI_BASE_URL``). ``--provider`` picks another: ``openai-responses`` (the
+``OPENAI_BASE_URL``), the model ``--model``, else ``OPENAI_MODEL``, else
+``gpt-4o-mini``. ``--provider`` picks another: ``openai-responses`` (the
 Responses API; ``--responses`` says the same), ``anthropic`` (Claude;
 ``ANTHROPIC_API_KEY``, the ``anthropic`` extra) or ``google`` (Gemini;
 ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``, the ``google`` extra). The text
@@ -58,6 +59,7 @@ from ._mcp import add_mcp_options
 from ._providers import add_provider_options
 from ._store import add_store_option
 from ._telemetry import start_tracing
+from ._turn_options import add_turn_options
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -138,6 +140,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     add_mcp_options(p)
     add_history_options(p, tool_history=None)  # a terminal chat shows every call in full
+    add_turn_options(p)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -106,7 +106,8 @@ class ModelSetup:
     """Where the model is, for the opening line."""
     tools: list[Tool]
     model: str
-    """The model of a new context made without ``--model``."""
+    """The model of a new context made without ``--model`` (the provider's
+    variable, else its default: :meth:`Provider.model`)."""
     provider: Provider | None = None
     """The provider that answers (``None``: the demo model, or ``--llm``'s)."""
 
@@ -155,7 +156,7 @@ def open_model(args: argparse.Namespace) -> ModelSetup:
         stream=not args.no_stream,
         no_key_hint=hint,
     )
-    return ModelSetup(llm, endpoint, tools, provider.default_model, provider)
+    return ModelSetup(llm, endpoint, tools, provider.model(), provider)
 
 
 def setup_problem(

@@ -48,6 +48,7 @@ from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._stdin import read_line_from
 from ._store import HOW_TO_APPROVE, denial_reason, open_cli_store
+from ._turn_options import turn_settings
 
 __all__ = ["Chat"]
 
@@ -108,6 +109,7 @@ class Chat:
                 logger=_quiet_logger(self.err),
                 modes=MODES,
                 **history_settings(self.args),
+                **turn_settings(self.args),
                 toolsets=mcp_toolsets(self.args),
             ) as engine:
                 self.engine = engine
@@ -370,7 +372,10 @@ class Chat:
             c.file.flush()
         elif isinstance(ev, MessageCompleted):
             msg = ev.message
-            if msg.role is Role.ASSISTANT and ev.message_id not in self.streamed and msg.text:
+            if msg.notice is not None:  # the engine's, not the model's
+                self._end_line()
+                c.print(f"[yellow]notice> {escape(msg.text)}[/yellow]")
+            elif msg.role is Role.ASSISTANT and ev.message_id not in self.streamed and msg.text:
                 c.print("[bold]assistant>[/bold] ", end="")
                 c.print(msg.text, markup=False)
             self._end_line()

@@ -11,8 +11,16 @@ context as ``turnfsm contexts export`` writes it; older schema versions are
 upgraded). The conversation
 becomes a context in state Idle; with ``--store URL`` it is stored there.
 
-``sessions`` reads a folder (a folder given with ``--format auto`` is read so
-too): each ``*.json`` file in it is one session in the session records
+``context-folder`` reads the context folders another program wrote
+(``metadata.json``, ``message_index.json``, ``messages/{id}.json``): DIR is one
+context folder, or a ``contexts/`` or ``data/`` folder of them; each context is
+imported on its own, as the ``sessions`` files are (one line each, a context
+already stored skipped, one that cannot be imported reported with its file and
+JSON path while the others are imported, exit status 2 if one could not be).
+A folder given with ``--format auto`` is read as ``context-folder`` when it is
+in that layout, else as ``sessions``.
+
+``sessions`` reads a folder: each ``*.json`` file in it is one session in the session records
 format, imported as the context whose id is the file's name without
 ``.json``. One line per file; a file already stored (that id) is skipped, so
 importing the folder again adds nothing; a file that cannot be imported is
@@ -51,6 +59,8 @@ from ..model import ChatContext
 from ..storage._schema import context_from_document
 from ..storage._secrets import redact
 from ._errors import CLIError, guarded
+from ._import_context_folder import FORMAT as FOLDER_FORMAT
+from ._import_context_folder import import_context_folder_cli, is_context_folder_layout
 from ._import_folder import import_folder, summary
 
 __all__ = ["add_parser", "summary"]
@@ -69,14 +79,15 @@ def add_parser(sub: Any) -> None:
         "file",
         metavar="FILE",
         help="a JSON file ('-' reads standard input), or a folder of session files "
-        "(--format sessions)",
+        "(--format sessions) or of context folders (--format context-folder)",
     )
     p.add_argument(
         "--format",
-        choices=("auto", *IMPORT_FORMATS, "context", "sessions"),
+        choices=("auto", *IMPORT_FORMATS, "context", "sessions", FOLDER_FORMAT),
         default="auto",
         help="the file's format (default: auto, detected from its shape); sessions: "
-        "every *.json session file of a folder",
+        "every *.json session file of a folder; context-folder: the context folders "
+        "(metadata.json, messages/) of a folder",
     )
     p.add_argument(
         "--store",
@@ -107,12 +118,19 @@ def _read(name: str) -> Any:
 def _run(args: argparse.Namespace) -> int:
     name: str = args.file
     folder = name != "-" and Path(name).is_dir()
+    if args.format == FOLDER_FORMAT or (
+        args.format == "auto" and folder and is_context_folder_layout(Path(name))
+    ):
+        return import_context_folder_cli(_PROG, Path(name), args.store, args.json)
     if args.format == "sessions" or (args.format == "auto" and folder):
         if args.json:
             raise CLIError("--json prints one context: not with a folder (--format sessions)")
         return import_folder(_PROG, Path(name), args.store)
     if folder:
-        raise CLIError(f"{name}: a folder; --format sessions reads a folder of session files")
+        raise CLIError(
+            f"{name}: a folder; --format sessions reads a folder of session files, "
+            f"--format {FOLDER_FORMAT} a folder of context folders"
+        )
     try:
         data = _read(name)
     except OSError as exc:

@@ -68,10 +68,13 @@ class Provider:
     base_url_var: str | None
     """The variable the SDK reads its base URL from; ``--base-url`` wins over it."""
     default_model: str
+    """The model of a new context when neither ``--model`` nor :attr:`model_var` names one."""
     make: Callable[[Any, Connection], Any]
     """Builds the adapter from its class and the connection."""
     streams_only: bool = False
     """Whether the adapter always streams (``--no-stream`` is refused)."""
+    model_var: str | None = None
+    """The variable that names the model of a new context; ``--model`` wins over it."""
 
     def key(self) -> str | None:
         for name in self.key_vars:
@@ -82,6 +85,15 @@ class Provider:
 
     def env_base_url(self) -> str | None:
         return (os.environ.get(self.base_url_var) or None) if self.base_url_var else None
+
+    def model(self) -> str:
+        """The model of a new context made without ``--model``: :attr:`model_var`'s
+        value when it is set and not empty, else :attr:`default_model`."""
+        if self.model_var is not None:
+            value = os.environ.get(self.model_var, "").strip()
+            if value:
+                return value
+        return self.default_model
 
     @property
     def keys_named(self) -> str:
@@ -109,8 +121,10 @@ def _openai_provider(name: str, what: str, adapter: str) -> Provider:
         extra=None,
         key_vars=("OPENAI_API_KEY",),
         base_url_var="OPENAI_BASE_URL",
+        # the small model: cheap and quick for a terminal chat, and it calls tools
         default_model="gpt-4o-mini",
         make=_openai,
+        model_var="OPENAI_MODEL",
     )
 
 
@@ -177,9 +191,11 @@ def add_provider_options(
         f"http://localhost:11434/v1 (default: {urls}, else the provider's API; the flag "
         "wins over the variable); without a key a placeholder one is sent",
     )
-    defaults = ", ".join(f"{x.default_model} for {x.name}" for x in _by_default_model())
     p.add_argument(
-        "--model", metavar="NAME", help=f"{model_help} (default: {defaults}{model_note})"
+        "--model",
+        metavar="NAME",
+        help=f"{model_help} (default: {_model_defaults()}; the flag wins over the "
+        f"variable{model_note})",
     )
     p.add_argument(
         "--responses",
@@ -196,11 +212,16 @@ def _by_base_url_var() -> list[Provider]:
     return [x for var, x in seen.items() if var is not None]
 
 
-def _by_default_model() -> list[Provider]:
-    seen: dict[str, Provider] = {}
+def _model_defaults() -> str:
+    """Each provider's default model, as ``--help`` says it: the model
+    variable, else the default model (providers that share both, once)."""
+    said: dict[tuple[str | None, str], list[str]] = {}
     for x in PROVIDERS.values():
-        seen.setdefault(x.default_model, x)
-    return list(seen.values())
+        said.setdefault((x.model_var, x.default_model), []).append(x.name)
+    return ", ".join(
+        (f"${var}, else " if var else "") + f"{model} for {' and '.join(names)}"
+        for (var, model), names in said.items()
+    )
 
 
 def provider_named(args: argparse.Namespace) -> str | None:

@@ -5,7 +5,8 @@ unless a model is named as ``turnfsm chat`` names one: ``--provider``
 (``openai``, ``openai-responses``, ``anthropic``, ``google``; ``--responses``
 is ``--provider openai-responses``), ``--base-url`` or ``--model`` (the
 provider's API with its key: ``OPENAI_API_KEY`` unless ``--provider`` says
-otherwise), whose tools are chat's built-in ones, or ``--llm
+otherwise; the model ``--model``, else ``OPENAI_MODEL`` for OpenAI, else the
+provider's default), whose tools are chat's built-in ones, or ``--llm
 module:attribute``, the application's own adapter. ``--tools module:attribute`` adds tools. Type
 messages at the prompt (an empty line or end of input stops), or give
 ``--message TEXT`` for one turn. The script written replays to the same trace

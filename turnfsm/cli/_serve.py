@@ -4,7 +4,8 @@ The store is the one ``turnfsm chat`` uses (``--store``, ``$TURNFSM_STORE``, els
 SQLite file in the user's data folder). The model is the demo model (no key,
 no network) unless ``--provider``, ``--base-url``, ``--model`` or
 ``OPENAI_API_KEY`` names one (``--provider anthropic`` or ``google`` for Claude
-or Gemini, with their keys and extras: see ``--provider``);
+or Gemini, with their keys and extras: see ``--provider``); new contexts get
+``--model``, else ``OPENAI_MODEL`` (OpenAI), else the provider's default;
 ``--tools module:attribute`` adds tools (a tool or a list of them), ``--llm
 module:attribute`` names a model adapter of the application's. ``--turns
 workers`` hands each posted message's turn to ``turnfsm worker`` processes on
@@ -43,6 +44,7 @@ from ._temporal_options import (
     shared_store,
     temporal_package,
 )
+from ._turn_options import add_turn_options, turn_settings
 
 __all__ = [
     "add_model_options",
@@ -81,6 +83,7 @@ def add_parser(sub: Any) -> None:
         "docs/temporal.md)",
     )
     add_temporal_options(p, required=False)
+    add_turn_options(p)
     p.add_argument(
         "--max-body",
         type=count(1, 1 << 30),
@@ -108,6 +111,15 @@ def add_parser(sub: Any) -> None:
         default=15.0,
         metavar="S",
         help="seconds between Heartbeat events on an idle stream (15)",
+    )
+    p.add_argument(
+        "--frontend-operator-as",
+        choices=("assistant", "user"),
+        default="assistant",
+        help="the role the model sees a frontend operator's message in, for a context "
+        "made by POST /api/chat: assistant (the default, as the request formats send it) "
+        "or user (a user message named frontend_operator, as for every other context; "
+        "see docs/server.md)",
     )
     add_cache_options(p)
     add_store_option(p)
@@ -180,7 +192,7 @@ def model_name(args: argparse.Namespace, llm: Any) -> str:
 
     if isinstance(llm, DemoLLM):
         return "demo"
-    return provider_of(args).default_model
+    return provider_of(args).model()
 
 
 def model_shown(args: argparse.Namespace, llm: Any) -> str:
@@ -258,6 +270,12 @@ def _run(args: argparse.Namespace) -> int:
         temporal = temporal_package("turnfsm serve --turns temporal")
     elif args.temporal is not None:
         raise CLIError(f"--temporal {args.temporal}: only with --turns temporal")
+    if args.max_iterations is not None and args.turns != "here":
+        runner = "turnfsm worker" if args.turns == "workers" else "turnfsm temporal-worker"
+        raise CLIError(
+            f"--max-iterations {args.max_iterations}: with --turns {args.turns} the turns "
+            f"run on the workers; give it to `{runner}`"
+        )
     check_port(args.host, args.port)  # before the store is opened (and recovered)
     llm, tools = model_of(args)
     tools += load_tools(args.tools)
@@ -270,6 +288,7 @@ def _run(args: argparse.Namespace) -> int:
         max_turns_per_tenant=args.max_turns_per_tenant,
         turns=args.turns,
         model=model_name(args, llm),
+        frontend_operator_as=args.frontend_operator_as,
     )
     shown = model_shown(args, llm)
     if args.turns == "workers" and not isinstance(store, WorkQueue):
@@ -292,6 +311,7 @@ def _run(args: argparse.Namespace) -> int:
             toolsets=mcp_toolsets(args),
             **history_settings(args),
             **cache_settings(args),
+            **turn_settings(args),
         )
 
     return _serve(args, factory, config, url, shown)
@@ -320,6 +340,7 @@ def _run_on_temporal(
             task_queue=args.temporal_task_queue,
             tools=tools,
             lease_ttl=args.lease_ttl,
+            ids=args.ids,
             **history_settings(args),
             **cache_settings(args),
         )

@@ -36,6 +36,7 @@ from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of, model_shown
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import add_metrics_options, serve_metrics, start_tracing
+from ._turn_options import add_turn_options, turn_settings
 
 __all__ = ["add_parser"]
 
@@ -69,6 +70,7 @@ def add_parser(sub: Any) -> None:
         help="on SIGTERM, seconds running turns get to reach their next commit (10)",
     )
     add_model_options(p)
+    add_turn_options(p)
     add_metrics_options(p)
     add_cache_options(p)
     add_store_option(p)
@@ -91,6 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         toolsets=mcp_toolsets(args),
         **history_settings(args),
         **cache_settings(args),
+        **turn_settings(args),
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
     stop_tracing = start_tracing("turnfsm-worker")

@@ -13,6 +13,8 @@ from ._children import (
     context_tree,
     delete_tree,
 )
+from ._client_tools import check_client_tools, check_tool_choice
+from ._client_view import client_calls
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
@@ -54,6 +56,9 @@ __all__ = [
     "Unset",
     "Watch",
     "Worker",
+    "check_client_tools",
+    "check_tool_choice",
+    "client_calls",
     "context_tree",
     "delete_tree",
     "wait_exponential",

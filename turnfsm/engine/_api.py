@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..adapters.llm import LLM
-from ..model import ChatConfig, ChatContext, ContentPart
+from ..model import ChatConfig, ChatContext, ContentPart, FrontendOperatorAs
 from ..storage import Store
 from ..tools import ToolRegistry
 from ._drive import Driver
@@ -79,4 +79,5 @@ class EngineAPI(Protocol):
         tools: Sequence[str] | None,
         subtask_call: str | None,
         history: ChatConfig | None = None,
+        frontend_operator_as: FrontendOperatorAs | None = None,
     ) -> str: ...

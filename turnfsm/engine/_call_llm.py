@@ -40,6 +40,7 @@ from ._prepare import build_request, compact, prefetch
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
+from ._typed import mark_answer
 
 __all__ = ["StreamRead", "call_llm", "fail_llm", "read_stream"]
 
@@ -115,6 +116,8 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         await fail_llm(d, rt, answer)
         return
     message, calls = answer
+    if request.output is not None and not calls:
+        mark_answer(message, request.output)
     client_id = _history.answer_id(rt.ctx, message)
     if client_id is not None:  # the request's X-response
         message.metadata.extra["message_id"] = client_id

@@ -22,6 +22,7 @@ from ..errors import (
 from ..model import (
     ApprovalStatus,
     Branch,
+    ClientTools,
     ContentPart,
     InternalMessage,
     MessageMetadata,
@@ -29,6 +30,7 @@ from ..model import (
     SystemPrompt,
     TextPart,
     ToolCallRequest,
+    TurnOutput,
     TurnProgress,
     detached,
     to_chat_messages,
@@ -64,7 +66,14 @@ T = Trigger
 
 
 async def start_send(
-    d: Host, parts: list[ContentPart], role: Role, message_id: str | None, rt: Runtime
+    d: Host,
+    parts: list[ContentPart],
+    role: Role,
+    message_id: str | None,
+    rt: Runtime,
+    *,
+    output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> None:
     if rt.ctx.config.archived:
         raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
@@ -81,7 +90,7 @@ async def start_send(
         InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
         d.settings.ids() if message_id is None else message_id,
     )
-    rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
+    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output, client=client)
     d.fire(rt, T.USER_MESSAGE)
 
 
@@ -149,7 +158,13 @@ async def start_retry(d: Host, rt: Runtime) -> None:
     if rt.holder.current() is not S.PERMANENT_FAILURE:
         raise IllegalTransition(rt.holder.state, T.RETRY, context_id=rt.ctx.id)
     p = rt.ctx.progress
-    rt.ctx.progress = TurnProgress(iteration=max(p.iteration, 1), attempt=1)
+    out = p.output  # a typed turn asks again with all its output retries
+    rt.ctx.progress = TurnProgress(
+        iteration=max(p.iteration, 1),
+        attempt=1,
+        output=out if out is None or not out.invalid else dataclasses.replace(out, invalid=0),
+        client=p.client,
+    )
     d.fire(rt, T.RETRY)
 
 

@@ -1,24 +1,41 @@
-"""The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn;
+"""The ``decide`` effect (ProcessingLLMResponse): a text answer ends the turn
+(a typed one once it validates: ``_typed``);
 tool calls are decided by policy (``tools_decided``) or left to a human
-(``needs_approval``). A question to the user always waits for the human."""
+(``needs_approval``). A question to the user always waits for the human. A
+turn stopped by the iteration limit stores a notice saying so, in the commit
+that ends the turn."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from ..events import QuestionAsked, ToolApprovalRequested
-from ..model import ApprovalStatus, ToolCallRequest
+from ..events import MessageCompleted, QuestionAsked, ToolApprovalRequested
+from ..model import (
+    NOTICE_KEY,
+    ApprovalStatus,
+    InternalMessage,
+    MessageMetadata,
+    Role,
+    TextPart,
+    ToolCallRequest,
+)
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry
 from . import _history
 from ._approval import policy_decisions, questions_of
+from ._client_view import client_decisions, is_client_call
 from ._history import Decisions
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
+from ._typed import check_answer
 
-__all__ = ["Decision", "decide", "decide_answer", "mark_started"]
+__all__ = ["LIMIT_NOTICE", "Decision", "decide", "decide_answer", "limit_notice", "mark_started"]
+
+LIMIT_NOTICE = "max_iterations"
+"""``metadata.extra["notice"]`` of the notice a turn stopped by the iteration limit stores."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +59,7 @@ def decide_answer(
     iteration: int,
     max_iterations: int,
     offered: ToolRegistry,
+    client: Decisions | None = None,
 ) -> Decision:
     """ProcessingLLMResponse, as a pure function: ``calls`` are the answer's open
     calls, ``outcome`` how it ended when not normally (``length``,
@@ -54,7 +72,10 @@ def decide_answer(
     allowed LLM call: likewise, with ``max_iterations``. Else the policy
     decides (:func:`~turnfsm.engine._approval.policy_decisions`):
     ``needs_approval`` when some call is left for a human, else
-    ``tools_decided``.
+    ``tools_decided``. ``client`` are the decisions that hand calls of
+    client tools to the client (:func:`~turnfsm.engine._client_tools.client_decisions`):
+    when every open call is one, ``client_calls``; else the others are
+    decided, and the client's wait until they have run.
     """
     if not calls:
         stop = StopReason(outcome) if outcome else StopReason.COMPLETED
@@ -80,8 +101,14 @@ def decide_answer(
             {c.id: (ApprovalStatus.DENIED, "system", "max_iterations") for c in calls},
             tuple(ToolOutcome(False, {"error": text, "status": "max_iterations"}) for _ in calls),
         )
+    if client:
+        if all(c.id in client for c in calls):
+            return Decision(Trigger.CLIENT_CALLS, StopReason.CLIENT_TOOLS, dict(client))
+        calls = [c for c in calls if c.id not in client]
     # the mode's view: its approval overrides; a tool it does not offer is unknown
     decisions, needs_human = policy_decisions(calls, offered)
+    if client:
+        decisions.update(client)
     if needs_human:
         return Decision(Trigger.NEEDS_APPROVAL, StopReason.AWAITING_APPROVAL, decisions)
     return Decision(Trigger.TOOLS_DECIDED, None, decisions)
@@ -116,18 +143,30 @@ async def decide(d: Host, rt: Runtime) -> None:
             ids = ctx.active_branch.message_ids
             answer = ctx.message_pool[ids[-1]] if ids else None
         outcome = answer.message.outcome if answer is not None else None
+        output = ctx.progress.output
+        if output is not None and outcome is None and await check_answer(d, rt, answer, output):
+            return  # output_invalid or output_failed was taken
     else:
         assert node is not None
         outcome = node.message.outcome
     s = d.settings
     decision = decide_answer(
-        calls, outcome, ctx.progress.iteration, s.max_iterations, s.offered(ctx)
+        calls,
+        outcome,
+        ctx.progress.iteration,
+        s.max_iterations,
+        s.offered(ctx),
+        client_decisions(calls, ctx),
     )
     decided = calls  # the open calls as they are after the decisions
     if decision.decisions:
         decided = _history.set_decisions(rt, decision.decisions)
     if decision.results:
         d.add_results(rt, calls, decision.results)
+    if decision.stop_reason is StopReason.MAX_ITERATIONS and s.limit_notice:
+        message = limit_notice(s.max_iterations, len(calls), d.now(), ctx.progress.iteration)
+        node = _history.append(rt, message, s.ids())
+        d.later(rt, MessageCompleted, message_id=node.id, message=message)
     trigger = decision.trigger
     if trigger is Trigger.TOOLS_DECIDED:
         mark_started(rt, decided)
@@ -138,6 +177,31 @@ async def decide(d: Host, rt: Runtime) -> None:
     if trigger is Trigger.NEEDS_APPROVAL:
         _announce(d, rt, [c for c in decided if c.approval_status is ApprovalStatus.PENDING])
     d.end_turn(rt)
+
+
+def limit_notice(
+    max_iterations: int, not_run: int, now: datetime, iteration: int
+) -> InternalMessage:
+    """The notice of a turn stopped by the iteration limit: an assistant
+    message marked as a notice (``metadata.extra[NOTICE_KEY]``) saying why,
+    and that the last answer's ``not_run`` tool calls were not run. Stored
+    after their results, it is what the model reads of the stop on the next
+    turn (in the assistant's voice, no instruction), and what a reader of the
+    history, the web view and the exports see."""
+    calls = "tool call was" if not_run == 1 else f"{not_run} tool calls were"
+    text = (
+        f"Stopped: the limit of {max_iterations} LLM calls for one user message was "
+        f"reached; the last answer's {calls} not run. Send a message to go on."
+    )
+    return InternalMessage(
+        role=Role.ASSISTANT,
+        content=[TextPart(text=text)],
+        metadata=MessageMetadata(
+            created_at=now,
+            iteration=iteration,
+            extra={NOTICE_KEY: LIMIT_NOTICE, "max_iterations": max_iterations},
+        ),
+    )
 
 
 def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
@@ -167,5 +231,11 @@ def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
     between that commit and the run sends non-idempotent calls to a human,
     which is the safe side.)"""
     ctx = rt.ctx
-    ids = tuple([c.id for c in open_calls if c.approval_status is ApprovalStatus.APPROVED])
+    ids = tuple(
+        [
+            c.id
+            for c in open_calls
+            if c.approval_status is ApprovalStatus.APPROVED and not is_client_call(c)
+        ]
+    )
     ctx.progress = _history.started(ctx.progress, ids)

@@ -1,39 +1,24 @@
-"""What the engine uses when the application gives nothing: ids, a logger, the
-lease's time to live, and the host name in a lease owner's name."""
+"""What the engine uses when the application gives nothing: a logger, the
+lease's time to live, and the host name in a lease owner's name (the ids are
+``_ids.py``'s); and the check of the application's ids."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import socket
 import sys
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidInput
 from ._inputs import check_id
 
-__all__ = ["DEFAULT_LEASE_TTL", "HOST", "Ids", "checked_id", "default_logger"]
+__all__ = ["DEFAULT_LEASE_TTL", "HOST", "checked_id", "default_logger"]
 
 HOST = socket.gethostname()
 
 DEFAULT_LEASE_TTL = 30.0
 """Seconds a call's lease on its context lasts without a heartbeat."""
-
-
-class Ids:
-    """Default ids: a random 64-bit prefix per engine and a counter (unique across
-    engines and processes, and far cheaper than a uuid4 per message)."""
-
-    __slots__ = ("_next", "_prefix")
-
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
-        self._next = itertools.count(1).__next__
-
-    def __call__(self) -> str:
-        return f"{self._prefix}-{self._next():x}"
 
 
 def checked_id(ids: Callable[[], object]) -> str:

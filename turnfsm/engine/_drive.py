@@ -44,6 +44,7 @@ from . import (
     _tracing,
 )
 from ._approval import questions_of
+from ._client_view import client_calls
 from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
@@ -306,6 +307,7 @@ class Driver:
         rt.turn_states = []
         rt.turn_nodes = []
         rt.stop_reason = None
+        rt.output = rt.output_error = None
         rt.cancel_requested = False
         rt.hand_back = False
         rt.done = CallEnd()
@@ -434,10 +436,12 @@ class Driver:
         state = rt.holder.current()
         pending: tuple[ToolCallRequest, ...] = ()
         questions: tuple[Question, ...] = ()
+        client: tuple[ToolCallRequest, ...] = ()
         if state is S.AWAITING_TOOL_APPROVAL:
             pending = tuple(ctx.pending_tool_calls())
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
+            client = detached(tuple(client_calls(ctx)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
         return Turn(
@@ -452,6 +456,9 @@ class Driver:
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
             questions=questions,
+            output=rt.output,
+            output_error=rt.output_error,
+            client_tool_calls=client,
         )
 
     async def _drive(self, rt: Runtime) -> None:

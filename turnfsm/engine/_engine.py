@@ -2,13 +2,11 @@
 hands the call to the drive loop (``_drive``); what a call does first is in
 ``_calls``, the work of each state in one module per effect. The methods
 that manage contexts (create, fork, branches, config, sub-contexts, delete)
-are in ``_manage``, the engine's settings in ``_settings``. See
-docs/architecture.md for the map.
+are in ``_manage``, the settings in ``_settings``. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -31,29 +29,37 @@ from ..events import Event
 from ..model import (
     ApprovalStatus,
     ChatContext,
+    ClientTools,
     ContentPart,
     MessageNode,
     Role,
+    TurnOutput,
     detached,
 )
 from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store, WorkQueue
-from ..tools import Tool, ToolRegistry, Toolset, merge_tools
+from ..tools import Tool, Toolset, merge_tools
 from . import _calls, _leases, _recovery, _requests, _subcontexts
+from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
 from ._drive import Driver, Start
+from ._engine_settings import EngineSettings
+from ._ids import IdKind
 from ._inputs import (
+    UNSET,
     check_call_ids,
     check_content,
     check_count,
     check_id,
     check_text,
+    check_toolsets,
 )
 from ._leases import DEFAULT_LEASE_TTL
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
 from ._manage import ContextManagement
 from ._modes import Mode
 from ._observe import Observer
+from ._output import DEFAULT_OUTPUT_RETRIES
 from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
@@ -61,27 +67,15 @@ from ._settings import make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._tracing import Tracing
 from ._turn import Turn
+from ._typed import turn_output
 
 __all__ = ["Engine"]
-
-
-def _check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
-    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
-        raise InvalidInput("toolsets", "must be a sequence of toolsets")
-    sets = tuple(toolsets)
-    for i, toolset in enumerate(sets):
-        if not isinstance(toolset, Toolset):
-            raise InvalidInput(
-                f"toolsets[{i}]",
-                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
-            )
-    return sets
 
 
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
 
-class Engine(ContextManagement):
+class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     """Drives conversations through the declared state machine.
 
     ::
@@ -97,8 +91,11 @@ class Engine(ContextManagement):
     (:class:`~turnfsm.enhancers.TokenBudget`) runs after every other enhancer.
     ``compaction`` (:class:`~turnfsm.enhancers.Compaction`) replaces older
     history in the view by a summary the LLM makes (a call of its own, before
-    the turn's next call, stored once as a message and reused). ``clock`` and
-    ``ids`` are injected so that tests and replays are deterministic. At most
+    the turn's next call, stored once as a message and reused). At
+    ``max_iterations`` LLM calls for one user message the turn stops, and with
+    ``limit_notice`` an assistant message marked as a notice says so. Ids are UUIDv7
+    (``ids="uuid7"``, time-ordered), or ``ids="compact"`` (earlier versions'); ``clock``
+    and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
     beyond either and load again from the store when called. The defaults
@@ -141,6 +138,11 @@ class Engine(ContextManagement):
     Calls are traced with OpenTelemetry when the process has set a tracer
     provider, or with ``tracer_provider`` when one is given (see
     docs/observability.md); with neither, nothing is traced.
+
+    ``output_type`` (a pydantic model, a dataclass, a type pydantic validates,
+    or a JSON Schema dict) is what every turn's final answer must be, unless
+    a call gives its own; an answer that does not match is sent back with its
+    errors up to ``output_retries`` times (docs/structured-output.md).
     """
 
     def __init__(
@@ -152,8 +154,9 @@ class Engine(ContextManagement):
         retry: RetryPolicy | None = None,
         max_iterations: int = 20,
         *,
+        limit_notice: bool = True,
         clock: Clock | None = None,
-        ids: Callable[[], str] | None = None,
+        ids: Callable[[], str] | IdKind | None = None,
         tool_history_rounds: int | None = None,
         subscriber_buffer: int = 1024,
         max_loaded: int = MAX_LOADED,
@@ -165,8 +168,10 @@ class Engine(ContextManagement):
         compaction: Compaction | None = None,
         tracer_provider: Any = None,
         toolsets: Iterable[Toolset] = (),
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
     ) -> None:
-        sets = _check_toolsets(toolsets)
+        sets = check_toolsets(toolsets)
         settings = make_settings(
             llm=llm,
             tools=tools,
@@ -174,6 +179,7 @@ class Engine(ContextManagement):
             enhancers=enhancers,
             retry=retry,
             max_iterations=max_iterations,
+            limit_notice=limit_notice,
             clock=clock,
             ids=ids,
             tool_history_rounds=tool_history_rounds,
@@ -185,6 +191,8 @@ class Engine(ContextManagement):
             modes=modes,
             token_budget=token_budget,
             compaction=compaction,
+            output_type=output_type,
+            output_retries=output_retries,
         )
         self._subscriber_buffer = subscriber_buffer
         self._toolsets = sets
@@ -193,64 +201,6 @@ class Engine(ContextManagement):
         d.subtask_host = _subcontexts.SubtaskRunner(self)
         if tracer_provider is not None:
             d.tracing = Tracing(tracer_provider)
-
-    # ------------------------------------------------------------------ settings
-    # (read from the one Settings object; see _settings)
-
-    @property
-    def llm(self) -> LLM | None:
-        return self._d.settings.llm
-
-    @llm.setter
-    def llm(self, llm: LLM | None) -> None:
-        d = self._d
-        d.settings = dataclasses.replace(d.settings, llm=llm)
-
-    @property
-    def tools(self) -> ToolRegistry:
-        return self._d.settings.tools
-
-    @property
-    def modes(self) -> tuple[Mode, ...]:
-        """The engine's modes (``chat`` first unless it was given one)."""
-        return tuple(self._d.settings.modes)
-
-    @property
-    def store(self) -> Store:
-        return self._d.settings.store
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return self._d.settings.retry_policy
-
-    @property
-    def max_iterations(self) -> int:
-        return self._d.settings.max_iterations
-
-    @property
-    def clock(self) -> Clock:
-        return self._d.settings.clock
-
-    @property
-    def enhancers(self) -> tuple[Enhancer, ...]:
-        return self._d.settings.enhancers
-
-    @property
-    def max_loaded(self) -> int:
-        return self._d.settings.max_loaded
-
-    @property
-    def max_loaded_messages(self) -> int:
-        return self._d.settings.max_loaded_messages
-
-    @property
-    def lease_ttl(self) -> float:
-        return self._d.settings.lease_ttl
-
-    @property
-    def owner(self) -> str:
-        """This engine's name on the leases it takes (one per Engine object)."""
-        return self._d.settings.owner
 
     @property
     def _machine(self) -> TurnMachine:
@@ -377,6 +327,9 @@ class Engine(ContextManagement):
         *,
         message_id: str | None = None,
         context: Sequence[InboundMessage] | None = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+        client_tools: ClientToolsArg = None,
     ) -> Turn:
         """A user (or frontend operator) message; runs the turn until the context rests.
 
@@ -386,8 +339,13 @@ class Engine(ContextManagement):
         knows it before the turn rests; an id the context already holds is
         refused with :class:`InvalidInput`. ``context`` (the conversation as the
         client holds it) is matched as in :meth:`send_request`, but for its answers.
+        ``output_type`` and ``output_retries`` replace the engine's for this turn
+        (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
         """
-        start = self._start_send(context_id, content, role, message_id, context)
+        out = turn_output(self._d.settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, self._d.settings.tools)
+        start = self._start_send(context_id, content, role, message_id, context, out, client)
         return await _subcontexts.surface(self, await self._d.run(context_id, start))
 
     def _start_send(
@@ -397,6 +355,8 @@ class Engine(ContextManagement):
         role: str,
         message_id: str | None,
         context: Sequence[InboundMessage] | None = None,
+        output: TurnOutput | None = None,
+        client: ClientTools | None = None,
     ) -> Start:
         """The checked arguments of :meth:`send` and :meth:`submit`, as the
         call's start."""
@@ -406,7 +366,9 @@ class Engine(ContextManagement):
         parts = check_content("content", content)
         if message_id is not None:
             check_id("message_id", message_id)
-        return _requests.send_start(self._d, parts, _INPUT_ROLES[role], message_id, context)
+        return _requests.send_start(
+            self._d, parts, _INPUT_ROLES[role], message_id, context, output, client
+        )
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
@@ -420,6 +382,8 @@ class Engine(ContextManagement):
         role: str = "user",
         *,
         message_id: str | None = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
     ) -> str:
         """Hand a user (or frontend operator) message's turn to a worker: commit
         the message and the ``user_message`` transition (what :meth:`send`
@@ -431,11 +395,12 @@ class Engine(ContextManagement):
         :class:`~turnfsm.engine.Worker` (``turnfsm worker``) on the same store
         claims it and resumes it from there (see ``docs/workers.md``). On
         PostgreSQL the commit also notifies the workers (``NOTIFY turnfsm_work``).
-        ``message_id`` names the message, as for :meth:`send`.
+        ``message_id``, ``output_type`` and ``output_retries`` as for :meth:`send`.
         A store that no worker can claim from (it has no ``claim_expired``: the
         memory and files stores) is refused with :class:`StoreError`.
         """
-        start = self._start_send(context_id, content, role, message_id)
+        out = turn_output(self._d.settings.outputs, output_type, output_retries)
+        start = self._start_send(context_id, content, role, message_id, None, out)
         d = self._d
         if not isinstance(d.settings.store, WorkQueue):
             raise StoreError(
@@ -560,13 +525,20 @@ class Engine(ContextManagement):
 
     # ------------------------------------------------------------------ request bodies
 
-    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+    async def send_request(
+        self,
+        body: Any,
+        context_id: str | None = None,
+        *,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+    ) -> Turn:
         """Answer a chat request body (the ``contextManagement`` body or the legacy
         ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
-        :class:`InvalidInput` names what is wrong with it).
-
-        With no ``context_id``, a new context is made (``create_context()``
-        defaults). The body's conversation context is laid over the active
+        :class:`InvalidInput` names what is wrong with it; an unknown key is
+        ignored and logged once). Without ``context_id``, a new context is made
+        (``create_context(frontend_operator_as="assistant")``, as the formats
+        show an operator). The body's conversation context is laid over the active
         branch (a client may resend its whole history): what the context does
         not hold yet is appended, then the current message, flagged current
         with the user's language and time zone, in the ``user_message`` step;
@@ -576,14 +548,17 @@ class Engine(ContextManagement):
         once); nothing is stored then (docs/server.md, "Resent histories").
         The view marks the current message and states the user's locale
         (:class:`~turnfsm.enhancers.CurrentMessageMarker`, ``UserLocale``).
+        ``output_type`` and ``output_retries`` as for :meth:`send`.
         """
-        request = parse_request(body)
+        request = parse_request(body, log=self._d.settings.log)
+        out = turn_output(self._d.settings.outputs, output_type, output_retries)
         if context_id is None:
-            context_id = await self.create_context()
+            context_id = await self.create_context(frontend_operator_as="assistant")
         else:
             check_id("context_id", context_id)
         d = self._d
-        return await d.run(context_id, functools.partial(_requests.start_request, d, request))
+        start = functools.partial(_requests.start_request, d, request, output=out)
+        return await d.run(context_id, start)
 
     # ------------------------------------------------------------------ reading messages
 

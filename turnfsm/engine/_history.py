@@ -195,6 +195,8 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         retry_at=p.retry_at,
         last_error=p.last_error,
         started_call_ids=ids,
+        output=p.output,
+        client=p.client,
     )
 
 

@@ -42,7 +42,7 @@ from ..model import (
     id_problem,
     title_problem,
 )
-from ..tools import ToolRegistry
+from ..tools import ToolRegistry, Toolset
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -59,6 +59,7 @@ __all__ = [
     "check_text",
     "check_title",
     "check_tools",
+    "check_toolsets",
 ]
 
 
@@ -246,3 +247,17 @@ def check_tools(where: str, tools: object, registry: ToolRegistry) -> list[str] 
         if name not in out:
             out.append(name)
     return out
+
+
+def check_toolsets(toolsets: Iterable[Toolset]) -> tuple[Toolset, ...]:
+    """``Engine(toolsets=...)``: a sequence of :class:`~turnfsm.tools.Toolset`."""
+    if isinstance(toolsets, str | bytes) or not isinstance(toolsets, Iterable):
+        raise InvalidInput("toolsets", "must be a sequence of toolsets")
+    sets = tuple(toolsets)
+    for i, toolset in enumerate(sets):
+        if not isinstance(toolset, Toolset):
+            raise InvalidInput(
+                f"toolsets[{i}]",
+                f"not a toolset (start, aclose, tools, on_change): {toolset!r}",
+            )
+    return sets

@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..errors import InvalidInput, NotAtRest, SubContextError
-from ..model import Branch, ChatConfig, ChatContext, ContentPart, SystemPrompt
+from ..model import (
+    Branch,
+    ChatConfig,
+    ChatContext,
+    ContentPart,
+    FrontendOperatorAs,
+    SystemPrompt,
+)
 from ..states import RESTING, State
 from . import _calls, _children, _subcontexts
 from ._api import EngineAPI
@@ -56,6 +63,7 @@ class ContextManagement:
         context_id: str | None = None,
         title: str | None = None,
         tools: Sequence[str] | None = None,
+        frontend_operator_as: FrontendOperatorAs | None = None,
     ) -> str:
         """Create and store a new context in ``Idle``; returns its id.
 
@@ -70,7 +78,10 @@ class ContextManagement:
         makes a child and runs its task in one call. ``tools`` is an allow-list
         of the engine's tool names (``None``: all of them; an unknown name is
         refused): the model is offered only those, and a call to another tool
-        gets an error result and never runs.
+        gets an error result and never runs. ``frontend_operator_as``
+        (``"user"`` or ``"assistant"``; ``None``: ``"user"``, not stored) is
+        the role the model sees a frontend operator's messages in
+        (``ChatConfig.frontend_operator_as``).
         """
         return await self._create(
             system_prompt=system_prompt,
@@ -85,6 +96,7 @@ class ContextManagement:
             title=title,
             tools=tools,
             subtask_call=None,
+            frontend_operator_as=frontend_operator_as,
         )
 
     async def _create(
@@ -103,10 +115,16 @@ class ContextManagement:
         tools: Sequence[str] | None,
         subtask_call: str | None,
         history: ChatConfig | None = None,
+        frontend_operator_as: FrontendOperatorAs | None = None,
     ) -> str:
         """Create a context (arguments checked here); ``history``: a config
         whose own history settings the new context takes (a sub-context takes
         its parent's)."""
+        if frontend_operator_as not in (None, "assistant", "user"):
+            raise InvalidInput(
+                "frontend_operator_as",
+                f"must be 'assistant', 'user' or None, not {frontend_operator_as!r}",
+            )
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
         self._d.settings.check_mode("mode", mode)
@@ -150,6 +168,7 @@ class ContextManagement:
                 tool_history=None if history is None else history.tool_history,
                 token_budget=None if history is None else history.token_budget,
                 compaction=None if history is None else history.compaction,
+                frontend_operator_as=frontend_operator_as,
             ),
             branches={"main": Branch(name="main", system_prompt=prompt, user_prompt=user_prompt)},
             created_at=now,

@@ -15,20 +15,25 @@ from ..model import (
     Role,
     TextPart,
     clean_text,
+    frontend_operator_as_assistant,
 )
 from ..states import Trigger
 from . import _history
 from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
+from ._client_view import turn_parameters
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
+from ._typed import shape_request
 
 __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
-    through every enhancer (EnhancerError when one raises, or
+    through every enhancer, then its frontend operator messages sent as
+    assistant messages when the context's ``frontend_operator_as`` says so
+    (EnhancerError when an enhancer raises, or
     :class:`~turnfsm.engine._modes.UnknownMode` when the engine does not know
     the context's mode)."""
     ctx = rt.ctx
@@ -62,7 +67,7 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         context_id=ctx.id,
         model=ctx.config.model_id,
         messages=messages,
-        parameters=ctx.config.parameters,
+        parameters=turn_parameters(ctx),
         attempt=p.attempt,
         iteration=p.iteration,
         request_cancel=rt.request_cancel,
@@ -86,6 +91,10 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
             raise EnhancerError(type(enhancer).__name__, exc) from exc
     if request.messages is rt.chat:
         request.messages = list(rt.chat)
+    if ctx.config.frontend_operator_as == "assistant":  # the role the context asks for
+        request.messages = frontend_operator_as_assistant(request.messages)
+    if p.output is not None:
+        shape_request(d, request, p.output)
     return request
 
 

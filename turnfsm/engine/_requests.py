@@ -9,11 +9,20 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ..adapters.inbound import InboundMessage, InboundRequest, said
 from ..errors import HistoryConflict, InvalidInput, SubContextError
-from ..model import ContentPart, InternalMessage, MessageNode, Role, TurnProgress
+from ..model import (
+    ClientTools,
+    ContentPart,
+    InternalMessage,
+    MessageNode,
+    Role,
+    TurnOutput,
+    TurnProgress,
+)
 from ..states import State, Trigger
 from . import _calls, _history
 from ._host import Host
 from ._runtime import Runtime, require
+from ._typed import ERRORS_KEY
 
 __all__ = ["new_context_messages", "send_start", "start_request", "start_send_after"]
 
@@ -25,6 +34,22 @@ def _said(node: MessageNode) -> tuple[Role, str] | None:
 def _client_id(node: MessageNode) -> str | None:
     found = node.message.metadata.extra.get("message_id")
     return found if isinstance(found, str) else None
+
+
+def _said_nodes(history: Sequence[MessageNode]) -> list[MessageNode]:
+    """The messages of ``history`` a body carries (:func:`_said`), less what a
+    client never got of a typed turn: each answer that did not match the
+    output type and the message that sent its errors back (``_typed``)."""
+    said: list[MessageNode] = []
+    for n in history:
+        if _said(n) is None:
+            continue
+        if ERRORS_KEY in n.message.metadata.extra and n.message.role is Role.USER:
+            if said and said[-1].message.role is Role.ASSISTANT:
+                said.pop()  # the answer whose errors it lists
+            continue
+        said.append(n)
+    return said
 
 
 def new_context_messages(
@@ -40,7 +65,8 @@ def new_context_messages(
 
     The body is laid over what the active branch *said* (its user, assistant,
     system and frontend operator messages with their text; tool messages, tool
-    calls with no text and summaries are not in a body), message for message:
+    calls with no text, summaries, and a typed turn's answers that were sent
+    back with their errors are not in a body), message for message:
 
     - It starts where its first message with a known id stands (a message is
       known by the id the client gave it, ``metadata.extra["message_id"]``,
@@ -62,7 +88,7 @@ def new_context_messages(
     ``where(i)`` names the body's ``i``-th message in an error.
     """
     ctx = rt.ctx
-    said = [n for n in ctx.history() if _said(n) is not None]
+    said = _said_nodes(ctx.history())
     body = list(enumerate(history))
     if not answers:  # the client's copies of turnfsm's answers are not compared
         said = [n for n in said if n.message.role is not Role.ASSISTANT]
@@ -125,7 +151,9 @@ def _paths(request: InboundRequest) -> tuple[Callable[[int], str], str]:
     ), "contextManagement.currentMessage"
 
 
-async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
+async def start_request(
+    d: Host, request: InboundRequest, rt: Runtime, *, output: TurnOutput | None = None
+) -> None:
     """The ``user_message`` trigger for a request body: the new context
     messages (:func:`new_context_messages`), then the current message (flagged
     ``current``, with the user's language and time zone), appended in the same
@@ -183,7 +211,7 @@ async def start_request(d: Host, request: InboundRequest, rt: Runtime) -> None:
         messages.append(last)
         for message in messages:
             _history.append(rt, message, d.settings.ids())
-    rt.ctx.progress = TurnProgress(iteration=1, attempt=1)
+    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output)
     d.fire(rt, Trigger.USER_MESSAGE)
 
 
@@ -193,16 +221,22 @@ def send_start(
     role: Role,
     message_id: str | None,
     context: Sequence[InboundMessage] | None,
+    output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> Callable[[Runtime], Awaitable[None]]:
     """The start of ``engine.send`` (its arguments checked): a plain send, or,
     with the client's ``context`` (checked here, before anything is loaded),
-    :func:`start_send_after`."""
+    :func:`start_send_after`. ``output`` is the turn's output type."""
     if not context:
-        return functools.partial(_calls.start_send, d, parts, role, message_id)
+        return functools.partial(
+            _calls.start_send, d, parts, role, message_id, output=output, client=client
+        )
     for i, m in enumerate(context):
         if not isinstance(m, InboundMessage):
             raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
-    return functools.partial(start_send_after, d, list(context), parts, role, message_id)
+    return functools.partial(
+        start_send_after, d, list(context), parts, role, message_id, output=output, client=client
+    )
 
 
 async def start_send_after(
@@ -212,6 +246,9 @@ async def start_send_after(
     role: Role,
     message_id: str | None,
     rt: Runtime,
+    *,
+    output: TurnOutput | None = None,
+    client: ClientTools | None = None,
 ) -> None:
     """:func:`~turnfsm.engine._calls.start_send` after the client's own copy of
     the conversation (``context``; its assistant messages, the client's copies
@@ -230,4 +267,4 @@ async def start_send_after(
         now = d.now()
         for m in fresh:
             _history.append(rt, m.to_message(now, {"request_context": True}), d.settings.ids())
-    await _calls.start_send(d, parts, role, message_id, rt)
+    await _calls.start_send(d, parts, role, message_id, rt, output=output, client=client)

@@ -12,6 +12,7 @@ from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgre
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
 from . import _history, _observe
+from ._client_view import is_client_call
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
@@ -20,9 +21,14 @@ __all__ = ["run_tools"]
 
 
 async def run_tools(d: Host, rt: Runtime) -> None:
-    """ExecutingTools: run the approved calls; one result per call, in the order asked."""
+    """ExecutingTools: run the approved calls; one result per call, in the order
+    asked. Calls of the client's tools are not run: once the others have their
+    results, they wait for the client (``client_calls``)."""
     ctx = rt.ctx
     calls = ctx.open_tool_calls()
+    for_client = any(is_client_call(c) for c in calls)
+    if for_client:
+        calls = [c for c in calls if not is_client_call(c)]
     to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
     ids = tuple(c.id for c in to_run)
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
@@ -64,7 +70,13 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         wait_for_subtasks(d, rt, calls, outcomes, waiting)
         return
     d.add_results(rt, calls, outcomes)
-    ctx.progress = TurnProgress(iteration=ctx.progress.iteration + 1, attempt=1)
+    if for_client:
+        hand_to_client(d, rt)
+        return
+    p = ctx.progress
+    ctx.progress = TurnProgress(
+        iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
+    )
     d.fire(rt, Trigger.TOOLS_DONE)
 
 
@@ -107,4 +119,14 @@ def wait_for_subtasks(
     d.fire(rt, Trigger.SUBTASK_WAITS)
     surfaced = [c for _, pending in waiting.values() for c in pending]
     d.later(rt, ToolApprovalRequested, calls=surfaced)
+    d.end_turn(rt)
+
+
+def hand_to_client(d: Host, rt: Runtime) -> None:
+    """ExecutingTools, once the engine's calls of the batch have their results:
+    the calls of the client's tools wait for the client (``client_calls``)."""
+    ctx = rt.ctx
+    ctx.progress = _history.started(ctx.progress, ())
+    rt.stop_reason = StopReason.CLIENT_TOOLS
+    d.fire(rt, Trigger.CLIENT_CALLS)
     d.end_turn(rt)

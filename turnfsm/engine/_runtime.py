@@ -10,7 +10,7 @@ from typing import Any, Final
 import anyio
 import anyio.lowlevel
 
-from ..errors import IllegalTransition
+from ..errors import IllegalTransition, OutputValidationError
 from ..events import Event
 from ..model import Branch, ChatContext, LLMRequest, MessageNode
 from ..states import ContextHolder, State, Trigger, next_state
@@ -117,6 +117,10 @@ class Runtime:
     stop_reason: StopReason | None = None
     request: LLMRequest | None = None
     answer: MessageNode | None = None
+    output: Any = None
+    """The running call's typed answer, once validated (``Turn.output``)."""
+    output_error: OutputValidationError | None = None
+    """Why the running call's typed answer failed, once the retries are spent."""
     partial: list[str] = field(default_factory=list)
     partial_id: str | None = None
     outbox: list[tuple[Callable[..., Event], int, float, dict[str, Any]]] = field(

@@ -37,11 +37,15 @@ from ..errors import InvalidInput
 from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
+from ._client_view import with_client_tools
 from ._clock import Clock, SystemClock
-from ._defaults import HOST, Ids, checked_id, default_logger
+from ._defaults import HOST, checked_id, default_logger
+from ._ids import ID_KINDS, IdKind, id_factory
 from ._inputs import check_count, check_name
 from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
+from ._output import DEFAULT_OUTPUT_RETRIES, Outputs
+from ._output import output_type as _output_type
 from ._retry import RetryPolicy
 
 __all__ = ["Settings", "View", "ViewPlan", "make_settings"]
@@ -95,6 +99,8 @@ class Settings:
     modes: Modes
     retry_policy: RetryPolicy
     max_iterations: int
+    limit_notice: bool
+    """Whether a turn stopped by ``max_iterations`` stores a notice saying so."""
     clock: Clock
     ids: Callable[[], str]
     log: Any
@@ -108,6 +114,8 @@ class Settings:
     plain: View
     """The engine's own enhancers and view plan (a context with no history
     settings of its own)."""
+    outputs: Outputs = field(default_factory=Outputs, compare=False, repr=False)
+    """The default output type and those the calls gave (see ``_output``)."""
     views: dict[_HistoryKey, View] = field(default_factory=dict, compare=False, repr=False)
     """The views made for the history overrides seen so far (see :meth:`view`);
     made again with the enhancers they come from (``with_tools``)."""
@@ -243,7 +251,7 @@ def _mode_enhancers(modes: Modes) -> list[Enhancer]:
     """The built-in enhancers after the tool history, the first two read the modes."""
     return [
         SystemPromptEnhancer(mode=modes.instructions),
-        ToolDefinitionsEnhancer(per_context=modes.definitions),
+        ToolDefinitionsEnhancer(per_context=with_client_tools(modes.definitions)),
         UserLocale(),
         CurrentMessageMarker(),
     ]
@@ -258,7 +266,8 @@ def make_settings(
     retry: RetryPolicy | None,
     max_iterations: int,
     clock: Clock | None,
-    ids: Callable[[], str] | None,
+    limit_notice: bool = True,
+    ids: Callable[[], str] | IdKind | None,
     tool_history_rounds: int | None,
     subscriber_buffer: int,
     max_loaded: int,
@@ -268,13 +277,21 @@ def make_settings(
     modes: Iterable[Mode],
     token_budget: TokenBudget | None,
     compaction: Compaction | None,
+    output_type: object = None,
+    output_retries: int = DEFAULT_OUTPUT_RETRIES,
 ) -> Settings:
     """Check ``Engine``'s arguments (the same names) and make its settings."""
     check_count("max_iterations", max_iterations, minimum=1)
+    if not isinstance(limit_notice, bool):
+        raise InvalidInput("limit_notice", f"must be True or False, not {limit_notice!r}")
     check_count("max_loaded", max_loaded, minimum=1)
     check_count("max_loaded_messages", max_loaded_messages, minimum=1)
     check_count("subscriber_buffer", subscriber_buffer, minimum=1)
     check_count("tool_history_rounds", tool_history_rounds, minimum=0, optional=True)
+    check_count("output_retries", output_retries, minimum=0)
+    outputs = Outputs(retries=output_retries)
+    if output_type is not None:
+        outputs.default = outputs.remember(_output_type(output_type))
     if token_budget is not None and not isinstance(token_budget, TokenBudget):
         raise InvalidInput(
             "token_budget",
@@ -302,8 +319,11 @@ def make_settings(
         callable(getattr(clock, "time", None)) and callable(getattr(clock, "sleep", None))
     ):
         raise InvalidInput("clock", f"must have time() and sleep(), not {clock!r}")
-    if ids is not None and not callable(ids):
-        raise InvalidInput("ids", f"must be a callable returning ids, not {ids!r}")
+    if ids is not None and not callable(ids) and ids not in ID_KINDS:
+        kinds = ", ".join(repr(k) for k in ID_KINDS)
+        raise InvalidInput(
+            "ids", f"must be one of {kinds} or a callable returning ids, not {ids!r}"
+        )
     if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float):
         raise InvalidInput("lease_ttl", f"must be a number of seconds, not {lease_ttl!r}")
     if not lease_ttl > 0 or lease_ttl == float("inf"):
@@ -336,8 +356,9 @@ def make_settings(
         modes=known_modes,
         retry_policy=retry or RetryPolicy(),
         max_iterations=max_iterations,
+        limit_notice=limit_notice,
         clock=clock or SystemClock(),
-        ids=Ids() if ids is None else functools.partial(checked_id, ids),
+        ids=_ids(ids),
         log=logger if logger is not None else default_logger(),
         max_loaded=max_loaded,
         max_loaded_messages=max_loaded_messages,
@@ -346,4 +367,15 @@ def make_settings(
         subscriber_buffer=subscriber_buffer,
         view_plan=plan,
         plain=View(chain, len(builtin), plan),
+        outputs=outputs,
     )
+
+
+def _ids(ids: Callable[[], str] | IdKind | None) -> Callable[[], str]:
+    """The engine's id factory: UUIDv7 by default, the kind named, or the
+    application's factory, each of whose ids is checked."""
+    if ids is None:
+        return id_factory("uuid7")
+    if isinstance(ids, str):
+        return id_factory(ids)
+    return functools.partial(checked_id, ids)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
+from ..errors import OutputValidationError
 from ..model import InternalMessage, Role, ToolCallRequest, detached
 from ..states import State
 
@@ -33,6 +34,9 @@ class StopReason(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     """At least one tool call waits for a human decision (an approval, or the
     answer to a question: see :attr:`Turn.questions`)."""
+    CLIENT_TOOLS = "client_tools"
+    """The model called tools the client runs: :attr:`Turn.client_tool_calls`
+    wait for their results (``Engine.submit_results``)."""
     FAILED = "failed"
     """A permanent error, or transient errors past ``max_attempts``."""
     CANCELLED = "cancelled"
@@ -83,6 +87,19 @@ class Turn:
     pending_tool_calls: tuple[ToolCallRequest, ...]
     error: str | None = None
     questions: tuple[Question, ...] = ()
+    output: Any = None
+    """The turn's typed answer, validated: an instance of the output type's
+    model or dataclass, the Python value of another type, the decoded JSON
+    of a JSON Schema (docs/structured-output.md). None when the call had no
+    output type or did not end in a valid answer."""
+    output_error: OutputValidationError | None = None
+    """Why the answer did not match the output type once the output retries
+    were spent (the turn is in PermanentFailure; ``error`` says the same)."""
+    client_tool_calls: tuple[ToolCallRequest, ...] = ()
+    """The calls of client tools waiting for the caller's results (see
+    ``Engine.submit_results``); not among ``pending_tool_calls``. The engine's
+    calls of the same batch come first: while some wait for a human, these
+    wait too, until the human's decisions let them run (docs/client-tools.md)."""
 
     @property
     def text(self) -> str:

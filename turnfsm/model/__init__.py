@@ -2,13 +2,16 @@
 through :mod:`turnfsm.records`), no I/O, imports nothing else of turnfsm."""
 
 from ._chat_format import (
+    FRONTEND_OPERATOR_NAME,
     RESPONSES_KEY,
     append_chat,
+    frontend_operator_as_assistant,
     to_chat_message,
     to_chat_messages,
     tool_result_content,
 )
 from ._context import (
+    CLIENT_CALL,
     SCHEMA_VERSION,
     SUBTASK_RESUMED,
     SUBTASK_WAITING,
@@ -16,8 +19,12 @@ from ._context import (
     Branch,
     ChatConfig,
     ChatContext,
+    ClientTool,
+    ClientTools,
+    FrontendOperatorAs,
     HistoryOverride,
     SystemPrompt,
+    TurnOutput,
     TurnProgress,
 )
 from ._detach import detached
@@ -49,6 +56,7 @@ from ._llm import (
     provider_usage,
 )
 from ._message import (
+    NOTICE_KEY,
     OPENAI_PROVIDER,
     ApprovalStatus,
     ContentPart,
@@ -67,10 +75,13 @@ from ._message import (
 )
 
 __all__ = [
+    "CLIENT_CALL",
+    "FRONTEND_OPERATOR_NAME",
     "MAX_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_TITLE_LENGTH",
+    "NOTICE_KEY",
     "OPENAI_PROVIDER",
     "RESPONSES_KEY",
     "SCHEMA_VERSION",
@@ -81,8 +92,11 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "ClientTool",
+    "ClientTools",
     "ContentPart",
     "FilePart",
+    "FrontendOperatorAs",
     "HistoryOverride",
     "ImagePart",
     "InternalMessage",
@@ -107,6 +121,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallRequest",
     "ToolCallResult",
+    "TurnOutput",
     "TurnProgress",
     "append_chat",
     "check_json",
@@ -114,6 +129,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "detached",
+    "frontend_operator_as_assistant",
     "has_lone_surrogate",
     "id_problem",
     "provider_usage",

@@ -22,8 +22,10 @@ from ._message import (
 )
 
 __all__ = [
+    "FRONTEND_OPERATOR_NAME",
     "RESPONSES_KEY",
     "append_chat",
+    "frontend_operator_as_assistant",
     "to_chat_message",
     "to_chat_messages",
     "tool_result_content",
@@ -74,6 +76,9 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 _encode_result = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str))
 _encode_arguments = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")))
 _ROLE_NAME = {role: role.value for role in Role}
+
+FRONTEND_OPERATOR_NAME = "frontend_operator"
+"""The ``name`` of the ``user`` message a frontend operator speaks in."""
 
 
 def _reasoning_json(item: ReasoningItem) -> dict[str, Any]:
@@ -185,7 +190,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
             out[RESPONSES_KEY] = extra
         return out
     if role is Role.FRONTEND_OPERATOR:
-        return {"role": "user", "name": "frontend_operator", "content": _content(msg)}
+        return {"role": "user", "name": FRONTEND_OPERATOR_NAME, "content": _content(msg)}
     return {"role": _ROLE_NAME[role], "content": _content(msg)}
 
 
@@ -235,3 +240,26 @@ def append_chat(chat: list[dict[str, Any]], item: dict[str, Any]) -> None:
     while at > start and order.get(chat[at - 1].get("tool_call_id"), -1) > rank:
         at -= 1
     chat.insert(at, item)
+
+
+def frontend_operator_as_assistant(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chat-format list with each frontend operator message (a ``user``
+    message named ``frontend_operator``) sent as an ``assistant`` message of
+    the same text, as the request formats send the operator's message; a new
+    list (the one given is left as it is) when there is one, else the same.
+
+    An operator message with more than text (an image, a file) stays a named
+    user message: an assistant message cannot carry them."""
+    out: list[dict[str, Any]] | None = None
+    for i, m in enumerate(messages):
+        if m.get("name") != FRONTEND_OPERATOR_NAME or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                continue
+            content = "".join(str(p.get("text", "")) for p in content)
+        if out is None:
+            out = list(messages)
+        out[i] = {"role": "assistant", "content": content}
+    return messages if out is None else out

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field
 from ._message import ApprovalStatus, MessageNode, Role, ToolCallRequest
 
 __all__ = [
+    "CLIENT_CALL",
     "SCHEMA_VERSION",
     "SUBTASK_RESUMED",
     "SUBTASK_WAITING",
@@ -19,8 +20,12 @@ __all__ = [
     "Branch",
     "ChatConfig",
     "ChatContext",
+    "ClientTool",
+    "ClientTools",
+    "FrontendOperatorAs",
     "HistoryOverride",
     "SystemPrompt",
+    "TurnOutput",
     "TurnProgress",
 ]
 
@@ -35,6 +40,9 @@ finished sub-context on its parent: ``{"child_id": ..., "message_ids": [...],
 SUBTASK_WAITING = "waiting for sub-context "
 """The ``reason`` of a parent's sub-task tool call while the child (its id
 follows) waits for a human: the call is pending again (``subtask_waits``)."""
+CLIENT_CALL = "run by the client"
+"""The ``reason`` of a call of one of the client's tools (approved by
+``system``): the client runs it and gives its result (docs/client-tools.md)."""
 SUBTASK_RESUMED = "resumed: sub-context "
 """The ``reason`` of such a call once its child no longer waits and the call
 runs again (the child's id follows)."""
@@ -79,6 +87,11 @@ HistoryOverride = Annotated[int, Field(ge=0)] | Literal["off"] | None
 context, whatever the engine's), or ``None`` (the engine's setting)."""
 
 
+FrontendOperatorAs = Literal["assistant", "user"]
+"""How a context's frontend operator messages are sent to the model
+(``ChatConfig.frontend_operator_as``)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ChatConfig:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -108,6 +121,68 @@ class ChatConfig:
     compaction: Annotated[HistoryOverride, Field(exclude_if=_is_none)] = None
     """This context's compaction threshold in tokens (``"off"``: none) instead
     of the engine's ``compaction``."""
+    frontend_operator_as: Annotated[FrontendOperatorAs | None, Field(exclude_if=_is_none)] = None
+    """The role the model sees a frontend operator's message in: ``"user"``
+    (a user message named ``frontend_operator``; ``None`` means it too) or
+    ``"assistant"`` (an assistant message, as the request formats send one;
+    see docs/server.md, "The frontend operator's messages"). Stored history
+    keeps the ``frontend_operator`` role either way."""
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class TurnOutput:
+    """The output type of the running turn, as its JSON Schema (see
+    docs/structured-output.md): ``name``, ``schema`` and ``digest`` as in
+    :class:`~turnfsm.model.OutputSpec`; ``retries`` is how many answers that do
+    not match it are sent back with their errors before the turn fails;
+    ``invalid`` counts those sent back so far."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    name: str
+    schema: dict[str, Any]
+    digest: str
+    strict: bool = True
+    retries: int = 1
+    invalid: int = 0
+
+
+def _is_empty(value: object) -> bool:
+    return not value
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ClientTool:
+    """A tool the client runs: the model is offered it beside the engine's
+    tools, and a call of it is handed back to the caller instead of run
+    (docs/client-tools.md). ``parameters`` is its JSON Schema."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    name: str
+    description: Annotated[str, Field(exclude_if=_is_empty)] = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: Annotated[bool | None, Field(exclude_if=_is_none)] = None
+
+    def definition(self) -> dict[str, Any]:
+        """The tool in the OpenAI ``tools`` format the model is offered."""
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        if self.strict is not None:
+            function["strict"] = self.strict
+        return {"type": "function", "function": function}
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ClientTools:
+    """The client's tools of one turn, and how the model may call tools:
+    ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or
+    ``{"type": "function", "function": {"name": ...}}``) and
+    ``parallel_tool_calls``, sent as the request's parameters when set."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+    tools: tuple[ClientTool, ...] = ()
+    tool_choice: Annotated[str | dict[str, Any] | None, Field(exclude_if=_is_none)] = None
+    parallel_tool_calls: Annotated[bool | None, Field(exclude_if=_is_none)] = None
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -117,8 +192,10 @@ class TurnProgress:
     ``iteration`` counts LLM calls for the current user message; ``attempt``
     counts attempts of the current LLM call. ``retry_at`` is the clock time at
     which a pending retry is due. ``started_call_ids`` are tool calls whose
-    attempt was recorded before they ran. Frozen: the engine replaces it when
-    it changes, so a store may keep the object it was given.
+    attempt was recorded before they ran. ``client`` are the tools the
+    client runs, declared with the turn's message (kept until the next one).
+    Frozen: the engine replaces it when it changes, so a store may keep the
+    object it was given.
     """
 
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -127,6 +204,11 @@ class TurnProgress:
     retry_at: float | None = None
     last_error: str | None = None
     started_call_ids: tuple[str, ...] = ()
+    output: Annotated[TurnOutput | None, Field(exclude_if=_is_none)] = None
+    """The turn's output type (None: its answer is any text). Kept from the
+    turn's start to its end, so that it holds across a rest at
+    AwaitingToolApproval, an unload and a crash."""
+    client: Annotated[ClientTools | None, Field(exclude_if=_is_none)] = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -11,6 +11,7 @@ and gives the same guarantee: changing the copy cannot change the original.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -142,6 +143,7 @@ def _config(c: ChatConfig) -> ChatConfig:
         tool_history=c.tool_history,
         token_budget=c.token_budget,
         compaction=c.compaction,
+        frontend_operator_as=c.frontend_operator_as,
     )
 
 
@@ -159,8 +161,17 @@ def _context(c: ChatContext) -> ChatContext:
         updated_at=c.updated_at,
         version=c.version,
         event_seq=c.event_seq,
-        progress=c.progress,  # frozen, and its one sequence is a tuple
+        progress=_progress(c.progress),
     )
+
+
+def _progress(p: TurnProgress) -> TurnProgress:
+    """Frozen, and its one sequence is a tuple: shared, but for an output
+    type's schema (a dict), which is copied."""
+    out = p.output
+    if out is None:
+        return p
+    return dataclasses.replace(p, output=dataclasses.replace(out, schema=_json(out.schema)))
 
 
 def _same(value: T) -> T:
@@ -185,7 +196,7 @@ _COPIERS: dict[type, Callable[[Any], Any]] = {
     ImagePart: _same,
     FilePart: _same,
     SystemPrompt: _same,
-    TurnProgress: _same,
+    TurnProgress: _progress,
 }
 
 

@@ -20,6 +20,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 __all__ = [
+    "NOTICE_KEY",
     "OPENAI_PROVIDER",
     "ApprovalStatus",
     "ContentPart",
@@ -57,6 +58,13 @@ def _is_openai(value: object) -> bool:
 def _is_zero(value: object) -> bool:
     return value == 0
 
+
+NOTICE_KEY = "notice"
+"""The key, in an assistant message's ``metadata.extra``, that marks a
+*notice*: a message the engine wrote, not the model, saying why a turn
+stopped; its value names the stop (``"max_iterations"``). A notice is sent to
+the model as the assistant's own text, never as a user's or a system
+instruction (see :attr:`InternalMessage.notice`)."""
 
 OPENAI_PROVIDER = "openai"
 """The provider of a :class:`ReasoningItem` stored without one: the OpenAI
@@ -342,6 +350,16 @@ class InternalMessage:
     def text(self) -> str:
         """The concatenated text parts."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def notice(self) -> str | None:
+        """For a notice the engine wrote (``metadata.extra[NOTICE_KEY]`` on an
+        assistant message), the stop it tells of (``"max_iterations"``);
+        ``None`` for every other message."""
+        if self.role is not Role.ASSISTANT:
+            return None
+        value = self.metadata.extra.get(NOTICE_KEY)
+        return value if isinstance(value, str) else None
 
     @property
     def outcome(self) -> str | None:

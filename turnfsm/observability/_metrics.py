@@ -28,8 +28,8 @@ from prometheus_client import (
 )
 
 from ..engine import Engine, Turn, Watch
-from ..model import MessageNode, ToolCallRequest
-from ..states import RESTING, State
+from ..model import MessageNode, Role, ToolCallRequest
+from ..states import RESTING, State, Trigger
 from ..tools import ToolOutcome
 
 __all__ = ["CONTENT_TYPE", "EngineMetrics"]
@@ -40,6 +40,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _RESTING = frozenset(s.value for s in RESTING)
 OTHER = "_other"
+_REQUEST_FORMATS = frozenset({"context_management", "legacy"})
+_SPEAKERS = (Role.USER, Role.FRONTEND_OPERATOR)
 
 
 class _Bounded:
@@ -73,7 +75,8 @@ class EngineMetrics:
         self.models = _Bounded(max_label_values)
         self.tools = _Bounded(max_label_values)
         self.waiting: set[str] = set()
-        """Contexts whose last call in this process ended at AwaitingToolApproval."""
+        """Contexts whose last call in this process ended at AwaitingToolApproval
+        with calls for a human to decide."""
         self.turns_started = Counter(
             "turnfsm_turns_started",
             "Engine calls started, by call (send, submit, approve, claim, ...)",
@@ -137,6 +140,13 @@ class EngineMetrics:
             "turnfsm_worker_takeovers",
             "Claimed contexts that another owner had left mid-turn (its lease expired, "
             "or it handed the turn back as it stopped), rather than freshly submitted",
+            registry=r,
+        )
+        self.request_formats = Counter(
+            "turnfsm_request_format",
+            "Request bodies answered (send_request, POST /api/chat), by format "
+            "(context_management, legacy)",
+            ["format"],
             registry=r,
         )
         self.stream_clients = Gauge(
@@ -227,6 +237,20 @@ def _max_loaded_messages(engine: Engine) -> int:
     return engine.max_loaded_messages
 
 
+def _request_format(rt: Any) -> str:
+    """The format of the request body a ``send_request`` call answers: that of
+    its current message (``metadata.extra["request_format"]``), the branch's
+    newest user or frontend operator message; ``unknown`` for one stored
+    without it."""
+    pool = rt.ctx.message_pool
+    for mid in reversed(rt.ctx.active_branch.message_ids):
+        message = pool[mid].message
+        if message.role in _SPEAKERS:
+            found = message.metadata.extra.get("request_format")
+            return found if found in _REQUEST_FORMATS else "unknown"
+    return "unknown"
+
+
 class _CallMetrics(Watch):
     """The metrics of one call (a :class:`~turnfsm.engine.Watch`)."""
 
@@ -251,6 +275,8 @@ class _CallMetrics(Watch):
 
     def transition(self, rt: Any, source: str, trigger: str, dest: str) -> None:
         now = time.perf_counter()
+        if self.call == "send_request" and trigger == Trigger.USER_MESSAGE:
+            self.m.request_formats.labels(_request_format(rt)).inc()
         source = str(source)
         if source not in _RESTING and self.state == source:
             self.m.state_seconds.labels(source).observe(now - self.state_at)
@@ -308,7 +334,8 @@ class _CallMetrics(Watch):
             return
         stop = turn.stop_reason.value if turn.stop_reason is not None else "none"
         m.turns_finished.labels(self.call, stop).inc()
-        if turn.state is State.AWAITING_TOOL_APPROVAL:
+        if turn.state is State.AWAITING_TOOL_APPROVAL and turn.pending_tool_calls:
+            # (calls of the client's tools alone wait for the client, not a human)
             m.waiting.add(context_id)
         else:
             m.waiting.discard(context_id)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ..audit import AuditRecord
 from ..errors import RenderError
-from ..model import ApprovalStatus, MessageNode, Role, ToolCallRequest
+from ..model import CLIENT_CALL, ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ..states import State, Trigger
 
 __all__ = [
@@ -330,12 +330,24 @@ def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
             *_tool_runs(rec, book),
             _call_to("engine", "approver", "a sub-task waits for a decision"),
         ]
+    if trig == T.CLIENT_CALLS:
+        handed = [c.id for c in book.batch_calls(rec) if c.reason == CLIENT_CALL]
+        return [
+            *_tool_runs(rec, book),
+            _reply("engine", "user", _text(f"{', '.join(handed)} handed to the client")),
+        ]
     if trig == T.TURN_COMPLETE:
         out = _closed(book, rec, "not executed")
         if rec.tool_results:  # the iteration limit: the last answer asked for tools
             answer = "stopped: the limit of LLM calls was reached"
         out.append(_reply("engine", "user", _text(answer) if answer else "turn complete"))
         return out
+    if trig == T.OUTPUT_INVALID:
+        return [
+            _call_to("engine", "LLM", "the answer does not match the output type: errors sent back")
+        ]
+    if trig == T.OUTPUT_FAILED:
+        return [_reply("engine", "user", "failed: the answer does not match the output type")]
     if trig == T.LLM_FAILED_TRANSIENT:
         return [_failed("LLM", "engine", "transient error")]
     if trig == T.LLM_FAILED_PERMANENT:

@@ -25,6 +25,7 @@ import anyio
 
 from ..engine import UNSET, Engine, FinalAnswer, LLMSummarizer, Mode, Turn, Unset
 from ..errors import LLMError, ToolDefinitionError, TurnFSMError
+from ..events import Event, MessageCompleted
 from ..model import (
     ChatConfig,
     LLMChunk,
@@ -176,6 +177,8 @@ class Recorder:
         self._engine: Engine | None = None
         self._cid: str | None = None
         self._config: dict[str, Any] = {}
+        self._noticed = False
+        """Whether a turn stopped at the iteration limit stored its notice."""
 
     def _wrap(self, inner: Tool) -> Tool:
         steps = self._steps
@@ -218,6 +221,7 @@ class Recorder:
     ) -> str:
         """Create the context to record in; returns its id."""
         self._engine = engine
+        engine.tap(self._seen)
         model = model or self.model
         self._cid = await engine.create_context(
             system_prompt=system_prompt, model=model, parameters=parameters, mode=mode
@@ -232,6 +236,10 @@ class Recorder:
         self._config["max_iterations"] = engine.max_iterations
         self._config["retry"] = {"max_attempts": engine.retry_policy.max_attempts}
         return self._cid
+
+    def _seen(self, event: Event) -> None:
+        if isinstance(event, MessageCompleted) and event.message.notice is not None:
+            self._noticed = True
 
     def _target(self) -> tuple[Engine, str]:
         if self._engine is None or self._cid is None:
@@ -345,7 +353,8 @@ class Recorder:
         return {
             "format": FORMAT,
             "name": self.name,
-            "config": self._config,
+            # a script stores no notice unless asked to: asked when one was stored
+            "config": {**self._config, **({"limit_notice": True} if self._noticed else {})},
             "tools": tools,
             **({"modes": [m.to_json() for m in engine.modes]} if modes else {}),
             "steps": list(self._steps),

@@ -373,6 +373,7 @@ def build_engine(
         store=store,
         retry=retry,
         max_iterations=cfg.max_iterations,
+        limit_notice=cfg.limit_notice,
         clock=FakeClock(),
         ids=ids if ids is not None else SequentialIds(),
         tool_history_rounds=cfg.tool_history_rounds,
@@ -380,6 +381,8 @@ def build_engine(
         subscriber_buffer=1 << 30,
         logger=_QUIET,
         modes=script.modes,
+        output_type=cfg.output_type,
+        output_retries=cfg.output_retries,
     )
 
 

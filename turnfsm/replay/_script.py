@@ -24,7 +24,8 @@ from pydantic import (
 
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
 from ..engine import Mode
-from ..errors import InvalidInput, TurnFSMError
+from ..engine._output import schema_output
+from ..errors import InvalidInput, OutputTypeError, TurnFSMError
 from ..model import MessageType
 from ..states import State
 
@@ -107,9 +108,26 @@ class ScriptConfig(BaseModel):
     mode: str = "chat"
     parameters: dict[str, Any] = Field(default_factory=dict)
     max_iterations: int = Field(default=20, ge=1)
+    limit_notice: bool = False
+    """Whether a turn stopped by ``max_iterations`` stores its notice: off in
+    scripts unless asked for, so that scripts written before the notice
+    replay as they were recorded."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     tool_history_rounds: int | None = Field(default=None, ge=0)
     compaction: CompactionConfig | None = None
+    output_type: dict[str, Any] | None = None
+    """A JSON Schema every answer must match (docs/structured-output.md)."""
+    output_retries: int = Field(default=1, ge=0)
+
+    @field_validator("output_type")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                schema_output(value, "output_type")
+            except OutputTypeError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class ScriptSubtask(BaseModel):

@@ -212,7 +212,17 @@ async def get_message(hub: HubOf, context_id: Owned, message_id: str) -> Message
     response_model=None,
 )
 async def send_message(hub: HubOf, context_id: Owned, body: MessageIn, wait: Wait = False) -> Any:
-    return answered(await post_message(hub, context_id, body.content, body.role, wait=wait))
+    return answered(
+        await post_message(
+            hub,
+            context_id,
+            body.content,
+            body.role,
+            wait=wait,
+            output_schema=body.output_schema,
+            output_retries=body.output_retries,
+        )
+    )
 
 
 # ---------------------------------------------------------------------- calls on a turn

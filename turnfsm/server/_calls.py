@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..engine import Turn
+from ..engine._output import schema_output
 from ..storage import ContextSummary
 from ._handoff import wait_for_rest
 from ._hub import Hub, Job
@@ -101,13 +102,28 @@ async def run_call(hub: Hub, context_id: str, fn: Call, wait: bool) -> Turn | Ac
 
 
 async def post_message(
-    hub: Hub, context_id: str, content: str, role: str = "user", *, wait: bool = False
+    hub: Hub,
+    context_id: str,
+    content: str,
+    role: str = "user",
+    *,
+    wait: bool = False,
+    output_schema: dict[str, Any] | None = None,
+    output_retries: int | None = None,
 ) -> Turn | AcceptedOut:
     """A message on the context: its turn run here, or on the workers
-    (``ServerConfig.turns``); the Turn with ``wait``, else what to answer."""
+    (``ServerConfig.turns``); the Turn with ``wait``, else what to answer.
+    ``output_schema`` (a JSON Schema, checked here: a bad one is an
+    ``InvalidInput`` naming its path, before anything runs) is the turn's
+    output type; without one the engine's own applies."""
     engine = hub.engine
+    typed: dict[str, Any] = {}
+    if output_schema is not None:
+        typed["output_type"] = schema_output(output_schema, "body.output_schema")
+    if output_retries is not None:
+        typed["output_retries"] = output_retries
     if hub.config.turns == "workers":  # committed here, run by a worker (docs/workers.md)
-        submitted = await engine.submit(context_id, content, role)
+        submitted = await engine.submit(context_id, content, role, **typed)
         if wait:
             return await wait_for_rest(engine, context_id, submitted)
         handed = "ProcessingUserMessage"  # what submit committed; a worker goes on
@@ -116,7 +132,7 @@ async def post_message(
     mid = engine.new_id()
     job = await hub.launch(
         context_id,
-        lambda: engine.send(context_id, content, role, message_id=mid),
+        lambda: engine.send(context_id, content, role, message_id=mid, **typed),
         wait=wait,
     )
     if wait and job.turn is not None:

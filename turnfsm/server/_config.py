@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..model import FrontendOperatorAs
 from ._limits import DEFAULT_MAX_TURNS_PER_TENANT
 
 __all__ = ["DEFAULT_MAX_BODY", "ServerConfig"]
@@ -43,3 +44,9 @@ class ServerConfig:
     ``TemporalEngine``, whose turn calls are Temporal Updates; no
     ``recover()`` on start, and running calls are not cancelled on shutdown:
     their turns go on without this server)."""
+    frontend_operator_as: FrontendOperatorAs = "assistant"
+    """The role the model sees a frontend operator's message in, for a context
+    made by ``POST /api/chat`` (``ChatConfig.frontend_operator_as``):
+    ``"assistant"``, as the request formats send it, or ``"user"``. Contexts
+    made any other way keep ``"user"``. ``turnfsm serve --frontend-operator-as``
+    sets it."""

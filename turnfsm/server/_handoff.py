@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 
 from ..engine import Engine, Turn
+from ..engine._output import OutputInvalid, schema_output, unfenced
+from ..model import Role
 from ..states import RESTING, State
 from ..storage._base import ContextHeads
 
@@ -21,7 +25,8 @@ async def wait_for_rest(engine: Engine, context_id: str, message_id: str) -> Tur
     """Wait until the context rests, then the turn that started with
     ``message_id`` as a :class:`Turn`: its states (the transitions committed
     since that message's ``user_message``), the messages from it on, the
-    pending calls and the error. ``stop_reason`` is not stored, so it is None.
+    pending calls, the error, and a typed turn's output (validated again by
+    the stored schema: its JSON). ``stop_reason`` is not stored, so it is None.
 
     While the worker runs the turn, each look reads only the context's state
     (:class:`~turnfsm.storage._base.ContextHeads`: one row), never the whole
@@ -45,6 +50,13 @@ async def wait_for_rest(engine: Engine, context_id: str, message_id: str) -> Tur
     nodes = [ctx.message_pool[i] for i in ids[at:]]
     state = State(ctx.current_state)
     pending = tuple(ctx.pending_tool_calls()) if state is State.AWAITING_TOOL_APPROVAL else ()
+    output = None
+    typed = ctx.progress.output
+    if typed is not None and state is State.IDLE and nodes:  # a typed turn that completed
+        last = nodes[-1].message
+        if last.role is Role.ASSISTANT and "output" in last.metadata.extra:
+            with contextlib.suppress(OutputInvalid):  # a refusal, a cut answer: none
+                output = schema_output(typed.schema).validate(unfenced(last.text))
     return Turn(
         context_id=context_id,
         state=state,
@@ -54,4 +66,5 @@ async def wait_for_rest(engine: Engine, context_id: str, message_id: str) -> Tur
         message_ids=tuple(n.id for n in nodes),
         pending_tool_calls=pending,
         error=ctx.progress.last_error if state is State.PERMANENT_FAILURE else None,
+        output=output,
     )

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 from ..engine import Turn
 from ..model import InternalMessage, MessageNode, ToolCallRequest
@@ -183,6 +184,15 @@ class MessageIn(BaseModel):
     model_config = _STRICT
     content: str
     role: Literal["user", "frontend_operator"] = "user"
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="a JSON Schema the turn's final answer must match (docs/structured-output.md)",
+    )
+    output_retries: int | None = Field(
+        default=None,
+        ge=0,
+        description="answers that miss output_schema sent back with their errors (default 1)",
+    )
 
 
 class MessagePage(BaseModel):
@@ -211,6 +221,10 @@ class TurnOut(BaseModel):
     pending_tool_calls: list[ToolCallRequest]
     questions: list[QuestionOut]
     error: str | None
+    output: Any = Field(
+        default=None,
+        description="the typed answer, validated (null: no output_schema, or no valid answer)",
+    )
 
     @classmethod
     def of(cls, turn: Turn) -> TurnOut:
@@ -233,6 +247,7 @@ class TurnOut(BaseModel):
                 for q in turn.questions
             ],
             error=turn.error,
+            output=None if turn.output is None else to_jsonable_python(turn.output),
         )
 
 

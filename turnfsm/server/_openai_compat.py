@@ -8,16 +8,19 @@ last one, a ``user`` message, is sent. With the header, the named context (of
 the same tenant) is continued: the earlier messages are matched, by content
 and position, against what the context holds (what it does not hold yet is
 appended, a disagreement is a ``409 history_conflict`` with nothing stored),
-and the last message is sent. Tools run
-server-side under their approval policies; a turn that stops for a human ends
-the completion with a note naming the pending calls, and the context is
-resumed through ``/api``. Every answer carries the context id in the
+and the last message is sent. The server's tools run server-side under their
+approval policies; a turn that stops for a human ends the completion with a
+note naming the pending calls, and the context is resumed through ``/api``.
+The request's ``tools`` are the client's: a call of one is answered as
+``tool_calls``, and the next request, ending with the ``tool`` messages, gives
+their results (``_openai_tools``). Every answer carries the context id in the
 ``x-turnfsm-context-id`` header (and in the ``turnfsm`` field of the body), and
 ``usage``: the tokens the model reported for the turn's LLM calls, summed. The
 request's ``user`` becomes the context's model parameter ``user``.
 """
 
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -31,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..adapters.inbound import InboundMessage, said_by
 from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
+from ..engine._output import TypedOutput
 from ..errors import InvalidInput
 from ..events import ContentDelta, Event
 from ..model import TokenUsage
@@ -39,6 +43,16 @@ from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._errors import ApiError
 from ._hub import Hub, Job
+from ._openai_output import output_of
+from ._openai_tools import (
+    Continuation,
+    client_tools_of,
+    continuation,
+    find_waiting,
+    handed_out,
+    tool_call_deltas,
+    tool_calls_out,
+)
 from ._sse import json_frame, sse_frame
 
 __all__ = ["CONTEXT_HEADER", "MODEL_ID", "router"]
@@ -60,8 +74,9 @@ class StreamOptions(BaseModel):
 
 class ChatCompletionIn(BaseModel):
     """The fields of an OpenAI Chat Completions request this server reads; the
-    others (``temperature``, ``tools``, ...) are accepted and ignored: the
-    context's own configuration and the server's tools apply."""
+    others (``temperature``, ...) are accepted and ignored: the context's own
+    configuration applies. ``tools`` are tools the client runs, beside the
+    server's (checked by ``_openai_tools.client_tools_of``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -72,6 +87,12 @@ class ChatCompletionIn(BaseModel):
     user: str | None = Field(default=None, min_length=1, max_length=MAX_USER_LENGTH)
     """The end user's id: kept as the context's model parameter ``user`` (see
     ``docs/server.md``)."""
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    response_format: Any = None
+    """``json_schema`` or ``json_object``: the answer's type (checked by
+    ``_openai_output.output_of``); ``text`` or none: any text."""
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -111,8 +132,17 @@ def _note(turn: Turn) -> str:
     return f"\n\n[turnfsm: waiting for a human on {calls}; {how}]"
 
 
+def _content(turn: Turn, typed: TypedOutput | None) -> str:
+    """The completion's text: with a ``response_format`` that asked for a type,
+    the validated answer as JSON (not the model's text, which may have had a
+    code fence around it), else the answer and the note of what waits."""
+    if typed is not None and turn.output is not None:
+        return json.dumps(turn.output, ensure_ascii=False)
+    return turn.text + _note(turn)
+
+
 def _extra(turn: Turn) -> dict[str, Any]:
-    return {
+    extra = {
         "context_id": turn.context_id,
         "state": str(turn.state),
         "pending_tool_calls": [
@@ -120,6 +150,12 @@ def _extra(turn: Turn) -> dict[str, Any]:
             for c in turn.pending_tool_calls
         ],
     }
+    if turn.client_tool_calls:
+        extra["client_tool_calls"] = [
+            {"id": c.id, "tool_name": c.tool_name, "arguments": c.arguments}
+            for c in turn.client_tool_calls
+        ]
+    return extra
 
 
 def _usage(turn: Turn) -> dict[str, int] | None:
@@ -204,6 +240,23 @@ async def _context_for(
     return cid, text, []
 
 
+async def _continued(
+    hub: Hub, body: ChatCompletionIn, who: str, given: str | None, cont: Continuation
+) -> tuple[str, list[InboundMessage]]:
+    """The context a request with tool results continues (named by the header,
+    else found by its calls and history), and its resent history."""
+    resent = _resent(cont.earlier)  # a malformed list is refused here
+    if given is not None:
+        await hub.check(given, who)
+        cid = given
+    else:
+        cid = await find_waiting(hub, who, cont, resent)
+    if body.user is not None:
+        async with hub.reserve(who):  # 429 before the config changes
+            await _keep_user(hub, cid, body.user)
+    return cid, resent
+
+
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(
     hub: HubOf,
@@ -211,14 +264,26 @@ async def chat_completions(
     who: Tenant,
     context_id: Annotated[str | None, Header(alias=CONTEXT_HEADER)] = None,
 ) -> Any:
-    cid, text, resent = await _context_for(hub, body, who, context_id)
+    client = client_tools_of(hub, body.tools, body.tool_choice, body.parallel_tool_calls)
+    typed = output_of(body.response_format)  # a 422 before anything is stored
+    typing: dict[str, Any] = {} if typed is None else {"output_type": typed}
+    cont = continuation(body.messages) if client is not None else None
     engine = hub.engine
+    if cont is None:
+        cid, text, resent = await _context_for(hub, body, who, context_id)
+
+        def send() -> Awaitable[Turn]:
+            return engine.send(cid, text, context=resent, client_tools=client, **typing)
+    else:
+        cid, resent = await _continued(hub, body, who, context_id, cont)
+        results = cont.results
+
+        def send() -> Awaitable[Turn]:
+            return engine.submit_results(cid, results, context=resent, client_tools=client)
+
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {CONTEXT_HEADER: cid}
-
-    def send() -> Awaitable[Turn]:
-        return engine.send(cid, text, context=resent)
 
     if not body.stream:
         job = await hub.launch(cid, send, wait=True)
@@ -227,19 +292,22 @@ async def chat_completions(
         failed = _failed(turn)
         if failed is not None:
             raise failed
+        message: dict[str, Any] = {"role": "assistant", "content": _content(turn, typed)}
+        finish = "stop"
+        if handed_out(turn):
+            message = {
+                "role": "assistant",
+                "content": turn.text or None,
+                "tool_calls": tool_calls_out(turn),
+            }
+            finish = "tool_calls"
         return JSONResponse(
             {
                 "id": completion_id,
                 "object": "chat.completion",
                 "created": created,
                 "model": body.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": turn.text + _note(turn)},
-                        "finish_reason": "stop",
-                    }
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": _usage(turn),
                 "turnfsm": _extra(turn),
             },
@@ -283,6 +351,8 @@ async def chat_completions(
                         except StopAsyncIteration:  # the engine closed
                             await job.done.wait()
                 for ev in batch:
+                    if typed is not None:  # the validated answer comes whole, at the end
+                        continue
                     if isinstance(ev, ContentDelta) and ev.channel == "text" and ev.delta:
                         streamed = True
                         yield chunk({"content": ev.delta})
@@ -296,10 +366,15 @@ async def chat_completions(
             error = {"message": reason, "type": "turn_failed", "code": "turn_failed"}
             yield json_frame({"error": error})
             return
-        tail = ("" if streamed else turn.text) + _note(turn)
+        tail = _content(turn, typed) if not streamed else _note(turn)
         if tail:
             yield chunk({"content": tail})
-        yield chunk({}, "stop", turnfsm=_extra(turn))
+        finish = "stop"
+        if handed_out(turn):
+            for delta in tool_call_deltas(tool_calls_out(turn)):
+                yield chunk(delta)
+            finish = "tool_calls"
+        yield chunk({}, finish, turnfsm=_extra(turn))
         if include_usage:
             yield chunk(None, usage=_usage(turn))
         yield sse_frame(b"[DONE]")

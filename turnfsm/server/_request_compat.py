@@ -22,6 +22,8 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api", tags=["messages"])
 
+_SPEAKERS = (Role.USER, Role.FRONTEND_OPERATOR)
+
 
 @router.post(
     "/chat",
@@ -43,7 +45,9 @@ async def chat(
     if context_id is None:
         # over the tenant's turn limit: 429 before a context is made
         async with hub.reserve(who):
-            cid = await create_context(hub, who)
+            cid = await create_context(
+                hub, who, frontend_operator_as=hub.config.frontend_operator_as
+            )
     else:
         await hub.check(context_id, who)
         cid = context_id
@@ -55,11 +59,11 @@ async def chat(
     if wait and job.turn is not None:
         return JSONResponse(TurnOut.of(job.turn).model_dump(mode="json"))
     ctx = await engine.store.load(cid)
-    # the turn took its first step: the request's user message is stored, the
-    # last user message of the branch (the turn adds none)
+    # the turn took its first step: the request's current message is stored,
+    # the branch's last user or frontend operator message (the turn adds none)
     pool = ctx.message_pool
     mid = next(
-        (i for i in reversed(ctx.active_branch.message_ids) if pool[i].message.role is Role.USER),
+        (i for i in reversed(ctx.active_branch.message_ids) if pool[i].message.role in _SPEAKERS),
         None,
     )
     return JSONResponse(

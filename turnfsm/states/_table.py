@@ -64,6 +64,8 @@ class Trigger(StrEnum):
     NEEDS_APPROVAL = "needs_approval"
     TOOLS_DECIDED = "tools_decided"
     TURN_COMPLETE = "turn_complete"
+    OUTPUT_INVALID = "output_invalid"
+    OUTPUT_FAILED = "output_failed"
     APPROVALS_RESOLVED = "approvals_resolved"
     TOOLS_DONE = "tools_done"
     OUTCOME_UNKNOWN = "outcome_unknown"
@@ -74,6 +76,7 @@ class Trigger(StrEnum):
     GIVE_UP = "give_up"
     RESET = "reset"
     CANCEL = "cancel"
+    CLIENT_CALLS = "client_calls"
 
 
 class Effect(StrEnum):
@@ -164,6 +167,18 @@ TRANSITIONS: tuple[Transition, ...] = (
         "text answer, or the iteration limit was hit",
     ),
     Transition(
+        (S.PROCESSING_LLM_RESPONSE,),
+        T.OUTPUT_INVALID,
+        S.AWAITING_LLM_RESPONSE,
+        "the answer does not match the output type; its errors are sent back",
+    ),
+    Transition(
+        (S.PROCESSING_LLM_RESPONSE,),
+        T.OUTPUT_FAILED,
+        S.PERMANENT_FAILURE,
+        "the answer does not match the output type; the output retries are spent",
+    ),
+    Transition(
         (S.AWAITING_TOOL_APPROVAL,),
         T.APPROVALS_RESOLVED,
         S.EXECUTING_TOOLS,
@@ -208,6 +223,12 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.IDLE,
         'partial text kept and marked cancelled; open calls get "cancelled" results',
     ),
+    Transition(
+        (S.PROCESSING_LLM_RESPONSE, S.EXECUTING_TOOLS),
+        T.CLIENT_CALLS,
+        S.AWAITING_TOOL_APPROVAL,
+        "calls of the client's tools wait for its results (the engine's calls ran first)",
+    ),
 )
 
 TRIGGERS: tuple[Trigger, ...] = tuple(dict.fromkeys(t.trigger for t in TRANSITIONS))
@@ -230,8 +251,12 @@ STATE_DESCRIPTIONS: Mapping[State, str] = {
     S.PROCESSING_USER_MESSAGE: "enhancers prepare the request",
     S.AWAITING_LLM_RESPONSE: "the request is sent; waiting for the first chunk or the answer",
     S.STREAMING_LLM_RESPONSE: "chunks of the answer are arriving",
-    S.PROCESSING_LLM_RESPONSE: "the answer is stored; its tool calls are decided by policy",
-    S.AWAITING_TOOL_APPROVAL: "resting: waiting for a human to approve or deny tool calls",
+    S.PROCESSING_LLM_RESPONSE: (
+        "the answer is stored; its tool calls are decided by policy, a typed answer is validated"
+    ),
+    S.AWAITING_TOOL_APPROVAL: (
+        "resting: waiting for a human to approve or deny tool calls, or for a client's results"
+    ),
     S.EXECUTING_TOOLS: "the decided tool calls run; one result per call is recorded",
     S.TRANSIENT_FAILURE: "a retryable LLM error; waiting out the backoff",
     S.PERMANENT_FAILURE: "resting: the turn failed; retry, reset or send a new message",

@@ -43,6 +43,12 @@
   the commit is applied: a commit that fails leaves none, and the next one
   reads the context whole.
 
+**Another program's context folders are refused, never adopted.** The same
+layout written by another program (a ``metadata.json`` without
+``schema_version``) is refused when the store is opened on it or reads it,
+with nothing written into it, naming the command that imports it
+(:mod:`turnfsm.storage._files_foreign`).
+
 **Damaged data is refused, never repaired or rewritten on read.** Every file is
 validated as it is read (UTF-8, JSON, the types of every field, with the
 models' own rules, strictly: ``"3"`` is not a version), and then the context as
@@ -93,6 +99,7 @@ from ._base import (
     Store,
     lease_is_held,
 )
+from ._files_foreign import ForeignContextFolder, foreign_layout, is_foreign
 from ._files_heads import (
     PartialReads,
     _committed_steps,
@@ -225,6 +232,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _open_lock(folder: Path) -> int:
+    """A context's ``.lock``, made on its first use, unless the folder is another
+    program's: then nothing is written in it (:mod:`._files_foreign`)."""
+    try:
+        return os.open(folder / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        if is_foreign(folder):
+            raise ForeignContextFolder(folder, folder / "metadata.json") from None
+    return os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+
 # ---------------------------------------------------------------------- the store
 
 
@@ -253,6 +271,9 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
     def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._contexts = self.root / "contexts"
+        foreign = foreign_layout(self.root)
+        if foreign is not None:
+            raise foreign
         self._contexts.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._limiter = anyio.CapacityLimiter(1)
@@ -308,7 +329,7 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         while True:
             try:
-                fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = _open_lock(folder)
             except (FileNotFoundError, NotADirectoryError):
                 raise ContextNotFound(context_id) from None
             try:

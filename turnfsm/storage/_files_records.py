@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ContextNotFound, SchemaVersionError, StoreError
 from ..model import SCHEMA_VERSION, ChatContext, InternalMessage, MessageNode
 from ..records import from_json, to_python
+from ._files_foreign import ForeignContextFolder, is_foreign
 from ._schema import (
     check_version,
     context_problems,
@@ -47,6 +48,7 @@ _M = TypeVar("_M")
 class _Metadata(ChatContext):
     """``metadata.json``: the context without its messages, and two fields of the layout."""
 
+    schema_version: int  # no default: a metadata.json without one is not turnfsm's
     detached_message_ids: list[str] = field(default_factory=list)
     """Pool messages no branch names (the pool is kept whole)."""
     steps_bytes: Annotated[int, Field(ge=0)] = 0
@@ -176,6 +178,8 @@ def _metadata_from(raw: bytes, path: Path | str) -> _Metadata:
     except ValidationError:
         meta = None
     if meta is None or meta.schema_version != SCHEMA_VERSION:
+        if isinstance(path, Path) and is_foreign(path.parent):
+            raise ForeignContextFolder(path.parent, path)
         data, version = _record_version(raw, path)
         if version == SCHEMA_VERSION:
             _validated(_Metadata, raw, path)  # raises, naming the field

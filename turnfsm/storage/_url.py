@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from ..errors import InvalidInput, StoreError
 from ._base import Store
+from ._files_foreign import foreign_layout
 from ._memory import MemoryStore
 from ._secrets import redact
 
@@ -132,7 +133,10 @@ def _must_exist(url: str, path: str, *, folder: bool) -> None:
     p = Path(path)
     where = os.path.abspath(path)  # the folder a relative path is in, shown
     if folder and not (p / "contexts").is_dir():
-        raise StoreError(f"{redact(url)!r}: no files store at {where} (it is not created here)")
+        foreign = foreign_layout(p)  # another program's folders: say how to import them
+        raise foreign or StoreError(
+            f"{redact(url)!r}: no files store at {where} (it is not created here)"
+        )
     if not folder and not p.is_file():
         raise StoreError(f"{redact(url)!r}: no SQLite store at {where} (it is not created here)")
 

@@ -26,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     import anyio
 
     from ..engine import Engine, Turn
-    from ..errors import SubContextError
+    from ..engine._inputs import UNSET
+    from ..errors import InvalidInput, SubContextError
     from ..model import ContentPart
     from . import _codec
     from ._config import WORKFLOW_NAME, workflow_id
@@ -223,12 +224,26 @@ class WorkflowEngine(Engine):
         *,
         message_id: str | None = None,
         context: Any = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+        client_tools: Any = None,
     ) -> Turn:
-        if context is None and self._elsewhere(context_id):
+        if output_type is not UNSET or output_retries is not None:
+            raise InvalidInput(
+                "output_type", "a call's own output type does not run on Temporal: use Engine"
+            )
+        if context is None and client_tools is None and self._elsewhere(context_id):
             parts = content if isinstance(content, str) else list(content)
             args = {"content": _codec.parts_to(parts), "role": role, "message_id": message_id}
             return await self._on_child(context_id, "send", args)
-        return await super().send(context_id, content, role, message_id=message_id, context=context)
+        return await super().send(
+            context_id,
+            content,
+            role,
+            message_id=message_id,
+            context=context,
+            client_tools=client_tools,
+        )
 
     async def resume(self, context_id: str) -> Turn:
         if self._elsewhere(context_id):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from ..adapters.inbound import InboundMessage, parse_request
 from ..engine import Engine, Finished, LLMSummarizer, Recovery, Summarizer, Turn
 from ..engine._accepted import ON_ACCEPTED
 from ..engine._children import as_summarizer
-from ..engine._inputs import check_call_ids, check_content, check_id, check_text
+from ..engine._inputs import UNSET, check_call_ids, check_content, check_id, check_text
 from ..errors import (
     ContextBusy,
     InvalidInput,
@@ -73,6 +73,15 @@ async def _taken(start: WithStartWorkflowOperation[Any, Any]) -> None:
     (our deadline), kept there, not this task's."""
     with anyio.move_on_after(0), contextlib.suppress(Exception, anyio.get_cancelled_exc_class()):
         await start.workflow_handle()
+
+
+def _no_output_type(output_type: object, output_retries: object) -> None:
+    """A call's own output type is not carried to the workflow (yet): refused
+    at the call rather than dropped."""
+    if output_type is not UNSET or output_retries is not None:
+        raise InvalidInput(
+            "output_type", "a call's own output type does not run on Temporal: use Engine"
+        )
 
 
 class TemporalEngine(Engine):
@@ -315,8 +324,14 @@ class TemporalEngine(Engine):
         *,
         message_id: str | None = None,
         context: Any = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+        client_tools: Any = None,
     ) -> Turn:
+        _no_output_type(output_type, output_retries)
         check_id("context_id", context_id)
+        if client_tools:
+            raise InvalidInput("client_tools", "turns on Temporal do not take client tools")
         if not isinstance(role, str) or role not in _ROLES:
             raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
         check_content("content", content)
@@ -410,13 +425,21 @@ class TemporalEngine(Engine):
                 await bounded(signal, _faults.RPC_TIMEOUT + _faults.GRACE, accepted=None)
         return deleted
 
-    async def send_request(self, body: Any, context_id: str | None = None) -> Turn:
+    async def send_request(
+        self,
+        body: Any,
+        context_id: str | None = None,
+        *,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+    ) -> Turn:
         """:meth:`Engine.send_request`, its turn on Temporal: the body is checked
         here (``InvalidInput``), a context made when none is named, and the
         workflow's engine lays it over the branch and runs the turn."""
+        _no_output_type(output_type, output_retries)
         parse_request(body)
-        if context_id is None:
-            context_id = await self.create_context()
+        if context_id is None:  # as Engine.send_request makes it
+            context_id = await self.create_context(frontend_operator_as="assistant")
         else:
             check_id("context_id", context_id)
         return await self._update(context_id, "request", {"body": body})
@@ -446,6 +469,19 @@ class TemporalEngine(Engine):
         role: str = "user",
         *,
         message_id: str | None = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
     ) -> str:
         """Not on Temporal: :meth:`send` hands the turn to a worker already."""
         raise InvalidInput("submit", "turns on Temporal are handed to workers by send()")
+
+    async def submit_results(
+        self,
+        context_id: str,
+        results: Mapping[str, Any],
+        *,
+        context: Any = None,
+        client_tools: Any = None,
+    ) -> Turn:
+        """Not on Temporal: a turn on Temporal takes no client tools (see :meth:`send`)."""
+        raise InvalidInput("submit_results", "turns on Temporal do not take client tools")

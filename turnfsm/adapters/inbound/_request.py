@@ -18,10 +18,15 @@ Input should be 'user' or 'frontend_operator'``, ``messages: Field required``).
 
 Decisions (the formats are silent on them):
 
-- **Unknown keys are refused, at every level** (``extra="forbid"``). A misspelt
-  ``userTimeZone`` or ``messageID`` would otherwise be dropped without a word
-  while its value is silently replaced by the default; a body that carries both
-  ``contextManagement`` and ``messages`` is ambiguous and fits neither format.
+- **Unknown keys are ignored, at every level**, as the formats' own schema
+  objects do: a client that sends an extra key (a legacy message's ``id``, a
+  top-level ``"stream": true``) keeps working. The value is dropped, never
+  stored; with ``log=`` each key path is logged once per format per process
+  (:class:`UnknownKeys`). Wrong types and missing required fields are still
+  refused. ``unknown="refuse"`` (the request body import, and telling a body
+  from OpenAI's ``messages``) refuses an unknown key with its JSON path.
+- A body that carries both ``contextManagement`` and ``messages`` is
+  ambiguous: it is refused rather than read as either.
 - ``conversationContext`` may be left out (a first message has no context);
   ``userLanguage`` defaults to ``"en"``; ``null`` is not accepted for it.
 - Context messages may have the roles ``user``, ``assistant``, ``system`` and
@@ -57,11 +62,13 @@ from ...model import (
     TextPart,
     check_json,
 )
+from ._unknown_keys import UNKNOWN_KEYS, key_path
 
 __all__ = [
     "InboundFormat",
     "InboundMessage",
     "InboundRequest",
+    "UnknownKeyRule",
     "format_error_path",
     "parse_request",
     "said",
@@ -83,7 +90,9 @@ def _as_utc(value: datetime) -> datetime:
 _Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
 _ContextRole = Literal["user", "assistant", "system", "frontend_operator"]
 _CurrentRole = Literal["user", "frontend_operator"]
-_WIRE = ConfigDict(extra="forbid", frozen=True)
+_WIRE = ConfigDict(extra="allow", frozen=True)
+"""Unknown keys are kept on the wire models (``model_extra``) only to be
+named (:func:`_unknown_keys`); nothing past :meth:`to_inbound` holds them."""
 
 
 # --- the wire formats ---------------------------------------------------------------------
@@ -313,22 +322,73 @@ def _describe(errors: list[ErrorDetails]) -> str:
     return "fits neither format; " + "; ".join(parts)
 
 
-def parse_request(body: Any) -> InboundRequest:
+UnknownKeyRule = Literal["ignore", "refuse"]
+"""What :func:`parse_request` does with a key its format does not know."""
+
+
+def _extra_keys(model: BaseModel, exact: str, shape: str) -> list[tuple[str, str]]:
+    return [(key_path(exact, k), key_path(shape, k)) for k in model.model_extra or {}]
+
+
+def _unknown_keys(parsed: _ContextManagementBody | _LegacyBody) -> list[tuple[str, str]]:
+    """The keys of ``parsed`` that its format does not know, in body order:
+    (JSON path, the path by shape: ``messages[].id``)."""
+    found = _extra_keys(parsed, "", "")
+    if isinstance(parsed, _LegacyBody):
+        for i, m in enumerate(parsed.messages):
+            found += _extra_keys(m, f"messages[{i}]", "messages[]")
+        return found
+    cm = parsed.context_management
+    found += _extra_keys(cm, "contextManagement", "contextManagement")
+    current = "contextManagement.currentMessage"
+    found += _extra_keys(cm.current_message, current, current)
+    for i, m in enumerate(cm.conversation_context):
+        where = "contextManagement.conversationContext"
+        found += _extra_keys(m, f"{where}[{i}]", f"{where}[]")
+    return found
+
+
+def parse_request(
+    body: Any, *, unknown: UnknownKeyRule = "ignore", log: Any = None
+) -> InboundRequest:
     """Parse a request body of either format into an :class:`InboundRequest`.
 
     ``body`` is the decoded JSON (a dict). Raises :class:`InvalidInput` (``where``
     is ``"request body"``) listing what is wrong with the body in each format.
+
+    A key the body's format does not know is ignored (``unknown="ignore"``):
+    its value is in no part of the result. With ``log`` (a structlog logger)
+    its path is logged once per format per process (:data:`UNKNOWN_KEYS`).
+    ``unknown="refuse"`` raises :class:`InvalidInput` naming the first one
+    by its JSON path instead.
     """
     if not isinstance(body, dict):
         raise InvalidInput("request body", f"must be a JSON object, not {type(body).__name__}")
+    if unknown not in ("ignore", "refuse"):
+        raise InvalidInput("unknown", f"must be 'ignore' or 'refuse', not {unknown!r}")
     try:  # what a store could not load back is refused here, with its JSON path
         check_json(body, "$", max_bytes=None)
     except JSONProblem as exc:
         raise InvalidInput(exc.path, exc.reason) from None
+    if "contextManagement" in body and "messages" in body:
+        raise InvalidInput(
+            "request body",
+            "has both contextManagement and messages: a body is in one format, the "
+            "contextManagement body or the legacy messages body",
+        )
     try:
         parsed = _BODY.validate_python(body)
     except ValidationError as exc:
         raise InvalidInput("request body", _describe(exc.errors())) from exc
+    extra = _unknown_keys(parsed)
+    if extra:
+        cm = isinstance(parsed, _ContextManagementBody)
+        if unknown == "refuse":
+            label = "a contextManagement body" if cm else "a legacy messages body"
+            raise InvalidInput(extra[0][0], f"is not a key of {label}")
+        if log is not None:
+            shapes = list(dict.fromkeys(shape for _, shape in extra))
+            UNKNOWN_KEYS.report(log, "context_management" if cm else "legacy", shapes)
     request = parsed.to_inbound()
     seen: set[str] = set()
     for i, m in enumerate([*request.history, request.current]):

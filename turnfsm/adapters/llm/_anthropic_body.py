@@ -38,6 +38,7 @@ from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
 from ._common import append_turn, arguments_object, own_reasoning, text_of
+from ._output import closed_schema, native_spec
 
 __all__ = [
     "ANTHROPIC_PROVIDER",
@@ -261,6 +262,12 @@ def anthropic_request_body(
     ``stream_options`` is dropped. Another parameter goes as it is (one the
     API does not know is refused with a 400 that names it). ``thinking`` is
     the adapter's unless the parameters give one.
+
+    A native answer type (``request.output``, mode ``native``) goes as
+    ``output_config.format: {"type": "json_schema", "schema"}`` (Claude's
+    structured outputs: the answer's text is the JSON), the schema's
+    objects closed (:func:`~._output.closed_schema`, as the API requires);
+    the rest of an ``output_config`` of the parameters (``effort``) stays.
     """
     system, messages = anthropic_messages(request.messages)
     merged: dict[str, Any] = {}
@@ -288,6 +295,13 @@ def anthropic_request_body(
         merged.setdefault("thinking", dict(thinking))
     for key in _DROPPED:
         merged.pop(key, None)
+    spec = native_spec(request)
+    if spec is not None:
+        config = merged.get("output_config")
+        merged["output_config"] = {
+            **(config if isinstance(config, dict) else {}),
+            "format": {"type": "json_schema", "schema": closed_schema(spec.schema)},
+        }
     body.update(merged)
     if cache:
         if system:

@@ -29,12 +29,14 @@ values (no ``google.genai`` here).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
 from ._common import append_turn, arguments_object, own_reasoning, text_of
+from ._output import native_spec
 
 __all__ = [
     "GOOGLE_PROVIDER",
@@ -50,6 +52,17 @@ _OWNED = frozenset(
     {"model", "messages", "contents", "tools", "stream", "input", "systemInstruction"}
 )
 _DROPPED = frozenset({"stream_options", "parallel_tool_calls"})
+_SCHEMA_KEYS = frozenset(
+    {
+        "responseMimeType",
+        "response_mime_type",
+        "responseSchema",
+        "response_schema",
+        "responseJsonSchema",
+        "response_json_schema",
+    }
+)
+"""The config's answer-format keys (either spelling), replaced by a native answer type."""
 _RENAMED = {
     "max_tokens": "maxOutputTokens",
     "max_completion_tokens": "maxOutputTokens",
@@ -253,6 +266,12 @@ def gemini_request(
     ``toolConfig``; ``parallel_tool_calls`` and ``stream_options`` are
     dropped. Another parameter goes into the config as it is (one the SDK's
     ``GenerateContentConfig`` does not know is refused, named).
+
+    A native answer type (``request.output``, mode ``native``) sets
+    ``responseMimeType: "application/json"`` and ``responseJsonSchema`` (the
+    schema as it is: Gemini takes JSON Schema); it replaces any answer format
+    of the parameters (``responseSchema`` and ``responseJsonSchema`` exclude
+    each other).
     """
     system, contents = gemini_contents(request.messages)
     config: dict[str, Any] = {}
@@ -272,4 +291,10 @@ def gemini_request(
         config["systemInstruction"] = {"parts": system}
     if request.tools:
         config["tools"] = gemini_tools(request.tools)
+    spec = native_spec(request)
+    if spec is not None:
+        for key in _SCHEMA_KEYS:
+            config.pop(key, None)
+        config["responseMimeType"] = "application/json"
+        config["responseJsonSchema"] = copy.deepcopy(spec.schema)
     return {"model": model or request.model, "contents": contents, "config": config}

@@ -41,6 +41,7 @@ from ._openai_common import (
     opt_str,
     short,
 )
+from ._output import native_schema, native_spec
 
 __all__ = [
     "ChatStreamAssembler",
@@ -75,6 +76,12 @@ def chat_request_body(
     ``n`` other than 1 raises :class:`~turnfsm.errors.InvalidInput` before
     anything is sent: an answer is one message, and the other choices would
     be paid for and lost.
+
+    A native answer type (``request.output``, mode ``native``) is sent as
+    ``response_format: {"type": "json_schema", "json_schema": {"name",
+    "schema", "strict"}}``, strict with the strict-compatible schema when
+    :func:`~._output.native_schema` can make one; it wins over a
+    ``response_format`` of the parameters, which goes as it is otherwise.
     """
     body: dict[str, Any] = {
         "model": model or request.model,
@@ -86,6 +93,13 @@ def chat_request_body(
     if request.tools:
         body["tools"] = list(request.tools)
     merge_parameters(body, (request.parameters, extra_body))
+    spec = native_spec(request)
+    if spec is not None:
+        sent = native_schema(spec)
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": spec.name, "schema": sent.schema, "strict": sent.strict},
+        }
     n = body.get("n")
     if n is not None and n != 1:
         raise InvalidInput(

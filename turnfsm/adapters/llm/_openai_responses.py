@@ -45,6 +45,7 @@ from ._openai_common import (
     opt_str,
     short,
 )
+from ._output import native_schema, native_spec
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -212,6 +213,12 @@ def responses_request_body(
     ``reasoning.encrypted_content``: the API keeps nothing, so the reasoning
     items sent back on the next request must carry their content, and one
     that has none (an answer given under ``store: true``) is left out.
+
+    A native answer type (``request.output``, mode ``native``) is sent as
+    ``text.format: {"type": "json_schema", "name", "schema", "strict"}`` (as
+    in :func:`~._openai_chat.chat_request_body`, strict when the schema can
+    be made strict-compatible); it wins over a ``text.format`` of the
+    parameters, and the rest of their ``text`` (``verbosity``) stays.
     """
     body: dict[str, Any] = {
         "model": model or request.model,
@@ -249,6 +256,19 @@ def responses_request_body(
         ]
     if include:
         params["include"] = list(dict.fromkeys(include))
+    spec = native_spec(request)
+    if spec is not None:
+        sent = native_schema(spec)
+        text = params.get("text")
+        params["text"] = {
+            **(text if isinstance(text, dict) else {}),
+            "format": {
+                "type": "json_schema",
+                "name": spec.name,
+                "schema": sent.schema,
+                "strict": sent.strict,
+            },
+        }
     body.update(params)
     if stream:
         body["stream"] = True

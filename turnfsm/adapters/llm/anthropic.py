@@ -168,7 +168,13 @@ class AnthropicLLM(HTTPClientAdapter):
     The thinking blocks of an answer (with their signatures) and its redacted
     thinking are stored as reasoning items and sent back unchanged, in their
     place, on the next request, as Claude requires before a ``tool_result``.
+
+    An answer type (``request.output``, mode ``native``) goes as the body's
+    ``output_config.format`` JSON schema (Claude's structured outputs); the
+    answer's text is the JSON, streamed as text deltas.
     """
+
+    native_output = True
 
     def __init__(
         self,

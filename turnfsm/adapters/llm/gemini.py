@@ -197,7 +197,13 @@ class GeminiLLM(OwnedClient):
     Thought summaries and ``thoughtSignature`` s are stored as reasoning items
     and sent back on the part they came with, in their place, as Gemini
     requires before a ``functionResponse``.
+
+    An answer type (``request.output``, mode ``native``) goes as the
+    config's ``responseMimeType: "application/json"`` and
+    ``responseJsonSchema``; the answer's text is the JSON.
     """
+
+    native_output = True
 
     def __init__(
         self,

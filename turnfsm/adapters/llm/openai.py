@@ -77,6 +77,7 @@ from ._common import (
 from ._openai_chat import ChatStreamAssembler, chat_completion_response, chat_request_body
 from ._openai_common import MalformedChunk, StreamErrorEvent, new_call_id
 from ._openai_responses import ResponsesStreamAssembler, responses_request_body, responses_response
+from ._output import native_schema, native_spec
 
 __all__ = [
     "OpenAIChatAdapter",
@@ -266,6 +267,10 @@ class _OpenAIAdapter(HTTPClientAdapter):
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
         body = self.request_body(request)
+        spec = native_spec(request)
+        if spec is not None:
+            # whether the schema went strict (and why not), kept with the answer
+            request.metadata["native_output"] = native_schema(spec).record(spec)
         if not self.streaming:
             data = await self._post(body)
             try:
@@ -323,8 +328,15 @@ class OpenAIChatAdapter(_OpenAIAdapter):
     ``extra_body`` is merged into every body (vendor parameters such as
     ``top_k``). A missing API key raises :class:`~turnfsm.errors.InvalidInput`.
     ``new_id`` names a tool call the server sent without an id.
+
+    An answer type (``request.output``, mode ``native``) goes as the
+    ``response_format`` JSON schema (strict when the schema can be made
+    strict-compatible; see :func:`chat_request_body`); what was sent is
+    kept in ``request.metadata["native_output"]`` (name, digest, strict,
+    and why not strict), which the engine stores with the answer.
     """
 
+    native_output = True
     _path = "/chat/completions"
 
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
@@ -352,8 +364,13 @@ class OpenAIResponsesAdapter(_OpenAIAdapter):
     sent, the API's default applies). With ``store=False`` the API keeps
     nothing, so each request also asks for ``reasoning.encrypted_content`` and
     the reasoning goes back encrypted.
+
+    An answer type (``request.output``, mode ``native``) goes as the
+    ``text.format`` JSON schema, as :class:`OpenAIChatAdapter` sends its
+    ``response_format``.
     """
 
+    native_output = True
     _path = "/responses"
 
     def __init__(

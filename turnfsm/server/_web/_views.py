@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._numbers import whole_number
-from ...model import ApprovalStatus, MessageNode, ToolCallRequest
+from ...engine._output import unfenced
+from ...model import ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ...model._message import FilePart, ImagePart
 from ...render import PathDiff, RunPath, path_from_steps
 from ...states import CHANGES
@@ -55,6 +56,8 @@ TRIGGER_WORDS = {
     "give_up": "no more attempts",
     "approvals_resolved": "decided",
     "tools_done": "the tools answered",
+    "output_invalid": "the answer did not match its type; asking again",
+    "output_failed": "the answer did not match its type",
 }
 """What a page adds of the step that led there, for the steps worth saying."""
 
@@ -134,6 +137,13 @@ class MessageView:
     result_for: str | None = None
     result: str | None = None
     result_ok: bool = True
+    output_name: str | None = None
+    """The output type an answer was asked for (its schema's name)."""
+    output_mode: str | None = None
+    output_json: str | None = None
+    """The typed answer's JSON, formatted (None: its text is not JSON)."""
+    notice: bool = False
+    """A notice the engine wrote (``InternalMessage.notice``), not the model's words."""
 
 
 _OUTCOME_MARK = {
@@ -185,12 +195,25 @@ def message_view(node: MessageNode, tools: Any) -> MessageView:
         view.marks.append(mark)
     if meta.cancelled:
         view.marks.append("cancelled: the partial text is kept")
+    if msg.notice is not None:
+        view.notice = True
+        view.marks.append("notice: written by turnfsm, not by the model")
     for part in msg.content:
         if isinstance(part, ImagePart):
             view.attachments.append(f"image: {part.url[:200]}")  # named, never loaded
         elif isinstance(part, FilePart):
             view.attachments.append(f"file: {part.name} ({part.mime_type})")
     view.calls = [call_view(c, tools) for c in msg.tool_calls or ()]
+    typed = meta.extra.get("output")
+    if msg.role is Role.ASSISTANT and isinstance(typed, dict):
+        view.output_name = str(typed.get("name"))
+        view.output_mode = str(typed.get("mode"))
+        try:
+            view.output_json = _pretty(json.loads(unfenced(msg.text)))
+        except ValueError:
+            view.output_json = None
+    if isinstance(meta.extra.get("output_errors"), list):
+        view.marks.append("sent back: the answer before does not match its output type")
     tr = msg.tool_result
     if tr is not None:
         view.result_for = tr.request_id

@@ -28,6 +28,13 @@ writes the session JSON format keeps them) is read by
 :func:`read_session_folder` (:mod:`._session_folder`): one context or one
 :class:`SessionFileError` per file, the file's name as the context's id.
 
+A context folder written by another program (``metadata.json``, ``message_index.json``,
+``messages/{id}.json``), read by :func:`import_context_folder` (and every one
+a ``data/`` or ``contexts/`` folder holds by :func:`import_context_folders`,
+:mod:`._context_folder`) as a context document, so with the ``chatcontext``
+rules; a problem is a :class:`ContextFolderError` naming the file and the JSON
+path.
+
 What they share: the checks that name the JSON path of a problem
 (:mod:`._checks`) and the history being built (:mod:`._history`).
 
@@ -71,6 +78,13 @@ hold, so they stay messages, as do later or annotated OpenAI system messages.
 """
 
 from ._chat_context import import_chat_context
+from ._context_folder import (
+    ContextFolderError,
+    FolderImport,
+    context_folders,
+    import_context_folder,
+    import_context_folders,
+)
 from ._conversation_entries import import_conversation_entries
 from ._detect import IMPORT_FORMATS, ImportFormat, count_tool_calls, detect_format, import_context
 from ._history import MISSING_RESULT
@@ -90,14 +104,19 @@ __all__ = [
     "IMPORT_FORMATS",
     "MISSING_RESULT",
     "SESSION_SUFFIX",
+    "ContextFolderError",
+    "FolderImport",
     "ImportFormat",
     "SessionFile",
     "SessionFileError",
+    "context_folders",
     "count_tool_calls",
     "detect_format",
     "file_name_problem",
     "import_chat_context",
     "import_context",
+    "import_context_folder",
+    "import_context_folders",
     "import_conversation_entries",
     "import_openai_messages",
     "import_request_body",

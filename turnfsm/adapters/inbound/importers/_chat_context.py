@@ -47,7 +47,6 @@ raises :class:`~turnfsm.errors.InvalidInput` naming its JSON path
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -72,8 +71,11 @@ from ._checks import (
     unmapped_fields,
     uuid_hex,
 )
+from ._checks import (
+    object_key as _key,
+)
 
-__all__ = ["import_chat_context", "is_chat_context"]
+__all__ = ["import_chat_context", "is_chat_context", "is_message_type", "same_spelling"]
 
 _CONTEXT_KEYS = (
     "id",
@@ -136,12 +138,6 @@ def is_chat_context(data: Any) -> bool:
     )
 
 
-def _key(path: str, key: str) -> str:
-    """``path`` and one object key, as a JSON path (``$.message_pool["m-1"]``)."""
-    plain = key and all(c.isalnum() or c == "_" for c in key) and key.isascii()
-    return f"{path}.{key}" if plain else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
-
-
 def _squash(value: str) -> str:
     """``"Tool-Call"``, ``"tool_call"``, ``"TOOLCALL"`` -> ``"toolcall"``."""
     return "".join(c for c in value.lower() if c.isalnum())
@@ -160,6 +156,18 @@ def _enum(value: Any, path: str, choices: dict[str, str], what: str) -> str:
 _ROLES = {_squash(r.value): r.value for r in Role} | {"frontendoperator": "frontend_operator"}
 _STATUSES = {_squash(s.value): s.value for s in ApprovalStatus}
 _TYPES = {_squash(t.value): t.value for t in MessageType}
+
+
+def same_spelling(a: str, b: str) -> bool:
+    """Whether two spellings name the same role, status or message type
+    (``"ToolCall"``, ``"tool_call"``)."""
+    return _squash(a) == _squash(b)
+
+
+def is_message_type(value: str) -> bool:
+    """Whether ``value`` spells one of turnfsm's message types (any case,
+    snake_case or CamelCase)."""
+    return _squash(value) in _TYPES
 
 
 def _check_id(value: Any, path: str) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "kind_of",
     "merge_extra",
     "new_id",
+    "object_key",
     "optional_string",
     "parse_timestamp",
     "required_field",
@@ -79,6 +80,12 @@ def expect_string(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput(path, f"must be a string, not {kind_of(value)}")
     return value
+
+
+def object_key(path: str, key: str) -> str:
+    """``path`` and one object key, as a JSON path (``$.message_pool["m-1"]``)."""
+    plain = key and all(c.isalnum() or c == "_" for c in key) and key.isascii()
+    return f"{path}.{key}" if plain else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def required_field(obj: Mapping[str, Any], key: str, path: str) -> Any:

@@ -61,8 +61,8 @@ def detect_format(data: Any) -> ImportFormat:
         if "messages" in data:
             if _REQUEST_ONLY_KEYS & set(data):
                 return "request"
-            try:
-                parse_request(data)
+            try:  # a key the formats do not know (a message's name): OpenAI's
+                parse_request(data, unknown="refuse")
             except InvalidInput:
                 return "openai"
             return "request"
