@@ -2,7 +2,9 @@
 //
 // Usage: node run_agent.cjs < plan.json, where the plan is
 //   {"modules": DIR, "url": URL, "token": TOKEN, "threadId": ID,
-//    "steps": [{"user": TEXT} | {"resume": {"approved": BOOL, "reason": TEXT}}]}
+//    "steps": [{"user": TEXT} | {"resume": {"approved": BOOL, "reason": TEXT}}
+//              | {"toolResults": {CALL_ID: TEXT}}]}
+// where a step may also give "tools", the frontend tools its run declares.
 // and DIR holds the node_modules that `npm ci` installed from this folder's
 // package-lock.json. One HttpAgent runs every step (so each run resends the
 // conversation the client assembled). Prints one JSON document: per run what
@@ -41,9 +43,13 @@ async function main() {
       finished: null,
       error: null,
     };
-    const parameters = {};
+    const parameters = { tools: step.tools ?? [] };
     if (step.user !== undefined) {
       agent.addMessage({ id: randomUUID(), role: "user", content: step.user });
+    } else if (step.toolResults !== undefined) {
+      for (const [toolCallId, content] of Object.entries(step.toolResults)) {
+        agent.addMessage({ id: randomUUID(), role: "tool", toolCallId, content });
+      }
     } else {
       parameters.resume = agent.pendingInterrupts.map((interrupt) => ({
         interruptId: interrupt.id,
@@ -70,8 +76,13 @@ async function main() {
       onToolCallResultEvent: ({ event }) => {
         seen.results.push({ toolCallId: event.toolCallId, content: event.content });
       },
-      onRunFinishedEvent: ({ outcome, interrupts, result }) => {
-        seen.finished = { outcome, interrupts: interrupts ?? [], result: result ?? null };
+      onRunFinishedEvent: ({ outcome, interrupts, result, pendingToolCallIds }) => {
+        seen.finished = {
+          outcome,
+          interrupts: interrupts ?? [],
+          pendingToolCallIds: pendingToolCallIds ?? [],
+          result: result ?? null,
+        };
       },
       onRunErrorEvent: ({ event }) => {
         seen.error = { message: event.message, code: event.code ?? null };

@@ -1,7 +1,8 @@
 """The server the AG-UI tests run: the scripted model of ``scripted.py``, and one
 answer more that streams a tool call's arguments in several pieces, as a
 provider's stream does (``plan`` in the user's message: text, then a call of
-``add`` whose arguments arrive in :data:`PIECES`)."""
+``add`` whose arguments arrive in :data:`PIECES`), and one that calls the
+frontend's tool ``show_card`` (``card`` in the user's message)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,12 @@ class PiecesLLM:
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
         last = request.messages[-1]
-        if last["role"] != "user" or "plan" not in json.dumps(last.get("content")):
+        said = json.dumps(last.get("content"))
+        if last["role"] == "user" and "card" in said:
+            call = {"id": "call_card", "name": "show_card", "arguments": {"title": "Oslo"}}
+            yield AnswerSpec.parse({"tool_calls": [call]}).response(request.model)
+            return
+        if last["role"] != "user" or "plan" not in said:
             async for chunk in self._scripted.stream(request):
                 yield chunk
             return

@@ -18,6 +18,7 @@ from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
 
+from .ag_ui_server import ag_ui_server
 from .conftest import TOKENS, Running, serve_in_thread
 from .scripted import GATE, scripted_server
 
@@ -249,7 +250,8 @@ def test_a_history_that_disagrees_is_a_conflict_with_nothing_stored(agui: Runnin
     [
         ({"messages": []}, "messages"),
         ({"messages": [{"id": "a", "role": "assistant", "content": "x"}]}, "messages[0].role"),
-        ({"tools": [{"name": "show", "description": "shows it"}]}, "tools"),
+        ({"tools": [{"name": "add", "description": "the server's own"}]}, "tools[0].name"),
+        ({"tools": [{"name": "bad name!", "description": "x"}]}, "tools[0].name"),
         (
             {"resume": [{"interruptId": "c", "status": "resolved", "payload": {"ok": 1}}]},
             "resume[0].payload.approved",
@@ -392,3 +394,54 @@ def test_a_question_is_an_interrupt_answered_by_the_next_run(asks: Running) -> N
     assert result["toolCallId"] == "call_ask"
     assert "Rome" in result["content"]
     assert text_of(second).startswith("Going to")
+
+
+# ---------------------------------------------------------------------- frontend tools
+
+CARD_TOOL = {
+    "name": "show_card",
+    "description": "Show a card in the page.",
+    "parameters": {"type": "object", "properties": {"title": {"type": "string"}}},
+}
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    yield from ag_ui_server(tmp_path_factory.mktemp("ag-ui-tools") / "server.db")
+
+
+def test_a_frontend_tools_call_goes_to_the_client_and_its_result_comes_back(
+    pieces: Running,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex}"
+    asked = user("show me a card")
+    first = parse(post(pieces, run_input(thread, [asked], tools=[CARD_TOOL])).text)
+    end = first[-1]
+    assert end["outcome"] == {"type": "success", "pendingToolCallIds": ["call_card"]}
+    start = next(e for e in first if e["type"] == "TOOL_CALL_START")
+    assert (start["toolCallId"], start["toolCallName"]) == ("call_card", "show_card")
+    args = "".join(e["delta"] for e in first if e["type"] == "TOOL_CALL_ARGS")
+    assert json.loads(args) == {"title": "Oslo"}
+    assert "TOOL_CALL_RESULT" not in types(first)
+    assert state_of(pieces, thread)["state"] == "AwaitingToolApproval"
+
+    call = {
+        "id": "call_card",
+        "type": "function",
+        "function": {"name": "show_card", "arguments": args},
+    }
+    history = [
+        asked,
+        {"id": start["parentMessageId"], "role": "assistant", "toolCalls": [call]},
+        {"id": "r-1", "role": "tool", "toolCallId": "call_card", "content": "shown"},
+    ]
+    second = parse(post(pieces, run_input(thread, history, tools=[CARD_TOOL])).text)
+    assert second[-1]["outcome"] == {"type": "success"}
+    assert text_of(second) == "The answer is shown."
+    results = [m["tool_result"] for m in stored(pieces, thread) if m["role"] == "tool"]
+    assert results == [{"request_id": "call_card", "result": "shown", "success": True}]
+
+    # the same results again: the call has its result, nothing is stored twice
+    again = post(pieces, run_input(thread, history, tools=[CARD_TOOL]))
+    assert again.status_code == 409, again.text
+    assert len([m for m in stored(pieces, thread) if m["role"] == "tool"]) == 1

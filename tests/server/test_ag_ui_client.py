@@ -144,3 +144,32 @@ def test_the_ag_ui_client_assembles_text_tool_calls_results_and_an_approval(
         nodes = http.get(f"/api/contexts/{thread}/messages", params={"limit": 200}).json()
     stored_users = [n["message"] for n in nodes["messages"] if n["message"]["role"] == "user"]
     assert len(stored_users) == 4
+
+
+def test_the_ag_ui_client_runs_a_frontend_tool_and_sends_its_result(agui: Running) -> None:
+    thread = f"agui-{uuid.uuid4().hex}"
+    card = {
+        "name": "show_card",
+        "description": "Show a card in the page.",
+        "parameters": {"type": "object", "properties": {"title": {"type": "string"}}},
+    }
+    seen = drive(
+        agui,
+        thread,
+        [
+            {"user": "show me a card", "tools": [card]},
+            {"toolResults": {"call_card": "shown"}, "tools": [card]},
+        ],
+    )
+    asked, answered = seen["runs"]
+    assert [asked["error"], answered["error"]] == [None, None]
+    assert asked["toolCalls"] == [
+        {"id": "call_card", "name": "show_card", "args": {"title": "Oslo"}}
+    ]
+    assert asked["finished"]["outcome"] == "success"
+    assert asked["finished"]["pendingToolCallIds"] == ["call_card"]
+    assert asked["results"] == []
+    assert "The answer is shown." in answered["text"].values()
+    assert answered["finished"]["pendingToolCallIds"] == []
+    stored = [t["tool_result"] for t in stored_tools(agui, thread)]
+    assert stored == [{"request_id": "call_card", "result": "shown", "success": True}]

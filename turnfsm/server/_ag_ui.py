@@ -5,8 +5,12 @@ AG-UI's event stream over server-sent events (``_ag_ui_events.py``). The
 thread is a context of the caller's tenant, made on its first run with the
 thread's id as its id (another tenant's thread is a ``404``, as any other
 context is). A run sends the last of its ``messages`` (the earlier ones are
-matched as ``/v1/chat/completions`` matches a resent history), or, with
-``resume``, decides the calls the previous run stopped on. The turn runs in
+matched as ``/v1/chat/completions`` matches a resent history), or gives the
+results of the frontend's tool calls (its ``messages`` end with ``tool``
+messages), or, with ``resume``, decides the calls the previous run stopped on.
+The run's ``tools`` are the frontend's: offered to the model beside the
+server's, their calls end the run for the client to run them
+(``client_tools`` of the engine). The turn runs in
 the app's task group: a client that goes away mid-stream does not cancel it
 (each frame's ``id:`` is the engine event's ``seq``, for
 ``GET /api/contexts/{id}/events`` with ``Last-Event-ID``). Checks, tenancy,
@@ -15,6 +19,7 @@ before the stream starts.
 """
 
 import functools
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -22,13 +27,23 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from ..engine import Turn
-from ..errors import ContextNotFound, InvalidInput, StoreError
+from ..errors import ContextNotFound, InvalidInput, StoreError, ToolNameClash
 from ..events import Event
+from ..model import ClientTools
 from ._ag_ui_events import Translator
-from ._ag_ui_input import Decisions, RunAgentIn, decisions, new_message
+from ._ag_ui_input import (
+    Decisions,
+    RunAgentIn,
+    decisions,
+    frontend_tools,
+    new_message,
+    openai_messages,
+)
 from ._calls import create_context, decide_calls
 from ._deps import HubOf, Tenant
 from ._hub import Hub, Job
+from ._openai_compat import _resent
+from ._openai_tools import client_tools_of, continuation
 
 __all__ = ["MEDIA_TYPE", "router"]
 
@@ -67,6 +82,22 @@ async def _stored(hub: Hub, context_id: str) -> bool:
 Call = Callable[[], Awaitable[Turn]]
 
 
+def _client_tools(hub: Hub, body: RunAgentIn) -> ClientTools | None:
+    """The run's ``tools`` as the engine's client tools, checked as ``/v1``
+    checks its own; a refusal names the field as the body has it
+    (``tools[0].name``, where OpenAI's shape has ``tools[0].function.name``)."""
+    try:
+        return client_tools_of(hub, frontend_tools(body), None, None)
+    except ToolNameClash as exc:
+        raise ToolNameClash(_field(exc.where), exc.tool_name) from None
+    except InvalidInput as exc:
+        raise InvalidInput(_field(exc.where), exc.reason) from None
+
+
+def _field(where: str) -> str:
+    return re.sub(r"^(tools\[\d+\])\.function\b", r"\1", where)
+
+
 def _decided(hub: Hub, cid: str, decided: Decisions) -> Call:
     """The call that gives the ``resume`` entries' decisions: answers and
     denials first, approvals last (the call that leaves none pending runs the
@@ -94,23 +125,30 @@ def _decided(hub: Hub, cid: str, decided: Decisions) -> Call:
 )
 async def ag_ui(hub: HubOf, body: RunAgentIn, who: Tenant) -> StreamingResponse:
     """Run the agent on an AG-UI thread; AG-UI's events as server-sent events."""
-    if body.tools:
-        raise InvalidInput(
-            "tools",
-            "frontend tools are not supported by this server yet: send no tools "
-            "(the server's own tools are offered to the model)",
-        )
+    cid = body.threadId
+    client = _client_tools(hub, body)  # checked before anything else
+    results = None if body.resume else continuation(openai_messages(body))
+    call: Call
     if body.resume:
         decided = decisions(body.resume)
-        await hub.check(body.threadId, who)
-        cid = body.threadId
+        await hub.check(cid, who)
         call = _decided(hub, cid, decided)
+    elif results is not None:  # the results of the frontend's calls
+        resent = _resent(results.earlier)
+        await hub.check(cid, who)
+        call = functools.partial(
+            hub.engine.submit_results, cid, results.results, context=resent, client_tools=client
+        )
     else:
         text, resent = new_message(body)  # a malformed list is refused before anything is made
-        await _thread(hub, who, body.threadId)
-        cid = body.threadId
+        await _thread(hub, who, cid)
         call = functools.partial(
-            hub.engine.send, cid, text, message_id=body.messages[-1].id, context=resent
+            hub.engine.send,
+            cid,
+            text,
+            message_id=body.messages[-1].id,
+            context=resent,
+            client_tools=client,
         )
 
     sub = hub.engine.subscribe(cid)

@@ -19,8 +19,9 @@ Each is emitted once, whatever brought it: the turn's messages are gone over
 again when it rests (:meth:`Translator.settle`), so what a subscriber that fell
 behind missed (``EventsMissed``), or an answer that was not streamed, still
 reaches the client. :meth:`Translator.finish` closes what is open and ends the
-run: ``RUN_FINISHED`` (``success``, or ``interrupt`` when calls wait for a
-human) or ``RUN_ERROR``.
+run: ``RUN_FINISHED`` (``success``, naming the frontend's calls left to run
+in ``pendingToolCallIds``, or ``interrupt`` when calls wait for a human) or
+``RUN_ERROR``.
 
 Frames end their lines with ``\\n`` alone: AG-UI's client splits a stream on
 ``\\n\\n``, so the ``\\r\\n`` frames of the server's other streams
@@ -244,6 +245,9 @@ class Translator:
         waiting = interrupts(turn)
         if waiting:
             end["outcome"] = {"type": "interrupt", "interrupts": waiting}
+        elif turn.client_tool_calls:  # the frontend's to run: their results come next
+            calls = [c.id for c in turn.client_tool_calls]
+            end["outcome"] = {"type": "success", "pendingToolCallIds": calls}
         else:
             end["outcome"] = {"type": "success"}
             end["result"] = {"state": turn.state.value, "stopReason": _stop(turn)}

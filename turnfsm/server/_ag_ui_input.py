@@ -1,11 +1,12 @@
 """What ``POST /ag-ui`` reads: AG-UI's ``RunAgentInput`` (see ``docs/ag-ui.md``).
 
 The body is checked here, where it enters: its shape by pydantic (``422``
-naming the field), then what a run means. A run either sends a message (its
+naming the field), then what a run means. A run sends a message (its
 ``messages`` end with a ``user`` message: the earlier ones are the client's
 copy of the conversation, matched as ``/v1/chat/completions`` matches a resent
-history) or resumes (``resume`` answers the interrupts the previous run ended
-with: an approval, a denial or a question's answer each). AG-UI messages are
+history), gives the results of frontend tools (its ``messages`` end with
+``tool`` messages), or resumes (``resume`` answers the interrupts the previous
+run ended with: an approval, a denial or a question's answer each). AG-UI messages are
 read as the OpenAI ``messages`` they correspond to, by the OpenAI compatible
 endpoint's own functions.
 """
@@ -27,7 +28,9 @@ __all__ = [
     "Resume",
     "RunAgentIn",
     "decisions",
+    "frontend_tools",
     "new_message",
+    "openai_messages",
 ]
 
 MAX_ID_LENGTH = 200
@@ -50,7 +53,8 @@ class AgUiMessage(_Loose):
 
 
 class AgUiTool(_Loose):
-    """A tool the frontend declares (and runs)."""
+    """A tool the frontend declares and runs: offered to the model beside the
+    server's, its calls are handed to the client."""
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -103,6 +107,24 @@ def _openai(message: AgUiMessage) -> dict[str, Any] | None:
             out["tool_calls"] = message.toolCalls
     if message.role == "tool":
         out["tool_call_id"] = message.toolCallId
+    return out
+
+
+def openai_messages(body: RunAgentIn) -> list[dict[str, Any]]:
+    """The run's messages as OpenAI ``messages`` entries (those that have one)."""
+    return [m for m in map(_openai, body.messages) if m is not None]
+
+
+def frontend_tools(body: RunAgentIn) -> list[dict[str, Any]] | None:
+    """The run's ``tools`` as OpenAI function tools (None when it declares none)."""
+    if not body.tools:
+        return None
+    out: list[dict[str, Any]] = []
+    for tool in body.tools:
+        function: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        if tool.parameters is not None:
+            function["parameters"] = tool.parameters
+        out.append({"type": "function", "function": function})
     return out
 
 
