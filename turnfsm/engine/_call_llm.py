@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
-from ..events import ContentDelta, MessageCompleted, Retrying, ToolCallsRequested
+from ..events import (
+    ContentDelta,
+    MessageCompleted,
+    Retrying,
+    ToolCallArgumentsDelta,
+    ToolCallsRequested,
+)
 from ..model import LLMRequest, clean_text
 from ..states import Trigger
 from . import _history
@@ -35,6 +41,7 @@ from ._answer import (
     storable_error,
 )
 from ._backoff import failure_edge
+from ._call_pieces import CallPieces
 from ._host import Host
 from ._prepare import build_request, compact, prefetch
 from ._runtime import Runtime
@@ -159,14 +166,17 @@ async def read_stream(
     attempt: int,
 ) -> None:
     """Read the adapter's stream into ``read`` until its final chunk or a
-    failure: each delta published as a ContentDelta at once (no commit: deltas
-    are not stored), the first one taking ``stream_started``. The stream is
+    failure: each text or thinking delta published as a ContentDelta, each
+    tool-call piece as a ToolCallArgumentsDelta, at once (no commit: deltas
+    are not stored; each takes a seq, sent or not), the first one taking
+    ``stream_started``. The stream is
     closed here only when the read is cancelled; else by the caller."""
     partial = read.partial
     thinking = read.thinking
     streaming = read.streaming
     index = 0
     kinds = CHUNK_KINDS
+    calls = CallPieces()
     try:
         next_chunk = chunks.__anext__
         # per chunk: looked up once
@@ -204,10 +214,33 @@ async def read_stream(
                     exc.partial_text = "".join(partial)
                     read.failure = exc
                     break
+            else:
+                try:
+                    piece = calls.take(chunk)
+                except LLMError as exc:
+                    exc.partial_text = "".join(partial)
+                    read.failure = exc
+                    break
             if not streaming:
                 streaming = read.streaming = True
                 await d.step(rt, Trigger.STREAM_STARTED)
             if channel is CALL:
+                seq = rt.seq = rt.sent_seq = rt.seq + 1
+                if subscribers and d.publish(
+                    rt,
+                    ToolCallArgumentsDelta(
+                        context_id=context_id,
+                        seq=seq,
+                        timestamp=clock_time(),
+                        message_id=message_id,
+                        call_index=piece.call_index,
+                        call_id=piece.call_id,
+                        tool_name=piece.tool_name,
+                        delta=piece.arguments,
+                        attempt=attempt,
+                    ),
+                ):
+                    await yield_to_readers()
                 continue
             delta_channel: Literal["text", "thinking"]
             if channel is TEXT:
