@@ -176,7 +176,7 @@ async def read_stream(
     streaming = read.streaming
     index = 0
     kinds = CHUNK_KINDS
-    calls = CallPieces()
+    calls: CallPieces | None = None  # made at a call's first piece
     try:
         next_chunk = chunks.__anext__
         # per chunk: looked up once
@@ -215,6 +215,8 @@ async def read_stream(
                     read.failure = exc
                     break
             else:
+                if calls is None:
+                    calls = CallPieces()
                 try:
                     piece = calls.take(chunk)
                 except LLMError as exc:
