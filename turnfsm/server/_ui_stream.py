@@ -124,6 +124,8 @@ class _Translate:
     """Tool calls whose input part the client has."""
     streamed: set[str] = field(default_factory=set)
     """Messages whose text streamed."""
+    failed: bool = False
+    """An ``error`` chunk went out."""
 
     def chunks(self, ev: Event) -> list[dict[str, Any]]:
         if isinstance(ev, ContentDelta):
@@ -162,6 +164,7 @@ class _Translate:
         if isinstance(ev, ToolResult):
             return self._result(ev)
         if isinstance(ev, Failed):
+            self.failed = True
             return [*self._close(), {"type": "error", "errorText": ev.error}]
         return []
 
@@ -263,7 +266,7 @@ class _Translate:
 
     def end(self, turn: Turn | None, error: str | None) -> list[dict[str, Any]]:
         out = self._end_step()
-        if error is not None:
+        if error is not None and not self.failed:
             out.append({"type": "error", "errorText": error})
         reason = None if turn is None or turn.stop_reason is None else str(turn.stop_reason)
         finish = "error" if error is not None else _FINISH.get(reason or "", "other")
