@@ -203,18 +203,7 @@ async def read_stream(
                     "".join(partial),
                 )
                 break
-            if channel is not CALL:
-                try:
-                    text = chunk.text
-                    if type(text) is str and text.isascii():  # no lone surrogate in it
-                        fixed = 0
-                    else:
-                        text, fixed = delta_text(chunk, kind.__name__)
-                except LLMError as exc:
-                    exc.partial_text = "".join(partial)
-                    read.failure = exc
-                    break
-            else:
+            if channel is CALL:  # a piece of a tool call: its own path, off the text's
                 if calls is None:
                     calls = CallPieces()
                 try:
@@ -223,10 +212,9 @@ async def read_stream(
                     exc.partial_text = "".join(partial)
                     read.failure = exc
                     break
-            if not streaming:
-                streaming = read.streaming = True
-                await d.step(rt, Trigger.STREAM_STARTED)
-            if channel is CALL:
+                if not streaming:
+                    streaming = read.streaming = True
+                    await d.step(rt, Trigger.STREAM_STARTED)
                 seq = rt.seq = rt.sent_seq = rt.seq + 1
                 if subscribers and d.publish(
                     rt,
@@ -244,6 +232,19 @@ async def read_stream(
                 ):
                     await yield_to_readers()
                 continue
+            try:
+                text = chunk.text
+                if type(text) is str and text.isascii():  # no lone surrogate in it
+                    fixed = 0
+                else:
+                    text, fixed = delta_text(chunk, kind.__name__)
+            except LLMError as exc:
+                exc.partial_text = "".join(partial)
+                read.failure = exc
+                break
+            if not streaming:
+                streaming = read.streaming = True
+                await d.step(rt, Trigger.STREAM_STARTED)
             delta_channel: Literal["text", "thinking"]
             if channel is TEXT:
                 partial.append(text)
