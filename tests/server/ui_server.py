@@ -28,7 +28,16 @@ if str(_OPENAI) not in sys.path:  # its loopback server and bodies, by name
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream, tool_call_stream  # noqa: E402
 
-__all__ = ["RUNS", "LoopbackServer", "Reply", "UiServer", "chunks", "serve", "text_stream"]
+__all__ = [
+    "RUNS",
+    "LoopbackServer",
+    "Reply",
+    "UiServer",
+    "chunks",
+    "serve",
+    "text_stream",
+    "tool_call_stream",
+]
 
 RUNS: list[tuple[str, dict[str, Any]]] = []
 """Each tool run: its name and arguments."""
