@@ -21,6 +21,7 @@ from .model import InternalMessage, ToolCallRequest
 
 __all__ = [
     "EVENT_ADAPTER",
+    "STREAMED_KINDS",
     "ContentDelta",
     "ContextChanged",
     "Event",
@@ -31,6 +32,7 @@ __all__ = [
     "Retrying",
     "StateChanged",
     "ToolApprovalRequested",
+    "ToolCallArgumentsDelta",
     "ToolCallsRequested",
     "ToolResult",
     "TurnCompleted",
@@ -71,6 +73,34 @@ class ContentDelta:
     attempt: int
     channel: Literal["text", "thinking"] = "text"
     kind: Literal["ContentDelta"] = "ContentDelta"
+
+
+@dataclass(**_EV)
+class ToolCallArgumentsDelta:
+    """A piece of a tool call's arguments (JSON text) as the model streams the call.
+
+    ``delta`` is the new piece only: join a call's pieces in ``seq`` order for
+    its arguments so far (the final, decoded arguments come in
+    :class:`ToolCallsRequested`). ``call_index`` is the call's place in the
+    answer (from 0); ``call_id`` and ``tool_name`` are None until the model has
+    sent them, then repeated on each later piece of that call (the engine may
+    still rename a ``call_id`` the context already used: the id to act on is
+    the one in ``ToolCallsRequested``). ``delta`` may be empty on the piece that
+    first names the call. ``attempt`` is the LLM attempt the piece belongs to
+    (a failed attempt's pieces are not kept); like a ``ContentDelta``, it is
+    sent and never stored.
+    """
+
+    context_id: str
+    seq: int
+    timestamp: float
+    message_id: str
+    call_index: int
+    call_id: str | None
+    tool_name: str | None
+    delta: str
+    attempt: int
+    kind: Literal["ToolCallArgumentsDelta"] = "ToolCallArgumentsDelta"
 
 
 @dataclass(**_EV)
@@ -199,6 +229,7 @@ class EventsMissed:
 Event = Annotated[
     StateChanged
     | ContentDelta
+    | ToolCallArgumentsDelta
     | MessageCompleted
     | ToolCallsRequested
     | ToolApprovalRequested
@@ -213,6 +244,11 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+STREAMED_KINDS: frozenset[str] = frozenset({"ContentDelta", "ToolCallArgumentsDelta"})
+"""The kinds sent while an answer streams and never stored: an event log does
+not keep them (a note carries them), a resumed stream replays them only from
+the server's memory."""
 
 _KIND_ADAPTERS: dict[type, TypeAdapter[Any]] = {
     cls: TypeAdapter(cls) for cls in typing.get_args(typing.get_args(Event)[0])

@@ -9,12 +9,12 @@ its engine, so that a stream served by another process sees those turns
   per context); a log kept in this process's memory (a server on a memory
   store) takes each event as it goes out instead (:meth:`~turnfsm.engine.Engine.tap`):
   there is no write to wait for;
-- it writes each durable event (every kind but ``ContentDelta``) to the
+- it writes each durable event (every kind but the streamed deltas) to the
   store's event log (:func:`turnfsm.storage._eventlog.open_event_log`) at
   ``(context_id, seq)``, the event as JSON (``EVENT_ADAPTER``);
 - in the same write it rings a note per event: on PostgreSQL a ``NOTIFY``
   whose payload names the context and seq, and carries the delta itself for
-  a ``ContentDelta``. A durable event is read from the log by whoever hears
+  a streamed delta. A durable event is read from the log by whoever hears
   the note, so a lost note loses nothing: the next note of that context shows
   a gap, and the listener reads the log.
 
@@ -38,7 +38,7 @@ import anyio.abc
 import structlog
 
 from .engine import Engine, EngineSubscription, EventTap
-from .events import Event, event_bytes
+from .events import STREAMED_KINDS, Event, event_bytes
 from .storage._eventlog import EventLog, LogNote, LogRow
 
 __all__ = ["RELAY_BATCH", "RELAY_BUFFER", "EventRelay", "event_json", "split_events"]
@@ -67,7 +67,7 @@ def split_events(
     notes: list[LogNote] = []
     for ev in events:
         kind = ev.kind
-        if kind == "ContentDelta":
+        if kind in STREAMED_KINDS:
             if rings:
                 notes.append(LogNote(ev.context_id, ev.seq, event_json(ev)))
         elif kind == "EventsMissed":

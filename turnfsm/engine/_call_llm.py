@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
-from ..events import ContentDelta, MessageCompleted, Retrying, ToolCallsRequested
+from ..events import (
+    ContentDelta,
+    MessageCompleted,
+    Retrying,
+    ToolCallArgumentsDelta,
+    ToolCallsRequested,
+)
 from ..model import LLMRequest, clean_text
 from ..states import Trigger
 from . import _history
@@ -35,6 +41,7 @@ from ._answer import (
     storable_error,
 )
 from ._backoff import failure_edge
+from ._call_pieces import CallPieces
 from ._host import Host
 from ._prepare import build_request, compact, prefetch
 from ._runtime import Runtime
@@ -162,14 +169,17 @@ async def read_stream(
     attempt: int,
 ) -> None:
     """Read the adapter's stream into ``read`` until its final chunk or a
-    failure: each delta published as a ContentDelta at once (no commit: deltas
-    are not stored), the first one taking ``stream_started``. The stream is
+    failure: each text or thinking delta published as a ContentDelta, each
+    tool-call piece as a ToolCallArgumentsDelta, at once (no commit: deltas
+    are not stored; each takes a seq, sent or not), the first one taking
+    ``stream_started``. The stream is
     closed here only when the read is cancelled; else by the caller."""
     partial = read.partial
     thinking = read.thinking
     streaming = read.streaming
     index = 0
     kinds = CHUNK_KINDS
+    calls: CallPieces | None = None  # made at a call's first piece
     try:
         next_chunk = chunks.__anext__
         # per chunk: looked up once
@@ -196,22 +206,48 @@ async def read_stream(
                     "".join(partial),
                 )
                 break
-            if channel is not CALL:
+            if channel is CALL:  # a piece of a tool call: its own path, off the text's
+                if calls is None:
+                    calls = CallPieces()
                 try:
-                    text = chunk.text
-                    if type(text) is str and text.isascii():  # no lone surrogate in it
-                        fixed = 0
-                    else:
-                        text, fixed = delta_text(chunk, kind.__name__)
+                    piece = calls.take(chunk)
                 except LLMError as exc:
                     exc.partial_text = "".join(partial)
                     read.failure = exc
                     break
+                if not streaming:
+                    streaming = read.streaming = True
+                    await d.step(rt, Trigger.STREAM_STARTED)
+                seq = rt.seq = rt.sent_seq = rt.seq + 1
+                if subscribers and d.publish(
+                    rt,
+                    ToolCallArgumentsDelta(
+                        context_id=context_id,
+                        seq=seq,
+                        timestamp=clock_time(),
+                        message_id=message_id,
+                        call_index=piece.call_index,
+                        call_id=piece.call_id,
+                        tool_name=piece.tool_name,
+                        delta=piece.arguments,
+                        attempt=attempt,
+                    ),
+                ):
+                    await yield_to_readers()
+                continue
+            try:
+                text = chunk.text
+                if type(text) is str and text.isascii():  # no lone surrogate in it
+                    fixed = 0
+                else:
+                    text, fixed = delta_text(chunk, kind.__name__)
+            except LLMError as exc:
+                exc.partial_text = "".join(partial)
+                read.failure = exc
+                break
             if not streaming:
                 streaming = read.streaming = True
                 await d.step(rt, Trigger.STREAM_STARTED)
-            if channel is CALL:
-                continue
             delta_channel: Literal["text", "thinking"]
             if channel is TEXT:
                 partial.append(text)

@@ -31,6 +31,7 @@ from ._models import ErrorOut
 from ._openai_compat import router as openai_router
 from ._request_compat import router as request_router
 from ._sessions import router as sessions_router
+from ._ui_stream import router as ui_router
 from ._web._routes import router as web_router
 
 __all__ = ["FAVICON", "HOT_ROUTES", "create_app"]
@@ -78,6 +79,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.include_router(ag_ui_router)  # POST /ag-ui (docs/ag-ui.md)
     app.include_router(request_router)
     app.include_router(sessions_router)
+    app.include_router(ui_router)  # the AI SDK's useChat (docs/server.md)
     app.include_router(web_router)  # the web view at / (docs/web.md)
     app.include_router(docs_router)  # /docs and /redoc, offline (docs/server.md)
     app.include_router(_telemetry.router)  # GET /metrics (docs/observability.md)

@@ -31,7 +31,7 @@ from ..adapters.outbound.exporters import (  # records in the session JSON forma
 )
 from ..engine import Subscription, Turn
 from ..errors import ContextNotFound, InvalidInput, TurnFSMError
-from ..events import ContentDelta, Event, EventsMissed, MessageCompleted, StateChanged, ToolResult
+from ..events import STREAMED_KINDS, Event, EventsMissed, MessageCompleted, StateChanged, ToolResult
 from ..model import (
     ApprovalStatus,
     ChatContext,
@@ -428,7 +428,7 @@ async def _stream(
 
 
 def _stored(events: list[Event]) -> list[Event]:
-    return [ev for ev in events if not isinstance(ev, ContentDelta)]
+    return [ev for ev in events if ev.kind not in STREAMED_KINDS]
 
 
 async def _step(sub: Subscription, job: Job, stops: tuple[anyio.Event, ...]) -> list[Event]:
@@ -438,7 +438,7 @@ async def _step(sub: Subscription, job: Job, stops: tuple[anyio.Event, ...]) -> 
 
     async def read(scope: anyio.CancelScope) -> None:
         async for ev in sub:
-            if not isinstance(ev, ContentDelta):
+            if ev.kind not in STREAMED_KINDS:
                 got.append(ev)
                 break
         else:  # the engine closed: the turn ends too

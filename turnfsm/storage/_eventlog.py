@@ -31,7 +31,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import StoreError
-from ..events import Event, event_bytes
+from ..events import STREAMED_KINDS, Event, event_bytes
 from ._base import Store
 from ._logtypes import Deliver, EventLog, LogNote, LogRow, OnConnect
 from ._sqlite import SQLiteStore
@@ -50,7 +50,7 @@ __all__ = [
 POLL_INTERVAL = 0.5
 """Seconds between two reads of a SQLite event log for other processes' events."""
 
-_NOT_KEPT = frozenset({"ContentDelta", "EventsMissed"})
+_NOT_KEPT = STREAMED_KINDS | {"EventsMissed"}
 """The events a log does not keep (a delta is rung only; a note of missed
 events is no event)."""
 

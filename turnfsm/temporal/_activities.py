@@ -40,8 +40,9 @@ from temporalio.exceptions import ApplicationError
 
 from ..adapters.llm import LLM
 from ..engine._answer import delta_text
-from ..errors import ContextNotFound, SchemaVersionError, VersionConflict
-from ..events import EVENT_ADAPTER, ContentDelta, StateChanged
+from ..engine._call_pieces import CallPieces
+from ..errors import ContextNotFound, LLMError, SchemaVersionError, VersionConflict
+from ..events import EVENT_ADAPTER, ContentDelta, StateChanged, ToolCallArgumentsDelta
 from ..model import LLMResponse, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallRequest
 from ..relay import event_json
 from ..states import State, Trigger
@@ -111,7 +112,7 @@ class Activities:
         notes = [LogNote(c, s) for c, s, _, _ in kept] if log.rings else []
         await log.add(kept, notes)
 
-    async def _ring(self, ev: ContentDelta) -> None:
+    async def _ring(self, ev: ContentDelta | ToolCallArgumentsDelta) -> None:
         log = self.event_log
         if log is None or not log.rings:
             return
@@ -230,6 +231,7 @@ class Activities:
         error: Any = None
         started = False
         index = 0
+        calls = CallPieces()
         attempt = request.attempt
         stream: AsyncIterator[Any] | None = None
         context_id = request.context_id
@@ -263,6 +265,24 @@ class Activities:
                             started_at = time.time()
                             await self._start_stream(context_id, seq, started_at)
                     if kind is ToolCallDelta:
+                        try:
+                            piece = calls.take(chunk)
+                        except LLMError:  # the workflow's engine judges it
+                            break
+                        seq += 1
+                        await self._ring(
+                            ToolCallArgumentsDelta(
+                                context_id=context_id,
+                                seq=seq,
+                                timestamp=time.time(),
+                                message_id=message_id,
+                                call_index=piece.call_index,
+                                call_id=piece.call_id,
+                                tool_name=piece.tool_name,
+                                delta=piece.arguments,
+                                attempt=attempt,
+                            )
+                        )
                         continue
                     text, _ = delta_text(chunk, kind.__name__)
                     seq += 1

@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
 
     from ..engine import Engine, LLMSummarizer, RetryPolicy
     from ..errors import ContextBusy, ContextNotFound, TurnFSMError
-    from ..events import Event
+    from ..events import STREAMED_KINDS, Event
     from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..model._detach import detached_fields
     from ..states import State
@@ -62,7 +62,7 @@ __all__ = ["SUBTASK_PATCH", "ContextWorkflow", "tool_retry"]
 _STORE_RETRY = ActivityRetry(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
 )
-_NOT_DURABLE = frozenset({"ContentDelta", "EventsMissed"})
+_NOT_DURABLE = STREAMED_KINDS | {"EventsMissed"}
 _AWAITING_LLM = State.AWAITING_LLM_RESPONSE.value
 
 

@@ -99,6 +99,17 @@
       live.hidden = false;
       live.textContent += d.delta;
     });
+    stream.addEventListener("ToolCallArgumentsDelta", function (e) {
+      var d = JSON.parse(e.data);
+      var key = d.message_id + ":" + d.attempt + ":call:" + d.call_index;
+      if (key !== current) {
+        current = key;
+        live.textContent = (d.tool_name || "tool") + "(";
+        live.classList.remove("thinking");
+      }
+      live.hidden = false;
+      live.textContent += d.delta;
+    });
     stream.addEventListener("StateChanged", function (e) {
       var d = JSON.parse(e.data);
       setState(document.getElementById("state"), d.new_state);
