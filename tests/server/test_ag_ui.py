@@ -18,7 +18,7 @@ from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
 
-from .ag_ui_server import ag_ui_server
+from .ag_ui_server import PIECES, ag_ui_server
 from .conftest import TOKENS, Running, serve_in_thread
 from .scripted import GATE, scripted_server
 
@@ -396,7 +396,7 @@ def test_a_question_is_an_interrupt_answered_by_the_next_run(asks: Running) -> N
     assert text_of(second).startswith("Going to")
 
 
-# ---------------------------------------------------------------------- frontend tools
+# ------------------------------------------------ streamed arguments, frontend tools
 
 CARD_TOOL = {
     "name": "show_card",
@@ -407,7 +407,24 @@ CARD_TOOL = {
 
 @pytest.fixture(scope="module")
 def pieces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    yield from ag_ui_server(tmp_path_factory.mktemp("ag-ui-tools") / "server.db")
+    yield from ag_ui_server(tmp_path_factory.mktemp("ag-ui-pieces") / "server.db")
+
+
+def test_a_calls_arguments_stream_in_the_pieces_the_model_sent(pieces: Running) -> None:
+    events = parse(post(pieces, run_input(f"t-{uuid.uuid4().hex}", [user("plan it")])).text)
+    call = [e for e in events if e.get("toolCallId") == "call_plan"]
+    kinds = [e["type"] for e in call]
+    assert kinds == [
+        "TOOL_CALL_START",
+        *["TOOL_CALL_ARGS"] * len(PIECES),
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+    ]
+    assert [e["delta"] for e in call[1:-2]] == list(PIECES)
+    assert call[0]["toolCallName"] == "add"
+    # the call started while the answer streamed, before the model's answer was whole
+    steps = [e.get("stepName") for e in events]
+    assert events.index(call[0]) < steps.index("ProcessingLLMResponse")
 
 
 def test_a_frontend_tools_call_goes_to_the_client_and_its_result_comes_back(

@@ -9,9 +9,13 @@
   complete; the message id is the stored message's (an answer of a later LLM
   attempt, after a retry, gets ``<id>.<attempt>``: what an earlier attempt
   streamed cannot be taken back);
-- ``ToolCallsRequested``: ``TOOL_CALL_START``, its arguments (JSON text) in
-  ``TOOL_CALL_ARGS``, ``TOOL_CALL_END`` per call, ``parentMessageId`` the
-  assistant message that made it;
+- ``ToolCallArgumentsDelta``: ``TOOL_CALL_START`` once the piece names the
+  call (``parentMessageId`` the assistant message that makes it), then each
+  piece of its arguments' JSON text in a ``TOOL_CALL_ARGS``, as the model
+  streams them;
+- ``ToolCallsRequested``: ``TOOL_CALL_END`` for the calls streamed; a call
+  that was not streamed comes whole: ``TOOL_CALL_START``, its arguments in one
+  ``TOOL_CALL_ARGS``, ``TOOL_CALL_END``;
 - ``ToolResult``: ``TOOL_CALL_RESULT`` (the tool message's id, the result as
   text: a string as it is, other JSON data as its JSON text).
 
@@ -37,7 +41,9 @@ from ..events import (
     ContentDelta,
     Event,
     MessageCompleted,
+    Retrying,
     StateChanged,
+    ToolCallArgumentsDelta,
     ToolCallsRequested,
     ToolResult,
 )
@@ -112,6 +118,10 @@ def interrupts(turn: Turn) -> list[dict[str, Any]]:
     return out
 
 
+_Key = tuple[str, int, int]
+"""A streamed call's place: its message's id, the LLM attempt, its index in the answer."""
+
+
 class Translator:
     """One run's AG-UI events, as frames (see the module's docstring)."""
 
@@ -123,6 +133,10 @@ class Translator:
         self._streamed: dict[str, str] = {}
         self._ended: set[str] = set()
         self._calls: set[str] = set()
+        self._open_calls: dict[_Key, str] = {}
+        """The calls being streamed, by their place, to their ids."""
+        self._unnamed: dict[_Key, list[str]] = {}
+        """Pieces of calls not named yet (held until a piece names the call)."""
         self._results: set[str] = set()
 
     def started(self) -> bytes:
@@ -142,10 +156,21 @@ class Translator:
             yield frame({"type": "STEP_STARTED", "stepName": ev.to_state}, seq)
         elif isinstance(ev, MessageCompleted):
             yield from self._message(ev.message_id, ev.message, seq)
+        elif isinstance(ev, ToolCallArgumentsDelta):
+            yield from self._piece(ev, seq)
         elif isinstance(ev, ToolCallsRequested):
             yield from self._close_text(seq)
-            for call in ev.calls:
+            for index, call in enumerate(ev.calls):
+                for key, streamed in list(self._open_calls.items()):
+                    if key[0] == ev.message_id and key[2] == index and streamed != call.id:
+                        # the engine gave the call another id (the model's was used
+                        # before): the streamed one is closed, the call sent whole
+                        yield from self._close_call(key, seq)
                 yield from self._call(call, ev.message_id, seq)
+        elif isinstance(ev, Retrying):  # what the failed attempt streamed stays as it is
+            yield from self._close_text(seq)
+            for key in list(self._open_calls):
+                yield from self._close_call(key, seq)
         elif isinstance(ev, ToolResult):
             yield from self._result(ev.message_id, ev.call_id, ev.result, seq)
 
@@ -188,8 +213,38 @@ class Translator:
             result = message.tool_result
             yield from self._result(mid, result.request_id, result.result, seq)
 
+    def _piece(self, ev: ToolCallArgumentsDelta, seq: int) -> Iterable[bytes]:
+        """A piece of a call's arguments as the model streams them."""
+        key = (ev.message_id, ev.attempt, ev.call_index)
+        parent = _wire_id(ev.message_id, ev.attempt)
+        call_id = self._open_calls.get(key)
+        if call_id is None:
+            if ev.call_id is None or ev.call_id in self._calls:
+                self._unnamed.setdefault(key, []).append(ev.delta)
+                return
+            call_id = ev.call_id
+            yield from self._close_text(seq)
+            for other in [k for k in self._open_calls if k[:2] == key[:2]]:
+                yield from self._close_call(other, seq)  # the model went on to the next call
+            self._calls.add(call_id)
+            self._open_calls[key] = call_id
+            start = {"type": "TOOL_CALL_START", "toolCallId": call_id}
+            start |= {"toolCallName": ev.tool_name or "", "parentMessageId": parent}
+            yield frame(start, seq)
+        delta = "".join(self._unnamed.pop(key, ())) + ev.delta
+        if delta:
+            yield frame({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": delta}, seq)
+
+    def _close_call(self, key: _Key, seq: int | None) -> Iterable[bytes]:
+        call_id = self._open_calls.pop(key, None)
+        if call_id is not None:
+            yield frame({"type": "TOOL_CALL_END", "toolCallId": call_id}, seq)
+
     def _call(self, call: ToolCallRequest, parent: str, seq: int | None) -> Iterable[bytes]:
         if call.id in self._calls:
+            for key, open_id in list(self._open_calls.items()):
+                if open_id == call.id:  # streamed: its arguments are complete
+                    yield from self._close_call(key, seq)
             return
         self._calls.add(call.id)
         yield from self._close_text(seq)
@@ -235,6 +290,8 @@ class Translator:
         """Close what is open; then ``RUN_ERROR`` (the turn failed, or the call
         raised ``error``) or ``RUN_FINISHED``."""
         yield from self._close_text(None)
+        for key in list(self._open_calls):
+            yield from self._close_call(key, None)
         yield from self._close_step(None)
         if turn is None or turn.state is State.PERMANENT_FAILURE or turn.error is not None:
             reason = (turn.error if turn is not None else None) or error or "the turn failed"
