@@ -302,11 +302,10 @@ class Translator:
         waiting = interrupts(turn)
         if waiting:
             end["outcome"] = {"type": "interrupt", "interrupts": waiting}
-        elif turn.client_tool_calls:  # the frontend's to run: their results come next
-            calls = [c.id for c in turn.client_tool_calls]
-            end["outcome"] = {"type": "success", "pendingToolCallIds": calls}
         else:
             end["outcome"] = {"type": "success"}
+            if turn.client_tool_calls:  # the frontend's to run: their results come next
+                end["outcome"]["pendingToolCallIds"] = [c.id for c in turn.client_tool_calls]
             end["result"] = {"state": turn.state.value, "stopReason": _stop(turn)}
         yield frame(end)
 
