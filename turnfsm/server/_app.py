@@ -2,7 +2,7 @@
 
 :func:`create_app` puts the app together: the hub (``_hub.py``) in
 ``app.state``, the routers (``_api.py``, ``_events.py``, ``_openai_compat.py``,
-``_request_compat.py``, ``_sessions.py``, the web view ``_web``, the API's
+``_ag_ui.py``, ``_request_compat.py``, ``_sessions.py``, the web view ``_web``, the API's
 docs ``_docs.py``), the error
 handlers and the middleware (``_gate.py``).
 """
@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 from ..engine import Engine
 from ..observability._asgi import TraceContextMiddleware
 from . import _telemetry
+from ._ag_ui import router as ag_ui_router
 from ._api import router as api_router
 from ._config import ServerConfig
 from ._docs import router as docs_router
@@ -75,6 +76,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
     app.include_router(manage_router)  # after it: /branches/active is the API's
     app.include_router(events_router)
     app.include_router(openai_router)
+    app.include_router(ag_ui_router)  # POST /ag-ui (docs/ag-ui.md)
     app.include_router(request_router)
     app.include_router(sessions_router)
     app.include_router(ui_router)  # the AI SDK's useChat (docs/server.md)
