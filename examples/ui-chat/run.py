@@ -2,10 +2,10 @@
 
     python examples/ui-chat/run.py [API_PORT [PAGE_PORT]]
 
-It bundles ``chat.js`` with the AI SDK (esbuild and the ``ai`` package from
-``.cache/ui-stream``: install them first with ``npm ci --prefix .cache/ui-stream``
-after copying ``tests/js/package.json`` and its lock there, as ``.ci/run``
-does), starts ``turnfsm serve`` on 127.0.0.1:8000 (the demo model, whose
+It bundles ``chat.js`` with the AI SDK (esbuild and the ``ai`` package in
+``.cache/ui-stream``, installed there from ``tests/js/package.json`` and its
+lock with ``npm ci`` the first time, as ``.ci/run`` does), starts
+``turnfsm serve`` on 127.0.0.1:8000 (the demo model, whose
 weather tool needs approval; the page's origin allowed by CORS) and serves the
 page on http://127.0.0.1:8001 until Ctrl-C (other ports as arguments). Nothing
 is fetched at run time.
@@ -26,13 +26,28 @@ ROOT = HERE.parents[1]
 MODULES = ROOT / ".cache" / "ui-stream" / "node_modules"
 
 
+def _install() -> bool:
+    """The pinned AI SDK and esbuild into ``.cache/ui-stream`` (``npm ci`` from
+    the lock file, as ``.ci/run`` does); False, with a message, if npm fails."""
+    cache = MODULES.parent
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        (cache / name).write_bytes((ROOT / "tests" / "js" / name).read_bytes())
+    print(f"installing the AI SDK into {cache} (npm ci) ...", file=sys.stderr)
+    try:
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(cache)], check=True
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"npm ci failed ({exc}): install Node.js 20 and npm", file=sys.stderr)
+        return False
+    return True
+
+
 def main(api_port: int = 8000, page_port: int = 8001) -> int:
     api = f"http://127.0.0.1:{api_port}"
     esbuild = MODULES / ".bin" / "esbuild"
-    if not esbuild.exists():
-        print(
-            f"no esbuild in {MODULES}: install tests/js/package.json there first", file=sys.stderr
-        )
+    if not esbuild.exists() and not _install():
         return 1
     out = Path(tempfile.mkdtemp(prefix="ui-chat-"))
     subprocess.run(
