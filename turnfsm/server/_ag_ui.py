@@ -22,13 +22,11 @@ import functools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import anyio
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from ..engine import Turn
 from ..errors import ContextNotFound, InvalidInput, StoreError, ToolNameClash
-from ..events import Event
 from ..model import ClientTools
 from ._ag_ui_events import Translator
 from ._ag_ui_input import (
@@ -41,7 +39,7 @@ from ._ag_ui_input import (
 )
 from ._calls import create_context, decide_calls
 from ._deps import HubOf, Tenant
-from ._hub import Hub, Job
+from ._hub import Hub, Job, next_batch
 from ._openai_compat import _resent
 from ._openai_tools import client_tools_of, continuation
 
@@ -164,15 +162,9 @@ async def ag_ui(hub: HubOf, body: RunAgentIn, who: Tenant) -> StreamingResponse:
         try:
             yield run.started()
             while True:
-                batch: list[Event] = sub.drain()
-                if not batch and not job.done.is_set():
-                    with anyio.move_on_after(heartbeat) as waited:
-                        try:
-                            batch = [await sub.__anext__()]
-                        except StopAsyncIteration:  # the engine closed
-                            await job.done.wait()
-                    if waited.cancelled_caught:
-                        yield b": keep-alive\n\n"
+                batch, idle = await next_batch(sub, job, heartbeat)
+                if idle:
+                    yield b": keep-alive\n\n"
                 for ev in batch:
                     for out in run.event(ev):
                         yield out

@@ -12,7 +12,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from ..engine import Engine, Turn
+from ..engine import Engine, Subscription, Turn
 from ..engine._accepted import ON_ACCEPTED
 from ..errors import ContextBusy, ContextNotFound, TemporalUnavailable, TurnFSMError
 from ..events import EVENT_ADAPTER, Event, StateChanged
@@ -26,7 +26,7 @@ from ._limits import TurnLimit
 from ._slots import SharedSlots, shared_slots_for
 from ._tenants import DEFAULT_TENANT, TenantTable
 
-__all__ = ["IDLE_CHANNELS", "KNOWN_OWNERS", "Hub", "Job"]
+__all__ = ["IDLE_CHANNELS", "KNOWN_OWNERS", "Hub", "Job", "next_batch"]
 
 log = structlog.get_logger("turnfsm.server")
 
@@ -84,6 +84,23 @@ class Job:
                 hub.release(channel)
             self.started.set()
             self.done.set()
+
+
+async def next_batch(sub: Subscription, job: Job, wait: float = 0.1) -> tuple[list[Event], bool]:
+    """The events of ``job``'s turn that ``sub`` holds now, else the next one
+    within ``wait`` seconds: ``(batch, idle)``, ``idle`` true when the time
+    passed with none (a stream may send a keep-alive then). A stream that reads
+    its turn's events loops on it until the job is done and a batch is empty.
+    When the engine closes, it waits for the job to end."""
+    batch: list[Event] = sub.drain()
+    if batch or job.done.is_set():
+        return batch, False
+    with anyio.move_on_after(wait) as waited:
+        try:
+            batch = [await sub.__anext__()]
+        except StopAsyncIteration:  # the engine closed: the turn ends too
+            await job.done.wait()
+    return batch, waited.cancelled_caught
 
 
 class Hub:

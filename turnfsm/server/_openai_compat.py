@@ -26,7 +26,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,13 +35,13 @@ from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
 from ..engine._output import TypedOutput
 from ..errors import InvalidInput
-from ..events import ContentDelta, Event
+from ..events import ContentDelta
 from ..model import TokenUsage
 from ..states import State
 from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._errors import ApiError
-from ._hub import Hub, Job
+from ._hub import Hub, Job, next_batch
 from ._openai_output import output_of
 from ._openai_tools import (
     Continuation,
@@ -343,13 +342,7 @@ async def chat_completions(
         try:
             yield chunk({"role": "assistant", "content": ""})
             while True:
-                batch: list[Event] = sub.drain()
-                if not batch and not job.done.is_set():
-                    with anyio.move_on_after(0.1):
-                        try:
-                            batch = [await sub.__anext__()]
-                        except StopAsyncIteration:  # the engine closed
-                            await job.done.wait()
+                batch, _ = await next_batch(sub, job)
                 for ev in batch:
                     if typed is not None:  # the validated answer comes whole, at the end
                         continue

@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
@@ -49,7 +48,7 @@ from ..model import Role
 from ..states import State
 from ._calls import create_context, decide_calls
 from ._deps import HubOf, Tenant
-from ._hub import Hub, Job
+from ._hub import Hub, Job, next_batch
 from ._sse import json_frame, sse_frame
 from ._ui_messages import Decisions, UIChatIn, decisions, resent, user_text
 
@@ -314,13 +313,7 @@ async def ui_chat(hub: HubOf, body: UIChatIn, who: Tenant) -> StreamingResponse:
         try:
             yield json_frame({"type": "start", "messageId": message_id})
             while True:
-                batch: list[Event] = sub.drain()
-                if not batch and not job.done.is_set():
-                    with anyio.move_on_after(0.1):
-                        try:
-                            batch = [await sub.__anext__()]
-                        except StopAsyncIteration:  # the engine closed
-                            await job.done.wait()
+                batch, _ = await next_batch(sub, job)
                 for ev in batch:
                     for chunk in translate.chunks(ev):
                         yield json_frame(chunk)
