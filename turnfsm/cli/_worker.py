@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -97,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     worker = Worker(engine, concurrency=args.concurrency, poll=args.poll, grace=args.grace)
     stop_tracing = start_tracing("turnfsm-worker")
-    stop_metrics = serve_metrics(args, engine)
+    stops: list[Callable[[], None]] = []
 
     async def main() -> None:
         # the turns' events go to the event log, for the servers' streams
@@ -119,6 +120,9 @@ def _run(args: argparse.Namespace) -> int:
                         worker.stop()
 
             await tg.start(on_signal)  # from the start line on, SIGTERM stops it cleanly
+            # /metrics answers only once SIGTERM is handled: a supervisor that
+            # waits for it, then stops the worker, gets a clean stop (exit 0)
+            stops.append(serve_metrics(args, engine))
             # log lines, to standard error: standard output is for what a command outputs
             print(
                 f"turnfsm worker: {engine.owner} on {store_location(url)}, "
@@ -139,7 +143,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         anyio.run(main)
     finally:
-        stop_metrics()
+        for stop in stops:
+            stop()
         stop_tracing()
     # stopped by Ctrl-C: 130, as every command; by SIGTERM (a supervisor): 0
     return EXIT_INTERRUPTED if received[:1] == [signal.SIGINT] else 0
