@@ -35,9 +35,7 @@ def _install() -> bool:
         (cache / name).write_bytes((ROOT / "tests" / "js" / name).read_bytes())
     print(f"installing the AI SDK into {cache} (npm ci) ...", file=sys.stderr)
     try:
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(cache)], check=True
-        )
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(cache)], check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"npm ci failed ({exc}): install Node.js 20 and npm", file=sys.stderr)
         return False
