@@ -6,8 +6,8 @@ transitions, no queue (which is shared by every model), model override (a
 holder is only given the methods it declares), events passed to callbacks, no
 ``on_exception`` (which would swallow errors, cancellation included).
 
-Each loaded context gets a small :class:`ContextHolder` (never the pydantic
-model), attached with ``add_model(initial=stored_state)`` and detached with
+Each loaded context gets a small :class:`ContextHolder` (never the context
+record), attached with ``add_model(initial=stored_state)`` and detached with
 ``remove_model`` when it unloads. The trigger is synchronous and atomic: the
 callbacks declared in the table only *note* what happened (the transition for
 the store, the effect the engine runs next); the engine runs the async work.
@@ -146,10 +146,10 @@ class LeanTransition(Transition):
     def execute(self, event_data: EventData) -> bool:
         # transitions' own order: prepare, conditions, before, exit, set the
         # state, enter, final, after; the state change is written out here
-        # (one frame less per step than transitions' ``_change_state``)
-        # (the machine's callback lists are read from the attributes behind
-        # transitions' properties ``before_state_change`` and
-        # ``after_state_change``: one call less each; the properties return them)
+        # rather than called through ``_change_state``, since every step of
+        # every turn runs it (the machine's callback lists are read from the
+        # attributes behind transitions' properties ``before_state_change``
+        # and ``after_state_change``, which return the same lists)
         machine = event_data.machine
         if self.prepare:
             machine.callbacks(self.prepare, event_data)
@@ -213,7 +213,7 @@ class LeanEvent(Event):
         event_data.state = state
         try:
             # ``_is_valid_source`` (which raises or logs) only for a refused event,
-            # and ``_process`` written out: two frames less per step
+            # and ``_process`` written out, as every step runs through here
             if name in self.transitions or self._is_valid_source(state):
                 prepare = machine._prepare_event
                 if prepare:
@@ -343,8 +343,8 @@ class TurnMachine:
         if dest is None:
             raise IllegalTransition(holder.state, trigger, context_id=holder.context_id)
         holder.effect = None
-        # ``Event.trigger`` written out for the unqueued machine (one frame less):
-        # its EventData, then the lean ``_trigger``
+        # ``Event.trigger`` written out for the unqueued machine, where it does
+        # no more than this: its EventData, then the lean ``_trigger``
         event = self._events[trigger]
         event._trigger(EventData(None, event, self._machine, holder, (), {}))
         return dest
