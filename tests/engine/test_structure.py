@@ -72,7 +72,14 @@ def test_the_lease_protocol_is_its_own_object() -> None:
     }
     assert not defined & {"_enter", "_enter_claimed", "_confirm_claim", "_hold_again", "_StaleCopy"}
     methods = set(vars(_lease.CallLease))
-    assert {"enter", "enter_claimed", "confirm_claim", "hold_again", "let_go"} <= methods
+    assert {
+        "enter",
+        "enter_claimed",
+        "confirm_claim",
+        "hold_again",
+        "let_go",
+        "commit_failed",
+    } <= methods
 
 
 def test_the_busy_set_lives_with_the_loaded_contexts() -> None:

@@ -184,6 +184,7 @@ async def read_stream(
         next_chunk = chunks.__anext__
         # per chunk: looked up once
         subscribers = rt.subscribers
+        publish = _steps.publish
         clock_time = d.settings.clock.time
         context_id = rt.ctx.id
         while True:
@@ -219,7 +220,7 @@ async def read_stream(
                     streaming = read.streaming = True
                     await d.step(rt, Trigger.STREAM_STARTED)
                 seq = rt.seq = rt.sent_seq = rt.seq + 1
-                if subscribers and _steps.publish(
+                if subscribers and publish(
                     rt,
                     ToolCallArgumentsDelta(
                         context_id=context_id,
@@ -257,7 +258,7 @@ async def read_stream(
                 read.thinking_fixed += fixed
                 delta_channel = THINKING
             seq = rt.seq = rt.sent_seq = rt.seq + 1
-            if subscribers and _steps.publish(
+            if subscribers and publish(
                 rt,
                 ContentDelta(
                     context_id=context_id,

@@ -163,8 +163,8 @@ class Driver:
         hand_off: bool = False,
     ) -> Coroutine[Any, Any, Turn]:
         """Load the context for a call (busy, leased), then run it (a plain
-        function returning the call's coroutine: an unwatched call has no
-        frame more than it needs).
+        function returning the call's coroutine, so that an unwatched call
+        awaits the call itself, with no wrapper around it).
 
         ``lease``: a lease this engine already holds on the context (claimed
         with ``claim_expired``): the call runs under it, on a freshly loaded
@@ -297,7 +297,9 @@ class Driver:
                 rt.done.turn = turn
             if rt.hand_back and rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
-            await held.let_go(rt)
+            release = held.let_go(rt)
+            if release is not None:
+                await _leases.release(self.settings, release)
             rt.watch = None
             self._leave(rt)
         return turn

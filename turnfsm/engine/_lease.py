@@ -164,16 +164,21 @@ class CallLease:
             raise StaleCopy from None
         rt.lease_status = HELD
 
-    async def let_go(self, rt: Runtime) -> None:
+    @staticmethod
+    def let_go(rt: Runtime) -> Lease | None:
         """The call returns: a claim never taken leaves the last lease standing;
-        a lease still held is released."""
+        a lease still held is marked released and returned, for the caller to
+        give up (``_leases.release``). A plain call, so that a call whose last
+        commit released its lease does not wait here."""
         status = rt.lease_status
-        if status is CLAIM and rt.lease is not None:
-            rt.lease_status = RELEASED
-            rt.lease = replace(rt.lease, token=rt.lease.token - 1)
-        elif status is HELD and rt.lease is not None:
-            rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
-            await _leases.release(self.settings, rt.lease)
+        lease = rt.lease
+        if lease is None or status is RELEASED:
+            return None
+        rt.lease_status = RELEASED  # first: a heartbeat racing the release stays quiet
+        if status is CLAIM:
+            rt.lease = replace(lease, token=lease.token - 1)
+            return None
+        return lease
 
 
 def _begin(rt: Runtime, settings: Settings) -> Runtime:

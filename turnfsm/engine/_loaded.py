@@ -19,10 +19,9 @@ MAX_LOADED = 4_096
 """``Engine(max_loaded=...)`` by default: contexts held loaded at most."""
 MAX_LOADED_MESSAGES = 200_000
 """``Engine(max_loaded_messages=...)`` by default: their messages at most, in
-all. At the measured 4.0 KB per loaded context and 1.2 KB per loaded message
-of a tool-loop conversation (docs/benchmarks.md, "The loaded-context cache"),
-the two defaults bound the cache at 16 MiB + 222 MiB of Python objects, under
-256 MiB, besides the text of long messages."""
+all: a loaded context's memory grows with its messages, and the two
+defaults together keep the cache under the budget docs/benchmarks.md
+measures ("The loaded-context cache")."""
 
 
 class Loaded:

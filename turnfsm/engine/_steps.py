@@ -183,17 +183,23 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
     )
 
 
-def committed(rt: Runtime, commit: Commit) -> list[Event]:
+_NONE: tuple[Event, ...] = ()
+
+
+def committed(rt: Runtime, commit: Commit) -> Sequence[Event]:
     """Settle ``commit``, which the store has taken: the working copy at its
     version, nothing pending; the events it released, in order, to publish."""
     holder = rt.holder
     holder.steps.clear()
+    # the commit holds the lists it was given: new ones for what comes next
     rt.appended = []
-    rt.replaced = {}
     rt.branches = []
+    if rt.replaced:  # neither of these two is held by the commit
+        rt.replaced = {}
+    if rt.changes:
+        rt.changes = []
     rt.active_changed = False
     rt.config_changed = False
-    rt.changes = []
     if rt.lease_status is CLAIM:
         rt.lease_status = RELEASED if commit.release_lease else HELD
     elif commit.release_lease:
@@ -206,7 +212,7 @@ def committed(rt: Runtime, commit: Commit) -> list[Event]:
     ctx.event_seq = rt.sent_seq = commit.event_seq
     outbox = rt.outbox
     if not outbox:
-        return []
+        return _NONE
     rt.outbox = []
     cid = ctx.id
     return [
