@@ -167,7 +167,15 @@ def decide(d: Host, rt: Runtime) -> None:
     resume the stored one), let :func:`decide_answer` say what it means, and
     take its edge. A plain call: nothing here waits."""
     ctx = rt.ctx
-    calls, node = _answer(rt)
+    node = rt.answer
+    if (
+        node is not None
+        and ctx.message_pool.get(node.id) is node
+        and ctx.active_branch.message_ids[-1] == node.id
+    ):  # the answer just received, the newest message (``_answer``'s first case)
+        calls = list(node.message.tool_calls or ())
+    else:
+        calls, node = _answer(rt)
     rt.answer = None
     outcome = node.message.outcome if node is not None else None
     if not calls:

@@ -230,7 +230,9 @@ class Driver:
         if end is not None:
             rt.done = None
             end.set()
-        loaded.recount(rt)
+        held = len(rt.ctx.message_pool)  # what the call added (see Loaded.recount)
+        loaded.messages += held - rt.held
+        rt.held = held
         if (
             len(loaded.runtimes) > settings.max_loaded
             or loaded.messages > settings.max_loaded_messages

@@ -83,13 +83,17 @@ class CallLease:
         ``claim``: when the context is still loaded from this engine's last
         call on it, its lease is left to the call's first commit."""
         loaded = self.loaded
-        loaded.refuse_if_busy(context_id)
-        loaded.busy.add(context_id)
+        busy = loaded.busy
+        if context_id in busy:
+            loaded.refuse_if_busy(context_id)
+        busy.add(context_id)
         s = self.settings
         lease: Lease | None = None
-        rt = loaded.runtimes.get(context_id) if claim and self.in_commits else None
+        runtimes = loaded.runtimes
+        rt = runtimes.get(context_id) if claim and self.in_commits else None
         if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
-            loaded.put(loaded.take(context_id) or rt)  # most recently used last
+            del runtimes[context_id]
+            runtimes[context_id] = rt  # most recently used last
             rt.lease = Lease(context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl)
             rt.lease_status = CLAIM
             return _begin(rt, s)
