@@ -230,9 +230,9 @@ class Driver:
         if end is not None:
             rt.done = None
             end.set()
-        held = len(rt.ctx.message_pool)  # what the call added (see Loaded.recount)
-        loaded.messages += held - rt.held
-        rt.held = held
+        count = len(rt.ctx.message_pool)  # with what the call added (Loaded.recount)
+        loaded.messages += count - rt.held
+        rt.held = count
         if (
             len(loaded.runtimes) > settings.max_loaded
             or loaded.messages > settings.max_loaded_messages
