@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..states import Trigger
+from . import _steps
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import StopReason
@@ -50,11 +51,11 @@ async def backoff(d: Host, rt: Runtime) -> None:
     if trigger is Trigger.GIVE_UP:
         rt.stop_reason = StopReason.FAILED
         ctx.progress = dataclasses.replace(p, retry_at=None)
-        d.fire(rt, Trigger.GIVE_UP)
-        d.failed(rt, p.last_error or "attempts exhausted", "")
-        d.end_turn(rt)
+        _steps.fire(rt, Trigger.GIVE_UP)
+        _steps.failed(rt, p.last_error or "attempts exhausted", "")
+        _steps.end_turn(rt)
         return
     if wait > 0:
         await s.clock.sleep(wait)
     ctx.progress = dataclasses.replace(p, attempt=p.attempt + 1, retry_at=None)
-    d.fire(rt, Trigger.RETRY)
+    _steps.fire(rt, Trigger.RETRY)

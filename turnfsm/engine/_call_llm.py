@@ -23,7 +23,7 @@ from ..events import (
 )
 from ..model import LLMRequest, clean_text
 from ..states import Trigger
-from . import _history
+from . import _history, _steps
 from ._answer import (
     CALL,
     CHUNK_KINDS,
@@ -132,10 +132,10 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     if calls and rt.call_ids is not None:
         rt.call_ids.update(c.id for c in calls)
     rt.answer = node
-    d.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
-    d.later(rt, MessageCompleted, message_id=node.id, message=message)
+    _steps.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
+    _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     if calls:
-        d.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
+        _steps.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
 
 
 async def _request(d: Host, rt: Runtime) -> LLMRequest | None:
@@ -184,6 +184,7 @@ async def read_stream(
         next_chunk = chunks.__anext__
         # per chunk: looked up once
         subscribers = rt.subscribers
+        publish = _steps.publish
         clock_time = d.settings.clock.time
         context_id = rt.ctx.id
         while True:
@@ -219,7 +220,7 @@ async def read_stream(
                     streaming = read.streaming = True
                     await d.step(rt, Trigger.STREAM_STARTED)
                 seq = rt.seq = rt.sent_seq = rt.seq + 1
-                if subscribers and d.publish(
+                if subscribers and publish(
                     rt,
                     ToolCallArgumentsDelta(
                         context_id=context_id,
@@ -257,7 +258,7 @@ async def read_stream(
                 read.thinking_fixed += fixed
                 delta_channel = THINKING
             seq = rt.seq = rt.sent_seq = rt.seq + 1
-            if subscribers and d.publish(
+            if subscribers and publish(
                 rt,
                 ContentDelta(
                     context_id=context_id,
@@ -298,9 +299,9 @@ async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | Non
     if trigger is Trigger.LLM_FAILED_PERMANENT:
         ctx.progress = dataclasses.replace(ctx.progress, last_error=error)
         rt.stop_reason = StopReason.FAILED
-        d.fire(rt, Trigger.LLM_FAILED_PERMANENT)
-        d.failed(rt, error, exc.partial_text)
-        d.end_turn(rt)
+        _steps.fire(rt, Trigger.LLM_FAILED_PERMANENT)
+        _steps.failed(rt, error, exc.partial_text)
+        _steps.end_turn(rt)
         return
     delay = policy.delay(attempt, exc) if will_retry else 0.0
     ctx.progress = dataclasses.replace(
@@ -308,9 +309,9 @@ async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | Non
         last_error=error,
         retry_at=d.settings.clock.time() + delay if will_retry else None,
     )
-    d.fire(rt, Trigger.LLM_FAILED_TRANSIENT)
+    _steps.fire(rt, Trigger.LLM_FAILED_TRANSIENT)
     if will_retry:
-        d.later(
+        _steps.later(
             rt,
             Retrying,
             attempt=attempt,

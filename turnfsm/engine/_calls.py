@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
 from ..tools import QuestionTool, ToolOutcome
-from . import _history
+from . import _history, _steps
 from ._approval import checked_decisions
 from ._call_llm import fail_llm
 from ._decide import mark_started
@@ -83,7 +83,7 @@ async def start_send(
             "message_id", f"context {rt.ctx.id!r} already has a message {message_id!r}"
         )
     if state is S.AWAITING_TOOL_APPROVAL:
-        d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
+        _steps.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
     now = d.now()
     _history.append(
         rt,
@@ -91,7 +91,7 @@ async def start_send(
         d.settings.ids() if message_id is None else message_id,
     )
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output, client=client)
-    d.fire(rt, T.USER_MESSAGE)
+    _steps.fire(rt, T.USER_MESSAGE)
 
 
 async def start_decide(
@@ -138,7 +138,7 @@ async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
     open_calls = _history.set_decisions(
         rt, {call_id: (ApprovalStatus.APPROVED, "human", "answered")}
     )
-    d.add_results(rt, [call], [ToolOutcome.of(True, text)])
+    _steps.add_results(rt, [call], [ToolOutcome.of(True, text)])
     _resolved(d, rt, [c for c in open_calls if c.id != call_id])  # answered now
 
 
@@ -150,7 +150,7 @@ def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
         rt.stop_reason = StopReason.AWAITING_APPROVAL
         return
     mark_started(rt, open_calls)
-    d.fire(rt, T.APPROVALS_RESOLVED)
+    _steps.fire(rt, T.APPROVALS_RESOLVED)
 
 
 async def start_retry(d: Host, rt: Runtime) -> None:
@@ -165,14 +165,14 @@ async def start_retry(d: Host, rt: Runtime) -> None:
         output=out if out is None or not out.invalid else dataclasses.replace(out, invalid=0),
         client=p.client,
     )
-    d.fire(rt, T.RETRY)
+    _steps.fire(rt, T.RETRY)
 
 
 async def start_reset(d: Host, rt: Runtime) -> None:
     require(rt, T.RESET)
     rt.ctx.progress = TurnProgress()
     rt.stop_reason = StopReason.RESET
-    d.fire(rt, T.RESET)
+    _steps.fire(rt, T.RESET)
 
 
 async def start_cancel(d: Host, rt: Runtime) -> None:
@@ -209,7 +209,7 @@ def _unknown_outcomes(d: Host, rt: Runtime) -> bool:
     why = "outcome unknown: it was started before the process stopped"
     _history.back_to_pending(rt, dict.fromkeys(unknown, why), outcome_unknown=True)
     rt.stop_reason = StopReason.AWAITING_APPROVAL
-    d.fire(rt, T.OUTCOME_UNKNOWN)
+    _steps.fire(rt, T.OUTCOME_UNKNOWN)
     return True
 
 
@@ -247,7 +247,7 @@ async def start_fork(
     rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
     _activate(rt, name)
     rt.stop_reason = StopReason.BRANCH
-    d.change(rt, Change.BRANCH_FORKED, detail)
+    _steps.change(rt, Change.BRANCH_FORKED, detail)
 
 
 async def start_switch(d: Host, name: str, rt: Runtime) -> None:
@@ -259,7 +259,7 @@ async def start_switch(d: Host, name: str, rt: Runtime) -> None:
     if name == previous:
         return
     _activate(rt, name)
-    d.change(rt, Change.BRANCH_SWITCHED, {"branch": name, "previous": previous})
+    _steps.change(rt, Change.BRANCH_SWITCHED, {"branch": name, "previous": previous})
 
 
 async def start_set_branch_prompts(
@@ -276,7 +276,7 @@ async def start_set_branch_prompts(
         return
     ctx.branches[name] = branch
     rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
-    d.change(rt, Change.BRANCH_PROMPTS_SET, {"branch": name, **changed})
+    _steps.change(rt, Change.BRANCH_PROMPTS_SET, {"branch": name, **changed})
 
 
 def _set_prompts(
@@ -312,7 +312,7 @@ async def start_update_config(
     if changed:
         ctx.config = config = dataclasses.replace(detached(config), **changed)
         rt.config_changed = True
-        d.change(rt, Change.CONFIG_UPDATED, dict(changed))
+        _steps.change(rt, Change.CONFIG_UPDATED, dict(changed))
     out.append(detached(config))
 
 
@@ -359,7 +359,7 @@ async def cancel_in_place(d: Host, rt: Runtime) -> None:
         )
         rt.partial = []
     started = set(ctx.progress.started_call_ids)
-    d.close_open_calls(
+    _steps.close_open_calls(
         rt,
         "cancelled",
         lambda c: (
@@ -372,6 +372,6 @@ async def cancel_in_place(d: Host, rt: Runtime) -> None:
     rt.request = None
     rt.answer = None
     rt.stop_reason = StopReason.CANCELLED
-    d.fire(rt, T.CANCEL)
-    d.end_turn(rt)
+    _steps.fire(rt, T.CANCEL)
+    _steps.end_turn(rt)
     await d.commit(rt)

@@ -42,7 +42,7 @@ from ..model import (
 from ..states import RESTING, Change, State
 from ..storage import ChildSummaries, ContextSummary, Store
 from ..tools._threads import run_in_tool_thread
-from . import _history
+from . import _history, _steps
 from ._host import Host
 from ._runtime import Runtime
 from ._turn import Child, ChildInfo, Finished, StopReason
@@ -330,7 +330,7 @@ async def start_child_spawned(d: Host, detail: dict[str, Any], rt: Runtime) -> N
     state = State(rt.holder.state)
     if state not in RESTING:
         raise NotAtRest(rt.ctx.id, state, "sub-contexts")
-    d.change(rt, Change.CHILD_SPAWNED, detail)
+    _steps.change(rt, Change.CHILD_SPAWNED, detail)
 
 
 async def start_child_finished(
@@ -362,7 +362,9 @@ async def start_child_finished(
         ),
         d.settings.ids(),
     )
-    d.change(rt, Change.CHILD_FINISHED, {"child_id": child.id, "message_id": node.id, "kept": keep})
+    _steps.change(
+        rt, Change.CHILD_FINISHED, {"child_id": child.id, "message_id": node.id, "kept": keep}
+    )
 
 
 async def start_archive(d: Host, parent_id: str, message_id: str | None, rt: Runtime) -> None:
@@ -373,7 +375,7 @@ async def start_archive(d: Host, parent_id: str, message_id: str | None, rt: Run
     _require_idle(rt, "finishing a sub-context")
     ctx.config = dataclasses.replace(ctx.config, archived=True)
     rt.config_changed = True
-    d.change(rt, Change.ARCHIVED, {"parent_id": parent_id, "message_id": message_id})
+    _steps.change(rt, Change.ARCHIVED, {"parent_id": parent_id, "message_id": message_id})
 
 
 # ---------------------------------------------------------------------- a sub-task as a tool

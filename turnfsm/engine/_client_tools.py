@@ -32,7 +32,7 @@ from ..errors import (
 from ..model import ApprovalStatus, ClientTool, ClientTools
 from ..states import State, Trigger
 from ..tools import ToolOutcome, ToolRegistry
-from . import _history
+from . import _history, _steps
 from ._client_view import is_client_call
 from ._drive import Driver
 from ._host import Host
@@ -209,7 +209,7 @@ async def start_submit(
     if client is not None:
         ctx.progress = dataclasses.replace(ctx.progress, client=client)
     given = [c for c in open_calls if c.id in results]
-    d.add_results(rt, given, [results[c.id] for c in given])
+    _steps.add_results(rt, given, [results[c.id] for c in given])
     left = [c for c in open_calls if c.id not in results]
     if any(c.approval_status is ApprovalStatus.PENDING for c in left):
         rt.stop_reason = StopReason.AWAITING_APPROVAL
@@ -218,7 +218,7 @@ async def start_submit(
         rt.stop_reason = StopReason.CLIENT_TOOLS
         return
     ctx.progress = _history.started(ctx.progress, ())
-    d.fire(rt, Trigger.APPROVALS_RESOLVED)
+    _steps.fire(rt, Trigger.APPROVALS_RESOLVED)
 
 
 def _outcomes(results: object) -> dict[str, ToolOutcome]:

@@ -17,13 +17,14 @@ from ..model import (
     ApprovalStatus,
     InternalMessage,
     MessageMetadata,
+    MessageNode,
     Role,
     TextPart,
     ToolCallRequest,
 )
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry
-from . import _history
+from . import _history, _steps
 from ._approval import policy_decisions, questions_of
 from ._client_view import client_decisions, is_client_call
 from ._history import Decisions
@@ -32,7 +33,15 @@ from ._runtime import Runtime
 from ._turn import StopReason
 from ._typed import check_answer
 
-__all__ = ["LIMIT_NOTICE", "Decision", "decide", "decide_answer", "limit_notice", "mark_started"]
+__all__ = [
+    "LIMIT_NOTICE",
+    "Decision",
+    "decide",
+    "decide_answer",
+    "limit_notice",
+    "mark_started",
+    "validates",
+]
 
 LIMIT_NOTICE = "max_iterations"
 """``metadata.extra["notice"]`` of the notice a turn stopped by the iteration limit stores."""
@@ -114,18 +123,16 @@ def decide_answer(
     return Decision(Trigger.TOOLS_DECIDED, None, decisions)
 
 
-async def decide(d: Host, rt: Runtime) -> None:
-    """ProcessingLLMResponse: find the answer (the one just received, or after a
-    resume the stored one), let :func:`decide_answer` say what it means, and
-    take its edge."""
+def _answer(rt: Runtime) -> tuple[list[ToolCallRequest], MessageNode | None]:
+    """The answer's open calls, and the answer itself: the one just received,
+    or after a resume the stored one (None: no answer)."""
     ctx = rt.ctx
     node = rt.answer
     if node is None or node.id not in ctx.message_pool:  # resumed: the stored answer
         batch = ctx.last_tool_batch()
         node = batch[0] if batch else None
-    calls: list[ToolCallRequest]
     if node is None:
-        calls = []
+        calls: list[ToolCallRequest] = []
     elif (
         node is rt.answer
         and ctx.message_pool[node.id] is node
@@ -133,22 +140,48 @@ async def decide(d: Host, rt: Runtime) -> None:
     ):
         # the answer just received is the newest message: its calls are the
         # open ones (what open_tool_calls finds, without scanning for it)
-        calls = list(node.message.tool_calls or ())
+        return list(node.message.tool_calls or ()), node
     else:
         calls = ctx.open_tool_calls()
+    if calls:
+        return calls, node
     answer = rt.answer
-    rt.answer = None
-    if not calls:
-        if answer is None:  # resumed: the newest message is the stored answer
-            ids = ctx.active_branch.message_ids
-            answer = ctx.message_pool[ids[-1]] if ids else None
-        outcome = answer.message.outcome if answer is not None else None
-        output = ctx.progress.output
-        if output is not None and outcome is None and await check_answer(d, rt, answer, output):
-            return  # output_invalid or output_failed was taken
+    if answer is None:  # resumed: the newest message is the stored answer
+        ids = ctx.active_branch.message_ids
+        answer = ctx.message_pool[ids[-1]] if ids else None
+    return calls, answer
+
+
+def validates(rt: Runtime) -> bool:
+    """Whether :func:`decide` will run the application's validator on the
+    answer (a turn with an output type, an answer without calls that ended
+    normally): the drive loop commits the answer first."""
+    if rt.ctx.progress.output is None:
+        return False
+    calls, answer = _answer(rt)
+    return not calls and (answer is None or answer.message.outcome is None)
+
+
+def decide(d: Host, rt: Runtime) -> None:
+    """ProcessingLLMResponse: find the answer (the one just received, or after a
+    resume the stored one), let :func:`decide_answer` say what it means, and
+    take its edge. A plain call: nothing here waits."""
+    ctx = rt.ctx
+    node = rt.answer
+    if (
+        node is not None
+        and ctx.message_pool.get(node.id) is node
+        and ctx.active_branch.message_ids[-1] == node.id
+    ):  # the answer just received, the newest message (``_answer``'s first case)
+        calls = list(node.message.tool_calls or ())
     else:
-        assert node is not None
-        outcome = node.message.outcome
+        calls, node = _answer(rt)
+    rt.answer = None
+    outcome = node.message.outcome if node is not None else None
+    if not calls:
+        output = ctx.progress.output
+        if output is not None and outcome is None and check_answer(d, rt, node, output):
+            return  # output_invalid or output_failed was taken
     s = d.settings
     decision = decide_answer(
         calls,
@@ -162,21 +195,21 @@ async def decide(d: Host, rt: Runtime) -> None:
     if decision.decisions:
         decided = _history.set_decisions(rt, decision.decisions)
     if decision.results:
-        d.add_results(rt, calls, decision.results)
+        _steps.add_results(rt, calls, decision.results)
     if decision.stop_reason is StopReason.MAX_ITERATIONS and s.limit_notice:
         message = limit_notice(s.max_iterations, len(calls), d.now(), ctx.progress.iteration)
         node = _history.append(rt, message, s.ids())
-        d.later(rt, MessageCompleted, message_id=node.id, message=message)
+        _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     trigger = decision.trigger
     if trigger is Trigger.TOOLS_DECIDED:
         mark_started(rt, decided)
-        d.fire(rt, trigger)
+        _steps.fire(rt, trigger)
         return
     rt.stop_reason = decision.stop_reason
-    d.fire(rt, trigger)
+    _steps.fire(rt, trigger)
     if trigger is Trigger.NEEDS_APPROVAL:
         _announce(d, rt, [c for c in decided if c.approval_status is ApprovalStatus.PENDING])
-    d.end_turn(rt)
+    _steps.end_turn(rt)
 
 
 def limit_notice(
@@ -212,9 +245,9 @@ def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
     if approvals:
-        d.later(rt, ToolApprovalRequested, calls=approvals)
+        _steps.later(rt, ToolApprovalRequested, calls=approvals)
     for q in questions:
-        d.later(
+        _steps.later(
             rt,
             QuestionAsked,
             call_id=q.call_id,

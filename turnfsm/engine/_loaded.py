@@ -1,14 +1,16 @@
 """The contexts an engine holds in memory: attach, unload, least-recently-used
-eviction, and the event seqs a context must not reuse after it reloads."""
+eviction, which of them a call runs on now (busy), and the event seqs a
+context must not reuse after it reloads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ContextBusy
 from ..model import ChatContext, to_chat_messages
 from ..states import ContextHolder, State, TurnMachine
-from ._runtime import Runtime
+from ._runtime import Runtime, StepSettings
 from ._subscribers import Sink
 
 __all__ = ["MAX_LOADED", "MAX_LOADED_MESSAGES", "Loaded"]
@@ -17,10 +19,9 @@ MAX_LOADED = 4_096
 """``Engine(max_loaded=...)`` by default: contexts held loaded at most."""
 MAX_LOADED_MESSAGES = 200_000
 """``Engine(max_loaded_messages=...)`` by default: their messages at most, in
-all. At the measured 4.0 KB per loaded context and 1.2 KB per loaded message
-of a tool-loop conversation (docs/benchmarks.md, "The loaded-context cache"),
-the two defaults bound the cache at 16 MiB + 222 MiB of Python objects, under
-256 MiB, besides the text of long messages."""
+all: a loaded context's memory grows with its messages, and the two
+defaults together keep the cache under the budget docs/benchmarks.md
+measures ("The loaded-context cache")."""
 
 
 class Loaded:
@@ -33,6 +34,9 @@ class Loaded:
         self.log = log
         self.request_cancel = request_cancel
         self.runtimes: dict[str, Runtime] = {}
+        self.busy: set[str] = set()
+        """The contexts a call runs on now (loaded, or being loaded for it):
+        never evicted, and a second call on one is refused."""
         self.subscribers: dict[str, list[Sink]] = {}
         """Per context: its subscribers (each list also holds :attr:`everywhere`)."""
         self.everywhere: list[Sink] = []
@@ -56,9 +60,16 @@ class Loaded:
         """Hold ``rt`` as the most recently used."""
         self.runtimes[rt.ctx.id] = rt
 
-    def attach(self, ctx: ChatContext) -> Runtime:
+    def refuse_if_busy(self, context_id: str) -> None:
+        """ContextBusy when a call runs on the context."""
+        if context_id in self.busy:
+            rt = self.runtimes.get(context_id)
+            raise ContextBusy(context_id, rt.holder.state if rt else "loading")
+
+    def attach(self, ctx: ChatContext, settings: StepSettings) -> Runtime:
         holder = ContextHolder(ctx.id)
-        self.machine.attach(holder, State(ctx.current_state))
+        machine = self.machine
+        machine.attach(holder, State(ctx.current_state))
         cid = ctx.id
         rt = Runtime(
             ctx=ctx,
@@ -66,6 +77,8 @@ class Loaded:
             chat=to_chat_messages(n.message for n in ctx.history()),
             subscribers=self.subscribers_of(cid),
             log=self.log.bind(context_id=cid),
+            machine=machine,
+            settings=settings,
             # after a failed commit the stored seq may lag what subscribers saw
             seq=max(ctx.event_seq, self.seq_marks.pop(cid, 0)),
         )
@@ -102,12 +115,13 @@ class Loaded:
             # (the engine keeps a list per loaded context, not per context seen)
             del self.subscribers[context_id]
 
-    def evict(self, max_loaded: int, busy: set[str], max_messages: int) -> None:
+    def evict(self, max_loaded: int, max_messages: int) -> None:
         """Unload the least recently used resting contexts while more than
         ``max_loaded`` are loaded or they hold more than ``max_messages``
         messages in all (they stay in the store and load again on their next
         call). The most recently used one stays, however long it is."""
         runtimes = self.runtimes
+        busy = self.busy
         for cid in [c for c in runtimes if c not in busy][:-1]:
             if len(runtimes) <= max_loaded and self.messages <= max_messages:
                 return

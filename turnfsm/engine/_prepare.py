@@ -18,7 +18,7 @@ from ..model import (
     frontend_operator_as_assistant,
 )
 from ..states import Trigger
-from . import _history
+from . import _history, _steps
 from ._answer import adapter_failure, close_stream, invalid_answer, open_stream
 from ._client_view import turn_parameters
 from ._host import Host
@@ -127,11 +127,11 @@ async def prepare(d: Host, rt: Runtime) -> None:
         rt.ctx.progress = dataclasses.replace(rt.ctx.progress, last_error=str(exc))
         rt.stop_reason = StopReason.FAILED
         rt.log.warning("prepare_failed", error=str(exc))
-        d.fire(rt, Trigger.PREPARE_FAILED)
-        d.failed(rt, str(exc), "")
-        d.end_turn(rt)
+        _steps.fire(rt, Trigger.PREPARE_FAILED)
+        _steps.failed(rt, str(exc), "")
+        _steps.end_turn(rt)
         return
-    d.fire(rt, Trigger.PROMPT_READY)
+    _steps.fire(rt, Trigger.PROMPT_READY)
 
 
 async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:

@@ -19,7 +19,7 @@ from ..model import (
     TurnProgress,
 )
 from ..states import State, Trigger
-from . import _calls, _history
+from . import _calls, _history, _steps
 from ._host import Host
 from ._runtime import Runtime, require
 from ._typed import ERRORS_KEY
@@ -199,7 +199,7 @@ async def start_request(
         appended=0 if waiting else len(fresh) + 1,
     )
     if state is State.AWAITING_TOOL_APPROVAL:
-        d.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
+        _steps.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
     if not waiting:
         now = d.now()
         fmt = {"request_format": request.format}
@@ -212,7 +212,7 @@ async def start_request(
         for message in messages:
             _history.append(rt, message, d.settings.ids())
     rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output)
-    d.fire(rt, Trigger.USER_MESSAGE)
+    _steps.fire(rt, Trigger.USER_MESSAGE)
 
 
 def send_start(

@@ -11,7 +11,7 @@ from ..events import ToolApprovalRequested
 from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
-from . import _history, _observe
+from . import _history, _observe, _steps
 from ._client_view import is_client_call
 from ._host import Host
 from ._runtime import Runtime
@@ -69,7 +69,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     if waiting:  # sub-task calls whose children wait for a human
         wait_for_subtasks(d, rt, calls, outcomes, waiting)
         return
-    d.add_results(rt, calls, outcomes)
+    _steps.add_results(rt, calls, outcomes)
     if for_client:
         hand_to_client(d, rt)
         return
@@ -77,7 +77,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     ctx.progress = TurnProgress(
         iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
     )
-    d.fire(rt, Trigger.TOOLS_DONE)
+    _steps.fire(rt, Trigger.TOOLS_DONE)
 
 
 def _not_offered(d: Host, rt: Runtime, offered: ToolRegistry, call: ToolCallRequest) -> ToolOutcome:
@@ -111,15 +111,15 @@ def wait_for_subtasks(
     AwaitingToolApproval, where the children's pending calls surface."""
     done = [(c, o) for c, o in zip(calls, outcomes, strict=True) if c.id not in waiting]
     if done:
-        d.add_results(rt, [c for c, _ in done], [o for _, o in done])
+        _steps.add_results(rt, [c for c, _ in done], [o for _, o in done])
     _history.back_to_pending(
         rt, {cid: SUBTASK_WAITING + child for cid, (child, _) in waiting.items()}
     )
     rt.stop_reason = StopReason.AWAITING_APPROVAL
-    d.fire(rt, Trigger.SUBTASK_WAITS)
+    _steps.fire(rt, Trigger.SUBTASK_WAITS)
     surfaced = [c for _, pending in waiting.values() for c in pending]
-    d.later(rt, ToolApprovalRequested, calls=surfaced)
-    d.end_turn(rt)
+    _steps.later(rt, ToolApprovalRequested, calls=surfaced)
+    _steps.end_turn(rt)
 
 
 def hand_to_client(d: Host, rt: Runtime) -> None:
@@ -128,5 +128,5 @@ def hand_to_client(d: Host, rt: Runtime) -> None:
     ctx = rt.ctx
     ctx.progress = _history.started(ctx.progress, ())
     rt.stop_reason = StopReason.CLIENT_TOOLS
-    d.fire(rt, Trigger.CLIENT_CALLS)
-    d.end_turn(rt)
+    _steps.fire(rt, Trigger.CLIENT_CALLS)
+    _steps.end_turn(rt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -13,12 +13,23 @@ import anyio.lowlevel
 from ..errors import IllegalTransition, OutputValidationError
 from ..events import Event
 from ..model import Branch, ChatContext, LLMRequest, MessageNode
-from ..states import ContextHolder, State, Trigger, next_state
+from ..states import ContextHolder, State, Trigger, TurnMachine, next_state
 from ..storage import Lease
+from ._clock import Clock
 from ._subscribers import Sink
 from ._turn import StopReason, Turn
 
-__all__ = ["CLAIM", "HELD", "RELEASED", "CallEnd", "LeaseStatus", "Runtime", "dirty", "require"]
+__all__ = [
+    "CLAIM",
+    "HELD",
+    "RELEASED",
+    "CallEnd",
+    "LeaseStatus",
+    "Runtime",
+    "StepSettings",
+    "dirty",
+    "require",
+]
 
 
 class LeaseStatus(Enum):
@@ -78,6 +89,16 @@ class CallEnd:
         await self._event.wait()
 
 
+class StepSettings(Protocol):
+    """What the steps (``_steps``) read of the engine's settings."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def ids(self) -> Callable[[], str]: ...
+
+
 @dataclass(eq=False, slots=True)
 class Runtime:
     """A loaded context: the working copy and what the engine keeps beside it.
@@ -91,6 +112,10 @@ class Runtime:
     """The active branch in chat format, kept in step with ``ctx``."""
     subscribers: list[Sink]
     log: Any
+    machine: TurnMachine
+    """The engine's machine, which every trigger is fired through."""
+    settings: StepSettings
+    """The engine's settings as of the running call (the steps read its clock and ids)."""
     request_cancel: Callable[[], None] = lambda: None
     seq: int = 0
     held: int = 0

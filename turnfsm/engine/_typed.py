@@ -26,11 +26,11 @@ from ..model import (
     TurnProgress,
 )
 from ..states import Trigger
-from . import _history
+from . import _history, _steps
 from ._host import Host
 from ._inputs import UNSET, Unset, check_count
 from ._output import OutputInvalid, Outputs, canonical_json, output_type, unfenced
-from ._runtime import Runtime, dirty
+from ._runtime import Runtime
 from ._turn import StopReason
 
 __all__ = [
@@ -124,16 +124,15 @@ def _errors_text(name: str, problems: tuple[tuple[str, str], ...]) -> str:
     )
 
 
-async def check_answer(
-    d: Host, rt: Runtime, answer: MessageNode | None, output: TurnOutput
-) -> bool:
+def check_answer(d: Host, rt: Runtime, answer: MessageNode | None, output: TurnOutput) -> bool:
     """ProcessingLLMResponse, for a turn with an output type whose answer
     has no tool calls: validate the answer's text.
 
-    The answer is committed first (in ProcessingLLMResponse): a validator is
-    the application's code, and whatever it does (raise, hang, take the
-    process down), the answer that was paid for is kept, and a resume
-    validates it again without calling the model.
+    The drive loop commits the answer first (in ProcessingLLMResponse, see
+    ``_decide.validates``): a validator is the application's code, and
+    whatever it does (raise, hang, take the process down), the answer that
+    was paid for is kept, and a resume validates it again without calling
+    the model.
 
     Valid: its value is the turn's output (``rt.output``) and False is
     returned (the turn completes as any other). Invalid: the errors are
@@ -141,8 +140,6 @@ async def check_answer(
     the edge is taken: ``output_invalid`` (the model is asked again) while
     retries remain, else ``output_failed`` (the turn fails with an
     :class:`~turnfsm.errors.OutputValidationError`); True is returned."""
-    if dirty(rt):
-        await d.commit(rt)
     typed = d.settings.outputs.of(output)
     text = answer.message.text if answer is not None else ""
     try:
@@ -175,13 +172,13 @@ async def check_answer(
             output=dataclasses.replace(output, invalid=output.invalid + 1),
             client=p.client,
         )
-        d.fire(rt, Trigger.OUTPUT_INVALID)
+        _steps.fire(rt, Trigger.OUTPUT_INVALID)
         return True
     error = OutputValidationError(output.name, problems)
     ctx.progress = dataclasses.replace(p, last_error=str(error))
     rt.output_error = error
     rt.stop_reason = StopReason.FAILED
-    d.fire(rt, Trigger.OUTPUT_FAILED)
-    d.failed(rt, str(error), "")
-    d.end_turn(rt)
+    _steps.fire(rt, Trigger.OUTPUT_FAILED)
+    _steps.failed(rt, str(error), "")
+    _steps.end_turn(rt)
     return True

@@ -1,0 +1,221 @@
+"""The steps of a call, as plain functions on the loaded context (``Runtime``):
+take a trigger, reserve an event for the next commit, record a change that is
+not a transition, add tool results, build the next commit and settle what it
+stored, offer an event to the subscribers.
+
+Nothing here waits or does I/O: what happens between two waits is decided and
+recorded here, and the drive loop (``_drive``) does the waiting (the store's
+commit, the LLM, the tools, the clock). So a step can be read, tested and
+replayed without an event loop, and every step a call takes goes through the
+one table of the machine (``rt.machine``), as the design asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
+from ..model import ToolCallRequest
+from ..model._detach import detached_fields
+from ..states import Change, State, Trigger
+from ..storage import Commit, StepLog
+from ..tools import ToolOutcome
+from . import _history
+from ._defaults import ignore
+from ._history import Result
+from ._runtime import CLAIM, HELD, RELEASED, Runtime
+
+__all__ = [
+    "add_results",
+    "build_commit",
+    "change",
+    "close_open_calls",
+    "committed",
+    "end_turn",
+    "failed",
+    "fire",
+    "later",
+    "now",
+    "publish",
+]
+
+
+def now(rt: Runtime) -> datetime:
+    """The clock's time as a datetime (UTC)."""
+    return datetime.fromtimestamp(rt.settings.clock.time(), UTC)
+
+
+def fire(rt: Runtime, trigger: Trigger) -> State:
+    """Take ``trigger`` on the machine (its StateChanged goes out after the
+    next commit); :class:`~turnfsm.errors.IllegalTransition` if the table has
+    no such edge from the current state."""
+    holder = rt.holder
+    source = holder.state
+    dest = rt.machine.fire(holder, trigger)
+    rt.turn_states.append(dest)
+    debug = rt.log.debug
+    if debug is not ignore:  # the default logger below DEBUG: not even the call
+        debug(
+            "transition",
+            from_state=source,
+            trigger=trigger,
+            to_state=dest,
+            attempt=rt.ctx.progress.attempt,
+        )
+    # ``later`` written out (a step is the commonest event): the seq reserved
+    # even when nobody listens
+    seq = rt.seq = rt.seq + 1
+    if rt.subscribers:
+        fields = {"from_state": source, "to_state": dest, "trigger": trigger}
+        rt.outbox.append((StateChanged, seq, rt.settings.clock.time(), fields))
+    if rt.watch is not None:
+        rt.watch.transition(rt, source, trigger, dest)
+    return dest
+
+
+def later(rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
+    """Give the next ``seq`` to an event that goes out after the next commit.
+
+    The seq is reserved now (and stored by that commit) even when nobody
+    listens, so seqs have no gaps and are never reused after a reload.
+    """
+    seq = rt.seq = rt.seq + 1
+    if rt.subscribers:
+        rt.outbox.append((kind, seq, rt.settings.clock.time(), fields))
+
+
+def change(rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
+    """Record a change that is not a transition (see :class:`Change`): an
+    audit record and a ContextChanged event, both with the next commit."""
+    rt.changes.append((change, detail))
+    later(rt, ContextChanged, change=str(change), detail=detail, state=rt.holder.state)
+
+
+def end_turn(rt: Runtime) -> None:
+    """The TurnCompleted event (``rt.stop_reason``), with the next commit."""
+    later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
+
+
+def failed(rt: Runtime, error: str, partial_text: str) -> None:
+    """The Failed event, with the next commit."""
+    later(rt, Failed, error=error, state=rt.holder.state, partial_text=partial_text)
+
+
+def add_results(
+    rt: Runtime, calls: Sequence[ToolCallRequest], outcomes: Sequence[ToolOutcome]
+) -> None:
+    """Append one result per call; each has its ToolResult event."""
+    _results_out(rt, _history.add_results(rt, calls, outcomes, now(rt), rt.settings.ids))
+
+
+def close_open_calls(rt: Runtime, why: str, error: Callable[[ToolCallRequest], str]) -> None:
+    """Close the open calls with failed results (see ``_history.close_open_calls``),
+    each with its ToolResult event."""
+    _results_out(rt, _history.close_open_calls(rt, why, error, now(rt), rt.settings.ids))
+
+
+def _results_out(rt: Runtime, results: list[Result]) -> None:
+    for call, outcome, node in results:
+        later(
+            rt,
+            ToolResult,
+            call_id=call.id,
+            tool_name=call.tool_name,
+            success=outcome.success,
+            result=outcome.result,
+            message_id=node.id,
+        )
+
+
+def publish(rt: Runtime, event: Event) -> bool:
+    """Offer ``event`` to every subscriber (never waits). True when some
+    subscriber's buffer is half full: the caller then gives the event loop a
+    turn (``yield_to_readers``) so that a reader on it keeps up."""
+    pressed = False
+    for sub in rt.subscribers:
+        if sub.offer(event):
+            pressed = True
+    return pressed
+
+
+def build_commit(rt: Runtime, release: bool) -> Commit:
+    """The commit of what changed since the last one. ``release``: the store
+    ends the call's lease with it (the caller checked that it can)."""
+    ctx = rt.ctx
+    holder = rt.holder
+    at = datetime.fromtimestamp(rt.settings.clock.time(), UTC)
+    version = ctx.version + 1
+    steps = [StepLog(version, a, t, b, at) for (a, t, b) in holder.steps]
+    if rt.changes:
+        state = holder.state
+        steps += [StepLog(version, state, c, state, at, detail) for c, detail in rt.changes]
+    appended = rt.appended
+    replaced = list(rt.replaced.values())
+    if replaced and appended:
+        # a message added and then changed (decided) in this same commit is
+        # stored once, as it is now
+        new = {node.id: i for i, (_, node) in enumerate(appended)}
+        for node in [n for n in replaced if n.id in new]:
+            i = new[node.id]
+            appended[i] = (appended[i][0], node)
+        replaced = [n for n in replaced if n.id not in new]
+    lease = rt.lease
+    return Commit(
+        context_id=ctx.id,
+        expected_version=ctx.version,
+        version=version,
+        state=holder.state,
+        updated_at=at,
+        progress=ctx.progress,
+        event_seq=rt.seq,
+        steps=steps,
+        appended=appended,
+        replaced=replaced,
+        branches=rt.branches,
+        active_branch=ctx.active_branch_name if rt.active_changed else None,
+        config=ctx.config if rt.config_changed else None,
+        lease_token=lease.token if lease is not None else None,
+        lease_owner=lease.owner if lease is not None else None,
+        take_lease=lease if rt.lease_status is CLAIM else None,
+        release_lease=release,
+    )
+
+
+_NONE: tuple[Event, ...] = ()
+
+
+def committed(rt: Runtime, commit: Commit) -> Sequence[Event]:
+    """Settle ``commit``, which the store has taken: the working copy at its
+    version, nothing pending; the events it released, in order, to publish."""
+    holder = rt.holder
+    holder.steps.clear()
+    # the commit holds the lists it was given: new ones for what comes next
+    rt.appended = []
+    rt.branches = []
+    if rt.replaced:  # neither of these two is held by the commit
+        rt.replaced = {}
+    if rt.changes:
+        rt.changes = []
+    rt.active_changed = False
+    rt.config_changed = False
+    if rt.lease_status is CLAIM:
+        rt.lease_status = RELEASED if commit.release_lease else HELD
+    elif commit.release_lease:
+        rt.lease_status = RELEASED
+    # the engine's own working copy (a plain dataclass: no checks on assignment)
+    ctx = rt.ctx
+    ctx.version = commit.version
+    ctx.current_state = holder.state  # the holder's, between commits
+    ctx.updated_at = commit.updated_at
+    ctx.event_seq = rt.sent_seq = commit.event_seq
+    outbox = rt.outbox
+    if not outbox:
+        return _NONE
+    rt.outbox = []
+    cid = ctx.id
+    return [
+        kind(context_id=cid, seq=seq, timestamp=at, **detached_fields(fields))
+        for kind, seq, at, fields in outbox
+    ]
