@@ -209,12 +209,12 @@ class WorkflowEngine(Engine):
         return context_id != self.home and workflow.patched(SUBTASK_PATCH)
 
     async def _on_child(self, child_id: str, op: str, args: dict[str, Any]) -> Turn:
-        loaded = self._d.loaded
-        loaded.unload(child_id)  # its workflow changes it: read it from the store
+        seam = self._host_seam
+        seam.unload(child_id)  # its workflow changes it: read it from the store
         try:
             return await self.child_workflows.call(child_id, op, args)
         finally:
-            loaded.unload(child_id)
+            seam.unload(child_id)
 
     async def send(
         self,

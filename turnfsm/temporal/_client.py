@@ -229,7 +229,7 @@ class TemporalEngine(Engine):
         *,
         settling: bool,
     ) -> Any:
-        self._d.loaded.unload(context_id)  # the workflow changes it: read it from the store
+        self._host_seam.unload(context_id)  # the workflow changes it: read it from the store
         # a caller that answers before the turn rests (serve's 202) is told
         # once the call is under way: its first step is in the store, as the
         # other hosts tell it (refused or failed before that: its error)
@@ -282,7 +282,7 @@ class TemporalEngine(Engine):
             raise
         finally:
             await _taken(start)
-            self._d.loaded.unload(context_id)
+            self._host_seam.unload(context_id)
         return data
 
     async def _announced(
@@ -408,7 +408,7 @@ class TemporalEngine(Engine):
         try:
             data = await self._call_workflow(parent_id, "finish", args)
         finally:
-            self._d.loaded.unload(child_id)
+            self._host_seam.unload(child_id)
         return _codec.finished_from(data)
 
     async def delete_context(self, context_id: str) -> list[str]:

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     import anyio.lowlevel
 
     from ..engine import Engine, LLMSummarizer, RetryPolicy
+    from ..engine._seam import StandIns, hosted
     from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import STREAMED_KINDS, Event
     from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
@@ -203,7 +204,7 @@ class _WorkflowLLM:
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
         wf = self._wf
-        rt = wf.engine._d.loaded.get(request.context_id)
+        rt = wf.engine._host_seam.runtime(request.context_id)
         # a turn's own call streams to the context's readers; a compaction's
         # or a sub-context's summary (the child at rest) is read by nobody
         streamed = (
@@ -397,20 +398,19 @@ class ContextWorkflow:
         """The sub-task children this run calls in their own workflows."""
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
-        self.engine = WorkflowEngine(
+        # the workflow is its context's one owner and runs on one thread:
+        # no lease renewed, no thread started (``hosted``)
+        stand_ins = StandIns(
+            store=_WorkflowStore(self),  # type: ignore[arg-type]
             llm=_WorkflowLLM(self),
             tools=_tools(self.config, self),
-            store=_WorkflowStore(self),  # type: ignore[arg-type]
-            retry=deterministic(retry),
             clock=self.clock,
             ids=new_id,
             logger=Quiet(),
-            **options,
         )
+        self.engine = hosted(WorkflowEngine, stand_ins, retry=deterministic(retry), **options)
         self.engine.home = self.context_id
         self.engine.child_workflows = self.children
-        self.engine._d.renews_leases = False  # no lease to renew: no heartbeat timer
-        self.engine._d.threads = False  # a workflow runs on its one thread, deterministically
         self.engine.tap(self._on_event)
 
     def _on_event(self, ev: Event) -> None:
@@ -425,7 +425,7 @@ class ContextWorkflow:
         """The durable events the engine sends once the commit it is making is
         stored: the commit activity writes them right after it (the engine
         makes them from its outbox, the same way, after the commit returns)."""
-        rt = self.engine._d.loaded.get(context_id)
+        rt = self.engine._host_seam.runtime(context_id)
         if rt is None:
             return []
         rows = []
