@@ -70,3 +70,91 @@ def test_no_update_of_the_table_is_written_out_by_hand() -> None:
     ]
     assert written == ["finish"]
     assert len(source.splitlines()) < 450
+
+
+# ------------------------------------------------------------ the turn calls, written once
+
+TURN_CALLS = ("send", "approve", "deny", "answer", "resume", "cancel", "retry", "reset")
+
+
+def test_the_turn_calls_are_written_once_for_both_engines() -> None:
+    from turnfsm.temporal._children import WorkflowEngine
+    from turnfsm.temporal._client import TemporalEngine
+    from turnfsm.temporal._turns import WorkflowTurns
+
+    for engine in (TemporalEngine, WorkflowEngine):
+        assert issubclass(engine, WorkflowTurns)
+        assert [name for name in TURN_CALLS if name in vars(engine)] == []
+
+
+class _Recorded:
+    """Stands for the engine the workflow's table calls: records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> None:
+            self.calls.append((name, args, kwargs))
+
+        return call
+
+
+def _engine_handing_calls_to(runs: list[tuple[str, str, dict[str, Any]]]) -> Any:
+    from turnfsm.engine import Turn
+    from turnfsm.temporal._turns import Runner, WorkflowTurns
+
+    async def runner(context_id: str, op: str, args: dict[str, Any]) -> Turn:
+        runs.append((context_id, op, args))
+        return None  # type: ignore[return-value]
+
+    class Elsewhere(WorkflowTurns):
+        def _runner(self, context_id: str, op: str) -> Runner | None:
+            return runner
+
+    return Elsewhere()
+
+
+@pytest.mark.anyio
+async def test_each_turn_call_reaches_the_table_with_its_arguments() -> None:
+    runs: list[tuple[str, str, dict[str, Any]]] = []
+    engine = _engine_handing_calls_to(runs)
+    await engine.send("c1", "hello", "frontend_operator", message_id="m1")
+    await engine.approve("c1", "call-1")
+    await engine.deny("c1", ["call-1", "call-2"], "no")
+    await engine.answer("c1", "call-3", "yes")
+    for name in ("resume", "cancel", "retry", "reset"):
+        await getattr(engine, name)("c1")
+    assert [op for _, op, _ in runs] == list(TURN_CALLS)
+    recorded = _Recorded()
+    for cid, op, args in runs:
+        await OPS[op](recorded, cid, args)  # type: ignore[arg-type]
+    sent = recorded.calls[0]
+    assert sent[:2] == ("send", ("c1", "hello", "frontend_operator"))
+    assert sent[2]["message_id"] == "m1"
+    assert recorded.calls[1:] == [
+        ("approve", ("c1", ["call-1"]), {}),
+        ("deny", ("c1", ["call-1", "call-2"], "no"), {}),
+        ("answer", ("c1", "call-3", "yes"), {}),
+        *((name, ("c1",), {}) for name in ("resume", "cancel", "retry", "reset")),
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_turn_call_for_a_workflow_is_checked_before_it_goes() -> None:
+    from turnfsm import InvalidInput
+
+    runs: list[tuple[str, str, dict[str, Any]]] = []
+    engine = _engine_handing_calls_to(runs)
+    for call, where in (
+        (engine.send("c1", "hi", client_tools=[{"name": "x"}]), "client_tools"),
+        (engine.send("c1", "hi", output_type=dict), "output_type"),
+        (engine.send("c1", "hi", "system"), "role"),
+        (engine.approve("c1", []), "call_ids"),
+        (engine.answer("c1", "call-1", ""), "text"),
+        (engine.resume(""), "context_id"),
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            await call
+        assert refused.value.where == where
+    assert runs == []
