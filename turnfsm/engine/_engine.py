@@ -99,9 +99,9 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
-    beyond either and load again from the store when called. The defaults
-    (4,096; 200,000) keep it under 256 MiB besides long texts (measured in
-    ``docs/architecture.md``, "The loaded contexts' memory"); the last used stays.
+    beyond either and load again from the store when called; the last used
+    stays. What the defaults hold in memory is in ``docs/architecture.md``,
+    "The loaded contexts' memory".
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
     and stop when it closes; while it is entered their tools join ``tools``,
