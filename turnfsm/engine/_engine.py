@@ -63,6 +63,7 @@ from ._output import DEFAULT_OUTPUT_RETRIES
 from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
+from ._seam import HostSeam
 from ._settings import make_settings
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 from ._tracing import Tracing
@@ -98,9 +99,9 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
-    beyond either and load again from the store when called. The defaults
-    (4,096; 200,000) keep it under 256 MiB besides long texts (measured in
-    ``docs/architecture.md``, "The loaded contexts' memory"); the last used stays.
+    beyond either and load again from the store when called; the last used
+    stays. What the defaults hold in memory is in ``docs/architecture.md``,
+    "The loaded contexts' memory".
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
     and stop when it closes; while it is entered their tools join ``tools``,
@@ -133,7 +134,10 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     it every ``lease_ttl / 3`` seconds of real time while the call runs, and the
     call releases it when it returns. A call on a context whose lease another
     engine holds raises :class:`~turnfsm.errors.ContextLeased`; ``owner`` is
-    this engine's name on its leases (``host:pid:random``).
+    this engine's name on its leases (``host:pid:random``). A host that owns each
+    context by construction and runs the engine on one thread, deterministically
+    (a durable workflow), sets ``leases=False`` (no lease renewed: no heartbeat)
+    and ``threads=False`` (a sync summarizer is called in the engine's thread).
 
     Calls are traced with OpenTelemetry when the process has set a tracer
     provider, or with ``tracer_provider`` when one is given (see
@@ -170,6 +174,8 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         toolsets: Iterable[Toolset] = (),
         output_type: Any = None,
         output_retries: int = DEFAULT_OUTPUT_RETRIES,
+        leases: bool = True,
+        threads: bool = True,
     ) -> None:
         sets = check_toolsets(toolsets)
         settings = make_settings(
@@ -193,12 +199,18 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
             compaction=compaction,
             output_type=output_type,
             output_retries=output_retries,
+            leases=leases,
+            threads=threads,
         )
         self._subscriber_buffer = subscriber_buffer
         self._toolsets = sets
         self._own_tools = tuple(settings.tools)
         self._d = d = Driver(settings)
+        d.renews_leases = settings.leases
+        d.threads = settings.threads
         d.subtask_host = _subcontexts.SubtaskRunner(self)
+        # how workers and other hosts reach in
+        self._host_seam = HostSeam(d, functools.partial(_subcontexts.surface, self))
         if tracer_provider is not None:
             d.tracing = Tracing(tracer_provider)
 
@@ -222,7 +234,7 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         d = self._d
         if self._toolsets:
             await self._start_toolsets()
-        if d.beats is None:
+        if d.beats is None and d.renews_leases:
             # one heartbeat task for every call of this engine while it is entered
             # (an engine used without ``async with`` starts one per call instead)
             beats = anyio.create_task_group()

@@ -95,3 +95,13 @@ class EngineSettings:
     def output_retries(self) -> int:
         """How many answers that miss the output type are sent back, by default."""
         return self._d.settings.outputs.retries
+
+    @property
+    def leases(self) -> bool:
+        """Whether a running call's lease is renewed (``Engine(leases=False)``: not)."""
+        return self._d.settings.leases
+
+    @property
+    def threads(self) -> bool:
+        """Whether a sync summarizer runs in a worker thread (``threads=False``: not)."""
+        return self._d.settings.threads

@@ -114,6 +114,13 @@ class Settings:
     plain: View
     """The engine's own enhancers and view plan (a context with no history
     settings of its own)."""
+    leases: bool = True
+    """Renew a running call's lease while it runs (``Engine(leases=False)``:
+    a host whose store gives each context one owner by construction)."""
+    threads: bool = True
+    """Run an application's sync summarizer in a worker thread
+    (``Engine(threads=False)``: a host that runs the engine on one thread,
+    deterministically)."""
     outputs: Outputs = field(default_factory=Outputs, compare=False, repr=False)
     """The default output type and those the calls gave (see ``_output``)."""
     views: dict[_HistoryKey, View] = field(default_factory=dict, compare=False, repr=False)
@@ -279,8 +286,13 @@ def make_settings(
     compaction: Compaction | None,
     output_type: object = None,
     output_retries: int = DEFAULT_OUTPUT_RETRIES,
+    leases: bool = True,
+    threads: bool = True,
 ) -> Settings:
     """Check ``Engine``'s arguments (the same names) and make its settings."""
+    for name, flag in (("leases", leases), ("threads", threads)):
+        if not isinstance(flag, bool):
+            raise InvalidInput(name, f"must be True or False, not {flag!r}")
     check_count("max_iterations", max_iterations, minimum=1)
     if not isinstance(limit_notice, bool):
         raise InvalidInput("limit_notice", f"must be True or False, not {limit_notice!r}")
@@ -367,6 +379,8 @@ def make_settings(
         subscriber_buffer=subscriber_buffer,
         view_plan=plan,
         plain=View(chain, len(builtin), plan),
+        leases=leases,
+        threads=threads,
         outputs=outputs,
     )
 

@@ -24,7 +24,6 @@ after a crash) and their leases released.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,7 +31,6 @@ import anyio.abc
 
 from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..storage import Lease, WorkDoorbell, WorkQueue
-from . import _calls, _subcontexts
 from ._turn import Turn
 
 if TYPE_CHECKING:
@@ -100,14 +98,15 @@ class Worker:
         ``grace``). Safe from a signal handler run by the event loop."""
         self._stopping.set()
         self._wake.set()
-        d = self.engine._d
+        seam = self.engine._host_seam
         for cid in list(self._running):
-            d.request_hand_back(cid)
+            seam.request_hand_back(cid)
 
     async def run(self) -> None:
         """Claim and run turns until :meth:`stop`."""
-        d = self.engine._d
-        log = d.settings.log.bind(owner=d.settings.owner)
+        seam = self.engine._host_seam
+        settings = seam.settings
+        log = settings.log.bind(owner=settings.owner)
         log.info("worker_started", concurrency=self.concurrency)
         async with anyio.create_task_group() as tg:
             if self._doorbell is not None:
@@ -118,9 +117,9 @@ class Worker:
                 if free > 0:
                     try:
                         leases = await self._claim(
-                            d.settings.owner,
-                            d.settings.lease_ttl,
-                            now=d.settings.clock.time(),
+                            settings.owner,
+                            settings.lease_ttl,
+                            now=settings.clock.time(),
                             limit=free,
                         )
                     except StoreError as exc:
@@ -137,7 +136,7 @@ class Worker:
                 if self._stopping.is_set():
                     self._wake.set()
             for cid in list(self._running):
-                d.request_hand_back(cid)
+                seam.request_hand_back(cid)
             with anyio.move_on_after(self.grace):
                 while self._running:
                     await self._wake.wait()
@@ -160,16 +159,12 @@ class Worker:
     async def _one(self, lease: Lease, log: Any) -> None:
         """Resume one claimed context under its lease."""
         cid = lease.context_id
-        engine = self.engine
-        d = engine._d
+        seam = self.engine._host_seam
         try:
             if self._stopping.is_set():
-                await d.settings.store.release_lease(lease)  # claimed as the worker stopped
+                await seam.settings.store.release_lease(lease)  # claimed as the worker stopped
                 return
-            turn: Turn = await _subcontexts.surface(
-                engine,
-                await d.run(cid, functools.partial(_calls.start_resume, d), lease=lease),
-            )
+            turn: Turn = await seam.resume_claimed(lease)
             self.finished += 1
             log.debug("worker_turn", context_id=cid, state=str(turn.state), token=lease.token)
         except TurnFSMError as exc:

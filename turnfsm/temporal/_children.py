@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio import workflow
@@ -26,11 +26,10 @@ with workflow.unsafe.imports_passed_through():
     import anyio
 
     from ..engine import Engine, Turn
-    from ..engine._inputs import UNSET
-    from ..errors import InvalidInput, SubContextError
-    from ..model import ContentPart
+    from ..errors import SubContextError
     from . import _codec
     from ._config import WORKFLOW_NAME, workflow_id
+    from ._turns import Runner, WorkflowTurns
 
 __all__ = ["OPS", "SUBTASK_PATCH", "Children", "WorkflowEngine", "reply", "retrieved"]
 
@@ -193,7 +192,11 @@ async def reply(to: str, token: str, out: dict[str, Any]) -> None:
         await workflow.get_external_workflow_handle(to).signal("reply", {"token": token, **out})
 
 
-class WorkflowEngine(Engine):
+_CHILD_OPS = frozenset({"send", "resume", "approve", "deny", "answer"})
+"""The calls a sub-task's runner makes on a child."""
+
+
+class WorkflowEngine(WorkflowTurns):
     """The workflow's engine. Its calls on another context than the
     workflow's own (``home``) are those of a sub-task (``SubtaskRunner``:
     the child's task sent, the child resumed, decisions routed to it): they
@@ -208,67 +211,18 @@ class WorkflowEngine(Engine):
         # (patched() only here: a workflow without sub-tasks records no marker)
         return context_id != self.home and workflow.patched(SUBTASK_PATCH)
 
+    def _runner(self, context_id: str, op: str) -> Runner | None:
+        if op in _CHILD_OPS and self._elsewhere(context_id):
+            return self._on_child
+        return None
+
     async def _on_child(self, child_id: str, op: str, args: dict[str, Any]) -> Turn:
-        loaded = self._d.loaded
-        loaded.unload(child_id)  # its workflow changes it: read it from the store
+        seam = self._host_seam
+        seam.unload(child_id)  # its workflow changes it: read it from the store
         try:
             return await self.child_workflows.call(child_id, op, args)
         finally:
-            loaded.unload(child_id)
-
-    async def send(
-        self,
-        context_id: str,
-        content: str | Sequence[ContentPart],
-        role: str = "user",
-        *,
-        message_id: str | None = None,
-        context: Any = None,
-        output_type: Any = UNSET,
-        output_retries: int | None = None,
-        client_tools: Any = None,
-    ) -> Turn:
-        if output_type is not UNSET or output_retries is not None:
-            raise InvalidInput(
-                "output_type", "a call's own output type does not run on Temporal: use Engine"
-            )
-        if context is None and client_tools is None and self._elsewhere(context_id):
-            parts = content if isinstance(content, str) else list(content)
-            args = {"content": _codec.parts_to(parts), "role": role, "message_id": message_id}
-            return await self._on_child(context_id, "send", args)
-        return await super().send(
-            context_id,
-            content,
-            role,
-            message_id=message_id,
-            context=context,
-            client_tools=client_tools,
-        )
-
-    async def resume(self, context_id: str) -> Turn:
-        if self._elsewhere(context_id):
-            return await self._on_child(context_id, "resume", {})
-        return await super().resume(context_id)
-
-    async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
-        if self._elsewhere(context_id):
-            ids = [call_ids] if isinstance(call_ids, str) else list(call_ids)
-            return await self._on_child(context_id, "approve", {"call_ids": ids})
-        return await super().approve(context_id, call_ids)
-
-    async def deny(
-        self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
-    ) -> Turn:
-        if self._elsewhere(context_id):
-            ids = [call_id] if isinstance(call_id, str) else list(call_id)
-            return await self._on_child(context_id, "deny", {"call_ids": ids, "reason": reason})
-        return await super().deny(context_id, call_id, reason)
-
-    async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
-        if self._elsewhere(context_id):
-            args = {"call_id": call_id, "text": text}
-            return await self._on_child(context_id, "answer", args)
-        return await super().answer(context_id, call_id, text)
+            seam.unload(child_id)
 
     async def delete_context(self, context_id: str) -> list[str]:
         deleted = await super().delete_context(context_id)

@@ -117,7 +117,7 @@ def lost(exc: BaseException) -> str | None:
 class WorkflowNotReady(TemporalUnavailable):
     """The server refused the Update: the context's workflow takes none while
     its last workflow task failed (Temporal tries that task again). Nothing of
-    the call was taken; the caller may try again (``_call_workflow`` does,
+    the call was taken; the caller may try again (``WorkflowUpdates.call`` does,
     within ``ACCEPT_WITHIN``)."""
 
 

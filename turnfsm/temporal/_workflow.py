@@ -3,11 +3,12 @@
 Each workflow holds an :class:`~turnfsm.Engine`, the very one that runs
 turns in-process, made with a host of the workflow's own:
 
-- its store (:class:`_WorkflowStore`) loads and commits through activities
-  (``turnfsm.load``, ``turnfsm.commit``) and keeps no leases: the workflow is
-  the context's one owner, and the version check fences any other writer;
-- its LLM (:class:`_WorkflowLLM`) is the ``turnfsm.llm`` activity, whose
-  chunks it yields to the engine as an adapter's stream;
+- its store (:class:`~._stand_ins.WorkflowStore`) loads and commits through
+  activities (``turnfsm.load``, ``turnfsm.commit``) and keeps no leases: the
+  workflow is the context's one owner, and the version check fences any other
+  writer (so the engine renews none: ``leases=False``);
+- its LLM (:class:`~._stand_ins.WorkflowLLM`) is the ``turnfsm.llm`` activity,
+  whose chunks it yields to the engine as an adapter's stream;
 - its tools (:class:`_ActivityTool`) run as ``turnfsm.tool`` activities, with
   Temporal's retries for an idempotent tool and one attempt for another;
 - its clock is the workflow's (``workflow.now()``; a sleep is a durable
@@ -28,42 +29,30 @@ child there (the ``call`` signal) and waits for the ``reply`` signal
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as ActivityRetry
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    import anyio
-    import anyio.lowlevel
-
     from ..engine import Engine, LLMSummarizer, RetryPolicy
+    from ..engine._seam import StandIns, hosted
     from ..errors import ContextBusy, ContextNotFound, TurnFSMError
     from ..events import STREAMED_KINDS, Event
-    from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..model._detach import detached_fields
-    from ..states import State
-    from ..storage import Commit, ContextSummary, Lease
     from ..tools import QuestionTool, Tool, ToolOutcome, current_call
     from . import _codec
-    from ._children import OPS, SUBTASK_PATCH, Children, WorkflowEngine, reply, retrieved
+    from ._children import OPS, SUBTASK_PATCH, Children, WorkflowEngine, reply
     from ._config import WORKFLOW_NAME, WorkerConfig, config_for
     from ._host import Clock, Quiet, deterministic, new_id
+    from ._stand_ins import STORE_RETRY, WorkflowLLM, WorkflowStore, activity
 
 __all__ = ["SUBTASK_PATCH", "ContextWorkflow", "tool_retry"]
 
-_STORE_RETRY = ActivityRetry(
-    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5)
-)
 _NOT_DURABLE = STREAMED_KINDS | {"EventsMissed"}
-_AWAITING_LLM = State.AWAITING_LLM_RESPONSE.value
 
 
 class _Lost(BaseException):
@@ -82,212 +71,6 @@ def _lost(exc: BaseException) -> bool:
     return False
 
 
-def _raise_definite(err: ActivityError) -> None:
-    """The engine's own error, when the activity failed with one."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        raise _codec.error_from(cause.details[0]) from None
-
-
-async def _activity(name: str, args: list[Any], **options: Any) -> Any:
-    """Run an activity in a task of its own and await it shielded: a cancel of
-    the caller (the engine's cancel scope, an anyio one) leaves at once and
-    asks Temporal, once, to cancel the activity. (Awaited directly, the SDK
-    holds the await until Temporal has settled the cancel, while anyio
-    delivers the cancel again on every turn of the loop: the workflow would
-    spin without yielding.)"""
-    task = asyncio.ensure_future(workflow.execute_activity(name, args=args, **options))
-    task.add_done_callback(retrieved)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-
-
-class _WorkflowStore:
-    """The store as the workflow's engine sees it: loads and commits are
-    activities; leases are the workflow's own (it is the one owner)."""
-
-    def __init__(self, wf: ContextWorkflow) -> None:
-        self._wf = wf
-
-    async def load(self, context_id: str) -> ChatContext:
-        try:
-            data = await _activity(
-                "turnfsm.load",
-                args=[context_id, self._wf.take_rows()],
-                start_to_close_timeout=self._wf.config.store_timeout,
-                retry_policy=_STORE_RETRY,
-            )
-        except ActivityError as err:
-            _raise_definite(err)
-            raise
-        return _codec.context_from(data)
-
-    async def commit(self, commit: Commit) -> None:
-        commit = dataclasses.replace(
-            commit, lease_token=None, lease_owner=None, take_lease=None, release_lease=False
-        )
-        try:
-            await _activity(
-                "turnfsm.commit",
-                args=[
-                    _codec.commit_to(commit),
-                    self._wf.take_rows(),
-                    self._wf.rows_of_commit(commit.context_id),
-                ],
-                start_to_close_timeout=self._wf.config.store_timeout,
-                retry_policy=_STORE_RETRY,
-            )
-        except ActivityError as err:
-            _raise_definite(err)
-            raise
-
-    async def _contexts(self, op: str, arg: Any) -> Any:
-        try:
-            return await _activity(
-                "turnfsm.contexts",
-                args=[op, arg, self._wf.take_rows()],
-                start_to_close_timeout=self._wf.config.store_timeout,
-                retry_policy=_STORE_RETRY,
-            )
-        except ActivityError as err:
-            _raise_definite(err)
-            raise
-
-    async def create(self, context: ChatContext) -> None:
-        """A sub-task's child (its turns run in this workflow, by this engine)."""
-        await self._contexts("create", _codec.context_to(context))
-
-    async def delete(self, context_id: str) -> None:
-        await self._contexts("delete", context_id)
-
-    async def list_contexts(self) -> list[ContextSummary]:
-        from .. import records
-
-        return [records.from_python(ContextSummary, s) for s in await self._contexts("list", None)]
-
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease:
-        # token 1 every time: the engine then loads the context afresh for each
-        # call (the store is the truth; REST calls may have changed it)
-        return Lease(context_id, owner, 1, now + ttl)
-
-    async def lease(self, context_id: str) -> Lease | None:
-        return None
-
-    async def release_lease(self, lease: Lease) -> None:
-        return None
-
-    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
-        return dataclasses.replace(lease, expires_at=now + ttl)
-
-    async def aclose(self) -> None:
-        return None
-
-
-class _WorkflowLLM:
-    """The LLM as the workflow's engine sees it: one ``turnfsm.llm`` activity
-    per attempt, its chunks yielded as the adapter yielded them."""
-
-    def __init__(self, wf: ContextWorkflow) -> None:
-        self._wf = wf
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Any]:
-        wf = self._wf
-        rt = wf.engine._d.loaded.get(request.context_id)
-        # a turn's own call streams to the context's readers; a compaction's
-        # or a sub-context's summary (the child at rest) is read by nobody
-        streamed = (
-            request.metadata.get("purpose") != "compaction"
-            and rt is not None
-            and rt.holder.state == _AWAITING_LLM
-        )
-        seq = rt.seq if rt is not None else 0
-        message_id = (rt.partial_id or "") if rt is not None and streamed else ""
-        task = asyncio.ensure_future(
-            workflow.execute_activity(
-                "turnfsm.llm",
-                args=[_codec.request_to(request), seq, message_id, streamed, wf.take_rows()],
-                start_to_close_timeout=wf.config.llm_timeout,
-                heartbeat_timeout=wf.config.heartbeat_timeout,
-                retry_policy=_STORE_RETRY,
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        )
-        task.add_done_callback(retrieved)
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # the turn is cancelled mid-call: the activity returns what had
-            # arrived; the engine reads it (as the deltas it would have read by
-            # now in-process) and then the cancel, keeping the partial text
-            # (each await on the way is the engine's shielded commit)
-            task.cancel()
-            arrived: dict[str, Any] = {"chunks": []}
-            # nothing came back (the activity failed): the cancel as it is
-            with (
-                anyio.CancelScope(shield=True),
-                contextlib.suppress(ActivityError, asyncio.CancelledError),
-            ):
-                arrived = await asyncio.shield(task)
-            started_at = arrived.get("started_at")
-            for chunk in arrived["chunks"]:
-                if started_at is not None:
-                    async for first in self._first(chunk, started_at):
-                        yield first
-                    started_at = None
-                    continue
-                yield _codec.chunk_from(chunk)
-            raise
-        cancel_at = result["cancel_at"]
-        # the stream_started step as the LLM activity kept it in the event log
-        # (None: no delta was rung; and in histories older than it)
-        started_at = result.get("started_at")
-        for i, chunk in enumerate(result["chunks"]):
-            if i == cancel_at:
-                await _cancel(request)
-            if started_at is not None:
-                async for first in self._first(chunk, started_at):
-                    yield first
-                started_at = None
-                continue
-            yield _codec.chunk_from(chunk)
-        if started_at is not None:  # kept by an attempt lost, and this one rang no delta
-            async for first in self._first(None, started_at):
-                yield first
-        if cancel_at is not None and cancel_at >= len(result["chunks"]):
-            await _cancel(request)
-        if result["error"] is not None:
-            raise _codec.error_from(result["error"])
-
-    async def _first(self, chunk: Any, started_at: float) -> AsyncIterator[Any]:
-        """``chunk`` (data, or None), read by the engine at the time
-        ``started_at`` of the ``stream_started`` step the LLM activity kept in
-        the event log: the engine's step then has that time, and its commit
-        writes the row the log holds. A chunk that is no delta (an attempt
-        lost after it rang, and this one answered at once or failed) comes
-        after an empty text delta: the step the log holds is taken all the same."""
-        clock = self._wf.clock
-        first = _codec.chunk_from(chunk) if chunk is not None else None
-        delta = first is not None and type(first) in (TextDelta, ThinkingDelta, ToolCallDelta)
-        clock.pinned = started_at
-        try:
-            yield first if delta else TextDelta("")
-        finally:
-            clock.pinned = None
-        if first is not None and not delta:
-            yield first
-
-
 def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
     """Temporal's retry policy for a call of ``tool``, from its own settings:
     an idempotent tool's call lost with its worker is attempted again (up to
@@ -297,13 +80,6 @@ def tool_retry(tool: Tool, config: WorkerConfig) -> ActivityRetry:
     if tool.idempotent:
         return ActivityRetry(maximum_attempts=config.idempotent_attempts)
     return ActivityRetry(maximum_attempts=1)
-
-
-async def _cancel(request: LLMRequest) -> None:
-    """What the adapter did in the activity: ask for the turn's cancel, and
-    give the engine the chance to act on it."""
-    request.request_cancel()
-    await anyio.lowlevel.checkpoint()
 
 
 class _ActivityTool(Tool):
@@ -346,7 +122,7 @@ class _ActivityTool(Tool):
         from .. import records
 
         try:
-            success, result, notes = await _activity(
+            success, result, notes = await activity(
                 "turnfsm.tool",
                 args=[records.to_python(call), wf.take_rows()],
                 start_to_close_timeout=timeout,
@@ -377,7 +153,43 @@ def _tools(config: WorkerConfig, wf: ContextWorkflow) -> list[Tool]:
     return [t if _in_workflow(t) else _ActivityTool.of(t, wf) for t in config.tools]
 
 
+_ANYTIME = frozenset({"cancel"})
+"""The calls admitted while another runs (a cancel is what stops that one)."""
+
+
+def _op_update(op: str) -> Callable[..., Any]:
+    """The Update ``op`` of :data:`OPS`: the engine's call on the workflow's
+    context, admitted by ``_admit`` (or ``_admit_cancel`` for a call that
+    may come while another runs)."""
+
+    # ``self`` unannotated, as on a method: Temporal reads the others' types
+    async def update(self, a: dict[str, Any]) -> Any:  # type: ignore[no-untyped-def]
+        run = OPS[op]
+        return await self._call(lambda e: run(e, self.context_id, a))
+
+    def admitted(self, a: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+        if op in _ANYTIME:
+            self._admit_cancel(a)
+        else:
+            self._admit(a)
+
+    update.__name__ = update.__qualname__ = op
+    admitted.__name__ = admitted.__qualname__ = f"_{op}_admitted"
+    made = workflow.update(name=op)(update)
+    made.validator(admitted)
+    return made
+
+
+def _op_updates(cls: type[Any]) -> type[Any]:
+    """One Update (with its validator) per call of :data:`OPS`, set on the
+    workflow class before Temporal reads its handlers."""
+    for op in OPS:
+        setattr(cls, op, _op_update(op))
+    return cls
+
+
 @workflow.defn(name=WORKFLOW_NAME)
+@_op_updates
 class ContextWorkflow:
     """One context's turns (see the module)."""
 
@@ -397,20 +209,19 @@ class ContextWorkflow:
         """The sub-task children this run calls in their own workflows."""
         options = dict(self.config.engine_options)
         retry = options.pop("retry", None) or RetryPolicy()
-        self.engine = WorkflowEngine(
-            llm=_WorkflowLLM(self),
+        # the workflow is its context's one owner and runs on one thread:
+        # no lease renewed, no thread started (``hosted``)
+        stand_ins = StandIns(
+            store=WorkflowStore(self),  # type: ignore[arg-type]
+            llm=WorkflowLLM(self),
             tools=_tools(self.config, self),
-            store=_WorkflowStore(self),  # type: ignore[arg-type]
-            retry=deterministic(retry),
             clock=self.clock,
             ids=new_id,
             logger=Quiet(),
-            **options,
         )
+        self.engine = hosted(WorkflowEngine, stand_ins, retry=deterministic(retry), **options)
         self.engine.home = self.context_id
         self.engine.child_workflows = self.children
-        self.engine._d.renews_leases = False  # no lease to renew: no heartbeat timer
-        self.engine._d.threads = False  # a workflow runs on its one thread, deterministically
         self.engine.tap(self._on_event)
 
     def _on_event(self, ev: Event) -> None:
@@ -425,7 +236,7 @@ class ContextWorkflow:
         """The durable events the engine sends once the commit it is making is
         stored: the commit activity writes them right after it (the engine
         makes them from its outbox, the same way, after the commit returns)."""
-        rt = self.engine._d.loaded.get(context_id)
+        rt = self.engine._host_seam.runtime(context_id)
         if rt is None:
             return []
         rows = []
@@ -461,11 +272,11 @@ class ContextWorkflow:
     async def _flush(self) -> None:
         rows = self.take_rows()
         if rows:
-            await _activity(
+            await activity(
                 "turnfsm.events",
                 args=[rows],
                 start_to_close_timeout=self.config.store_timeout,
-                retry_policy=_STORE_RETRY,
+                retry_policy=STORE_RETRY,
             )
 
     def _refuse(self, exc: TurnFSMError, *details: str) -> ApplicationError:
@@ -561,78 +372,7 @@ class ContextWorkflow:
         self.gone = True
 
     # ------------------------------------------------------------ the calls
-
-    @workflow.update(name="send")
-    async def send(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["send"](e, self.context_id, a))
-
-    @send.validator
-    def _send_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="approve")
-    async def approve(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["approve"](e, self.context_id, a))
-
-    @approve.validator
-    def _approve_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="deny")
-    async def deny(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["deny"](e, self.context_id, a))
-
-    @deny.validator
-    def _deny_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="answer")
-    async def answer(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["answer"](e, self.context_id, a))
-
-    @answer.validator
-    def _answer_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="cancel")
-    async def cancel(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["cancel"](e, self.context_id, a))
-
-    @cancel.validator
-    def _cancel_admitted(self, a: dict[str, Any]) -> None:
-        self._admit_cancel(a)
-
-    @workflow.update(name="retry")
-    async def retry(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["retry"](e, self.context_id, a))
-
-    @retry.validator
-    def _retry_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="reset")
-    async def reset(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["reset"](e, self.context_id, a))
-
-    @reset.validator
-    def _reset_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="request")
-    async def request(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["request"](e, self.context_id, a))
-
-    @request.validator
-    def _request_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
-
-    @workflow.update(name="resume")
-    async def resume(self, a: dict[str, Any]) -> Any:
-        return await self._call(lambda e: OPS["resume"](e, self.context_id, a))
-
-    @resume.validator
-    def _resume_admitted(self, a: dict[str, Any]) -> None:
-        self._admit(a)
+    # (those of OPS are made by ``_op_updates``)
 
     @workflow.update(name="finish")
     async def finish(self, a: dict[str, Any]) -> Any:
