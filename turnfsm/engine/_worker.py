@@ -32,7 +32,7 @@ import anyio.abc
 
 from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..storage import Lease, WorkDoorbell, WorkQueue
-from . import _calls, _subcontexts
+from . import _calls
 from ._turn import Turn
 
 if TYPE_CHECKING:
@@ -166,8 +166,7 @@ class Worker:
             if self._stopping.is_set():
                 await d.settings.store.release_lease(lease)  # claimed as the worker stopped
                 return
-            turn: Turn = await _subcontexts.surface(
-                engine,
+            turn: Turn = await engine._subcontexts.surface(
                 await d.run(cid, functools.partial(_calls.start_resume, d), lease=lease),
             )
             self.finished += 1

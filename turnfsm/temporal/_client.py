@@ -21,8 +21,8 @@ from temporalio.service import RPCError
 from ..adapters.inbound import InboundMessage, parse_request
 from ..engine import Engine, Finished, LLMSummarizer, Recovery, Summarizer, Turn
 from ..engine._accepted import ON_ACCEPTED
-from ..engine._children import as_summarizer
 from ..engine._inputs import UNSET, check_call_ids, check_content, check_id, check_text
+from ..engine._subcontexts._summarizers import as_summarizer
 from ..errors import (
     ContextBusy,
     InvalidInput,
