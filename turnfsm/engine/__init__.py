@@ -6,7 +6,8 @@ from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
 from ._modes import Mode
-from ._observe import Observer
+from ._observing._hooks import Watch
+from ._observing._observers import Observer
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
 from ._subcontexts._summarizers import (
@@ -19,7 +20,6 @@ from ._subcontexts._summarizers import (
 from ._subcontexts._tree import ContextTree, context_tree, delete_tree
 from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._turn import Child, ChildInfo, Finished, Question, StopReason, Turn
-from ._watch import Watch
 from ._worker import Worker
 
 __all__ = [

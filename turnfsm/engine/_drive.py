@@ -38,10 +38,8 @@ from . import (
     _decide,
     _history,
     _leases,
-    _observe,
     _prepare,
     _run_tools,
-    _tracing,
 )
 from ._approval import questions_of
 from ._client_view import client_calls
@@ -49,6 +47,8 @@ from ._defaults import ignore
 from ._history import Result
 from ._host import Host, SubtaskRunnerHost
 from ._loaded import Loaded
+from ._observing import _observers as _observe
+from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime, dirty
 from ._settings import Settings
 from ._subscribers import yield_to_readers

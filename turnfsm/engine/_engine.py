@@ -51,7 +51,8 @@ from ._listening import Listeners
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
 from ._manage import ContextManager
 from ._modes import Mode
-from ._observe import Observer
+from ._observing._observers import Observer
+from ._observing._otel_spans import Tracing
 from ._output import DEFAULT_OUTPUT_RETRIES
 from ._pages import message_page
 from ._recovery import Recovery
@@ -63,7 +64,6 @@ from ._subcontexts._subtask import SubtaskRunner
 from ._subcontexts._summarizers import Summarizer
 from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._toolsets import EngineToolsets
-from ._tracing import Tracing
 from ._turn import Child, ChildInfo, Finished, Turn
 from ._turn_calls import TurnCalls
 

@@ -11,7 +11,7 @@ from ..errors import InvalidInput
 from ..events import Event
 from ._drive import Driver
 from ._inputs import check_count, check_id
-from ._observe import Observer
+from ._observing._observers import Observer
 from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
 
 __all__ = ["Listeners"]

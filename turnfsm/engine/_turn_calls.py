@@ -18,6 +18,7 @@ from typing import Any
 from ..adapters.inbound import InboundMessage, parse_request
 from ..errors import InvalidInput, StoreError
 from ..model import ApprovalStatus, ClientTools, ContentPart, Role, TurnOutput
+from ..states import State
 from ..storage import WorkQueue
 from . import _calls, _recovery, _requests
 from ._client_tools import ClientToolsArg, check_client_tools
@@ -25,7 +26,7 @@ from ._drive import Driver, Start
 from ._inputs import UNSET, check_call_ids, check_content, check_id, check_text
 from ._manage import ContextManager
 from ._recovery import Recovery
-from ._subcontexts._approvals import route_decisions
+from ._subcontexts._approvals import route_decisions, surface
 from ._subcontexts._engine_calls import EngineCalls
 from ._subcontexts._lifecycle import SubContexts
 from ._turn import Turn
@@ -78,10 +79,15 @@ class TurnCalls:
         (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
         ``client_tools`` are tools the caller runs (docs/client-tools.md).
         """
-        out = turn_output(self.driver.settings.outputs, output_type, output_retries)
-        client = check_client_tools("client_tools", client_tools, self.driver.settings.tools)
+        driver = self.driver
+        settings = driver.settings
+        out = turn_output(settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, settings.tools)
         start = self.start_send(context_id, content, role, message_id, context, out, client)
-        return await self.subcontexts.surface(await self.driver.run(context_id, start))
+        turn = await driver.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(driver, turn)
+        return turn
 
     def start_send(
         self,
@@ -235,7 +241,10 @@ class TurnCalls:
         check_id("context_id", context_id)
         d = self.driver
         start = functools.partial(_calls.start_resume, d)
-        return await self.subcontexts.surface(await d.run(context_id, start))
+        turn = await d.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(d, turn)
+        return turn
 
     async def recover(self) -> Recovery:
         """Resume every context of the store that a crash left busy (in a
