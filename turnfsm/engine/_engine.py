@@ -17,35 +17,19 @@ import anyio
 
 from ..adapters.inbound import InboundMessage
 from ..adapters.llm import LLM
-from ..enhancers import (
-    Compaction,
-    Enhancer,
-    TokenBudget,
-)
+from ..enhancers import Compaction, Enhancer, TokenBudget
 from ..events import Event
-from ..model import (
-    ChatConfig,
-    ChatContext,
-    ContentPart,
-    FrontendOperatorAs,
-    MessageNode,
-    detached,
-)
+from ..model import ChatConfig, ChatContext, ContentPart, FrontendOperatorAs, MessageNode, detached
 from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store
 from ..tools import Tool, Toolset
 from . import _leases
-from ._client_tools import ClientToolCalls, ClientToolsArg
+from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
 from ._drive import Driver
 from ._engine_settings import EngineSettings
 from ._ids import IdKind
-from ._inputs import (
-    UNSET,
-    Unset,
-    check_id,
-    check_toolsets,
-)
+from ._inputs import UNSET, Unset, check_id, check_toolsets
 from ._leases import DEFAULT_LEASE_TTL
 from ._listening import Listeners
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
@@ -58,6 +42,7 @@ from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._settings import make_settings
+from ._subcontexts._approvals import surface
 from ._subcontexts._engine_calls import EngineCalls
 from ._subcontexts._lifecycle import SubContexts
 from ._subcontexts._subtask import SubtaskRunner
@@ -66,6 +51,7 @@ from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._toolsets import EngineToolsets
 from ._turn import Child, ChildInfo, Finished, Turn
 from ._turn_calls import TurnCalls
+from ._typed import turn_output
 
 __all__ = ["Engine"]
 
@@ -108,7 +94,7 @@ class Engine(EngineSettings, ClientToolCalls):
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
     beyond either and load again from the store when called. The defaults
-    (4,096; 200,000) keep it under 256 MiB besides long texts (measured in
+    bound the memory the loaded contexts take, long texts aside (see
     ``docs/architecture.md``, "The loaded contexts' memory"); the last used stays.
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
@@ -434,7 +420,6 @@ class Engine(EngineSettings, ClientToolCalls):
 
     # ------------------------------------------------------------------ public calls
 
-    @_doc_of(TurnCalls.send)
     async def send(
         self,
         context_id: str,
@@ -447,16 +432,29 @@ class Engine(EngineSettings, ClientToolCalls):
         output_retries: int | None = None,
         client_tools: ClientToolsArg = None,
     ) -> Turn:
-        return await self._turns.send(
-            context_id,
-            content,
-            role,
-            message_id=message_id,
-            context=context,
-            output_type=output_type,
-            output_retries=output_retries,
-            client_tools=client_tools,
-        )
+        """A user (or frontend operator) message; runs the turn until the context rests.
+
+        At ``AwaitingToolApproval`` the pending calls are first closed with
+        "superseded" results. ``message_id`` is the id the message gets (default:
+        one from the engine's id factory, see :meth:`new_id`), so that a caller
+        knows it before the turn rests; an id the context already holds is
+        refused with :class:`InvalidInput`. ``context`` (the conversation as the
+        client holds it) is matched as in :meth:`send_request`, but for its answers.
+        ``output_type`` and ``output_retries`` replace the engine's for this turn
+        (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
+        """
+        # (run here, not handed to ``TurnCalls``: every await of a turn passes
+        # through each coroutine between the caller and the drive loop)
+        d = self._d
+        settings = d.settings
+        out = turn_output(settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, settings.tools)
+        start = self._turns.start_send(context_id, content, role, message_id, context, out, client)
+        turn = await d.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(d, turn)
+        return turn
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
