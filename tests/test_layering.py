@@ -103,7 +103,7 @@ THIRD_PARTY_HOME: dict[str, tuple[str, ...]] = {
     "temporalio": ("turnfsm.temporal",),
     # the engine's spans use the API only; the SDK, the exporters and the
     # Prometheus client are the observability package's (docs/observability.md)
-    "opentelemetry": ("turnfsm.engine._tracing", "turnfsm.observability"),
+    "opentelemetry": ("turnfsm.engine._observing._otel_spans", "turnfsm.observability"),
     "prometheus_client": ("turnfsm.observability",),
 }
 

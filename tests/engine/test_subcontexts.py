@@ -29,7 +29,7 @@ from turnfsm import (
 )
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
 from turnfsm.engine import DEFAULT_SUMMARY_PROMPT, context_tree
-from turnfsm.engine._children import start_child_finished
+from turnfsm.engine._subcontexts._records import start_child_finished
 from turnfsm.errors import SubContextError
 from turnfsm.model import SUMMARY_KEY
 from turnfsm.states import Change

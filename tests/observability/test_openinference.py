@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from turnfsm import tool
-from turnfsm.engine._tracing import CAPTURE_CONTENT_ENV
+from turnfsm.engine._observing._otel_spans import CAPTURE_CONTENT_ENV
 from turnfsm.enhancers import Compaction
 from turnfsm.model import LLMRequest
 

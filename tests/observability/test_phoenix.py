@@ -30,7 +30,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from turnfsm.engine._tracing import CAPTURE_CONTENT_ENV
+from turnfsm.engine._observing._otel_spans import CAPTURE_CONTENT_ENV
 
 from .test_openinference import TOOL_LOOP, get_weather
 

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from turnfsm import Engine, Worker, tool
 from turnfsm.engine import Watch
-from turnfsm.engine._tracing import CAPTURE_CONTENT_ENV, TRACE_CONTEXT_KEY
+from turnfsm.engine._observing._otel_spans import CAPTURE_CONTENT_ENV, TRACE_CONTEXT_KEY
 from turnfsm.errors import IllegalTransition
 from turnfsm.replay import run_script
 from turnfsm.storage import SQLiteStore
@@ -422,7 +422,7 @@ def test_call_names() -> None:
     import functools
 
     from turnfsm.engine import _calls
-    from turnfsm.engine._observe import call_name
+    from turnfsm.engine._observing._observers import call_name
     from turnfsm.model import ApprovalStatus
 
     def decide(*statuses: ApprovalStatus) -> Any:

@@ -29,7 +29,7 @@ from temporalio.client import Client
 
 from turnfsm import MemoryStore, records
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
-from turnfsm.engine import _subcontexts, wait_fixed
+from turnfsm.engine import wait_fixed
 from turnfsm.errors import TurnFSMError
 from turnfsm.replay import load_script, run_script
 from turnfsm.replay._runner import (
@@ -146,7 +146,7 @@ async def _run_on_temporal(
             if step.kind == "expect":
                 tape.take()
                 ctx = await engine.get_context(cid)
-                asked = [c.id for c in await _subcontexts.surfaced_pending(engine, cid)]
+                asked = [c.id for c in await engine._subcontexts.pending(cid)]
                 failures.extend(_check_state(step.index, step.value, ctx, asked))
                 continue
             if step.is_outcome:

@@ -80,7 +80,7 @@ class Watched:
     @property
     def gen_ai_provider_name(self) -> str:
         """The wrapped model's provider, as traces name it (docs/observability.md)."""
-        from ..engine._tracing import provider_name
+        from ..engine._observing._otel_spans import provider_name
 
         return provider_name(self.llm)
 

@@ -1,30 +1,25 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
-from ._children import (
-    DEFAULT_SUMMARY_PROMPT,
-    Child,
-    ChildInfo,
-    ContextTree,
-    FinalAnswer,
-    Finished,
-    LLMSummarizer,
-    Summarizer,
-    SummaryFunction,
-    context_tree,
-    delete_tree,
-)
 from ._client_tools import check_client_tools, check_tool_choice
 from ._client_view import client_calls
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
 from ._engine import Engine
 from ._inputs import UNSET, Unset
 from ._modes import Mode
-from ._observe import Observer
+from ._observing._hooks import Watch
+from ._observing._observers import Observer
 from ._recovery import Recovery
 from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
+from ._subcontexts._summarizers import (
+    DEFAULT_SUMMARY_PROMPT,
+    FinalAnswer,
+    LLMSummarizer,
+    Summarizer,
+    SummaryFunction,
+)
+from ._subcontexts._tree import ContextTree, context_tree, delete_tree
 from ._subscribers import EngineSubscription, EventTap, Subscription
-from ._turn import Question, StopReason, Turn
-from ._watch import Watch
+from ._turn import Child, ChildInfo, Finished, Question, StopReason, Turn
 from ._worker import Worker
 
 __all__ = [

@@ -36,16 +36,16 @@ from . import (
     _calls,
     _decide,
     _leases,
-    _observe,
     _prepare,
     _run_tools,
-    _tracing,
 )
 from ._approval import questions_of
 from ._client_view import client_calls
 from ._host import Host, SubtaskRunnerHost
 from ._lease import CallLease, StaleCopy
 from ._loaded import Loaded
+from ._observing import _observers as _observe
+from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
 from ._settings import Settings
 from ._steps import build_commit, committed, fire, publish
@@ -99,15 +99,15 @@ class Driver:
         self.machine = TurnMachine()
         self.loaded = Loaded(self.machine, settings.log, self.request_cancel)
         self.beats: anyio.abc.TaskGroup | None = None
-        self.renews_leases = True
-        """Renew a running call's lease while its effects run. A host whose
-        store keeps no leases (a durable workflow, whose engine is the
-        context's one owner by construction) turns it off: no heartbeat task,
-        no timer."""
-        self.threads = True
-        """Run an application's sync summarizer in a worker thread. A host that
-        runs the engine deterministically on one thread (a durable workflow)
-        turns it off: the summarizer is called there, as it is."""
+        self.renews_leases = settings.leases
+        """Renew a running call's lease while its effects run (``Engine(leases=)``).
+        A host whose engine is the context's one owner by construction (a
+        durable workflow) turns it off: no heartbeat task, no timer."""
+        self.threads = settings.threads
+        """Run an application's sync summarizer in a worker thread
+        (``Engine(threads=)``). A host that runs the engine deterministically
+        on one thread (a durable workflow) turns it off: the summarizer is
+        called there, as it is."""
         self.subtask_host: SubtaskRunnerHost | None = None
         """Runs the sub-task tools' children (the engine sets it)."""
         self.effects: dict[Effect, Callable[[Host, Runtime], Awaitable[None]]] = {

@@ -1,82 +1,77 @@
 """The public class: :class:`Engine`. Each method checks its arguments, then
 hands the call to the drive loop (``_drive``); what a call does first is in
-``_calls``, the work of each state in one module per effect. The methods
-that manage contexts (create, fork, branches, config, sub-contexts, delete)
-are in ``_manage``, the settings in ``_settings``. See docs/architecture.md.
+``_calls``, the work of each state in one module per effect. The engine holds
+the objects that do the rest, and its methods hand their calls to them: what
+changes a context's branches and config to a ``ContextManager`` (``_manage``),
+sub-contexts to ``SubContexts`` (``_subcontexts``); the settings are in
+``_settings``. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ..adapters.inbound import InboundMessage, parse_request
+from ..adapters.inbound import InboundMessage
 from ..adapters.llm import LLM
-from ..enhancers import (
-    Compaction,
-    Enhancer,
-    TokenBudget,
-)
-from ..errors import (
-    InvalidInput,
-    StoreError,
-)
+from ..enhancers import Compaction, Enhancer, TokenBudget
 from ..events import Event
-from ..model import (
-    ApprovalStatus,
-    ChatContext,
-    ClientTools,
-    ContentPart,
-    MessageNode,
-    Role,
-    TurnOutput,
-    detached,
-)
+from ..model import ChatConfig, ChatContext, ContentPart, FrontendOperatorAs, MessageNode, detached
 from ..states import CHANGES, State, TurnMachine
-from ..storage import StepLog, Store, WorkQueue
-from ..tools import Tool, Toolset, merge_tools
-from . import _calls, _leases, _recovery, _requests, _subcontexts
+from ..storage import StepLog, Store
+from ..tools import Tool, Toolset
+from . import _leases
 from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
-from ._drive import Driver, Start
+from ._drive import Driver
 from ._engine_settings import EngineSettings
 from ._ids import IdKind
-from ._inputs import (
-    UNSET,
-    check_call_ids,
-    check_content,
-    check_count,
-    check_id,
-    check_text,
-    check_toolsets,
-)
+from ._inputs import UNSET, Unset, check_id, check_toolsets
 from ._leases import DEFAULT_LEASE_TTL
+from ._listening import Listeners
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
-from ._manage import ContextManagement
+from ._manage import ContextManager
 from ._modes import Mode
-from ._observe import Observer
+from ._observing._observers import Observer
+from ._observing._otel_spans import Tracing
 from ._output import DEFAULT_OUTPUT_RETRIES
 from ._pages import message_page
 from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._seam import HostSeam
 from ._settings import make_settings
-from ._subscribers import EngineSubscription, EventTap, Sink, Subscription
-from ._tracing import Tracing
-from ._turn import Turn
+from ._subcontexts._approvals import surface
+from ._subcontexts._engine_calls import EngineCalls
+from ._subcontexts._lifecycle import SubContexts
+from ._subcontexts._subtask import SubtaskRunner
+from ._subcontexts._summarizers import Summarizer
+from ._subscribers import EngineSubscription, EventTap, Subscription
+from ._toolsets import EngineToolsets
+from ._turn import Child, ChildInfo, Finished, Turn
+from ._turn_calls import TurnCalls
 from ._typed import turn_output
 
 __all__ = ["Engine"]
 
 
-_INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Engine(ContextManagement, EngineSettings, ClientToolCalls):
+def _doc_of(part: Callable[..., Any]) -> Callable[[_F], _F]:
+    """A public method handed to one of the engine's parts says what the part's
+    method says: the rules are written once, beside the code that keeps them."""
+
+    def document(method: _F) -> _F:
+        method.__doc__ = part.__doc__
+        return method
+
+    return document
+
+
+class Engine(EngineSettings, ClientToolCalls):
     """Drives conversations through the declared state machine.
 
     ::
@@ -99,9 +94,9 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     and an ``ids`` callable are injected so that tests and replays are deterministic. At most
     ``max_loaded`` contexts, holding at most ``max_loaded_messages`` messages in
     all, are held in memory; the least recently used resting ones are unloaded
-    beyond either and load again from the store when called; the last used
-    stays. What the defaults hold in memory is in ``docs/architecture.md``,
-    "The loaded contexts' memory".
+    beyond either and load again from the store when called. The defaults
+    bound the memory the loaded contexts take, long texts aside (see
+    ``docs/architecture.md``, "The loaded contexts' memory"); the last used stays.
     ``toolsets`` (:class:`~turnfsm.tools.Toolset`, such as the MCP servers of
     :mod:`turnfsm.tools.mcp`) start when the engine is entered (``async with``)
     and stop when it closes; while it is entered their tools join ``tools``,
@@ -117,17 +112,11 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     Unicode; counts are ``int`` (not ``bool``). What a tool returns is stored
     by the conversion rules of :mod:`turnfsm.tools`.
 
-    What the LLM adapter answers is checked where it enters (the rules are in
-    :mod:`turnfsm.engine._answer`): whatever it returns or raises, apart from
-    cancellation, ends in a declared edge. An ``LLMError`` is the failure it
-    says; any other exception, or an answer or chunk of the wrong type, fails
-    the call permanently (kinds ``adapter_error`` / ``invalid_answer``; the
-    ``Failed`` event and :attr:`Turn.error` say why, and :meth:`retry` works
-    from there). Lone surrogates in model text become U+FFFD, tool arguments
-    that cannot be stored are kept as text and answered with an error result,
-    and tool call ids are made unique in the context (a repeated or missing id
-    is renamed, the model's id kept as ``provider_id``); each such change is
-    noted in the message's ``metadata.extra["conversions"]``.
+    What the LLM adapter answers is checked where it enters
+    (:mod:`turnfsm.engine._answer` has the rules): whatever it returns or
+    raises, apart from cancellation, ends in a declared edge; an answer it
+    cannot store as given is converted, and each conversion is noted in the
+    message's ``metadata.extra["conversions"]``.
 
     One owner per running call: a call takes its context's lease in the store
     (for ``lease_ttl`` seconds, 30 by default, on ``clock``), a heartbeat renews
@@ -202,15 +191,25 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
             leases=leases,
             threads=threads,
         )
-        self._subscriber_buffer = subscriber_buffer
-        self._toolsets = sets
-        self._own_tools = tuple(settings.tools)
         self._d = d = Driver(settings)
-        d.renews_leases = settings.leases
-        d.threads = settings.threads
-        d.subtask_host = _subcontexts.SubtaskRunner(self)
+        self._toolsets = EngineToolsets(d, sets)
+        self._listeners = Listeners(d, subscriber_buffer)
+        self._contexts = ContextManager(d, self.get_context)
+        calls = EngineCalls(
+            self,
+            self.get_context,
+            self.send,
+            self.resume,
+            self.approve,
+            self.deny,
+            self.answer,
+            self.delete_context,
+        )
+        self._subcontexts = SubContexts(d, self._contexts, calls)
+        self._turns = TurnCalls(d, self._contexts, self._subcontexts, calls)
+        d.subtask_host = SubtaskRunner(self._subcontexts)
         # how workers and other hosts reach in
-        self._host_seam = HostSeam(d, functools.partial(_subcontexts.surface, self))
+        self._host_seam = HostSeam(d, self._subcontexts.surface)
         if tracer_provider is not None:
             d.tracing = Tracing(tracer_provider)
 
@@ -232,8 +231,8 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
 
     async def __aenter__(self) -> Engine:
         d = self._d
-        if self._toolsets:
-            await self._start_toolsets()
+        if self._toolsets.toolsets:
+            await self._toolsets.start()
         if d.beats is None and d.renews_leases:
             # one heartbeat task for every call of this engine while it is entered
             # (an engine used without ``async with`` starts one per call instead)
@@ -259,18 +258,12 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     async def aclose(self) -> None:
         """Detach every context, end every subscription, stop the toolsets, close
         the store."""
-        if self._toolsets:
-            await self._close_toolsets()
+        if self._toolsets.toolsets:
+            await self._toolsets.close()
         loaded = self._d.loaded
         for cid in list(loaded.runtimes):
             loaded.unload(cid)
-        for subs in loaded.subscribers.values():
-            for sub in subs:
-                sub.end()
-        for sub in loaded.everywhere:
-            sub.end()
-        loaded.subscribers.clear()
-        loaded.everywhere.clear()
+        self._listeners.end_all()
         await self._d.settings.store.aclose()
 
     # ------------------------------------------------------------------ toolsets
@@ -280,38 +273,7 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
     def toolsets(self) -> tuple[Toolset, ...]:
         """The toolsets the engine was given (their tools are in :attr:`tools`
         while the engine is entered)."""
-        return self._toolsets
-
-    async def _start_toolsets(self) -> None:
-        started: list[Toolset] = []
-        try:
-            for toolset in self._toolsets:
-                started.append(toolset)
-                await toolset.start()
-            self._use_tools(strict=True)
-        except BaseException:
-            for toolset in reversed(started):
-                await toolset.aclose()
-            raise
-        for toolset in self._toolsets:
-            toolset.on_change(self._toolsets_changed)
-
-    def _toolsets_changed(self) -> None:
-        self._use_tools(strict=False)
-
-    def _use_tools(self, *, strict: bool) -> None:
-        d = self._d
-        tools = merge_tools(self._own_tools, self._toolsets, strict=strict)
-        d.settings = d.settings.with_tools(tools)
-
-    async def _close_toolsets(self) -> None:
-        # each toolset shields its own stopping (a toolset may hold a task
-        # group entered by this task, which no scope of ours may wrap)
-        for toolset in reversed(self._toolsets):
-            await toolset.aclose()
-        d = self._d
-        if len(d.settings.tools) != len(self._own_tools):  # a closed toolset offers nothing
-            d.settings = d.settings.with_tools(self._own_tools)
+        return self._toolsets.toolsets
 
     # ------------------------------------------------------------------ contexts
 
@@ -328,6 +290,137 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         check_id("context_id", context_id)
         self._d.refuse_if_busy(context_id)
         self._d.loaded.unload(context_id)
+
+    # ------------------------------------------------------------------ managing contexts
+
+    @_doc_of(ContextManager.create_context)
+    async def create_context(
+        self,
+        *,
+        system_prompt: str | None = None,
+        model: str = "scripted",
+        mode: str = "chat",
+        parameters: dict[str, Any] | None = None,
+        user_prompt: str | None = None,
+        agent_role: str = "assistant",
+        workspace_path: str | None = None,
+        parent_id: str | None = None,
+        context_id: str | None = None,
+        title: str | None = None,
+        tools: Sequence[str] | None = None,
+        frontend_operator_as: FrontendOperatorAs | None = None,
+    ) -> str:
+        return await self._contexts.create_context(
+            system_prompt=system_prompt,
+            model=model,
+            mode=mode,
+            parameters=parameters,
+            user_prompt=user_prompt,
+            agent_role=agent_role,
+            workspace_path=workspace_path,
+            parent_id=parent_id,
+            context_id=context_id,
+            title=title,
+            tools=tools,
+            frontend_operator_as=frontend_operator_as,
+        )
+
+    @_doc_of(ContextManager.fork)
+    async def fork(
+        self,
+        context_id: str,
+        name: str,
+        at: int,
+        *,
+        system_prompt: str | Unset | None = UNSET,
+        user_prompt: str | Unset | None = UNSET,
+    ) -> Turn:
+        return await self._contexts.fork(
+            context_id, name, at, system_prompt=system_prompt, user_prompt=user_prompt
+        )
+
+    @_doc_of(ContextManager.switch_branch)
+    async def switch_branch(self, context_id: str, name: str) -> Turn:
+        return await self._contexts.switch_branch(context_id, name)
+
+    @_doc_of(ContextManager.set_branch_prompts)
+    async def set_branch_prompts(
+        self,
+        context_id: str,
+        branch: str,
+        *,
+        system_prompt: str | Unset | None = UNSET,
+        user_prompt: str | Unset | None = UNSET,
+    ) -> ChatContext:
+        return await self._contexts.set_branch_prompts(
+            context_id, branch, system_prompt=system_prompt, user_prompt=user_prompt
+        )
+
+    @_doc_of(ContextManager.update_config)
+    async def update_config(
+        self,
+        context_id: str,
+        *,
+        model: str | Unset = UNSET,
+        mode: str | Unset = UNSET,
+        parameters: dict[str, Any] | Unset = UNSET,
+        title: str | Unset | None = UNSET,
+        tool_history: int | Literal["off"] | Unset | None = UNSET,
+        token_budget: int | Literal["off"] | Unset | None = UNSET,
+        compaction: int | Literal["off"] | Unset | None = UNSET,
+    ) -> ChatConfig:
+        return await self._contexts.update_config(
+            context_id,
+            model=model,
+            mode=mode,
+            parameters=parameters,
+            title=title,
+            tool_history=tool_history,
+            token_budget=token_budget,
+            compaction=compaction,
+        )
+
+    # ------------------------------------------------------------------ sub-contexts
+
+    @_doc_of(SubContexts.spawn)
+    async def spawn(
+        self,
+        parent_id: str,
+        task: str | Sequence[ContentPart],
+        *,
+        system_prompt: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
+        tools: Sequence[str] | None = None,
+        title: str | None = None,
+    ) -> Child:
+        return await self._subcontexts.spawn(
+            parent_id,
+            task,
+            system_prompt=system_prompt,
+            model=model,
+            mode=mode,
+            tools=tools,
+            title=title,
+        )
+
+    @_doc_of(SubContexts.finish)
+    async def finish(
+        self,
+        child_id: str,
+        *,
+        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
+        keep: bool = False,
+    ) -> Finished:
+        return await self._subcontexts.finish(child_id, summarizer, keep)
+
+    @_doc_of(SubContexts.children)
+    async def children(self, context_id: str) -> list[ChildInfo]:
+        return await self._subcontexts.children(context_id)
+
+    @_doc_of(SubContexts.delete_context)
+    async def delete_context(self, context_id: str) -> list[str]:
+        return await self._subcontexts.delete_context(context_id)
 
     # ------------------------------------------------------------------ public calls
 
@@ -355,38 +448,24 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
         ``client_tools`` are tools the caller runs (docs/client-tools.md).
         """
-        out = turn_output(self._d.settings.outputs, output_type, output_retries)
-        client = check_client_tools("client_tools", client_tools, self._d.settings.tools)
-        start = self._start_send(context_id, content, role, message_id, context, out, client)
-        return await _subcontexts.surface(self, await self._d.run(context_id, start))
-
-    def _start_send(
-        self,
-        context_id: str,
-        content: str | Sequence[ContentPart],
-        role: str,
-        message_id: str | None,
-        context: Sequence[InboundMessage] | None = None,
-        output: TurnOutput | None = None,
-        client: ClientTools | None = None,
-    ) -> Start:
-        """The checked arguments of :meth:`send` and :meth:`submit`, as the
-        call's start."""
-        check_id("context_id", context_id)
-        if not isinstance(role, str) or role not in _INPUT_ROLES:
-            raise InvalidInput("role", f"must be 'user' or 'frontend_operator', not {role!r}")
-        parts = check_content("content", content)
-        if message_id is not None:
-            check_id("message_id", message_id)
-        return _requests.send_start(
-            self._d, parts, _INPUT_ROLES[role], message_id, context, output, client
-        )
+        # (run here, not handed to ``TurnCalls``: every await of a turn passes
+        # through each coroutine between the caller and the drive loop)
+        d = self._d
+        settings = d.settings
+        out = turn_output(settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, settings.tools)
+        start = self._turns.start_send(context_id, content, role, message_id, context, out, client)
+        turn = await d.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(d, turn)
+        return turn
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
         what its messages get; for a ``message_id`` chosen before a send."""
         return self._d.settings.ids()
 
+    @_doc_of(TurnCalls.submit)
     async def submit(
         self,
         context_id: str,
@@ -397,146 +476,56 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         output_type: Any = UNSET,
         output_retries: int | None = None,
     ) -> str:
-        """Hand a user (or frontend operator) message's turn to a worker: commit
-        the message and the ``user_message`` transition (what :meth:`send`
-        commits first, the checks included) and release the context's lease in
-        that same commit, then return the message's id without running the turn.
+        return await self._turns.submit(
+            context_id,
+            content,
+            role,
+            message_id=message_id,
+            output_type=output_type,
+            output_retries=output_retries,
+        )
 
-        The context is then away from rest (``ProcessingUserMessage``) with its
-        lease released: exactly what ``claim_expired`` hands out, so a
-        :class:`~turnfsm.engine.Worker` (``turnfsm worker``) on the same store
-        claims it and resumes it from there (see ``docs/workers.md``). On
-        PostgreSQL the commit also notifies the workers (``NOTIFY turnfsm_work``).
-        ``message_id``, ``output_type`` and ``output_retries`` as for :meth:`send`.
-        A store that no worker can claim from (it has no ``claim_expired``: the
-        memory and files stores) is refused with :class:`StoreError`.
-        """
-        out = turn_output(self._d.settings.outputs, output_type, output_retries)
-        start = self._start_send(context_id, content, role, message_id, None, out)
-        d = self._d
-        if not isinstance(d.settings.store, WorkQueue):
-            raise StoreError(
-                f"{d.settings.store!r} cannot hand turns to workers (it has no claim_expired): "
-                "use a SQLite or PostgreSQL store, or send() to run the turn here"
-            )
-        turn = await d.run(context_id, start, hand_off=True)
-        return turn.message_ids[-1]
-
+    @_doc_of(TurnCalls.approve)
     async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
-        """Approve pending tool calls; once none is pending, the approved calls run.
+        return await self._turns.approve(context_id, call_ids)
 
-        The pending calls of a sub-task's child surface on its parent (see
-        :func:`~turnfsm.tools.subtask`): approving them here decides them on
-        the child, which goes on; once it no longer waits, the parent's call
-        runs again and completes.
-        """
-        check_id("context_id", context_id)
-        ids = check_call_ids("call_ids", call_ids)
-        return await _subcontexts.decide(self, context_id, ids, ApprovalStatus.APPROVED, None)
-
+    @_doc_of(TurnCalls.deny)
     async def deny(
         self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
     ) -> Turn:
-        """Deny pending tool calls: they are not run, and each result says it was
-        denied (with ``reason``). ``call_id`` is one id or a list of them."""
-        check_id("context_id", context_id)
-        ids = check_call_ids("call_id", call_id)
-        check_text("reason", reason, optional=True)
-        return await _subcontexts.decide(
-            self, context_id, ids, ApprovalStatus.DENIED, reason or None
-        )
+        return await self._turns.deny(context_id, call_id, reason)
 
+    @_doc_of(TurnCalls.answer)
     async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
-        """Answer a question the model asked (a pending call to a question tool,
-        listed in :attr:`Turn.questions`): ``text`` is stored as the call's result,
-        the text the model sees. Once no call is pending, the turn goes on as after
-        :meth:`approve`: the approved calls run, then the model is called again.
+        return await self._turns.answer(context_id, call_id, text)
 
-        ``text`` is a non-empty string. When the question has ``choices`` they are
-        binding: ``text`` must be exactly one of them, else
-        :class:`~turnfsm.errors.AnswerNotAChoice`. A call that is not a question
-        raises :class:`~turnfsm.errors.NotAQuestion`; to decline a question, deny it.
-        """
-        check_id("context_id", context_id)
-        check_text("call_id", call_id, empty=False)
-        check_text("text", text, empty=False)
-        d = self._d
-        routed = await _subcontexts.route_decisions(self, context_id, [call_id])
-        if routed is not None:  # a question of a sub-task's child, surfaced here
-            _, by_child, waiting = routed
-            for child_id in by_child:
-                await self.answer(child_id, call_id, text)
-            return await _subcontexts.after_children(self, context_id, {}, waiting)
-        return await _subcontexts.surface(
-            self, await d.run(context_id, functools.partial(_calls.start_answer, d, call_id, text))
-        )
-
+    @_doc_of(TurnCalls.retry)
     async def retry(self, context_id: str) -> Turn:
-        """Try the failed LLM call again (from ``PermanentFailure``)."""
-        check_id("context_id", context_id)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_retry, d))
+        return await self._turns.retry(context_id)
 
+    @_doc_of(TurnCalls.reset)
     async def reset(self, context_id: str) -> Turn:
-        """Abandon a failed turn (from ``PermanentFailure`` to ``Idle``)."""
-        check_id("context_id", context_id)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_reset, d))
+        return await self._turns.reset(context_id)
 
+    @_doc_of(TurnCalls.cancel)
     async def cancel(self, context_id: str) -> Turn:
-        """Cancel the running turn, or the wait for approval.
+        return await self._turns.cancel(context_id)
 
-        Partial text is kept and marked cancelled; open tool calls get
-        "cancelled" results. When a call is running on the context, this waits
-        for it to wind down and returns its turn.
-        """
-        check_id("context_id", context_id)
-        d = self._d
-        if context_id in d.busy:
-            rt = d.loaded.get(context_id)
-            if rt is not None and rt.done is not None:
-                end = rt.done
-                d.request_cancel(context_id)
-                await end.wait()
-                assert end.turn is not None
-                return end.turn
-        return await d.run(context_id, functools.partial(_calls.start_cancel, d))
-
+    @_doc_of(TurnCalls.request_cancel)
     def request_cancel(self, context_id: str) -> None:
-        """Ask the running call on the context to cancel; returns at once.
+        return self._turns.request_cancel(context_id)
 
-        Does nothing when no call is running.
-        """
-        check_id("context_id", context_id)
-        self._d.request_cancel(context_id)
-
+    @_doc_of(TurnCalls.resume)
     async def resume(self, context_id: str) -> Turn:
-        """Continue a context that a crash left in a non-resting state.
+        return await self._turns.resume(context_id)
 
-        :class:`~turnfsm.errors.ContextLeased` when another engine is running a
-        call on it (its lease has not expired).
-        """
-        check_id("context_id", context_id)
-        d = self._d
-        return await _subcontexts.surface(
-            self, await d.run(context_id, functools.partial(_calls.start_resume, d))
-        )
-
+    @_doc_of(TurnCalls.recover)
     async def recover(self) -> Recovery:
-        """Resume every context of the store that a crash left busy (in a
-        non-resting state), each on its own: one that cannot be resumed does not
-        stop the others.
-
-        A context whose lease another engine holds (its call is running, or its
-        process died less than a lease's time ago) is not taken: it is listed in
-        ``skipped`` with the reason. A context whose stored state the table does
-        not know, or whose resume raises a turnfsm error, is listed in ``failed``
-        with that error. Reading the list of contexts itself can still raise.
-        """
-        return await _recovery.recover(self)
+        return await self._turns.recover()
 
     # ------------------------------------------------------------------ request bodies
 
+    @_doc_of(TurnCalls.send_request)
     async def send_request(
         self,
         body: Any,
@@ -545,32 +534,9 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
         output_type: Any = UNSET,
         output_retries: int | None = None,
     ) -> Turn:
-        """Answer a chat request body (the ``contextManagement`` body or the legacy
-        ``messages`` body, parsed by :func:`~turnfsm.adapters.inbound.parse_request`;
-        :class:`InvalidInput` names what is wrong with it; an unknown key is
-        ignored and logged once). Without ``context_id``, a new context is made
-        (``create_context(frontend_operator_as="assistant")``, as the formats
-        show an operator). The body's conversation context is laid over the active
-        branch (a client may resend its whole history): what the context does
-        not hold yet is appended, then the current message, flagged current
-        with the user's language and time zone, in the ``user_message`` step;
-        then the turn runs, once. A body that disagrees with the branch is a
-        :class:`~turnfsm.errors.HistoryConflict`, a current message whose
-        ``messageId`` the context holds is :class:`InvalidInput` (answered
-        once); nothing is stored then (docs/server.md, "Resent histories").
-        The view marks the current message and states the user's locale
-        (:class:`~turnfsm.enhancers.CurrentMessageMarker`, ``UserLocale``).
-        ``output_type`` and ``output_retries`` as for :meth:`send`.
-        """
-        request = parse_request(body, log=self._d.settings.log)
-        out = turn_output(self._d.settings.outputs, output_type, output_retries)
-        if context_id is None:
-            context_id = await self.create_context(frontend_operator_as="assistant")
-        else:
-            check_id("context_id", context_id)
-        d = self._d
-        start = functools.partial(_requests.start_request, d, request, output=out)
-        return await d.run(context_id, start)
+        return await self._turns.send_request(
+            body, context_id, output_type=output_type, output_retries=output_retries
+        )
 
     # ------------------------------------------------------------------ reading messages
 
@@ -603,75 +569,21 @@ class Engine(ContextManagement, EngineSettings, ClientToolCalls):
 
     # ------------------------------------------------------------------ events and audit
 
+    @_doc_of(Listeners.subscribe)
     def subscribe(self, context_id: str) -> Subscription:
-        """Events of one context from now on (see :class:`Subscription`)."""
-        check_id("context_id", context_id)
-        subs = self._d.loaded.subscribers_of(context_id)
-        sub = Subscription(context_id, self._subscriber_buffer, self._drop_subscriber)
-        subs.append(sub)
-        return sub
+        return self._listeners.subscribe(context_id)
 
+    @_doc_of(Listeners.subscribe_all)
     def subscribe_all(self, buffer: int | None = None) -> EngineSubscription:
-        """Events of every context from now on, in the order they go out (see
-        :class:`EngineSubscription`; ``buffer``: events it may fall behind by,
-        the engine's ``subscriber_buffer`` by default). One subscription for
-        all contexts: a reader of everything (an event relay, say) keeps no
-        per-context state in the engine."""
-        if buffer is not None:
-            check_count("buffer", buffer, minimum=1)
-        loaded = self._d.loaded
-        sub = EngineSubscription(buffer or self._subscriber_buffer, self._drop_everywhere)
-        loaded.everywhere.append(sub)
-        for subs in loaded.subscribers.values():
-            subs.append(sub)
-        return sub
+        return self._listeners.subscribe_all(buffer)
 
+    @_doc_of(Listeners.tap)
     def tap(self, fn: Callable[[Event], object]) -> EventTap:
-        """Call ``fn`` with every event of every context from now on, as it
-        goes out, in the engine's task (see :class:`EventTap`): for a reader
-        in this process that hands events on without waiting. ``fn`` must not
-        block; what it raises is logged. ``close()`` the tap (or use it as a
-        ``with`` block) to stop."""
-        if not callable(fn):
-            raise InvalidInput("fn", f"must be callable, not {fn!r}")
-        loaded = self._d.loaded
-        tap = EventTap(fn, self._drop_everywhere, self._d.settings.log)
-        loaded.everywhere.append(tap)
-        for subs in loaded.subscribers.values():
-            subs.append(tap)
-        return tap
+        return self._listeners.tap(fn)
 
+    @_doc_of(Listeners.observe)
     def observe(self, observer: Observer) -> Callable[[], None]:
-        """Ask ``observer`` at the start of every call whether it watches it
-        (``observer.begin(context_id, call)`` returns a
-        :class:`~turnfsm.engine.Watch` or None; see docs/observability.md).
-        Returns the function that removes it again."""
-        if not callable(getattr(observer, "begin", None)):
-            raise InvalidInput("observer", f"must have a begin() method, not {observer!r}")
-        observers = self._d.observers
-        observers.append(observer)
-
-        def remove() -> None:
-            if observer in observers:
-                observers.remove(observer)
-
-        return remove
-
-    def _drop_subscriber(self, sub: Subscription) -> None:
-        loaded = self._d.loaded
-        subs = loaded.subscribers.get(sub.context_id)
-        if subs is not None and sub in subs:
-            subs.remove(sub)
-            if not subs and sub.context_id not in loaded.runtimes:
-                del loaded.subscribers[sub.context_id]
-
-    def _drop_everywhere(self, sub: Sink) -> None:
-        loaded = self._d.loaded
-        if sub in loaded.everywhere:
-            loaded.everywhere.remove(sub)
-        for subs in loaded.subscribers.values():
-            if sub in subs:
-                subs.remove(sub)
+        return self._listeners.observe(observer)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         """The audit trail: every committed transition of the context, and the

@@ -1,37 +1,26 @@
-"""Managing contexts: create them, fork and switch branches, set branch prompts
-and config, run and finish sub-contexts, delete them (:class:`ContextManagement`,
-a part of :class:`~turnfsm.Engine`).
+"""The part of the engine that changes what a context is: create one, fork
+and switch branches, set branch prompts and config (:class:`ContextManager`).
 
-These change what a context is (its branches, its config, its children), not
-where its turn stands; each is a committed change with its record and
-event (see docs/architecture.md, "Context management"), or a new context.
-The turn's own calls (send, approve, retry, cancel, resume, ...) are in
-``_engine``.
+These change a context's branches and config, not where its turn stands;
+each is a committed change with its record and event (see
+docs/architecture.md, "Context management"), or a new context. The turn's
+own calls (send, approve, retry, cancel, resume, ...) are in ``_engine``,
+sub-contexts in ``_subcontexts``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from ..errors import InvalidInput, NotAtRest, SubContextError
-from ..model import (
-    Branch,
-    ChatConfig,
-    ChatContext,
-    ContentPart,
-    FrontendOperatorAs,
-    SystemPrompt,
-)
-from ..states import RESTING, State
-from . import _calls, _children, _subcontexts
-from ._api import EngineAPI
-from ._children import Summarizer
+from ..errors import InvalidInput, SubContextError
+from ..model import Branch, ChatConfig, ChatContext, FrontendOperatorAs, SystemPrompt
+from . import _calls
+from ._drive import Driver
 from ._inputs import (
     UNSET,
     Unset,
-    check_content,
     check_history_override,
     check_id,
     check_name,
@@ -40,17 +29,23 @@ from ._inputs import (
     check_title,
     check_tools,
 )
-from ._turn import Child, ChildInfo, Finished, Turn
+from ._turn import Turn
 
-__all__ = ["ContextManagement"]
+__all__ = ["ContextManager"]
 
 
-class ContextManagement:
-    """The engine's methods that manage contexts (see the module's docstring).
-    Each runs on the engine (``self``: :class:`~turnfsm.engine._api.EngineAPI`)."""
+class ContextManager:
+    """Creates contexts and changes their branches and config for one engine:
+    ``driver`` runs the calls, ``get_context`` is the engine's."""
+
+    def __init__(
+        self, driver: Driver, get_context: Callable[[str], Awaitable[ChatContext]]
+    ) -> None:
+        self.driver = driver
+        self.get_context = get_context
 
     async def create_context(
-        self: EngineAPI,
+        self,
         *,
         system_prompt: str | None = None,
         model: str = "scripted",
@@ -83,7 +78,7 @@ class ContextManagement:
         the role the model sees a frontend operator's messages in
         (``ChatConfig.frontend_operator_as``).
         """
-        return await self._create(
+        return await self.create(
             system_prompt=system_prompt,
             model=model,
             mode=mode,
@@ -99,8 +94,8 @@ class ContextManagement:
             frontend_operator_as=frontend_operator_as,
         )
 
-    async def _create(
-        self: EngineAPI,
+    async def create(
+        self,
         *,
         system_prompt: str | None,
         model: str,
@@ -127,7 +122,7 @@ class ContextManagement:
             )
         check_text("system_prompt", system_prompt, optional=True)
         check_name("model", model)
-        self._d.settings.check_mode("mode", mode)
+        self.driver.settings.check_mode("mode", mode)
         params = check_parameters("parameters", parameters)
         check_text("user_prompt", user_prompt, optional=True)
         check_name("agent_role", agent_role)
@@ -139,21 +134,21 @@ class ContextManagement:
         if context_id is not None:
             check_id("context_id", context_id)
         check_title("title", title)
-        allowed = check_tools("tools", tools, self.tools)
+        allowed = check_tools("tools", tools, self.driver.settings.tools)
         if parent_id is not None:
             parent = await self.get_context(parent_id)
             if parent.config.archived:
                 raise SubContextError(
                     parent_id, "it is a finished sub-context: it takes no new sub-contexts"
                 )
-        now = self._d.now()
+        now = self.driver.now()
         prompt = (
-            SystemPrompt(id=self._d.settings.ids(), content=system_prompt)
+            SystemPrompt(id=self.driver.settings.ids(), content=system_prompt)
             if system_prompt
             else None
         )
         ctx = ChatContext(
-            id=context_id if context_id is not None else self._d.settings.ids(),
+            id=context_id if context_id is not None else self.driver.settings.ids(),
             parent_id=parent_id,
             config=ChatConfig(
                 model_id=model,
@@ -174,13 +169,11 @@ class ContextManagement:
             created_at=now,
             updated_at=now,
         )
-        await self.store.create(ctx)
+        await self.driver.settings.store.create(ctx)
         return ctx.id
 
-    # ------------------------------------------------------------------ branches and config
-
     async def fork(
-        self: EngineAPI,
+        self,
         context_id: str,
         name: str,
         at: int,
@@ -202,18 +195,20 @@ class ContextManagement:
         if isinstance(at, bool) or not isinstance(at, int):
             raise InvalidInput("at", f"must be an integer, not {type(at).__name__}")
         prompts = _check_prompts(system_prompt, user_prompt)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_fork, d, name, at, prompts))
+        driver = self.driver
+        return await driver.run(
+            context_id, functools.partial(_calls.start_fork, driver, name, at, prompts)
+        )
 
-    async def switch_branch(self: EngineAPI, context_id: str, name: str) -> Turn:
+    async def switch_branch(self, context_id: str, name: str) -> Turn:
         """Make another branch active (a ``branch_switched`` change record)."""
         check_id("context_id", context_id)
         check_id("name", name)
-        d = self._d
-        return await d.run(context_id, functools.partial(_calls.start_switch, d, name))
+        driver = self.driver
+        return await driver.run(context_id, functools.partial(_calls.start_switch, driver, name))
 
     async def set_branch_prompts(
-        self: EngineAPI,
+        self,
         context_id: str,
         branch: str,
         *,
@@ -233,14 +228,14 @@ class ContextManagement:
         check_id("context_id", context_id)
         check_id("branch", branch)
         prompts = _check_prompts(system_prompt, user_prompt)
-        d = self._d
-        await d.run(
-            context_id, functools.partial(_calls.start_set_branch_prompts, d, branch, prompts)
+        driver = self.driver
+        await driver.run(
+            context_id, functools.partial(_calls.start_set_branch_prompts, driver, branch, prompts)
         )
         return await self.get_context(context_id)
 
     async def update_config(
-        self: EngineAPI,
+        self,
         context_id: str,
         *,
         model: str | Unset = UNSET,
@@ -275,7 +270,7 @@ class ContextManagement:
         if not isinstance(model, Unset):
             fields["model_id"] = check_name("model", model)
         if not isinstance(mode, Unset):
-            fields["mode"] = self._d.settings.check_mode("mode", mode)
+            fields["mode"] = self.driver.settings.check_mode("mode", mode)
         if not isinstance(parameters, Unset):
             fields["parameters"] = check_parameters("parameters", parameters)
         if not isinstance(title, Unset):
@@ -287,7 +282,7 @@ class ContextManagement:
         ):
             if not isinstance(value, Unset):
                 fields[where] = check_history_override(where, value, minimum=minimum)
-        budget = self._d.settings.view_plan.budget
+        budget = self.driver.settings.view_plan.budget
         wanted = fields.get("token_budget")
         if isinstance(wanted, int) and budget is not None and wanted <= budget.reserve_output:
             raise InvalidInput(
@@ -296,113 +291,11 @@ class ContextManagement:
                 f"not {wanted}",
             )
         out: list[ChatConfig] = []
-        d = self._d
-        await d.run(context_id, functools.partial(_calls.start_update_config, d, fields, out))
-        return out[0]
-
-    # ------------------------------------------------------------------ sub-contexts
-
-    async def spawn(
-        self: EngineAPI,
-        parent_id: str,
-        task: str | Sequence[ContentPart],
-        *,
-        system_prompt: str | None = None,
-        model: str | None = None,
-        mode: str | None = None,
-        tools: Sequence[str] | None = None,
-        title: str | None = None,
-    ) -> Child:
-        """Run a sub-task in a new child context of ``parent_id``; returns the
-        child's id and the turn its task ran (the child is then at rest).
-
-        The parent must be stored (:class:`~turnfsm.errors.ContextNotFound`),
-        at rest, not busy, and not a finished sub-context. The child gets
-        ``system_prompt`` (none by default), and the parent's model, mode,
-        parameters, agent role and workspace unless ``model`` / ``mode`` are
-        given. ``tools`` is an allow-list of the engine's tool names; by
-        default the child may use what the parent may, and a parent's list
-        cannot be widened (:class:`InvalidInput`). The parent gets a
-        ``child_spawned`` change record naming the child; ``task`` is then
-        sent as the child's first user message and runs until the child rests.
-        Bring the child back with :meth:`finish`.
-        """
-        check_id("parent_id", parent_id)
-        parts = check_content("task", task)
-        check_text("system_prompt", system_prompt, optional=True)
-        if model is not None:
-            check_name("model", model)
-        if mode is not None:
-            self._d.settings.check_mode("mode", mode)
-        allowed = check_tools("tools", tools, self.tools)
-        check_title("title", title)
-        d = self._d
-        d.refuse_if_busy(parent_id)
-        parent = await self.get_context(parent_id)
-        if parent.config.archived:
-            raise SubContextError(
-                parent_id, "it is a finished sub-context: it takes no new sub-contexts"
-            )
-        if State(parent.current_state) not in RESTING:
-            raise NotAtRest(parent_id, parent.current_state, "sub-contexts")
-        return await _subcontexts.spawn(
-            self, parent, parts, system_prompt, model, mode, allowed, title, announce=True
+        driver = self.driver
+        await driver.run(
+            context_id, functools.partial(_calls.start_update_config, driver, fields, out)
         )
-
-    async def finish(
-        self: EngineAPI,
-        child_id: str,
-        *,
-        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
-        keep: bool = False,
-    ) -> Finished:
-        """Summarise a child into its parent, then delete the child (or, with
-        ``keep=True``, keep it finished).
-
-        The child must be a sub-context at rest in ``Idle`` with no unfinished
-        sub-context of its own, and its parent at rest in ``Idle``
-        (:class:`~turnfsm.errors.SubContextError` otherwise; nothing changes).
-        ``summarizer`` makes the text: by default :class:`LLMSummarizer` (the
-        engine's adapter, with a documented prompt); :class:`FinalAnswer` takes
-        the child's last answer as it is; any other :class:`Summarizer`, or a
-        plain callable ``fn(child) -> str`` (sync or async). The summary is
-        appended to the parent's active branch as one assistant message whose
-        ``metadata.extra["sub_context"]`` names the child and the child's
-        message ids it stands for, committed with a ``child_finished`` change
-        record. A kept child gets an ``archived`` record and refuses input.
-
-        After a crash between those commits, calling ``finish`` again completes
-        it without a second summary.
-        """
-        check_id("child_id", child_id)
-        if not isinstance(keep, bool):
-            raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
-        chosen = _children.as_summarizer("summarizer", summarizer)
-        return await _subcontexts.finish(self, child_id, chosen, keep)
-
-    async def children(self: EngineAPI, context_id: str) -> list[ChildInfo]:
-        """The direct sub-contexts of a context (id, stored state, title, finished),
-        oldest first. :class:`~turnfsm.errors.ContextNotFound` for an unknown id."""
-        check_id("context_id", context_id)
-        await self.get_context(context_id)
-        return await _children.children_of(self.store, context_id)
-
-    async def delete_context(self: EngineAPI, context_id: str) -> list[str]:
-        """Delete a context and its finished (kept) sub-contexts; returns the ids
-        deleted, the context last.
-
-        Refused with :class:`~turnfsm.errors.SubContextError` while it has a
-        sub-context (at any depth) that is not finished: finish those first, so
-        that no sub-task's work is lost unsummarised. A context on which a call
-        is running is refused too (:class:`~turnfsm.errors.ContextBusy`).
-        """
-        check_id("context_id", context_id)
-        d = self._d
-        d.refuse_if_busy(context_id)
-        deleted = await _children.delete_tree(self.store, context_id, busy=tuple(d.busy))
-        for cid in deleted:
-            d.loaded.unload(cid)
-        return deleted
+        return out[0]
 
 
 def _check_prompts(system_prompt: object, user_prompt: object) -> dict[str, str | Unset | None]:

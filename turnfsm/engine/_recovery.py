@@ -4,6 +4,7 @@ rest, and says what it did with each one (:class:`Recovery`)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -15,7 +16,9 @@ from . import _leases
 from ._turn import Turn
 
 if TYPE_CHECKING:
-    from ._api import EngineAPI
+    from ._drive import Driver
+
+Resume = Callable[[str], Awaitable[Turn]]
 
 __all__ = ["Recovery", "recover"]
 
@@ -38,8 +41,11 @@ class Recovery:
     does not know, a store error, an illegal transition, ...)."""
 
 
-async def recover(engine: EngineAPI) -> Recovery:
-    """:meth:`Engine.recover` (see there)."""
+async def recover(
+    driver: Driver, resume: Resume, surface: Callable[[Turn], Awaitable[Turn]]
+) -> Recovery:
+    """:meth:`Engine.recover` (see there): ``resume`` is the engine's, ``surface``
+    shows a resumed parent's waiting children's calls on its turn."""
     resumed: dict[str, Turn] = {}
     skipped: dict[str, str] = {}
     failed: dict[str, TurnFSMError] = {}
@@ -50,15 +56,15 @@ async def recover(engine: EngineAPI) -> Recovery:
     # A claimed context is resumed under the lease it was handed (as a
     # worker does), not leased a second time; a claim not used is released.
     claimed: dict[str, Lease] | None = None
-    store = engine.store
-    d = engine._d
+    store = driver.settings.store
+    d = driver
     if isinstance(store, WorkQueue):
         leases = await store.claim_expired(
             d.settings.owner, d.settings.lease_ttl, now=d.settings.clock.time(), limit=None
         )
         claimed = {lease.context_id: lease for lease in leases}
     try:
-        await _each(engine, claimed, resumed, skipped, failed)
+        await _each(driver, resume, surface, claimed, resumed, skipped, failed)
     finally:
         for lease in (claimed or {}).values():  # those not resumed
             await _leases.release(d.settings, lease)
@@ -66,7 +72,9 @@ async def recover(engine: EngineAPI) -> Recovery:
 
 
 async def _each(
-    engine: EngineAPI,
+    driver: Driver,
+    resume: Resume,
+    surface: Callable[[Turn], Awaitable[Turn]],
     claimed: dict[str, Lease] | None,
     resumed: dict[str, Turn],
     skipped: dict[str, str],
@@ -74,8 +82,10 @@ async def _each(
 ) -> None:
     """Resume each context of the store away from rest (see :func:`recover`);
     a claim used is taken out of ``claimed``."""
-    busy = engine._d.busy
-    for summary in await engine.store.list_contexts():
+    busy = driver.busy
+    store = driver.settings.store
+    owner = driver.settings.owner
+    for summary in await store.list_contexts():
         cid = summary.id
         try:
             state = State(summary.state)
@@ -88,35 +98,36 @@ async def _each(
         if state in RESTING:
             continue
         if cid in busy:
-            skipped[cid] = f"a call of this engine ({engine.owner}) is running on it"
+            skipped[cid] = f"a call of this engine ({owner}) is running on it"
             continue
         if claimed is not None and cid not in claimed:
-            held = await engine.store.lease(cid)
+            held = await store.lease(cid)
             if held is None:
                 continue  # another engine claimed it and has brought it to rest
-            if held.owner != engine.owner and not _leases.owner_gone(held.owner):
+            if held.owner != owner and not _leases.owner_gone(held.owner):
                 until = datetime.fromtimestamp(held.expires_at, UTC).isoformat()
                 skipped[cid] = f"leased by {held.owner} until {until}"
                 continue
         lease = claimed.pop(cid, None) if claimed is not None else None
         try:
             if lease is None:
-                resumed[cid] = await engine.resume(cid)
+                resumed[cid] = await resume(cid)
             else:  # the run releases it, whatever happens
-                resumed[cid] = await _resume_claimed(engine, cid, lease)
+                resumed[cid] = await _resume_claimed(driver, surface, cid, lease)
         except ContextLeased as exc:
             until = datetime.fromtimestamp(exc.expires_at, UTC).isoformat()
             skipped[cid] = f"leased by {exc.owner} until {until}"
         except ContextBusy:
-            skipped[cid] = f"a call of this engine ({engine.owner}) is running on it"
+            skipped[cid] = f"a call of this engine ({owner}) is running on it"
         except TurnFSMError as exc:
             failed[cid] = exc
 
 
-async def _resume_claimed(engine: EngineAPI, cid: str, lease: Lease) -> Turn:
+async def _resume_claimed(
+    driver: Driver, surface: Callable[[Turn], Awaitable[Turn]], cid: str, lease: Lease
+) -> Turn:
     """:meth:`Engine.resume` under ``lease``, which this engine claimed."""
-    from . import _calls, _subcontexts
+    from . import _calls
 
-    d = engine._d
-    turn = await d.run(cid, functools.partial(_calls.start_resume, d), lease=lease)
-    return await _subcontexts.surface(engine, turn)
+    turn = await driver.run(cid, functools.partial(_calls.start_resume, driver), lease=lease)
+    return await surface(turn)

@@ -11,9 +11,10 @@ from ..events import ToolApprovalRequested
 from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgress
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
-from . import _history, _observe, _steps
+from . import _history, _steps
 from ._client_view import is_client_call
 from ._host import Host
+from ._observing import _observers
 from ._runtime import Runtime
 from ._turn import StopReason
 
@@ -49,7 +50,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
             ran = iter(
                 await run_calls(offered, to_run)
                 if rt.watch is None
-                else await _observe.run_calls(rt, offered, to_run)
+                else await _observers.run_calls(rt, offered, to_run)
             )
     outcomes = [
         refused[c.id]

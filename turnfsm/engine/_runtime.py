@@ -161,7 +161,7 @@ class Runtime:
     lease_status: LeaseStatus = LeaseStatus.RELEASED
     """Where ``lease`` stands (see :class:`LeaseStatus`)."""
     watch: Any = None
-    """What watches the running call (``_observe.Watches``: traces, metrics),
+    """What watches the running call (``_observing._observers.Watches``: traces, metrics),
     or None when nothing does."""
     hand_back: bool = False
     """Stop the running call before its next call of the model or backoff

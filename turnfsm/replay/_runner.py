@@ -32,7 +32,6 @@ from ..engine import (
     FinalAnswer,
     RetryPolicy,
     SequentialIds,
-    _subcontexts,
     wait_exponential,
 )
 from ..engine._defaults import default_logger as _default_logger
@@ -444,7 +443,7 @@ async def replay(
                 if step.kind == "expect":
                     tape.take()
                     ctx = await engine.get_context(cid)
-                    asked = [c.id for c in await _subcontexts.surfaced_pending(engine, cid)]
+                    asked = [c.id for c in await engine._subcontexts.pending(cid)]
                     result.failures.extend(_check_state(step.index, step.value, ctx, asked))
                     continue
                 if step.is_outcome:

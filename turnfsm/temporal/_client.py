@@ -12,8 +12,8 @@ from temporalio.service import RPCError
 
 from ..adapters.inbound import parse_request
 from ..engine import Finished, LLMSummarizer, Recovery, Summarizer, Turn
-from ..engine._children import as_summarizer
 from ..engine._inputs import UNSET, check_id
+from ..engine._subcontexts._summarizers import as_summarizer
 from ..errors import ContextBusy, InvalidInput, SubContextError, TemporalUnavailable, TurnFSMError
 from ..model import ChatContext, ContentPart
 from ..states import RESTING

@@ -5,7 +5,7 @@ to show a span as an LLM, tool or agent span with its input and output.
 The names are those of the OpenInference semantic conventions
 (``openinference-semantic-conventions``, ``openinference.semconv.trace``),
 kept here so that the engine needs nothing beyond ``opentelemetry-api``.
-The functions build plain attribute dicts; :mod:`turnfsm.engine._tracing`
+The functions build plain attribute dicts; :mod:`turnfsm.engine._observing._otel_spans`
 decides when content may be recorded.
 """
 

@@ -13,7 +13,7 @@ child per LLM attempt (``chat {model}``) and per tool call
 (``execute_tool {name}``), and each transition of the table as an event of
 the call's span, named by its edge (``Idle → ProcessingUserMessage``).
 Beside the GenAI attributes, each span carries the OpenInference ones
-(:mod:`turnfsm.engine._openinference`) that Arize Phoenix reads. Message
+(:mod:`turnfsm.engine._observing._openinference`) that Arize Phoenix reads. Message
 content (each attempt's own request messages, its answer, tool arguments and
 results, the turn's input and output) is recorded only under the standard
 opt-in, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
@@ -27,14 +27,14 @@ import sys
 import time
 from typing import Any
 
-from ..model import LLMRequest, MessageNode, Role, ToolCallRequest, to_chat_messages
-from ..states import State
-from ..tools import ToolOutcome
+from ...model import LLMRequest, MessageNode, Role, ToolCallRequest, to_chat_messages
+from ...states import State
+from ...tools import ToolOutcome
+from .._host import Host
+from .._runtime import Runtime
+from .._turn import StopReason, Turn
 from . import _openinference as oi
-from ._host import Host
-from ._runtime import Runtime
-from ._turn import StopReason, Turn
-from ._watch import Watch
+from ._hooks import Watch
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -169,7 +169,7 @@ def _input_messages(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 class CallSpan(Watch):
-    """The spans of one engine call (a :class:`~turnfsm.engine._observe.Watch`)."""
+    """The spans of one engine call (a :class:`~turnfsm.engine._observing._hooks.Watch`)."""
 
     __slots__ = (
         "call",

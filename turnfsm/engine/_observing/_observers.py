@@ -5,7 +5,7 @@ A call into the engine (``send``, ``approve``, a worker's claim, ...) is
 watched when something asks to watch it: an observer added with
 :meth:`Engine.observe <turnfsm.Engine.observe>` (the Prometheus metrics of
 ``turnfsm serve`` and ``turnfsm worker`` are one), and OpenTelemetry
-tracing (:mod:`turnfsm.engine._tracing`) once the process has a tracer
+tracing (:mod:`turnfsm.engine._observing._otel_spans`) once the process has a tracer
 provider. :func:`begin` asks each; when none answers, the call is not
 watched (``Runtime.watch`` is None) and costs what it did before: a few
 attribute reads.
@@ -27,15 +27,15 @@ from typing import Any, Protocol
 
 import anyio
 
-from ..model import ApprovalStatus, LLMRequest, MessageNode, ToolCallRequest
-from ..states import Effect
-from ..tools import ToolOutcome, ToolRegistry
-from ..tools import run_calls as _run_calls
-from . import _tracing
-from ._host import Host
-from ._runtime import Runtime
-from ._turn import Turn
-from ._watch import Watch
+from ...model import ApprovalStatus, LLMRequest, MessageNode, ToolCallRequest
+from ...states import Effect
+from ...tools import ToolOutcome, ToolRegistry
+from ...tools import run_calls as _run_calls
+from .._host import Host
+from .._runtime import Runtime
+from .._turn import Turn
+from . import _otel_spans
+from ._hooks import Watch
 
 __all__ = ["Observer", "Watch", "Watches", "begin", "call_name", "run_calls", "run_effect"]
 
@@ -173,7 +173,7 @@ def call_name(start: Callable[..., Any], *, hand_off: bool = False, claimed: boo
 
 
 def begin(
-    tracing: _tracing.Tracing,
+    tracing: _otel_spans.Tracing,
     observers: Sequence[Observer],
     d: Host,
     context_id: str,
@@ -183,15 +183,15 @@ def begin(
 ) -> Watches | None:
     """The watches of a call of the engine ``d`` starting now (its tracing
     setting and observers), or None when nothing watches it."""
-    tracer = _tracing.tracer_of(tracing)
+    tracer = _otel_spans.tracer_of(tracing)
     if tracer is None and not observers:
         return None
     call = call_name(start, hand_off=hand_off, claimed=claimed)
     log = d.settings.log
     watches: list[Watch] = []
     if tracer is not None:
-        provider = _tracing.provider_name(d.settings.llm)
-        watches.append(_tracing.CallSpan(tracer, context_id, call, tracing, provider, d))
+        provider = _otel_spans.provider_name(d.settings.llm)
+        watches.append(_otel_spans.CallSpan(tracer, context_id, call, tracing, provider, d))
     for observer in observers:
         try:
             found = observer.begin(context_id, call)

@@ -1,13 +1,13 @@
-"""The hooks of a watched engine call: :class:`Watch` (see ``_observe``)."""
+"""The hooks of a watched engine call: :class:`Watch` (see ``_observers``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..model import LLMRequest, MessageNode, ToolCallRequest
-from ..tools import ToolOutcome
-from ._runtime import Runtime
-from ._turn import Turn
+from ...model import LLMRequest, MessageNode, ToolCallRequest
+from ...tools import ToolOutcome
+from .._runtime import Runtime
+from .._turn import Turn
 
 __all__ = ["Watch"]
 
