@@ -8,6 +8,7 @@ talks to the store. See docs/architecture.md, "Where each thing lives".
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,13 @@ Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 """A call, its outcome and the result message appended for it."""
 
 
+_refcount = getattr(sys, "getrefcount", None)
+"""None where the interpreter counts no references: then every change copies."""
+_ONLY_RT = 3
+"""References to ``rt.chat`` when only the runtime holds it: ``rt.chat``,
+:func:`append`'s local name and the argument of the count."""
+
+
 def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     """Append ``message`` to the active branch (and its chat-format copy)."""
     ctx = rt.ctx
@@ -64,6 +72,12 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     rt.appended.append((branch.name, node))
     item = to_chat_message(message)
     chat = rt.chat
+    if _refcount is None or _refcount(chat) > _ONLY_RT:
+        # a request still holds the list (an adapter or a subscriber kept it):
+        # it must keep seeing the history it was sent, so the engine goes on
+        # with a copy; when nothing else holds it, it grows in place and a turn
+        # never copies the history
+        rt.chat = chat = list(chat)
     if item["role"] == "tool" and chat and chat[-1].get("role") == "tool":
         append_chat(chat, item)  # a result after a result: may go before it
     else:
