@@ -271,7 +271,7 @@ async def w3() -> dict[str, Any]:
 
 
 async def w6() -> dict[str, Any]:
-    handler = Handler()
+    handler = Handler(keep=2 * W6_TURNS)
     llm = ScriptedLLM(handler, record=False)
     async with Engine(llm=llm, tools=[get_weather_approval]) as engine:
         cid = await engine.create_context()
