@@ -3,15 +3,18 @@ stored messages, on the memory store and on SQLite, in instructions.
 
 A turn must cost the same however long the conversation is (target: the
 instructions of a turn at 5,000 messages at most 1.05x those at 100). Each
-measurement is its own process under ``valgrind --tool=callgrind`` with
-collection off at the start and switched on only inside ``sys.call_tracing``
-(``--toggle-collect``), the one call that wraps the measured turns: loading,
-building the history and the warm-up turns are not counted. A full
-``gc.collect()`` runs before the stretch, so that no collection of what setting
-up left behind falls into it. Two stretches per (store, size), of ``SHORT`` and
-``LONG`` turns, each in a fresh process; a turn's figure is their difference
-divided by ``LONG - SHORT`` (what the stretch's own start and end cost cancels
-out).
+measurement is its own process under ``valgrind --tool=callgrind
+--instr-atstart=no``: instrumentation is switched on just before the measured
+turns and off just after them, by callgrind's client requests
+(``CALLGRIND_START_INSTRUMENTATION`` / ``CALLGRIND_ZERO_STATS``, then
+``CALLGRIND_DUMP_STATS`` / ``CALLGRIND_STOP_INSTRUMENTATION``, in a small C
+library built here with ``cc``). Instrumentation is global, so the SQLite
+store's own threads are counted too; building the history, loading it and
+the warm-up turns are not. A full ``gc.collect()`` runs before the stretch, so
+that no collection of what setting up left behind falls into it. Two
+stretches per (store, size), of ``SHORT`` and ``LONG`` turns, each in a fresh
+process; a turn's figure is their difference divided by ``LONG - SHORT``
+(what the stretch's own start and end cost cancels out).
 
 The stored conversation is W1's (user message, tool call, tool result, text
 answer, with the engine's own metadata), put into the store with ``create``;
@@ -49,8 +52,24 @@ SHORT, LONG = 2, 12
 WARMUP = 2
 """Turns run before a stretch, uncounted (the context is loaded by the first)."""
 TARGET = 1.05
-TOGGLE = "sys_call_tracing"
-"""The C function callgrind counts inside: ``sys.call_tracing`` wraps the stretch."""
+SWITCH_C = """
+#include <valgrind/callgrind.h>
+void w12_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
+void w12_off(void) { CALLGRIND_DUMP_STATS_AT("w12"); CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+"""The switch around the measured turns (no-ops outside valgrind)."""
+
+
+def _switch(directory: str) -> Any:
+    """The switch's library, built in ``directory``."""
+    import ctypes
+
+    source = os.path.join(directory, "w12_switch.c")
+    library = os.path.join(directory, "w12_switch.so")
+    with open(source, "w") as f:
+        f.write(SWITCH_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", library, source], check=True)
+    return ctypes.CDLL(library)
 
 
 def _node_id(i: int) -> str:
@@ -129,9 +148,10 @@ def history_context(context_id: str, n: int) -> Any:
 
 
 def stretch(store_name: str, n: int, turns: int, *, counted: bool = False) -> int:
-    """Run ``WARMUP`` turns, then ``turns`` turns (inside ``sys.call_tracing``
-    when ``counted``) on a context that starts with ``n`` stored messages;
-    checks every turn and the stored history; returns the messages at the end."""
+    """Run ``WARMUP`` turns, then ``turns`` turns (counted by callgrind, switched
+    on around them, when ``counted``) on a context that starts with ``n`` stored
+    messages; checks every turn and the stored history; returns the messages at
+    the end."""
     import logging
 
     logging.getLogger("turnfsm").setLevel(logging.WARNING)
@@ -161,10 +181,13 @@ def stretch(store_name: str, n: int, turns: int, *, counted: bool = False) -> in
     try:
         loop.run_until_complete(store.create(history_context(cid, n)))
         loop.run_until_complete(run_turns(first, WARMUP))
+        switch = _switch(directory) if counted else None
         gc.collect()
         measured = run_turns(first + WARMUP, turns)
-        if counted:
-            sys.call_tracing(loop.run_until_complete, (measured,))
+        if switch is not None:
+            switch.w12_on()
+            loop.run_until_complete(measured)
+            switch.w12_off()
         else:
             loop.run_until_complete(measured)
         total = n + 4 * (WARMUP + turns)
@@ -184,14 +207,13 @@ def stretch(store_name: str, n: int, turns: int, *, counted: bool = False) -> in
 
 def _counted(store_name: str, n: int, turns: int) -> int:
     """Instructions of one stretch: a fresh process under callgrind."""
-    fd, out = tempfile.mkstemp(prefix="turnfsm-w12-", suffix=".callgrind")
-    os.close(fd)
+    directory = tempfile.mkdtemp(prefix="turnfsm-w12-out-")
+    out = os.path.join(directory, "callgrind.out")
     try:
         cmd = [
             "valgrind",
             "--tool=callgrind",
-            "--collect-atstart=no",
-            f"--toggle-collect={TOGGLE}",
+            "--instr-atstart=no",
             f"--callgrind-out-file={out}",
             sys.executable,
             os.path.abspath(__file__),
@@ -204,14 +226,17 @@ def _counted(store_name: str, n: int, turns: int) -> int:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"W12 {store_name} {n} {turns}: {proc.stderr[-2000:]}")
-        with open(out) as f:
-            text = f.read()
-        found = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-        if found is None:
-            raise RuntimeError(f"W12 {store_name} {n} {turns}: no totals in {out}")
-        return int(found.group(1))
+        for name in os.listdir(directory):  # the stretch's dump, and the end's (empty)
+            with open(os.path.join(directory, name)) as f:
+                text = f.read()
+            found = re.search(r"^totals: (\d+)", text, re.M)
+            if "Trigger: Client Request: w12" in text and found is not None:
+                return int(found.group(1))
+        raise RuntimeError(f"W12 {store_name} {n} {turns}: the stretch was not dumped")
     finally:
-        os.remove(out)
+        for name in os.listdir(directory):
+            os.remove(os.path.join(directory, name))
+        os.rmdir(directory)
 
 
 def run() -> dict[str, Any]:
