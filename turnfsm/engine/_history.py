@@ -56,9 +56,25 @@ Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 
 _refcount = getattr(sys, "getrefcount", None)
 """None where the interpreter counts no references: then every change copies."""
-_ONLY_RT = 3
-"""References to ``rt.chat`` when only the runtime holds it: ``rt.chat``,
-:func:`append`'s local name and the argument of the count."""
+
+
+def _chat_refs(rt: Any) -> int:
+    """The references the interpreter counts to ``rt.chat``."""
+    assert _refcount is not None
+    return _refcount(rt.chat)  # type: ignore[no-any-return]
+
+
+class _Alone:
+    __slots__ = ("chat",)
+
+    def __init__(self) -> None:
+        self.chat: list[Any] = []
+
+
+_ALONE = 0 if _refcount is None else _chat_refs(_Alone())
+"""What :func:`_chat_refs` counts for a list only its holder holds, on this
+interpreter (measured, not assumed: how many references the call itself adds
+differs between versions)."""
 
 
 def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
@@ -71,13 +87,13 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     ids.append(node_id)
     rt.appended.append((branch.name, node))
     item = to_chat_message(message)
-    chat = rt.chat
-    if _refcount is None or _refcount(chat) > _ONLY_RT:
+    if _refcount is None or _chat_refs(rt) > _ALONE:
         # a request still holds the list (an adapter or a subscriber kept it):
         # it must keep seeing the history it was sent, so the engine goes on
         # with a copy; when nothing else holds it, it grows in place and a turn
         # never copies the history
-        rt.chat = chat = list(chat)
+        rt.chat = list(rt.chat)
+    chat = rt.chat
     if item["role"] == "tool" and chat and chat[-1].get("role") == "tool":
         append_chat(chat, item)  # a result after a result: may go before it
     else:
