@@ -13,6 +13,7 @@
     python bench/run.py --workload W7                 # a W1 turn over HTTP + SSE vs in-process
     python bench/run.py --workload W9                 # 1, 2 and 4 workers on PostgreSQL
     python bench/run.py --workload W10 --runs 3       # turns on Temporal: overhead, 1, 2, 4 workers
+    python bench/run.py --workload W12                # a turn's instructions, 100 vs 5,000 messages
 
 Each measurement runs in a fresh subprocess (``--one``); the figure is the
 median of ``--runs`` runs, and turnfsm's ratio is its median divided by the
@@ -516,6 +517,31 @@ def _run_files(runs: int, quiet: bool) -> int:
     return 0
 
 
+def _run_w12(quiet: bool) -> int:
+    """W12 (bench/history_flat.py): turnfsm only, a W1 turn's instructions under
+    callgrind at 100 and 5,000 stored messages, memory and SQLite stores (one
+    run: instruction counts do not drift with the machine's load)."""
+    import history_flat  # each stretch is its own process under valgrind
+
+    try:
+        line = history_flat.run()
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(line), flush=True)
+    if not quiet:
+        for store in ("memory", "sqlite"):
+            ratio = line[f"{store}_ratio_5000_to_100"]
+            ok = "ok" if ratio <= line["target"] else "MISSED"
+            print(
+                f"W12 {store}: {line[f'{store}_instructions_at_100']:,} instructions a turn at "
+                f"100 messages, {line[f'{store}_instructions_at_5000']:,} at 5,000: {ratio:.3f}x "
+                f"(<= {line['target']:g}x {ok})",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -581,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workload and args.workload.upper() == "PREPARE":
         return _run_prepare(args.runs, args.json)
+    if args.workload and args.workload.upper() == "W12":
+        return _run_w12(args.json)
     if args.workload and args.workload.upper() == "FILES":
         return _run_files(args.runs, args.json)
     if args.workload and args.workload.upper() == "COLD":
@@ -595,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return w10.main(["--rounds", str(args.runs), *(["--json"] if args.json else [])])
     if not args.workload:
-        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|bytes|prepare|files|cold|all")
+        p.error("give --workload W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|W12|bytes|prepare|files|cold|all")
     wanted = args.workload.upper()
     if wanted != "ALL" and wanted not in IMPLEMENTED:
         p.error(f"unknown workload {args.workload!r}: choose from {', '.join(IMPLEMENTED)}, all")

@@ -102,18 +102,27 @@ get_weather_approval = tool(_weather, name=TOOL_NAME, approval="required", inlin
 
 class Handler:
     """The floor's fake LLM, as a ScriptedLLM handler: reads ``len(messages)`` of
-    the provider-format list, checks the last role, answers at once."""
+    the provider-format list, checks the last role, answers at once.
 
-    __slots__ = ("calls", "last")
+    Like the floor's, it keeps no request: only the messages of call ``keep``
+    (the run's last call, checked afterwards) are copied into ``last``; with
+    ``keep=None`` every call's list is kept, as an adapter that logs requests
+    would."""
 
-    def __init__(self) -> None:
+    __slots__ = ("calls", "keep", "last")
+
+    def __init__(self, keep: int | None = None) -> None:
         self.calls = 0
+        self.keep = keep
         self.last: list[dict[str, Any]] | None = None
 
     def __call__(self, request: LLMRequest) -> LLMResponse:
         self.calls += 1
         messages = request.messages
-        self.last = messages
+        if self.keep is None:
+            self.last = messages
+        elif self.calls == self.keep:
+            self.last = list(messages)
         n = len(messages)
         role = messages[-1]["role"]
         if role == "user":
@@ -168,7 +177,7 @@ async def _check_history(engine: Engine, cid: str, expected: list[dict[str, Any]
 
 
 async def w1() -> dict[str, Any]:
-    handler = Handler()
+    handler = Handler(keep=2 * W1_TURNS)
     async with Engine(llm=ScriptedLLM(handler, record=False), tools=[get_weather]) as engine:
         cid = await engine.create_context()
         send = engine.send
@@ -262,7 +271,7 @@ async def w3() -> dict[str, Any]:
 
 
 async def w6() -> dict[str, Any]:
-    handler = Handler()
+    handler = Handler(keep=2 * W6_TURNS)
     llm = ScriptedLLM(handler, record=False)
     async with Engine(llm=llm, tools=[get_weather_approval]) as engine:
         cid = await engine.create_context()
@@ -326,7 +335,7 @@ async def w4(synchronous: str) -> dict[str, Any]:
     d = work_dir()
     try:
         path = os.path.join(d, "w4.db")
-        handler = Handler()
+        handler = Handler(keep=2 * W4_TURNS)
         store = storage.SQLiteStore(path, synchronous=synchronous)
         llm = ScriptedLLM(handler, record=False)
         async with Engine(llm=llm, tools=[get_weather], store=store) as engine:
@@ -430,7 +439,7 @@ async def w5(synchronous: str) -> dict[str, Any]:
     d = work_dir()
     try:
         path = copy_prepared(src, d)
-        handler = Handler()
+        handler = Handler(keep=2)
         llm = ScriptedLLM(handler, record=False)
         tools = [get_weather]
         # the store's module is imported when first named (import turnfsm loads

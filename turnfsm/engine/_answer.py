@@ -453,20 +453,42 @@ def build_answer(
         if not isinstance(text, str):
             raise invalid_answer(f"its text is a {_type(text)}, not a str")
         text = _clean(text, "text", notes)
-    thinking = _field(response, "thinking", notes)
+    # the optional text fields: most answers have few of them, and an ASCII
+    # str needs no cleaning, so only the others go through _field
+    thinking = response.thinking
+    if thinking is not None and (type(thinking) is not str or not thinking.isascii()):
+        thinking = _field(response, "thinking", notes)
     if thinking is None and streamed_thinking is not None:
         thinking = streamed_thinking
         _note_fixed(notes, "thinking", thinking_fixed)
-    finish_reason = _field(response, "finish_reason", notes)
-    refusal = _field(response, "refusal", notes)
-    incomplete_reason = _field(response, "incomplete_reason", notes)
-    provider_reason = _field(response, "provider_reason", notes)
-    phase = _field(response, "phase", notes)
-    reasoning = _reasoning(response.reasoning, notes)
-    logprobs = _logprobs(response.logprobs, notes)
-    model_name = _field(response, "model", notes)
-    usage = _usage(response.usage, notes)
-    calls = _calls(response.tool_calls, taken_ids, notes)
+    finish_reason = response.finish_reason
+    if finish_reason is not None and (
+        type(finish_reason) is not str or not finish_reason.isascii()
+    ):
+        finish_reason = _field(response, "finish_reason", notes)
+    refusal = response.refusal
+    if refusal is not None and (type(refusal) is not str or not refusal.isascii()):
+        refusal = _field(response, "refusal", notes)
+    incomplete_reason = response.incomplete_reason
+    if incomplete_reason is not None:
+        incomplete_reason = _field(response, "incomplete_reason", notes)
+    provider_reason = response.provider_reason
+    if provider_reason is not None:
+        provider_reason = _field(response, "provider_reason", notes)
+    phase = response.phase
+    if phase is not None:
+        phase = _field(response, "phase", notes)
+    given = response.reasoning
+    reasoning = None if type(given) is tuple and not given else _reasoning(given, notes)
+    logprobs = response.logprobs
+    if logprobs is not None:
+        logprobs = _logprobs(logprobs, notes)
+    model_name = response.model
+    if model_name is not None:
+        model_name = _field(response, "model", notes)
+    usage = None if response.usage is None else _usage(response.usage, notes)
+    asked = response.tool_calls
+    calls = [] if type(asked) is tuple and not asked else _calls(asked, taken_ids, notes)
     message = InternalMessage(
         role=Role.ASSISTANT,
         content=[TextPart(text=text)] if text else [],

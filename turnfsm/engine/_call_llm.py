@@ -125,6 +125,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     message, calls = answer
     if request.output is not None and not calls:
         mark_answer(message, request.output)
+    del request  # unless the adapter kept it, the history now grows in place
     client_id = _history.answer_id(rt.ctx, message)
     if client_id is not None:  # the request's X-response
         message.metadata.extra["message_id"] = client_id

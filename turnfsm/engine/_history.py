@@ -8,6 +8,7 @@ talks to the store. See docs/architecture.md, "Where each thing lives".
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,29 @@ Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 """A call, its outcome and the result message appended for it."""
 
 
+_refcount = getattr(sys, "getrefcount", None)
+"""None where the interpreter counts no references: then every change copies."""
+
+
+def _chat_refs(rt: Any) -> int:
+    """The references the interpreter counts to ``rt.chat``."""
+    assert _refcount is not None
+    return _refcount(rt.chat)  # type: ignore[no-any-return]
+
+
+class _Alone:
+    __slots__ = ("chat",)
+
+    def __init__(self) -> None:
+        self.chat: list[Any] = []
+
+
+_ALONE = 0 if _refcount is None else _chat_refs(_Alone())
+"""What :func:`_chat_refs` counts for a list only its holder holds, on this
+interpreter (measured, not assumed: how many references the call itself adds
+differs between versions)."""
+
+
 def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     """Append ``message`` to the active branch (and its chat-format copy)."""
     ctx = rt.ctx
@@ -63,6 +87,12 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     ids.append(node_id)
     rt.appended.append((branch.name, node))
     item = to_chat_message(message)
+    if _refcount is None or _chat_refs(rt) > _ALONE:
+        # a request still holds the list (an adapter or a subscriber kept it):
+        # it must keep seeing the history it was sent, so the engine goes on
+        # with a copy; when nothing else holds it, it grows in place and a turn
+        # never copies the history
+        rt.chat = list(rt.chat)
     chat = rt.chat
     if item["role"] == "tool" and chat and chat[-1].get("role") == "tool":
         append_chat(chat, item)  # a result after a result: may go before it

@@ -79,9 +79,9 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
     copied = False
     for i, enhancer in enumerate(view.enhancers):
         if not copied and i == view.builtin_count:
-            # the built-in enhancers never change the list they are given; from
-            # here on, the request must own its list (the engine keeps appending
-            # to rt.chat, and an adapter may keep the request)
+            # the built-in enhancers never change the list they are given; the
+            # application's may change the request's list in place, which must
+            # not change rt.chat
             if request.messages is rt.chat:
                 request.messages = list(rt.chat)
             copied = True
@@ -89,8 +89,8 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
             request = enhancer.enhance(request, ctx)
         except Exception as exc:
             raise EnhancerError(type(enhancer).__name__, exc) from exc
-    if request.messages is rt.chat:
-        request.messages = list(rt.chat)
+    # otherwise the request shares rt.chat: the engine copies it before its
+    # next change if the request is still held then (_history.append)
     if ctx.config.frontend_operator_as == "assistant":  # the role the context asks for
         request.messages = frontend_operator_as_assistant(request.messages)
     if p.output is not None:

@@ -58,6 +58,8 @@ def turn_output(
     """The output type a call starts a turn with, checked at the call:
     ``given`` (``output_type=``; left out: the engine's, ``None``: none), and
     ``retries`` (``output_retries=``; None: the engine's)."""
+    if given is UNSET and retries is None and outputs.default is None:
+        return None  # the usual call: no output type anywhere, nothing to check
     count: int | None = check_count("output_retries", retries, minimum=0, optional=True)
     if isinstance(given, Unset):
         typed = outputs.default

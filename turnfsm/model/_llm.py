@@ -61,7 +61,9 @@ class OutputSpec:
 @dataclass(slots=True)
 class LLMRequest:
     """One LLM call. ``messages`` and ``tools`` are in OpenAI chat format; adapters
-    must not mutate them (the engine keeps them incrementally)."""
+    must not mutate them (``messages`` may be the engine's own history list,
+    kept incrementally; the engine copies it before changing it when a request
+    that holds it is still kept, so a kept request keeps what it was sent)."""
 
     context_id: str
     model: str
