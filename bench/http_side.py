@@ -15,9 +15,11 @@ Two measuring processes, run alternately by ``run.py`` (docs/benchmarks.md, "W7"
   stream (:class:`Wire`), on uvloop as the server is: lean, as a browser's
   ``fetch`` and ``EventSource`` are, so that the figure is the server's.
 - ``httpx``: the same as ``http`` with one ``httpx.AsyncClient`` as the
-  client. Reported beside it: on this machine httpx spends about 2 ms of CPU
-  on each request by itself (measured against a bare FastAPI endpoint), which
-  is the client's cost, not the server's.
+  client. Reported beside it, not as the figure: httpx's own CPU per request
+  is more than the server's (docs/benchmarks.md, "W7: the server's
+  overhead"), so with it as the client the figure would measure the client.
+- ``--instructions [LONG SHORT]``: the server's instructions per W1 turn
+  under valgrind's cachegrind, which the machine's load does not move.
 
 The figures: microseconds per W1 turn, and deltas per second of the streamed
 part. ``run.py`` subtracts the medians: the milliseconds a turn costs over

@@ -129,6 +129,10 @@ def test_tenants_and_unknown_contexts_as_the_declared_route(url: str) -> None:
             declared = _posted(client, target, body, "?wait=false", headers=json_type)
             assert fast[0] in (401, 404)
             assert fast == declared
+        # a body that does not validate is still a missing token's 401 first
+        bad = _posted(nobody, cid, b'{"content": 5}', headers=json_type)
+        assert bad[0] == 401
+        assert bad == _posted(nobody, cid, b'{"content": 5}', "?wait=false", headers=json_type)
         # a context's other routes on the same path are not taken
         assert alice.get(f"/api/contexts/{cid}/messages").status_code == 200
         r = alice.put(f"/api/contexts/{cid}/messages", json={"content": "hi"})
