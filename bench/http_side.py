@@ -15,9 +15,11 @@ Two measuring processes, run alternately by ``run.py`` (docs/benchmarks.md, "W7"
   stream (:class:`Wire`), on uvloop as the server is: lean, as a browser's
   ``fetch`` and ``EventSource`` are, so that the figure is the server's.
 - ``httpx``: the same as ``http`` with one ``httpx.AsyncClient`` as the
-  client. Reported beside it: on this machine httpx spends about 2 ms of CPU
-  on each request by itself (measured against a bare FastAPI endpoint), which
-  is the client's cost, not the server's.
+  client. Reported beside it, not as the figure: httpx's own CPU per request
+  is more than the server's (docs/benchmarks.md, "W7: the server's
+  overhead"), so with it as the client the figure would measure the client.
+- ``--instructions [LONG SHORT]``: the server's instructions per W1 turn
+  under valgrind's cachegrind, which the machine's load does not move.
 
 The figures: microseconds per W1 turn, and deltas per second of the streamed
 part. ``run.py`` subtracts the medians: the milliseconds a turn costs over
@@ -447,6 +449,57 @@ def _result(
     }
 
 
+def _server_instructions(turns: int) -> int:
+    """The instructions the server process executes (valgrind's cachegrind)
+    from its start to its exit, serving a warm-up turn and ``turns`` W1 turns
+    from a lean client."""
+    port = _free_port()
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    with tempfile.TemporaryFile() as err:
+        command = [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            SELF,
+            "--serve",
+            str(port),
+        ]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            anyio.run(_turns_only, port, proc, turns, backend_options={"use_uvloop": True})
+        finally:
+            proc.terminate()
+            proc.wait(1200)
+        err.seek(0)
+        printed = err.read().decode(errors="replace")
+    check("Traceback" not in printed, f"the server printed a traceback:\n{printed}")
+    found = [ln for ln in printed.splitlines() if "I   refs:" in ln or "I refs:" in ln]
+    check(bool(found), f"no instruction count from valgrind:\n{printed[-2000:]}")
+    return int(found[-1].split(":")[1].replace(",", "").strip())
+
+
+async def _turns_only(port: int, proc: subprocess.Popen[bytes], turns: int) -> None:
+    async with Client(port, True) as client:
+        deadline = time.monotonic() + 20 * READY_TIMEOUT  # valgrind starts slowly
+        while not await client.ready():
+            check(proc.poll() is None, f"the server exited ({proc.returncode})")
+            check(time.monotonic() < deadline, "the server did not get ready")
+            await anyio.sleep(0.2)
+        for n in (1, turns):  # the warm-up turn on a context of its own, then the turns
+            status, made = await client.call("POST", "/api/contexts", {})
+            check(status == 201, f"create: {status} {made}")
+            await client.turns(str(made["id"]), n, None)
+
+
+def server_instructions(long: int = 220, short: int = 20) -> float:
+    """The instructions the server executes per W1 turn: a session of ``long``
+    turns minus one of ``short`` (start-up and shutdown cancel out), divided
+    by the difference. Needs valgrind."""
+    return (_server_instructions(long) - _server_instructions(short)) / (long - short)
+
+
 def run(system: str) -> dict[str, Any]:
     """One measurement: ``system`` is ``inprocess``, ``http`` or ``httpx``."""
     if system == "inprocess":
@@ -457,5 +510,11 @@ def run(system: str) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]))
+    elif len(sys.argv) in (2, 4) and sys.argv[1] == "--instructions":
+        counts = [int(a) for a in sys.argv[2:]] or [220, 20]
+        print(f"server instructions per W1 turn: {server_instructions(*counts) / 1e6:.3f} M")
     else:
-        sys.exit("usage: http_side.py --serve PORT (the W7 server; run.py starts it)")
+        sys.exit(
+            "usage: http_side.py --serve PORT (the W7 server; run.py starts it)\n"
+            "       http_side.py --instructions [LONG SHORT] (the server's per turn, valgrind)"
+        )

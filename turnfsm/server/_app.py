@@ -25,6 +25,7 @@ from ._docs import router as docs_router
 from ._errors import install_handlers
 from ._events import router as events_router
 from ._gate import Gate
+from ._hot import MessagePost
 from ._hub import Hub
 from ._manage_api import router as manage_router
 from ._models import ErrorOut
@@ -123,9 +124,11 @@ def _hot_routes_first(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     """Match :data:`HOT_ROUTES` first. The router tries routes in order, and
     these come after a dozen others (each a regular expression and a scope
     made). Each is added once more, at the front of the app's routes, out of
-    the OpenAPI document (which keeps the declared order, from the routers).
-    No other route's path has their shapes, so no request goes elsewhere than
-    it would in the declared order."""
+    the OpenAPI document (which keeps the declared order, from the routers);
+    the message post as :class:`~turnfsm.server._hot.MessagePost`, which
+    answers it without FastAPI's general machinery. No other route's path has
+    their shapes, so no request goes elsewhere than it would in the declared
+    order."""
     hot = [
         route
         for router in routers
@@ -135,6 +138,9 @@ def _hot_routes_first(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     ]
     assert len(hot) == len(HOT_ROUTES), "a hot route is not among the routers given"
     for route in hot:
+        if "POST" in (route.methods or ()):
+            app.router.routes.append(MessagePost(route))
+            continue
         app.router.add_api_route(
             route.path,
             route.endpoint,
