@@ -1,10 +1,21 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
+import sys
 from collections.abc import Iterator
 
 import pytest
+
+# Bytecode is written, as Python does by default, even where the environment
+# says not to (PYTHONDONTWRITEBYTECODE, set on some machines): pytest keeps each
+# test module it rewrites for its assertions only as bytecode, and without it
+# every test process (each xdist worker) rewrites every test module again; every
+# `turnfsm` and `python` a test starts would compile the package from source
+# again. This conftest is imported before any test module is collected.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture
