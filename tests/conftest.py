@@ -32,8 +32,7 @@ def _collected_after_the_module() -> Iterator[None]:
     the collector happens to run next in the same process. What is left alive
     then is frozen out of later passes (``gc.freeze()``): each module's pass,
     and the collector's own passes during its tests, look at that module's
-    objects only, not again at every import and fixture before them (a full
-    pass over those took 0.25 s a module)."""
+    objects only, not again at every import and fixture before them."""
     yield
     gc.collect()
     gc.freeze()
