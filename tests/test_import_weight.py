@@ -2,10 +2,11 @@
 
 Every object a module leaves behind is traversed by each full pass of the
 garbage collector, and those passes run in the middle of turns: importing
-structlog (with rich and pygments behind it) at ``import turnfsm`` once made a
-streamed chunk about 2.5 times as slow and the process 5 MiB larger. The
+structlog (with rich and pygments behind it) at ``import turnfsm`` once made
+every streamed chunk slower and the process larger. The
 engine imports these only when it first needs them (a log line that passes
-its level, the server, the OpenAI adapters, a PostgreSQL store).
+its level, the server, the OpenAI adapters, a PostgreSQL store, ``jsonschema``
+for the first output type given as a JSON Schema dict).
 
 Likewise the parts of turnfsm an engine on a memory store does not use: the
 SQLite, files and PostgreSQL stores (and ``sqlite3`` and ``asyncio`` behind
@@ -42,6 +43,7 @@ LAZY = (
     "opentelemetry",
     "prometheus_client",
     "temporalio",
+    "jsonschema",
 )
 
 LAZY_PARTS = (

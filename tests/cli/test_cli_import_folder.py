@@ -198,3 +198,14 @@ def test_a_folder_of_no_context_exits_2(cli: Cli, tmp_path: Path) -> None:
     ran = cli("import", "--format", "context-folder", str(tmp_path))
     assert ran.code == 2
     assert f"{tmp_path / 'metadata.json'}: $: missing" in ran.err
+
+
+def test_a_folder_of_sessions_and_of_contexts_are_imported_by_one_loop() -> None:
+    # the two folder formats differ in how they read and name an entry, not in
+    # how they are stored, skipped and counted
+    import turnfsm.cli._import_context_folder as contexts
+    import turnfsm.cli._import_folder as sessions
+
+    assert "store.create(" not in Path(contexts.__file__).read_text()
+    assert Path(sessions.__file__).read_text().count("store.create(") == 1
+    assert contexts.import_entries is sessions.import_entries

@@ -51,7 +51,6 @@ import anyio.abc
 
 from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
-from ._chat_session import Chat
 from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
 from ._history_options import add_history_options
 from ._imports import add_app_options
@@ -194,6 +193,8 @@ async def run_chat(
     out = out or sys.stdout
     err = err or sys.stderr
     try:
+        from ._chat_session import Chat  # the engine and the terminal: for a chat, not its --help
+
         return await Chat(args, stdin, out, err).main()
     except CLIError as exc:
         print(f"turnfsm chat: {exc}", file=err)

@@ -13,7 +13,6 @@ from typing import Any, TextIO, cast
 
 import anyio
 import anyio.to_thread
-import structlog
 from rich.console import Console
 from rich.markup import escape
 
@@ -453,14 +452,53 @@ def _mode_note(mode: str) -> str:
 def _quiet_logger(err: TextIO) -> Any:
     """The engine's log, errors only: failed attempts are shown as they happen, and
     a failed turn ends in one line."""
-    return structlog.wrap_logger(
-        structlog.PrintLogger(err),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.KeyValueRenderer(key_order=["level", "event"]),
-        ],
-    )
+    return _ErrorsOnly(err, {})
+
+
+class _ErrorsOnly:
+    """Stands for a structlog logger filtered at ERROR: lines below it are dropped
+    where they are logged, and structlog is imported for the first error, so a
+    chat that logs none does not import it."""
+
+    __slots__ = ("_context", "_err")
+
+    def __init__(self, err: TextIO, context: dict[str, Any]) -> None:
+        self._err = err
+        self._context = context
+
+    def bind(self, **values: Any) -> _ErrorsOnly:
+        return _ErrorsOnly(self._err, {**self._context, **values})
+
+    def new(self, **values: Any) -> _ErrorsOnly:
+        return _ErrorsOnly(self._err, dict(values))
+
+    def _dropped(self, *args: Any, **kw: Any) -> None:
+        return None
+
+    debug = info = msg = warning = warn = _dropped
+
+    def _real(self) -> Any:
+        import structlog
+
+        return structlog.wrap_logger(
+            structlog.PrintLogger(self._err),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.KeyValueRenderer(key_order=["level", "event"]),
+            ],
+        ).bind(**self._context)
+
+    def error(self, *args: Any, **kw: Any) -> Any:
+        return self._real().error(*args, **kw)
+
+    def exception(self, *args: Any, **kw: Any) -> Any:
+        return self._real().exception(*args, **kw)
+
+    def critical(self, *args: Any, **kw: Any) -> Any:
+        return self._real().critical(*args, **kw)
+
+    fatal = critical
 
 
 def _merged(first: Turn, then: Turn) -> Turn:

@@ -15,10 +15,9 @@ import argparse
 import functools
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
-from rich.console import Console
 
 from ..adapters.llm.demo import DemoLLM
 from ..engine import Engine, Turn
@@ -28,6 +27,9 @@ from ..storage import Store
 from ..tools import tool
 from ._errors import guarded, read_line, seconds
 from ._store import add_store_option, approval_mode, open_cli_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["add_parser", "run_demo"]
 
@@ -114,6 +116,8 @@ async def run_demo(
 ) -> int:
     """Play the demo; ``interactive`` asks about each tool call, else ``deny``
     decides (approve by default)."""
+    from rich.console import Console  # for the demo, not for its --help
+
     console = Console(file=out, highlight=False, soft_wrap=True)
     url = url or (store if isinstance(store, str) else repr(store))
     trace: list[State] = [State.IDLE]

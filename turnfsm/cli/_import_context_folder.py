@@ -26,11 +26,8 @@ import anyio
 
 from .. import records
 from ..adapters.inbound import ContextFolderError, FolderImport, import_context_folders
-from ..errors import StoreError
-from ..storage import Store
 from ._errors import CLIError
-from ._import_folder import summary
-from ._store import open_cli_store
+from ._import_folder import Entry, import_entries, summary
 
 __all__ = ["FORMAT", "import_context_folder_cli", "is_context_folder_layout"]
 
@@ -71,56 +68,19 @@ def _line(item: FolderImport) -> str:
 async def _import_all(
     prog: str, path: Path, found: list[FolderImport], store_url: str | None, as_json: bool
 ) -> int:
-    store: Store | None = None
-    shown = ""
-    stored: set[str] = set()
-    if store_url is not None:
-        store, shown = open_cli_store(store_url)
-    imported = skipped = failed = 0
+    entries = [
+        Entry(
+            name=item.folder.name,
+            where=f"{item.folder}: not imported: ",
+            context=None if item.error is not None else item.context,
+            problem=item.error,
+            said="" if item.error is not None else _line(item),
+        )
+        for item in found
+    ]
     out = sys.stderr if as_json else sys.stdout  # with --json, stdout is the context alone
-    try:
-        if store is not None:
-            stored = set(await store.list_ids())
-        for item in found:
-            name = item.folder.name
-            if item.error is not None:
-                print(f"{prog}: {item.folder}: not imported: {item.error}", file=sys.stderr)
-                failed += 1
-                continue
-            ctx = item.context
-            assert ctx is not None
-            if store is None:
-                print(f"{name}: {ctx.id}: {_line(item)} (not stored)", file=out)
-                continue
-            if ctx.id in stored:
-                print(f"{name}: skipped: context {ctx.id} is already stored", file=out)
-                skipped += 1
-                continue
-            try:
-                await store.create(ctx)
-            except StoreError as exc:
-                print(f"{prog}: {item.folder}: not imported: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            stored.add(ctx.id)
-            imported += 1
-            print(f"{name}: imported {ctx.id}: {_line(item)}", file=out)
-    finally:
-        if store is not None:
-            await store.aclose()
-    if store is None:
-        n = len(found) - failed
-        print(
-            f"{n} context{'s' * (n != 1)} can be imported, {failed} failed: {path} "
-            "(not stored: give --store URL)",
-            file=out,
-        )
-    else:
-        print(
-            f"{imported} imported, {skipped} skipped, {failed} failed: {path} into {shown}",
-            file=out,
-        )
-    if as_json and not failed:
+    code = await import_entries(prog, path, entries, store_url, "context", out)
+    if as_json and not code:
         (item,) = found
         print(json.dumps(records.to_python(item.context), indent=2, ensure_ascii=False))
-    return 2 if failed else 0
+    return code

@@ -15,7 +15,9 @@ a check of the folder.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 
@@ -27,7 +29,7 @@ from ..storage import Store
 from ._errors import CLIError
 from ._store import open_cli_store
 
-__all__ = ["import_folder", "summary"]
+__all__ = ["Entry", "import_entries", "import_folder", "summary"]
 
 
 def summary(ctx: ChatContext, fmt: str) -> str:
@@ -57,12 +59,43 @@ def import_folder(prog: str, folder: Path, store_url: str | None) -> int:
         raise CLIError(f"{folder}: cannot list: {exc.strerror or exc}") from None
     if not files:
         raise CLIError(f"{folder}: no *.json file to import")
-    return anyio.run(_import_all, prog, folder, files, store_url)
+    entries = [
+        Entry(
+            name=item.file.name,
+            # a file's problem names the file already
+            where="" if item.error is not None else f"{item.file}: ",
+            context=None if item.error is not None else item.context,
+            problem=item.error,
+            said="" if item.context is None else summary(item.context, "session"),
+        )
+        for item in files
+    ]
+    return anyio.run(import_entries, prog, folder, entries, store_url, "file", sys.stdout)
 
 
-async def _import_all(
-    prog: str, folder: Path, files: list[SessionFile], store_url: str | None
+@dataclass(frozen=True)
+class Entry:
+    """One thing of a folder to import: a session file, a context folder."""
+
+    name: str
+    """What its lines start with (the file's or the folder's name)."""
+    where: str
+    """What its lines on stderr name (the file's or the folder's path, and how)."""
+    context: ChatContext | None
+    """What it holds; ``None`` when it could not be read."""
+    problem: Exception | None
+    """Why it could not be read."""
+    said: str = ""
+    """Its summary, for its line."""
+
+
+async def import_entries(
+    prog: str, folder: Path, entries: list[Entry], store_url: str | None, unit: str, out: TextIO
 ) -> int:
+    """Store each readable entry (one line each on ``out``, a problem on stderr),
+    skip those already stored, then count them in a last line; without a store
+    only check them. 0 when every one was imported or skipped, 2 when one could
+    not be."""
     store: Store | None = None
     shown = ""
     stored: set[str] = set()
@@ -72,40 +105,45 @@ async def _import_all(
     try:
         if store is not None:
             stored = set(await store.list_ids())
-        for item in files:
-            name = item.file.name
-            if item.error is not None:
-                print(f"{prog}: {item.error}".replace("\n", " "), file=sys.stderr)
+        for entry in entries:
+            ctx = entry.context
+            if ctx is None:
+                _problem(prog, entry, entry.problem)
                 failed += 1
                 continue
-            ctx = item.context
-            assert ctx is not None
-            said = summary(ctx, "session")
             if store is None:
-                print(f"{name}: {ctx.id}: {said} (not stored)")
+                print(f"{entry.name}: {ctx.id}: {entry.said} (not stored)", file=out)
                 continue
             if ctx.id in stored:
-                print(f"{name}: skipped: context {ctx.id} is already stored")
+                print(f"{entry.name}: skipped: context {ctx.id} is already stored", file=out)
                 skipped += 1
                 continue
             try:
                 await store.create(ctx)
             except StoreError as exc:
-                print(f"{prog}: {item.file}: {exc}".replace("\n", " "), file=sys.stderr)
+                _problem(prog, entry, exc)
                 failed += 1
                 continue
             stored.add(ctx.id)
             imported += 1
-            print(f"{name}: imported {ctx.id}: {said}")
+            print(f"{entry.name}: imported {ctx.id}: {entry.said}", file=out)
     finally:
         if store is not None:
             await store.aclose()
     if store is None:
-        checked = len(files) - failed
+        checked = len(entries) - failed
         print(
-            f"{_plural(checked, 'file')} can be imported, {failed} failed: {folder} "
-            "(not stored: give --store URL)"
+            f"{_plural(checked, unit)} can be imported, {failed} failed: {folder} "
+            "(not stored: give --store URL)",
+            file=out,
         )
     else:
-        print(f"{imported} imported, {skipped} skipped, {failed} failed: {folder} into {shown}")
+        print(
+            f"{imported} imported, {skipped} skipped, {failed} failed: {folder} into {shown}",
+            file=out,
+        )
     return 2 if failed else 0
+
+
+def _problem(prog: str, entry: Entry, problem: object) -> None:
+    print(f"{prog}: {entry.where}{problem}".replace("\n", " "), file=sys.stderr)

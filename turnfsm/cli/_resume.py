@@ -27,13 +27,12 @@ import anyio
 from ..engine import Recovery
 from ..states import State
 from ._chat import add_model_options
-from ._chat_session import Chat
 from ._errors import guarded
 
-__all__ = ["add_parsers", "recovery_lines"]
+__all__ = ["add_parser", "recovery_lines"]
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "resume",
         help="continue a conversation that was interrupted mid-turn",
@@ -54,12 +53,16 @@ def add_parsers(sub: Any) -> None:
 
 
 def _run_resume(args: argparse.Namespace) -> int:
+    from ._chat_session import Chat  # for a resume, not its --help
+
     chat = Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm resume")
     return anyio.run(chat.resume, args.context_id)
 
 
 def _run_recover(args: argparse.Namespace) -> int:
     async def go() -> int:
+        from ._chat_session import Chat
+
         chat = Chat(args, sys.stdin, sys.stdout, sys.stderr, prog="turnfsm recover")
         async with chat.session(create=False) as (engine, url):
             result = await engine.recover()

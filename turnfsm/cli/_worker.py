@@ -21,15 +21,13 @@ import argparse
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
 from ..engine import Engine, RetryPolicy, Worker
-from ..relay import EventRelay
 from ..storage import WorkQueue
-from ..storage._eventlog import open_event_log
 from ._cache_options import add_cache_options, cache_settings
 from ._errors import EXIT_INTERRUPTED, CLIError, count, guarded, seconds
 from ._history_options import history_settings
@@ -38,6 +36,9 @@ from ._serve import add_model_options, load_tools, model_of, model_shown
 from ._store import add_store_option, open_cli_store, store_location
 from ._telemetry import add_metrics_options, serve_metrics, start_tracing
 from ._turn_options import add_turn_options, turn_settings
+
+if TYPE_CHECKING:
+    from ..relay import EventRelay
 
 __all__ = ["add_parser"]
 
@@ -101,6 +102,10 @@ def _run(args: argparse.Namespace) -> int:
     stops: list[Callable[[], None]] = []
 
     async def main() -> None:
+        # the event log and its relay: for a worker, not for its --help
+        from ..relay import EventRelay
+        from ..storage._eventlog import open_event_log
+
         # the turns' events go to the event log, for the servers' streams
         event_log = open_event_log(store)
         await event_log.open()

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import jsonschema  # type: ignore[import-untyped]
 import pydantic
 
 from ..errors import OutputTypeError
@@ -152,6 +151,10 @@ def schema_output(
         raise OutputTypeError(where, f"the schema is not JSON data: {exc}") from None
     copy: dict[str, Any] = json.loads(text)
     _storable(copy, where)
+    # imported here: most engines never see a JSON Schema dict, and jsonschema
+    # (with referencing, attrs, rpds) is a large part of what importing turnfsm costs
+    import jsonschema  # type: ignore[import-untyped]
+
     cls = jsonschema.validators.validator_for(copy, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(copy)
