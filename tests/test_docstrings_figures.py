@@ -40,14 +40,7 @@ FIGURE = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 
-STILL_TO_CLEAN: frozenset[str] = frozenset(
-    {
-        "cli/_cache_options.py",
-        "engine/_loaded.py",
-        "records.py",
-        "storage/_sqlite.py",
-    }
-)
+STILL_TO_CLEAN: frozenset[str] = frozenset()
 """Modules (relative to ``turnfsm/``) that still carry a figure, to be cleaned
 by whoever works on them. Never add to it."""
 

@@ -125,9 +125,9 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
 
 # The adapters every store uses on each load and commit, and the usage of an
 # answer, are built with this module, as the pydantic models built their
-# schemas when they were defined: built on first use, they cost a fresh
-# process's first load about 20 ms (W5 in docs/benchmarks.md loads in a fresh
-# process). The others wait for their first use.
+# schemas when they were defined: built on first use, their cost would fall
+# on a fresh process's first load (docs/benchmarks.md, W5). The others wait
+# for their first use.
 for _tp in (MessageNode, ChatContext, ChatConfig, TurnProgress, Branch, TokenUsage):
     adapter(_tp)
 del _tp

@@ -5,11 +5,9 @@
 A server or worker runs for long and serves contexts that come and go, so
 its cache is always full: its bounds are what every such process spends.
 Their defaults are smaller than a plain ``Engine``'s: 1,024 contexts and
-12,000 messages. At the measured 4.0 KB per loaded context and 1.2 KB per
-loaded message of a tool-loop conversation (docs/benchmarks.md, "The
-loaded-context cache"), that is at most 3.9 MiB + 13.3 MiB of Python
-objects, under the documented 32 MiB of resident memory with the
-allocators' share. A context that is not loaded costs one read from the
+12,000 messages, sized from the measured bytes per loaded context and per
+loaded message (docs/benchmarks.md, "The loaded-context cache") to stay
+under the memory docs/server.md promises. A context that is not loaded costs one read from the
 store on its next call.
 """
 
@@ -49,8 +47,8 @@ def add_cache_options(p: argparse.ArgumentParser) -> None:
         type=count(1, 1_000_000_000),
         default=SERVER_MAX_LOADED_MESSAGES,
         metavar="N",
-        help="messages of the loaded contexts at most, in all (about 1.2 KB each besides "
-        f"long texts; {SERVER_MAX_LOADED_MESSAGES})",
+        help="messages of the loaded contexts at most, in all "
+        f"({SERVER_MAX_LOADED_MESSAGES})",
     )
 
 

@@ -34,10 +34,8 @@ one multi-row ``INSERT`` per table (:mod:`turnfsm.storage._sqlite_rows`;
 replaced messages, the approval decisions, are updated in place).
 Nothing of the history is rewritten, so the cost of a commit does not grow with
 the history: ``tests/storage/test_sqlite.py`` checks that rows changed and bytes
-written per commit are the same at 100 and at 2,000 messages. Measured (one
-message and one step per commit, 4 KiB pages, WAL growth with checkpoints off):
-4 rows and 25,958 bytes (6.3 pages) per commit at 100, 2,000 and 5,000
-messages alike. A commit that is refused (version conflict, unknown branch,
+written per commit are the same at 100 and at 2,000 messages (the measured
+figures are in docs/benchmarks.md). A commit that is refused (version conflict, unknown branch,
 unknown replaced message, any error) stores nothing.
 
 Durability: ``synchronous=FULL`` by default (the WAL is synced on every
