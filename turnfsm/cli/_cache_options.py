@@ -47,8 +47,7 @@ def add_cache_options(p: argparse.ArgumentParser) -> None:
         type=count(1, 1_000_000_000),
         default=SERVER_MAX_LOADED_MESSAGES,
         metavar="N",
-        help="messages of the loaded contexts at most, in all "
-        f"({SERVER_MAX_LOADED_MESSAGES})",
+        help=f"messages of the loaded contexts at most, in all ({SERVER_MAX_LOADED_MESSAGES})",
     )
 
 
