@@ -28,23 +28,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext, MessageNode
 from ._base import Commit, StepLog, in_order
+from ._files_json import TAIL, _read_bytes, _safe_name, _validated
 from ._files_records import (
-    TAIL,
     _file_id,
+    _Metadata,
+    _read_message,
+    _read_state,
+    _StepLine,
+    _Stored,
+)
+from ._files_write import (
     _id_line,
     _index_head,
     _index_tail,
     _index_text,
-    _Metadata,
     _metadata_text,
-    _read_bytes,
-    _read_message,
-    _read_state,
     _record_text,
-    _safe_name,
-    _StepLine,
-    _Stored,
-    _validated,
 )
 from ._outline import ContextOutline, pending_of_branch
 from ._schema import context_problems, json_path, step_problem
