@@ -14,6 +14,8 @@ the transitions taken in their labels (``✔ trigger xN``; ``✖`` into a failur
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._graph import EdgeKind, Node, declared_edges, declared_nodes
 from ._path import RunPath
 
@@ -68,60 +70,21 @@ def mermaid_state_diagram(
 ) -> str:
     """The ``stateDiagram-v2`` text; with ``path``, that run overlaid (see the module doc)."""
     nodes = declared_nodes()
-    edges = declared_edges()
-    counts = path.edge_counts() if path is not None else None
-    visits = path.visits() if path is not None else None
-    spent = path.time_in_states() if path is not None and times else {}
-    lines = ["stateDiagram-v2"]
-    if path is None:
-        lines += [
-            f"{_IND}%% turnfsm: the declared machine, generated from turnfsm.states.TRANSITIONS.",
-            f"{_IND}%% Do not edit: run `turnfsm diagram --regenerate`.",
-        ]
-    else:
-        lines += [
-            f"{_IND}%% turnfsm run path: {_label(title or 'one conversation')}",
-            f"{_IND}%% labels: ✔ taken (xN: how often), ✖ into a failure, ⟲ retry, "
-            "styles: current, visited, failed, not visited",
-        ]
+    lines = ["stateDiagram-v2", *_heading(path, title)]
     classes: dict[str, list[str]] = {}
+    spent = path.time_in_states() if path is not None and times else {}
+    visits = path.visits() if path is not None else None
     for node in nodes:
         name = str(node.state)
-        words = ", ".join(node.tags)
-        label = f"{name} ({words})" if words else name
         if path is not None and visits is not None:
-            n = visits[name]
-            if n:
-                label += f" · visited {n}x"
-                if name in spent:
-                    label += f", {_seconds(spent[name])}"
-            if name == path.current:
-                label += " · ◉ current"
-                cls: str | None = "current"
-            elif n and node.failure:
-                cls = "failed"
-            else:
-                cls = "visited" if n else "notVisited"
+            label, cls = _visited(node, path, visits[name], spent)
         else:
-            cls = _declared_class(node)
+            label, cls = _named(node), _declared_class(node)
         lines.append(f'{_IND}state "{_label(label)}" as {name}')
         if cls is not None:
             classes.setdefault(cls, []).append(name)
     lines.append(f"{_IND}[*] --> {_initial(nodes)}")
-    for edge in edges:
-        label = str(edge.trigger)
-        if counts is not None and counts[edge.key]:
-            label = f"{_MARK[edge.kind]} {label} x{counts[edge.key]}"
-        lines.append(f"{_IND}{edge.source} --> {edge.dest} : {label}")
-    if path is not None:
-        extra: dict[tuple[str, str, str], int] = {}
-        for step in path.undeclared():
-            key = (step.from_state, step.trigger, step.to_state)
-            extra[key] = extra.get(key, 0) + 1
-        for (src, trig, dst), n in extra.items():
-            lines.append(
-                f"{_IND}{_ident(src)} --> {_ident(dst)} : ‼ {_label(trig)} x{n} (not declared)"
-            )
+    lines += _edges(path)
     styles = _CLASSES if path is None else _PATH_CLASSES
     for cls_name, style in styles.items():
         lines.append(f"{_IND}classDef {cls_name} {style}")
@@ -129,6 +92,67 @@ def mermaid_state_diagram(
         if cls_name in classes:
             lines.append(f"{_IND}class {', '.join(classes[cls_name])} {cls_name}")
     return "\n".join(lines) + "\n"
+
+
+def _heading(path: RunPath | None, title: str) -> list[str]:
+    """The comments that open the text: what it is, and how to read a run's labels."""
+    if path is None:
+        return [
+            f"{_IND}%% turnfsm: the declared machine, generated from turnfsm.states.TRANSITIONS.",
+            f"{_IND}%% Do not edit: run `turnfsm diagram --regenerate`.",
+        ]
+    return [
+        f"{_IND}%% turnfsm run path: {_label(title or 'one conversation')}",
+        f"{_IND}%% labels: ✔ taken (xN: how often), ✖ into a failure, ⟲ retry, "
+        "styles: current, visited, failed, not visited",
+    ]
+
+
+def _named(node: Node) -> str:
+    """A state's name with its tags."""
+    name = str(node.state)
+    words = ", ".join(node.tags)
+    return f"{name} ({words})" if words else name
+
+
+def _visited(
+    node: Node, path: RunPath, n: int, spent: Mapping[str, float]
+) -> tuple[str, str | None]:
+    """A state's label and style on a run's path: how often it was visited, for
+    how long, whether it is the current one."""
+    name = str(node.state)
+    label = _named(node)
+    if n:
+        label += f" · visited {n}x"
+        if name in spent:
+            label += f", {_seconds(spent[name])}"
+    if name == path.current:
+        return label + " · ◉ current", "current"
+    if n and node.failure:
+        return label, "failed"
+    return label, "visited" if n else "notVisited"
+
+
+def _edges(path: RunPath | None) -> list[str]:
+    """The declared transitions (on a run: marked with how often each was
+    taken), then the transitions a run took that are not declared."""
+    counts = path.edge_counts() if path is not None else None
+    lines = []
+    for edge in declared_edges():
+        label = str(edge.trigger)
+        if counts is not None and counts[edge.key]:
+            label = f"{_MARK[edge.kind]} {label} x{counts[edge.key]}"
+        lines.append(f"{_IND}{edge.source} --> {edge.dest} : {label}")
+    if path is None:
+        return lines
+    extra: dict[tuple[str, str, str], int] = {}
+    for step in path.undeclared():
+        key = (step.from_state, step.trigger, step.to_state)
+        extra[key] = extra.get(key, 0) + 1
+    for (src, trig, dst), n in extra.items():
+        arrow = f"{_ident(src)} --> {_ident(dst)}"
+        lines.append(f"{_IND}{arrow} : ‼ {_label(trig)} x{n} (not declared)")
+    return lines
 
 
 def _initial(nodes: tuple[Node, ...]) -> str:

@@ -15,7 +15,7 @@ view lays the same rows out as a table.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -258,115 +258,166 @@ def _closed(book: _Book, rec: AuditRecord, why: str) -> list[SequenceRow]:
     return out
 
 
+_Arrows = Callable[[AuditRecord, "_Book", str], list[SequenceRow]]
+
+
 def _arrows(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
-    trig = rec.trigger
-    if trig == T.USER_MESSAGE:
-        out = _closed(book, rec, "superseded")
-        node = next(
-            (
-                book.pool[m]
-                for m in rec.message_ids
-                if m in book.pool
-                and book.pool[m].message.role in (Role.USER, Role.FRONTEND_OPERATOR)
-            ),
-            None,
+    """The rows of one committed transition (none for those the diagram leaves out)."""
+    draw = _DRAWN.get(rec.trigger)
+    return draw(rec, book, answer) if draw is not None else []
+
+
+def _user_message(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    out = _closed(book, rec, "superseded")
+    node = next(
+        (
+            book.pool[m]
+            for m in rec.message_ids
+            if m in book.pool and book.pool[m].message.role in (Role.USER, Role.FRONTEND_OPERATOR)
+        ),
+        None,
+    )
+    if node is None:
+        return [*out, _call_to("user", "engine", "message")]
+    who = "[frontend operator] " if node.message.role is Role.FRONTEND_OPERATOR else ""
+    text = node.message.text or f"({len(node.message.content)} content parts)"
+    return [*out, _call_to("user", "engine", f"{who}{_text(text)}")]
+
+
+def _response(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    node = _message(book, rec, Role.ASSISTANT)
+    if node is None:
+        return [_reply("LLM", "engine", "answer")]
+    out = []
+    if node.message.text:
+        out.append(_reply("LLM", "engine", _text(node.message.text)))
+    for call_id in rec.tool_calls:
+        out.append(_reply("LLM", "engine", f"tool call {_text(book.describe(call_id))}"))
+    return out or [_reply("LLM", "engine", "(an empty answer)")]
+
+
+def _needs_approval(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    out = []
+    for c in book.batch_calls(rec):
+        if c.decided_by == "policy":
+            out.append(_note(f"policy: {c.id} {str(c.approval_status).lower()}"))
+        else:
+            out.append(_call_to("engine", "approver", f"approve {_text(_call(c))}?"))
+    return out
+
+
+def _tools_decided(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    decided = [
+        f"{c.id} {str(c.approval_status).lower()}"
+        if c.decided_by == "policy"
+        else f"{c.id} (decided again later)"
+        for c in book.batch_calls(rec)
+    ]
+    return [_note(f"policy: {_text(', '.join(decided) or 'decided')}")]
+
+
+def _approvals_resolved(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    out = []
+    for c in book.batch_calls(rec):
+        if c.decided_by != "human":
+            continue
+        if c.approval_status is ApprovalStatus.APPROVED:
+            out.append(_call_to("approver", "engine", f"approve {c.id}"))
+        else:
+            reason = f": {c.reason}" if c.reason else ""
+            out.append(_call_to("approver", "engine", f"deny {_text(c.id + reason)}"))
+    return out or [_call_to("approver", "engine", "decisions")]
+
+
+def _outcome_unknown(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    return [
+        _call_to("engine", "approver", f"outcome unknown, run again? {_text(_call(c))}")
+        for c in book.batch_calls(rec)
+        if c.outcome_unknown
+    ] or [_call_to("engine", "approver", "outcome unknown")]
+
+
+def _tools_done(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    return _tool_runs(rec, book)
+
+
+def _subtask_waits(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    waits = _call_to("engine", "approver", "a sub-task waits for a decision")
+    return [*_tool_runs(rec, book), waits]
+
+
+def _client_calls(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    handed = [c.id for c in book.batch_calls(rec) if c.reason == CLIENT_CALL]
+    return [
+        *_tool_runs(rec, book),
+        _reply("engine", "user", _text(f"{', '.join(handed)} handed to the client")),
+    ]
+
+
+def _turn_complete(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    out = _closed(book, rec, "not executed")
+    if rec.tool_results:  # the iteration limit: the last answer asked for tools
+        answer = "stopped: the limit of LLM calls was reached"
+    out.append(_reply("engine", "user", _text(answer) if answer else "turn complete"))
+    return out
+
+
+def _retry(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    if rec.from_state == State.PERMANENT_FAILURE:
+        return [_call_to("user", "engine", "retry")]
+    return [_note("backoff elapsed")]
+
+
+def _cancel(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+    return [
+        _call_to("user", "engine", "cancel"),
+        *_closed(book, rec, "cancelled"),
+        _reply("engine", "user", "cancelled"),
+    ]
+
+
+def _rows(*make: Callable[[], SequenceRow]) -> _Arrows:
+    """A transition drawn the same way every time (the rows made anew each time)."""
+
+    def draw(rec: AuditRecord, book: _Book, answer: str) -> list[SequenceRow]:
+        return [m() for m in make]
+
+    return draw
+
+
+_DRAWN: dict[str, _Arrows] = {
+    T.USER_MESSAGE: _user_message,
+    T.PREPARE_FAILED: _rows(lambda: _reply("engine", "user", "failed: an enhancer raised")),
+    T.STREAM_STARTED: _rows(lambda: _reply("LLM", "engine", "first chunk (streaming)")),
+    T.RESPONSE_RECEIVED: _response,
+    T.STREAM_ENDED: _response,
+    T.NEEDS_APPROVAL: _needs_approval,
+    T.TOOLS_DECIDED: _tools_decided,
+    T.APPROVALS_RESOLVED: _approvals_resolved,
+    T.OUTCOME_UNKNOWN: _outcome_unknown,
+    T.TOOLS_DONE: _tools_done,
+    T.SUBTASK_WAITS: _subtask_waits,
+    T.CLIENT_CALLS: _client_calls,
+    T.TURN_COMPLETE: _turn_complete,
+    T.OUTPUT_INVALID: _rows(
+        lambda: _call_to(
+            "engine", "LLM", "the answer does not match the output type: errors sent back"
         )
-        if node is None:
-            return [*out, _call_to("user", "engine", "message")]
-        who = "[frontend operator] " if node.message.role is Role.FRONTEND_OPERATOR else ""
-        text = node.message.text or f"({len(node.message.content)} content parts)"
-        return [*out, _call_to("user", "engine", f"{who}{_text(text)}")]
-    if trig == T.PREPARE_FAILED:
-        return [_reply("engine", "user", "failed: an enhancer raised")]
-    if trig == T.STREAM_STARTED:
-        return [_reply("LLM", "engine", "first chunk (streaming)")]
-    if trig in (T.RESPONSE_RECEIVED, T.STREAM_ENDED):
-        node = _message(book, rec, Role.ASSISTANT)
-        if node is None:
-            return [_reply("LLM", "engine", "answer")]
-        out = []
-        if node.message.text:
-            out.append(_reply("LLM", "engine", _text(node.message.text)))
-        for call_id in rec.tool_calls:
-            out.append(_reply("LLM", "engine", f"tool call {_text(book.describe(call_id))}"))
-        return out or [_reply("LLM", "engine", "(an empty answer)")]
-    if trig == T.NEEDS_APPROVAL:
-        out = []
-        for c in book.batch_calls(rec):
-            if c.decided_by == "policy":
-                out.append(_note(f"policy: {c.id} {str(c.approval_status).lower()}"))
-            else:
-                out.append(_call_to("engine", "approver", f"approve {_text(_call(c))}?"))
-        return out
-    if trig == T.TOOLS_DECIDED:
-        decided = [
-            f"{c.id} {str(c.approval_status).lower()}"
-            if c.decided_by == "policy"
-            else f"{c.id} (decided again later)"
-            for c in book.batch_calls(rec)
-        ]
-        return [_note(f"policy: {_text(', '.join(decided) or 'decided')}")]
-    if trig == T.APPROVALS_RESOLVED:
-        out = []
-        for c in book.batch_calls(rec):
-            if c.decided_by != "human":
-                continue
-            if c.approval_status is ApprovalStatus.APPROVED:
-                out.append(_call_to("approver", "engine", f"approve {c.id}"))
-            else:
-                reason = f": {c.reason}" if c.reason else ""
-                out.append(_call_to("approver", "engine", f"deny {_text(c.id + reason)}"))
-        return out or [_call_to("approver", "engine", "decisions")]
-    if trig == T.OUTCOME_UNKNOWN:
-        return [
-            _call_to("engine", "approver", f"outcome unknown, run again? {_text(_call(c))}")
-            for c in book.batch_calls(rec)
-            if c.outcome_unknown
-        ] or [_call_to("engine", "approver", "outcome unknown")]
-    if trig == T.TOOLS_DONE:
-        return _tool_runs(rec, book)
-    if trig == T.SUBTASK_WAITS:
-        return [
-            *_tool_runs(rec, book),
-            _call_to("engine", "approver", "a sub-task waits for a decision"),
-        ]
-    if trig == T.CLIENT_CALLS:
-        handed = [c.id for c in book.batch_calls(rec) if c.reason == CLIENT_CALL]
-        return [
-            *_tool_runs(rec, book),
-            _reply("engine", "user", _text(f"{', '.join(handed)} handed to the client")),
-        ]
-    if trig == T.TURN_COMPLETE:
-        out = _closed(book, rec, "not executed")
-        if rec.tool_results:  # the iteration limit: the last answer asked for tools
-            answer = "stopped: the limit of LLM calls was reached"
-        out.append(_reply("engine", "user", _text(answer) if answer else "turn complete"))
-        return out
-    if trig == T.OUTPUT_INVALID:
-        return [
-            _call_to("engine", "LLM", "the answer does not match the output type: errors sent back")
-        ]
-    if trig == T.OUTPUT_FAILED:
-        return [_reply("engine", "user", "failed: the answer does not match the output type")]
-    if trig == T.LLM_FAILED_TRANSIENT:
-        return [_failed("LLM", "engine", "transient error")]
-    if trig == T.LLM_FAILED_PERMANENT:
-        return [_failed("LLM", "engine", "permanent error"), _reply("engine", "user", "failed")]
-    if trig == T.RETRY:
-        if rec.from_state == State.PERMANENT_FAILURE:
-            return [_call_to("user", "engine", "retry")]
-        return [_note("backoff elapsed")]
-    if trig == T.GIVE_UP:
-        return [_reply("engine", "user", "failed: attempts exhausted")]
-    if trig == T.RESET:
-        return [_call_to("user", "engine", "reset")]
-    if trig == T.CANCEL:
-        return [
-            _call_to("user", "engine", "cancel"),
-            *_closed(book, rec, "cancelled"),
-            _reply("engine", "user", "cancelled"),
-        ]
-    return []
+    ),
+    T.OUTPUT_FAILED: _rows(
+        lambda: _reply("engine", "user", "failed: the answer does not match the output type")
+    ),
+    T.LLM_FAILED_TRANSIENT: _rows(lambda: _failed("LLM", "engine", "transient error")),
+    T.LLM_FAILED_PERMANENT: _rows(
+        lambda: _failed("LLM", "engine", "permanent error"),
+        lambda: _reply("engine", "user", "failed"),
+    ),
+    T.RETRY: _retry,
+    T.GIVE_UP: _rows(lambda: _reply("engine", "user", "failed: attempts exhausted")),
+    T.RESET: _rows(lambda: _call_to("user", "engine", "reset")),
+    T.CANCEL: _cancel,
+}
+"""How each trigger is drawn; a trigger not here draws nothing."""
 
 
 def _tool_runs(rec: AuditRecord, book: _Book) -> list[SequenceRow]:

@@ -41,16 +41,8 @@ from ..events import EVENT_ADAPTER, Event
 from ..model import ChatContext, LLMChunk, LLMRequest
 from ..storage import Store
 from ..tools import Tool, ToolError, ask_user, current_call, question_tool, subtask
-from ._script import (
-    FinalExpect,
-    Script,
-    ScriptConfig,
-    ScriptSubtask,
-    Step,
-    StepExpect,
-    load_script,
-    parse_script,
-)
+from ._script import load_script, parse_script
+from ._script_model import FinalExpect, Script, ScriptConfig, ScriptSubtask, Step, StepExpect
 
 __all__ = ["Failure", "ReplayResult", "replay", "run_script"]
 

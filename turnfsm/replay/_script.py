@@ -1,33 +1,45 @@
-"""The replay script model, format ``turnfsm-script/1``.
+"""The replay script's parsing, format ``turnfsm-script/1``.
 
 :func:`parse_script` checks a whole script before anything runs and reports
 every problem with its JSON path (``$.steps[3].llm.chunks``) and the reason,
-as one :class:`ScriptError`.
+as one :class:`ScriptError`. The models it parses into are
+:mod:`turnfsm.replay._script_model`'s (and go by their names here too).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ValidationError
 
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
 from ..engine import Mode
-from ..engine._output import schema_output
-from ..errors import InvalidInput, OutputTypeError, TurnFSMError
-from ..model import MessageType
-from ..states import State
+from ..errors import InvalidInput
+from ._script_model import (
+    FORMAT,
+    INPUT_KEYS,
+    OUTCOME_KEYS,
+    STEP_KEYS,
+    AnswerInput,
+    BranchInput,
+    ConfigInput,
+    DenyInput,
+    ExpectRequest,
+    FinalExpect,
+    Script,
+    ScriptConfig,
+    ScriptError,
+    ScriptMode,
+    ScriptSubtask,
+    ScriptTool,
+    Step,
+    StepExpect,
+    ToolOutcomeStep,
+    UserInput,
+)
 
 __all__ = [
     "FORMAT",
@@ -44,294 +56,7 @@ __all__ = [
     "parse_script",
 ]
 
-FORMAT = "turnfsm-script/1"
-
-INPUT_KEYS = frozenset(
-    {
-        "user",
-        "approve",
-        "deny",
-        "answer",
-        "cancel",
-        "retry",
-        "reset",
-        "branch",
-        "switch",
-        "config",
-    }
-)
-OUTCOME_KEYS = frozenset({"llm", "llm_error", "tool"})
-CHECK_KEYS = frozenset({"expect"})
-STEP_KEYS = INPUT_KEYS | OUTCOME_KEYS | CHECK_KEYS
-
-
-class ScriptError(TurnFSMError):
-    """A script is invalid; ``problems`` lists (JSON path, reason) for each problem."""
-
-    def __init__(self, problems: Sequence[tuple[str, str]], source: str = "script") -> None:
-        self.problems = list(problems)
-        self.source = source
-        lines = "\n".join(f"  {path}: {reason}" for path, reason in self.problems)
-        super().__init__(f"{source} is not a valid {FORMAT} script:\n{lines}")
-
-
-_STRICT = ConfigDict(extra="forbid", frozen=True)
-
-
-class RetryConfig(BaseModel):
-    model_config = _STRICT
-    max_attempts: int = Field(default=3, ge=1)
-    initial_delay: float = Field(default=0.5, ge=0)
-    max_delay: float = Field(default=30.0, ge=0)
-
-
-class CompactionConfig(BaseModel):
-    """The engine's compaction (:class:`~turnfsm.enhancers.Compaction`): its summary
-    calls are ``llm`` steps of the tape, in the order the engine makes them."""
-
-    model_config = _STRICT
-    threshold_tokens: int = Field(ge=1)
-    keep_tokens: int | None = Field(default=None, ge=0)
-    max_summary_input: int = Field(default=16_000, ge=1)
-
-    @model_validator(mode="after")
-    def _keep_below_threshold(self) -> CompactionConfig:
-        if self.keep_tokens is not None and self.keep_tokens >= self.threshold_tokens:
-            raise ValueError("keep_tokens must be below threshold_tokens")
-        return self
-
-
-class ScriptConfig(BaseModel):
-    model_config = _STRICT
-    model: str = "scripted"
-    system_prompt: str | None = None
-    mode: str = "chat"
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    max_iterations: int = Field(default=20, ge=1)
-    limit_notice: bool = False
-    """Whether a turn stopped by ``max_iterations`` stores its notice: off in
-    scripts unless asked for, so that scripts written before the notice
-    replay as they were recorded."""
-    retry: RetryConfig = Field(default_factory=RetryConfig)
-    tool_history_rounds: int | None = Field(default=None, ge=0)
-    compaction: CompactionConfig | None = None
-    output_type: dict[str, Any] | None = None
-    """A JSON Schema every answer must match (docs/structured-output.md)."""
-    output_retries: int = Field(default=1, ge=0)
-
-    @field_validator("output_type")
-    @classmethod
-    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            try:
-                schema_output(value, "output_type")
-            except OutputTypeError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-
-class ScriptSubtask(BaseModel):
-    """A tool that runs its ``task`` in a child context (``turnfsm.subtask``)."""
-
-    model_config = _STRICT
-    system_prompt: str | None = None
-    tools: list[str] | None = None
-    model: str | None = None
-    summarizer: Literal["llm", "final_answer"] = "llm"
-    keep: bool = False
-
-
-class ScriptTool(BaseModel):
-    model_config = _STRICT
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    approval: Literal["auto", "required", "deny"] = "auto"
-    idempotent: bool = False
-    question: bool = False
-    """The built-in question tool under this name: its calls wait for an ``answer``."""
-    subtask: ScriptSubtask | None = None
-    """A sub-task tool (``turnfsm.subtask``): its calls run in a child context."""
-
-    @model_validator(mode="after")
-    def _question_is_fixed(self) -> ScriptTool:
-        fixed = {"parameters", "approval", "idempotent"} & self.model_fields_set
-        if self.question and fixed:
-            raise ValueError(
-                "a question tool has fixed parameters and always waits for the user: "
-                f"leave out {', '.join(sorted(fixed))}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _subtask_alone(self) -> ScriptTool:
-        if self.subtask is not None:
-            if self.question:
-                raise ValueError("a tool is a question tool or a subtask tool, not both")
-            given = {"parameters", "idempotent"} & self.model_fields_set
-            if given:
-                raise ValueError(
-                    f"a subtask tool takes one 'task' argument and is not idempotent: "
-                    f"leave out {', '.join(sorted(given))}"
-                )
-        return self
-
-
-class ScriptMode(BaseModel):
-    """One mode of the engine (see :class:`~turnfsm.engine.Mode`)."""
-
-    model_config = _STRICT
-    name: str = Field(min_length=1)
-    instructions: str | None = None
-    tools: list[str] | None = None
-    approval: dict[str, Literal["auto", "required", "deny"]] = Field(default_factory=dict)
-    answer_type: Literal["Text", "Plan"] = "Text"
-
-    def mode(self) -> Mode:
-        return Mode(
-            name=self.name,
-            instructions=self.instructions,
-            tools=self.tools,
-            approval=self.approval,
-            answer_type=MessageType(self.answer_type),
-        )
-
-
-class UserInput(BaseModel):
-    model_config = _STRICT
-    content: str = Field(min_length=1)
-    role: Literal["user", "frontend_operator"] = "user"
-
-
-class DenyInput(BaseModel):
-    model_config = _STRICT
-    id: str = Field(min_length=1)
-    reason: str = ""
-
-
-class AnswerInput(BaseModel):
-    model_config = _STRICT
-    id: str = Field(min_length=1)
-    text: str = Field(min_length=1)
-
-
-class BranchInput(BaseModel):
-    """A fork; the prompts, when given, are the new branch's own (``null``: none)."""
-
-    model_config = _STRICT
-    name: str = Field(min_length=1)
-    at: int = Field(ge=-1)
-    system_prompt: str | None = None
-    user_prompt: str | None = None
-
-    def prompts(self) -> dict[str, str | None]:
-        """The prompts the step gives (those left out keep the source branch's)."""
-        return {
-            k: getattr(self, k)
-            for k in ("system_prompt", "user_prompt")
-            if k in self.model_fields_set
-        }
-
-
-class ConfigInput(BaseModel):
-    """A config update: the fields given change, the others stay."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    model: str | None = Field(default=None, min_length=1)
-    mode: str | None = Field(default=None, min_length=1)
-    parameters: dict[str, Any] | None = None
-    title: str | None = None
-
-    @field_validator("model", "mode", "parameters")
-    @classmethod
-    def _not_null(cls, v: Any) -> Any:
-        if v is None:
-            raise ValueError("must not be null (leave the field out to keep it)")
-        return v
-
-    def fields(self) -> dict[str, Any]:
-        """The fields the step gives, as ``update_config`` keywords."""
-        return {k: getattr(self, k) for k in self.model_fields_set}
-
-
-class ToolOutcomeStep(BaseModel):
-    model_config = _STRICT
-    id: str = Field(min_length=1)
-    result: Any = None
-    error: str | None = None
-
-    @field_validator("error")
-    @classmethod
-    def _not_empty(cls, v: str | None) -> str | None:
-        if v is not None and not v:
-            raise ValueError("an error message must not be empty")
-        return v
-
-
-class ExpectRequest(BaseModel):
-    """Checks on the request the engine sent for one LLM call."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    message_count: int | None = Field(default=None, ge=0)
-    roles: list[str] | None = None
-    system_contains: str | None = None
-    tools: list[str] | None = None
-    last_user_contains: str | None = None
-
-
-class LastMessage(BaseModel):
-    model_config = _STRICT
-    role: Literal["system", "user", "assistant", "tool", "frontend_operator"] | None = None
-    text: str | None = None
-    type: Literal["Text", "Plan", "Question", "ToolCall", "ToolResult"] | None = None
-
-
-class StepExpect(BaseModel):
-    model_config = _STRICT
-    state: State | None = None
-    pending: list[str] | None = None
-    last_message: LastMessage | None = None
-    message_count: int | None = Field(default=None, ge=0)
-    branch: str | None = None
-    mode: str | None = None
-
-
-class FinalExpect(BaseModel):
-    model_config = _STRICT
-    trace: list[State] | None = None
-    final_state: State | None = None
-    message_count: int | None = Field(default=None, ge=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One step of the tape: its ``kind`` (the key) and its parsed ``value``."""
-
-    index: int
-    kind: str
-    value: Any
-
-    @property
-    def is_input(self) -> bool:
-        return self.kind in INPUT_KEYS
-
-    @property
-    def is_outcome(self) -> bool:
-        return self.kind in OUTCOME_KEYS
-
-    def describe(self) -> str:
-        return f"step {self.index} ({self.kind})"
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    name: str
-    config: ScriptConfig
-    tools: tuple[ScriptTool, ...]
-    steps: tuple[Step, ...]
-    expect: FinalExpect | None
-    raw: Mapping[str, Any]
-    modes: tuple[Mode, ...] = ()
+_Problems = list[tuple[str, str]]
 
 
 def _loc(base: str, loc: Sequence[int | str]) -> str:
@@ -350,7 +75,86 @@ def _validate(model: type[BaseModel], data: Any, path: str, problems: list[tuple
         return None
 
 
-def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | None:
+def _call_ids(value: Any, here: str, problems: _Problems) -> Any:
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, list) or not ids or not all(isinstance(x, str) and x for x in ids):
+        problems.append((here, "a call id or a non-empty list of call ids"))
+        return None
+    return tuple(ids)
+
+
+def _true(value: Any, here: str, problems: _Problems) -> Any:
+    if value is not True:
+        problems.append((here, "must be true"))
+        return None
+    return True
+
+
+def _branch_name(value: Any, here: str, problems: _Problems) -> Any:
+    if not isinstance(value, str) or not value:
+        problems.append((here, "a branch name"))
+        return None
+    return value
+
+
+def _user(value: Any, here: str, problems: _Problems) -> Any:
+    data = {"content": value} if isinstance(value, str) else value
+    return _validate(UserInput, data, here, problems)
+
+
+def _config(value: Any, here: str, problems: _Problems) -> Any:
+    parsed = _validate(ConfigInput, value, here, problems)
+    if parsed is not None and not parsed.model_fields_set:
+        problems.append((here, "a config step names at least one field"))
+        return None
+    return parsed
+
+
+def _llm(value: Any, here: str, problems: _Problems) -> Any:
+    if isinstance(value, Mapping) and "error" in value and "fail_after" not in value:
+        problems.append((here, "an attempt that fails is an 'llm_error' step"))
+        return None
+    parsed = _validate(AnswerSpec, value, here, problems)
+    if parsed is not None and parsed.expect_request is not None:
+        path = f"{here}.expect_request"
+        if _validate(ExpectRequest, parsed.expect_request, path, problems) is None:
+            return None
+    return parsed
+
+
+def _llm_error(value: Any, here: str, problems: _Problems) -> Any:
+    err = _validate(ErrorSpec, value, here, problems)
+    return AnswerSpec(error=err) if err is not None else None
+
+
+def _model(model: type[BaseModel]) -> Callable[[Any, str, _Problems], Any]:
+    def parse(value: Any, here: str, problems: _Problems) -> Any:
+        return _validate(model, value, here, problems)
+
+    return parse
+
+
+_STEP_PARSERS: dict[str, Callable[[Any, str, _Problems], Any]] = {
+    "user": _user,
+    "approve": _call_ids,
+    "deny": _model(DenyInput),
+    "answer": _model(AnswerInput),
+    "cancel": _true,
+    "retry": _true,
+    "reset": _true,
+    "branch": _model(BranchInput),
+    "config": _config,
+    "switch": _branch_name,
+    "llm": _llm,
+    "llm_error": _llm_error,
+    "tool": _model(ToolOutcomeStep),
+    "expect": _model(StepExpect),
+}
+"""How each kind of step's value is parsed: the value, or None with the
+problems said."""
+
+
+def _parse_step(i: int, raw: Any, problems: _Problems) -> Step | None:
     path = f"$.steps[{i}]"
     if not isinstance(raw, Mapping):
         problems.append((path, f"a step is an object with one key, not {type(raw).__name__}"))
@@ -362,61 +166,11 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
         )
         return None
     kind = keys[0]
-    value = raw[kind]
-    here = f"{path}.{kind}"
-    if kind not in STEP_KEYS:
+    parser = _STEP_PARSERS.get(kind)
+    if parser is None:
         problems.append((path, f"unknown step {kind!r}; known: {', '.join(sorted(STEP_KEYS))}"))
         return None
-    parsed: Any = None
-    if kind == "user":
-        parsed = _validate(
-            UserInput, {"content": value} if isinstance(value, str) else value, here, problems
-        )
-    elif kind == "approve":
-        ids = [value] if isinstance(value, str) else value
-        if not isinstance(ids, list) or not ids or not all(isinstance(x, str) and x for x in ids):
-            problems.append((here, "a call id or a non-empty list of call ids"))
-        else:
-            parsed = tuple(ids)
-    elif kind == "deny":
-        parsed = _validate(DenyInput, value, here, problems)
-    elif kind == "answer":
-        parsed = _validate(AnswerInput, value, here, problems)
-    elif kind in ("cancel", "retry", "reset"):
-        if value is not True:
-            problems.append((here, "must be true"))
-        else:
-            parsed = True
-    elif kind == "branch":
-        parsed = _validate(BranchInput, value, here, problems)
-    elif kind == "config":
-        parsed = _validate(ConfigInput, value, here, problems)
-        if parsed is not None and not parsed.model_fields_set:
-            problems.append((here, "a config step names at least one field"))
-            parsed = None
-    elif kind == "switch":
-        if not isinstance(value, str) or not value:
-            problems.append((here, "a branch name"))
-        else:
-            parsed = value
-    elif kind == "llm":
-        if isinstance(value, Mapping) and "error" in value and "fail_after" not in value:
-            problems.append((here, "an attempt that fails is an 'llm_error' step"))
-        else:
-            parsed = _validate(AnswerSpec, value, here, problems)
-            if parsed is not None and parsed.expect_request is not None:
-                checks = _validate(
-                    ExpectRequest, parsed.expect_request, f"{here}.expect_request", problems
-                )
-                if checks is None:
-                    parsed = None
-    elif kind == "llm_error":
-        err = _validate(ErrorSpec, value, here, problems)
-        parsed = AnswerSpec(error=err) if err is not None else None
-    elif kind == "tool":
-        parsed = _validate(ToolOutcomeStep, value, here, problems)
-    elif kind == "expect":
-        parsed = _validate(StepExpect, value, here, problems)
+    parsed = parser(raw[kind], f"{path}.{kind}", problems)
     if parsed is None:
         return None
     return Step(i, kind, parsed)
@@ -424,24 +178,51 @@ def _parse_step(i: int, raw: Any, problems: list[tuple[str, str]]) -> Step | Non
 
 def parse_script(data: Any, source: str = "script") -> Script:
     """Check and parse a script (already decoded from JSON or YAML)."""
-    problems: list[tuple[str, str]] = []
+    problems: _Problems = []
+    _check_format(data, source)
+    _check_top_keys(data, problems)
+    name = data.get("name", "")
+    if not isinstance(name, str):
+        problems.append(("$.name", "must be a string"))
+        name = ""
+    config = _validate(ScriptConfig, data.get("config") or {}, "$.config", problems)
+    tools = _parse_tools(data.get("tools") or [], problems)
+    steps = _parse_steps(data.get("steps"), problems)
+    expect = None
+    if data.get("expect") is not None:
+        expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
+    _check_call_ids(steps, problems)
+    _check_answers(steps, tools, problems)
+    modes, declared = _parse_modes(data.get("modes"), tools, problems)
+    _check_mode_names(declared, config, steps, problems)
+    if problems:
+        raise ScriptError(problems, source)
+    assert config is not None
+    return Script(name or source, config, tuple(tools), tuple(steps), expect, data, modes)
+
+
+_TOP_KEYS = frozenset({"format", "name", "config", "tools", "modes", "steps", "expect"})
+
+
+def _check_format(data: Any, source: str) -> None:
+    """Refuse at once what is not a script of this format."""
     if not isinstance(data, Mapping):
         raise ScriptError([("$", f"a script is a JSON object, not {type(data).__name__}")], source)
     fmt = data.get("format")
     if fmt != FORMAT:
         why = "is missing" if fmt is None else f"is {fmt!r}"
         raise ScriptError([("$.format", f"{why}; this runner reads {FORMAT!r}")], source)
-    known = {"format", "name", "config", "tools", "modes", "steps", "expect"}
+
+
+def _check_top_keys(data: Mapping[str, Any], problems: _Problems) -> None:
     for key in data:
-        if key not in known:
-            problems.append((f"$.{key}", f"unknown key; known: {', '.join(sorted(known))}"))
-    name = data.get("name", "")
-    if not isinstance(name, str):
-        problems.append(("$.name", "must be a string"))
-        name = ""
-    config = _validate(ScriptConfig, data.get("config") or {}, "$.config", problems)
+        if key not in _TOP_KEYS:
+            problems.append((f"$.{key}", f"unknown key; known: {', '.join(sorted(_TOP_KEYS))}"))
+
+
+def _parse_tools(raw_tools: Any, problems: _Problems) -> list[ScriptTool]:
+    """The script's tools, each defined once, a sub-task naming only defined ones."""
     tools: list[ScriptTool] = []
-    raw_tools = data.get("tools") or []
     if not isinstance(raw_tools, list):
         problems.append(("$.tools", "must be a list"))
         raw_tools = []
@@ -456,30 +237,23 @@ def parse_script(data: Any, source: str = "script") -> Script:
         for used in (t.subtask.tools or ()) if t.subtask is not None else ():
             if used not in defined:
                 problems.append((f"$.tools[{i}].subtask.tools", f"no tool named {used!r}"))
-    raw_steps = data.get("steps")
-    steps: list[Step] = []
+    return tools
+
+
+def _parse_steps(raw_steps: Any, problems: _Problems) -> list[Step]:
     if not isinstance(raw_steps, list):
         problems.append(("$.steps", "is required: a list of steps"))
-    else:
-        for i, raw in enumerate(raw_steps):
-            step = _parse_step(i, raw, problems)
-            if step is not None:
-                steps.append(step)
-    expect = None
-    if data.get("expect") is not None:
-        expect = _validate(FinalExpect, data["expect"], "$.expect", problems)
-    _check_call_ids(steps, problems)
-    _check_answers(steps, tools, problems)
-    modes, declared = _parse_modes(data.get("modes"), tools, problems)
-    _check_mode_names(declared, config, steps, problems)
-    if problems:
-        raise ScriptError(problems, source)
-    assert config is not None
-    return Script(name or source, config, tuple(tools), tuple(steps), expect, data, modes)
+        return []
+    steps: list[Step] = []
+    for i, raw in enumerate(raw_steps):
+        step = _parse_step(i, raw, problems)
+        if step is not None:
+            steps.append(step)
+    return steps
 
 
 def _parse_modes(
-    raw: Any, tools: Sequence[ScriptTool], problems: list[tuple[str, str]]
+    raw: Any, tools: Sequence[ScriptTool], problems: _Problems
 ) -> tuple[tuple[Mode, ...], set[str]]:
     """The script's ``modes`` (each a mode whose tool names are the script's
     tools), and the names it declares (those with a problem too)."""
@@ -488,9 +262,6 @@ def _parse_modes(
     if not isinstance(raw, list):
         problems.append(("$.modes", "must be a list of modes"))
         return (), set()
-    names = {t.name for t in tools}
-    questions = {t.name for t in tools if t.question}
-    known = ", ".join(t.name for t in tools) or "(none)"
     modes: list[Mode] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
@@ -502,37 +273,37 @@ def _parse_modes(
             problems.append((f"{here}.name", f"mode {spec.name!r} is defined twice"))
             continue
         seen.add(spec.name)
-        bad = False
-        for j, tool in enumerate(spec.tools or ()):
-            if tool not in names:
-                problems.append((f"{here}.tools[{j}]", f"no tool {tool!r} (the tools: {known})"))
-                bad = True
-        for tool in spec.approval:
-            if tool not in names:
-                problems.append(
-                    (f"{here}.approval.{tool}", f"no tool {tool!r} (the tools: {known})")
-                )
-                bad = True
-            elif spec.tools is not None and tool not in spec.tools:
-                problems.append(
-                    (f"{here}.approval.{tool}", f"mode {spec.name!r} does not offer {tool!r}")
-                )
-                bad = True
-            elif tool in questions:
-                problems.append(
-                    (
-                        f"{here}.approval.{tool}",
-                        f"{tool!r} is a question tool: its calls always wait for an answer",
-                    )
-                )
-                bad = True
-        if bad:
+        if _mode_tools_problems(spec, here, tools, problems):
             continue
         try:
             modes.append(spec.mode())
         except InvalidInput as exc:
             problems.append((here, str(exc)))
     return tuple(modes), seen
+
+
+def _mode_tools_problems(
+    spec: ScriptMode, here: str, tools: Sequence[ScriptTool], problems: _Problems
+) -> bool:
+    """Say what is wrong with the tools a mode offers and the approvals it
+    sets; whether anything was."""
+    names = {t.name for t in tools}
+    questions = {t.name for t in tools if t.question}
+    known = ", ".join(t.name for t in tools) or "(none)"
+    found: _Problems = []
+    for j, tool in enumerate(spec.tools or ()):
+        if tool not in names:
+            found.append((f"{here}.tools[{j}]", f"no tool {tool!r} (the tools: {known})"))
+    for tool in spec.approval:
+        at = f"{here}.approval.{tool}"
+        if tool not in names:
+            found.append((at, f"no tool {tool!r} (the tools: {known})"))
+        elif spec.tools is not None and tool not in spec.tools:
+            found.append((at, f"mode {spec.name!r} does not offer {tool!r}"))
+        elif tool in questions:
+            found.append((at, f"{tool!r} is a question tool: its calls always wait for an answer"))
+    problems += found
+    return bool(found)
 
 
 def _check_mode_names(

@@ -73,7 +73,6 @@ rules). A commit does not read the history again either: see
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -87,47 +86,30 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
+from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext
 from ._base import (
     ChildrenOfSummaries,
     Commit,
     ContextSummary,
-    Lease,
     MessagePages,
     StepLog,
     Store,
-    lease_is_held,
 )
+from ._files_commit import At, check_commit, kept_after, plan_commit
 from ._files_foreign import ForeignContextFolder, foreign_layout, is_foreign
 from ._files_heads import (
     PartialReads,
     _committed_steps,
     _Head,
     _parse_steps,
-    _steps_lines,
 )
-from ._files_records import (
-    JOURNAL,
-    TAIL,
-    _check_journal,
-    _dumps,
-    _file_id,
-    _index_of,
-    _journal_bytes,
-    _message_file,
-    _metadata_of,
-    _parse_journal,
-    _read_bytes,
-    _read_context,
-    _read_lease,
-    _read_summary,
-    _safe_name,
-    _Summary,
-)
+from ._files_journal import JOURNAL, _check_journal, _parse_journal
+from ._files_leases import LeaseFiles
+from ._files_records import TAIL, _read_bytes, _read_context, _read_summary, _safe_name, _Summary
+from ._files_write import _dumps, _index_of, _message_file, _metadata_of
 
 __all__ = ["FilesStore"]
-_At = tuple[int, bytes] | None  # what goes at an offset of steps.jsonl or commits.jsonl
 
 HEADS = 64
 """How many contexts' heads (:class:`_Head`) a store keeps, the most recently used."""
@@ -246,7 +228,7 @@ def _open_lock(folder: Path) -> int:
 # ---------------------------------------------------------------------- the store
 
 
-class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
+class FilesStore(LeaseFiles, PartialReads, Store, MessagePages, ChildrenOfSummaries):
     """Contexts as files under ``root`` (``files:///dir``).
 
     ``fsync=False`` skips every fsync: a crash of the process still leaves each
@@ -363,7 +345,7 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
                 _unlink(Path(entry.path))
         self._apply(folder, files, steps, tail)
 
-    def _apply(self, folder: Path, files: list[tuple[str, bytes]], steps: _At, tail: _At) -> None:
+    def _apply(self, folder: Path, files: list[tuple[str, bytes]], steps: At, tail: At) -> None:
         """Put a journal's content in place (any number of times), then remove
         it: the steps, the files (``metadata.json`` last), then the tail (a
         record appended, or the file emptied once the whole files hold it)."""
@@ -460,55 +442,10 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
         cid = commit.context_id
         folder = self._dir(cid)
         with self._context(folder, cid, exclusive=True):
-            take = commit.take_lease if commit.lease_token is not None else None
-            if take is not None:
-                old = _read_lease(folder)
-                token = old["token"] if old is not None else 0
-                if token != take.token - 1 or (
-                    old is not None and old["owner"] not in (None, take.owner)
-                ):
-                    raise LeaseLost(cid, take.token, old["token"] if old is not None else None)
-            elif commit.lease_token is not None:
-                self._check_fence(folder, cid, commit.lease_token)
+            take = self._lease_of_commit(folder, commit)
             head = self._head(folder, cid)
-            ctx = head.ctx
-            if ctx.version != commit.expected_version:
-                raise VersionConflict(cid, commit.expected_version, ctx.version)
-            for name, _ in commit.appended:
-                if name not in ctx.branches and all(b.name != name for b in commit.branches):
-                    raise StoreError(f"commit appends to unknown branch {name!r}")
-            for node in commit.replaced:
-                if node.id not in head.pool:
-                    raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
-            files = [_message_file(node) for _, node in commit.appended]
-            files += [_message_file(node) for node in commit.replaced]
-            steps = None
-            steps_bytes = head.steps_bytes
-            if commit.steps:
-                path = folder / "steps.jsonl"
-                size = path.stat().st_size if path.exists() else 0
-                if size < steps_bytes:
-                    raise StoreError(
-                        f"{path}: {size} bytes, but metadata.json's $.steps_bytes says "
-                        f"{steps_bytes} are committed; the file is left as it is"
-                    )
-                lines = _steps_lines(commit.steps)
-                steps = (steps_bytes, lines)
-                steps_bytes += len(lines)
-            head.steps_bytes = steps_bytes  # kept again only once applied
-            head.apply(commit)
-            record = self._record(head, commit)
-            tail: _At
-            if record is not None:  # appended to commits.jsonl
-                tail = (head.tail_bytes, record)
-            else:  # the two whole files written again, commits.jsonl emptied
-                metadata = head.metadata()
-                files.append(("message_index.json", head.index()))
-                files.append(("metadata.json", metadata))
-                tail = (0, b"") if head.tail_bytes else None
-            journal = _journal_bytes(
-                cid, commit.expected_version, commit.version, files, steps, tail
-            )
+            check_commit(head, commit)
+            plan = plan_commit(folder, head, commit, self._record)
             for entry in os.scandir(folder):  # temporaries of a crashed commit
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     _unlink(Path(entry.path))
@@ -518,19 +455,11 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
                 # under a lease that is not
                 owner = None if commit.release_lease else take.owner
                 self._write_lease(folder, owner, take.token, take.expires_at)
-            self._write_journal(folder, journal)
-            self._apply(folder, files, steps, tail)
-            if record is not None:
-                head.tail_bytes += len(record)
-                head.last = record
-            else:
-                head.raw, head.meta_id = metadata, _file_id(folder / "metadata.json")
-                head.tail_bytes, head.last = 0, b""
+            self._write_journal(folder, plan.journal)
+            self._apply(folder, plan.files, plan.steps, plan.tail)
+            kept_after(head, plan, folder)
             self._keep(cid, head)
-            if take is None and commit.release_lease and commit.lease_token is not None:
-                lease = _read_lease(folder)
-                if lease is not None and lease["owner"] is not None:  # the fence found it
-                    self._write_lease(folder, None, commit.lease_token, lease["expires_at"])
+            self._release_after(folder, commit)
 
     def _record(self, head: _Head, commit: Commit) -> bytes | None:
         """The commit's record for ``commits.jsonl`` (``head`` has it applied),
@@ -614,78 +543,9 @@ class FilesStore(PartialReads, Store, MessagePages, ChildrenOfSummaries):
 
     # ------------------------------------------------------------------ leases
     #
-    # ``lease.json`` in the context's folder, read and written under the
-    # context's ``.lock`` (the one commits hold), written atomically.
-
-    def _check_fence(self, folder: Path, context_id: str, token: int) -> None:
-        data = _read_lease(folder)
-        current = data["token"] if data is not None else None
-        if current != token:
-            raise LeaseLost(context_id, token, current)
+    # The rules are :class:`~turnfsm.storage._files_leases.LeaseFiles`'s; the
+    # write is here, with the others.
 
     def _write_lease(self, folder: Path, owner: str | None, token: int, expires_at: float) -> None:
         data = {"owner": owner, "token": token, "expires_at": expires_at}
         _write_atomic(folder / "lease.json", _dumps(data), self._fsync)
-
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease | None:
-        def acquire() -> Lease | None:
-            folder = self._dir(context_id)
-            with self._context(folder, context_id):
-                old = _read_lease(folder)
-                if old is not None and lease_is_held(
-                    old["owner"],
-                    old["token"],
-                    old["expires_at"],
-                    owner=owner,
-                    now=now,
-                    take_over=take_over,
-                ):
-                    return None
-                lease = Lease(context_id, owner, (old["token"] if old else 0) + 1, now + ttl)
-                self._write_lease(folder, owner, lease.token, lease.expires_at)
-                return lease
-
-        result: Lease | None = await self._run(acquire)
-        return result
-
-    async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
-        def renew() -> Lease:
-            folder = self._dir(lease.context_id)
-            with self._context(folder, lease.context_id):
-                old = _read_lease(folder)
-                if old is None or old["token"] != lease.token or old["owner"] is None:
-                    raise LeaseLost(lease.context_id, lease.token, old["token"] if old else None)
-                renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
-                self._write_lease(folder, lease.owner, lease.token, renewed.expires_at)
-                return renewed
-
-        result: Lease = await self._run(renew)
-        return result
-
-    async def release_lease(self, lease: Lease) -> None:
-        def release() -> None:
-            folder = self._dir(lease.context_id)
-            with contextlib.suppress(ContextNotFound), self._context(folder, lease.context_id):
-                old = _read_lease(folder)
-                if old is not None and old["token"] == lease.token and old["owner"] is not None:
-                    self._write_lease(folder, None, lease.token, old["expires_at"])
-
-        await self._run(release)
-
-    async def lease(self, context_id: str) -> Lease | None:
-        def read() -> Lease | None:
-            data = _read_lease(self._dir(context_id))
-            if data is None or data["owner"] is None:
-                return None
-            return Lease(context_id, data["owner"], data["token"], float(data["expires_at"]))
-
-        result: Lease | None = await self._run(read)
-        return result

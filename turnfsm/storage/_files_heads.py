@@ -28,23 +28,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import ContextNotFound, StoreError
 from ..model import ChatContext, MessageNode
 from ._base import Commit, StepLog, in_order
+from ._files_json import TAIL, _read_bytes, _safe_name, _validated
 from ._files_records import (
-    TAIL,
     _file_id,
+    _Metadata,
+    _read_message,
+    _read_state,
+    _StepLine,
+    _Stored,
+)
+from ._files_write import (
     _id_line,
     _index_head,
     _index_tail,
     _index_text,
-    _Metadata,
     _metadata_text,
-    _read_bytes,
-    _read_message,
-    _read_state,
     _record_text,
-    _safe_name,
-    _StepLine,
-    _Stored,
-    _validated,
 )
 from ._outline import ContextOutline, pending_of_branch
 from ._schema import context_problems, json_path, step_problem
@@ -189,6 +188,17 @@ class _Head:
         if commit.branches:  # the pool's order as read back: branches, then detached
             order = [m for b in ctx.branches.values() for m in b.message_ids]
             order += self.detached
+        changed = self._replace(commit)
+        self._append_all(commit, changed, order)
+        for name in changed:
+            self.index_branch(name)
+        self._detach(commit, order)
+        commit.apply_head(ctx)
+
+    def _replace(self, commit: Commit) -> set[str]:
+        """The branches and the messages the commit replaces; the names of the
+        branches whose index entries must be made again."""
+        ctx = self.ctx
         changed = set()
         for b in commit.branches:
             ctx.branches[b.name] = dataclasses.replace(b, message_ids=list(b.message_ids))
@@ -198,6 +208,12 @@ class _Head:
             if self.pool[node.id] != listed:  # the index lists what it changed
                 self.pool[node.id] = listed
                 changed.update(ctx.branches)
+        return changed
+
+    def _append_all(self, commit: Commit, changed: set[str], order: list[str] | None) -> None:
+        """The messages the commit appends, each to its branch (and its index
+        entry, unless the branch's is made again anyway)."""
+        ctx = self.ctx
         for name, node in commit.appended:
             listed = _index_head(node.id, node.message)
             if self.pool.setdefault(node.id, listed) != listed:  # stored again, changed
@@ -208,15 +224,15 @@ class _Head:
             ctx.branches[name].message_ids.append(node.id)
             if name not in changed:
                 self.append(name, node.id)
-        for name in changed:
-            self.index_branch(name)
+
+    def _detach(self, commit: Commit, order: list[str] | None) -> None:
+        """The pool's messages no branch names, after the commit."""
         if order is not None:
-            on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
+            on_branches = {m for b in self.ctx.branches.values() for m in b.message_ids}
             self.detached = [m for m in dict.fromkeys(order) if m not in on_branches]
         elif self.detached and commit.appended:
             added = {node.id for _, node in commit.appended}
             self.detached = [m for m in self.detached if m not in added]
-        commit.apply_head(ctx)
 
 
 # ---------------------------------------------------------------------- partial reads

@@ -1,27 +1,36 @@
-"""The files store's records: how each of a context's files is made and read
-back (validated strictly), and the commit journal's format. The layout and
-the crash rules are :mod:`turnfsm.storage._files`'s, which does the writing.
-"""
+"""The files store's reading of a context: ``metadata.json`` (brought up from
+older schema versions), the message files, the records of ``commits.jsonl``
+laid over them, the summary ``list_contexts`` shows and ``lease.json``; every
+file validated strictly, and the context as a whole after. The journal
+(:mod:`turnfsm.storage._files_journal`) and the texts a commit writes
+(:mod:`turnfsm.storage._files_write`) go by their names here too."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import secrets
-import zlib
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ContextNotFound, SchemaVersionError, StoreError
-from ..model import SCHEMA_VERSION, ChatContext, InternalMessage, MessageNode
+from ..errors import ContextNotFound, StoreError
+from ..model import SCHEMA_VERSION, ChatContext, MessageNode
 from ..records import from_json, to_python
 from ._files_foreign import ForeignContextFolder, is_foreign
+from ._files_journal import JOURNAL, _check_journal, _journal_bytes, _parse_journal
+from ._files_json import TAIL, _json_document, _read_bytes, _record_version, _safe_name, _validated
+from ._files_write import (
+    _dumps,
+    _id_line,
+    _index_of,
+    _message_file,
+    _metadata_of,
+    _metadata_text,
+)
 from ._schema import (
     check_version,
     context_problems,
@@ -29,17 +38,7 @@ from ._schema import (
     upcast_branch,
     upcast_context,
     upcast_message,
-    validation_problem,
 )
-
-JOURNAL = "commit.journal"
-_JOURNAL_FORMAT = 1
-_JOURNAL_TAIL_FORMAT = 2
-"""A journal that appends to ``commits.jsonl`` or empties it: its header has ``tail``."""
-TAIL = "commits.jsonl"
-"""The commits since ``metadata.json`` and ``message_index.json`` were last
-written whole: one record (a JSON line) each."""
-_M = TypeVar("_M")
 
 # ---------------------------------------------------------------------- reading
 
@@ -94,51 +93,6 @@ class _Summary(BaseModel):
     updated_at: datetime
     parent_id: str | None = None
     config: _SummaryConfig | None = None
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
-def _json_document(raw: bytes, path: Path | str) -> Any:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise StoreError(
-            f"{path}: not UTF-8 text (byte {exc.start}); the file is left as it is"
-        ) from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from None
-
-
-def _validated(model: type[_M], raw: bytes, path: Path | str) -> _M:
-    """``raw`` as ``model``, strictly, or a StoreError naming the file and the field."""
-    try:
-        return from_json(model, raw, strict=True)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            _json_document(raw, path)  # says why (not UTF-8, not JSON)
-        raise StoreError(f"{path}: {validation_problem(exc)}; the file is left as it is") from None
-
-
-def _record_version(raw: bytes, path: Path | str) -> tuple[dict[str, Any], int]:
-    """A stored JSON object and its schema version (refused when newer)."""
-    data = _json_document(raw, path)
-    if not isinstance(data, dict):
-        raise StoreError(f"{path}: $: expected a JSON object, found {type(data).__name__}")
-    version = check_version(data.pop("schema_version", None), where=f"{path}: $.schema_version")
-    return data, version
-
-
-def _safe_name(name: str) -> bool:
-    return bool(name) and "/" not in name and "\x00" not in name and name not in (".", "..")
 
 
 def _node_of(file: _MessageFile) -> MessageNode:
@@ -394,38 +348,6 @@ def _read_summary(folder: Path) -> _Summary:
     return _validated(_Summary, _read_bytes(path), path)
 
 
-def _record_text(
-    ctx: ChatContext,
-    detached: list[str],
-    steps_bytes: int,
-    branches: Mapping[str, list[str]],
-    appended: Sequence[tuple[str, MessageNode]],
-    replaced: Sequence[MessageNode],
-) -> bytes:
-    """A record of ``commits.jsonl`` (see :class:`_TailRecord`), one line."""
-    empty = {name: dataclasses.replace(b, message_ids=[]) for name, b in ctx.branches.items()}
-    small = dataclasses.replace(ctx, branches=empty, message_pool={})
-    doc = {
-        "version": ctx.version,
-        "metadata": {
-            "schema_version": SCHEMA_VERSION,
-            **to_python(small, exclude={"message_pool"}),
-            "detached_message_ids": detached,
-            "steps_bytes": steps_bytes,
-        },
-        "branches": branches,
-        "appended": [[name, node.id, *_entry(node.message)] for name, node in appended],
-        "replaced": [[node.id, *_entry(node.message)] for node in replaced],
-    }
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text.encode() + b"\n"
-
-
-def _entry(msg: InternalMessage) -> list[str]:
-    """A message's role, type and time as ``message_index.json`` lists them."""
-    return [str(msg.role), str(msg.message_type), msg.metadata.created_at.isoformat()]
-
-
 def _read_context(folder: Path, context_id: str) -> tuple[ChatContext, _Stored]:
     """The whole context in ``folder``, validated, and its metadata as stored
     (with the committed length of its steps)."""
@@ -473,227 +395,24 @@ def _read_lease(folder: Path) -> dict[str, Any] | None:
     return data
 
 
-# ---------------------------------------------------------------------- the journal
-
-
-def _journal_bytes(
-    context_id: str,
-    from_version: int,
-    to_version: int,
-    files: list[tuple[str, bytes]],
-    steps: tuple[int, bytes] | None,
-    tail: tuple[int, bytes] | None = None,
-) -> bytes:
-    """A header line (JSON), then the bodies: every file's content, the steps,
-    then what goes at ``tail[0]`` of ``commits.jsonl`` (a journal without it is
-    of format 1, as before the tail existed)."""
-    body = b"".join(data for _, data in files) + (steps[1] if steps else b"")
-    header: dict[str, Any] = {
-        "turnfsm_journal": _JOURNAL_FORMAT if tail is None else _JOURNAL_TAIL_FORMAT,
-        "context": context_id,
-        "from_version": from_version,
-        "to_version": to_version,
-        "files": [[name, len(data)] for name, data in files],
-        "steps": [steps[0], len(steps[1])] if steps else None,
-    }
-    if tail is not None:
-        header["tail"] = [tail[0], len(tail[1])]
-        body += tail[1]
-    header["crc32"] = zlib.crc32(body)
-    return json.dumps(header).encode() + b"\n" + body
-
-
-class _JournalHeader(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    turnfsm_journal: int
-    context: str
-    from_version: int
-    to_version: int
-    files: list[tuple[str, int]]
-    steps: tuple[int, int] | None
-    tail: tuple[int, int] | None = None
-    crc32: int
-
-
-def _journal_file_name(name: str) -> bool:
-    """What a journal may write: the two head files and message files."""
-    if name in ("metadata.json", "message_index.json"):
-        return True
-    folder, _, file = name.partition("/")
-    return folder == "messages" and file.endswith(".json") and _safe_name(file)
-
-
-_Parsed = tuple[
-    _JournalHeader, list[tuple[str, bytes]], tuple[int, bytes] | None, tuple[int, bytes] | None
+__all__ = [
+    "JOURNAL",
+    "TAIL",
+    "_check_journal",
+    "_dumps",
+    "_file_id",
+    "_id_line",
+    "_index_of",
+    "_journal_bytes",
+    "_message_file",
+    "_metadata_of",
+    "_metadata_text",
+    "_parse_journal",
+    "_read_bytes",
+    "_read_context",
+    "_read_lease",
+    "_read_message",
+    "_read_metadata",
+    "_read_summary",
+    "_safe_name",
 ]
-
-
-def _check_journal(
-    folder: Path,
-    context_id: str,
-    header: _JournalHeader,
-    files: list[tuple[str, bytes]],
-    tail: tuple[int, bytes] | None,
-) -> None:
-    """Refuse a journal that does not follow on from what is stored: its first
-    version must be the stored one (the last record's of ``commits.jsonl``
-    before the journal's own, else ``metadata.json``'s), or its last one
-    ``metadata.json``'s when it writes the whole files and got that far."""
-    meta = folder / "metadata.json"
-    data = _json_document(_read_bytes(meta), meta)
-    version = data.get("version") if isinstance(data, dict) else None
-    placed = version == header.to_version and any(n == "metadata.json" for n, _ in files)
-    if not placed:  # the whole tail when the journal empties it: that comes last
-        log = folder / TAIL
-        try:
-            raw = _read_bytes(log)
-        except (FileNotFoundError, NotADirectoryError):
-            raw = b""
-        if tail is not None and tail[1]:
-            raw = raw[: tail[0]]
-        last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :] if raw else b""
-        if last:
-            record = _json_document(last, log)
-            version = record.get("version") if isinstance(record, dict) else None
-    if header.context != context_id or (not placed and version != header.from_version):
-        raise StoreError(
-            f"{folder / JOURNAL}: a commit journal of context {header.context!r} from version "
-            f"{header.from_version} to {header.to_version}, but {meta} (and {TAIL}) "
-            f"hold context {context_id!r} at version {version!r}; both are left as they are"
-        )
-
-
-def _parse_journal(raw: bytes, path: Path) -> _Parsed:
-    """A journal's header, files, steps and tail (each as ``_journal_bytes`` took them)."""
-    head, sep, body = raw.partition(b"\n")
-    if not sep:
-        raise StoreError(f"{path}: a damaged commit journal (no header line); left as it is")
-    header = _validated(_JournalHeader, head, path)
-    if header.turnfsm_journal not in (_JOURNAL_FORMAT, _JOURNAL_TAIL_FORMAT):
-        raise SchemaVersionError(
-            f"{path} (journal format)", header.turnfsm_journal, _JOURNAL_TAIL_FORMAT
-        )
-    if (header.tail is not None) != (header.turnfsm_journal == _JOURNAL_TAIL_FORMAT):
-        raise StoreError(f"{path}: a damaged commit journal (its tail and its format disagree)")
-    steps_size = header.steps[1] if header.steps else 0
-    tail_size = header.tail[1] if header.tail else 0
-    size = sum(n for _, n in header.files) + steps_size + tail_size
-    if len(body) != size or zlib.crc32(body) != header.crc32:
-        raise StoreError(f"{path}: a damaged commit journal (its body does not match its header)")
-    files = []
-    at = 0
-    for name, n in header.files:
-        if not _journal_file_name(name):
-            raise StoreError(f"{path}: a damaged commit journal (file name {name!r})")
-        files.append((name, body[at : at + n]))
-        at += n
-    steps = (header.steps[0], body[at : at + steps_size]) if header.steps else None
-    at += steps_size
-    tail = (header.tail[0], body[at:]) if header.tail else None
-    return header, files, steps, tail
-
-
-# ---------------------------------------------------------------------- writing
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, indent=2, default=str).encode() + b"\n"
-
-
-def _metadata_of(ctx: ChatContext, steps_bytes: int) -> dict[str, Any]:
-    data = to_python(ctx, exclude={"message_pool"})
-    on_branches = {m for b in ctx.branches.values() for m in b.message_ids}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        **data,
-        "detached_message_ids": [m for m in ctx.message_pool if m not in on_branches],
-        "steps_bytes": steps_bytes,
-    }
-
-
-def _json_str(text: str) -> str:
-    """A string as ``_dumps`` writes it (the same encoder: ``ensure_ascii=False``)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _index_head(mid: str, msg: InternalMessage) -> str:
-    """A message's entry in ``message_index.json`` up to its branch, as ``_dumps``
-    writes it inside the ``messages`` list (made by hand: the indenting encoder
-    is pure Python, and this runs once per message, not per commit)."""
-    return (
-        f'    {{\n      "id": {_json_str(mid)},\n      "role": {_json_str(str(msg.role))},\n'
-        f'      "message_type": {_json_str(str(msg.message_type))},\n'
-        f'      "created_at": {_json_str(msg.metadata.created_at.isoformat())},\n'
-        '      "branch": '
-    )
-
-
-def _index_tail(branch: str) -> str:
-    """What ends an entry of ``branch`` (see :func:`_index_head`)."""
-    return f"{_json_str(branch)}\n    }}"
-
-
-def _index_text(entries: Sequence[bytes | bytearray]) -> bytes:
-    """``message_index.json`` from its entries, each branch's joined with ``",\\n"``."""
-    parts = [part for part in entries if part]
-    if not parts:
-        return b'{\n  "messages": []\n}\n'
-    return b"".join([b'{\n  "messages": [\n', b",\n".join(parts), b"\n  ]\n}\n"])
-
-
-def _index_of(ctx: ChatContext) -> bytes:
-    pool = ctx.message_pool
-    heads = {mid: _index_head(mid, node.message) for mid, node in pool.items()}
-    return _index_text(
-        [
-            ",\n".join([heads[mid] + tail for mid in branch.message_ids]).encode()
-            for tail, branch in ((_index_tail(name), b) for name, b in ctx.branches.items())
-        ]
-    )
-
-
-def _id_line(mid: str) -> bytes:
-    """A message id as a line of a ``message_ids`` list in ``metadata.json``."""
-    return f"        {_json_str(mid)}".encode()
-
-
-def _metadata_text(
-    ctx: ChatContext, ids: Mapping[str, bytes | bytearray], detached: list[str], steps_bytes: int
-) -> bytes:
-    """``_dumps(_metadata_of(ctx, steps_bytes))``, byte for byte, without encoding
-    every message id again: ``ids`` holds each branch's ``message_ids`` lines
-    already encoded and joined with ``",\\n"`` (:func:`_id_line`); the rest of
-    the document is small. ``ctx.message_pool`` is not used."""
-    empty = {name: dataclasses.replace(b, message_ids=[]) for name, b in ctx.branches.items()}
-    head = dataclasses.replace(ctx, branches=empty, message_pool={})
-    data = to_python(head, exclude={"message_pool"})
-    token = f"turnfsm-ids-{secrets.token_hex(8)}"
-    for i, name in enumerate(ctx.branches):
-        data["branches"][name]["message_ids"] = f"{token}-{i}"
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        **data,
-        "detached_message_ids": detached,
-        "steps_bytes": steps_bytes,
-    }
-    text = (json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n").encode()
-    parts: list[bytes | bytearray] = []
-    at = 0
-    for i, name in enumerate(ctx.branches):
-        mark = f'"{token}-{i}"'.encode()
-        found = text.find(mark, at)
-        if found < 0 or text.find(mark, found + 1) >= 0:  # cannot happen: a random token
-            raise StoreError(f"cannot write the metadata of context {ctx.id!r}")
-        listed = ids[name]
-        parts.append(text[at:found])
-        parts += [b"[\n", listed, b"\n      ]"] if listed else [b"[]"]
-        at = found + len(mark)
-    parts.append(text[at:])
-    return b"".join(parts)
-
-
-def _message_file(node: MessageNode) -> tuple[str, bytes]:
-    if not _safe_name(node.id):
-        raise StoreError(f"message id {node.id!r} cannot be a file name")
-    data = {"schema_version": SCHEMA_VERSION, **to_python(node)}
-    return f"messages/{node.id}.json", _dumps(data)

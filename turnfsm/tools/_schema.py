@@ -179,16 +179,11 @@ def _has_own_description(annotation: Any) -> bool:
     )
 
 
-def binder_from_function(
-    fn: Callable[..., Any], tool_name: str, arg_docs: Mapping[str, str]
-) -> tuple[dict[str, Any], Binder]:
-    """The JSON schema of ``fn``'s parameters and a binder validating with a pydantic model.
-
-    Raises :class:`ToolDefinitionError` naming the function and the parameter when a
-    parameter is not annotated, is ``*args`` / ``**kwargs`` / positional-only, or its
-    type cannot be described as JSON schema.
-    """
-    what = f"tool function {getattr(fn, '__qualname__', fn)!r}"
+def _signature_and_hints(
+    fn: Callable[..., Any], what: str
+) -> tuple[inspect.Signature, dict[str, Any]]:
+    """``fn``'s signature and its resolved type hints (ToolDefinitionError when
+    either cannot be read)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
@@ -203,6 +198,20 @@ def binder_from_function(
         raise ToolDefinitionError(
             f"{what}: cannot resolve its type annotations: {type(exc).__name__}: {exc}"
         ) from exc
+    return signature, hints
+
+
+def binder_from_function(
+    fn: Callable[..., Any], tool_name: str, arg_docs: Mapping[str, str]
+) -> tuple[dict[str, Any], Binder]:
+    """The JSON schema of ``fn``'s parameters and a binder validating with a pydantic model.
+
+    Raises :class:`ToolDefinitionError` naming the function and the parameter when a
+    parameter is not annotated, is ``*args`` / ``**kwargs`` / positional-only, or its
+    type cannot be described as JSON schema.
+    """
+    what = f"tool function {getattr(fn, '__qualname__', fn)!r}"
+    signature, hints = _signature_and_hints(fn, what)
 
     fields: dict[str, Any] = {}
     renames: dict[str, str] = {}

@@ -53,33 +53,30 @@ import hashlib
 import logging
 import re
 import shlex
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-try:
-    import mcp_types as mt
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-    from mcp.shared.exceptions import MCPError
-except ImportError as exc:  # pragma: no cover - the extra is installed in tests
-    raise ImportError(
-        f"turnfsm.tools.mcp needs the mcp extra ({exc.name} is missing): "
-        "pip install 'turnfsm[mcp]'",
-        name=exc.name,
-    ) from exc
-
 from turnfsm.errors import ToolDefinitionError, ToolsetError
 
+from ._mcp_results import describe, outcome_of
+from ._mcp_transport import (
+    Client,
+    Connection,
+    MCPError,
+    StdioServerParameters,
+    client_info,
+    create_mcp_http_client,
+    maybe,
+    mt,
+    streamable_http_client,
+    transport_of,
+)
 from ._schema import InvalidArguments, binder_from_spec
 from ._spec import Approval, ApprovalPolicy, Tool, ToolOutcome, _normalise_policy
 
@@ -159,22 +156,6 @@ class _Remote:
         return await self.server.call(self.name, arguments)
 
 
-class _Connection:
-    """One connection to the server (stdio: one process), held open by one task."""
-
-    __slots__ = ("client", "done", "stop", "why")
-
-    def __init__(self) -> None:
-        self.client: Client | None = None
-        self.why: str | None = None
-        self.stop = anyio.Event()
-        self.done = anyio.Event()
-
-    @property
-    def alive(self) -> bool:
-        return self.client is not None and not self.stop.is_set()
-
-
 class MCPServer:
     """One MCP server as a :class:`~turnfsm.tools.Toolset`.
 
@@ -224,7 +205,7 @@ class MCPServer:
         self._tools: tuple[MCPTool, ...] = ()
         self._listeners: list[Callable[[], None]] = []
         self._group: TaskGroup | None = None
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._lock: anyio.Lock | None = None
         self._listing: anyio.Event | None = None
         self._closed = False
@@ -352,7 +333,7 @@ class MCPServer:
             await self.aclose()
             if isinstance(exc, Exception):
                 raise ToolsetError(
-                    f"MCP server {self.name!r} could not be started: {_describe(exc)}"
+                    f"MCP server {self.name!r} could not be started: {describe(exc)}"
                 ) from exc
             raise
 
@@ -384,7 +365,7 @@ class MCPServer:
             with anyio.fail_after(self.start_timeout):
                 conn, client = await self._client()
         except Exception as exc:
-            why = f"{who}: the server is not available: {_describe(exc)}"
+            why = f"{who}: the server is not available: {describe(exc)}"
             return ToolOutcome(False, {"error": why})
         result: mt.CallToolResult | None = None
         try:
@@ -397,9 +378,9 @@ class MCPServer:
                 return ToolOutcome(False, {"error": f"{who}: {why}; {self._again}"})
             return ToolOutcome.of(False, {"error": f"{who}: {exc.message}", "code": exc.code})
         except Exception as exc:  # the connection failed, or the answer had the wrong shape
-            self._drop(conn, _describe(exc))
+            self._drop(conn, describe(exc))
             what = "the server's answer was not MCP" if isinstance(exc, ValueError) else "failed"
-            return ToolOutcome(False, {"error": f"{who}: {what} ({_describe(exc)}); {self._again}"})
+            return ToolOutcome(False, {"error": f"{who}: {what} ({describe(exc)}); {self._again}"})
         if result is None:
             self._drop(conn, f"no answer within {self.timeout:g}s")
             why = f"{who}: no answer within {self.timeout:g}s; {self._again}"
@@ -414,7 +395,7 @@ class MCPServer:
 
     # ------------------------------------------------------------------ connections
 
-    async def _client(self) -> tuple[_Connection, Client]:
+    async def _client(self) -> tuple[Connection, Client]:
         """The live connection, opened again when the last one was dropped."""
         conn = self._conn
         if conn is not None and conn.alive:
@@ -434,9 +415,9 @@ class MCPServer:
             assert conn.client is not None
             return conn, conn.client
 
-    async def _open(self) -> _Connection:
+    async def _open(self) -> Connection:
         assert self._group is not None
-        conn = _Connection()
+        conn = Connection()
         try:
             await self._group.start(self._hold, conn)
         except Exception as exc:
@@ -448,19 +429,19 @@ class MCPServer:
         self.restarts += 1
         return conn
 
-    async def _retire(self, conn: _Connection) -> None:
+    async def _retire(self, conn: Connection) -> None:
         conn.stop.set()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT):
             await conn.done.wait()
 
-    def _drop(self, conn: _Connection, why: str) -> None:
+    def _drop(self, conn: Connection, why: str) -> None:
         if not conn.stop.is_set():
             if conn.client is not None:  # while it starts, the error raised says why
                 _log.warning("MCP server %r: %s; closing the connection", self.name, why)
             conn.why = why
             conn.stop.set()
 
-    async def _hold(self, conn: _Connection, *, task_status: TaskStatus[None]) -> None:
+    async def _hold(self, conn: Connection, *, task_status: TaskStatus[None]) -> None:
         """Open the connection, report it, and keep it open until asked to stop.
         Runs in the server's task group: after it reported, nothing escapes it."""
         started = False
@@ -473,15 +454,15 @@ class MCPServer:
             else:
                 url, headers = target
                 http = create_mcp_http_client(headers=headers or None)
-            async with _maybe(http):
+            async with maybe(http):
                 if http is not None:
                     transport = streamable_http_client(url, http_client=http)
                 async with Client(
-                    _stdio(transport, self._stderr),
+                    transport_of(transport, self._stderr),
                     mode="legacy",
                     message_handler=handler,
                     cache=None,
-                    client_info=mt.Implementation(name="turnfsm", version=_version()),
+                    client_info=client_info(),
                 ) as client:
                     conn.client = client
                     info = client.server_info
@@ -493,17 +474,17 @@ class MCPServer:
         except Exception as exc:
             if not started:
                 raise
-            _log.warning("MCP server %r: the connection ended: %s", self.name, _describe(exc))
+            _log.warning("MCP server %r: the connection ended: %s", self.name, describe(exc))
         finally:
             conn.client = None
             conn.stop.set()
             conn.done.set()
 
-    async def _on_message(self, conn: _Connection, message: Any) -> None:
+    async def _on_message(self, conn: Connection, message: Any) -> None:
         """Notifications from the server: a changed tool list is listed again; an
         exception (a line that is not JSON-RPC) ends the connection."""
         if isinstance(message, Exception):
-            self._drop(conn, f"it sent what is not MCP ({_describe(message)})")
+            self._drop(conn, f"it sent what is not MCP ({describe(message)})")
         elif isinstance(message, mt.ToolListChangedNotification):
             group = self._group
             if group is not None and conn.alive:
@@ -511,7 +492,7 @@ class MCPServer:
                 self._listing = done
                 group.start_soon(self._relist, conn, done)
 
-    async def _relist(self, conn: _Connection, done: anyio.Event) -> None:
+    async def _relist(self, conn: Connection, done: anyio.Event) -> None:
         try:
             with anyio.fail_after(self.timeout):
                 self._set_tools(await self._list(conn))
@@ -527,7 +508,7 @@ class MCPServer:
             with anyio.move_on_after(self.timeout):
                 await listing.wait()
 
-    async def _list(self, conn: _Connection) -> tuple[MCPTool, ...]:
+    async def _list(self, conn: Connection) -> tuple[MCPTool, ...]:
         client = conn.client
         if client is None:
             raise ToolsetError(f"MCP server {self.name!r}: not connected")
@@ -611,88 +592,3 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 
 def _pass_through(arguments: dict[str, Any]) -> dict[str, Any]:
     return arguments
-
-
-def _stdio(target: Any, stderr: IO[str] | None) -> Any:
-    """The SDK's client target; a stdio server's stderr goes where it was asked."""
-    if isinstance(target, StdioServerParameters):
-        from mcp.client.stdio import stdio_client
-
-        return stdio_client(target, errlog=cast(TextIO, _errlog(stderr)))
-    return target
-
-
-def _errlog(stderr: IO[str] | None) -> Any:
-    """Where a stdio server's stderr goes: ``stderr``, else this process's stderr
-    when it is a file (it is not under a notebook or pytest's capsys), else nowhere."""
-    if stderr is not None:
-        return stderr
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return subprocess.DEVNULL
-    return sys.stderr
-
-
-class _maybe:
-    """``async with`` an optional async resource."""
-
-    def __init__(self, resource: Any) -> None:
-        self._resource = resource
-
-    async def __aenter__(self) -> Any:
-        if self._resource is not None:
-            await self._resource.__aenter__()
-        return self._resource
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self._resource is not None:
-            await self._resource.__aexit__(*exc)
-
-
-def outcome_of(result: mt.CallToolResult, who: str = "the tool") -> ToolOutcome:
-    """The outcome of a ``tools/call`` result (the rules in the module docstring)."""
-    blocks = result.content
-    texts = [b.text for b in blocks if isinstance(b, mt.TextContent)]
-    only_text = len(texts) == len(blocks)
-    structured = result.structured_content
-
-    def wire() -> list[Any]:
-        return [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
-
-    if result.is_error:
-        error: dict[str, Any] = {"error": "\n".join(texts) or "the tool reported an error"}
-        if not only_text:
-            error["content"] = wire()
-        if structured is not None:
-            error["structuredContent"] = structured
-        return ToolOutcome.of(False, error, who)
-    value: Any
-    if structured is not None:
-        value = structured if only_text else {"content": wire(), "structuredContent": structured}
-    elif only_text and len(texts) == 1:
-        value = texts[0]
-    else:
-        value = {"content": wire()}
-    return ToolOutcome.of(True, value, who)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _describe(exc.exceptions[0])
-    try:
-        text = "; ".join(line.strip() for line in str(exc).splitlines()[:3])
-    except Exception:
-        text = ""
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
-
-
-@functools.cache
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("turnfsm")
-    except PackageNotFoundError:  # pragma: no cover - a source tree
-        return "0"

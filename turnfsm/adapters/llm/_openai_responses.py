@@ -461,83 +461,91 @@ class ResponsesStreamAssembler:
         kind = data.get("type")
         if not isinstance(kind, str):
             raise MalformedChunk(f"an event without a 'type': {short(data)}")
-        if kind == "response.output_text.delta":
-            if data.get("logprobs"):
-                tokens = expect_list(data.get("logprobs"), "'logprobs'")
-                self._logprobs = (self._logprobs or []) + tokens
-            text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
-            if text:
-                self._text.append(text)
-                return [TextDelta(text)]
-            return []
-        if kind == "response.refusal.delta":
-            self._refusal.append(opt_str(data.get("delta"), f"'{kind}' delta") or "")
-            return []
-        if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
-            if not text:
-                return []
-            part = (
-                kind,
-                data.get("item_id"),
-                data.get("output_index"),
-                data.get("summary_index", data.get("content_index")),
-            )
-            out: list[LLMChunk] = []
-            if self._part is not None and part != self._part:
-                self._thinking.append(SUMMARY_SEPARATOR)
-                out.append(ThinkingDelta(SUMMARY_SEPARATOR))
-            self._part = part
-            self._thinking.append(text)
-            out.append(ThinkingDelta(text))
-            return out
-        if kind in ("response.output_item.added", "response.output_item.done"):
-            item = expect_dict(data.get("item"), f"'{kind}' item")
-            index = data.get("output_index")
-            if kind == "response.output_item.done" and isinstance(index, int):
-                self._done[index] = item
-            if item.get("type") != "function_call":
-                return []
-            found = self._call_for({**data, "item_id": item.get("id")})
-            if found is None:
-                return [self._add_call(data, item)]
-            if kind == "response.output_item.done":  # the final values win
-                call = found[1]
-                call.id = opt_str(item.get("call_id"), "'call_id'") or call.id
-                call.name = opt_str(item.get("name"), "'name'") or call.name
-                args = opt_str(item.get("arguments"), "'arguments'")
-                call.arguments = args if args is not None else call.arguments
-            return []
-        if kind == "response.function_call_arguments.delta":
-            found = self._call_for(data)
-            if found is None:
-                raise MalformedChunk(
-                    f"arguments for a function call never announced: {short(data)}"
-                )
-            piece = opt_str(data.get("delta"), "'arguments' delta") or ""
-            found[1].arguments += piece
-            return [ToolCallDelta(index=found[0], arguments=piece)] if piece else []
-        if kind == "response.function_call_arguments.done":
-            found = self._call_for(data)
-            args = opt_str(data.get("arguments"), "'arguments'")
-            if found is not None and args is not None:
-                found[1].arguments = args
-            return []
-        if kind in ("response.completed", "response.incomplete"):
-            self._final = expect_dict(data.get("response"), f"'{kind}' response")
-            return []
-        if kind == "response.failed":
-            raise _response_error(
-                expect_dict(data.get("response"), "'response.failed' response"),
-                "the response failed",
-            )
-        if kind == "error":
-            raise StreamErrorEvent(
-                str(data.get("message") or "the server reported an error"),
-                code=data.get("code"),
-                type=data.get("type") if data.get("type") != "error" else None,
-            )
+        on = _ON_EVENT.get(kind)
+        return on(self, kind, data) if on is not None else []
+
+    def _text_delta(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        if data.get("logprobs"):
+            tokens = expect_list(data.get("logprobs"), "'logprobs'")
+            self._logprobs = (self._logprobs or []) + tokens
+        text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
+        if text:
+            self._text.append(text)
+            return [TextDelta(text)]
         return []
+
+    def _refusal_delta(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        self._refusal.append(opt_str(data.get("delta"), f"'{kind}' delta") or "")
+        return []
+
+    def _reasoning_delta(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        text = opt_str(data.get("delta"), f"'{kind}' delta") or ""
+        if not text:
+            return []
+        part = (
+            kind,
+            data.get("item_id"),
+            data.get("output_index"),
+            data.get("summary_index", data.get("content_index")),
+        )
+        out: list[LLMChunk] = []
+        if self._part is not None and part != self._part:
+            self._thinking.append(SUMMARY_SEPARATOR)
+            out.append(ThinkingDelta(SUMMARY_SEPARATOR))
+        self._part = part
+        self._thinking.append(text)
+        out.append(ThinkingDelta(text))
+        return out
+
+    def _output_item(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        item = expect_dict(data.get("item"), f"'{kind}' item")
+        index = data.get("output_index")
+        if kind == "response.output_item.done" and isinstance(index, int):
+            self._done[index] = item
+        if item.get("type") != "function_call":
+            return []
+        found = self._call_for({**data, "item_id": item.get("id")})
+        if found is None:
+            return [self._add_call(data, item)]
+        if kind == "response.output_item.done":  # the final values win
+            call = found[1]
+            call.id = opt_str(item.get("call_id"), "'call_id'") or call.id
+            call.name = opt_str(item.get("name"), "'name'") or call.name
+            args = opt_str(item.get("arguments"), "'arguments'")
+            call.arguments = args if args is not None else call.arguments
+        return []
+
+    def _arguments_delta(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        found = self._call_for(data)
+        if found is None:
+            raise MalformedChunk(f"arguments for a function call never announced: {short(data)}")
+        piece = opt_str(data.get("delta"), "'arguments' delta") or ""
+        found[1].arguments += piece
+        return [ToolCallDelta(index=found[0], arguments=piece)] if piece else []
+
+    def _arguments_done(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        found = self._call_for(data)
+        args = opt_str(data.get("arguments"), "'arguments'")
+        if found is not None and args is not None:
+            found[1].arguments = args
+        return []
+
+    def _completed(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        self._final = expect_dict(data.get("response"), f"'{kind}' response")
+        return []
+
+    def _failed(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        raise _response_error(
+            expect_dict(data.get("response"), "'response.failed' response"),
+            "the response failed",
+        )
+
+    def _error(self, kind: str, data: dict[str, Any]) -> list[LLMChunk]:
+        raise StreamErrorEvent(
+            str(data.get("message") or "the server reported an error"),
+            code=data.get("code"),
+            type=data.get("type") if data.get("type") != "error" else None,
+        )
 
     def finish(self) -> LLMResponse:
         final = self._final
@@ -573,3 +581,23 @@ class ResponsesStreamAssembler:
             phase=whole.phase,
             logprobs=self._logprobs or whole.logprobs or None,
         )
+
+
+_OnEvent = Callable[[ResponsesStreamAssembler, str, dict[str, Any]], list[LLMChunk]]
+
+_ON_EVENT: dict[str, _OnEvent] = {
+    "response.output_text.delta": ResponsesStreamAssembler._text_delta,
+    "response.refusal.delta": ResponsesStreamAssembler._refusal_delta,
+    "response.reasoning_summary_text.delta": ResponsesStreamAssembler._reasoning_delta,
+    "response.reasoning_text.delta": ResponsesStreamAssembler._reasoning_delta,
+    "response.output_item.added": ResponsesStreamAssembler._output_item,
+    "response.output_item.done": ResponsesStreamAssembler._output_item,
+    "response.function_call_arguments.delta": ResponsesStreamAssembler._arguments_delta,
+    "response.function_call_arguments.done": ResponsesStreamAssembler._arguments_done,
+    "response.completed": ResponsesStreamAssembler._completed,
+    "response.incomplete": ResponsesStreamAssembler._completed,
+    "response.failed": ResponsesStreamAssembler._failed,
+    "error": ResponsesStreamAssembler._error,
+}
+"""What each kind of event does to the answer being assembled (the chunks it
+gives); a kind not here is ignored."""

@@ -342,17 +342,8 @@ def _branch(value: Any, path: str, name: str, ids: Ids) -> tuple[dict[str, Any],
     return branch, unmapped_fields(obj, _BRANCH_KEYS)
 
 
-def import_chat_context(
-    data: Any, *, now: datetime | None = None, ids: Ids | None = None
-) -> ChatContext:
-    """The architecture's context document as a :class:`ChatContext` (see the module)."""
-    ids = uuid_hex if ids is None else ids
-    doc = expect_object(data, "$")
-    check_source(doc)
-    now = resolve_now(now)
-    created = parse_timestamp(doc.get("created_at"), "$.created_at") or now
-    updated = parse_timestamp(doc.get("updated_at"), "$.updated_at") or created
-    config = expect_object(doc.get("config") or {}, "$.config")
+def _state_at_rest(doc: dict[str, Any]) -> str:
+    """The document's state: one of the table's, and at rest."""
     state = expect_string(doc.get("current_state", State.IDLE.value), "$.current_state")
     if state not in {s.value for s in State}:
         raise InvalidInput("$.current_state", f"{state!r} is not a state of the table")
@@ -362,6 +353,11 @@ def import_chat_context(
             f"{state!r} is the middle of a turn: only a context at rest (Idle, "
             "AwaitingToolApproval, PermanentFailure) can be imported",
         )
+    return state
+
+
+def _pool(doc: dict[str, Any], created: datetime) -> dict[str, Any]:
+    """The message pool's nodes (a node's unknown fields kept in its message's extra)."""
     pool: dict[str, Any] = {}
     raw_pool = expect_object(doc.get("message_pool"), "$.message_pool")
     for mid, node in raw_pool.items():
@@ -383,8 +379,12 @@ def import_chat_context(
             "message": message,
             "parent_id": _optional_id(obj.get("parent_id"), f"{path}.parent_id"),
         }
+    return pool
+
+
+def _branches(doc: dict[str, Any], ids: Ids, source: dict[str, Any]) -> dict[str, Any]:
+    """The branches, at least one (their unknown fields go to ``source``)."""
     branches: dict[str, Any] = {}
-    source: dict[str, Any] = {}
     for name, body in expect_object(doc.get("branches"), "$.branches").items():
         path = _key("$.branches", name)
         _check_id(name, path)
@@ -393,6 +393,24 @@ def import_chat_context(
             source.setdefault("branches", {})[name] = left
     if not branches:
         raise InvalidInput("$.branches", "holds no branch: a context has at least one")
+    return branches
+
+
+def import_chat_context(
+    data: Any, *, now: datetime | None = None, ids: Ids | None = None
+) -> ChatContext:
+    """The architecture's context document as a :class:`ChatContext` (see the module)."""
+    ids = uuid_hex if ids is None else ids
+    doc = expect_object(data, "$")
+    check_source(doc)
+    now = resolve_now(now)
+    created = parse_timestamp(doc.get("created_at"), "$.created_at") or now
+    updated = parse_timestamp(doc.get("updated_at"), "$.updated_at") or created
+    config = expect_object(doc.get("config") or {}, "$.config")
+    state = _state_at_rest(doc)
+    pool = _pool(doc, created)
+    source: dict[str, Any] = {}
+    branches = _branches(doc, ids, source)
     active = expect_string(doc.get("active_branch_name", "main"), "$.active_branch_name")
     cid = doc.get("id")
     context: dict[str, Any] = {

@@ -115,6 +115,38 @@ def _tool_use_result(item: Any, path: str) -> tuple[str, Any, bool, dict[str, An
     )
 
 
+def _user_extra(obj: dict[str, Any], path: str, entry_extra: dict[str, Any]) -> dict[str, Any]:
+    """The entry's fields kept in the message's ``extra``, with the user's context."""
+    ours: dict[str, Any] = dict(entry_extra)
+    if obj.get("additional_context"):
+        ours["additional_context"] = expect_string(
+            obj["additional_context"], f"{path}.additional_context"
+        )
+    if obj.get("env_context") is not None:
+        ours["env_context"] = obj["env_context"]
+    return ours
+
+
+def _user_body(obj: dict[str, Any], path: str, known: set[str]) -> tuple[str, str, dict[str, Any]]:
+    """The user message's variant, its path and its body (``known`` gains the
+    fields the body was taken from)."""
+    content = obj.get("content")
+    if isinstance(content, dict):
+        if len(content) != 1 or next(iter(content)) not in _USER_VARIANTS:
+            raise InvalidInput(
+                f"{path}.content", f"must be one of {{{', '.join(_USER_VARIANTS)}: ...}}"
+            )
+        [(variant, body_value)] = content.items()
+        bpath = f"{path}.content.{variant}"
+        return variant, bpath, expect_object(body_value, bpath)
+    if "prompt" in obj or isinstance(content, str):
+        known.add("prompt")
+        return "Prompt", path, {"prompt": obj.get("prompt", content)}
+    raise InvalidInput(
+        path, "a user message needs 'content' ({\"Prompt\": {\"prompt\": ...}}) or 'prompt'"
+    )
+
+
 def _entry_user(h: History, user: Any, path: str, entry_extra: dict[str, Any]) -> None:
     if isinstance(user, str):
         user = {"prompt": user}
@@ -125,31 +157,8 @@ def _entry_user(h: History, user: Any, path: str, entry_extra: dict[str, Any]) -
         for j, b in enumerate(expect_array(obj.get("images") or [], f"{path}.images"))
     ]
     known = {"content", "timestamp", "images", "additional_context", "env_context"}
-    ours: dict[str, Any] = dict(entry_extra)
-    if obj.get("additional_context"):
-        ours["additional_context"] = expect_string(
-            obj["additional_context"], f"{path}.additional_context"
-        )
-    if obj.get("env_context") is not None:
-        ours["env_context"] = obj["env_context"]
-
-    content = obj.get("content")
-    if isinstance(content, dict):
-        if len(content) != 1 or next(iter(content)) not in _USER_VARIANTS:
-            raise InvalidInput(
-                f"{path}.content", f"must be one of {{{', '.join(_USER_VARIANTS)}: ...}}"
-            )
-        [(variant, body_value)] = content.items()
-        bpath = f"{path}.content.{variant}"
-        body = expect_object(body_value, bpath)
-    elif "prompt" in obj or isinstance(content, str):
-        variant, bpath = "Prompt", path
-        body = {"prompt": obj.get("prompt", content)}
-        known.add("prompt")
-    else:
-        raise InvalidInput(
-            path, "a user message needs 'content' ({\"Prompt\": {\"prompt\": ...}}) or 'prompt'"
-        )
+    ours = _user_extra(obj, path, entry_extra)
+    variant, bpath, body = _user_body(obj, path, known)
     extra = merge_extra(unmapped_fields(obj, known), ours, path)
 
     prompt: str | None = None

@@ -238,27 +238,48 @@ def export_conversation_entries(ctx: ChatContext, *, branch: str | None = None) 
         while i < len(history) and history[i].role is Role.TOOL:
             run.append(history[i])
             i += 1
-        results: list[InternalMessage] = []
-        cancelled = True
-        for m in run:  # a result that answers no call of the batch has no place
-            done = m.tool_result
-            call = calls.pop(done.request_id, None) if done is not None else None
-            if call is not None and not is_synthesized(m):
-                results.append(m)
-                cancelled = cancelled and _denied_by_human(call)
-        if not results:
-            continue
-        after = history[i] if i < len(history) else None
-        if cancelled and _joins_prompt(results, after):
-            assert after is not None
-            i += 1
-            items = [_result_item(r, ()) for r in results]
-            body = {"prompt": after.text, "tool_use_results": items}
-            user = _user(after, {"CancelledToolUses": body})
-            out.user(user | extra_fields(after.metadata.extra, _USER), after)
-            continue
-        first = results[0]
-        items = [_result_item(r, _USER_LEVEL if j == 0 else ()) for j, r in enumerate(results)]
-        variant = "CancelledToolUses" if cancelled else "ToolUseResults"
-        out.user(_user(first, {variant: {"tool_use_results": items}}), first)
+        results, cancelled = _results_of(run, calls)
+        if results:
+            after = history[i] if i < len(history) else None
+            if _put_results(out, results, cancelled, after):
+                i += 1  # the prompt that followed went with them
     return {**{k: v for k, v in source.items() if k != "entries"}, "entries": out.entries}
+
+
+def _results_of(
+    run: list[InternalMessage], calls: dict[str, ToolCallRequest]
+) -> tuple[list[InternalMessage], bool]:
+    """The results of a run of tool messages that answer calls of the batch
+    (taken out of ``calls``), and whether every one of those calls was denied
+    by a person."""
+    results: list[InternalMessage] = []
+    cancelled = True
+    for m in run:  # a result that answers no call of the batch has no place
+        done = m.tool_result
+        call = calls.pop(done.request_id, None) if done is not None else None
+        if call is not None and not is_synthesized(m):
+            results.append(m)
+            cancelled = cancelled and _denied_by_human(call)
+    return results, cancelled
+
+
+def _put_results(
+    out: _Entries,
+    results: list[InternalMessage],
+    cancelled: bool,
+    after: InternalMessage | None,
+) -> bool:
+    """The results as a user entry; whether the message ``after`` them (the
+    prompt of a cancelled batch) went into it."""
+    if cancelled and _joins_prompt(results, after):
+        assert after is not None
+        items = [_result_item(r, ()) for r in results]
+        body = {"prompt": after.text, "tool_use_results": items}
+        user = _user(after, {"CancelledToolUses": body})
+        out.user(user | extra_fields(after.metadata.extra, _USER), after)
+        return True
+    first = results[0]
+    items = [_result_item(r, _USER_LEVEL if j == 0 else ()) for j, r in enumerate(results)]
+    variant = "CancelledToolUses" if cancelled else "ToolUseResults"
+    out.user(_user(first, {variant: {"tool_use_results": items}}), first)
+    return False
