@@ -36,12 +36,16 @@ PASSED_THROUGH = (
     "sniffio",
     "structlog",
     "tenacity",
+    "jsonschema",
 )
 """Modules the workflow sandbox takes from the worker's process instead of
 importing them again for each workflow. The engine is deterministic given
 its clock and ids, which the workflow supplies; anyio runs on the
 workflow's event loop (its asyncio backend is imported above, outside the
-sandbox, which would refuse its use of ``threading``)."""
+sandbox, which would refuse its use of ``threading``). ``jsonschema`` is
+imported by the engine only for the first output type given as a JSON Schema,
+which may come after the workflow's first load: the sandbox refuses a module
+of its own imported that late, so it is taken from the worker's process."""
 
 
 def sandbox() -> SandboxedWorkflowRunner:
