@@ -21,6 +21,7 @@ from ..model import ApprovalStatus, ClientTools, ContentPart, Role, TurnOutput
 from ..states import State
 from ..storage import WorkQueue
 from . import _calls, _recovery, _requests
+from ._client_tools import ClientToolsArg, check_client_tools
 from ._drive import Driver, Start
 from ._inputs import UNSET, check_call_ids, check_content, check_id, check_text
 from ._manage import ContextManager
@@ -53,6 +54,40 @@ class TurnCalls:
         self.contexts = contexts
         self.subcontexts = subcontexts
         self.calls = calls
+
+    async def send(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+        *,
+        message_id: str | None = None,
+        context: Sequence[InboundMessage] | None = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+        client_tools: ClientToolsArg = None,
+    ) -> Turn:
+        """A user (or frontend operator) message; runs the turn until the context rests.
+
+        At ``AwaitingToolApproval`` the pending calls are first closed with
+        "superseded" results. ``message_id`` is the id the message gets (default:
+        one from the engine's id factory, see :meth:`new_id`), so that a caller
+        knows it before the turn rests; an id the context already holds is
+        refused with :class:`InvalidInput`. ``context`` (the conversation as the
+        client holds it) is matched as in :meth:`send_request`, but for its answers.
+        ``output_type`` and ``output_retries`` replace the engine's for this turn
+        (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
+        """
+        d = self.driver
+        settings = d.settings
+        out = turn_output(settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, settings.tools)
+        start = self.start_send(context_id, content, role, message_id, context, out, client)
+        turn = await d.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(d, turn)
+        return turn
 
     def start_send(
         self,

@@ -54,11 +54,11 @@ class SubContexts:
         parent_id: str,
         task: str | Sequence[ContentPart],
         *,
-        system_prompt: str | None,
-        model: str | None,
-        mode: str | None,
-        tools: Sequence[str] | None,
-        title: str | None,
+        system_prompt: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
+        tools: Sequence[str] | None = None,
+        title: str | None = None,
     ) -> Child:
         """Run a sub-task in a new child context of ``parent_id``; returns the
         child's id and the turn its task ran (the child is then at rest).
@@ -99,8 +99,9 @@ class SubContexts:
     async def finish(
         self,
         child_id: str,
-        summarizer: Summarizer | Callable[[ChatContext], Any] | None,
-        keep: bool,
+        *,
+        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
+        keep: bool = False,
     ) -> Finished:
         """Summarise a child into its parent, then delete the child (or, with
         ``keep=True``, keep it finished).
