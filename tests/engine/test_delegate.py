@@ -89,3 +89,13 @@ def test_mypy_sees_the_parts_signatures() -> None:
         ]
     )
     assert status == 0, out + err
+
+
+def test_an_engine_reads_each_delegated_call_once() -> None:
+    engine = Engine(llm=ScriptedLLM([]))
+    assert "approve" not in vars(engine)
+    first = engine.approve
+    assert vars(engine)["approve"] is first  # later reads find it on the engine
+    assert engine.approve is first
+    fresh = Engine(llm=ScriptedLLM([]))
+    assert fresh.approve.__self__ is fresh._turns  # each engine its own part's

@@ -3,11 +3,12 @@
 
 The part's method is the one place its signature, checks and docstring are
 written. Read on an engine, the attribute is the part's bound method itself,
-so a call runs no forwarding frame and type checkers see the part's
-parameters; read on the class, it is the descriptor, which ``help()`` and
-``inspect.signature`` read as the part's function (its ``__wrapped__``).
-An engine that hands a call to another part (a Temporal engine's turn calls)
-sets a different part, not a different method.
+kept in the engine's ``__dict__`` from the first read on, so a call runs no
+forwarding frame and type checkers see the part's parameters. Read on the
+class, it is the descriptor, which ``help()`` and ``inspect.signature`` read
+as the part's function (its ``__wrapped__``). An engine that hands a call to
+another part (a Temporal engine's turn calls) is made with a different part,
+not a different method.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ class Delegate(Generic[P, R]):
     def __get__(self, engine: object, owner: type[Any] | None = None) -> Any:
         if engine is None:
             return self
-        return getattr(getattr(engine, self.part), self.name)
+        method = getattr(getattr(engine, self.part), self.name)
+        # kept on the engine: the next read finds it there, and this runs no more
+        # (an engine's parts are made with it and stay)
+        engine.__dict__[self.name] = method
+        return method
 
     def __call__(self, engine: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """``Engine.approve(engine, ...)``, as a plain method is called."""
