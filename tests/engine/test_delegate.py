@@ -26,7 +26,7 @@ def test_every_forwarding_call_is_delegated() -> None:
         "create_context", "fork", "switch_branch", "set_branch_prompts", "update_config",
         "spawn", "finish", "children", "delete_context",
         "send", "submit", "approve", "deny", "answer", "retry", "reset", "cancel",
-        "request_cancel", "resume", "recover", "send_request",
+        "request_cancel", "resume", "recover", "send_request", "submit_results",
         "subscribe", "subscribe_all", "tap", "observe",
     }  # fmt: skip
     assert set(DELEGATED) == expected

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -22,7 +22,6 @@ from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store
 from ..tools import Tool, Toolset
 from . import _leases
-from ._client_tools import ClientToolCalls
 from ._clock import Clock
 from ._delegate import delegate
 from ._drive import Driver
@@ -49,7 +48,7 @@ from ._turn_calls import TurnCalls
 __all__ = ["Engine"]
 
 
-class Engine(EngineSettings, ClientToolCalls):
+class Engine(EngineSettings):
     """Drives conversations through the declared state machine.
 
     ::
@@ -116,6 +115,12 @@ class Engine(EngineSettings, ClientToolCalls):
     errors up to ``output_retries`` times (docs/structured-output.md).
     """
 
+    _turn_calls: ClassVar[type[TurnCalls]] = TurnCalls
+    """The part that runs the turn calls; an engine that runs them elsewhere
+    (a Temporal one) is made with its own, and restates none of its methods."""
+    _subcontext_calls: ClassVar[type[SubContexts]] = SubContexts
+    """The part that spawns, finishes and deletes sub-contexts (likewise)."""
+
     def __init__(
         self,
         llm: LLM | None = None,
@@ -174,8 +179,8 @@ class Engine(EngineSettings, ClientToolCalls):
         self._listeners = Listeners(d, subscriber_buffer)
         self._contexts = ContextManager(d, self.get_context)
         calls = EngineCalls(self)
-        self._subcontexts = SubContexts(d, self._contexts, calls)
-        self._turns = TurnCalls(d, self._contexts, self._subcontexts, calls)
+        self._subcontexts = self._subcontext_calls(d, self._contexts, calls)
+        self._turns = self._turn_calls(d, self._contexts, self._subcontexts, calls)
         d.subtask_host = SubtaskRunner(self._subcontexts)
         # how workers and other hosts reach in
         self._host_seam = HostSeam(d, self._subcontexts.surface)
@@ -298,6 +303,7 @@ class Engine(EngineSettings, ClientToolCalls):
     # ------------------------------------------------------------------ request bodies
 
     send_request = delegate("_turns", TurnCalls.send_request)
+    submit_results = delegate("_turns", TurnCalls.submit_results)
 
     # ------------------------------------------------------------------ reading messages
 

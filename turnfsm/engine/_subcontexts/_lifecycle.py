@@ -125,7 +125,7 @@ class SubContexts:
         if not isinstance(keep, bool):
             raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
         chosen = as_summarizer("summarizer", summarizer)
-        return await self._finish(child_id, chosen, keep)
+        return await self.summarise(child_id, chosen, keep)
 
     async def children(self, context_id: str) -> list[ChildInfo]:
         """The direct sub-contexts of a context (id, stored state, title, finished),
@@ -150,7 +150,13 @@ class SubContexts:
         deleted = await delete_tree(store, context_id, busy=tuple(driver.busy))
         for cid in deleted:
             driver.loaded.unload(cid)
+        await self.ended(context_id, deleted)
         return deleted
+
+    async def ended(self, context_id: str, deleted: list[str]) -> None:
+        """What follows the deletion of ``context_id`` and the contexts
+        ``deleted`` with it: nothing here; an engine whose contexts run in
+        workflows of their own ends them."""
 
     async def decide(
         self, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
@@ -262,7 +268,10 @@ class SubContexts:
         turn = await self.calls.send(child_id, parts)
         return Child(context_id=child_id, turn=turn)
 
-    async def _finish(self, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
+    async def summarise(self, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
+        """:meth:`finish` once its arguments are checked: here, with the
+        engine's own adapter; an engine whose LLM is elsewhere (a Temporal
+        client's) hands the summary that needs it there."""
         driver = self.driver
         calls = self.calls
         driver.refuse_if_busy(child_id)
