@@ -3,7 +3,7 @@
 
 The part's method is the one place its signature, checks and docstring are
 written. Read on an engine, the attribute is the part's bound method itself,
-kept in the engine's ``__dict__`` from the first read on, so a call runs no
+kept on the engine from the first read on, so a call runs no
 forwarding frame and type checkers see the part's parameters. Read on the
 class, it is the descriptor, which ``help()`` and ``inspect.signature`` read
 as the part's function (its ``__wrapped__``). An engine that hands a call to
@@ -49,7 +49,7 @@ class Delegate(Generic[P, R]):
         method = getattr(getattr(engine, self.part), self.name)
         # kept on the engine: the next read finds it there, and this runs no more
         # (an engine's parts are made with it and stay)
-        engine.__dict__[self.name] = method
+        setattr(engine, self.name, method)
         return method
 
     def __call__(self, engine: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
