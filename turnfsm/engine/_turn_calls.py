@@ -1,7 +1,9 @@
 """The calls that run a context's turn (:class:`TurnCalls`): send a message,
-hand it to a worker, decide on pending calls, answer a question, retry,
-reset, cancel, resume, recover, answer a request body. ``Engine``'s methods
-of the same names hand their calls to it.
+hand it to a worker, give client tools' results, decide on pending calls,
+answer a question, retry, reset, cancel, resume, recover, answer a request
+body. ``Engine``'s methods of the same names are these
+(``turnfsm.engine._delegate``); an engine that runs them elsewhere is made
+with a subclass.
 
 Each checks its arguments, then hands the call to the drive loop
 (``_drive``); what a call does first is in ``_calls`` / ``_requests``. A turn
