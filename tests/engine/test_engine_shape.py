@@ -20,9 +20,9 @@ from turnfsm.engine import _engine
 
 ENGINE_DIR = PKG_DIR / "engine"
 
-# The two bases Engine still has: its settings as read-only properties and the
-# client tools' call. Anything else in its bases is a part that should be held.
-KEPT_BASES = {"EngineSettings", "ClientToolCalls"}
+# The one base Engine still has: its settings as read-only properties. Anything
+# else in its bases is a part that should be held.
+KEPT_BASES = {"EngineSettings"}
 
 # The longest chain of engine-internal imports (module -> module it imports,
 # TYPE_CHECKING and function-level imports included), counted in modules.

@@ -100,7 +100,7 @@ def test_the_old_subtask_history_needs_its_patch(monkeypatch: pytest.MonkeyPatch
 
     from turnfsm.temporal import _children
 
-    monkeypatch.setattr(_children.WorkflowEngine, "_elsewhere", lambda self, cid: cid != self.home)
+    monkeypatch.setattr(_children.WorkflowEngine, "elsewhere", lambda self, cid: cid != self.home)
     with pytest.raises(NondeterminismError):
         anyio.run(_replay, "required", SUBTASK_IN_WORKFLOW, _subtask_tools())
 

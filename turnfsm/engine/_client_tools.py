@@ -14,7 +14,6 @@ the turn (``TurnProgress.client``), so a rest survives an unload and a restart.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -34,18 +33,17 @@ from ..states import State, Trigger
 from ..tools import ToolOutcome, ToolRegistry
 from . import _history, _steps
 from ._client_view import is_client_call
-from ._drive import Driver
 from ._host import Host
 from ._inputs import check_id, check_parameters, check_text
 from ._requests import new_context_messages
 from ._runtime import Runtime
-from ._turn import StopReason, Turn
+from ._turn import StopReason
 
 __all__ = [
-    "ClientToolCalls",
     "ClientToolsArg",
     "check_client_tools",
     "check_tool_choice",
+    "client_outcomes",
     "start_submit",
 ]
 
@@ -221,7 +219,7 @@ async def start_submit(
     _steps.fire(rt, Trigger.APPROVALS_RESOLVED)
 
 
-def _outcomes(results: object) -> dict[str, ToolOutcome]:
+def client_outcomes(results: object) -> dict[str, ToolOutcome]:
     if not isinstance(results, Mapping) or not results:
         raise InvalidInput("results", "must be a non-empty mapping of call id to result")
     out: dict[str, ToolOutcome] = {}
@@ -229,43 +227,3 @@ def _outcomes(results: object) -> dict[str, ToolOutcome]:
         check_id("results", cid)
         out[cid] = ToolOutcome.of(True, value, "the client")
     return out
-
-
-class ClientToolCalls:
-    """The public call of client tools (a part of :class:`Engine`)."""
-
-    _d: Driver
-
-    async def submit_results(
-        self,
-        context_id: str,
-        results: Mapping[str, Any],
-        *,
-        context: Sequence[InboundMessage] | None = None,
-        client_tools: ClientToolsArg = None,
-    ) -> Turn:
-        """Give the results of calls of client tools (``Turn.client_tool_calls``):
-        ``results`` maps each call id to its result (a string, or JSON data,
-        stored by the rules of :mod:`turnfsm.tools`), one result per call. Once
-        no call of the batch waits, the turn goes on: the LLM is called again.
-
-        A call the engine runs raises :class:`~turnfsm.errors.NotAClientCall`,
-        an unknown id :class:`~turnfsm.errors.UnknownToolCall`, a call that has
-        its result :class:`~turnfsm.errors.ToolCallNotPending`; nothing is
-        stored then. A new user message instead closes the calls "superseded".
-
-        ``context`` (the conversation as the client holds it) is matched as in
-        :meth:`send`; it must hold nothing new (else
-        :class:`~turnfsm.errors.HistoryConflict`). ``client_tools``, when
-        given, replace the turn's client tools for its next requests.
-        """
-        check_id("context_id", context_id)
-        outcomes = _outcomes(results)
-        d = self._d
-        client = check_client_tools("client_tools", client_tools, d.settings.tools)
-        if context is not None:
-            for i, m in enumerate(context):
-                if not isinstance(m, InboundMessage):
-                    raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
-        start = functools.partial(start_submit, d, outcomes, context, client)
-        return await d.run(context_id, start)

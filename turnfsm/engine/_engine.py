@@ -11,67 +11,44 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar
 
 import anyio
 
-from ..adapters.inbound import InboundMessage
 from ..adapters.llm import LLM
 from ..enhancers import Compaction, Enhancer, TokenBudget
-from ..events import Event
-from ..model import ChatConfig, ChatContext, ContentPart, FrontendOperatorAs, MessageNode, detached
+from ..model import ChatContext, MessageNode, detached
 from ..states import CHANGES, State, TurnMachine
 from ..storage import StepLog, Store
 from ..tools import Tool, Toolset
 from . import _leases
-from ._client_tools import ClientToolCalls, ClientToolsArg, check_client_tools
 from ._clock import Clock
+from ._delegate import delegate
 from ._drive import Driver
 from ._engine_settings import EngineSettings
 from ._ids import IdKind
-from ._inputs import UNSET, Unset, check_id, check_toolsets
+from ._inputs import check_id, check_toolsets
 from ._leases import DEFAULT_LEASE_TTL
 from ._listening import Listeners
 from ._loaded import MAX_LOADED, MAX_LOADED_MESSAGES
 from ._manage import ContextManager
 from ._modes import Mode
-from ._observing._observers import Observer
 from ._observing._otel_spans import Tracing
 from ._output import DEFAULT_OUTPUT_RETRIES
 from ._pages import message_page
-from ._recovery import Recovery
 from ._retry import RetryPolicy
 from ._seam import HostSeam
 from ._settings import make_settings
-from ._subcontexts._approvals import surface
 from ._subcontexts._engine_calls import EngineCalls
 from ._subcontexts._lifecycle import SubContexts
 from ._subcontexts._subtask import SubtaskRunner
-from ._subcontexts._summarizers import Summarizer
-from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._toolsets import EngineToolsets
-from ._turn import Child, ChildInfo, Finished, Turn
 from ._turn_calls import TurnCalls
-from ._typed import turn_output
 
 __all__ = ["Engine"]
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _doc_of(part: Callable[..., Any]) -> Callable[[_F], _F]:
-    """A public method handed to one of the engine's parts says what the part's
-    method says: the rules are written once, beside the code that keeps them."""
-
-    def document(method: _F) -> _F:
-        method.__doc__ = part.__doc__
-        return method
-
-    return document
-
-
-class Engine(EngineSettings, ClientToolCalls):
+class Engine(EngineSettings):
     """Drives conversations through the declared state machine.
 
     ::
@@ -138,6 +115,12 @@ class Engine(EngineSettings, ClientToolCalls):
     errors up to ``output_retries`` times (docs/structured-output.md).
     """
 
+    _turn_calls: ClassVar[type[TurnCalls]] = TurnCalls
+    """The part that runs the turn calls; an engine that runs them elsewhere
+    (a Temporal one) is made with its own, and restates none of its methods."""
+    _subcontext_calls: ClassVar[type[SubContexts]] = SubContexts
+    """The part that spawns, finishes and deletes sub-contexts (likewise)."""
+
     def __init__(
         self,
         llm: LLM | None = None,
@@ -195,18 +178,9 @@ class Engine(EngineSettings, ClientToolCalls):
         self._toolsets = EngineToolsets(d, sets)
         self._listeners = Listeners(d, subscriber_buffer)
         self._contexts = ContextManager(d, self.get_context)
-        calls = EngineCalls(
-            self,
-            self.get_context,
-            self.send,
-            self.resume,
-            self.approve,
-            self.deny,
-            self.answer,
-            self.delete_context,
-        )
-        self._subcontexts = SubContexts(d, self._contexts, calls)
-        self._turns = TurnCalls(d, self._contexts, self._subcontexts, calls)
+        calls = EngineCalls(self)
+        self._subcontexts = self._subcontext_calls(d, self._contexts, calls)
+        self._turns = self._turn_calls(d, self._contexts, self._subcontexts, calls)
         d.subtask_host = SubtaskRunner(self._subcontexts)
         # how workers and other hosts reach in
         self._host_seam = HostSeam(d, self._subcontexts.surface)
@@ -293,250 +267,43 @@ class Engine(EngineSettings, ClientToolCalls):
 
     # ------------------------------------------------------------------ managing contexts
 
-    @_doc_of(ContextManager.create_context)
-    async def create_context(
-        self,
-        *,
-        system_prompt: str | None = None,
-        model: str = "scripted",
-        mode: str = "chat",
-        parameters: dict[str, Any] | None = None,
-        user_prompt: str | None = None,
-        agent_role: str = "assistant",
-        workspace_path: str | None = None,
-        parent_id: str | None = None,
-        context_id: str | None = None,
-        title: str | None = None,
-        tools: Sequence[str] | None = None,
-        frontend_operator_as: FrontendOperatorAs | None = None,
-    ) -> str:
-        return await self._contexts.create_context(
-            system_prompt=system_prompt,
-            model=model,
-            mode=mode,
-            parameters=parameters,
-            user_prompt=user_prompt,
-            agent_role=agent_role,
-            workspace_path=workspace_path,
-            parent_id=parent_id,
-            context_id=context_id,
-            title=title,
-            tools=tools,
-            frontend_operator_as=frontend_operator_as,
-        )
-
-    @_doc_of(ContextManager.fork)
-    async def fork(
-        self,
-        context_id: str,
-        name: str,
-        at: int,
-        *,
-        system_prompt: str | Unset | None = UNSET,
-        user_prompt: str | Unset | None = UNSET,
-    ) -> Turn:
-        return await self._contexts.fork(
-            context_id, name, at, system_prompt=system_prompt, user_prompt=user_prompt
-        )
-
-    @_doc_of(ContextManager.switch_branch)
-    async def switch_branch(self, context_id: str, name: str) -> Turn:
-        return await self._contexts.switch_branch(context_id, name)
-
-    @_doc_of(ContextManager.set_branch_prompts)
-    async def set_branch_prompts(
-        self,
-        context_id: str,
-        branch: str,
-        *,
-        system_prompt: str | Unset | None = UNSET,
-        user_prompt: str | Unset | None = UNSET,
-    ) -> ChatContext:
-        return await self._contexts.set_branch_prompts(
-            context_id, branch, system_prompt=system_prompt, user_prompt=user_prompt
-        )
-
-    @_doc_of(ContextManager.update_config)
-    async def update_config(
-        self,
-        context_id: str,
-        *,
-        model: str | Unset = UNSET,
-        mode: str | Unset = UNSET,
-        parameters: dict[str, Any] | Unset = UNSET,
-        title: str | Unset | None = UNSET,
-        tool_history: int | Literal["off"] | Unset | None = UNSET,
-        token_budget: int | Literal["off"] | Unset | None = UNSET,
-        compaction: int | Literal["off"] | Unset | None = UNSET,
-    ) -> ChatConfig:
-        return await self._contexts.update_config(
-            context_id,
-            model=model,
-            mode=mode,
-            parameters=parameters,
-            title=title,
-            tool_history=tool_history,
-            token_budget=token_budget,
-            compaction=compaction,
-        )
+    create_context = delegate("_contexts", ContextManager.create_context)
+    fork = delegate("_contexts", ContextManager.fork)
+    switch_branch = delegate("_contexts", ContextManager.switch_branch)
+    set_branch_prompts = delegate("_contexts", ContextManager.set_branch_prompts)
+    update_config = delegate("_contexts", ContextManager.update_config)
 
     # ------------------------------------------------------------------ sub-contexts
 
-    @_doc_of(SubContexts.spawn)
-    async def spawn(
-        self,
-        parent_id: str,
-        task: str | Sequence[ContentPart],
-        *,
-        system_prompt: str | None = None,
-        model: str | None = None,
-        mode: str | None = None,
-        tools: Sequence[str] | None = None,
-        title: str | None = None,
-    ) -> Child:
-        return await self._subcontexts.spawn(
-            parent_id,
-            task,
-            system_prompt=system_prompt,
-            model=model,
-            mode=mode,
-            tools=tools,
-            title=title,
-        )
-
-    @_doc_of(SubContexts.finish)
-    async def finish(
-        self,
-        child_id: str,
-        *,
-        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
-        keep: bool = False,
-    ) -> Finished:
-        return await self._subcontexts.finish(child_id, summarizer, keep)
-
-    @_doc_of(SubContexts.children)
-    async def children(self, context_id: str) -> list[ChildInfo]:
-        return await self._subcontexts.children(context_id)
-
-    @_doc_of(SubContexts.delete_context)
-    async def delete_context(self, context_id: str) -> list[str]:
-        return await self._subcontexts.delete_context(context_id)
+    spawn = delegate("_subcontexts", SubContexts.spawn)
+    finish = delegate("_subcontexts", SubContexts.finish)
+    children = delegate("_subcontexts", SubContexts.children)
+    delete_context = delegate("_subcontexts", SubContexts.delete_context)
 
     # ------------------------------------------------------------------ public calls
 
-    async def send(
-        self,
-        context_id: str,
-        content: str | Sequence[ContentPart],
-        role: str = "user",
-        *,
-        message_id: str | None = None,
-        context: Sequence[InboundMessage] | None = None,
-        output_type: Any = UNSET,
-        output_retries: int | None = None,
-        client_tools: ClientToolsArg = None,
-    ) -> Turn:
-        """A user (or frontend operator) message; runs the turn until the context rests.
-
-        At ``AwaitingToolApproval`` the pending calls are first closed with
-        "superseded" results. ``message_id`` is the id the message gets (default:
-        one from the engine's id factory, see :meth:`new_id`), so that a caller
-        knows it before the turn rests; an id the context already holds is
-        refused with :class:`InvalidInput`. ``context`` (the conversation as the
-        client holds it) is matched as in :meth:`send_request`, but for its answers.
-        ``output_type`` and ``output_retries`` replace the engine's for this turn
-        (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
-        ``client_tools`` are tools the caller runs (docs/client-tools.md).
-        """
-        # (run here, not handed to ``TurnCalls``: every await of a turn passes
-        # through each coroutine between the caller and the drive loop)
-        d = self._d
-        settings = d.settings
-        out = turn_output(settings.outputs, output_type, output_retries)
-        client = check_client_tools("client_tools", client_tools, settings.tools)
-        start = self._turns.start_send(context_id, content, role, message_id, context, out, client)
-        turn = await d.run(context_id, start)
-        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
-            return await surface(d, turn)
-        return turn
+    send = delegate("_turns", TurnCalls.send)
 
     def new_id(self) -> str:
         """A fresh id from the engine's id factory (the ``ids`` it was made with):
         what its messages get; for a ``message_id`` chosen before a send."""
         return self._d.settings.ids()
 
-    @_doc_of(TurnCalls.submit)
-    async def submit(
-        self,
-        context_id: str,
-        content: str | Sequence[ContentPart],
-        role: str = "user",
-        *,
-        message_id: str | None = None,
-        output_type: Any = UNSET,
-        output_retries: int | None = None,
-    ) -> str:
-        return await self._turns.submit(
-            context_id,
-            content,
-            role,
-            message_id=message_id,
-            output_type=output_type,
-            output_retries=output_retries,
-        )
-
-    @_doc_of(TurnCalls.approve)
-    async def approve(self, context_id: str, call_ids: str | Sequence[str]) -> Turn:
-        return await self._turns.approve(context_id, call_ids)
-
-    @_doc_of(TurnCalls.deny)
-    async def deny(
-        self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
-    ) -> Turn:
-        return await self._turns.deny(context_id, call_id, reason)
-
-    @_doc_of(TurnCalls.answer)
-    async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
-        return await self._turns.answer(context_id, call_id, text)
-
-    @_doc_of(TurnCalls.retry)
-    async def retry(self, context_id: str) -> Turn:
-        return await self._turns.retry(context_id)
-
-    @_doc_of(TurnCalls.reset)
-    async def reset(self, context_id: str) -> Turn:
-        return await self._turns.reset(context_id)
-
-    @_doc_of(TurnCalls.cancel)
-    async def cancel(self, context_id: str) -> Turn:
-        return await self._turns.cancel(context_id)
-
-    @_doc_of(TurnCalls.request_cancel)
-    def request_cancel(self, context_id: str) -> None:
-        return self._turns.request_cancel(context_id)
-
-    @_doc_of(TurnCalls.resume)
-    async def resume(self, context_id: str) -> Turn:
-        return await self._turns.resume(context_id)
-
-    @_doc_of(TurnCalls.recover)
-    async def recover(self) -> Recovery:
-        return await self._turns.recover()
+    submit = delegate("_turns", TurnCalls.submit)
+    approve = delegate("_turns", TurnCalls.approve)
+    deny = delegate("_turns", TurnCalls.deny)
+    answer = delegate("_turns", TurnCalls.answer)
+    retry = delegate("_turns", TurnCalls.retry)
+    reset = delegate("_turns", TurnCalls.reset)
+    cancel = delegate("_turns", TurnCalls.cancel)
+    request_cancel = delegate("_turns", TurnCalls.request_cancel)
+    resume = delegate("_turns", TurnCalls.resume)
+    recover = delegate("_turns", TurnCalls.recover)
 
     # ------------------------------------------------------------------ request bodies
 
-    @_doc_of(TurnCalls.send_request)
-    async def send_request(
-        self,
-        body: Any,
-        context_id: str | None = None,
-        *,
-        output_type: Any = UNSET,
-        output_retries: int | None = None,
-    ) -> Turn:
-        return await self._turns.send_request(
-            body, context_id, output_type=output_type, output_retries=output_retries
-        )
+    send_request = delegate("_turns", TurnCalls.send_request)
+    submit_results = delegate("_turns", TurnCalls.submit_results)
 
     # ------------------------------------------------------------------ reading messages
 
@@ -569,21 +336,10 @@ class Engine(EngineSettings, ClientToolCalls):
 
     # ------------------------------------------------------------------ events and audit
 
-    @_doc_of(Listeners.subscribe)
-    def subscribe(self, context_id: str) -> Subscription:
-        return self._listeners.subscribe(context_id)
-
-    @_doc_of(Listeners.subscribe_all)
-    def subscribe_all(self, buffer: int | None = None) -> EngineSubscription:
-        return self._listeners.subscribe_all(buffer)
-
-    @_doc_of(Listeners.tap)
-    def tap(self, fn: Callable[[Event], object]) -> EventTap:
-        return self._listeners.tap(fn)
-
-    @_doc_of(Listeners.observe)
-    def observe(self, observer: Observer) -> Callable[[], None]:
-        return self._listeners.observe(observer)
+    subscribe = delegate("_listeners", Listeners.subscribe)
+    subscribe_all = delegate("_listeners", Listeners.subscribe_all)
+    tap = delegate("_listeners", Listeners.tap)
+    observe = delegate("_listeners", Listeners.observe)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         """The audit trail: every committed transition of the context, and the

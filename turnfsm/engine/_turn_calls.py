@@ -1,7 +1,9 @@
 """The calls that run a context's turn (:class:`TurnCalls`): send a message,
-hand it to a worker, decide on pending calls, answer a question, retry,
-reset, cancel, resume, recover, answer a request body. ``Engine``'s methods
-of the same names hand their calls to it.
+hand it to a worker, give client tools' results, decide on pending calls,
+answer a question, retry, reset, cancel, resume, recover, answer a request
+body. ``Engine``'s methods of the same names are these
+(``turnfsm.engine._delegate``); an engine that runs them elsewhere is made
+with a subclass.
 
 Each checks its arguments, then hands the call to the drive loop
 (``_drive``); what a call does first is in ``_calls`` / ``_requests``. A turn
@@ -12,7 +14,7 @@ that rests waiting for a sub-task's child shows that child's pending calls
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..adapters.inbound import InboundMessage, parse_request
@@ -21,6 +23,7 @@ from ..model import ApprovalStatus, ClientTools, ContentPart, Role, TurnOutput
 from ..states import State
 from ..storage import WorkQueue
 from . import _calls, _recovery, _requests
+from ._client_tools import ClientToolsArg, check_client_tools, client_outcomes, start_submit
 from ._drive import Driver, Start
 from ._inputs import UNSET, check_call_ids, check_content, check_id, check_text
 from ._manage import ContextManager
@@ -53,6 +56,74 @@ class TurnCalls:
         self.contexts = contexts
         self.subcontexts = subcontexts
         self.calls = calls
+
+    async def send(
+        self,
+        context_id: str,
+        content: str | Sequence[ContentPart],
+        role: str = "user",
+        *,
+        message_id: str | None = None,
+        context: Sequence[InboundMessage] | None = None,
+        output_type: Any = UNSET,
+        output_retries: int | None = None,
+        client_tools: ClientToolsArg = None,
+    ) -> Turn:
+        """A user (or frontend operator) message; runs the turn until the context rests.
+
+        At ``AwaitingToolApproval`` the pending calls are first closed with
+        "superseded" results. ``message_id`` is the id the message gets (default:
+        one from the engine's id factory, see :meth:`new_id`), so that a caller
+        knows it before the turn rests; an id the context already holds is
+        refused with :class:`InvalidInput`. ``context`` (the conversation as the
+        client holds it) is matched as in :meth:`send_request`, but for its answers.
+        ``output_type`` and ``output_retries`` replace the engine's for this turn
+        (``output_type=None``: any text); :attr:`Turn.output` is the typed answer.
+        ``client_tools`` are tools the caller runs (docs/client-tools.md).
+        """
+        d = self.driver
+        settings = d.settings
+        out = turn_output(settings.outputs, output_type, output_retries)
+        client = check_client_tools("client_tools", client_tools, settings.tools)
+        start = self.start_send(context_id, content, role, message_id, context, out, client)
+        turn = await d.run(context_id, start)
+        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+            return await surface(d, turn)
+        return turn
+
+    async def submit_results(
+        self,
+        context_id: str,
+        results: Mapping[str, Any],
+        *,
+        context: Sequence[InboundMessage] | None = None,
+        client_tools: ClientToolsArg = None,
+    ) -> Turn:
+        """Give the results of calls of client tools (``Turn.client_tool_calls``):
+        ``results`` maps each call id to its result (a string, or JSON data,
+        stored by the rules of :mod:`turnfsm.tools`), one result per call. Once
+        no call of the batch waits, the turn goes on: the LLM is called again.
+
+        A call the engine runs raises :class:`~turnfsm.errors.NotAClientCall`,
+        an unknown id :class:`~turnfsm.errors.UnknownToolCall`, a call that has
+        its result :class:`~turnfsm.errors.ToolCallNotPending`; nothing is
+        stored then. A new user message instead closes the calls "superseded".
+
+        ``context`` (the conversation as the client holds it) is matched as in
+        :meth:`send`; it must hold nothing new (else
+        :class:`~turnfsm.errors.HistoryConflict`). ``client_tools``, when
+        given, replace the turn's client tools for its next requests.
+        """
+        check_id("context_id", context_id)
+        outcomes = client_outcomes(results)
+        d = self.driver
+        client = check_client_tools("client_tools", client_tools, d.settings.tools)
+        if context is not None:
+            for i, m in enumerate(context):
+                if not isinstance(m, InboundMessage):
+                    raise InvalidInput(f"context[{i}]", "must be an InboundMessage")
+        start = functools.partial(start_submit, d, outcomes, context, client)
+        return await d.run(context_id, start)
 
     def start_send(
         self,

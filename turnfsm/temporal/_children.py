@@ -26,12 +26,22 @@ with workflow.unsafe.imports_passed_through():
     import anyio
 
     from ..engine import Engine, Turn
+    from ..engine._subcontexts._lifecycle import SubContexts
     from ..errors import SubContextError
     from . import _codec
     from ._config import WORKFLOW_NAME, workflow_id
     from ._turns import Runner, WorkflowTurns
 
-__all__ = ["OPS", "SUBTASK_PATCH", "Children", "WorkflowEngine", "reply", "retrieved"]
+__all__ = [
+    "OPS",
+    "SUBTASK_PATCH",
+    "ChildSubContexts",
+    "ChildTurns",
+    "Children",
+    "WorkflowEngine",
+    "reply",
+    "retrieved",
+]
 
 SUBTASK_PATCH = "turnfsm-subtask-child-workflows"
 """The ``workflow.patched`` name of sub-tasks as child workflows: a
@@ -196,37 +206,53 @@ _CHILD_OPS = frozenset({"send", "resume", "approve", "deny", "answer"})
 """The calls a sub-task's runner makes on a child."""
 
 
-class WorkflowEngine(WorkflowTurns):
+class ChildTurns(WorkflowTurns):
+    """The turn calls of a :class:`WorkflowEngine` (its part): a sub-task's
+    call on a context other than the workflow's own runs in that context's
+    workflow; every other runs here."""
+
+    def _runner(self, context_id: str, op: str) -> Runner | None:
+        engine: WorkflowEngine = self.calls.engine
+        if op in _CHILD_OPS and engine.elsewhere(context_id):
+            return engine.on_child
+        return None
+
+
+class ChildSubContexts(SubContexts):
+    """The sub-context calls of a :class:`WorkflowEngine` (its part): a
+    child deleted after its summary ends its workflow."""
+
+    async def ended(self, context_id: str, deleted: list[str]) -> None:
+        engine: WorkflowEngine = self.calls.engine
+        if engine.elsewhere(context_id):
+            for cid in deleted:
+                await engine.child_workflows.end(cid)
+
+
+class WorkflowEngine(Engine):
     """The workflow's engine. Its calls on another context than the
     workflow's own (``home``) are those of a sub-task (``SubtaskRunner``:
     the child's task sent, the child resumed, decisions routed to it): they
     go to that context's workflow, a child workflow (:class:`Children`), so
-    the child's turns run, and wait, there. Deleting a child after its
-    summary ends its workflow."""
+    the child's turns run, and wait, there (its part :class:`ChildTurns`).
+    Deleting a child after its summary ends its workflow
+    (:class:`ChildSubContexts`)."""
 
+    _turn_calls = ChildTurns
+    _subcontext_calls = ChildSubContexts
     home: str
     child_workflows: Children
 
-    def _elsewhere(self, context_id: str) -> bool:
+    def elsewhere(self, context_id: str) -> bool:
+        """Whether calls on the context run in a workflow of their own."""
         # (patched() only here: a workflow without sub-tasks records no marker)
         return context_id != self.home and workflow.patched(SUBTASK_PATCH)
 
-    def _runner(self, context_id: str, op: str) -> Runner | None:
-        if op in _CHILD_OPS and self._elsewhere(context_id):
-            return self._on_child
-        return None
-
-    async def _on_child(self, child_id: str, op: str, args: dict[str, Any]) -> Turn:
+    async def on_child(self, child_id: str, op: str, args: dict[str, Any]) -> Turn:
+        """Run ``op`` on a sub-task's child in the child's workflow."""
         seam = self._host_seam
         seam.unload(child_id)  # its workflow changes it: read it from the store
         try:
             return await self.child_workflows.call(child_id, op, args)
         finally:
             seam.unload(child_id)
-
-    async def delete_context(self, context_id: str) -> list[str]:
-        deleted = await super().delete_context(context_id)
-        if self._elsewhere(context_id):
-            for cid in deleted:
-                await self.child_workflows.end(cid)
-        return deleted

@@ -1,9 +1,11 @@
 """The turn calls of an engine that hands them to a workflow: written once,
 for both engines that do (the client's :class:`~._client.TemporalEngine` and
-the workflow's own :class:`~._children.WorkflowEngine`).
+the workflow's own :class:`~._children.WorkflowEngine`), as the part of the
+engine that runs its turn calls (a :class:`~turnfsm.engine._turn_calls.TurnCalls`):
+the engines restate none of them.
 
-Each call checks its arguments as :class:`~turnfsm.Engine` does, asks the
-engine for the runner of its context (:meth:`WorkflowTurns._runner`), and
+Each call checks its arguments as :class:`~turnfsm.Engine` does, asks for
+the runner of its context (:meth:`WorkflowTurns._runner`), and
 hands that runner the call as the workflow's table of calls (``OPS``) reads
 it: the op's name and its arguments as data. With no runner, the engine runs
 the call itself. The client's runner is an Update on the context's workflow;
@@ -16,8 +18,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..adapters.inbound import InboundMessage
-from ..engine import Engine, Turn
+from ..engine import Turn
 from ..engine._inputs import UNSET, check_call_ids, check_content, check_id, check_text
+from ..engine._turn_calls import TurnCalls
 from ..errors import InvalidInput
 from ..model import ContentPart
 from . import _codec
@@ -39,8 +42,8 @@ def no_output_type(output_type: object, output_retries: object) -> None:
         )
 
 
-class WorkflowTurns(Engine):
-    """An engine whose turn calls may run in a workflow (see the module)."""
+class WorkflowTurns(TurnCalls):
+    """Turn calls that may run in a workflow (see the module)."""
 
     def _runner(self, context_id: str, op: str) -> Runner | None:
         """Where the call ``op`` on the context runs (None: here)."""

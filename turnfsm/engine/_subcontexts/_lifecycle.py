@@ -54,11 +54,11 @@ class SubContexts:
         parent_id: str,
         task: str | Sequence[ContentPart],
         *,
-        system_prompt: str | None,
-        model: str | None,
-        mode: str | None,
-        tools: Sequence[str] | None,
-        title: str | None,
+        system_prompt: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
+        tools: Sequence[str] | None = None,
+        title: str | None = None,
     ) -> Child:
         """Run a sub-task in a new child context of ``parent_id``; returns the
         child's id and the turn its task ran (the child is then at rest).
@@ -99,8 +99,9 @@ class SubContexts:
     async def finish(
         self,
         child_id: str,
-        summarizer: Summarizer | Callable[[ChatContext], Any] | None,
-        keep: bool,
+        *,
+        summarizer: Summarizer | Callable[[ChatContext], Any] | None = None,
+        keep: bool = False,
     ) -> Finished:
         """Summarise a child into its parent, then delete the child (or, with
         ``keep=True``, keep it finished).
@@ -124,7 +125,7 @@ class SubContexts:
         if not isinstance(keep, bool):
             raise InvalidInput("keep", f"must be a bool, not {type(keep).__name__}")
         chosen = as_summarizer("summarizer", summarizer)
-        return await self._finish(child_id, chosen, keep)
+        return await self.summarise(child_id, chosen, keep)
 
     async def children(self, context_id: str) -> list[ChildInfo]:
         """The direct sub-contexts of a context (id, stored state, title, finished),
@@ -149,7 +150,13 @@ class SubContexts:
         deleted = await delete_tree(store, context_id, busy=tuple(driver.busy))
         for cid in deleted:
             driver.loaded.unload(cid)
+        await self.ended(context_id, deleted)
         return deleted
+
+    async def ended(self, context_id: str, deleted: list[str]) -> None:
+        """What follows the deletion of ``context_id`` and the contexts
+        ``deleted`` with it: nothing here; an engine whose contexts run in
+        workflows of their own ends them."""
 
     async def decide(
         self, context_id: str, ids: list[str], status: ApprovalStatus, reason: str | None
@@ -261,7 +268,10 @@ class SubContexts:
         turn = await self.calls.send(child_id, parts)
         return Child(context_id=child_id, turn=turn)
 
-    async def _finish(self, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
+    async def summarise(self, child_id: str, chosen: Summarizer, keep: bool) -> Finished:
+        """:meth:`finish` once its arguments are checked: here, with the
+        engine's own adapter; an engine whose LLM is elsewhere (a Temporal
+        client's) hands the summary that needs it there."""
         driver = self.driver
         calls = self.calls
         driver.refuse_if_busy(child_id)
