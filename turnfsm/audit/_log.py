@@ -353,60 +353,71 @@ class _Walk:
 
     def step(self, trigger: str) -> _Touch:
         touch = _Touch()
-        if trigger == T.USER_MESSAGE:
-            if self.open:
-                if self.batch is not None:
-                    touch.message_ids.append(self.batch.id)
-                self.close_open(touch)
-            # a request body's context messages come in the same step, before it
-            self.take_while(touch, _request_context)
-            node = self.take_head("input")
-            if node is not None:
-                touch.message_ids.append(node.id)
-        elif trigger in _LLM_FAILED:
-            self.take_while(touch, _summary)
-        elif trigger in _ANSWER:
-            self.take_while(touch, _summary)  # a compaction summary made before the call
-            node = self.take_head("answer")
-            self.answer = node
-            if node is not None:
-                touch.message_ids.append(node.id)
-                calls = [c.id for c in node.message.tool_calls or ()]
-                if calls:
-                    touch.tool_calls = calls
-                    self.batch, self.open = node, list(calls)
-        elif trigger in _DECISION:
-            if self.batch is not None:
-                touch.message_ids.append(self.batch.id)
-        elif trigger == T.TOOLS_DONE:
-            self.close_open(touch)
-        elif trigger in _OUTPUT:
-            self.take_while(touch, _output_errors)
-        elif trigger in (T.SUBTASK_WAITS, T.CLIENT_CALLS):
-            if self.batch is not None:
-                touch.message_ids.append(self.batch.id)
-            self.close_at_head(touch)
-        elif trigger == Change.CHILD_FINISHED:
-            node = self.take_head("summary")
-            if node is not None:
-                touch.message_ids.append(node.id)
-        elif trigger in (T.TURN_COMPLETE, T.CANCEL):
-            if trigger == T.TURN_COMPLETE:
-                found = self.answer.message.outcome if self.answer is not None else None
-                touch.outcome = found or ("max_iterations" if self.open else "completed")
-            if trigger == T.CANCEL:
-                node = self.take_head("cancelled")
-                if node is not None:
-                    touch.message_ids.append(node.id)
-            if self.open:
-                if self.batch is not None:
-                    touch.message_ids.append(self.batch.id)
-                self.close_open(touch)
-                if trigger == T.TURN_COMPLETE:
-                    node = self.take_head("notice")
-                    if node is not None:
-                        touch.message_ids.append(node.id)
+        take = _STEPS.get(trigger)
+        if take is not None:
+            take(self, touch)
         return touch
+
+    def _take_into(self, touch: _Touch, want: str) -> MessageNode | None:
+        """The head message if it is ``want``, named in ``touch``."""
+        node = self.take_head(want)
+        if node is not None:
+            touch.message_ids.append(node.id)
+        return node
+
+    def _touch_batch(self, touch: _Touch) -> None:
+        """The open batch's assistant message (a decision or a close changes it)."""
+        if self.batch is not None:
+            touch.message_ids.append(self.batch.id)
+
+    def _close_batch(self, touch: _Touch) -> None:
+        """The open batch and one result per call still open, if any is."""
+        if self.open:
+            self._touch_batch(touch)
+            self.close_open(touch)
+
+    def _user_message(self, touch: _Touch) -> None:
+        self._close_batch(touch)
+        # a request body's context messages come in the same step, before it
+        self.take_while(touch, _request_context)
+        self._take_into(touch, "input")
+
+    def _llm_failed(self, touch: _Touch) -> None:
+        self.take_while(touch, _summary)
+
+    def _answer(self, touch: _Touch) -> None:
+        self.take_while(touch, _summary)  # a compaction summary made before the call
+        node = self._take_into(touch, "answer")
+        self.answer = node
+        if node is not None:
+            calls = [c.id for c in node.message.tool_calls or ()]
+            if calls:
+                touch.tool_calls = calls
+                self.batch, self.open = node, list(calls)
+
+    def _tools_done(self, touch: _Touch) -> None:
+        self.close_open(touch)
+
+    def _output(self, touch: _Touch) -> None:
+        self.take_while(touch, _output_errors)
+
+    def _handed_out(self, touch: _Touch) -> None:
+        self._touch_batch(touch)
+        self.close_at_head(touch)
+
+    def _child_finished(self, touch: _Touch) -> None:
+        self._take_into(touch, "summary")
+
+    def _turn_complete(self, touch: _Touch) -> None:
+        found = self.answer.message.outcome if self.answer is not None else None
+        touch.outcome = found or ("max_iterations" if self.open else "completed")
+        if self.open:
+            self._close_batch(touch)
+            self._take_into(touch, "notice")
+
+    def _cancel(self, touch: _Touch) -> None:
+        self._take_into(touch, "cancelled")
+        self._close_batch(touch)
 
     def take_while(self, touch: _Touch, kind: Callable[[MessageNode], bool]) -> None:
         node = self.head()
@@ -417,6 +428,22 @@ class _Walk:
 
     def done(self) -> bool:
         return not self.failed and self.head() is None
+
+
+_STEPS: dict[str, Callable[[_Walk, _Touch], None]] = {
+    T.USER_MESSAGE: _Walk._user_message,
+    **dict.fromkeys(_LLM_FAILED, _Walk._llm_failed),
+    **dict.fromkeys(_ANSWER, _Walk._answer),
+    **dict.fromkeys(_DECISION, _Walk._touch_batch),
+    T.TOOLS_DONE: _Walk._tools_done,
+    **dict.fromkeys(_OUTPUT, _Walk._output),
+    T.SUBTASK_WAITS: _Walk._handed_out,
+    T.CLIENT_CALLS: _Walk._handed_out,
+    Change.CHILD_FINISHED: _Walk._child_finished,
+    T.TURN_COMPLETE: _Walk._turn_complete,
+    T.CANCEL: _Walk._cancel,
+}
+"""What each trigger (or change) takes from the history; any other takes nothing."""
 
 
 def _output_errors(node: MessageNode) -> bool:

@@ -151,6 +151,25 @@ def _key_text(key: Any) -> str | None:
     return None
 
 
+def _non_finite(value: float, path: str, notes: list[str] | None) -> str:
+    """A NaN or infinity: refused when checking, else stored as its name."""
+    text = "NaN" if value != value else _NON_FINITE[value]
+    if notes is None:
+        raise JSONProblem(path, f"{text} is not a JSON number")
+    notes.append(f"{path}: {text} stored as the string {text!r}")
+    return text
+
+
+def _scalar_key(key: Any, path: str, notes: list[str] | None) -> str:
+    """A key that is not a string: refused when checking or when it is not a
+    scalar, else stored as the string JSON writes for it."""
+    key_text = _key_text(key)
+    if key_text is None or notes is None:
+        raise JSONProblem(path, f"key {key!r} ({type(key).__name__}) is not a string")
+    notes.append(f"{path}: key {key!r} stored as the string {key_text!r}")
+    return key_text
+
+
 def _walk(value: Any, path: str, depth: int, notes: list[str] | None, size: list[int]) -> Any:
     """Check (``notes is None``) or convert ``value``; returns the converted value.
 
@@ -178,11 +197,7 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None, size: list
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        text = "NaN" if value != value else _NON_FINITE[value]
-        if notes is None:
-            raise JSONProblem(path, f"{text} is not a JSON number")
-        notes.append(f"{path}: {text} stored as the string {text!r}")
-        return text
+        return _non_finite(value, path, notes)
     if isinstance(value, list | tuple | dict):
         if depth >= MAX_JSON_DEPTH:
             raise JSONProblem(path, f"nested deeper than {MAX_JSON_DEPTH} levels")
@@ -199,13 +214,7 @@ def _walk(value: Any, path: str, depth: int, notes: list[str] | None, size: list
                         if n:
                             notes.append(f"{path}: a key's lone surrogate(s) replaced by U+FFFD")
                 else:
-                    key_text = _key_text(key)
-                    if key_text is None or notes is None:
-                        raise JSONProblem(
-                            path, f"key {key!r} ({type(key).__name__}) is not a string"
-                        )
-                    notes.append(f"{path}: key {key!r} stored as the string {key_text!r}")
-                    name = key_text
+                    name = _scalar_key(key, path, notes)
                     size[0] += 6 * len(name) + 4
                 if name in out:
                     raise JSONProblem(path, f"two keys become the same string {name!r}")

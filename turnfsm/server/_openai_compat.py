@@ -256,6 +256,34 @@ async def _continued(
     return cid, resent
 
 
+def _completion(
+    turn: Turn, typed: TypedOutput | None, completion_id: str, created: int, model: str
+) -> dict[str, Any]:
+    """A non-streamed ``chat.completion`` body for a finished turn, or the
+    turn's failure raised."""
+    failed = _failed(turn)
+    if failed is not None:
+        raise failed
+    message: dict[str, Any] = {"role": "assistant", "content": _content(turn, typed)}
+    finish = "stop"
+    if handed_out(turn):
+        message = {
+            "role": "assistant",
+            "content": turn.text or None,
+            "tool_calls": tool_calls_out(turn),
+        }
+        finish = "tool_calls"
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": _usage(turn),
+        "turnfsm": _extra(turn),
+    }
+
+
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(
     hub: HubOf,
@@ -287,31 +315,8 @@ async def chat_completions(
     if not body.stream:
         job = await hub.launch(cid, send, wait=True)
         assert job.turn is not None
-        turn = job.turn
-        failed = _failed(turn)
-        if failed is not None:
-            raise failed
-        message: dict[str, Any] = {"role": "assistant", "content": _content(turn, typed)}
-        finish = "stop"
-        if handed_out(turn):
-            message = {
-                "role": "assistant",
-                "content": turn.text or None,
-                "tool_calls": tool_calls_out(turn),
-            }
-            finish = "tool_calls"
-        return JSONResponse(
-            {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": created,
-                "model": body.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": _usage(turn),
-                "turnfsm": _extra(turn),
-            },
-            headers=headers,
-        )
+        completion = _completion(job.turn, typed, completion_id, created, body.model)
+        return JSONResponse(completion, headers=headers)
 
     sub = engine.subscribe(cid)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._mcp_transport import mt
-from ._spec import ToolOutcome
+from ._outcome import ToolOutcome
 
 __all__ = ["describe", "outcome_of"]
 

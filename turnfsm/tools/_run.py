@@ -9,8 +9,8 @@ import anyio
 
 from turnfsm.model import ToolCallRequest
 
+from ._outcome import ToolOutcome
 from ._registry import ToolRegistry
-from ._spec import ToolOutcome
 
 __all__ = ["current_call", "run_calls"]
 

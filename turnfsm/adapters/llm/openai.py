@@ -9,7 +9,7 @@ OpenRouter, Azure), chosen by ``base_url``::
         ...
 
 The request bodies are built by pure functions (``chat_request_body`` in
-``_openai_chat``, ``responses_request_body`` in ``_openai_responses``) and sent
+``_openai_chat``, ``responses_request_body`` in ``_openai_responses_body``) and sent
 as they are with the SDK's ``post``; the answers are read as plain JSON by the
 pure assemblers there. The SDK's own retries are off (``max_retries=0`` on the client and on
 every request): the engine is the one layer that retries.
