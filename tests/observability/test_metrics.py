@@ -274,3 +274,43 @@ async def test_an_imported_body_answered_is_counted_in_its_format() -> None:
         assert turn.text == "hello"
     m = samples(metrics.render().decode())
     assert m[("turnfsm_request_format_total", (("format", "legacy"),))] == 1
+
+
+def test_each_labelled_child_is_asked_of_prometheus_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The observer keeps each child per tuple of label values: the same
+    turns again ask prometheus_client's ``labels()`` nothing new, and count
+    as before."""
+    import anyio
+    from prometheus_client.metrics import MetricWrapperBase
+
+    asked: list[tuple[str, tuple[str, ...]]] = []
+    labels = MetricWrapperBase.labels
+
+    def counted(self: Any, *values: Any, **named: Any) -> Any:
+        asked.append((self._name, values))
+        return labels(self, *values, **named)
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", counted)
+    usage = {"prompt_tokens": 10, "completion_tokens": 3}
+    answer = [
+        {"tool_calls": [{"id": "a", "name": "lookup", "arguments": {"city": "Oslo"}}]},
+        {"text": "Oslo is real.", "usage": usage},
+    ]
+
+    async def main() -> EngineMetrics:
+        metrics = EngineMetrics()
+        engine = metrics.attach(Engine(llm=ScriptedLLM(answer * 3), tools=[lookup]))
+        async with engine:
+            cid = await engine.create_context()
+            for _ in range(3):
+                await engine.send(cid, "Oslo?")
+        return metrics
+
+    metrics = anyio.run(main)
+    assert asked and len(asked) == len(set(asked)), asked
+    got = samples_of(metrics)
+    assert got[("turnfsm_turns_started_total", (("call", "send"),))] == 3
+    finished = (("call", "send"), ("stop_reason", "completed"))
+    assert got[("turnfsm_turns_finished_total", finished)] == 3
+    assert got[("turnfsm_tool_seconds_count", (("tool", "lookup"),))] == 3
+    assert got[("turnfsm_llm_tokens_total", (("kind", "input"), ("model", "scripted")))] == 30

@@ -4,6 +4,7 @@ one by the declared route, with the same answers either way."""
 
 from __future__ import annotations
 
+import ast
 import json
 import time
 from collections.abc import Iterator
@@ -13,8 +14,9 @@ from typing import Any
 import fastapi.routing
 import httpx
 import pytest
+from starlette.routing import Match
 
-from turnfsm.server import ServerConfig, create_app
+from turnfsm.server import ServerConfig, _hot, create_app
 from turnfsm.server._hot import MessagePost
 
 from .conftest import TOKENS, demo_engine, serve_in_thread
@@ -148,3 +150,47 @@ def test_the_hot_route_is_the_declared_one_for_openapi(tmp_path: Path) -> None:
     assert isinstance(hot, MessagePost) and not hot.include_in_schema
     paths = app.openapi()["paths"]
     assert "post" in paths["/api/contexts/{context_id}/messages"]
+
+
+@pytest.mark.parametrize(
+    ("root_path", "path"),
+    [
+        ("", "/api/contexts/c1/messages"),
+        ("/svc", "/svc/api/contexts/c1/messages"),  # mounted: the path keeps the prefix
+        ("/svc", "/api/contexts/c1/messages"),  # a proxy that strips it
+        ("/api", "/api/contexts/c1/messages"),  # the route's own start is the root
+        ("/sv", "/svc/api/contexts/c1/messages"),  # not a whole segment: kept
+        ("/svc/api/contexts/c1/messages", "/svc/api/contexts/c1/messages"),
+        ("/svc", "/svc/api/contexts/a/b/messages"),
+        ("/svc", "/svc/api/contexts//messages"),
+    ],
+)
+def test_the_hot_route_matches_where_the_declared_route_does(
+    tmp_path: Path, root_path: str, path: str
+) -> None:
+    """Under a root path (a mount, a proxy's prefix) the hot route takes the
+    posts the declared route would, with the same context id."""
+    app = create_app(lambda: demo_engine(tmp_path / "s.db"), ServerConfig())
+    hot = app.router.routes[0]
+    assert isinstance(hot, MessagePost)
+    scope = {"type": "http", "method": "POST", "root_path": root_path, "path": path}
+    match, child = hot.matches(dict(scope))
+    expected, declared = hot.declared.matches(dict(scope))
+    assert match == expected
+    if expected is Match.FULL:
+        assert child["path_params"] == declared["path_params"]
+
+
+def test_the_hot_route_uses_no_private_starlette_module() -> None:
+    source = Path(_hot.__file__).read_text(encoding="utf-8")
+    imported = [
+        node.module or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+    ] + [
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
+    assert imported and not [m for m in imported if m.startswith(("starlette._", "fastapi._"))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -207,6 +208,43 @@ def test_the_server_logs_key_value_lines_unless_the_application_configured_struc
         assert len(lines) == 1, lines
         assert lines[0].startswith("timestamp='")
         assert lines[0].split(" ", 1)[1] == "level='info' event='request' method='GET' status=200"
+
+
+_STAMP = re.compile(r"^timestamp='\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z' ")
+
+
+@pytest.mark.parametrize(
+    ("method", "fields"),
+    [
+        (
+            "info",
+            {"event": "request", "method": "POST", "path": "/a b'c", "status": 202, "ms": 0.8},
+        ),
+        ("warning", {"event": "event_log_read_failed", "context_id": "c1", "error": "x\ny"}),
+        ("warn", {"event": "old name"}),
+        ("exception", {"event": "boom", "exc": None}),
+        ("info", {"event": "bound", "level": "kept?", "timestamp": 1, "n": [1, {"a": 2}]}),
+        ("info", {"method": "GET"}),  # no event: as structlog's renderer, event=None
+    ],
+)
+def test_the_log_line_is_the_one_structlogs_processors_make(
+    method: str, fields: dict[str, Any]
+) -> None:
+    import structlog
+
+    from turnfsm.server._run import key_value_line
+
+    chain: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+        structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
+    ]
+    theirs: Any = dict(fields)
+    for processor in chain:
+        theirs = processor(None, method, theirs)
+    ours = key_value_line(None, method, dict(fields))
+    assert _STAMP.match(ours) and _STAMP.match(theirs), (ours, theirs)
+    assert _STAMP.sub("", ours) == _STAMP.sub("", theirs)
 
 
 def test_the_server_tunes_the_collector_for_its_life() -> None:

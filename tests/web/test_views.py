@@ -149,6 +149,20 @@ def test_addressed_directly() -> None:
         assert not addressed_directly(host), host
 
 
+def test_a_hosts_check_is_kept_and_bounded() -> None:
+    """The same ``Host`` again is answered from the kept answer, the same one,
+    and the kept answers are bounded (a client chooses the header)."""
+    addressed_directly.cache_clear()
+    assert addressed_directly("127.0.0.1:8000") and addressed_directly("127.0.0.1:8000")
+    assert not addressed_directly("evil.example") and not addressed_directly("evil.example")
+    info = addressed_directly.cache_info()
+    assert (info.hits, info.misses) == (2, 2)
+    assert info.maxsize is not None
+    for i in range(info.maxsize + 10):
+        addressed_directly(f"h{i}.example")
+    assert addressed_directly.cache_info().currsize <= info.maxsize
+
+
 def test_sequence_rows_are_what_the_table_and_the_mermaid_text_draw() -> None:
     rows = (
         SequenceRow("arrow", "user", "engine", "hi; there <b> #1", "call"),

@@ -13,6 +13,7 @@ and bounds, ``turnfsm_loaded_*``) are read at each scrape, at no cost per call.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,15 @@ class _Bounded:
             return OTHER
         self.seen.add(value)
         return value
+
+
+def _children(metric: Any) -> Callable[..., Any]:
+    """``metric.labels`` kept per tuple of label values: prometheus_client's
+    ``labels()`` checks and converts the values and takes a lock at every call,
+    and the observer asks for a child at every transition. Every label here
+    has a bounded set of values (see the module docstring), so the cache is
+    bounded too; no child is ever removed from these metrics."""
+    return functools.cache(metric.labels)
 
 
 class EngineMetrics:
@@ -154,6 +164,15 @@ class EngineMetrics:
             "Event streams (SSE) open on this server",
             registry=r,
         )
+        self.started_of = _children(self.turns_started)
+        self.finished_of = _children(self.turns_finished)
+        self.state_seconds_of = _children(self.state_seconds)
+        self.llm_seconds_of = _children(self.llm_seconds)
+        self.llm_tokens_of = _children(self.llm_tokens)
+        self.tool_seconds_of = _children(self.tool_seconds)
+        self.tool_errors_of = _children(self.tool_errors)
+        self.request_formats_of = _children(self.request_formats)
+        """Each labelled metric's children, kept per tuple of label values."""
         self.engines: list[Engine] = []
         """The engines attached: the loaded-context gauges sum theirs at each scrape."""
         for name, doc, read in (
@@ -214,7 +233,7 @@ class EngineMetrics:
     # ------------------------------------------------------------------ the observer
 
     def begin(self, context_id: str, call: str) -> Watch:
-        self.turns_started.labels(call).inc()
+        self.started_of(call).inc()
         self.running.inc()
         if call == "claim":
             self.worker_claims.inc()
@@ -276,10 +295,10 @@ class _CallMetrics(Watch):
     def transition(self, rt: Any, source: str, trigger: str, dest: str) -> None:
         now = time.perf_counter()
         if self.call == "send_request" and trigger == Trigger.USER_MESSAGE:
-            self.m.request_formats.labels(_request_format(rt)).inc()
+            self.m.request_formats_of(_request_format(rt)).inc()
         source = str(source)
         if source not in _RESTING and self.state == source:
-            self.m.state_seconds.labels(source).observe(now - self.state_at)
+            self.m.state_seconds_of(source).observe(now - self.state_at)
         self.state = str(dest)
         self.state_at = now
 
@@ -296,9 +315,9 @@ class _CallMetrics(Watch):
             usage = md.usage
             if usage is not None:
                 if usage.prompt_tokens:
-                    m.llm_tokens.labels(model, "input").inc(usage.prompt_tokens)
+                    m.llm_tokens_of(model, "input").inc(usage.prompt_tokens)
                 if usage.completion_tokens:
-                    m.llm_tokens.labels(model, "output").inc(usage.completion_tokens)
+                    m.llm_tokens_of(model, "output").inc(usage.completion_tokens)
         else:
             model = m.models(rt.ctx.config.model_id)
             if error is not None:
@@ -307,7 +326,7 @@ class _CallMetrics(Watch):
                 outcome = "transient"
             else:
                 outcome = "permanent"
-        m.llm_seconds.labels(model, outcome).observe(took)
+        m.llm_seconds_of(model, outcome).observe(took)
 
     def tool_started(self, rt: Any, call: ToolCallRequest) -> float:
         return time.perf_counter()
@@ -322,18 +341,18 @@ class _CallMetrics(Watch):
     ) -> None:
         m = self.m
         name = m.tools(call.tool_name)
-        m.tool_seconds.labels(name).observe(time.perf_counter() - float(started))
+        m.tool_seconds_of(name).observe(time.perf_counter() - float(started))
         if outcome is None or not outcome.success:
-            m.tool_errors.labels(name).inc()
+            m.tool_errors_of(name).inc()
 
     def ended(self, context_id: str, turn: Turn | None, error: BaseException | None) -> None:
         m = self.m
         m.running.dec()
         if turn is None:
-            m.turns_finished.labels(self.call, "error").inc()
+            m.finished_of(self.call, "error").inc()
             return
         stop = turn.stop_reason.value if turn.stop_reason is not None else "none"
-        m.turns_finished.labels(self.call, stop).inc()
+        m.finished_of(self.call, stop).inc()
         if turn.state is State.AWAITING_TOOL_APPROVAL and turn.pending_tool_calls:
             # (calls of the client's tools alone wait for the client, not a human)
             m.waiting.add(context_id)

@@ -1,6 +1,7 @@
 """Every HTTP request's way in: the ``Host`` check, the body limit, the
 headers every answer carries, and the request log."""
 
+import functools
 import ipaddress
 import time
 
@@ -135,12 +136,15 @@ class Gate:
         await answer(scope, receive, send)
 
 
+@functools.lru_cache(maxsize=256)
 def addressed_directly(host: str) -> bool:
     """Whether ``host`` (a ``Host`` header) is an IP address or ``localhost``.
 
     A server with no tokens answers only then: a page of another site
     whose name was made to resolve to this machine (DNS rebinding) comes with
-    its own name in ``Host`` and is refused, on every route (:class:`Gate`)."""
+    its own name in ``Host`` and is refused, on every route (:class:`Gate`).
+    Kept per host, a bounded few: a client sends the same ``Host`` on every
+    request, and parsing it as an address is most of a request's check."""
     name = host
     if name.startswith("["):
         name = name[1 : name.find("]")] if "]" in name else ""

@@ -25,7 +25,6 @@ from typing import Any
 
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import Message, Receive, Scope, Send
@@ -60,7 +59,7 @@ class MessagePost(BaseRoute):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] != "http" or scope["method"] != "POST":
             return Match.NONE, {}
-        path = get_route_path(scope)
+        path = _route_path(scope)
         if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)):
             return Match.NONE, {}
         context_id = path[len(_PREFIX) : -len(_SUFFIX)]
@@ -98,6 +97,21 @@ class MessagePost(BaseRoute):
             )
         )
         await answer(scope, receive, send)
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the app's routes match: ``path`` without the ``root_path``
+    (the prefix the app is mounted or proxied under) when it starts with it
+    as whole segments, as Starlette's router computes it for every other
+    route, so that this one matches where the declared route would."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    rest = path[len(root) :]
+    if not rest:
+        return ""
+    return rest if rest[0] == "/" else path
 
 
 def _json_typed(scope: Scope) -> bool:
