@@ -51,7 +51,7 @@ import anyio.abc
 
 from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
-from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
+from ._errors import EXIT_TERMINATED, CLIError, command_parser, count, seconds
 from ._history_options import add_history_options
 from ._imports import add_app_options
 from ._mcp import add_mcp_options
@@ -77,11 +77,12 @@ MAX_ATTEMPTS = 100
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "chat",
-        help="chat with a model (OpenAI, Anthropic, Google, or OpenAI-compatible) on the terminal",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "chat with a model (OpenAI, Anthropic, Google, or OpenAI-compatible) on the terminal",
+        __doc__,
+        _run,
     )
     p.add_argument("--message", "-m", metavar="TEXT", help="send one message, print, exit")
     p.add_argument("--context", metavar="ID", help="resume this stored conversation")
@@ -96,7 +97,6 @@ def add_parser(sub: Any) -> None:
         "(default: chat, or the context's)",
     )
     add_model_options(p)
-    p.set_defaults(run=guarded("turnfsm chat", _run))
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:

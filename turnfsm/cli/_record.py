@@ -34,7 +34,7 @@ from ..tools import Tool
 from ._chat import MAX_TIMEOUT, check_message
 from ._chat_model import open_model
 from ._demo import get_weather
-from ._errors import CLIError, guarded, read_line, seconds
+from ._errors import CLIError, command_parser, read_line, seconds
 from ._imports import add_app_options, load_tools
 from ._providers import add_provider_options, provider_named
 from ._store import HOW_TO_APPROVE, approval_mode, denial_reason
@@ -43,12 +43,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "record",
-        help="record a conversation as a replay script",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "record", "record a conversation as a replay script", __doc__, _run)
     p.add_argument("--out", required=True, metavar="FILE", help="where to write the script")
     p.add_argument(
         "--message",
@@ -87,7 +82,6 @@ def add_parser(sub: Any) -> None:
         help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
     )
     add_app_options(p)
-    p.set_defaults(run=guarded("turnfsm record", _run))
 
 
 def _model(args: argparse.Namespace) -> tuple[Any, list[Tool], str]:
