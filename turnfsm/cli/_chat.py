@@ -99,6 +99,18 @@ def add_parser(sub: Any) -> None:
     add_model_options(p)
 
 
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """How ``chat`` and ``record`` call the model: ``--no-stream``, ``--timeout``."""
+    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
+    p.add_argument(
+        "--timeout",
+        type=seconds(MAX_TIMEOUT),
+        default=60.0,
+        metavar="S",
+        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
+    )
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """The options that choose and drive the model (chat, resume, recover)."""
     add_provider_options(
@@ -122,14 +134,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
     )
     add_app_options(p)
-    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
-    p.add_argument(
-        "--timeout",
-        type=seconds(MAX_TIMEOUT),
-        default=60.0,
-        metavar="S",
-        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
-    )
+    add_request_options(p)
     p.add_argument(
         "--max-attempts",
         type=count(1, MAX_ATTEMPTS),
