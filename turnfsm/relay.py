@@ -31,7 +31,6 @@ its batch dropped the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -122,12 +121,7 @@ class EventRelay:
         self._tg.start_soon(self._run, self._sub)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._tap is not None:
             self._tap.close()
             return

@@ -30,18 +30,15 @@ import anyio
 from ..audit import audit_jsonl, audit_records, verify_audit_log
 from ..storage import Store
 from ._diagram import read_text, split_lines
-from ._errors import guarded
+from ._errors import command_parser
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "export_log"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "audit",
-        help="export a context's transitions as an audit log, or verify one",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "audit", "export a context's transitions as an audit log, or verify one", __doc__, _run
     )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     ex = verbs.add_parser("export", help="the context's committed steps as JSON Lines")
@@ -50,7 +47,6 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     ve = verbs.add_parser("verify", help="check an audit log against the declared table")
     ve.add_argument("file", metavar="FILE", help="the log (- for stdin)")
-    p.set_defaults(run=guarded("turnfsm audit", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

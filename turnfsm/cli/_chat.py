@@ -51,7 +51,7 @@ import anyio.abc
 
 from ..errors import TurnFSMError
 from ._chat_model import DEFAULT_MODEL, MODE_NAMES, PLACEHOLDER_KEY, check_message
-from ._errors import EXIT_TERMINATED, CLIError, count, guarded, seconds
+from ._errors import EXIT_TERMINATED, CLIError, command_parser, count, seconds
 from ._history_options import add_history_options
 from ._imports import add_app_options
 from ._mcp import add_mcp_options
@@ -77,11 +77,12 @@ MAX_ATTEMPTS = 100
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "chat",
-        help="chat with a model (OpenAI, Anthropic, Google, or OpenAI-compatible) on the terminal",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "chat with a model (OpenAI, Anthropic, Google, or OpenAI-compatible) on the terminal",
+        __doc__,
+        _run,
     )
     p.add_argument("--message", "-m", metavar="TEXT", help="send one message, print, exit")
     p.add_argument("--context", metavar="ID", help="resume this stored conversation")
@@ -96,7 +97,18 @@ def add_parser(sub: Any) -> None:
         "(default: chat, or the context's)",
     )
     add_model_options(p)
-    p.set_defaults(run=guarded("turnfsm chat", _run))
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """How ``chat`` and ``record`` call the model: ``--no-stream``, ``--timeout``."""
+    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
+    p.add_argument(
+        "--timeout",
+        type=seconds(MAX_TIMEOUT),
+        default=60.0,
+        metavar="S",
+        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
+    )
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -122,14 +134,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--demo", action="store_true", help="use the built-in demo model (no key, no network)"
     )
     add_app_options(p)
-    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
-    p.add_argument(
-        "--timeout",
-        type=seconds(MAX_TIMEOUT),
-        default=60.0,
-        metavar="S",
-        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
-    )
+    add_request_options(p)
     p.add_argument(
         "--max-attempts",
         type=count(1, MAX_ATTEMPTS),

@@ -25,7 +25,7 @@ from ..events import ContentDelta, StateChanged, ToolResult
 from ..states import RESTING, State
 from ..storage import Store
 from ..tools import tool
-from ._errors import guarded, read_line, seconds
+from ._errors import command_parser, read_line, seconds
 from ._store import add_store_option, approval_mode, open_cli_store
 
 if TYPE_CHECKING:
@@ -48,11 +48,8 @@ def get_weather(city: str) -> dict[str, Any]:
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "demo",
-        help="play a scripted conversation (no API key, no network)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "demo", "play a scripted conversation (no API key, no network)", __doc__, _run
     )
     p.add_argument(
         "--approve",
@@ -77,7 +74,6 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the turns as JSON lines")
     add_store_option(p)
-    p.set_defaults(run=guarded("turnfsm demo", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

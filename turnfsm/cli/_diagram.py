@@ -60,7 +60,7 @@ from ..render import (
     sequence_diagram,
     svg_digest,
 )
-from ._errors import CLIError, count, guarded
+from ._errors import CLIError, command_parser, count
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser", "read_text", "regenerate", "split_lines"]
@@ -69,11 +69,12 @@ FORMATS = ("mermaid", "dot", "svg", "png")
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "diagram",
-        help="state diagrams: the declared machine, a run's path, a turn, a diff of two runs",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "state diagrams: the declared machine, a run's path, a turn, a diff of two runs",
+        __doc__,
+        _run,
     )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--context", metavar="ID", help="draw the path of this stored context")
@@ -113,7 +114,6 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="with --regenerate: write nothing; exit 1 if a generated file is stale",
     )
-    p.set_defaults(run=guarded("turnfsm diagram", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

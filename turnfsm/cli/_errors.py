@@ -17,7 +17,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._numbers import whole_number
 from ..errors import InvalidInput, TurnFSMError
@@ -145,6 +145,19 @@ def _quiet_stdout() -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+
+
+def command_parser(
+    sub: Any, name: str, help: str, doc: str | None, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A command's parser, made as every command's is: its module's docstring
+    as the description, shown as written (its paragraphs and tables kept), and
+    ``run`` ending as :func:`guarded` says under the name ``turnfsm NAME``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.set_defaults(run=guarded(f"turnfsm {name}", run))
+    return p
 
 
 def guarded(prog: str, run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:

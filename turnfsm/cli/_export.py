@@ -27,7 +27,7 @@ import anyio
 
 from ..adapters.outbound import SessionExport, write_session_file
 from ..errors import ContextNotFound, InvalidInput
-from ._errors import CLIError, guarded
+from ._errors import CLIError, command_parser
 from ._store import add_store_option, open_cli_store
 
 __all__ = ["add_parser"]
@@ -36,11 +36,12 @@ _PROG = "turnfsm export"
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "export",
-        help="write stored contexts into a folder of session files ({id}.json)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "write stored contexts into a folder of session files ({id}.json)",
+        __doc__,
+        _run,
     )
     p.add_argument("folder", metavar="DIR", help="the folder to write {id}.json files into")
     p.add_argument(
@@ -57,7 +58,6 @@ def add_parser(sub: Any) -> None:
         help="export this context (repeatable); default: every stored context",
     )
     add_store_option(p)
-    p.set_defaults(run=guarded(_PROG, _run))
 
 
 def report_line(done: SessionExport) -> str:

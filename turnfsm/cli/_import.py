@@ -58,7 +58,7 @@ from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
 from ..storage._schema import context_from_document
 from ..storage._secrets import redact
-from ._errors import CLIError, guarded
+from ._errors import CLIError, command_parser
 from ._import_context_folder import FORMAT as FOLDER_FORMAT
 from ._import_context_folder import import_context_folder_cli, is_context_folder_layout
 from ._import_folder import import_folder, summary
@@ -69,11 +69,8 @@ _PROG = "turnfsm import"
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "import",
-        help="import a conversation from another format into a context",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "import", "import a conversation from another format into a context", __doc__, _run
     )
     p.add_argument(
         "file",
@@ -97,7 +94,6 @@ def add_parser(sub: Any) -> None:
         "without it, nothing is stored",
     )
     p.add_argument("--json", action="store_true", help="print the whole context as JSON")
-    p.set_defaults(run=guarded("turnfsm import", _run))
 
 
 def _fail(message: str) -> int:

@@ -31,10 +31,10 @@ from ..engine import Engine, Turn
 from ..replay import Recorder
 from ..states import State
 from ..tools import Tool
-from ._chat import MAX_TIMEOUT, check_message
+from ._chat import add_request_options, check_message
 from ._chat_model import open_model
 from ._demo import get_weather
-from ._errors import CLIError, guarded, read_line, seconds
+from ._errors import CLIError, command_parser, read_line
 from ._imports import add_app_options, load_tools
 from ._providers import add_provider_options, provider_named
 from ._store import HOW_TO_APPROVE, approval_mode, denial_reason
@@ -43,12 +43,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "record",
-        help="record a conversation as a replay script",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "record", "record a conversation as a replay script", __doc__, _run)
     p.add_argument("--out", required=True, metavar="FILE", help="where to write the script")
     p.add_argument(
         "--message",
@@ -78,16 +73,8 @@ def add_parser(sub: Any) -> None:
         help="the built-in demo model (the default when no other model is named)",
     )
     add_provider_options(p, model_help="the model")
-    p.add_argument("--no-stream", action="store_true", help="ask for whole answers")
-    p.add_argument(
-        "--timeout",
-        type=seconds(MAX_TIMEOUT),
-        default=60.0,
-        metavar="S",
-        help=f"seconds per request (60; at most {MAX_TIMEOUT:g})",
-    )
+    add_request_options(p)
     add_app_options(p)
-    p.set_defaults(run=guarded("turnfsm record", _run))
 
 
 def _model(args: argparse.Namespace) -> tuple[Any, list[Tool], str]:

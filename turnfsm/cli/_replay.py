@@ -25,18 +25,15 @@ from typing import Any
 import anyio
 
 from ..replay import ReplayResult, ScriptError, load_script, replay
-from ._errors import CLIError, guarded
+from ._errors import CLIError, command_parser
 from ._store import open_cli_store
 
 __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "replay",
-        help="replay scripts through the engine, offline, and check them",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "replay", "replay scripts through the engine, offline, and check them", __doc__, _run
     )
     p.add_argument(
         "paths", nargs="+", metavar="FILE", help="script files (.json, .yaml) or folders of them"
@@ -53,7 +50,6 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="keep the replayed conversations in this store (default: in memory)",
     )
-    p.set_defaults(run=guarded("turnfsm replay", _run))
 
 
 SUFFIXES = (".json", ".yaml", ".yml")

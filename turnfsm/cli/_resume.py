@@ -27,29 +27,21 @@ import anyio
 from ..engine import Recovery
 from ..states import State
 from ._chat import add_model_options
-from ._errors import guarded
+from ._errors import command_parser
 
 __all__ = ["add_parser", "recovery_lines"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "resume",
-        help="continue a conversation that was interrupted mid-turn",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "resume", "continue a conversation that was interrupted mid-turn", __doc__, _run_resume
     )
     p.add_argument("context_id", metavar="ID", help="the context to continue")
     add_model_options(p)
-    p.set_defaults(run=guarded("turnfsm resume", _run_resume))
-    r: argparse.ArgumentParser = sub.add_parser(
-        "recover",
-        help="continue every interrupted conversation of a store",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    r = command_parser(
+        sub, "recover", "continue every interrupted conversation of a store", __doc__, _run_recover
     )
     add_model_options(r)
-    r.set_defaults(run=guarded("turnfsm recover", _run_recover))
 
 
 def _run_resume(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from ..errors import InvalidInput
 from ..storage import WorkQueue
 from ..tools import Tool
 from ._cache_options import add_cache_options, cache_settings
-from ._errors import CLIError, count, guarded, seconds
+from ._errors import CLIError, command_parser, count, seconds
 from ._history_options import SERVER_TOOL_HISTORY, add_history_options, history_settings
 from ._imports import add_app_options, llm_label, load_llm, load_tools
 from ._mcp import add_mcp_options, mcp_toolsets
@@ -57,11 +57,8 @@ __all__ = [
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "serve",
-        help="serve the engine over HTTP (REST and server-sent events)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "serve", "serve the engine over HTTP (REST and server-sent events)", __doc__, _run
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
     p.add_argument("--port", type=count(0, 65535), default=8000, help="the port (8000)")
@@ -123,7 +120,6 @@ def add_parser(sub: Any) -> None:
     )
     add_cache_options(p)
     add_store_option(p)
-    p.set_defaults(run=guarded("turnfsm serve", _run))
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ import anyio
 import anyio.abc
 
 from ..engine import RetryPolicy
-from ._errors import EXIT_INTERRUPTED, count, guarded, seconds
+from ._errors import EXIT_INTERRUPTED, command_parser, count, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of, model_shown
@@ -50,11 +50,12 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "temporal-worker",
-        help="run the context workflows and their activities on a Temporal server (no HTTP)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run the context workflows and their activities on a Temporal server (no HTTP)",
+        __doc__,
+        _run,
     )
     add_temporal_options(p, required=True)
     p.add_argument(
@@ -82,7 +83,6 @@ def add_parser(sub: Any) -> None:
     )
     add_model_options(p)
     add_store_option(p)
-    p.set_defaults(run=guarded("turnfsm temporal-worker", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 
 from ..storage import Store
-from ._errors import CLIError, guarded, run_guarded
+from ._errors import CLIError, command_parser, run_guarded
 from ._store import open_cli_store
 from ._temporal_options import (
     DEFAULT_NAMESPACE,
@@ -71,12 +71,13 @@ duration.__name__ = "duration"
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = command_parser(
+        sub,
         "temporal-prune",
-        help="delete the payloads kept in the store for Temporal that no workflow "
+        "delete the payloads kept in the store for Temporal that no workflow "
         "history refers to any more",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        _run,
     )
     p.add_argument(
         "--temporal",
@@ -110,7 +111,6 @@ def add_parser(sub: Any) -> None:
         "file (sqlite:///path.db), as given to turnfsm temporal-worker",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=guarded(PROG, _run))
 
 
 def _namespaces(args: argparse.Namespace) -> list[str]:

@@ -29,7 +29,7 @@ import anyio.abc
 from ..engine import Engine, RetryPolicy, Worker
 from ..storage import WorkQueue
 from ._cache_options import add_cache_options, cache_settings
-from ._errors import EXIT_INTERRUPTED, CLIError, count, guarded, seconds
+from ._errors import EXIT_INTERRUPTED, CLIError, command_parser, count, seconds
 from ._history_options import history_settings
 from ._mcp import mcp_toolsets
 from ._serve import add_model_options, load_tools, model_of, model_shown
@@ -44,11 +44,8 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "worker",
-        help="run the turns handed off through the store (no HTTP)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        sub, "worker", "run the turns handed off through the store (no HTTP)", __doc__, _run
     )
     p.add_argument(
         "--concurrency",
@@ -76,7 +73,6 @@ def add_parser(sub: Any) -> None:
     add_metrics_options(p)
     add_cache_options(p)
     add_store_option(p)
-    p.set_defaults(run=guarded("turnfsm worker", _run))
 
 
 def _run(args: argparse.Namespace) -> int:

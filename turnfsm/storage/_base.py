@@ -44,6 +44,7 @@ __all__ = [
     "LeasesInCommits",
     "StepLog",
     "Store",
+    "TakesLeases",
     "WorkDoorbell",
     "WorkQueue",
     "in_order",
@@ -374,6 +375,35 @@ def lease_is_held(
     unless ``take_over`` names its token. A released lease (``holder`` None)
     and the owner's own lease hold no one out."""
     return holder is not None and holder != owner and now < expires_at and token != take_over
+
+
+class TakesLeases:
+    """``acquire_lease`` for a store that takes a lease in one step of its own,
+    :meth:`_take_lease`: under its lock, or in one statement, the store reads
+    the context's lease, keeps out whom :func:`lease_is_held` keeps out, and
+    writes the lease asked for with the next fencing token. What is asked and
+    what is given back are the same for every store, so they are said here."""
+
+    async def acquire_lease(
+        self,
+        context_id: str,
+        owner: str,
+        ttl: float,
+        *,
+        now: float,
+        take_over: int | None = None,
+    ) -> Lease | None:
+        """As :meth:`Leases.acquire_lease` says."""
+        wanted = Lease(context_id, owner, 0, now + ttl)
+        token = await self._take_lease(wanted, now, take_over)
+        return None if token is None else Lease(context_id, owner, token, wanted.expires_at)
+
+    async def _take_lease(self, wanted: Lease, now: float, take_over: int | None) -> int | None:
+        """Write ``wanted`` (its token is the store's to give: the context's
+        next one) unless the stored lease is held against it; the token
+        written, ``None`` when held. :class:`ContextNotFound` if the context
+        is unknown."""
+        raise NotImplementedError
 
 
 def in_order(

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextNotFound, LeaseLost
-from ._base import Commit, Lease, lease_is_held
+from ._base import Commit, Lease, TakesLeases, lease_is_held
 from ._files_records import _read_lease
 
 __all__ = ["LeaseFiles"]
 
 
-class LeaseFiles:
+class LeaseFiles(TakesLeases):
     """The lease calls of :class:`~turnfsm.storage.FilesStore`, and the lease
     half of its commits."""
 
@@ -68,33 +68,25 @@ class LeaseFiles:
         if current != token:
             raise LeaseLost(context_id, token, current)
 
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease | None:
-        def acquire() -> Lease | None:
-            folder = self._dir(context_id)
-            with self._context(folder, context_id):
+    async def _take_lease(self, wanted: Lease, now: float, take_over: int | None) -> int | None:
+        def take() -> int | None:
+            folder = self._dir(wanted.context_id)
+            with self._context(folder, wanted.context_id):
                 old = _read_lease(folder)
                 if old is not None and lease_is_held(
                     old["owner"],
                     old["token"],
                     old["expires_at"],
-                    owner=owner,
+                    owner=wanted.owner,
                     now=now,
                     take_over=take_over,
                 ):
                     return None
-                lease = Lease(context_id, owner, (old["token"] if old else 0) + 1, now + ttl)
-                self._write_lease(folder, owner, lease.token, lease.expires_at)
-                return lease
+                token = (old["token"] if old else 0) + 1
+                self._write_lease(folder, wanted.owner, token, wanted.expires_at)
+                return token
 
-        result: Lease | None = await self._run(acquire)
+        result: int | None = await self._run(take)
         return result
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:

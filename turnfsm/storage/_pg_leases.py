@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError
-from ._base import Lease
+from ._base import Lease, TakesLeases
 from ._pg_commit import lease_token
 from ._pg_schema import WORK_CHANNEL, PostgresDatabase, psycopg, redact, said
 from ._sql import RELEASE, RENEW, pg
@@ -32,7 +32,7 @@ _ACQUIRE = (
 token (NULL when another owner holds the lease: ``lease_is_held``)."""
 
 
-class LeaseRows(PostgresDatabase):
+class LeaseRows(TakesLeases, PostgresDatabase):
     """The leases, the claim and the doorbell of :class:`PostgresStore`.
 
     One row per context that was ever leased, keyed by the context id. Every
@@ -76,29 +76,24 @@ class LeaseRows(PostgresDatabase):
             where = f"{redact(self.url)}: the doorbell's connection"
             raise StoreError(f"{where}: {said(exc)}") from exc
 
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease | None:
-        async def acquire(conn: Any) -> tuple[bool, int | None]:
+    async def _take_lease(self, wanted: Lease, now: float, take_over: int | None) -> int | None:
+        cid = wanted.context_id
+
+        async def take(conn: Any) -> tuple[bool, int | None]:
             # one statement: the row made (token 1) or, unless another owner
             # holds it (lease_is_held, in SQL), taken with the next token; the
             # row is locked by the INSERT ... ON CONFLICT either way
             cur = await conn.execute(
-                _ACQUIRE, (context_id, context_id, owner, now + ttl, now, take_over)
+                _ACQUIRE, (cid, cid, wanted.owner, wanted.expires_at, now, take_over)
             )
             found, token = await cur.fetchone()
             return bool(found), token
 
-        found, token = await self._run(acquire)
+        taken: tuple[bool, int | None] = await self._run(take)
+        found, token = taken
         if not found:
-            raise ContextNotFound(context_id)
-        return None if token is None else Lease(context_id, owner, token, now + ttl)
+            raise ContextNotFound(cid)
+        return token
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)

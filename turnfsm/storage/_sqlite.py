@@ -88,7 +88,16 @@ from ..errors import ContextNotFound, InvalidInput, LeaseLost, StoreError
 from ..model import SCHEMA_VERSION, Branch, ChatContext, MessageNode
 from ..records import to_json
 from ..states import RESTING
-from ._base import ContextSummary, Lease, StepLog, Store, WorkQueue, in_order, lease_is_held
+from ._base import (
+    ContextSummary,
+    Lease,
+    StepLog,
+    Store,
+    TakesLeases,
+    WorkQueue,
+    in_order,
+    lease_is_held,
+)
 from ._outline import ContextOutline
 from ._schema import check_version, context_problems, summary_of_config
 from ._sql import (
@@ -133,7 +142,7 @@ def _fence(row: str, token: object, owner: object) -> tuple[int | None, str | No
     return token, owner
 
 
-class SQLiteStore(SQLiteCommits, Store, WorkQueue):
+class SQLiteStore(SQLiteCommits, TakesLeases, Store, WorkQueue):
     """A :class:`~turnfsm.storage.Store` in one SQLite database file.
 
     ``SQLiteStore("chats.db")`` opens (or creates) the file at once and raises
@@ -433,39 +442,28 @@ class SQLiteStore(SQLiteCommits, Store, WorkQueue):
         if current != token:
             raise LeaseLost(context_id, token, current)
 
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease | None:
-        def acquire(conn: sqlite3.Connection) -> Lease | None:
+    async def _take_lease(self, wanted: Lease, now: float, take_over: int | None) -> int | None:
+        cid, owner = wanted.context_id, wanted.owner
+
+        def take(conn: sqlite3.Connection) -> int | None:
             # the context and its lease (if any) in one statement
             found = conn.execute(
                 "SELECT l.owner, l.token, l.expires_at FROM contexts c "
                 "LEFT JOIN leases l ON l.context_id = c.id WHERE c.id = ?",
-                (context_id,),
+                (cid,),
             ).fetchone()
             if found is None:
-                raise ContextNotFound(context_id)
-            row = None if found[1] is None else found
-            if row is not None:
-                held_by, token, expires_at = row
-                if lease_is_held(
-                    held_by, token, expires_at, owner=owner, now=now, take_over=take_over
-                ):
-                    return None
-            lease = Lease(context_id, owner, (row[1] if row is not None else 0) + 1, now + ttl)
-            conn.execute(
-                _PUT_LEASE,
-                (context_id, owner, lease.token, lease.expires_at),
-            )
-            return lease
+                raise ContextNotFound(cid)
+            held_by, token, expires_at = found
+            if token is not None and lease_is_held(
+                held_by, token, expires_at, owner=owner, now=now, take_over=take_over
+            ):
+                return None
+            token = (token or 0) + 1
+            conn.execute(_PUT_LEASE, (cid, owner, token, wanted.expires_at))
+            return token
 
-        return await self._lease_write(acquire)
+        return await self._lease_write(take)
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
         renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from ..model import ChatContext, LLMRequest, TextDelta, ThinkingDelta, ToolCallDelta
     from ..states import State
     from ..storage import Commit, ContextSummary, Lease
+    from ..storage._base import TakesLeases
     from . import _codec
     from ._children import retrieved
     from ._config import WorkerConfig
@@ -74,7 +75,7 @@ async def activity(name: str, args: list[Any], **options: Any) -> Any:
         raise
 
 
-class WorkflowStore:
+class WorkflowStore(TakesLeases):
     """The store as the workflow's engine sees it: loads and commits are
     activities; leases are the workflow's own (it is the one owner)."""
 
@@ -137,18 +138,10 @@ class WorkflowStore:
 
         return [records.from_python(ContextSummary, s) for s in await self._contexts("list", None)]
 
-    async def acquire_lease(
-        self,
-        context_id: str,
-        owner: str,
-        ttl: float,
-        *,
-        now: float,
-        take_over: int | None = None,
-    ) -> Lease:
+    async def _take_lease(self, wanted: Lease, now: float, take_over: int | None) -> int:
         # token 1 every time: the engine then loads the context afresh for each
         # call (the store is the truth; REST calls may have changed it)
-        return Lease(context_id, owner, 1, now + ttl)
+        return 1
 
     async def lease(self, context_id: str) -> Lease | None:
         return None

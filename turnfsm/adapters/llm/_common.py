@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any, Protocol, Self
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
@@ -55,12 +54,7 @@ class OwnedClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
 
