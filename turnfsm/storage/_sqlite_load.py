@@ -6,7 +6,6 @@ partial reads: a context's outline and a page of a branch
 from __future__ import annotations
 
 import functools
-import gc
 import sqlite3
 from typing import Any
 
@@ -111,29 +110,6 @@ def load_messages(
     where the row is is made only for an error. Validating the bodies as one
     JSON array in a single call was measured slower: the model's own
     validation is nearly all of the time (see docs/benchmarks.md)."""
-    # The cyclic collector is paused while the rows are read: every row
-    # makes about ten tracked objects (the records, their lists and dicts),
-    # none of them in a cycle, so a long context would run many passes over
-    # objects that all survive, and one over the whole heap, for nothing to
-    # free. Reference counting still frees what a row leaves behind; a pause
-    # is only taken when the collector runs, and it runs again after.
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        _read_messages(conn, places, context_id, seq, pool)
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _read_messages(
-    conn: sqlite3.Connection,
-    places: Places,
-    context_id: str,
-    seq: int,
-    pool: dict[str, MessageNode],
-) -> None:
     # the adapter's own validator: TypeAdapter.validate_json is a Python
     # wrapper around it, a call more per row
     validate = records.adapter(MessageNode).validator.validate_json
