@@ -70,8 +70,11 @@ def positions_of(
     naming the row)."""
     positions: dict[str, list[str]] = {}
     if not conn.execute(_ODD_POSITIONS, (seq, _V)).fetchone()[0]:
+        # the names from the few rows of ``branches`` (a branch's positions
+        # are only ever looked up by its row there, in ``branches_of``),
+        # where "SELECT DISTINCT branch" went over every position once more
         for (branch,) in conn.execute(
-            "SELECT DISTINCT branch FROM branch_messages WHERE ctx = ?", (seq,)
+            "SELECT name FROM branches WHERE ctx = ? ORDER BY rowid", (seq,)
         ).fetchall():
             positions[branch] = [
                 mid
