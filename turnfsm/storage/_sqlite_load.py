@@ -52,8 +52,7 @@ _ODD_POSITIONS = (
 # through the (ctx, id) index, whose order is the ids'; asking for that
 # index's rowids first and the rows by rowid after reads them in rowid order
 # directly, where "WHERE ctx = ? ORDER BY rowid" sorted every selected row,
-# bodies included, in a temporary b-tree (a third of the read of 5,000 rows;
-# see docs/benchmarks.md).
+# bodies included, in a temporary b-tree (see docs/benchmarks.md).
 _SELECT_MESSAGES = (
     "SELECT id, schema_version, body FROM messages "
     "WHERE rowid IN (SELECT rowid FROM messages WHERE ctx = ?) ORDER BY rowid"
