@@ -52,8 +52,7 @@ _ODD_POSITIONS = (
 # through the (ctx, id) index, whose order is the ids'; asking for that
 # index's rowids first and the rows by rowid after reads them in rowid order
 # directly, where "WHERE ctx = ? ORDER BY rowid" sorted every selected row,
-# bodies included, in a temporary b-tree (a third of the read of 5,000 rows;
-# see docs/benchmarks.md).
+# bodies included, in a temporary b-tree (see docs/benchmarks.md).
 _SELECT_MESSAGES = (
     "SELECT id, schema_version, body FROM messages "
     "WHERE rowid IN (SELECT rowid FROM messages WHERE ctx = ?) ORDER BY rowid"
@@ -70,8 +69,11 @@ def positions_of(
     naming the row)."""
     positions: dict[str, list[str]] = {}
     if not conn.execute(_ODD_POSITIONS, (seq, _V)).fetchone()[0]:
+        # the names from the few rows of ``branches`` (a branch's positions
+        # are only ever looked up by its row there, in ``branches_of``),
+        # where "SELECT DISTINCT branch" went over every position once more
         for (branch,) in conn.execute(
-            "SELECT DISTINCT branch FROM branch_messages WHERE ctx = ?", (seq,)
+            "SELECT name FROM branches WHERE ctx = ? ORDER BY rowid", (seq,)
         ).fetchall():
             positions[branch] = [
                 mid
