@@ -68,7 +68,6 @@ def test_every_part_of_the_package_is_held() -> None:
 
 
 SPLIT_BY_JOB = {
-    "storage/_sqlite.py": ("turnfsm.storage._sqlite_commit", "SQLiteStore._apply_commit"),
     "tools/_spec.py": ("turnfsm.tools._outcome", "ToolOutcome"),
     "adapters/llm/_openai_responses.py": (
         "turnfsm.adapters.llm._openai_responses_body",

@@ -531,7 +531,7 @@ async def test_an_old_context_row_is_upgraded_on_commit(
 ) -> None:
     """With a pretend version 2 and an upcaster 1 -> 2: a version-1 row loads
     through the upcaster, and the first commit rewrites the row at version 2."""
-    from turnfsm.storage import _schema, _sql, _sqlite, _sqlite_commit
+    from turnfsm.storage import _schema, _sql, _sqlite
 
     path = db_path(tmp_path)
     store = SQLiteStore(path)
@@ -548,7 +548,6 @@ async def test_an_old_context_row_is_upgraded_on_commit(
     monkeypatch.setattr(_schema, "CONTEXT_UPCASTERS", chain)
     monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(_sqlite, "_V", 2)
-    monkeypatch.setattr(_sqlite_commit, "_V", 2)  # the rows a commit writes
     monkeypatch.setattr(_sql, "V", 2)
     store = SQLiteStore(path)
     try:
