@@ -1024,3 +1024,19 @@ def test_outcome_of_mixed_json_converts_the_long_way() -> None:
     assert outcome.success
     assert outcome.result == {"p": {"x": 1}, "t": "NaN", "3": "three"}
     assert len(outcome.notes) == 2
+
+
+def test_hosting_sets_the_host_for_its_block_and_resets_it_on_error() -> None:
+    from turnfsm.tools import _subtask
+
+    host: Any = object()
+    assert _subtask._HOST.get() is None
+    with _subtask.hosting(host, "parent"):
+        assert _subtask._HOST.get() == (host, "parent")
+        with _subtask.hosting(host, "inner"):
+            assert _subtask._HOST.get() == (host, "inner")
+        assert _subtask._HOST.get() == (host, "parent")
+    assert _subtask._HOST.get() is None
+    with pytest.raises(RuntimeError), _subtask.hosting(host, "parent"):
+        raise RuntimeError("a tool's crash")
+    assert _subtask._HOST.get() is None

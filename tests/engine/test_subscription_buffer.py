@@ -124,3 +124,17 @@ async def test_every_context_subscription_counts_gaps_per_context() -> None:
         EventsMissed(context_id="a", seq=3, timestamp=3.0, count=2, first_seq=2),
         EventsMissed(context_id="b", seq=7, timestamp=7.0, count=1, first_seq=7),
     ]
+
+
+async def test_below_half_full_the_engine_is_not_asked_to_yield() -> None:
+    # the common case of a streamed chunk: nobody waits, nothing was missed
+    s = sub(4)
+    assert s.offer(ev(1)) is False
+    assert s.offer(ev(2)) is True  # half full
+    assert s.offer(ev(3)) is True and s.offer(ev(4)) is True
+    assert s.offer(ev(5)) is True  # full: dropped and counted
+    read = [await s.__anext__() for _ in range(5)]
+    assert [e.seq for e in read[:4]] == [1, 2, 3, 4]
+    assert isinstance(read[4], EventsMissed) and read[4].first_seq == 5
+    assert read[4].count == 1
+    assert s.offer(ev(6)) is False  # room again, below half

@@ -255,9 +255,9 @@ def _arguments(
         if len(raw) > RAW_ARGUMENTS_LIMIT:
             notes.append(f"{where}: {len(raw)} characters of text, cut to {RAW_ARGUMENTS_LIMIT}")
         return {}, _cut(raw), None
-    if isinstance(value, Mapping):
-        try:
-            cleaned, found = clean_json(dict(value))
+    if type(value) is dict or isinstance(value, Mapping):
+        try:  # clean_json copies a dict (and leaves it as it was)
+            cleaned, found = clean_json(value if type(value) is dict else dict(value))
         except JSONProblem as problem:
             error = f"{problem} (the arguments were not used)"
             notes.append(f"{where}: {problem}; kept as text")

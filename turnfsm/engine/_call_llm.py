@@ -259,9 +259,9 @@ async def read_stream(
                 read.thinking_fixed += fixed
                 delta_channel = THINKING
             seq = rt.seq = rt.sent_seq = rt.seq + 1
-            if subscribers and publish(
-                rt,
-                ContentDelta(
+            if subscribers:
+                # ``publish`` written out: every chunk of every stream comes here
+                event = ContentDelta(
                     context_id=context_id,
                     seq=seq,
                     timestamp=clock_time(),
@@ -270,9 +270,13 @@ async def read_stream(
                     index=index,
                     attempt=attempt,
                     channel=delta_channel,
-                ),
-            ):
-                await yield_to_readers()
+                )
+                pressed = False
+                for sub in subscribers:
+                    if sub.offer(event):
+                        pressed = True
+                if pressed:
+                    await yield_to_readers()
             index += 1
     except BaseException:
         await close_stream(chunks)

@@ -171,7 +171,7 @@ def decide(d: Host, rt: Runtime) -> None:
     if (
         node is not None
         and ctx.message_pool.get(node.id) is node
-        and ctx.active_branch.message_ids[-1] == node.id
+        and ctx.branches[ctx.active_branch_name].message_ids[-1] == node.id
     ):  # the answer just received, the newest message (``_answer``'s first case)
         calls = list(node.message.tool_calls or ())
     else:

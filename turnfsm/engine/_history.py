@@ -80,7 +80,7 @@ differs between versions)."""
 def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     """Append ``message`` to the active branch (and its chat-format copy)."""
     ctx = rt.ctx
-    branch = ctx.active_branch
+    branch = ctx.branches[ctx.active_branch_name]  # ``active_branch``, without its frame
     ids = branch.message_ids
     node = MessageNode(id=node_id, message=message, parent_id=ids[-1] if ids else None)
     ctx.message_pool[node_id] = node
@@ -116,7 +116,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     branch's end to the turn's message only, and reads the texts only when
     that message has an id."""
     pool = ctx.message_pool
-    ids = ctx.active_branch.message_ids
+    ids = ctx.branches[ctx.active_branch_name].message_ids
     i = len(ids) - 1
     while i >= 0:  # back to the turn's message
         role = pool[ids[i]].message.role

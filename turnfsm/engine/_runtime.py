@@ -186,7 +186,7 @@ def dirty(rt: Runtime) -> bool:
 def require(rt: Runtime, trigger: Trigger) -> State:
     """The current state, when the table has an edge for ``trigger`` from it;
     else :class:`~turnfsm.errors.IllegalTransition` (nothing changed)."""
-    state = State(rt.holder.state)
+    state = rt.holder.current()  # a dict lookup, not an enum call
     if next_state(state, trigger) is None:
         raise IllegalTransition(state, trigger, context_id=rt.ctx.id)
     return state

@@ -101,6 +101,14 @@ class Subscription:
         buffer is half full or more: the reader should be given a turn."""
         if self.closed or self._ended:
             return False
+        if not self._missed and self._waiter is None:
+            # what ``_put`` does when nobody waits and nothing was missed (the
+            # common case, for every streamed chunk), without its frame
+            buffer = self._buffer
+            if len(buffer) < self._size:
+                buffer.append(event)
+                queued = self._queued = self._queued + 1
+                return queued >= self._half
         if self._missed:
             if not self._put(self._note()):
                 self._missed += 1

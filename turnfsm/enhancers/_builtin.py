@@ -40,7 +40,7 @@ class SystemPromptEnhancer:
         self.mode = mode
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
-        branch = context.active_branch
+        branch = context.branches[context.active_branch_name]
         parts = [
             branch.system_prompt.content if branch.system_prompt else self.default,
             branch.user_prompt,

@@ -18,7 +18,7 @@ def current_message(context: ChatContext) -> InternalMessage | None:
     message of a request body); None otherwise. Looks back only over the
     current turn (to that message)."""
     pool = context.message_pool
-    for mid in reversed(context.active_branch.message_ids):
+    for mid in reversed(context.branches[context.active_branch_name].message_ids):
         msg = pool[mid].message
         if msg.role in _SPEAKERS:
             return msg if msg.metadata.extra.get("current") is True else None

@@ -249,7 +249,11 @@ class ChatContext:
         Returns that message and the ids of its calls that already have a result
         (the tool messages after it). Scans back only to that message.
         """
-        ids = self.active_branch.message_ids if message_ids is None else message_ids
+        ids = (
+            self.branches[self.active_branch_name].message_ids
+            if message_ids is None
+            else message_ids
+        )
         return newest_tool_batch(self.message_pool, ids)
 
     def open_tool_calls(self) -> list[ToolCallRequest]:

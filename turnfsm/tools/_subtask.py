@@ -10,9 +10,8 @@ so one :class:`Tool` can be shared by several engines and nothing is global.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,15 +58,26 @@ class SubtaskHost(Protocol):
 _HOST: ContextVar[tuple[SubtaskHost, str] | None] = ContextVar("turnfsm_subtask_host", default=None)
 
 
-@contextmanager
-def hosting(host: SubtaskHost, context_id: str) -> Iterator[None]:
+class hosting:
     """Inside this block, sub-task tools run their children with ``host``, as
-    children of ``context_id`` (the engine wraps its tool runs in it)."""
-    token = _HOST.set((host, context_id))
-    try:
-        yield
-    finally:
-        _HOST.reset(token)
+    children of ``context_id`` (the engine wraps its tool runs in it). A
+    class rather than a ``@contextmanager`` generator, as every batch of tool
+    calls an engine runs enters one."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, host: SubtaskHost, context_id: str) -> None:
+        self._value = (host, context_id)
+        self._token: Token[tuple[SubtaskHost, str] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _HOST.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        token = self._token
+        if token is not None:
+            self._token = None
+            _HOST.reset(token)
 
 
 _PARAMETERS: dict[str, Any] = {

@@ -211,6 +211,8 @@ class ScriptedLLM:
     async def _answer(self, request: LLMRequest) -> AnswerSpec | LLMResponse:
         if self._handler is not None:
             got = self._handler(request)
+            if type(got) is LLMResponse or type(got) is AnswerSpec:  # a handler's usual answer
+                return got
             answer = await got if inspect.isawaitable(got) else got
         else:
             if self._next >= len(self._answers):
