@@ -10,10 +10,16 @@ A suite that always wants the same tools binds them once::
 
 ``wait_ready(url)`` is the one way a test waits for a server it started: it
 returns when ``/readyz`` answers 200, whatever the machine's load.
+
+``examples(n)`` is how many examples a property test draws: a fifth of ``n``
+(at least ten) in the README's test command, where each property shows it
+holds on a sample, and all ``n`` with ``TURNFSM_EXAMPLES=full``, which CI sets
+in a step of its own for the hypothesis tests (``-m hypothesis``).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -25,11 +31,19 @@ import httpx
 from turnfsm import Engine
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-__all__ = ["READY_WITHIN", "Made", "make_engine", "wait_ready"]
+__all__ = ["READY_WITHIN", "Made", "examples", "make_engine", "wait_ready"]
 
 READY_WITHIN = 300.0
 """Seconds a server may take to get ready before a test gives up: a bound
 against a server that never comes up, not a measure of how fast it starts."""
+
+
+FULL_EXAMPLES = os.environ.get("TURNFSM_EXAMPLES") == "full"
+
+
+def examples(full: int) -> int:
+    """``full`` under ``TURNFSM_EXAMPLES=full``, else a fifth of it (at least ten)."""
+    return full if FULL_EXAMPLES else min(full, max(10, full // 5))
 
 
 class Made(NamedTuple):
