@@ -11,6 +11,10 @@ A suite that always wants the same tools binds them once::
 ``wait_ready(url)`` is the one way a test waits for a server it started: it
 returns when ``/readyz`` answers 200, whatever the machine's load.
 
+``first_by_default(cases, ids)`` are the cases of a parametrized test of
+subprocesses: the first runs in the README's test command, the others only
+with ``-m cli_full`` (CI's step of its own), as each starts ``turnfsm`` again.
+
 ``examples(n)`` is how many examples a property test draws: a fifth of ``n``
 (at least ten) in the README's test command, where each property shows it
 holds on a sample, and all ``n`` with ``TURNFSM_EXAMPLES=full``, which CI sets
@@ -27,11 +31,20 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
+import pytest
 
 from turnfsm import Engine
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-__all__ = ["READY_WITHIN", "Made", "examples", "make_engine", "wait_ready"]
+__all__ = [
+    "CLI_FULL",
+    "READY_WITHIN",
+    "Made",
+    "examples",
+    "first_by_default",
+    "make_engine",
+    "wait_ready",
+]
 
 READY_WITHIN = 300.0
 """Seconds a server may take to get ready before a test gives up: a bound
@@ -44,6 +57,22 @@ FULL_EXAMPLES = os.environ.get("TURNFSM_EXAMPLES") == "full"
 def examples(full: int) -> int:
     """``full`` under ``TURNFSM_EXAMPLES=full``, else a fifth of it (at least ten)."""
     return full if FULL_EXAMPLES else min(full, max(10, full // 5))
+
+
+CLI_FULL = pytest.mark.cli_full
+
+
+def first_by_default(cases: Iterable[Any], ids: Iterable[str]) -> list[Any]:
+    """The first case by default, every case with ``-m cli_full``; a tuple is
+    the values of several argument names."""
+    return [
+        pytest.param(
+            *(case if isinstance(case, tuple) else (case,)),
+            id=name,
+            marks=() if n == 0 else CLI_FULL,
+        )
+        for n, (case, name) in enumerate(zip(cases, ids, strict=True))
+    ]
 
 
 class Made(NamedTuple):
