@@ -11,9 +11,10 @@ A suite that always wants the same tools binds them once::
 ``wait_ready(url)`` is the one way a test waits for a server it started: it
 returns when ``/readyz`` answers 200, whatever the machine's load.
 
-``first_by_default(cases, ids)`` are the cases of a parametrized test of
-subprocesses: the first runs in the README's test command, the others only
-with ``-m cli_full`` (CI's step of its own), as each starts ``turnfsm`` again.
+``first_by_default(cases, ids)`` are the cases of a parametrized sweep whose
+cases are long (each starts ``turnfsm`` again, or is a seed of a random
+sweep): the first runs in the README's test command, the others only with
+``-m sweep`` (CI's step of its own).
 
 ``examples(n)`` is how many examples a property test draws: a fifth of ``n``
 (at least ten) in the README's test command, where each property shows it
@@ -37,8 +38,8 @@ from turnfsm import Engine
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 __all__ = [
-    "CLI_FULL",
     "READY_WITHIN",
+    "SWEEP",
     "Made",
     "examples",
     "first_by_default",
@@ -59,17 +60,17 @@ def examples(full: int) -> int:
     return full if FULL_EXAMPLES else min(full, max(10, full // 5))
 
 
-CLI_FULL = pytest.mark.cli_full
+SWEEP = pytest.mark.sweep
 
 
 def first_by_default(cases: Iterable[Any], ids: Iterable[str]) -> list[Any]:
-    """The first case by default, every case with ``-m cli_full``; a tuple is
+    """The first case by default, every case with ``-m sweep``; a tuple is
     the values of several argument names."""
     return [
         pytest.param(
             *(case if isinstance(case, tuple) else (case,)),
             id=name,
-            marks=() if n == 0 else CLI_FULL,
+            marks=() if n == 0 else SWEEP,
         )
         for n, (case, name) in enumerate(zip(cases, ids, strict=True))
     ]

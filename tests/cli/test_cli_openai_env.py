@@ -19,7 +19,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS / "openai") not in sys.path:
     sys.path.append(str(TESTS / "openai"))
 
-from kit import CLI_FULL, first_by_default  # noqa: E402
+from kit import SWEEP, first_by_default  # noqa: E402
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
@@ -82,7 +82,7 @@ def test_the_responses_provider_reads_the_variable_too(tmp_path: Path) -> None:
     assert request.path == "/v1/responses" and request.body["model"] == "gpt-env-responses"
 
 
-@CLI_FULL  # chat reads it: test_chat_sends_the_model_the_variable_names
+@SWEEP  # chat reads it: test_chat_sends_the_model_the_variable_names
 def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -> None:
     with LoopbackServer() as server:
         server.script(_answer())
@@ -97,7 +97,7 @@ def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -
     assert script["config"]["model"] == "gpt-env-record"
 
 
-@CLI_FULL
+@SWEEP
 def test_serve_gives_new_contexts_the_model_the_variable_names(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

@@ -30,7 +30,7 @@ for _folder in ("anthropic", "openai"):  # their loopback servers and bodies, by
 
 from anthropic_corpus import lines  # noqa: E402
 from anthropic_loopback import LoopbackServer, Reply, error_body  # noqa: E402
-from kit import CLI_FULL, first_by_default  # noqa: E402
+from kit import SWEEP, first_by_default  # noqa: E402
 from openai_loopback import LoopbackServer as OpenAILoopback  # noqa: E402
 from openai_loopback import Reply as OpenAIReply  # noqa: E402
 from openai_samples import ResponsesStream, text_stream  # noqa: E402
@@ -161,7 +161,7 @@ def test_chat_with_claude_answers_with_the_replayed_text(
     assert KEY in _auth(request.headers)
 
 
-@CLI_FULL
+@SWEEP
 def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     tmp_path: Path, claude: LoopbackServer
 ) -> None:
@@ -184,7 +184,7 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     assert all("not-needed" in _auth(r.headers) for r in claude.requests)  # the placeholder
 
 
-@CLI_FULL  # serve: test_serve_with_gemini_answers_a_posted_turn
+@SWEEP  # serve: test_serve_with_gemini_answers_a_posted_turn
 def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
     port = _free_port()
@@ -216,7 +216,7 @@ def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: Loopbac
     assert request.body["messages"][0]["content"][0]["text"] == "Hi!"
 
 
-@CLI_FULL
+@SWEEP
 def test_a_worker_names_its_model_by_provider(tmp_path: Path, claude: LoopbackServer) -> None:
     proc = _start(
         tmp_path, "worker", "--provider", "anthropic", "--base-url", claude.url,
@@ -236,7 +236,7 @@ def test_a_worker_names_its_model_by_provider(tmp_path: Path, claude: LoopbackSe
     assert proc.returncode == 0, err
 
 
-@CLI_FULL
+@SWEEP
 def test_record_talks_to_claude(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
     ran = run(
@@ -250,7 +250,7 @@ def test_record_talks_to_claude(tmp_path: Path, claude: LoopbackServer) -> None:
     assert len(claude.requests) == 1
 
 
-@CLI_FULL
+@SWEEP
 def test_a_stored_conversation_moves_from_openai_to_claude(
     tmp_path: Path, claude: LoopbackServer
 ) -> None:

@@ -1,7 +1,9 @@
-"""The property tests draw a sample in the README's test command and their full
-count in CI's step of its own (``TURNFSM_EXAMPLES=full pytest -m hypothesis``):
-every ``max_examples`` goes through ``kit.examples``, and every test that runs
-hypothesis is selected by ``-m hypothesis``."""
+"""What the README's test command leaves to CI's steps of their own still runs
+there. The property tests draw a sample by default and their full count in
+CI's step (``TURNFSM_EXAMPLES=full pytest -m hypothesis``): every
+``max_examples`` goes through ``kit.examples``, and every test that runs
+hypothesis is selected by ``-m hypothesis``. A sweep keeps its first case by
+default and the others behind ``-m sweep``, CI's step too."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import kit  # tests/ is on sys.path (no tests/__init__.py)
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+CI = (TESTS.parent / ".ci" / "run").read_text()
 
 
 def test_every_example_count_goes_through_kit_examples() -> None:
@@ -60,3 +63,21 @@ def test_a_test_that_draws_examples_inside_its_body_carries_the_hypothesis_marke
             if draws and "pytest.mark.hypothesis" not in _decorators(node):
                 unmarked.append(f"{path.relative_to(TESTS)}::{node.name}")
     assert unmarked == []
+
+
+def test_ci_runs_the_full_counts_and_every_sweep_in_steps_of_their_own() -> None:
+    steps = [line for line in CI.splitlines() if not line.startswith("#")]
+    assert "TURNFSM_EXAMPLES=full .venv/bin/pytest -n auto -m hypothesis" in steps
+    assert ".venv/bin/pytest -n auto -m sweep" in steps
+
+
+def test_a_sweep_keeps_its_first_case_by_default_and_marks_the_others() -> None:
+    cases = kit.first_by_default([("a", 1), ("b", 2), ("c", 3)], ["a", "b", "c"])
+    assert [case.values for case in cases] == [("a", 1), ("b", 2), ("c", 3)]
+    assert [case.id for case in cases] == ["a", "b", "c"]
+    assert [[mark.name for mark in case.marks] for case in cases] == [[], ["sweep"], ["sweep"]]
+
+
+def test_the_sweep_marker_is_skipped_unless_selected() -> None:
+    conftest = (TESTS / "conftest.py").read_text()
+    assert '"sweep",' in conftest
