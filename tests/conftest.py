@@ -45,11 +45,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     several servers, a server killed by a signal) run only when selected:
     ``pytest -m slow``, ``-m browser``, ``-m load``, ``-m mcp``; the ``soak`` test
     (a server's memory over 10,000 turns) with ``-m soak``; the Temporal kill
-    test with ``-m temporal_kill``; a real Arize Phoenix with ``-m phoenix``;
-    every golden script on Temporal (beyond one
-    of each kind) with ``-m temporal``."""
+    test with ``-m temporal_kill``; the cases of a sweep beyond its first (a
+    ``turnfsm`` process each, or a seed each) with ``-m sweep``; a real Arize
+    Phoenix with ``-m phoenix``; every golden script on Temporal (beyond one of
+    each kind) with ``-m temporal``."""
     named = set(re.findall(r"\w+", config.option.markexpr or ""))
     for marker in (
+        "sweep",
         "slow",
         "browser",
         "load",

@@ -10,10 +10,21 @@ A suite that always wants the same tools binds them once::
 
 ``wait_ready(url)`` is the one way a test waits for a server it started: it
 returns when ``/readyz`` answers 200, whatever the machine's load.
+
+``first_by_default(cases, ids)`` are the cases of a parametrized sweep whose
+cases are long (each starts ``turnfsm`` again, or is a seed of a random
+sweep): the first runs in the README's test command, the others only with
+``-m sweep`` (CI's step of its own).
+
+``examples(n)`` is how many examples a property test draws: a fifth of ``n``
+(at least ten) in the README's test command, where each property shows it
+holds on a sample, and all ``n`` with ``TURNFSM_EXAMPLES=full``, which CI sets
+in a step of its own for the hypothesis tests (``-m hypothesis``).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -21,15 +32,48 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
+import pytest
 
 from turnfsm import Engine
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
-__all__ = ["READY_WITHIN", "Made", "make_engine", "wait_ready"]
+__all__ = [
+    "READY_WITHIN",
+    "SWEEP",
+    "Made",
+    "examples",
+    "first_by_default",
+    "make_engine",
+    "wait_ready",
+]
 
 READY_WITHIN = 300.0
 """Seconds a server may take to get ready before a test gives up: a bound
 against a server that never comes up, not a measure of how fast it starts."""
+
+
+FULL_EXAMPLES = os.environ.get("TURNFSM_EXAMPLES") == "full"
+
+
+def examples(full: int) -> int:
+    """``full`` under ``TURNFSM_EXAMPLES=full``, else a fifth of it (at least ten)."""
+    return full if FULL_EXAMPLES else min(full, max(10, full // 5))
+
+
+SWEEP = pytest.mark.sweep
+
+
+def first_by_default(cases: Iterable[Any], ids: Iterable[str]) -> list[Any]:
+    """The first case by default, every case with ``-m sweep``; a tuple is
+    the values of several argument names."""
+    return [
+        pytest.param(
+            *(case if isinstance(case, tuple) else (case,)),
+            id=name,
+            marks=() if n == 0 else SWEEP,
+        )
+        for n, (case, name) in enumerate(zip(cases, ids, strict=True))
+    ]
 
 
 class Made(NamedTuple):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import pytest
+from kit import first_by_default  # tests/ is on sys.path (no tests/__init__.py)
 
 LAZY = (
     "structlog",
@@ -92,16 +93,19 @@ def test_import_turnfsm_leaves_its_stores_and_tools_out() -> None:
     assert sorted(loaded & set(LAZY_PARTS)) == []
 
 
+LAZY_NAMES = [
+    ("turnfsm.SQLiteStore", "turnfsm.storage._sqlite"),
+    ("turnfsm.FilesStore", "turnfsm.storage._files"),
+    ("turnfsm.storage.SQLiteStore", "turnfsm.storage._sqlite"),
+    ("turnfsm.storage.FilesStore", "turnfsm.storage._files"),
+    ("turnfsm.storage.PostgresStore", "turnfsm.storage._postgres"),
+    ("turnfsm.adapters.inbound.import_context", "turnfsm.adapters.inbound.importers._detect"),
+]
+
+
+# each case is a fresh interpreter
 @pytest.mark.parametrize(
-    ("name", "module"),
-    [
-        ("turnfsm.SQLiteStore", "turnfsm.storage._sqlite"),
-        ("turnfsm.FilesStore", "turnfsm.storage._files"),
-        ("turnfsm.storage.SQLiteStore", "turnfsm.storage._sqlite"),
-        ("turnfsm.storage.FilesStore", "turnfsm.storage._files"),
-        ("turnfsm.storage.PostgresStore", "turnfsm.storage._postgres"),
-        ("turnfsm.adapters.inbound.import_context", "turnfsm.adapters.inbound.importers._detect"),
-    ],
+    ("name", "module"), first_by_default(LAZY_NAMES, [f"{n}-{m}" for n, m in LAZY_NAMES])
 )
 def test_lazy_names_resolve_to_their_module(name: str, module: str) -> None:
     home, _, attr = name.rpartition(".")
@@ -134,7 +138,10 @@ def test_testing_still_names_replay_result() -> None:
     assert out.stdout.strip().startswith("turnfsm.replay")
 
 
-@pytest.mark.parametrize("module", ["turnfsm.engine", "turnfsm.events", "turnfsm.replay"])
+ENGINE_MODULES = ["turnfsm.engine", "turnfsm.events", "turnfsm.replay"]
+
+
+@pytest.mark.parametrize("module", first_by_default(ENGINE_MODULES, ENGINE_MODULES))
 def test_engine_modules_leave_heavy_modules_out(module: str) -> None:
     loaded = _modules_after(f"import {module}")
     assert sorted(loaded & set(LAZY)) == []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.model import (
     MAX_ID_LENGTH,
@@ -282,7 +283,7 @@ def _walked(value: Any) -> tuple[str, Any, list[str]]:
 
 
 @given(_values)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_clean_json_fast_pass_gives_what_the_walk_gives(value: Any) -> None:
     try:
         converted, notes = clean_json(value)

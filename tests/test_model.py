@@ -12,6 +12,7 @@ from unittest.mock import ANY
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 from pydantic import ValidationError
 
 from turnfsm import records
@@ -618,7 +619,7 @@ def _outcome(encode: Any, value: Any) -> Any:
 
 
 @given(_JSONISH)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_the_view_encodes_json_as_json_dumps_does(value: Any) -> None:
     """The chat view's encoders skip ``JSONEncoder.encode``'s Python frames:
     for any value they give the text (or the error) ``json.dumps`` gives."""

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.adapters.inbound.importers import (
     SessionFileError,
@@ -368,7 +369,7 @@ def _session(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(sessions=st.lists(_session(), min_size=1, max_size=3, unique_by=lambda s: s["id"]))
 def test_export_then_import_gives_the_same_messages(sessions: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as out:

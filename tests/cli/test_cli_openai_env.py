@@ -19,6 +19,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS / "openai") not in sys.path:
     sys.path.append(str(TESTS / "openai"))
 
+from kit import SWEEP, first_by_default  # noqa: E402
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
@@ -81,6 +82,7 @@ def test_the_responses_provider_reads_the_variable_too(tmp_path: Path) -> None:
     assert request.path == "/v1/responses" and request.body["model"] == "gpt-env-responses"
 
 
+@SWEEP  # chat reads it: test_chat_sends_the_model_the_variable_names
 def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -> None:
     with LoopbackServer() as server:
         server.script(_answer())
@@ -95,6 +97,7 @@ def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -
     assert script["config"]["model"] == "gpt-env-record"
 
 
+@SWEEP
 def test_serve_gives_new_contexts_the_model_the_variable_names(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -123,7 +126,10 @@ def test_serve_gives_new_contexts_the_model_the_variable_names(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("flags", "model"),
-    [([], "gpt-env-worker"), (["--model", "gpt-flag-worker"], "gpt-flag-worker")],
+    first_by_default(
+        [([], "gpt-env-worker"), (["--model", "gpt-flag-worker"], "gpt-flag-worker")],
+        ["variable", "flag"],
+    ),
 )
 def test_a_worker_names_the_model_the_variable_names(
     tmp_path: Path, flags: list[str], model: str
@@ -159,7 +165,10 @@ def test_the_variable_alone_does_not_leave_the_demo_model(tmp_path: Path) -> Non
     assert ", model demo, " in err
 
 
-@pytest.mark.parametrize("command", ["chat", "serve", "worker", "record"])
+HELPED = ["chat", "serve", "worker", "record"]
+
+
+@pytest.mark.parametrize("command", first_by_default(HELPED, HELPED))
 def test_help_states_the_precedence(tmp_path: Path, command: str) -> None:
     ran = run(tmp_path, command, "--help", env={"COLUMNS": "2000"})
     assert ran.code == 0, ran.err

@@ -30,6 +30,7 @@ for _folder in ("anthropic", "openai"):  # their loopback servers and bodies, by
 
 from anthropic_corpus import lines  # noqa: E402
 from anthropic_loopback import LoopbackServer, Reply, error_body  # noqa: E402
+from kit import SWEEP, first_by_default  # noqa: E402
 from openai_loopback import LoopbackServer as OpenAILoopback  # noqa: E402
 from openai_loopback import Reply as OpenAIReply  # noqa: E402
 from openai_samples import ResponsesStream, text_stream  # noqa: E402
@@ -160,6 +161,7 @@ def test_chat_with_claude_answers_with_the_replayed_text(
     assert KEY in _auth(request.headers)
 
 
+@SWEEP
 def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     tmp_path: Path, claude: LoopbackServer
 ) -> None:
@@ -182,6 +184,7 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     assert all("not-needed" in _auth(r.headers) for r in claude.requests)  # the placeholder
 
 
+@SWEEP  # serve: test_serve_with_gemini_answers_a_posted_turn
 def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
     port = _free_port()
@@ -213,6 +216,7 @@ def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: Loopbac
     assert request.body["messages"][0]["content"][0]["text"] == "Hi!"
 
 
+@SWEEP
 def test_a_worker_names_its_model_by_provider(tmp_path: Path, claude: LoopbackServer) -> None:
     proc = _start(
         tmp_path, "worker", "--provider", "anthropic", "--base-url", claude.url,
@@ -232,6 +236,7 @@ def test_a_worker_names_its_model_by_provider(tmp_path: Path, claude: LoopbackSe
     assert proc.returncode == 0, err
 
 
+@SWEEP
 def test_record_talks_to_claude(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
     ran = run(
@@ -245,6 +250,7 @@ def test_record_talks_to_claude(tmp_path: Path, claude: LoopbackServer) -> None:
     assert len(claude.requests) == 1
 
 
+@SWEEP
 def test_a_stored_conversation_moves_from_openai_to_claude(
     tmp_path: Path, claude: LoopbackServer
 ) -> None:
@@ -288,7 +294,7 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[a[0] for a in COMMANDS])
+@pytest.mark.parametrize("argv", first_by_default(COMMANDS, [a[0] for a in COMMANDS]))
 def test_a_missing_key_is_one_line_naming_the_variable(tmp_path: Path, argv: list[str]) -> None:
     ran = run(tmp_path, *argv, "--provider", "anthropic")
     assert ran.code == 2, ran.err
@@ -298,7 +304,7 @@ def test_a_missing_key_is_one_line_naming_the_variable(tmp_path: Path, argv: lis
     assert not list(tmp_path.glob("*.db"))  # said before any store is made
 
 
-@pytest.mark.parametrize("command", ["serve", "worker"])
+@pytest.mark.parametrize("command", first_by_default(["worker", "serve"], ["worker", "serve"]))
 def test_a_model_named_without_a_key_or_endpoint_is_one_line(tmp_path: Path, command: str) -> None:
     # not the OpenAI API with a placeholder key, refused at the first turn
     argv = ["--port", "0"] if command == "serve" else []
@@ -316,7 +322,7 @@ def test_a_missing_gemini_key_names_both_variables(tmp_path: Path) -> None:
     assert "GEMINI_API_KEY" in line and "GOOGLE_API_KEY" in line, line
 
 
-@pytest.mark.parametrize("command", ["chat", "serve"])
+@pytest.mark.parametrize("command", first_by_default(["chat", "serve"], ["chat", "serve"]))
 def test_a_missing_extra_is_one_line_naming_it(
     tmp_path: Path, claude: LoopbackServer, command: str
 ) -> None:
@@ -348,35 +354,54 @@ def test_a_refused_key_names_the_providers_variable(tmp_path: Path, claude: Loop
 
 @pytest.mark.parametrize(
     ("argv", "said"),
-    [
-        (
-            ["chat", "--responses", "--provider", "anthropic", "-m", "hi"],
-            "--responses is --provider openai-responses, and --provider anthropic was given "
-            "too: give one",
-        ),
-        (
-            ["serve", "--port", "0", "--responses", "--provider", "openai"],
-            "--responses is --provider openai-responses, and --provider openai was given "
-            "too: give one",
-        ),
-        (
-            ["chat", "--demo", "--provider", "anthropic", "-m", "hi"],
-            "--demo and --provider anthropic name two models: give one",
-        ),
-        (
-            ["record", "--out", "x.json", "--demo", "--responses", "-m", "hi"],
-            "--demo and --provider openai-responses name two models: give one",
-        ),
-        (
-            ["worker", "--llm", "app:Model", "--provider", "google", "--store", "sqlite:///w.db"],
-            "--llm and --provider google name two models: give one",
-        ),
-        (
-            ["chat", "--provider", "anthropic", "--no-stream", "--base-url", "http://h", "-m", "x"],
-            "--no-stream: the anthropic provider always streams",
-        ),
-    ],
-    ids=["responses-anthropic", "responses-openai", "demo", "record-demo", "llm", "no-stream"],
+    first_by_default(
+        [
+            (
+                ["chat", "--responses", "--provider", "anthropic", "-m", "hi"],
+                "--responses is --provider openai-responses, and --provider anthropic was given "
+                "too: give one",
+            ),
+            (
+                ["serve", "--port", "0", "--responses", "--provider", "openai"],
+                "--responses is --provider openai-responses, and --provider openai was given "
+                "too: give one",
+            ),
+            (
+                ["chat", "--demo", "--provider", "anthropic", "-m", "hi"],
+                "--demo and --provider anthropic name two models: give one",
+            ),
+            (
+                ["record", "--out", "x.json", "--demo", "--responses", "-m", "hi"],
+                "--demo and --provider openai-responses name two models: give one",
+            ),
+            (
+                [
+                    "worker",
+                    "--llm",
+                    "app:Model",
+                    "--provider",
+                    "google",
+                    "--store",
+                    "sqlite:///w.db",
+                ],
+                "--llm and --provider google name two models: give one",
+            ),
+            (
+                [
+                    "chat",
+                    "--provider",
+                    "anthropic",
+                    "--no-stream",
+                    "--base-url",
+                    "http://h",
+                    "-m",
+                    "x",
+                ],
+                "--no-stream: the anthropic provider always streams",
+            ),
+        ],
+        ["responses-anthropic", "responses-openai", "demo", "record-demo", "llm", "no-stream"],
+    ),
 )
 def test_options_that_disagree_are_one_line(tmp_path: Path, argv: list[str], said: str) -> None:
     ran = run(tmp_path, *argv)
@@ -390,12 +415,14 @@ def test_options_that_disagree_are_one_line(tmp_path: Path, argv: list[str], sai
 
 @pytest.mark.parametrize(
     "flags",
-    [
-        ["--responses"],
-        ["--provider", "openai-responses"],
-        ["--responses", "--provider", "openai-responses"],
-    ],
-    ids=["alias", "provider", "both"],
+    first_by_default(
+        [
+            ["--responses"],
+            ["--provider", "openai-responses"],
+            ["--responses", "--provider", "openai-responses"],
+        ],
+        ["alias", "provider", "both"],
+    ),
 )
 def test_responses_is_an_alias_of_the_provider(tmp_path: Path, flags: list[str]) -> None:
     with OpenAILoopback() as server:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from storage.pg import pg_cluster, pg_url  # tests/ is on sys.path (no tests/__init__.py)
+from kit import first_by_default  # tests/ is on sys.path (no tests/__init__.py)
+from storage.pg import pg_cluster, pg_url
 
 from turnfsm.replay import load_script, replay
 from turnfsm.storage import open_store
@@ -57,7 +58,7 @@ def _two_processes_at_once(url: str, tmp_path: Path) -> None:
             assert r["ok"] and r["trace"] == SCRIPT["expect"]["trace"], r
 
 
-@pytest.mark.parametrize("scheme", ["sqlite", "files"])
+@pytest.mark.parametrize("scheme", first_by_default(["sqlite", "files"], ["sqlite", "files"]))
 def test_two_replay_processes_at_once_never_collide(scheme: str, tmp_path: Path) -> None:
     rounds = 3
     url = f"sqlite:///{tmp_path}/r.db" if scheme == "sqlite" else f"files:///{tmp_path}/r"

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm import Engine
 from turnfsm.engine import _ids
@@ -50,7 +51,7 @@ def test_the_timestamp_is_the_time_in_milliseconds() -> None:
     assert before <= made.int >> 80 <= after
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(steps=st.lists(st.integers(min_value=-5_000, max_value=5_000), min_size=1, max_size=200))
 def test_ids_keep_their_order_whatever_the_clock_does(
     steps: list[int],

@@ -41,6 +41,7 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 
 import turnfsm.model
 from turnfsm import (
@@ -741,7 +742,7 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 EngineMachine.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=20,
     deadline=None,
     derandomize=True,

@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit import examples  # tests/ is on sys.path (no tests/__init__.py)
 from pydantic import BaseModel, Field
 
 from turnfsm.adapters.llm._output import (
@@ -173,6 +174,7 @@ def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
+@pytest.mark.hypothesis
 @pytest.mark.parametrize("model", STRICT_MODELS, ids=lambda m: m.__name__)
 def test_a_pydantic_model_becomes_strict_and_keeps_its_meaning(model: type[BaseModel]) -> None:
     original = model.model_json_schema()
@@ -182,13 +184,17 @@ def test_a_pydantic_model_becomes_strict_and_keeps_its_meaning(model: type[BaseM
     _assert_strict_subset(strict)
     strict_ok, original_ok = _validator(strict), _validator(original)
 
-    @settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+    @settings(
+        max_examples=examples(80), suppress_health_check=[HealthCheck.too_slow], deadline=None
+    )
     @given(_answers(model))
     def narrows_only(answer: Any) -> None:
         if strict_ok.is_valid(answer):
             assert original_ok.is_valid(answer), answer
 
-    @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+    @settings(
+        max_examples=examples(40), suppress_health_check=[HealthCheck.too_slow], deadline=None
+    )
     @given(_instances(model))
     def keeps_every_full_answer(instance: BaseModel) -> None:
         assert strict_ok.is_valid(json.loads(instance.model_dump_json()))
