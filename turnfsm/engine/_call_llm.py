@@ -185,7 +185,6 @@ async def read_stream(
         next_chunk = chunks.__anext__
         # per chunk: looked up once
         subscribers = rt.subscribers
-        publish = _steps.publish
         clock_time = d.settings.clock.time
         context_id = rt.ctx.id
         while True:
@@ -211,31 +210,9 @@ async def read_stream(
             if channel is CALL:  # a piece of a tool call: its own path, off the text's
                 if calls is None:
                     calls = CallPieces()
-                try:
-                    piece = calls.take(chunk)
-                except LLMError as exc:
-                    exc.partial_text = "".join(partial)
-                    read.failure = exc
+                if not await _call_piece(d, rt, read, calls, chunk, message_id, attempt):
                     break
-                if not streaming:
-                    streaming = read.streaming = True
-                    await d.step(rt, Trigger.STREAM_STARTED)
-                seq = rt.seq = rt.sent_seq = rt.seq + 1
-                if subscribers and publish(
-                    rt,
-                    ToolCallArgumentsDelta(
-                        context_id=context_id,
-                        seq=seq,
-                        timestamp=clock_time(),
-                        message_id=message_id,
-                        call_index=piece.call_index,
-                        call_id=piece.call_id,
-                        tool_name=piece.tool_name,
-                        delta=piece.arguments,
-                        attempt=attempt,
-                    ),
-                ):
-                    await yield_to_readers()
+                streaming = True
                 continue
             try:
                 text = chunk.text
@@ -281,6 +258,46 @@ async def read_stream(
     except BaseException:
         await close_stream(chunks)
         raise
+
+
+async def _call_piece(
+    d: Host,
+    rt: Runtime,
+    read: StreamRead,
+    calls: CallPieces,
+    chunk: Any,
+    message_id: str,
+    attempt: int,
+) -> bool:
+    """A piece of a tool call read from the stream, published as a
+    ToolCallArgumentsDelta (the first delta of the stream taking
+    ``stream_started``); False when the piece fails the read."""
+    try:
+        piece = calls.take(chunk)
+    except LLMError as exc:
+        exc.partial_text = "".join(read.partial)
+        read.failure = exc
+        return False
+    if not read.streaming:
+        read.streaming = True
+        await d.step(rt, Trigger.STREAM_STARTED)
+    seq = rt.seq = rt.sent_seq = rt.seq + 1
+    if rt.subscribers and _steps.publish(
+        rt,
+        ToolCallArgumentsDelta(
+            context_id=rt.ctx.id,
+            seq=seq,
+            timestamp=d.settings.clock.time(),
+            message_id=message_id,
+            call_index=piece.call_index,
+            call_id=piece.call_id,
+            tool_name=piece.tool_name,
+            delta=piece.arguments,
+            attempt=attempt,
+        ),
+    ):
+        await yield_to_readers()
+    return True
 
 
 async def fail_llm(d: Host, rt: Runtime, exc: LLMError, *, transient: bool | None = None) -> None:
