@@ -73,6 +73,7 @@ SPLIT_BY_JOB = {
         "turnfsm.adapters.llm._openai_responses_body",
         "responses_request_body",
     ),
+    "storage/_sqlite.py": ("turnfsm.storage._sqlite_leases", "SQLiteStore.claim_expired"),
 }
 """Modules that were near the module limit, and a part that now lives apart."""
 SPLIT_MAX_LINES = 600

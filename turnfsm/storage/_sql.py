@@ -125,6 +125,12 @@ INSERT_STEPS = (
     "to_state, at, detail, lease_token, lease_owner) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+PUT_LEASE = (
+    "INSERT INTO leases (context_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
+    "token = excluded.token, expires_at = excluded.expires_at"
+)
+"""A context's lease, stored whole (made, or replacing the one before)."""
 RELEASE = "UPDATE leases SET owner = NULL WHERE context_id = ? AND token = ?"
 """A lease given up under its token (the token stays)."""
 RENEW = "UPDATE leases SET expires_at = ? WHERE context_id = ? AND token = ? AND owner IS NOT NULL"

@@ -57,7 +57,7 @@ _TABLES: dict[str, tuple[str, str, str]] = {
     "leases": (
         "INSERT INTO leases (context_id, owner, token, expires_at) VALUES ",
         "(?, ?, ?, ?)",
-        # a context's lease, stored whole (_PUT_LEASE)
+        # a context's lease, stored whole (PUT_LEASE in _sql)
         " ON CONFLICT (context_id) DO UPDATE SET owner = excluded.owner, "
         "token = excluded.token, expires_at = excluded.expires_at",
     ),
