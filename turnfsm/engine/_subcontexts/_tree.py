@@ -48,17 +48,25 @@ class ContextTree:
         }
 
 
+def _index(
+    summaries: Sequence[ContextSummary],
+) -> tuple[dict[str, ContextSummary], dict[str, list[str]]]:
+    """The summaries by id, and each context's children's ids, oldest first."""
+    by_id = {s.id: s for s in summaries}
+    kids: dict[str, list[str]] = {}
+    for s in summaries:
+        if s.parent_id is not None:
+            kids.setdefault(s.parent_id, []).append(s.id)
+    return by_id, kids
+
+
 async def context_tree(store: Store, context_id: str) -> ContextTree:
     """``context_id`` and every descendant, children oldest first, from one
     ``list_contexts`` (the summaries): no context of the tree is loaded, unless
     ``context_id`` has no summary (then its load says why:
     :class:`ContextNotFound`, or the damage)."""
     summaries = await store.list_contexts()
-    by_id = {s.id: s for s in summaries}
-    kids: dict[str, list[str]] = {}
-    for s in summaries:
-        if s.parent_id is not None:
-            kids.setdefault(s.parent_id, []).append(s.id)
+    by_id, kids = _index(summaries)
     root = by_id.get(context_id)
     if root is None:
         ctx = await store.load(context_id)
@@ -82,11 +90,7 @@ async def delete_tree(store: Store, context_id: str, busy: Sequence[str] = ()) -
     """
     await store.load(context_id)  # ContextNotFound first
     summaries = await store.list_contexts()
-    by_id = {s.id: s for s in summaries}
-    kids: dict[str, list[str]] = {}
-    for s in summaries:
-        if s.parent_id is not None:
-            kids.setdefault(s.parent_id, []).append(s.id)
+    by_id, kids = _index(summaries)
     order: list[str] = []
     todo = [context_id]
     while todo:
