@@ -29,9 +29,25 @@ full = pytest.mark.crash_full
 # ---------------------------------------------------------------------- matrix.py
 
 
-def test_every_kind_of_change_survives_a_few_kill_points_on_every_store() -> None:
+def one_store_each(kinds: list[str], start: int = 0) -> list[tuple[str, str]]:
+    """Each kind on one store, the stores taken in turn from ``start``: every
+    kind and every store is in the default run, each pair of them in
+    ``-m crash_full`` (``test_every_kill_point_of_every_kind_of_change``)."""
+    stores = matrix.STORES
+    return [(stores[(start + i) % len(stores)], kind) for i, kind in enumerate(kinds)]
+
+
+def test_one_store_each_takes_every_kind_and_every_store() -> None:
+    kinds = ["a", "b", "c", "d"]
+    pairs = one_store_each(kinds)
+    assert [k for _, k in pairs] == kinds
+    assert {s for s, _ in pairs} == set(matrix.STORES)
+    assert one_store_each(kinds, 2)[0] == (matrix.STORES[2], "a")
+
+
+def test_every_kind_of_change_survives_a_few_kill_points_on_a_store() -> None:
     kinds = [k for k in matrix.KINDS if k not in (*matrix.SUB_KINDS, *matrix.MCP_KINDS)]
-    pairs = [(s, k) for s in matrix.STORES for k in kinds]
+    pairs = one_store_each(kinds)
     result = matrix.run_matrix(pairs, matrix.a_few)
     assert result.failures == []
     assert result.cases >= 2 * len(pairs)
@@ -45,11 +61,11 @@ def test_spawn_and_finish_survive_a_kill_inside_and_between_their_commits() -> N
     So for a sub-task tool whose child waits for approval (the parent waits on
     it), and for approving that child's call on the parent: after a kill, the
     parent resumes, the surfaced calls can be approved, and the call completes."""
-    between = [(s, k) for s in matrix.STORES for k in ("spawn", "finish")]
+    between = one_store_each(["spawn", "finish"])  # every store and point: -m crash_full
     result = matrix.run_matrix(between, matrix.a_few_and_between)
     assert result.failures == []
     assert result.cases >= 4 * len(between)
-    waits = [(s, k) for s in matrix.STORES for k in ("subtask_send", "subtask_approve")]
+    waits = one_store_each(["subtask_send", "subtask_approve"], start=len(between))
     result = matrix.run_matrix(waits, matrix.a_few)  # every point: -m crash_full
     assert result.failures == []
     assert result.cases >= 2 * len(waits)

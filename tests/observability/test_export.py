@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 
 from turnfsm import Engine
+from turnfsm.cli import main
 from turnfsm.observability import TelemetrySetupError, tracing_from_env
 from turnfsm.storage import SQLiteStore
 from turnfsm.testing import ScriptedLLM
@@ -144,14 +145,17 @@ def test_what_the_environment_asks_for() -> None:
         )
 
 
-def test_a_bad_exporter_is_a_cli_error() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "turnfsm", "chat", "--demo", "--store", "memory://", "-m", "hi"],
-        capture_output=True, text=True, timeout=60, check=False,
-        env=_env(OTEL_TRACES_EXPORTER="jaeger"),
-    )  # fmt: skip
-    assert out.returncode == 2
-    assert "turnfsm chat: OTEL_TRACES_EXPORTER='jaeger'" in out.stderr
+def test_a_bad_exporter_is_a_cli_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process: the exporter is refused before any is set up."""
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)  # as _env() leaves them out of a process's
+    for name in ("TURNFSM_STORE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "jaeger")
+    assert main(["chat", "--demo", "--store", "memory://", "-m", "hi"]) == 2
+    assert "turnfsm chat: OTEL_TRACES_EXPORTER='jaeger'" in capsys.readouterr().err
 
 
 def _free_port() -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from turnfsm.adapters.llm import LLMRequest
 from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
-from .conftest import TOKENS, serve_in_thread
+from .conftest import serve_in_thread
 
 SEEN: list[LLMRequest] = []
 _IDS = itertools.count(1)
@@ -110,16 +110,36 @@ class Served:
             return str(c.get(f"/api/contexts/{cid}").json()["state"])
 
 
-def serve(tmp: Path) -> Iterator[Served]:
+TENANTS = 64
+"""The tenants of a shared server: a test takes one of its own, so what it
+lists and reads is only what it made."""
+
+
+def serve_shared(
+    tmp: Path,
+    engine: Callable[[Path], Engine] | None = None,
+    seen: list[LLMRequest] = SEEN,
+) -> Iterator[Iterator[Served]]:
+    """A server for a test module (``engine`` makes its engine on a database
+    file; by default the model of this module): each ``next()`` gives a test a
+    tenant of its own (a token no other test uses), with ``seen`` emptied for it."""
     db = tmp / "tools.db"
-    SEEN.clear()
-
-    def engine() -> Engine:
-        return Engine(llm=ScriptedLLM(answer), tools=[add], store=f"sqlite:///{db}")
-
-    app = create_app(engine, ServerConfig(tokens=dict(TOKENS), heartbeat=0.5))
+    make = engine or _engine_on
+    tokens = {f"token-tenant-{i}": f"tenant-{i}" for i in range(TENANTS)}
+    app = create_app(lambda: make(db), ServerConfig(tokens=tokens, heartbeat=0.5))
     for url in serve_in_thread(app):
-        yield Served(url, db)
+        yield _tenants(url, db, list(tokens), seen)
+
+
+def _tenants(url: str, db: Path, tokens: list[str], seen: list[LLMRequest]) -> Iterator[Served]:
+    for token in tokens:
+        seen.clear()
+        yield Served(url, db, token, seen)
+    raise AssertionError(f"more tests than the {TENANTS} tenants of the shared server")
+
+
+def _engine_on(db: Path) -> Engine:
+    return Engine(llm=ScriptedLLM(answer), tools=[add], store=f"sqlite:///{db}")
 
 
 def _key(m: dict[str, Any]) -> str:

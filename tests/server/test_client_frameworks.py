@@ -13,22 +13,27 @@ context holds each message once and one result per call.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from pydantic import BaseModel
 
-from .client_tools_kit import SEEN, Served, assert_stored_once, serve
+from .client_tools_kit import SEEN, Served, assert_stored_once, serve_shared
 
 RAN: list[str] = []
 
 
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Iterator[Served]]:
+    yield from serve_shared(tmp_path_factory.mktemp("frameworks"))
+
+
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+def served(tenants: Iterator[Served]) -> Served:
+    """The module's server, as a tenant of the test's own."""
     RAN.clear()
-    yield from serve(tmp_path)
+    return next(tenants)
 
 
 def roles(served: Served, cid: str) -> list[str]:

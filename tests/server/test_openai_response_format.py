@@ -22,11 +22,9 @@ from pydantic import BaseModel
 
 from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
-from .client_tools_kit import Served, assert_stored_once
-from .conftest import TOKENS, serve_in_thread
+from .client_tools_kit import Served, assert_stored_once, serve_shared
 
 SEEN: list[LLMRequest] = []
 
@@ -57,17 +55,18 @@ async def answer(request: LLMRequest) -> dict[str, Any]:
     return {"chunks": ['{"city": "Paris", ', '"sky": "clear"}']}
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    SEEN.clear()
-    db = tmp_path / "typed.db"
-
-    def engine() -> Engine:
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Iterator[Served]]:
+    def engine(db: Path) -> Engine:
         return Engine(llm=ScriptedLLM(answer), store=f"sqlite:///{db}")
 
-    app = create_app(engine, ServerConfig(tokens=dict(TOKENS), heartbeat=0.5))
-    for url in serve_in_thread(app):
-        yield Served(url, db)
+    yield from serve_shared(tmp_path_factory.mktemp("typed"), engine, SEEN)
+
+
+@pytest.fixture
+def served(tenants: Iterator[Served]) -> Served:
+    """The module's server, as a tenant of the test's own (``SEEN`` emptied)."""
+    return next(tenants)
 
 
 def weather_format(strict: bool | None = True) -> dict[str, Any]:

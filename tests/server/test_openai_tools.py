@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from .client_tools_kit import SEEN, Served, assert_stored_once, serve
+from .client_tools_kit import SEEN, Served, assert_stored_once, serve_shared
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -26,9 +25,15 @@ WEATHER_TOOL: dict[str, Any] = {
 HEADER = "x-turnfsm-context-id"
 
 
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Iterator[Served]]:
+    yield from serve_shared(tmp_path_factory.mktemp("tools"))
+
+
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    yield from serve(tmp_path)
+def served(tenants: Iterator[Served]) -> Served:
+    """The module's server, as a tenant of the test's own."""
+    return next(tenants)
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ from __future__ import annotations
 import hashlib
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
+from turnfsm.cli import main
 from turnfsm.errors import ContextNotFound, StoreError
 from turnfsm.storage import FilesStore, open_store
 from turnfsm.storage._files_foreign import ForeignContextFolder
@@ -69,18 +68,21 @@ async def test_opening_a_store_on_their_folder_is_refused_and_writes_nothing(
     assert tree_digest(data) == before
 
 
-def test_the_command_the_error_names_imports_their_folder(data: Path, tmp_path: Path) -> None:
+def test_the_command_the_error_names_imports_their_folder(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command, run as the command line's entry in this process."""
     before = tree_digest(data)
     with pytest.raises(ForeignContextFolder) as info:
         FilesStore(data)
     url = f"sqlite:///{tmp_path}/chats.db"
     argv = shlex.split(info.value.command.replace("URL", url))
     assert argv[:2] == ["turnfsm", "import"]
-    ran = subprocess.run(
-        [sys.executable, "-m", "turnfsm", *argv[1:]], capture_output=True, text=True, timeout=120
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert f"{len(IDS)} imported, 0 skipped, 0 failed: {data} into sqlite:" in ran.stdout
+    capsys.readouterr()
+    code = main(argv[1:])
+    ran = capsys.readouterr()
+    assert code == 0, ran.err
+    assert f"{len(IDS)} imported, 0 skipped, 0 failed: {data} into sqlite:" in ran.out
     assert tree_digest(data) == before
 
     async def stored() -> list[str]:

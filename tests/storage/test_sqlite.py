@@ -576,27 +576,30 @@ WORKER = textwrap.dedent(
     from turnfsm.storage import SQLiteStore
     from tests.storage.contract import make_commit, msg
 
-    path, name, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    STATE = {{"p0": "ProcessingUserMessage", "p1": "AwaitingLLMResponse"}}[name[:2]]
+    path, name, folder, rounds = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+    STATE = {{"p0": "ProcessingUserMessage", "p1": "AwaitingLLMResponse"}}[name]
 
-    async def main():
+    async def one(round_):
+        me = f"{{name}}r{{round_}}"
+        go = folder / f"go{{round_}}"
         store = SQLiteStore(path)
         ctx = await store.load("shared")
-        Path(go.parent / (name + ".ready")).touch()
+        Path(folder / (me + ".ready")).touch()
         while not go.exists():
             time.sleep(0.001)
         try:
             await store.commit(make_commit(
                 "shared", ctx.version, state=STATE,
-                steps=[("Idle", "by-" + name, STATE)],
-                appended=[("main", msg("from-" + name, text=name))],
+                steps=[("Idle", "by-" + me, STATE)],
+                appended=[("main", msg("from-" + me, text=me))],
             ))
-            print(json.dumps({{"name": name, "won": True}}))
+            print(json.dumps({{"name": me, "won": True}}), flush=True)
         except VersionConflict as exc:
-            print(json.dumps({{"name": name, "won": False, "found": exc.found}}))
+            print(json.dumps({{"name": me, "won": False, "found": exc.found}}), flush=True)
         await store.aclose()
 
-    anyio.run(main)
+    for round_ in range(rounds):
+        anyio.run(one, round_)
     """
 )
 
@@ -605,44 +608,57 @@ WORKER_STATE = {"p0": "ProcessingUserMessage", "p1": "AwaitingLLMResponse"}
 
 
 def test_two_processes_commit_against_the_same_version(tmp_path: Path) -> None:
+    """Two processes load the same version, then both commit against it: one
+    wins, the other conflicts, three rounds over (each round a store opened
+    anew in each process, so a process started once serves every round)."""
     path = db_path(tmp_path)
     anyio.run(lambda: _create_closed(path, empty_context("shared")))
     script = tmp_path / "worker.py"
     script.write_text(WORKER.format(repo=str(REPO)))
-    for round_ in range(3):
-        go = tmp_path / f"go{round_}"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(script), str(path), f"p{i}r{round_}", str(go)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i in range(2)
-        ]
-        deadline = time.monotonic() + 60
-        while not all((tmp_path / f"p{i}r{round_}.ready").exists() for i in range(2)):
-            assert time.monotonic() < deadline, "workers did not start"
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            time.sleep(0.01)
-        go.touch()  # both loaded the same version; now both commit against it
-        results = []
+    rounds = 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(path), f"p{i}", str(tmp_path), str(rounds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        for round_ in range(rounds):
+            deadline = time.monotonic() + 60
+            while not all((tmp_path / f"p{i}r{round_}.ready").exists() for i in range(2)):
+                assert time.monotonic() < deadline, "workers did not start"
+                assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+                time.sleep(0.01)
+            (tmp_path / f"go{round_}").touch()  # both loaded the same version; both commit
+            results = []
+            for p in procs:
+                assert p.stdout is not None
+                line = p.stdout.readline()
+                assert line, p.communicate(timeout=60)
+                results.append(json.loads(line))
+            winners = [r["name"] for r in results if r["won"]]
+            assert len(winners) == 1, results
+            (loser,) = [r for r in results if not r["won"]]
+            assert loser["found"] == round_ + 1
+            ctx, steps, _ = anyio.run(_snapshot_closed, path, "shared")
+            assert ctx.version == round_ + 1
+            # a state that tells the two workers apart (the store refuses unknown states)
+            assert ctx.current_state == WORKER_STATE[winners[0][:2]]
+            assert ctx.branches["main"].message_ids[-1] == f"from-{winners[0]}"
+            assert f"from-{loser['name']}" not in ctx.message_pool
+            assert [s.trigger for s in steps][-1] == f"by-{winners[0]}"
+            assert len(steps) == round_ + 1
         for p in procs:
-            out, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=60)
             assert p.returncode == 0, err
-            results.append(json.loads(out))
-        winners = [r["name"] for r in results if r["won"]]
-        assert len(winners) == 1, results
-        (loser,) = [r for r in results if not r["won"]]
-        assert loser["found"] == round_ + 1
-        ctx, steps, _ = anyio.run(_snapshot_closed, path, "shared")
-        assert ctx.version == round_ + 1
-        # a state that tells the two workers apart (the store refuses unknown states)
-        assert ctx.current_state == WORKER_STATE[winners[0][:2]]
-        assert ctx.branches["main"].message_ids[-1] == f"from-{winners[0]}"
-        assert f"from-{loser['name']}" not in ctx.message_pool
-        assert [s.trigger for s in steps][-1] == f"by-{winners[0]}"
-        assert len(steps) == round_ + 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
     assert anyio.run(_integrity, path) == []
 
 

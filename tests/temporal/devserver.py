@@ -128,6 +128,10 @@ class DevServer:
                     f"the Temporal dev server exited with {self.process.returncode}: "
                     f"{self.log_file.read_text(errors='replace')[-2000:]}"
                 )
+            if not self._listening() and time.monotonic() < deadline:
+                # the CLI's own check costs a process; a closed port needs none
+                time.sleep(0.05)
+                continue
             done = subprocess.run(argv, capture_output=True, timeout=30)
             if done.returncode == 0:
                 return
@@ -137,6 +141,14 @@ class DevServer:
                     f"within {timeout:.0f} s: {done.stderr.decode(errors='replace')[-500:]}"
                 )
             time.sleep(0.2)
+
+    def _listening(self) -> bool:
+        """Whether the frontend's port takes a connection yet."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def kill(self) -> None:
         """SIGKILL the server (its database file stays, for :meth:`start`)."""
