@@ -11,6 +11,8 @@ import ast
 import importlib
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import kit  # tests/ is on sys.path (no tests/__init__.py)
@@ -92,3 +94,13 @@ def test_auto_starts_a_worker_more_than_there_are_cores(
     assert workers == len(os.sched_getaffinity(0)) + 1
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")  # still xdist's to read
     assert pytestconfig.hook.pytest_xdist_auto_num_workers(config=pytestconfig) == 5
+
+
+def test_a_process_a_test_starts_can_be_interrupted() -> None:
+    """Even when the run itself was started with SIGINT ignored (in the
+    background, by a shell without job control): see tests/conftest.py."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "True\n"
