@@ -3,6 +3,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -16,6 +17,14 @@ import pytest
 # again. This conftest is imported before any test module is collected.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# A run started in the background by a shell without job control (``pytest &``
+# in a script) inherits SIGINT ignored, and so would every process a test
+# starts: Python leaves an ignored SIGINT ignored, and the tests that interrupt
+# a ``turnfsm`` process with Ctrl-C would see it run on. Python's own handler
+# here makes the processes started from now on begin with SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import kit  # tests/ is on sys.path (no tests/__init__.py)
@@ -81,3 +83,13 @@ def test_a_sweep_keeps_its_first_case_by_default_and_marks_the_others() -> None:
 def test_the_sweep_marker_is_skipped_unless_selected() -> None:
     conftest = (TESTS / "conftest.py").read_text()
     assert '"sweep",' in conftest
+
+
+def test_a_process_a_test_starts_can_be_interrupted() -> None:
+    """Even when the run itself was started with SIGINT ignored (in the
+    background, by a shell without job control): see tests/conftest.py."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "True\n"

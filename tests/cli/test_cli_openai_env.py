@@ -1,7 +1,8 @@
 """The OpenAI settings an application reads from its environment
 (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``), as each command
-that picks a model honours them: real ``turnfsm`` processes against a loopback
-Chat Completions server, the model asserted in the body it received.
+that picks a model honours them: the command line's entry in this process
+(``serve`` and ``worker`` as ``turnfsm`` processes) against a loopback Chat
+Completions server, the model asserted in the body it received.
 Precedence: ``--model`` > ``OPENAI_MODEL`` > the provider's default."""
 
 from __future__ import annotations

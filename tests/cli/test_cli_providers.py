@@ -1,10 +1,14 @@
-"""``--provider`` as a user meets it: real ``turnfsm`` processes against a
-loopback server speaking the provider's streaming format (the bodies of
+"""``--provider`` as a user meets it: the command line's entry
+(``turnfsm.cli.main``, in this process, with the environment a fresh process
+would get; ``serve``, ``worker`` and a missing extra as ``turnfsm`` processes of
+their own) against a loopback server speaking the provider's streaming format (the bodies of
 ``tests/anthropic``'s corpus, byte for byte), the setup problems said in one
 line (exit 2), ``--responses`` as the alias it now is."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -19,7 +23,7 @@ import httpx
 import pytest
 
 import turnfsm.adapters.llm as llm_package
-from turnfsm.cli import build_parser
+from turnfsm.cli import build_parser, main
 from turnfsm.cli._errors import CLIError
 from turnfsm.cli._providers import PROVIDERS, Provider, open_provider
 
@@ -36,12 +40,6 @@ from openai_loopback import Reply as OpenAIReply  # noqa: E402
 from openai_samples import ResponsesStream, text_stream  # noqa: E402
 
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
-ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
-}
-ENV.pop("PYTHONPATH", None)
 KEY = "sk-ant-cli-test-0123456789"
 CLAUDE = PROVIDERS["anthropic"].default_model
 
@@ -55,6 +53,43 @@ def claude() -> Iterator[LoopbackServer]:
 
 
 def run(cwd: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = "") -> Ran:
+    """``turnfsm ARGV...`` as the script runs it (``turnfsm.cli.main``), in this
+    process: the environment a fresh process would get (``ENV``'s filter over
+    this one's, plus ``env``), working directory ``cwd``, ``stdin`` as its
+    input; each restored after. A fresh interpreter of its own is
+    ``run_process``'s (an import made impossible by ``sitecustomize``)."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_stdin = sys.stdin
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update({**_inherited(saved_env), **(env or {})})
+    os.chdir(cwd)
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(argv))
+    finally:
+        sys.stdin = saved_stdin
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def _inherited(environ: dict[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
+        and k != "PYTHONPATH"
+    }
+
+
+ENV = _inherited(dict(os.environ))
+
+
+def run_process(cwd: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = "") -> Ran:
+    """``turnfsm ARGV...`` as a process of its own: exit code, stdout, stderr."""
     done = subprocess.run(
         [TURNFSM, *argv],
         cwd=cwd,
@@ -327,7 +362,7 @@ def test_a_missing_extra_is_one_line_naming_it(
     tmp_path: Path, claude: LoopbackServer, command: str
 ) -> None:
     argv = ["-m", "hi"] if command == "chat" else ["--port", str(_free_port())]
-    ran = run(
+    ran = run_process(
         tmp_path, command, *argv, "--provider", "anthropic", "--base-url", claude.url,
         "--store", "memory://", env=_blocking(tmp_path, "anthropic"),
     )  # fmt: skip
@@ -590,7 +625,7 @@ def test_serve_with_gemini_answers_a_posted_turn(tmp_path: Path, gemini: Loopbac
 
 @pytest.mark.skipif(not HAS_GEMINI_ADAPTER, reason="turnfsm.adapters.llm has no GeminiLLM")
 def test_a_missing_google_extra_is_one_line_naming_it(tmp_path: Path) -> None:
-    ran = run(
+    ran = run_process(
         tmp_path, "chat", "--provider", "google", "--base-url", "http://127.0.0.1:9",
         "-m", "hi", "--store", "memory://", env=_blocking(tmp_path, "google.genai"),
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Checked by mypy (strict) in test_delegate.py, never run: an engine's
+"""Checked by the project's mypy (strict; in its configured files), never run: an engine's
 delegated methods have, at their call sites, exactly their part's signature."""
 
 from __future__ import annotations
