@@ -126,26 +126,21 @@ class ContextHolder:
 # classes.
 
 
-def _run_callbacks(machine: Any, funcs: list[Any], event_data: EventData) -> None:
-    """``machine.callbacks(funcs, event_data)``, with the commonest case (one
-    callback, a method of the holder named in the table) called at once."""
-    if len(funcs) == 1 and type(machine) is LeanMachine:
-        func = funcs[0]
-        if type(func) is str and machine.send_event:
-            method = getattr(event_data.model, func, None)
-            if method is not None and callable(method):
-                method(event_data)
-                return
-    machine.callbacks(funcs, event_data)
-
-
 class LeanState(_State):
     """A State whose enter/exit run their callbacks without the log calls."""
 
     def enter(self, event_data: EventData) -> None:
         on_enter = self.on_enter
         if on_enter:
-            _run_callbacks(event_data.machine, on_enter, event_data)
+            machine = event_data.machine
+            # the commonest case, the one callback the table names (a method of
+            # the holder), called here as ``callbacks`` would call it, without its frame
+            if len(on_enter) == 1 and type(on_enter[0]) is str and machine.send_event:
+                method = getattr(event_data.model, on_enter[0], None)
+                if method is not None and callable(method):
+                    method(event_data)
+                    return
+            machine.callbacks(on_enter, event_data)
 
     def exit(self, event_data: EventData) -> None:
         if self.on_exit:
@@ -194,7 +189,13 @@ class LeanTransition(Transition):
             machine.callbacks(self.after, event_data)
         after = machine._after_state_change
         if after:
-            _run_callbacks(machine, after, event_data)
+            # as in ``LeanState.enter``: the holder's one declared method at once
+            if len(after) == 1 and type(after[0]) is str and machine.send_event:
+                method = getattr(event_data.model, after[0], None)
+                if method is not None and callable(method):
+                    method(event_data)
+                    return True
+            machine.callbacks(after, event_data)
         return True
 
     def _change_state(self, event_data: EventData) -> None:
