@@ -147,12 +147,15 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
     holder = rt.holder
     at = datetime.fromtimestamp(rt.settings.clock.time(), UTC)
     version = ctx.version + 1
-    steps = [StepLog(version, a, t, b, at) for (a, t, b) in holder.steps]
+    steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
+    for a, t, b in holder.steps:
+        steps.append(StepLog(version, a, t, b, at))
     if rt.changes:
         state = holder.state
-        steps += [StepLog(version, state, c, state, at, detail) for c, detail in rt.changes]
+        for c, detail in rt.changes:
+            steps.append(StepLog(version, state, c, state, at, detail))
     appended = rt.appended
-    replaced = list(rt.replaced.values())
+    replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
         # a message added and then changed (decided) in this same commit is
         # stored once, as it is now

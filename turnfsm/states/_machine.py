@@ -104,6 +104,9 @@ class ContextHolder:
 
     def after_step(self, event: EventData) -> None:
         t = event.transition
+        if type(t) is LeanTransition and t.step is not None:  # the record made with the table
+            self.steps.append(t.step)
+            return
         assert t is not None and event.event is not None and t.dest is not None
         self.steps.append((_STATES[t.source], _TRIGGERS[event.event.name], _STATES[t.dest]))
 
@@ -127,8 +130,17 @@ class LeanState(_State):
     """A State whose enter/exit run their callbacks without the log calls."""
 
     def enter(self, event_data: EventData) -> None:
-        if self.on_enter:
-            event_data.machine.callbacks(self.on_enter, event_data)
+        on_enter = self.on_enter
+        if on_enter:
+            machine = event_data.machine
+            # the commonest case, the one callback the table names (a method of
+            # the holder), called here as ``callbacks`` would call it, without its frame
+            if len(on_enter) == 1 and type(on_enter[0]) is str and machine.send_event:
+                method = getattr(event_data.model, on_enter[0], None)
+                if method is not None and callable(method):
+                    method(event_data)
+                    return
+            machine.callbacks(on_enter, event_data)
 
     def exit(self, event_data: EventData) -> None:
         if self.on_exit:
@@ -142,6 +154,9 @@ class LeanTransition(Transition):
         super().__init__(*args, **kwargs)
         self.source_state: _State | None = None
         self.dest_state: _State | None = None
+        self.step: StepRecord | None = None
+        """What ``ContextHolder.after_step`` records for this transition: set when
+        its event adds it, if its states and trigger are the table's."""
 
     def execute(self, event_data: EventData) -> bool:
         # transitions' own order: prepare, conditions, before, exit, set the
@@ -174,6 +189,12 @@ class LeanTransition(Transition):
             machine.callbacks(self.after, event_data)
         after = machine._after_state_change
         if after:
+            # as in ``LeanState.enter``: the holder's one declared method at once
+            if len(after) == 1 and type(after[0]) is str and machine.send_event:
+                method = getattr(event_data.model, after[0], None)
+                if method is not None and callable(method):
+                    method(event_data)
+                    return True
             machine.callbacks(after, event_data)
         return True
 
@@ -195,6 +216,15 @@ class LeanTransition(Transition):
 
 class LeanEvent(Event):
     """An Event whose trigger runs at once (the machine has no queue)."""
+
+    def add_transition(self, transition: Transition) -> None:
+        super().add_transition(transition)
+        if type(transition) is LeanTransition and transition.dest is not None:
+            source = _STATES.get(transition.source)
+            trigger = _TRIGGERS.get(self.name)
+            dest = _STATES.get(transition.dest)
+            if source is not None and trigger is not None and dest is not None:
+                transition.step = (source, trigger, dest)
 
     def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
         machine = self.machine
@@ -317,7 +347,15 @@ class TurnMachine:
         )
 
         assert not self._machine.has_queue  # fire calls the events' _trigger directly
-        self._events = {t: self._machine.events[t.value] for t in Trigger}
+        events = {t: self._machine.events[t.value] for t in Trigger}
+        # the table's edges by the holder's state name (what the machine sets),
+        # each with its destination and the Event that takes it
+        self._edges: dict[tuple[str, Trigger], tuple[State, Event]] = {}
+        for s in State:
+            for t in Trigger:
+                dest = next_state(s, t)
+                if dest is not None:
+                    self._edges[(s.value, t)] = (dest, events[t])
 
     def attach(self, holder: ContextHolder, state: State) -> None:
         """``add_model`` at the stored state (no enter callbacks run)."""
@@ -339,12 +377,12 @@ class TurnMachine:
         table has no edge for it from the holder's state."""
         if not holder.attached:
             raise RuntimeError(f"context {holder.context_id} is not attached to the machine")
-        dest = next_state(_STATES[holder.state], trigger)
-        if dest is None:
+        edge = self._edges.get((holder.state, trigger))
+        if edge is None:
             raise IllegalTransition(holder.state, trigger, context_id=holder.context_id)
+        dest, event = edge
         holder.effect = None
         # ``Event.trigger`` written out for the unqueued machine, where it does
         # no more than this: its EventData, then the lean ``_trigger``
-        event = self._events[trigger]
         event._trigger(EventData(None, event, self._machine, holder, (), {}))
         return dest

@@ -82,38 +82,47 @@ class MemoryStore(Store):
         :class:`~turnfsm.storage.CommitsWithoutWaiting`): the engine calls it
         directly, since a store in memory never waits. A subclass that
         overrides ``commit`` alone has ``commit_nowait = None``."""
-        rec = self._get(commit.context_id)
+        cid = commit.context_id
+        rec = self._records.get(cid)  # ``_get`` and the fence written out: every commit runs them
+        if rec is None:
+            raise ContextNotFound(cid)
         head = rec.context
-        take = commit.take_lease if commit.lease_token is not None else None
+        token = commit.lease_token
+        take = commit.take_lease if token is not None else None
         if take is not None:
-            self._check_take(commit.context_id, take)
-        elif commit.lease_token is not None:
-            self._check_fence(commit.context_id, commit.lease_token)
+            self._check_take(cid, take)
+        elif token is not None:
+            entry = self._leases.get(cid)
+            current = entry[0].token if entry is not None else None
+            if current != token:
+                raise LeaseLost(cid, token, current)
         if head.version != commit.expected_version:
-            raise VersionConflict(commit.context_id, commit.expected_version, head.version)
-        for node in commit.replaced:
-            if node.id not in rec.pool:
+            raise VersionConflict(cid, commit.expected_version, head.version)
+        pool = rec.pool
+        branches = rec.branches
+        replaced = commit.replaced
+        for node in replaced:
+            if node.id not in pool:
                 raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
         for name, _ in commit.appended:
-            if name not in rec.branches and not any(b.name == name for b in commit.branches):
+            if name not in branches and not any(b.name == name for b in commit.branches):
                 raise StoreError(f"commit appends to unknown branch {name!r}")
         # checks passed: apply everything
         for b in commit.branches:
-            rec.branches[b.name] = _branch_copy(b)
-        pool = rec.pool
+            branches[b.name] = _branch_copy(b)
         for name, node in commit.appended:
             pool[node.id] = node
-            rec.branches[name].message_ids.append(node.id)
-        for node in commit.replaced:
+            branches[name].message_ids.append(node.id)
+        for node in replaced:
             pool[node.id] = node
         rec.steps.extend(commit.steps)
         # plain field writes on the store's own copy
         commit.apply_head(head)
         if take is not None:
-            self._leases[commit.context_id] = (take, not commit.release_lease)
-        elif commit.release_lease and commit.lease_token is not None:
-            lease = self._leases[commit.context_id][0]  # the fence found it
-            self._leases[commit.context_id] = (lease, False)
+            self._leases[cid] = (take, not commit.release_lease)
+        elif commit.release_lease and token is not None:
+            lease = self._leases[cid][0]  # the fence found it
+            self._leases[cid] = (lease, False)
 
     async def list_ids(self) -> list[str]:
         return list(self._records)
@@ -138,12 +147,6 @@ class MemoryStore(Store):
         return None
 
     # ------------------------------------------------------------------ leases
-
-    def _check_fence(self, context_id: str, token: int) -> None:
-        entry = self._leases.get(context_id)
-        current = entry[0].token if entry is not None else None
-        if current != token:
-            raise LeaseLost(context_id, token, current)
 
     def _check_take(self, context_id: str, take: Lease) -> None:
         """``Commit.take_lease``: the stored lease has the token just before, and
