@@ -80,15 +80,14 @@ class Gate:
                     raise _TooBig
             return message
 
-        async def sent(message: Message) -> None:
+        async def sent(message: Message) -> None:  # the Gate's own answers
             nonlocal status
             if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message["headers"] = _with_headers(message.get("headers") or [])
+                status = _started(message)
             await send(message)
 
-        async def watched(message: Message) -> None:
-            nonlocal replaced
+        async def watched(message: Message) -> None:  # the app's
+            nonlocal replaced, status
             if over and not status:
                 # the route answered a body cut at the limit (FastAPI's 400
                 # "error parsing the body", a 500): 413 instead
@@ -97,7 +96,9 @@ class Gate:
                 return
             if replaced:
                 return
-            await sent(message)
+            if message["type"] == "http.response.start":
+                status = _started(message)
+            await send(message)
 
         try:
             if self.open_host_check and not addressed_directly(host):
@@ -176,6 +177,12 @@ def addressed_directly(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _started(message: Message) -> int:
+    """A response's start, given the headers it lacks: its status."""
+    message["headers"] = _with_headers(message.get("headers") or [])
+    return int(message["status"])
 
 
 def _with_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
