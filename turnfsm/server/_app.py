@@ -16,7 +16,6 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
 from ..engine import Engine
-from ..observability._asgi import TraceContextMiddleware
 from . import _telemetry
 from ._ag_ui import router as ag_ui_router
 from ._api import router as api_router
@@ -93,7 +92,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             allow_methods=["*"],
             allow_headers=["*"],
         )
-    app.add_middleware(TraceContextMiddleware)  # a request's traceparent
+    # the Gate also serves a request with a traceparent under its trace context
     app.add_middleware(Gate, limit=config.max_body, open_host_check=not config.tokens)
     _hot_routes_first(app, (api_router, events_router))
     return app

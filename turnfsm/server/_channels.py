@@ -74,6 +74,8 @@ class Listener:
         self.gaps: dict[str, Gap] = {}
         self.closed = False
         self._wake = anyio.Event()
+        self._woken = False
+        """Whether ``_wake`` is set (read at every item, without a call)."""
 
     def put(self, item: Item) -> None:
         if self.closed:
@@ -84,12 +86,13 @@ class Listener:
             self.gaps[cid] = Gap(cid, gap.first if gap else first_seq(item), last_seq(item))
         else:
             self.items.append(item)
-        wake = self._wake
-        if not wake.is_set():
-            wake.set()
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
 
     def close(self) -> None:
         self.closed = True
+        self._woken = True
         self._wake.set()
 
     def ready(self, limit: int = BATCH) -> list[Item]:
@@ -110,6 +113,7 @@ class Listener:
         if self.items or self.gaps or self.closed:
             return
         self._wake = anyio.Event()
+        self._woken = False
         await self._wake.wait()
 
 

@@ -445,7 +445,8 @@ async def _batches(
                 # Woken by the first events of a burst: the rest of the burst
                 # comes in the same turn of the loop (the engine goes on after
                 # it let the 202 out), so one more turn and it goes in one write.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
+                # (Not shielded: a cancel here loses nothing, the items stay queued.)
+                await anyio.lowlevel.checkpoint()
             batch = listener.ready()
         now = time.monotonic()
         if batch:

@@ -1,5 +1,5 @@
 """Every HTTP request's way in: the ``Host`` check, the body limit, the
-headers every answer carries, and the request log."""
+headers every answer carries, the request log and the caller's trace context."""
 
 import functools
 import ipaddress
@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._numbers import whole_number
 from ..errors import InvalidInput
+from ..observability._asgi import TraceContextMiddleware
 from ._errors import error_response
 
 __all__ = ["HEADERS", "NOT_HTML_CSP", "Gate", "addressed_directly"]
@@ -44,11 +45,17 @@ class Gate:
       have answered on the cut body is replaced);
     - the headers of :data:`HEADERS` (and :data:`NOT_HTML_CSP` on what is not
       HTML) on every answer that does not set them;
-    - one structlog line per request (method, path, status, milliseconds).
+    - one structlog line per request (method, path, status, milliseconds);
+    - a request with a ``traceparent`` is served under the trace context it
+      names (:class:`~turnfsm.observability.TraceContextMiddleware`, taken
+      here only for such a request: every other one goes through one layer
+      less, its headers read once for all of these).
     """
 
     def __init__(self, app: ASGIApp, limit: int, open_host_check: bool = False) -> None:
         self.app = app
+        self.traced: ASGIApp = TraceContextMiddleware(app)
+        """``app`` under the request's trace context."""
         self.limit = limit
         self.open_host_check = open_host_check
 
@@ -57,6 +64,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
+        host, declared, app = self._read_headers(scope)
         status = 0
         seen = 0
         over = False
@@ -72,15 +80,14 @@ class Gate:
                     raise _TooBig
             return message
 
-        async def sent(message: Message) -> None:
+        async def sent(message: Message) -> None:  # the Gate's own answers
             nonlocal status
             if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message["headers"] = _with_headers(message.get("headers") or [])
+                status = _started(message)
             await send(message)
 
-        async def watched(message: Message) -> None:
-            nonlocal replaced
+        async def watched(message: Message) -> None:  # the app's
+            nonlocal replaced, status
             if over and not status:
                 # the route answered a body cut at the limit (FastAPI's 400
                 # "error parsing the body", a 500): 413 instead
@@ -89,10 +96,12 @@ class Gate:
                 return
             if replaced:
                 return
-            await sent(message)
+            if message["type"] == "http.response.start":
+                status = _started(message)
+            await send(message)
 
         try:
-            if self.open_host_check and not addressed_directly(_host(scope)):
+            if self.open_host_check and not addressed_directly(host):
                 answer = error_response(
                     403,
                     "host_not_allowed",
@@ -101,11 +110,11 @@ class Gate:
                 )
                 await answer(scope, receive, sent)
                 return
-            if self._declared(scope) > self.limit:
+            if declared > self.limit:
                 await self._too_big(scope, receive, sent)
                 return
             try:
-                await self.app(scope, counted, watched)
+                await app(scope, counted, watched)
             except _TooBig:  # raised through the route: nothing was answered
                 over = True
             if over and not status:
@@ -119,15 +128,26 @@ class Gate:
                 ms=round((time.perf_counter() - start) * 1000, 1),
             )
 
-    @staticmethod
-    def _declared(scope: Scope) -> int:
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    return whole_number(value, "header.content-length", 0, 10**18)
-                except InvalidInput:
-                    return 0  # the HTTP parser refused it already; the count still holds
-        return 0
+    def _read_headers(self, scope: Scope) -> tuple[str, int, ASGIApp]:
+        """In one pass over the request's headers: its ``Host``, its declared
+        length, and the app to call (:attr:`traced` when it has a
+        ``traceparent``)."""
+        host: str | None = None
+        declared: int | None = None
+        app = self.app
+        for name, value in scope.get("headers", ()):
+            if name == b"host":
+                if host is None:
+                    host = value.decode("latin-1")
+            elif name == b"content-length":
+                if declared is None:
+                    try:
+                        declared = whole_number(value, "header.content-length", 0, 10**18)
+                    except InvalidInput:
+                        declared = 0  # the HTTP parser refused it already; the count still holds
+            elif name == b"traceparent":
+                app = self.traced
+        return host or "", declared or 0, app
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer = error_response(
@@ -159,11 +179,10 @@ def addressed_directly(host: str) -> bool:
     return True
 
 
-def _host(scope: Scope) -> str:
-    for name, value in scope.get("headers", []):
-        if name == b"host":
-            return str(value.decode("latin-1"))
-    return ""
+def _started(message: Message) -> int:
+    """A response's start, given the headers it lacks: its status."""
+    message["headers"] = _with_headers(message.get("headers") or [])
+    return int(message["status"])
 
 
 def _with_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

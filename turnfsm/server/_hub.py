@@ -311,7 +311,11 @@ class Hub:
         no queue, no task), to the channels and the tenant streams. True when
         it started a launched call: the engine then lets the request answer
         (its ``202``) before it goes on with the turn."""
-        self.offer(ev.context_id, ev)
+        ch = self.channels.get(ev.context_id)
+        if ch is not None and not ch.filling and (ch.next is None or ch.next == ev.seq):
+            ch.send(ev)  # next in line on a channel in use: what offer() ends in
+        else:
+            self.offer(ev.context_id, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
             waiting = False
             for job in self.starting.get(ev.context_id, ()):

@@ -1,6 +1,8 @@
 """Server-sent events framing: the one place a frame is written.
 
-Every stream of the server goes through :func:`sse_frame`: the engine's
+Every stream of the server goes through :func:`sse_frame` (or, for an engine
+event with its seq as ``id:``, :func:`event_frame`, which writes the same
+frame in one step): the engine's
 events and the control events of ``/api/.../events`` (``_events.py``), the
 records of ``POST /chat`` (``_sessions.py``) and the chunks of
 ``/v1/chat/completions`` (``_openai_compat.py``). A frame is what
@@ -54,5 +56,15 @@ def _json_member(name: str, value: str) -> bytes:
 
 def event_frame(ev: Event, ident: str | None = None) -> bytes:
     """An engine event as one frame: its kind as ``event:``, its JSON
-    (:func:`event_json`) as data and ``ident`` as ``id:`` (default: its seq)."""
-    return sse_frame(event_json(ev), ev.kind, str(ev.seq) if ident is None else ident)
+    (:func:`event_json`) as data and ``ident`` as ``id:`` (default: its seq).
+    The frame :func:`sse_frame` writes, in one step: every event of every
+    stream is framed here."""
+    if ident is None:
+        return b"id: %d\r\n%sdata: %s\r\n\r\n" % (ev.seq, _event_line(ev.kind), event_json(ev))
+    return sse_frame(event_json(ev), ev.kind, ident)
+
+
+@functools.lru_cache(maxsize=64)
+def _event_line(kind: str) -> bytes:
+    """``event: kind`` and its line end (an event kind: a few dozen, each made once)."""
+    return b"event: %s\r\n" % kind.encode()
