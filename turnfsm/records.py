@@ -124,7 +124,6 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
     return found
 
 
-
 def to_json(obj: Any, **options: Any) -> bytes:
     """``obj`` as compact JSON (UTF-8 bytes), as the stores write it.
 
