@@ -216,3 +216,16 @@ print("jinja2" in sys.modules, "EVENT_ADAPTER" in vars(events))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_sql_store_builds_the_adapters_of_its_load_with_its_module() -> None:
+    # a fresh process's first load (W5) does not build them inside its clock
+    code = """
+from turnfsm import records, storage
+before = len(records._ADAPTERS)
+storage.SQLiteStore
+print(before, sorted(t.__name__ for t in records._ADAPTERS))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    built = "['Branch', 'ChatConfig', 'ChatContext', 'MessageNode', 'TokenUsage', 'TurnProgress']"
+    assert out.stdout.strip() == f"0 {built}"
