@@ -168,3 +168,64 @@ print("structlog" in sys.modules)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out.stderr)
     assert "event_tap_failed" in plain
     assert "tap broke" in out.stderr
+
+
+def test_import_turnfsm_builds_no_pydantic_schema() -> None:
+    # the adapters and models are built on first use: --help and a usage error
+    # do not pay for them (nor for pydantic's plugin look-up behind the first)
+    code = """
+import sys
+import turnfsm
+from turnfsm import events, records
+from turnfsm.adapters.inbound import InboundRequest
+from turnfsm.adapters.llm import AnswerSpec
+from turnfsm.tools import _question
+print(sorted(n for n in ("EVENT_ADAPTER",) if n in vars(events)), len(records._ADAPTERS),
+      InboundRequest.__pydantic_complete__, AnswerSpec.__pydantic_complete__,
+      "ask_user" in vars(_question), "pydantic.plugin._loader" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "0", "False", "False", "False", "False"]
+
+
+def test_lazily_built_names_work_when_first_used() -> None:
+    code = """
+import turnfsm
+from turnfsm import events, records, tools
+from turnfsm.events import ContentDelta, event_bytes
+ask = turnfsm.ask_user
+delta = ContentDelta(context_id="c", seq=1, timestamp=0.0, message_id="m", delta="x",
+                     index=0, attempt=0)
+print(ask is tools.ask_user is tools._question.ask_user, ask.name,
+      event_bytes(delta) == events.EVENT_ADAPTER.dump_json(delta),
+      events.EVENT_ADAPTER is vars(events)["EVENT_ADAPTER"],
+      records.from_json(records.TokenUsage, records.to_json(records.TokenUsage(
+          prompt_tokens=1, completion_tokens=2, total_tokens=3))).total_tokens)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "ask_user", "True", "True", "3"]
+
+
+def test_the_server_leaves_templates_and_the_event_adapter_out() -> None:
+    pytest.importorskip("fastapi")
+    code = """
+import sys
+import turnfsm.server
+from turnfsm import events
+print("jinja2" in sys.modules, "EVENT_ADAPTER" in vars(events))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_sql_store_builds_the_adapters_of_its_load_with_its_module() -> None:
+    # a fresh process's first load (W5) does not build them inside its clock
+    code = """
+from turnfsm import records, storage
+before = len(records._ADAPTERS)
+storage.SQLiteStore
+print(before, sorted(t.__name__ for t in records._ADAPTERS))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    built = "['Branch', 'ChatConfig', 'ChatContext', 'MessageNode', 'TokenUsage', 'TurnProgress']"
+    assert out.stdout.strip() == f"0 {built}"

@@ -86,10 +86,11 @@ from .model import (
 )
 from .states import State
 from .storage import MemoryStore, open_store
-from .tools import Approval, Tool, ToolOutcome, ToolRegistry, ask_user, question_tool, subtask, tool
+from .tools import Approval, Tool, ToolOutcome, ToolRegistry, question_tool, subtask, tool
 
 if TYPE_CHECKING:
     from .storage import FilesStore, SQLiteStore
+    from .tools import ask_user
 
 __version__ = "0.1.0"
 
@@ -204,9 +205,14 @@ MOVED: dict[str, str] = {
 """Names exported here by earlier releases, and the module each lives in now."""
 
 
-LAZY: dict[str, str] = {"FilesStore": "turnfsm.storage", "SQLiteStore": "turnfsm.storage"}
-"""Names exported here that are imported when first asked for, not with the
-package (an in-memory engine does not need them), and the module of each."""
+LAZY: dict[str, str] = {
+    "FilesStore": "turnfsm.storage",
+    "SQLiteStore": "turnfsm.storage",
+    "ask_user": "turnfsm.tools",
+}
+"""Names exported here that are imported (or made) when first asked for, not
+with the package (an in-memory engine does not need them; ``ask_user``'s
+arguments model is built when it is first asked for), and the module of each."""
 
 
 def __getattr__(name: str) -> Any:

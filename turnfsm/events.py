@@ -243,18 +243,45 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_ADAPTER: TypeAdapter[Event]
+"""The adapter of :data:`Event` (any kind, chosen by ``kind``): built on first
+use (this module's ``__getattr__``), as a process that never (de)serialises an
+event (``turnfsm --help``, an engine on a memory store) does not pay for
+pydantic's schema of every kind."""
 
 STREAMED_KINDS: frozenset[str] = frozenset({"ContentDelta", "ToolCallArgumentsDelta"})
 """The kinds sent while an answer streams and never stored: an event log does
 not keep them (a note carries them), a resumed stream replays them only from
 the server's memory."""
 
-_KIND_ADAPTERS: dict[type, TypeAdapter[Any]] = {
-    cls: TypeAdapter(cls) for cls in typing.get_args(typing.get_args(Event)[0])
-}
-"""Each kind's own adapter: the same JSON as :data:`EVENT_ADAPTER` without
-choosing the kind on every call."""
+_KINDS: tuple[type, ...] = typing.get_args(typing.get_args(Event)[0])
+
+_KIND_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+"""Each kind's own adapter, built at its first :func:`event_bytes`: the same
+JSON as :data:`EVENT_ADAPTER` without choosing the kind on every call."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EVENT_ADAPTER":
+        return _event_adapter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _event_adapter() -> TypeAdapter[Event]:
+    """:data:`EVENT_ADAPTER`, built on the first call and then kept as the
+    module's attribute (later reads find it without ``__getattr__``)."""
+    built: TypeAdapter[Event] | None = globals().get("EVENT_ADAPTER")
+    if built is None:
+        built = TypeAdapter(Event)
+        globals()["EVENT_ADAPTER"] = built
+    return built
+
+
+def _kind_adapter(kind: type) -> TypeAdapter[Any]:
+    """The adapter :func:`event_bytes` dumps a ``kind`` with, built once."""
+    built = _KIND_ADAPTERS[kind] = TypeAdapter(kind) if kind in _KINDS else _event_adapter()
+    return built
+
 
 _JSON_KEPT = 1024
 """Events whose JSON :func:`event_bytes` remembers."""
@@ -270,8 +297,8 @@ def event_bytes(ev: Event) -> bytes:
     hit = _json_memo.get(key)
     if hit is not None and hit[0] is ev:
         return hit[1]
-    adapter = _KIND_ADAPTERS.get(type(ev))
-    data = (adapter or EVENT_ADAPTER).dump_json(ev)
+    adapter = _KIND_ADAPTERS.get(type(ev)) or _kind_adapter(type(ev))
+    data = adapter.dump_json(ev)
     if len(_json_memo) >= _JSON_KEPT:
         del _json_memo[next(iter(_json_memo))]
     _json_memo[key] = (ev, data)

@@ -24,8 +24,9 @@ read their own rows.
 
 Any type pydantic can handle may be passed (``list[MessageNode]``, a union,
 an event), also to :func:`adapter`, which returns the cached ``TypeAdapter``.
-The adapters of the records a store reads and writes on every load and
-commit are built when this module is imported; the others on first use.
+Every adapter is built on its first use, not when this module is imported:
+a process that never reads or writes a record (``turnfsm --help``, a
+command's usage error) does not pay for pydantic's schemas.
 """
 
 from __future__ import annotations
@@ -121,16 +122,6 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
     if found is None:
         found = _ADAPTERS[tp] = TypeAdapter(tp)
     return found
-
-
-# The adapters every store uses on each load and commit, and the usage of an
-# answer, are built with this module, as the pydantic models built their
-# schemas when they were defined: built on first use, their cost would fall
-# on a fresh process's first load (docs/benchmarks.md, W5). The others wait
-# for their first use.
-for _tp in (MessageNode, ChatContext, ChatConfig, TurnProgress, Branch, TokenUsage):
-    adapter(_tp)
-del _tp
 
 
 def to_json(obj: Any, **options: Any) -> bytes:

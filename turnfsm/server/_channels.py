@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import anyio
 import structlog
 
-from ..events import EVENT_ADAPTER, Event
+from .. import events as event_types  # EVENT_ADAPTER is built on first use
+from ..events import Event
 from ._tenants import TenantTable
 
 __all__ = [
@@ -194,7 +195,7 @@ class Channel:
                     if got > expect:
                         self.send(Gap(self.context_id, expect, got - 1))
                     try:
-                        self.send(EVENT_ADAPTER.validate_json(data))
+                        self.send(event_types.EVENT_ADAPTER.validate_json(data))
                     except ValueError:
                         self.send(Gap(self.context_id, got, got))
                     expect = got + 1

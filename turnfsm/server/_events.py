@@ -26,9 +26,9 @@ import anyio.lowlevel
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse
 
+from .. import events as event_types  # EVENT_ADAPTER is built on first use
 from .._numbers import whole_number
 from ..errors import InvalidInput, TurnFSMError
-from ..events import EVENT_ADAPTER
 from ..model import ChatContext
 from ..states import RESTING, State
 from ._channels import BATCH, Channel, Gap, Item, Listener, first_seq, last_seq
@@ -255,7 +255,7 @@ async def _history(hub: Hub, ch: Channel, after: int, newest: int | None) -> Asy
         if seq > expect:
             yield Gap(ch.context_id, expect, seq - 1)
         try:
-            yield EVENT_ADAPTER.validate_json(data)
+            yield event_types.EVENT_ADAPTER.validate_json(data)
         except ValueError:
             yield Gap(ch.context_id, seq, seq)
         expect = seq + 1

@@ -12,10 +12,11 @@ import anyio
 import anyio.abc
 import structlog
 
+from .. import events as event_types  # EVENT_ADAPTER is built on first use
 from ..engine import Engine, Subscription, Turn
 from ..engine._accepted import ON_ACCEPTED
 from ..errors import ContextBusy, ContextNotFound, TemporalUnavailable, TurnFSMError
-from ..events import EVENT_ADAPTER, Event, StateChanged
+from ..events import Event, StateChanged
 from ..relay import EventRelay
 from ..storage import ContextOutline, ContextOutlines, outline_of
 from ..storage._eventlog import LogNote, open_event_log
@@ -339,9 +340,9 @@ class Hub:
             return
         try:
             if isinstance(note.event, str):
-                ev = EVENT_ADAPTER.validate_json(note.event)
+                ev = event_types.EVENT_ADAPTER.validate_json(note.event)
             else:
-                ev = EVENT_ADAPTER.validate_python(note.event)
+                ev = event_types.EVENT_ADAPTER.validate_python(note.event)
         except ValueError:
             self.offer(note.context_id, note.seq)
         else:

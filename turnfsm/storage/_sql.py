@@ -23,7 +23,15 @@ from pydantic import ValidationError
 
 from .. import records
 from ..errors import ContextNotFound, StoreError, VersionConflict
-from ..model import SCHEMA_VERSION, Branch, ChatConfig, ChatContext, MessageNode, TurnProgress
+from ..model import (
+    SCHEMA_VERSION,
+    Branch,
+    ChatConfig,
+    ChatContext,
+    MessageNode,
+    TokenUsage,
+    TurnProgress,
+)
 from ..records import from_json, to_json
 from ._base import Commit, StepLog
 from ._schema import (
@@ -412,6 +420,15 @@ def _dumper(tp: type) -> Any:
 
 _PROGRESS_JSON = _dumper(TurnProgress)
 _NODE_JSON = _dumper(MessageNode)
+
+# The other adapters a SQL store's load and commit use (and the usage of an
+# answer) are built with this module too, as the records' adapters were built
+# by ``import turnfsm`` before: on first use their cost would fall on a fresh
+# process's first load (docs/benchmarks.md, W5). A process on no durable store
+# builds none of them.
+for _tp in (ChatContext, ChatConfig, Branch, TokenUsage):
+    records.adapter(_tp)
+del _tp
 
 
 def commit_rows(

@@ -38,11 +38,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from .. import events as event_types  # EVENT_ADAPTER is built on first use
 from ..adapters.llm import LLM
 from ..engine._answer import delta_text
 from ..engine._call_pieces import CallPieces
 from ..errors import ContextNotFound, LLMError, SchemaVersionError, VersionConflict
-from ..events import EVENT_ADAPTER, ContentDelta, StateChanged, ToolCallArgumentsDelta
+from ..events import ContentDelta, StateChanged, ToolCallArgumentsDelta
 from ..model import LLMResponse, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallRequest
 from ..relay import event_json
 from ..states import State, Trigger
@@ -127,7 +128,7 @@ class Activities:
             return None
         for got, kind, data in await log.after(context_id, seq - 1, seq):
             if got == seq and kind == "StateChanged":
-                ev = EVENT_ADAPTER.validate_json(data)
+                ev = event_types.EVENT_ADAPTER.validate_json(data)
                 if isinstance(ev, StateChanged) and ev.trigger == Trigger.STREAM_STARTED:
                     return float(ev.timestamp)
         return None

@@ -17,13 +17,18 @@ This package imports only :mod:`turnfsm.model`, :mod:`turnfsm.errors`, pydantic 
 anyio.
 """
 
-from ._question import AskedQuestion, QuestionTool, ask_user, question_tool
+from typing import TYPE_CHECKING
+
+from ._question import AskedQuestion, QuestionTool, question_tool
 from ._registry import ToolRegistry
 from ._run import current_call, run_calls
 from ._spec import Approval, ApprovalPolicy, Tool, ToolError, ToolOutcome, tool
 from ._subtask import SubtaskHost, SubtaskSpec, SubtaskTool, hosting, subtask
 from ._threads import tool_threads
 from ._toolset import Toolset, merge_tools
+
+if TYPE_CHECKING:
+    from ._question import ask_user
 
 __all__ = [
     "Approval",
@@ -48,3 +53,13 @@ __all__ = [
     "tool",
     "tool_threads",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name != "ask_user":  # made on first use: see turnfsm.tools._question
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _question
+
+    value = _question.ask_user
+    globals()[name] = value
+    return value

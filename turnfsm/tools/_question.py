@@ -110,5 +110,15 @@ _ARG_DOCS: dict[str, str] = {
     "choices": "the answers the user may pick from; leave it out for a free answer",
 }
 
-ask_user: QuestionTool = question_tool()
-"""The question tool with its default name and description: ``Engine(tools=[ask_user])``."""
+ask_user: QuestionTool
+"""The question tool with its default name and description: ``Engine(tools=[ask_user])``.
+Made on first use (this module's ``__getattr__``): its arguments' pydantic
+model is not built by ``import turnfsm``."""
+
+
+def __getattr__(name: str) -> QuestionTool:
+    if name != "ask_user":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = question_tool()
+    globals()[name] = made  # later reads find it without this function
+    return made

@@ -90,9 +90,11 @@ def _as_utc(value: datetime) -> datetime:
 _Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
 _ContextRole = Literal["user", "assistant", "system", "frontend_operator"]
 _CurrentRole = Literal["user", "frontend_operator"]
-_WIRE = ConfigDict(extra="allow", frozen=True)
+_WIRE = ConfigDict(extra="allow", frozen=True, defer_build=True)
 """Unknown keys are kept on the wire models (``model_extra``) only to be
-named (:func:`_unknown_keys`); nothing past :meth:`to_inbound` holds them."""
+named (:func:`_unknown_keys`); nothing past :meth:`to_inbound` holds them.
+Like every model of this module, their validators are built on first use
+(``defer_build``), not by ``import turnfsm``."""
 
 
 # --- the wire formats ---------------------------------------------------------------------
@@ -178,7 +180,8 @@ class _LegacyBody(BaseModel):
 
 _BODY: TypeAdapter[_ContextManagementBody | _LegacyBody] = TypeAdapter(
     Annotated[_ContextManagementBody, Tag("context_management")]
-    | Annotated[_LegacyBody, Tag("legacy")]
+    | Annotated[_LegacyBody, Tag("legacy")],
+    config=ConfigDict(defer_build=True),
 )
 
 
@@ -188,7 +191,7 @@ _BODY: TypeAdapter[_ContextManagementBody | _LegacyBody] = TypeAdapter(
 class InboundMessage(BaseModel):
     """One message of an inbound request, whichever format it came in."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     role: Role
     content: str
     timestamp: datetime | None = None
@@ -224,7 +227,7 @@ class InboundRequest(BaseModel):
     oldest first; ``format`` says which wire format the body used.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     current: InboundMessage
     history: list[InboundMessage] = Field(default_factory=list)
     user_language: str = "en"

@@ -46,7 +46,7 @@ __all__ = [
 class ErrorSpec(BaseModel):
     """An LLM failure: an HTTP status, or a ``kind`` of failure without one."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     status: int | None = Field(default=None, ge=100, le=599)
     kind: Literal["timeout", "connection"] | None = None
     retry_after: float | None = Field(default=None, ge=0)
@@ -74,7 +74,7 @@ class ErrorSpec(BaseModel):
 
 
 class ToolCallSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: dict[str, Any] | str = Field(default_factory=dict)
@@ -83,7 +83,7 @@ class ToolCallSpec(BaseModel):
 class AnswerSpec(BaseModel):
     """One scripted answer (an ``llm`` step's body, or an ``llm_error``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     text: str | None = None
     chunks: list[str] | None = None
     tool_calls: list[ToolCallSpec] | None = None

@@ -18,10 +18,9 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
-import jinja2
 from fastapi import Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
@@ -31,6 +30,9 @@ from .._deps import hub_of
 from .._errors import ApiError, status_of
 from .._gate import addressed_directly
 from .._tenants import DEFAULT_TENANT, tenant_of_token
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "COOKIE",
@@ -72,14 +74,22 @@ HEADERS = {
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 _NOT_FOUND = ("Not found", "There is no such page.")
 
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(WEB_DIR),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_ENV.globals["quote"] = lambda s: quote(str(s), safe="")
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The pages' templates, made (and ``jinja2`` imported) for the first page
+    served, not when the server starts."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(WEB_DIR),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["quote"] = lambda s: quote(str(s), safe="")
+    return env
 
 
 # ---------------------------------------------------------------------- pure helpers
@@ -125,10 +135,14 @@ class Login(Exception):
 
 def render(request: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
     """The template ``name`` as the page's answer."""
-    body = _ENV.get_template(name).render(
-        request_path=request.url.path,
-        login_needed=bool(hub_of(request).config.tokens),
-        **values,
+    body = (
+        _templates()
+        .get_template(name)
+        .render(
+            request_path=request.url.path,
+            login_needed=bool(hub_of(request).config.tokens),
+            **values,
+        )
     )
     return HTMLResponse(body, status_code=status, headers=HEADERS)
 
