@@ -5,21 +5,13 @@ keeps the message nodes a commit gives it (the engine replaces a node, never
 changes one in place); what it hands out (``load``, ``load_messages``) are
 copies that share nothing that can change. A commit is applied all at once
 after its version check, so a refused commit leaves nothing behind.
-
-The audit steps are kept compact (:class:`_StepLogs`): a commit's steps as
-the engine writes them (one version, one UTC time, no detail and no lease)
-are kept as that time in microseconds and their (from, trigger, to) names,
-a tuple shared by every commit that took the same transitions; ``steps``
-makes the records again, equal to the ones committed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
@@ -29,91 +21,14 @@ from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, leas
 __all__ = ["MemoryStore"]
 
 
-def _branch_copy(branch: Branch) -> Branch:
-    """A copy that shares nothing mutable (its other fields are immutable)."""
-    return dataclasses.replace(branch, message_ids=list(branch.message_ids))
-
-
 _UNUSED: Any = {}
 """The head's ``message_pool`` and ``branches``, which nothing reads or
 writes (``_Record`` keeps them beside it): one empty dict for all heads."""
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_MAX_VERSION = (1 << 63) - 1
-"""The largest version an ``array('q')`` holds (a larger one is kept as its records)."""
-_SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
-"""The (from, trigger, to) names of a commit's steps, flat, one tuple per
-distinct sequence: what every context that took the same transitions shares."""
-_MAX_SHAPES = 4096
-"""Sequences beyond this many are kept per commit, not shared."""
 
 
-def _shape(steps: Sequence[StepLog]) -> tuple[tuple[str, ...], int] | None:
-    """The compact form of a commit's steps (names, time in microseconds), or
-    None when they are not all plain transitions of one version and one UTC
-    time (those are kept as they are)."""
-    first = steps[0]
-    version = first.version
-    at = first.at
-    if at.tzinfo is not UTC or type(version) is not int or not 0 <= version <= _MAX_VERSION:
-        return None
-    names: list[str] = []
-    for s in steps:
-        if (
-            type(s) is not StepLog
-            or s.at is not at
-            or s.version != version
-            or s.detail is not None
-            or s.lease_token is not None
-            or s.lease_owner is not None
-        ):
-            return None
-        names += (s.from_state, s.trigger, s.to_state)
-    key = tuple(names)
-    shared = _SHAPES.get(key)
-    if shared is None:
-        shared = key
-        if len(_SHAPES) < _MAX_SHAPES:
-            _SHAPES[key] = key
-    return shared, (at - _EPOCH) // _MICROSECOND
-
-
-class _StepLogs:
-    """A context's audit steps, commit by commit: ``entries`` holds a compact
-    commit's names (its version and time in ``versions`` and ``times``) or a
-    list of the records of any other commit as given (0 in both arrays)."""
-
-    __slots__ = ("entries", "times", "versions")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[str, ...] | list[StepLog]] = []
-        self.times = array("q")
-        self.versions = array("q")
-
-    def add(self, steps: Sequence[StepLog]) -> None:
-        if not steps:
-            return
-        compact = _shape(steps)
-        if compact is None:
-            self.entries.append(list(steps))
-            self.times.append(0)
-            self.versions.append(0)
-            return
-        names, micros = compact
-        self.entries.append(names)
-        self.times.append(micros)
-        self.versions.append(steps[0].version)
-
-    def records(self) -> list[StepLog]:
-        out: list[StepLog] = []
-        for entry, micros, version in zip(self.entries, self.times, self.versions, strict=True):
-            if isinstance(entry, list):
-                out += entry
-                continue
-            at = _EPOCH + timedelta(microseconds=micros)
-            for i in range(0, len(entry), 3):
-                out.append(StepLog(version, entry[i], entry[i + 1], entry[i + 2], at))
-        return out
+def _branch_copy(branch: Branch) -> Branch:
+    """A copy that shares nothing mutable (its other fields are immutable)."""
+    return dataclasses.replace(branch, message_ids=list(branch.message_ids))
 
 
 @dataclass(slots=True)
@@ -122,7 +37,7 @@ class _Record:
     """Small fields only; ``message_pool`` and ``branches`` live beside it."""
     pool: dict[str, MessageNode]
     branches: dict[str, Branch]
-    steps: _StepLogs = field(default_factory=_StepLogs)
+    steps: list[StepLog] = field(default_factory=list)
 
 
 class MemoryStore(Store):
@@ -196,7 +111,7 @@ class MemoryStore(Store):
             rec.branches[name].message_ids.append(node.id)
         for node in commit.replaced:
             pool[node.id] = node
-        rec.steps.add(commit.steps)
+        rec.steps.extend(commit.steps)
         # plain field writes on the store's own copy
         commit.apply_head(head)
         if take is not None:
@@ -222,7 +137,7 @@ class MemoryStore(Store):
         self._leases.pop(context_id, None)
 
     async def steps(self, context_id: str) -> list[StepLog]:
-        return self._get(context_id).steps.records()
+        return list(self._get(context_id).steps)
 
     async def aclose(self) -> None:
         return None
