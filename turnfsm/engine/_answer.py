@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Container, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -316,7 +316,7 @@ def _usage(value: object, notes: list[str]) -> TokenUsage | None:
 
 
 def _calls(
-    value: object, taken_ids: Callable[[], set[str]], notes: list[str]
+    value: object, taken_ids: Callable[[], Container[str]], notes: list[str]
 ) -> list[ToolCallRequest]:
     if not isinstance(value, tuple | list):
         raise invalid_answer(f"its tool_calls is a {_type(value)}, not a tuple")
@@ -428,7 +428,7 @@ def _logprobs(value: object, notes: list[str]) -> list[Any] | None:
 def build_answer(
     response: object,
     *,
-    taken_ids: Callable[[], set[str]],
+    taken_ids: Callable[[], Container[str]],
     streamed_thinking: str | None,
     thinking_fixed: int,
     created_at: datetime,
@@ -519,7 +519,7 @@ def conclude(
     failure: LLMError | None,
     partial: list[str],
     *,
-    taken_ids: Callable[[], set[str]],
+    taken_ids: Callable[[], Container[str]],
     streamed_thinking: str | None,
     thinking_fixed: int,
     created_at: datetime,

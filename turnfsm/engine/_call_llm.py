@@ -130,8 +130,10 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     if client_id is not None:  # the request's X-response
         message.metadata.extra["message_id"] = client_id
     node = _history.append(rt, message, message_id)
-    if calls and rt.call_ids is not None:
-        rt.call_ids.update(c.id for c in calls)
+    taken = rt.call_ids
+    if calls and taken is not None:
+        for c in calls:
+            taken[c.id] = None
     rt.answer = node
     _steps.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
     _steps.later(rt, MessageCompleted, message_id=node.id, message=message)

@@ -319,11 +319,16 @@ class Driver:
             client = detached(tuple(client_calls(ctx)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
+        states = tuple(rt.turn_states)
+        # read once: a context at rest keeps nothing of its last call (the
+        # nodes a decision replaced would stay alive with them)
+        rt.turn_nodes.clear()
+        rt.turn_states.clear()
         return Turn(
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
-            states=tuple(rt.turn_states),
+            states=states,
             # the pool holds the latest version of each (decisions replace nodes);
             # copied when the caller first reads them
             messages=uncopied(tuple([pool[i].message for i in ids])),

@@ -152,7 +152,7 @@ class Runtime:
         default_factory=list
     )
     """Events waiting for the next commit: (kind, seq, timestamp, fields)."""
-    call_ids: set[str] | None = None
+    call_ids: dict[str, None] | None = None
     """Every tool call id in the context, built on first need and kept up to
     date as answers are appended, so that making an answer's ids unique does
     not scan the history on every call."""

@@ -21,6 +21,11 @@ from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, leas
 __all__ = ["MemoryStore"]
 
 
+_UNUSED: Any = {}
+"""The head's ``message_pool`` and ``branches``, which nothing reads or
+writes (``_Record`` keeps them beside it): one empty dict for all heads."""
+
+
 def _branch_copy(branch: Branch) -> Branch:
     """A copy that shares nothing mutable (its other fields are immutable)."""
     return dataclasses.replace(branch, message_ids=list(branch.message_ids))
@@ -48,7 +53,7 @@ class MemoryStore(Store):
     async def create(self, context: ChatContext) -> None:
         if context.id in self._records:
             raise StoreError(f"context {context.id!r} already exists")
-        head = dataclasses.replace(context, message_pool={}, branches={})
+        head = dataclasses.replace(context, message_pool=_UNUSED, branches=_UNUSED)
         self._records[context.id] = _Record(
             context=head,
             pool=dict(context.message_pool),
