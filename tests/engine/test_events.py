@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -576,3 +576,29 @@ async def test_subscriber_on_the_same_loop_gets_every_delta_of_instant_streams()
             tg.cancel_scope.cancel()
     assert missed == []
     assert deltas == turns * chunks
+
+
+def test_a_streamed_delta_is_built_with_every_field_the_class_builds() -> None:
+    from dataclasses import fields
+
+    from turnfsm.engine._call_llm import _content_delta
+
+    channels: tuple[Literal["text", "thinking"], ...] = ("text", "thinking")
+    for channel in channels:
+        made = _content_delta("c", 7, 1.5, "m", "abcd", 3, 2, channel)
+        expected = ContentDelta(
+            context_id="c",
+            seq=7,
+            timestamp=1.5,
+            message_id="m",
+            delta="abcd",
+            index=3,
+            attempt=2,
+            channel=channel,
+        )
+        assert type(made) is ContentDelta
+        # every slot is set (a field left out would raise AttributeError here)
+        assert [getattr(made, f.name) for f in fields(ContentDelta)] == [
+            getattr(expected, f.name) for f in fields(ContentDelta)
+        ]
+        assert made == expected and event_bytes(made) == event_bytes(expected)

@@ -240,15 +240,8 @@ async def read_stream(
             seq = rt.seq = rt.sent_seq = rt.seq + 1
             if subscribers:
                 # ``publish`` written out: every chunk of every stream comes here
-                event = ContentDelta(
-                    context_id=context_id,
-                    seq=seq,
-                    timestamp=clock_time(),
-                    message_id=message_id,
-                    delta=text,
-                    index=index,
-                    attempt=attempt,
-                    channel=delta_channel,
+                event = _content_delta(
+                    context_id, seq, clock_time(), message_id, text, index, attempt, delta_channel
                 )
                 pressed = False
                 for sub in subscribers:
@@ -260,6 +253,35 @@ async def read_stream(
     except BaseException:
         await close_stream(chunks)
         raise
+
+
+_new = object.__new__
+
+
+def _content_delta(
+    context_id: str,
+    seq: int,
+    timestamp: float,
+    message_id: str,
+    delta: str,
+    index: int,
+    attempt: int,
+    channel: Literal["text", "thinking"],
+) -> ContentDelta:
+    """``ContentDelta(context_id=context_id, ...)``, without a class call with
+    keywords: CPython packs those into a dict for ``__init__`` to take apart
+    again, on every streamed chunk. Every field is set here (a test holds it)."""
+    event: ContentDelta = _new(ContentDelta)
+    event.context_id = context_id
+    event.seq = seq
+    event.timestamp = timestamp
+    event.message_id = message_id
+    event.delta = delta
+    event.index = index
+    event.attempt = attempt
+    event.channel = channel
+    event.kind = "ContentDelta"
+    return event
 
 
 async def _call_piece(
