@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -83,6 +84,16 @@ def test_a_sweep_keeps_its_first_case_by_default_and_marks_the_others() -> None:
 def test_the_sweep_marker_is_skipped_unless_selected() -> None:
     conftest = (TESTS / "conftest.py").read_text()
     assert '"sweep",' in conftest
+
+
+def test_auto_starts_two_workers_per_core(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    workers = pytestconfig.hook.pytest_xdist_auto_num_workers(config=pytestconfig)
+    assert workers == 2 * len(os.sched_getaffinity(0))
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")  # still xdist's to read
+    assert pytestconfig.hook.pytest_xdist_auto_num_workers(config=pytestconfig) == 5
 
 
 def test_a_process_a_test_starts_can_be_interrupted() -> None:
