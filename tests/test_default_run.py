@@ -70,8 +70,8 @@ def test_a_test_that_draws_examples_inside_its_body_carries_the_hypothesis_marke
 
 def test_ci_runs_the_full_counts_and_every_sweep_in_steps_of_their_own() -> None:
     steps = [line for line in CI.splitlines() if not line.startswith("#")]
-    assert "TURNFSM_EXAMPLES=full .venv/bin/pytest -n auto -m hypothesis" in steps
-    assert ".venv/bin/pytest -n auto -m sweep" in steps
+    assert 'TURNFSM_EXAMPLES=full .venv/bin/pytest -n "$CORES" -m hypothesis' in steps
+    assert '.venv/bin/pytest -n "$CORES" -m sweep' in steps
 
 
 def test_a_sweep_keeps_its_first_case_by_default_and_marks_the_others() -> None:
