@@ -52,6 +52,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ExitedEarly(RuntimeError):
+    """The dev server's process ended before its frontend answered."""
+
+
 class DevServer:
     """One Temporal dev server in a folder of its own (see the module)."""
 
@@ -61,10 +65,14 @@ class DevServer:
         self.folder = Path(tempfile.mkdtemp(prefix="turnfsm-temporal-"))
         self.db_file = self.folder / "temporal.sqlite"
         self.log_file = self.folder / "server.log"
+        self._pick_ports()
+        self.answered = False
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _pick_ports(self) -> None:
         self.port = _free_port()
         self.http_port = _free_port()
         self.metrics_port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
@@ -75,11 +83,29 @@ class DevServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
-    def start(self, *, timeout: float = 60.0) -> None:
+    def start(self, *, timeout: float = 60.0, attempts: int = 3) -> None:
         """Start the server (on the same database file when it ran before) and
-        wait until its frontend answers."""
+        wait until its frontend answers.
+
+        A free port is free only until another process binds it, and the dev
+        server picks its internal services' ports the same way: a first start
+        that exits before it ever answered is tried again on new ports (a
+        restart keeps its address, which its clients hold)."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("the Temporal dev server is already running")
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(timeout)
+            except ExitedEarly:
+                if self.answered or attempt == attempts:
+                    raise
+                self.db_file.unlink(missing_ok=True)  # what a failed first start began
+                self._pick_ports()
+            else:
+                self.answered = True
+                return
+
+    def _start_once(self, timeout: float) -> None:
         argv = [
             str(self.cli),
             "server",
@@ -124,9 +150,10 @@ class DevServer:
         while True:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(
+                log = self.log_file.read_text(errors="replace")
+                raise ExitedEarly(
                     f"the Temporal dev server exited with {self.process.returncode}: "
-                    f"{self.log_file.read_text(errors='replace')[-2000:]}"
+                    f"{log[:1500]}{' ... ' if len(log) > 3000 else ''}{log[-1500:]}"
                 )
             if not self._listening() and time.monotonic() < deadline:
                 # the CLI's own check costs a process; a closed port needs none

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
@@ -45,3 +47,45 @@ def test_a_killed_server_keeps_its_workflows_on_restart(temporal_server: DevServ
     temporal_server.start()
     assert temporal_server.pid not in (None, first_pid)
     assert anyio.run(_status, temporal_server, workflow_id) == "RUNNING"
+
+
+FAKE_CLI = """\
+import socket, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+if args[:2] == ["server", "start-dev"]:
+    starts = Path("starts")
+    starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
+    if len(starts.read_text()) == 1:
+        print("panic: listen tcp: address already in use")
+        sys.exit(2)
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(args[args.index("--port") + 1])))
+    s.listen()
+    time.sleep(60)
+sys.exit(0)  # operator namespace describe: the namespace is there
+"""
+
+
+def test_a_first_start_that_exits_early_is_tried_again_on_new_ports(tmp_path: Path) -> None:
+    """A free port is free only until another process binds it: a first start
+    that dies before it answers gets new ports, and says why it died if it
+    keeps dying."""
+    cli = tmp_path / "temporal"
+    cli.write_text(f"#!{sys.executable}\n{FAKE_CLI}")
+    cli.chmod(0o755)
+    server = DevServer(cli)
+    first_port = server.port
+    try:
+        server.start(timeout=20)
+        assert (server.folder / "starts").read_text() == "xx"
+        assert server.port != first_port
+        assert server.answered
+    finally:
+        server.stop()
+    again = DevServer(cli)
+    try:
+        with pytest.raises(RuntimeError, match="exited with 2: panic: listen tcp"):
+            again.start(timeout=20, attempts=1)
+    finally:
+        again.stop()
