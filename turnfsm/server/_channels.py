@@ -160,6 +160,11 @@ class Channel:
         self.backlog.appendleft(item)
         return True
 
+    def in_line(self, seq: int) -> bool:
+        """Whether the event ``seq`` goes out at once: the channel reads no log
+        and it is the next one (or the first) its streams are owed."""
+        return not self.filling and (self.next is None or seq == self.next)
+
     def _quick(self, item: Event | int) -> bool:
         """Handled without the log: sent, or already sent."""
         seq = item if isinstance(item, int) else item.seq
@@ -167,7 +172,7 @@ class Channel:
             return True
         if isinstance(item, int):
             return False
-        if self.next is None or seq == self.next:
+        if self.in_line(seq):
             self.send(item)
             return True
         return False

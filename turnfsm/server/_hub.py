@@ -313,7 +313,7 @@ class Hub:
         it started a launched call: the engine then lets the request answer
         (its ``202``) before it goes on with the turn."""
         ch = self.channels.get(ev.context_id)
-        if ch is not None and not ch.filling and (ch.next is None or ch.next == ev.seq):
+        if ch is not None and ch.in_line(ev.seq):
             ch.send(ev)  # next in line on a channel in use: what offer() ends in
         else:
             self.offer(ev.context_id, ev)
