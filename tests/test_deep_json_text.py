@@ -7,14 +7,28 @@ RecursionError under the first and decodes under the second."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from turnfsm.model import MAX_JSON_DEPTH
+from turnfsm import Engine, tool
+from turnfsm.adapters.inbound.importers._checks import tool_arguments
+from turnfsm.adapters.llm._anthropic_body import anthropic_messages
+from turnfsm.adapters.llm._anthropic_stream import MessagesStreamAssembler
+from turnfsm.adapters.llm._gemini_body import gemini_contents
+from turnfsm.adapters.llm._openai_chat import ChatStreamAssembler
+from turnfsm.adapters.llm._openai_responses import responses_response
+from turnfsm.adapters.llm.scripted import AnswerSpec
+from turnfsm.engine._answer import RAW_ARGUMENTS_LIMIT
+from turnfsm.engine._output import OutputInvalid, schema_output
+from turnfsm.model import MAX_JSON_DEPTH, ChatContext, ToolCallRequest, ToolCallResult
 from turnfsm.model._json import MAX_DOCUMENT_DEPTH, JSONTooDeep, loads_json
+from turnfsm.storage import SQLiteStore
+from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 
 @pytest.fixture(params=[1000, 20_000], ids=["default-limit", "raised-limit"])
@@ -87,3 +101,193 @@ def test_a_document_has_its_own_bound() -> None:
 def test_text_that_is_not_json_is_still_a_decode_error(text: str) -> None:
     with pytest.raises(ValueError):
         loads_json(text)
+
+
+# ---------------------------------------------------------------------- each provider's decoder
+
+
+def _ids() -> Any:
+    counter = itertools.count(1)
+    return lambda: f"gen_{next(counter)}"
+
+
+def _chat_arguments(text: str) -> object:
+    asm = ChatStreamAssembler(_ids())
+    call = {"index": 0, "id": "c1", "function": {"name": "f", "arguments": text}}
+    for delta, finish in (({"tool_calls": [call]}, None), ({}, "tool_calls")):
+        asm.feed(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+    return asm.finish().tool_calls[0].arguments
+
+
+def _responses_arguments(text: str) -> object:
+    item = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": text}
+    answer = responses_response({"id": "r", "status": "completed", "output": [item]}, _ids())
+    return answer.tool_calls[0].arguments
+
+
+def _anthropic_arguments(text: str) -> object:
+    asm = MessagesStreamAssembler(_ids())
+    for event in (
+        {"type": "message_start", "message": {"model": "m", "usage": {}}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": text},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
+        {"type": "message_stop"},
+    ):
+        asm.feed(event)
+    return asm.finish().tool_calls[0].arguments
+
+
+def _scripted_arguments(text: str) -> object:
+    spec = AnswerSpec.parse({"tool_calls": [{"id": "c1", "name": "f", "arguments": text}]})
+    return spec.response().tool_calls[0].arguments
+
+
+DECODERS = {
+    "scripted": _scripted_arguments,
+    "openai-chat": _chat_arguments,
+    "openai-responses": _responses_arguments,
+    "anthropic": _anthropic_arguments,
+}
+
+
+@pytest.mark.parametrize("family", list(DECODERS))
+def test_each_adapter_keeps_the_text_of_arguments_too_deep(family: str) -> None:
+    decode = DECODERS[family]
+    assert decode(DEEP) == DEEP
+    assert decode(JUST_TOO_DEEP) == JUST_TOO_DEEP
+    assert decode(DEEPEST) == nested_value(MAX_JSON_DEPTH)
+
+
+def _stored_call(arguments: str, result: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
+
+
+def test_gemini_sends_text_too_deep_as_text() -> None:
+    _, contents = gemini_contents(_stored_call(DEEP, JUST_TOO_DEEP))
+    (call,) = [p["functionCall"] for c in contents for p in c["parts"] if "functionCall" in p]
+    (reply,) = [
+        p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p
+    ]
+    assert call["args"] == {}
+    assert reply["response"] == {"result": JUST_TOO_DEEP}
+    _, contents = gemini_contents(_stored_call(DEEPEST, DEEPEST))
+    (call,) = [p["functionCall"] for c in contents for p in c["parts"] if "functionCall" in p]
+    (reply,) = [
+        p["functionResponse"] for c in contents for p in c["parts"] if "functionResponse" in p
+    ]
+    assert call["args"] == reply["response"] == nested_value(MAX_JSON_DEPTH)
+
+
+def test_anthropic_sends_stored_arguments_too_deep_as_no_input() -> None:
+    for text, sent in ((DEEP, {}), (JUST_TOO_DEEP, {}), (DEEPEST, nested_value(MAX_JSON_DEPTH))):
+        _, messages = anthropic_messages(_stored_call(text, "ok"))
+        (use,) = [b for m in messages for b in m["content"] if b["type"] == "tool_use"]
+        assert use["input"] == sent
+
+
+def test_an_imported_call_keeps_the_text_too_deep() -> None:
+    assert tool_arguments(DEEP, "$.arguments") == ({}, DEEP)
+    assert tool_arguments(JUST_TOO_DEEP, "$.arguments") == ({}, JUST_TOO_DEEP)
+    assert tool_arguments(DEEPEST, "$.arguments") == (nested_value(MAX_JSON_DEPTH), None)
+
+
+def test_a_typed_answer_too_deep_is_sent_back_as_invalid() -> None:
+    typed = schema_output({"type": "object"})
+    for text in (DEEP, JUST_TOO_DEEP):
+        with pytest.raises(OutputInvalid) as info:
+            typed.validate(text)
+        assert info.value.problems == (("$", f"nested deeper than {MAX_JSON_DEPTH} levels"),)
+    assert typed.validate(DEEPEST) == nested_value(MAX_JSON_DEPTH)
+
+
+# ---------------------------------------------------------------------- through the engine
+
+kept: list[dict[str, Any]] = []
+
+
+@tool
+def keep(a: dict[str, Any]) -> str:
+    """Keep what it is given (runs without asking)."""
+    kept.append(a)
+    return "kept"
+
+
+def _engine(path: Path, llm: ScriptedLLM, prefix: str = "a-") -> Engine:
+    return Engine(
+        llm=llm,
+        tools=[keep],
+        store=SQLiteStore(path),
+        clock=FakeClock(),
+        ids=SequentialIds(prefix),
+    )
+
+
+async def _one_call(tmp_path: Path, arguments: str) -> tuple[ToolCallRequest, ToolCallResult]:
+    kept.clear()
+    llm = ScriptedLLM(
+        [{"tool_calls": [{"id": "c1", "name": "keep", "arguments": arguments}]}, {"text": "ok"}]
+    )
+    db = tmp_path / "c.db"
+    async with _engine(db, llm) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "go")
+    async with _engine(db, ScriptedLLM([]), "b-") as engine:  # as stored
+        ctx: ChatContext = await engine.get_context(cid)
+    (call,) = [c for n in ctx.history() for c in n.message.tool_calls or ()]
+    (result,) = [r for n in ctx.history() if (r := n.message.tool_result) is not None]
+    return call, result
+
+
+@pytest.mark.anyio
+async def test_argument_text_nested_too_deeply_to_decode_is_an_error_result(
+    tmp_path: Path,
+) -> None:
+    call, result = await _one_call(tmp_path, DEEP)
+    cut = f"{DEEP[:RAW_ARGUMENTS_LIMIT]}… [cut: {len(DEEP)} characters in all]"
+    assert (call.arguments, call.raw_arguments) == ({}, cut)
+    assert result.success is False
+    assert result.result == {
+        "error": "invalid arguments for tool 'keep': not a JSON object",
+        "raw": cut,
+    }
+    assert kept == []
+
+
+@pytest.mark.anyio
+async def test_arguments_one_level_too_deep_are_kept_as_the_model_wrote_them(
+    tmp_path: Path,
+) -> None:
+    call, result = await _one_call(tmp_path, JUST_TOO_DEEP)
+    assert (call.arguments, call.raw_arguments) == ({}, JUST_TOO_DEEP)
+    assert result.success is False and result.result["raw"] == JUST_TOO_DEEP
+    assert kept == []
+
+
+@pytest.mark.anyio
+async def test_arguments_as_deep_as_the_rule_are_used(tmp_path: Path) -> None:
+    call, result = await _one_call(tmp_path, DEEPEST)
+    assert (call.arguments, call.raw_arguments) == (nested_value(MAX_JSON_DEPTH), None)
+    assert result.success is True
+    assert kept == [nested_value(MAX_JSON_DEPTH - 1)]
