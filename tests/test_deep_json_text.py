@@ -65,7 +65,9 @@ DEEPEST = nested_text(MAX_JSON_DEPTH)
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5000])
 def test_a_text_deeper_than_the_rule_is_refused(depth: int) -> None:
     for text in (nested_text(depth), "[" * depth + "]" * depth, " [ " * depth + " ] " * depth):
-        with pytest.raises(JSONTooDeep, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
+        with pytest.raises(
+            JSONTooDeep, match=rf"nested too deeply \(more than {MAX_JSON_DEPTH} levels\)"
+        ):
             loads_json(text)
         with pytest.raises(JSONTooDeep):
             loads_json(text.encode())
@@ -91,7 +93,7 @@ def test_brackets_inside_strings_are_not_depth() -> None:
 def test_a_document_has_its_own_bound() -> None:
     text = nested_text(MAX_DOCUMENT_DEPTH)
     assert loads_json(text, MAX_DOCUMENT_DEPTH) == nested_value(MAX_DOCUMENT_DEPTH)
-    with pytest.raises(JSONTooDeep, match=f"deeper than {MAX_DOCUMENT_DEPTH} levels"):
+    with pytest.raises(JSONTooDeep, match=f"more than {MAX_DOCUMENT_DEPTH} levels"):
         loads_json(nested_text(MAX_DOCUMENT_DEPTH + 1), MAX_DOCUMENT_DEPTH)
 
 
@@ -218,8 +220,94 @@ def test_a_typed_answer_too_deep_is_sent_back_as_invalid() -> None:
     for text in (DEEP, JUST_TOO_DEEP):
         with pytest.raises(OutputInvalid) as info:
             typed.validate(text)
-        assert info.value.problems == (("$", f"nested deeper than {MAX_JSON_DEPTH} levels"),)
+        assert info.value.problems == (
+            ("$", f"nested too deeply (more than {MAX_JSON_DEPTH} levels)"),
+        )
     assert typed.validate(DEEPEST) == nested_value(MAX_JSON_DEPTH)
+
+
+# ---------------------------------------------------------------------- whole documents
+
+
+def _replay_script(file: Path) -> object:
+    from turnfsm.replay._script import load_script
+
+    return load_script(file)
+
+
+def _session_file(file: Path) -> object:
+    from turnfsm.adapters.inbound.importers._session_folder import read_session_file
+
+    return read_session_file(file)
+
+
+def _context_folder_file(file: Path) -> object:
+    from turnfsm.adapters.inbound.importers._context_folder import _read_json
+
+    return _read_json(file)
+
+
+def _files_store_document(file: Path) -> object:
+    from turnfsm.storage._files_json import _json_document
+
+    return _json_document(file.read_bytes(), file)
+
+
+def _audit_log(file: Path) -> object:
+    from turnfsm.audit import records_from_audit_lines
+
+    return records_from_audit_lines(file.read_text().splitlines())
+
+
+def _audit_path(file: Path) -> object:
+    from turnfsm.render import path_from_audit_lines
+
+    return path_from_audit_lines(file.read_text().splitlines())
+
+
+def _audit_verify(file: Path) -> object:
+    from turnfsm.audit import verify_audit_log
+
+    return verify_audit_log(file.read_text().splitlines())
+
+
+READERS = {
+    "replay-script": _replay_script,
+    "session-file": _session_file,
+    "context-folder-file": _context_folder_file,
+    "files-store-document": _files_store_document,
+    "audit-log": _audit_log,
+    "audit-path": _audit_path,
+    "audit-verify": _audit_verify,
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_document_too_deep_is_refused_in_the_same_words(reader: str, tmp_path: Path) -> None:
+    file = tmp_path / "c1.json"
+    file.write_text(nested_text(5000))
+    with pytest.raises(
+        Exception, match=rf"nested too deeply \(more than {MAX_DOCUMENT_DEPTH}"
+    ) as info:
+        READERS[reader](file)
+    assert not isinstance(info.value, RecursionError)
+
+
+def test_a_foreign_folder_too_deep_is_not_taken_for_one(tmp_path: Path) -> None:
+    from turnfsm.storage._files_foreign import is_foreign
+
+    (tmp_path / "metadata.json").write_text(nested_text(5000))
+    assert is_foreign(tmp_path) is False
+    (tmp_path / "metadata.json").write_text(nested_text(MAX_DOCUMENT_DEPTH))
+    assert is_foreign(tmp_path) is True
+
+
+def test_a_request_body_too_deep_is_left_to_the_framework() -> None:
+    from turnfsm.server._hot import _message
+
+    assert _message(b'{"content": "hi"}') is not None
+    deep = b'{"content": "hi", "metadata": ' + nested_text(5000).encode() + b"}"
+    assert _message(deep) is None
 
 
 # ---------------------------------------------------------------------- through the engine

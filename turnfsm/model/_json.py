@@ -96,7 +96,7 @@ class JSONTooDeep(ValueError):
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        super().__init__(f"nested deeper than {max_depth} levels")
+        super().__init__(f"nested too deeply (more than {max_depth} levels)")
 
 
 def _opens(text: str) -> int:
