@@ -756,22 +756,3 @@ async def test_an_adapter_whose_close_raises_fails_the_call(tmp_path: Path) -> N
         )
         await assert_recorded(engine, cid, [IDLE, PUM, ALR, PF])
     await continue_after_failure(db, cid, [IDLE, PUM, ALR, PF])
-
-
-async def test_argument_text_nested_too_deeply_to_decode_is_an_error_result(
-    tmp_path: Path,
-) -> None:
-    deep = '{"a":' * 5000 + "1" + "}" * 5000
-    llm = ScriptedLLM(
-        [{"tool_calls": [{"id": "c1", "name": "lookup", "arguments": deep}]}, {"text": "ok"}]
-    )
-    async with engine_on(tmp_path / "c.db", llm) as engine:
-        cid = await engine.create_context()
-        turn = await engine.send(cid, "go")
-        assert turn.state == State.IDLE
-        ctx = await engine.get_context(cid)
-        (call,) = calls_of(ctx)
-        assert call.raw_arguments is not None
-        assert call.raw_arguments.startswith('{"a":{"a":')
-        assert results_of(ctx)["c1"][0].success is False
-        assert RUNS == []

@@ -103,6 +103,7 @@ from ..model import (
     MessageNode,
     Role,
 )
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ..states import (
     CHANGES,
     Change,
@@ -553,7 +554,7 @@ def records_from_audit_lines(lines: Iterable[str]) -> list[AuditRecord]:
         if not line.strip():
             continue
         try:
-            r = json.loads(line)
+            r = loads_json(line, MAX_DOCUMENT_DEPTH)
             stamp = r.get("timestamp")
             out.append(
                 AuditRecord(

@@ -7,12 +7,12 @@ detected: the log is not signed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..model._json import MAX_DOCUMENT_DEPTH, JSONTooDeep, loads_json
 from ..states import CHANGES, INITIAL, RESTING, State, Trigger, allowed_triggers, next_state
 from ._log import _ANSWER, CHANGE_ACTOR, TOOL_CYCLE, _aware, _next_attempt, actor_of
 
@@ -62,7 +62,9 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 
 def _record(line: str) -> dict[str, Any]:
     try:
-        rec = json.loads(line)
+        rec = loads_json(line, MAX_DOCUMENT_DEPTH)
+    except JSONTooDeep:
+        raise  # not a record that breaks the rules: a file that cannot be read
     except ValueError as exc:
         raise _Offence(f"not valid JSON ({exc})") from None
     if not isinstance(rec, dict):

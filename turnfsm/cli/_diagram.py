@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import anyio
 from .. import records as record_io
 from ..audit import AuditRecord, audit_records, records_from_audit_lines
 from ..model import MessageNode
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ..render import (
     GENERATED,
     PNG_DIGEST_KEY,
@@ -220,7 +220,7 @@ def _load_file(path: Path) -> _Run:
     text = read_text(path)
     whole: Any = None
     with contextlib.suppress(ValueError):
-        whole = json.loads(text)
+        whole = loads_json(text, MAX_DOCUMENT_DEPTH)
     if isinstance(whole, dict) and "trace" in whole:
         run_path = path_from_trace_out(whole)
         try:

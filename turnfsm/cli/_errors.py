@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from .._numbers import whole_number
 from ..errors import InvalidInput, TurnFSMError
+from ..model._json import JSONTooDeep
 
 __all__ = [
     "EXIT_FAILED",
@@ -128,6 +129,8 @@ def _describe(exc: BaseException) -> tuple[int, str]:
         return EXIT_USAGE, str(exc)
     if isinstance(exc, UnicodeDecodeError):
         return EXIT_USAGE, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, JSONTooDeep):
+        return EXIT_USAGE, f"the input cannot be read: {exc}"
     if isinstance(exc, json.JSONDecodeError):
         return EXIT_USAGE, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     if isinstance(exc, RecursionError):

@@ -56,6 +56,7 @@ from ..adapters.inbound import (
 )
 from ..errors import InvalidInput, StoreError, TurnFSMError
 from ..model import ChatContext
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ..storage._schema import context_from_document
 from ..storage._secrets import redact
 from ._errors import CLIError, command_parser
@@ -108,7 +109,7 @@ def _is_context(data: Any) -> bool:
 
 def _read(name: str) -> Any:
     text = sys.stdin.read() if name == "-" else Path(name).read_text("utf-8")
-    return json.loads(text)
+    return loads_json(text, MAX_DOCUMENT_DEPTH)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ import pydantic
 
 from ..errors import OutputTypeError
 from ..model import JSONProblem, TurnOutput, check_json
+from ..model._json import JSONTooDeep, loads_json
 
 __all__ = [
     "DEFAULT_OUTPUT_RETRIES",
@@ -130,7 +131,9 @@ def _storable(schema: dict[str, Any], where: str) -> None:
 
 def _decoded(text: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_json(text)
+    except JSONTooDeep as exc:
+        raise OutputInvalid((("$", str(exc)),)) from None
     except json.JSONDecodeError as exc:
         raise OutputInvalid((("$", f"not valid JSON: {exc.msg} at character {exc.pos}"),)) from None
 

@@ -22,6 +22,11 @@ tool, converted visibly) before it is committed:
 converts and returns notes saying what changed and where (for output of a
 model or a tool). Both name the place by a JSON path (``$.a[2].b``).
 
+A JSON text from outside (a model's tool-call arguments, a request body, a
+file) is decoded with :func:`loads_json`, which refuses a text nested
+deeper than the rule allows before parsing it, so that what is refused does
+not depend on the process's recursion limit.
+
 Ids (context ids, message ids, branch names) are keys in every store, so
 they have a rule of their own, :func:`id_problem`: a ``str`` of 1 to
 :data:`MAX_ID_LENGTH` characters with no control character (Unicode
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from itertools import accumulate
 from typing import Any
 
 __all__ = [
@@ -54,6 +60,11 @@ __all__ = [
 MAX_JSON_DEPTH = 64
 """Nested lists and objects allowed in one payload (the payload itself is depth 1)."""
 
+MAX_DOCUMENT_DEPTH = 2 * MAX_JSON_DEPTH
+"""Nesting allowed in a whole document read from a file (an import, a script,
+a stored record): its own structure around payloads of at most
+:data:`MAX_JSON_DEPTH` each."""
+
 MAX_JSON_BYTES = 16 * 1024 * 1024
 """Largest payload, as UTF-8 JSON text."""
 
@@ -70,6 +81,58 @@ MAX_TITLE_LENGTH = 1000
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+# a JSON string, escapes and all; an unterminated one runs to the end of the text
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\[\s\S][^"\\]*)*"?')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
+_EMPTY_PAIR = re.compile(r"\{\}|\[\]")
+_PASSES = 4
+
+
+class JSONTooDeep(ValueError):
+    """A JSON text nested deeper than ``max_depth`` containers (not parsed)."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        super().__init__(f"nested too deeply (more than {max_depth} levels)")
+
+
+def _opens(text: str) -> int:
+    return text.count("{") + text.count("[")
+
+
+def _depth_over(text: str, max_depth: int) -> bool:
+    """Whether ``text`` opens more than ``max_depth`` containers at once,
+    counting brackets outside strings (exact for valid JSON; for text that is
+    not, at least the depth :func:`json.loads` reaches before it stops)."""
+    if _opens(text) <= max_depth:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    # each pass takes away the innermost pairs, one level: a wide document of
+    # small objects is gone in a few passes of C, with no step per bracket
+    for taken in range(_PASSES):
+        if _opens(brackets) + taken <= max_depth:
+            return False
+        brackets = _EMPTY_PAIR.sub("", brackets)
+    steps = accumulate(map(_BRACKET_STEP.__getitem__, brackets))
+    return max(steps, default=0) + _PASSES > max_depth
+
+
+def loads_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """:func:`json.loads`, refusing with :class:`JSONTooDeep` (a ValueError,
+    like every decode error) a text of more than ``max_depth`` nested lists
+    and objects. The depth is measured before parsing, so the same text is
+    refused under any recursion limit, and never recursed into deeply."""
+    # valid JSON needs two characters per level: a short text cannot be too deep,
+    # and one that is not JSON fails to parse long before the limit matters
+    if len(text) > 2 * max_depth + 1:
+        if not isinstance(text, str):  # decoded as json.loads decodes bytes
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        if _depth_over(text, max_depth):
+            raise JSONTooDeep(max_depth)
+    return json.loads(text)
 
 
 class JSONProblem(ValueError):

@@ -11,7 +11,6 @@ A :class:`RunPath` is built from any of the three records of a conversation:
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..errors import RenderError
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ..states import CHANGES, INITIAL, TRANSITIONS, State, Trigger, next_state
 
 __all__ = [
@@ -180,7 +180,7 @@ def path_from_audit_lines(lines: Sequence[str]) -> RunPath:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_json(line, MAX_DOCUMENT_DEPTH)
             if rec["trigger"] in CHANGES:
                 continue
             at = datetime.fromisoformat(rec["timestamp"]) if rec.get("timestamp") else None

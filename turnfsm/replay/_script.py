@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..adapters.llm.scripted import AnswerSpec, ErrorSpec
 from ..engine import Mode
 from ..errors import InvalidInput
+from ..model._json import MAX_DOCUMENT_DEPTH, JSONTooDeep, loads_json
 from ._script_model import (
     FORMAT,
     INPUT_KEYS,
@@ -391,7 +392,7 @@ def load_script(path: str | Path) -> Script:
         raise ScriptError([("$", "not a text file (it holds NUL bytes)")], str(p))
     try:
         return _parse_text(p, text)
-    except RecursionError:
+    except RecursionError:  # a YAML script nested too deeply for its parser
         raise ScriptError([("$", "nested too deeply to read")], str(p)) from None
 
 
@@ -409,7 +410,9 @@ def _parse_text(p: Path, text: str) -> Script:
             raise ScriptError([("$", f"not valid YAML: {exc}")], str(p)) from exc
     else:
         try:
-            data = json.loads(text)
+            data = loads_json(text, MAX_DOCUMENT_DEPTH)
+        except JSONTooDeep as exc:
+            raise ScriptError([("$", f"cannot be read: {exc}")], str(p)) from None
         except json.JSONDecodeError as exc:
             raise ScriptError(
                 [("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],

@@ -20,7 +20,6 @@ body as it was read, so that its answers, errors included, are FastAPI's.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi.routing import APIRoute
@@ -29,6 +28,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import Message, Receive, Scope, Send
 
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ._api import answered
 from ._calls import post_message
 from ._deps import hub_of, owned
@@ -135,11 +135,12 @@ async def _body(receive: Receive) -> bytes:
 
 def _message(body: bytes) -> MessageIn | None:
     """The body as FastAPI reads it (``json.loads``, then the model in Python
-    mode), or None when it would not pass."""
+    mode), or None when it would not pass or is nested deeper than a document
+    may be (FastAPI then answers it, as it answers any body this leaves)."""
     try:
-        data: Any = json.loads(body)
+        data: Any = loads_json(body, MAX_DOCUMENT_DEPTH)
         return MessageIn.model_validate(data)
-    except (ValueError, ValidationError, RecursionError):  # decode errors are ValueErrors
+    except (ValueError, ValidationError):  # decode errors, too deep included, are ValueErrors
         return None
 
 

@@ -26,12 +26,12 @@ Where it is found:
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from pathlib import Path
 
 from ..errors import StoreError
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 
 __all__ = ["ForeignContextFolder", "foreign_layout", "is_foreign"]
 
@@ -70,8 +70,8 @@ def is_foreign(folder: Path) -> bool:
             if f.read(len(_OURS)) == _OURS:
                 return False
             f.seek(0)
-            data = json.loads(f.read())
-    except (OSError, ValueError, RecursionError):
+            data = loads_json(f.read(), MAX_DOCUMENT_DEPTH)
+    except (OSError, ValueError):  # too deep is a ValueError too
         return False
     return isinstance(data, dict) and "schema_version" not in data
 

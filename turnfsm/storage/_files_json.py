@@ -4,13 +4,13 @@ field), a record's schema version, and the names that are safe as file names."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from ..errors import StoreError
+from ..model._json import MAX_DOCUMENT_DEPTH, loads_json
 from ..records import from_json
 from ._schema import (
     check_version,
@@ -43,8 +43,8 @@ def _json_document(raw: bytes, path: Path | str) -> Any:
             f"{path}: not UTF-8 text (byte {exc.start}); the file is left as it is"
         ) from None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return loads_json(text, MAX_DOCUMENT_DEPTH)
+    except ValueError as exc:  # too deep included
         raise StoreError(f"{path}: not valid JSON ({exc}); the file is left as it is") from None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, Self
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
+from ...model._json import loads_json
 from ._openai_common import IncompleteStream, MalformedChunk, retry_after_seconds
 
 __all__ = [
@@ -182,8 +183,8 @@ def arguments_object(arguments: object) -> dict[str, Any]:
     decoded object, else ``{}``."""
     if isinstance(arguments, str):
         try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
+            decoded = loads_json(arguments) if arguments.strip() else {}
+        except ValueError:
             return {}
         return decoded if isinstance(decoded, dict) else {}
     return {}

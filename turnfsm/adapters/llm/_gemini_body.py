@@ -30,11 +30,11 @@ values (no ``google.genai`` here).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...model import RESPONSES_KEY, LLMRequest
+from ...model._json import loads_json
 from ._common import append_turn, arguments_object, own_reasoning, text_of
 from ._output import native_spec
 
@@ -173,8 +173,8 @@ def _model_parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _response_object(content: object) -> dict[str, Any]:
     text = text_of(content)
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
+        value = loads_json(text)
+    except ValueError:
         return {"result": text}
     return value if isinstance(value, dict) else {"result": value}
 

@@ -25,6 +25,8 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from ...model._json import loads_json
+
 __all__ = [
     "CHAT_OWNED_KEYS",
     "AssembledCall",
@@ -84,8 +86,8 @@ def decode_arguments(raw: str) -> dict[str, Any] | str:
     if not raw.strip():
         return {}
     try:
-        decoded = json.loads(raw)
-    except (ValueError, RecursionError):  # nested too deeply for the parser
+        decoded = loads_json(raw)
+    except ValueError:  # not JSON, or nested too deeply to be stored
         return raw
     return decoded if isinstance(decoded, dict) else raw
 

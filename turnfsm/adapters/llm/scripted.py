@@ -22,7 +22,6 @@ returns one such answer (or an :class:`LLMResponse`), sync or async.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ...errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
+from ...model._json import loads_json
 from ._base import LLMChunk, LLMRequest, LLMResponse, TextDelta, ThinkingDelta, ToolCallData
 
 __all__ = [
@@ -168,8 +168,8 @@ def _decode_arguments(arguments: dict[str, Any] | str) -> dict[str, Any] | str:
     if isinstance(arguments, dict):
         return arguments
     try:
-        decoded = json.loads(arguments)
-    except (ValueError, RecursionError):  # nested too deeply for the parser
+        decoded = loads_json(arguments)
+    except ValueError:  # not JSON, or nested too deeply to be stored
         return arguments
     return decoded if isinstance(decoded, dict) else arguments
 

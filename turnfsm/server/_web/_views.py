@@ -11,6 +11,7 @@ from typing import Any
 from ..._numbers import whole_number
 from ...engine._output import unfenced
 from ...model import ApprovalStatus, MessageNode, Role, ToolCallRequest
+from ...model._json import loads_json
 from ...model._message import FilePart, ImagePart
 from ...render import PathDiff, RunPath, path_from_steps
 from ...states import CHANGES
@@ -209,7 +210,7 @@ def message_view(node: MessageNode, tools: Any) -> MessageView:
         view.output_name = str(typed.get("name"))
         view.output_mode = str(typed.get("mode"))
         try:
-            view.output_json = _pretty(json.loads(unfenced(msg.text)))
+            view.output_json = _pretty(loads_json(unfenced(msg.text)))
         except ValueError:
             view.output_json = None
     if isinstance(meta.extra.get("output_errors"), list):

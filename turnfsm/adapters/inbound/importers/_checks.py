@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ....errors import InvalidInput
 from ....model import JSONProblem, check_json, id_problem
+from ....model._json import loads_json
 
 __all__ = [
     "Ids",
@@ -162,8 +163,8 @@ def tool_arguments(value: Any, path: str) -> tuple[dict[str, Any], str | None]:
         return value, None
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
-        except (ValueError, RecursionError):
+            decoded = loads_json(value)
+        except ValueError:  # not JSON, or nested too deeply to be stored
             return {}, value
         if not isinstance(decoded, dict):
             return {}, value

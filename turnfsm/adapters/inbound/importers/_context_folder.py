@@ -69,6 +69,7 @@ from typing import Any
 from .... import records
 from ....errors import InvalidInput
 from ....model import ChatContext
+from ....model._json import MAX_DOCUMENT_DEPTH, JSONTooDeep, loads_json
 from ._chat_context import import_chat_context, is_message_type, same_spelling
 from ._checks import (
     Ids,
@@ -144,13 +145,13 @@ def _read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ContextFolderError(path, "$", f"not UTF-8 text (byte {exc.start})") from None
     try:
-        return json.loads(text)
+        return loads_json(text, MAX_DOCUMENT_DEPTH)
     except json.JSONDecodeError as exc:
         raise ContextFolderError(
             path, "$", f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    except RecursionError:
-        raise ContextFolderError(path, "$", "nested too deeply to be read") from None
+    except JSONTooDeep as exc:
+        raise ContextFolderError(path, "$", f"cannot be read: {exc}") from None
 
 
 def _object(path: Path) -> dict[str, Any]:

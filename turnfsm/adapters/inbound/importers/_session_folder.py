@@ -30,7 +30,7 @@ from typing import Any
 
 from ....errors import InvalidInput
 from ....model import ChatContext
-from ....model._json import id_problem
+from ....model._json import MAX_DOCUMENT_DEPTH, JSONTooDeep, id_problem, loads_json
 from ._checks import Ids
 from ._session_records import import_session_records
 
@@ -104,11 +104,13 @@ def _load(file: Path) -> Any:
             file, "$", f"not UTF-8 text: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        return json.loads(text)
+        return loads_json(text, MAX_DOCUMENT_DEPTH)
     except json.JSONDecodeError as exc:
         raise SessionFileError(
             file, "$", f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except JSONTooDeep as exc:
+        raise SessionFileError(file, "$", f"cannot be read: {exc}") from None
 
 
 def read_session_file(
