@@ -51,3 +51,4 @@ async def test_the_default_logger_writes_steps_at_debug_only() -> None:
         cid = await engine.create_context()
         await engine.send(cid, "hello")
     assert out.getvalue().count("event='transition'") == 4
+    assert out.getvalue().count(f"context_id='{cid}'") == 4  # what the engine bound

@@ -501,7 +501,7 @@ def build_answer(
             attempt=attempt,
             iteration=iteration,
             finish_reason=finish_reason,
-            extra={"conversions": notes} if notes else {},
+            extra={"conversions": notes} if notes else None,
             incomplete_reason=incomplete_reason,
             logprobs=logprobs,
             provider_reason=provider_reason,

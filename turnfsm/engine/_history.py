@@ -28,6 +28,7 @@ from ..model import (
     append_chat,
     to_chat_message,
 )
+from ..model._message import extra_of
 from ..tools import ToolOutcome
 from ._runtime import Runtime
 
@@ -125,7 +126,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
         i -= 1
     if i < 0:
         return None
-    extra = pool[ids[i]].message.metadata.extra
+    extra = extra_of(pool[ids[i]].message.metadata)
     base = extra.get("message_id") if extra.get("current") is True else None
     if not isinstance(base, str) or said(message) is None:
         return None

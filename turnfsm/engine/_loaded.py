@@ -5,6 +5,7 @@ context must not reuse after it reloads."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..errors import ContextBusy
@@ -83,7 +84,7 @@ class Loaded:
             seq=max(ctx.event_seq, self.seq_marks.pop(cid, 0)),
         )
         rt.sent_seq = rt.seq
-        rt.request_cancel = lambda: self.request_cancel(cid)
+        rt.request_cancel = partial(self.request_cancel, cid)  # smaller than a closure
         rt.held = len(ctx.message_pool)
         self.messages += rt.held
         self.runtimes[cid] = rt

@@ -18,6 +18,7 @@ from ..model import (
     TurnOutput,
     TurnProgress,
 )
+from ..model._message import extra_of
 from ..states import State, Trigger
 from . import _calls, _history, _steps
 from ._host import Host
@@ -32,7 +33,7 @@ def _said(node: MessageNode) -> tuple[Role, str] | None:
 
 
 def _client_id(node: MessageNode) -> str | None:
-    found = node.message.metadata.extra.get("message_id")
+    found = extra_of(node.message.metadata).get("message_id")
     return found if isinstance(found, str) else None
 
 
@@ -44,7 +45,7 @@ def _said_nodes(history: Sequence[MessageNode]) -> list[MessageNode]:
     for n in history:
         if _said(n) is None:
             continue
-        if ERRORS_KEY in n.message.metadata.extra and n.message.role is Role.USER:
+        if ERRORS_KEY in extra_of(n.message.metadata) and n.message.role is Role.USER:
             if said and said[-1].message.role is Role.ASSISTANT:
                 said.pop()  # the answer whose errors it lists
             continue

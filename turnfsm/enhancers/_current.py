@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import ChatContext, InternalMessage, LLMRequest, Role
+from ..model._message import extra_of
 
 __all__ = ["CurrentMessageMarker", "UserLocale", "current_message"]
 
@@ -21,7 +22,7 @@ def current_message(context: ChatContext) -> InternalMessage | None:
     for mid in reversed(context.branches[context.active_branch_name].message_ids):
         msg = pool[mid].message
         if msg.role in _SPEAKERS:
-            return msg if msg.metadata.extra.get("current") is True else None
+            return msg if extra_of(msg.metadata).get("current") is True else None
     return None
 
 

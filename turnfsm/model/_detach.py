@@ -27,6 +27,7 @@ from ._message import (
     TokenUsage,
     ToolCallRequest,
     ToolCallResult,
+    extra_of,
 )
 
 __all__ = ["detached", "detached_fields"]
@@ -58,7 +59,7 @@ def _metadata(m: MessageMetadata) -> MessageMetadata:
         iteration=m.iteration,
         finish_reason=m.finish_reason,
         cancelled=m.cancelled,
-        extra=_json(m.extra) if m.extra else {},
+        extra=_json(extra) if (extra := extra_of(m)) else None,
         incomplete_reason=m.incomplete_reason,
         logprobs=None if m.logprobs is None else _json(m.logprobs),
         provider_reason=m.provider_reason,

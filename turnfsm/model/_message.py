@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -256,8 +257,15 @@ ABNORMAL_FINISH = {"length": "length", "content_filter": "content_filter"}
 normally, and the outcome each gives."""
 
 
-@dataclass(slots=True, kw_only=True)
-class MessageMetadata:
+class _ExtraSlot:
+    """Where ``MessageMetadata.extra`` is kept (see there)."""
+
+    __slots__ = ("_extra",)
+    _extra: dict[str, Any] | None
+
+
+@dataclass(slots=True, kw_only=True, init=False)
+class MessageMetadata(_ExtraSlot):
     """What is known about a message besides its content.
 
     ``finish_reason`` is the provider's reason in the Chat Completions names
@@ -275,6 +283,14 @@ class MessageMetadata:
     # when its names are not the Chat Completions ones (Claude's
     # ``stop_reason``: ``end_turn``, ``tool_use``, ``max_tokens``, ``refusal``,
     # ...; Gemini's ``finishReason``), left out of the stored JSON when ``None``.
+    #
+    # ``extra`` is made on first read: most messages never have one, and a
+    # conversation kept in memory held an empty dict per message. Until then
+    # ``_extra`` holds ``None`` (``extra=None`` to the constructor, or
+    # assigned, means the same); the engine reads it with :func:`extra_of`,
+    # which makes nothing. ``_extra`` is a slot of its own, not the field's
+    # (which stays unused: the object's size class is the same with it), so
+    # that the constructor and ``extra_of`` use it as plain attribute.
 
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     created_at: datetime
@@ -288,6 +304,63 @@ class MessageMetadata:
     incomplete_reason: Annotated[str | None, Field(exclude_if=_is_none)] = None
     logprobs: Annotated[list[Any] | None, Field(exclude_if=_is_none)] = None
     provider_reason: Annotated[str | None, Field(exclude_if=_is_none)] = None
+
+    def __init__(
+        self,
+        *,
+        created_at: datetime,
+        model: str | None = None,
+        usage: TokenUsage | None = None,
+        attempt: int | None = None,
+        iteration: int | None = None,
+        finish_reason: str | None = None,
+        cancelled: bool = False,
+        extra: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+        logprobs: list[Any] | None = None,
+        provider_reason: str | None = None,
+    ) -> None:
+        self.created_at = created_at
+        self.model = model
+        self.usage = usage
+        self.attempt = attempt
+        self.iteration = iteration
+        self.finish_reason = finish_reason
+        self.cancelled = cancelled
+        self._extra = extra  # type: ignore[misc]  # mypy does not see _ExtraSlot's slot
+        self.incomplete_reason = incomplete_reason
+        self.logprobs = logprobs
+        self.provider_reason = provider_reason
+
+
+class _ExtraMadeOnRead:
+    """``MessageMetadata.extra``: the dict kept in ``_extra``, made on first read."""
+
+    __slots__ = ()
+
+    def __get__(self, obj: _ExtraSlot | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        extra = obj._extra
+        if extra is None:
+            extra = obj._extra = {}
+        return extra
+
+    def __set__(self, obj: _ExtraSlot, value: dict[str, Any] | None) -> None:
+        obj._extra = value
+
+
+MessageMetadata.extra = _ExtraMadeOnRead()  # type: ignore[assignment,misc]  # its slot unused
+_NO_EXTRA: Mapping[str, Any] = {}
+"""What :func:`extra_of` gives for a message without ``extra``: a plain dict
+(its ``get`` is faster than a read-only proxy's), never changed."""
+
+
+def extra_of(meta: MessageMetadata) -> Mapping[str, Any]:
+    """``meta.extra`` to read only: an empty mapping when the message has none,
+    where reading ``meta.extra`` would make and keep an empty dict."""
+    extra = meta._extra
+    return _NO_EXTRA if extra is None else extra
 
 
 @dataclass(slots=True, kw_only=True)

@@ -62,6 +62,7 @@ from ...model import (
     TextPart,
     check_json,
 )
+from ...model._message import extra_of
 from ._unknown_keys import UNKNOWN_KEYS, key_path
 
 __all__ = [
@@ -286,7 +287,7 @@ def said_by(nodes: list[MessageNode]) -> list[InboundMessage]:
     for n in nodes:
         found = said(n.message)
         if found is not None:
-            mid = n.message.metadata.extra.get("message_id")
+            mid = extra_of(n.message.metadata).get("message_id")
             out.append(
                 InboundMessage(
                     role=found[0],
