@@ -20,7 +20,8 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import ToolCallRequest
 from ..model._detach import detached_fields
 from ..states import Change, State, Trigger
-from ..storage import Commit, StepLog
+from ..storage import Commit
+from ..storage._base import step_log
 from ..tools import ToolOutcome
 from . import _history
 from ._defaults import ignore
@@ -149,11 +150,11 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
     version = ctx.version + 1
     steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
     for a, t, b in holder.steps:
-        steps.append(StepLog(version, a, t, b, at))
+        steps.append(step_log(version, a, t, b, at))
     if rt.changes:
         state = holder.state
         for c, detail in rt.changes:
-            steps.append(StepLog(version, state, c, state, at, detail))
+            steps.append(step_log(version, state, c, state, at, detail))
     appended = rt.appended
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
