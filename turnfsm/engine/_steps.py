@@ -20,7 +20,8 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import ToolCallRequest
 from ..model._detach import detached_fields
 from ..states import Change, State, Trigger
-from ..storage import Commit, StepLog
+from ..storage import Commit
+from ..storage._base import step_log
 from ..tools import ToolOutcome
 from . import _history
 from ._defaults import ignore
@@ -149,11 +150,11 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
     version = ctx.version + 1
     steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
     for a, t, b in holder.steps:
-        steps.append(StepLog(version, a, t, b, at))
+        steps.append(step_log(version, a, t, b, at))
     if rt.changes:
         state = holder.state
         for c, detail in rt.changes:
-            steps.append(StepLog(version, state, c, state, at, detail))
+            steps.append(step_log(version, state, c, state, at, detail))
     appended = rt.appended
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
@@ -165,24 +166,27 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
             appended[i] = (appended[i][0], node)
         replaced = [n for n in replaced if n.id not in new]
     lease = rt.lease
+    # by position, in the order of Commit's fields (tests/engine/test_commit_fields.py
+    # pins it): a class called with keywords has them packed into a dict for
+    # __init__ to take apart again, on every commit
     return Commit(
-        context_id=ctx.id,
-        expected_version=ctx.version,
-        version=version,
-        state=holder.state,
-        updated_at=at,
-        progress=ctx.progress,
-        event_seq=rt.seq,
-        steps=steps,
-        appended=appended,
-        replaced=replaced,
-        branches=rt.branches,
-        active_branch=ctx.active_branch_name if rt.active_changed else None,
-        config=ctx.config if rt.config_changed else None,
-        lease_token=lease.token if lease is not None else None,
-        lease_owner=lease.owner if lease is not None else None,
-        take_lease=lease if rt.lease_status is CLAIM else None,
-        release_lease=release,
+        ctx.id,  # context_id
+        ctx.version,  # expected_version
+        version,
+        holder.state,  # state
+        at,  # updated_at
+        ctx.progress,  # progress
+        rt.seq,  # event_seq
+        steps,
+        appended,
+        replaced,
+        rt.branches,  # branches
+        ctx.active_branch_name if rt.active_changed else None,  # active_branch
+        ctx.config if rt.config_changed else None,  # config
+        lease.token if lease is not None else None,  # lease_token
+        lease if rt.lease_status is CLAIM else None,  # take_lease
+        lease.owner if lease is not None else None,  # lease_owner
+        release,  # release_lease
     )
 
 

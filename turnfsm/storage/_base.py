@@ -49,6 +49,7 @@ __all__ = [
     "WorkQueue",
     "in_order",
     "lease_is_held",
+    "step_log",
 ]
 
 
@@ -93,6 +94,56 @@ class StepLog:
     with the same records are equal whoever wrote them."""
     lease_owner: str | None = field(default=None, compare=False)
     """The owner of that lease (``host:pid:random``), with ``lease_token``."""
+
+
+class _OpenStepLog:
+    """StepLog's slots, without its frozen ``__setattr__`` (see :func:`step_log`)."""
+
+    __slots__ = (
+        "at",
+        "detail",
+        "from_state",
+        "lease_owner",
+        "lease_token",
+        "to_state",
+        "trigger",
+        "version",
+    )
+
+    def __init__(
+        self,
+        version: int,
+        from_state: str,
+        trigger: str,
+        to_state: str,
+        at: datetime,
+        detail: dict[str, Any] | None,
+    ) -> None:
+        self.version = version
+        self.from_state = from_state
+        self.trigger = trigger
+        self.to_state = to_state
+        self.at = at
+        self.detail = detail
+        self.lease_token = None
+        self.lease_owner = None
+        # laid out as a StepLog (the same slots), it becomes one
+        self.__class__ = StepLog  # type: ignore[assignment]
+
+
+def step_log(
+    version: int,
+    from_state: str,
+    trigger: str,
+    to_state: str,
+    at: datetime,
+    detail: dict[str, Any] | None = None,
+) -> StepLog:
+    """``StepLog(version, from_state, trigger, to_state, at, detail)``, the same
+    record, made with plain slot writes: a frozen dataclass's ``__init__`` sets
+    each of its fields through ``object.__setattr__``, about four times the
+    cost, and the engine makes one for every step of every turn."""
+    return _OpenStepLog(version, from_state, trigger, to_state, at, detail)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
