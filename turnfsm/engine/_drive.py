@@ -56,6 +56,7 @@ __all__ = ["Driver"]
 
 S = State
 _DECIDE = Effect.DECIDE
+_new = object.__new__
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
 _WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
@@ -324,7 +325,9 @@ class Driver:
         # nodes a decision replaced would stay alive with them)
         rt.turn_nodes.clear()
         rt.turn_states.clear()
-        return Turn(
+        turn = _new(Turn)  # ``Turn.__init__`` called itself: see _answer._new
+        Turn.__init__(
+            turn,
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
@@ -340,6 +343,7 @@ class Driver:
             output_error=rt.output_error,
             client_tool_calls=client,
         )
+        return turn
 
     async def _drive(self, rt: Runtime) -> None:
         """Run the effects until the context rests, the lease renewed meanwhile:
