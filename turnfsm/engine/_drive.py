@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from ..model import ToolCallRequest, detached
+from ..model import ApprovalStatus, ToolCallRequest, detached
 from ..states import RESTING, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, Store
 from . import (
@@ -314,10 +314,13 @@ class Driver:
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
         if state is S.AWAITING_TOOL_APPROVAL:
-            pending = tuple(ctx.pending_tool_calls())
+            # the open calls read once, for the pending ones
+            # (``ctx.pending_tool_calls()``) and the client's
+            open_calls = ctx.open_tool_calls()
+            pending = tuple([c for c in open_calls if c.approval_status is ApprovalStatus.PENDING])
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
-            client = detached(tuple(client_calls(ctx)))
+            client = detached(tuple(client_calls(ctx, open_calls)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
         states = tuple(rt.turn_states)
