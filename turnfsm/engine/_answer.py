@@ -115,6 +115,13 @@ CHUNK_KINDS: dict[type, ChunkKind] = {
 :func:`chunk_kind` answers for subclasses)."""
 
 
+_new = object.__new__
+"""The records made for every answer are made as ``X.__init__(_new(X), ...)``
+rather than ``X(...)``: CPython (3.11) packs the keywords of a class call
+into a dict for ``__init__`` to take apart again, and ``__init__`` called as
+a function takes them as they are, with the same defaults and checks."""
+
+
 def chunk_kind(chunk: object) -> ChunkKind:
     """The kind of a chunk whose type is not in :data:`CHUNK_KINDS` (a subclass)."""
     if isinstance(chunk, LLMResponse):
@@ -352,16 +359,17 @@ def _calls(
             said = f"the id {sent!r} was already used" if sent else "it had no id"
             notes.append(f"{where}.id: {said}; the call is {new!r}")
         arguments, raw, error = _arguments(c.arguments, f"{where}.arguments", notes)
-        calls.append(
-            ToolCallRequest(
-                id=new,
-                tool_name=name,
-                arguments=arguments,
-                raw_arguments=raw,
-                arguments_error=error,
-                provider_id=provider_id,
-            )
+        call = _new(ToolCallRequest)
+        ToolCallRequest.__init__(
+            call,
+            id=new,
+            tool_name=name,
+            arguments=arguments,
+            raw_arguments=raw,
+            arguments_error=error,
+            provider_id=provider_id,
         )
+        calls.append(call)
     return calls
 
 
@@ -489,23 +497,28 @@ def build_answer(
     usage = None if response.usage is None else _usage(response.usage, notes)
     asked = response.tool_calls
     calls = [] if type(asked) is tuple and not asked else _calls(asked, taken_ids, notes)
-    message = InternalMessage(
+    metadata = _new(MessageMetadata)
+    MessageMetadata.__init__(
+        metadata,
+        created_at=created_at,
+        model=model_name or model,
+        usage=usage,
+        attempt=attempt,
+        iteration=iteration,
+        finish_reason=finish_reason,
+        extra={"conversions": notes} if notes else None,
+        incomplete_reason=incomplete_reason,
+        logprobs=logprobs,
+        provider_reason=provider_reason,
+    )
+    message = _new(InternalMessage)
+    InternalMessage.__init__(
+        message,
         role=Role.ASSISTANT,
         content=[TextPart(text=text)] if text else [],
         tool_calls=calls or None,
         message_type=MessageType.TOOL_CALL if calls else answer_type,
-        metadata=MessageMetadata(
-            created_at=created_at,
-            model=model_name or model,
-            usage=usage,
-            attempt=attempt,
-            iteration=iteration,
-            finish_reason=finish_reason,
-            extra={"conversions": notes} if notes else None,
-            incomplete_reason=incomplete_reason,
-            logprobs=logprobs,
-            provider_reason=provider_reason,
-        ),
+        metadata=metadata,
         thinking=thinking,
         refusal=refusal,
         reasoning=reasoning,

@@ -89,7 +89,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     progress = rt.ctx.progress
     s = d.settings
     message_id = s.ids()
-    read = StreamRead(partial=[])
+    read = StreamRead([])  # the partial text: a class call's keywords cost a dict
     rt.partial = read.partial
     rt.partial_id = message_id
     llm = s.llm

@@ -63,6 +63,7 @@ __all__ = [
 
 S = State
 T = Trigger
+_new = object.__new__
 
 
 async def start_send(
@@ -84,13 +85,15 @@ async def start_send(
         )
     if state is S.AWAITING_TOOL_APPROVAL:
         _steps.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
-    now = d.now()
-    _history.append(
-        rt,
-        InternalMessage(role=role, content=parts, metadata=MessageMetadata(created_at=now)),
-        d.settings.ids() if message_id is None else message_id,
-    )
-    rt.ctx.progress = TurnProgress(iteration=1, attempt=1, output=output, client=client)
+    # made as ``X.__init__(_new(X), ...)``: see _answer._new
+    metadata = _new(MessageMetadata)
+    MessageMetadata.__init__(metadata, created_at=d.now())
+    message = _new(InternalMessage)
+    InternalMessage.__init__(message, role=role, content=parts, metadata=metadata)
+    _history.append(rt, message, d.settings.ids() if message_id is None else message_id)
+    progress = _new(TurnProgress)
+    TurnProgress.__init__(progress, iteration=1, attempt=1, output=output, client=client)
+    rt.ctx.progress = progress
     _steps.fire(rt, T.USER_MESSAGE)
 
 

@@ -68,9 +68,14 @@ def is_client_call(call: ToolCallRequest) -> bool:
     )
 
 
-def client_calls(ctx: ChatContext) -> list[ToolCallRequest]:
-    """The open calls of the newest batch that wait for the client's results."""
-    return [c for c in ctx.open_tool_calls() if is_client_call(c)]
+def client_calls(
+    ctx: ChatContext, open_calls: Sequence[ToolCallRequest] | None = None
+) -> list[ToolCallRequest]:
+    """The open calls of the newest batch that wait for the client's results
+    (``open_calls``: ``ctx.open_tool_calls()``, when the caller has them)."""
+    if open_calls is None:
+        open_calls = ctx.open_tool_calls()
+    return [c for c in open_calls if is_client_call(c)]
 
 
 def client_decisions(

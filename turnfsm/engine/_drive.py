@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from ..model import ToolCallRequest, detached
+from ..model import ApprovalStatus, ToolCallRequest, detached
 from ..states import RESTING, Effect, State, Trigger, TurnMachine
 from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, Store
 from . import (
@@ -56,6 +56,7 @@ __all__ = ["Driver"]
 
 S = State
 _DECIDE = Effect.DECIDE
+_new = object.__new__
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
 _WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
@@ -313,10 +314,13 @@ class Driver:
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
         if state is S.AWAITING_TOOL_APPROVAL:
-            pending = tuple(ctx.pending_tool_calls())
+            # the open calls read once, for the pending ones
+            # (``ctx.pending_tool_calls()``) and the client's
+            open_calls = ctx.open_tool_calls()
+            pending = tuple([c for c in open_calls if c.approval_status is ApprovalStatus.PENDING])
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
-            client = detached(tuple(client_calls(ctx)))
+            client = detached(tuple(client_calls(ctx, open_calls)))
         pool = ctx.message_pool
         ids = [n.id for n in rt.turn_nodes]
         states = tuple(rt.turn_states)
@@ -324,7 +328,9 @@ class Driver:
         # nodes a decision replaced would stay alive with them)
         rt.turn_nodes.clear()
         rt.turn_states.clear()
-        return Turn(
+        turn = _new(Turn)  # ``Turn.__init__`` called itself: see _answer._new
+        Turn.__init__(
+            turn,
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
@@ -340,6 +346,7 @@ class Driver:
             output_error=rt.output_error,
             client_tool_calls=client,
         )
+        return turn
 
     async def _drive(self, rt: Runtime) -> None:
         """Run the effects until the context rests, the lease renewed meanwhile:

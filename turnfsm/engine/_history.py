@@ -55,6 +55,10 @@ Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 """A call, its outcome and the result message appended for it."""
 
 
+_new = object.__new__
+"""A record made on a turn's path is made as ``X.__init__(_new(X), ...)``:
+see :data:`turnfsm.engine._answer._new`."""
+
 _refcount = getattr(sys, "getrefcount", None)
 """None where the interpreter counts no references: then every change copies."""
 
@@ -83,7 +87,8 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     ctx = rt.ctx
     branch = ctx.branches[ctx.active_branch_name]  # ``active_branch``, without its frame
     ids = branch.message_ids
-    node = MessageNode(id=node_id, message=message, parent_id=ids[-1] if ids else None)
+    node = _new(MessageNode)
+    MessageNode.__init__(node, id=node_id, message=message, parent_id=ids[-1] if ids else None)
     ctx.message_pool[node_id] = node
     ids.append(node_id)
     rt.appended.append((branch.name, node))
@@ -203,24 +208,30 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
         new_calls.append(new)
         if new.id not in answered:
             open_calls.append(new)
-    replace(
-        rt,
-        MessageNode(id=node.id, message=with_calls(message, new_calls), parent_id=node.parent_id),
+    new_node = _new(MessageNode)
+    MessageNode.__init__(
+        new_node, id=node.id, message=with_calls(message, new_calls), parent_id=node.parent_id
     )
+    replace(rt, new_node)
     return open_calls
 
 
 # The four copies below build each record once with every field, where
 # ``dataclasses.replace`` reads the fields, builds a dict and calls the
 # constructor (a decision on a one-call batch took three of them, and
-# recording the started calls one more each tool-loop turn). A test
+# recording the started calls one more each tool-loop turn); each runs the
+# class's ``__init__`` on ``_new(cls)`` itself, as every record made here on
+# a turn's path does (a class call would pack its keywords into a dict for
+# ``__init__`` to take apart again). A test
 # (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
 # for every field of each class, so a field added later is not dropped.
 
 
 def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
     """``dataclasses.replace(p, started_call_ids=ids)``."""
-    return TurnProgress(
+    copy = _new(TurnProgress)
+    TurnProgress.__init__(
+        copy,
         iteration=p.iteration,
         attempt=p.attempt,
         retry_at=p.retry_at,
@@ -229,6 +240,7 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         output=p.output,
         client=p.client,
     )
+    return copy
 
 
 def decided(
@@ -236,7 +248,9 @@ def decided(
 ) -> ToolCallRequest:
     """``c`` with a decision: ``dataclasses.replace(c, approval_status=status,
     decided_by=by, reason=reason)``."""
-    return ToolCallRequest(
+    copy = _new(ToolCallRequest)
+    ToolCallRequest.__init__(
+        copy,
         id=c.id,
         tool_name=c.tool_name,
         arguments=c.arguments,
@@ -248,11 +262,14 @@ def decided(
         arguments_error=c.arguments_error,
         provider_id=c.provider_id,
     )
+    return copy
 
 
 def with_calls(m: InternalMessage, calls: list[ToolCallRequest]) -> InternalMessage:
     """``dataclasses.replace(m, tool_calls=calls)``."""
-    return InternalMessage(
+    copy = _new(InternalMessage)
+    InternalMessage.__init__(
+        copy,
         role=m.role,
         content=m.content,
         tool_calls=calls,
@@ -264,6 +281,7 @@ def with_calls(m: InternalMessage, calls: list[ToolCallRequest]) -> InternalMess
         reasoning=m.reasoning,
         phase=m.phase,
     )
+    return copy
 
 
 def add_results(
@@ -276,21 +294,24 @@ def add_results(
     """Append one tool result message per call, in the order given."""
     added: list[Result] = []
     for call, outcome in zip(calls, outcomes, strict=True):
-        node = append(
-            rt,
-            InternalMessage(
-                role=Role.TOOL,
-                tool_result=ToolCallResult(
-                    request_id=call.id, result=outcome.result, success=outcome.success
-                ),
-                message_type=MessageType.TOOL_RESULT,
-                metadata=MessageMetadata(created_at=now, extra=_conversions(outcome))
-                if outcome.notes
-                else MessageMetadata(created_at=now),
-            ),
-            new_id(),
+        result = _new(ToolCallResult)
+        ToolCallResult.__init__(
+            result, request_id=call.id, result=outcome.result, success=outcome.success
         )
-        added.append((call, outcome, node))
+        metadata = _new(MessageMetadata)
+        if outcome.notes:
+            MessageMetadata.__init__(metadata, created_at=now, extra=_conversions(outcome))
+        else:
+            MessageMetadata.__init__(metadata, created_at=now)
+        message = _new(InternalMessage)
+        InternalMessage.__init__(
+            message,
+            role=Role.TOOL,
+            tool_result=result,
+            message_type=MessageType.TOOL_RESULT,
+            metadata=metadata,
+        )
+        added.append((call, outcome, append(rt, message, new_id())))
     return added
 
 

@@ -28,6 +28,8 @@ from ._typed import shape_request
 
 __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
+_new = object.__new__
+
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
@@ -63,7 +65,9 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         start = cut - head
         if start:
             messages = [*messages[:head], *messages[cut:]] if head else messages[cut:]
-    request = LLMRequest(
+    request = _new(LLMRequest)  # see _answer._new
+    LLMRequest.__init__(
+        request,
         context_id=ctx.id,
         model=ctx.config.model_id,
         messages=messages,

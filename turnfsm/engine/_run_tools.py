@@ -20,6 +20,8 @@ from ._turn import StopReason
 
 __all__ = ["run_tools"]
 
+_new = object.__new__
+
 
 async def run_tools(d: Host, rt: Runtime) -> None:
     """ExecutingTools: run the approved calls; one result per call, in the order
@@ -75,9 +77,11 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         hand_to_client(d, rt)
         return
     p = ctx.progress
-    ctx.progress = TurnProgress(
-        iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
+    progress = _new(TurnProgress)  # see _answer._new
+    TurnProgress.__init__(
+        progress, iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
     )
+    ctx.progress = progress
     _steps.fire(rt, Trigger.TOOLS_DONE)
 
 
