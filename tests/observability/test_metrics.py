@@ -276,21 +276,22 @@ async def test_an_imported_body_answered_is_counted_in_its_format() -> None:
     assert m[("turnfsm_request_format_total", (("format", "legacy"),))] == 1
 
 
-def test_each_labelled_child_is_asked_of_prometheus_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_labelled_child_is_asked_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The observer keeps each child per tuple of label values: the same
-    turns again ask prometheus_client's ``labels()`` nothing new, and count
-    as before."""
+    turns again ask the metrics' ``labels()`` nothing new, and count as
+    before."""
     import anyio
-    from prometheus_client.metrics import MetricWrapperBase
+
+    from turnfsm.observability._families import _Family
 
     asked: list[tuple[str, tuple[str, ...]]] = []
-    labels = MetricWrapperBase.labels
+    labels = _Family.labels
 
-    def counted(self: Any, *values: Any, **named: Any) -> Any:
-        asked.append((self._name, values))
-        return labels(self, *values, **named)
+    def counted(self: Any, *values: str) -> Any:
+        asked.append((self.name, values))
+        return labels(self, *values)
 
-    monkeypatch.setattr(MetricWrapperBase, "labels", counted)
+    monkeypatch.setattr(_Family, "labels", counted)
     usage = {"prompt_tokens": 10, "completion_tokens": 3}
     answer = [
         {"tool_calls": [{"id": "a", "name": "lookup", "arguments": {"city": "Oslo"}}]},

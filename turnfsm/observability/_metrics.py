@@ -14,6 +14,7 @@ and bounds, ``turnfsm_loaded_*``) are read at each scrape, at no cost per call.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,9 +22,7 @@ from typing import Any
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Counter,
     Gauge,
-    Histogram,
     generate_latest,
     start_http_server,
 )
@@ -32,6 +31,7 @@ from ..engine import Engine, Turn, Watch
 from ..model import MessageNode, Role, ToolCallRequest
 from ..states import RESTING, State, Trigger
 from ..tools import ToolOutcome
+from ._families import Counted, Histogrammed, Pending, apply
 
 __all__ = ["CONTENT_TYPE", "EngineMetrics"]
 
@@ -66,11 +66,11 @@ class _Bounded:
 
 
 def _children(metric: Any) -> Callable[..., Any]:
-    """``metric.labels`` kept per tuple of label values: prometheus_client's
-    ``labels()`` checks and converts the values and takes a lock at every call,
-    and the observer asks for a child at every transition. Every label here
-    has a bounded set of values (see the module docstring), so the cache is
-    bounded too; no child is ever removed from these metrics."""
+    """``metric.labels`` kept per tuple of label values: ``labels()`` checks
+    the values and takes the metrics' lock at every call, and the observer asks
+    for a child at every transition. Every label here has a bounded set of
+    values (see the module docstring), so the cache is bounded too; no child is
+    ever removed from these metrics."""
     return functools.cache(metric.labels)
 
 
@@ -82,82 +82,97 @@ class EngineMetrics:
         self, registry: CollectorRegistry | None = None, *, max_label_values: int = 64
     ) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
+        self.lock = lock = threading.Lock()
+        """Taken by every update of the counters and histograms, and by a
+        scrape as it reads them (the engines attached may run in several
+        threads, and a scrape in another)."""
         self.models = _Bounded(max_label_values)
         self.tools = _Bounded(max_label_values)
         self.waiting: set[str] = set()
         """Contexts whose last call in this process ended at AwaitingToolApproval
         with calls for a human to decide."""
-        self.turns_started = Counter(
+        self.turns_started = Counted(
             "turnfsm_turns_started",
             "Engine calls started, by call (send, submit, approve, claim, ...)",
             ["call"],
             registry=r,
+            lock=lock,
         )
-        self.turns_finished = Counter(
+        self.turns_finished = Counted(
             "turnfsm_turns_finished",
             "Engine calls ended, by call and stop reason (none: the call stopped no "
             "turn; error: it raised)",
             ["call", "stop_reason"],
             registry=r,
+            lock=lock,
         )
         self.running = Gauge("turnfsm_turns_running", "Engine calls running now", registry=r)
+        self.running.set_function(self._running)
         self.awaiting_approval = Gauge(
             "turnfsm_turns_awaiting_approval",
             "Contexts whose last call in this process ended waiting for a human decision",
             registry=r,
         )
         self.awaiting_approval.set_function(lambda: len(self.waiting))
-        self.state_seconds = Histogram(
+        self.state_seconds = Histogrammed(
             "turnfsm_state_seconds",
             "Seconds spent in each non-resting state of the table, per visit",
             ["state"],
             buckets=_SECONDS,
             registry=r,
+            lock=lock,
         )
-        self.llm_seconds = Histogram(
+        self.llm_seconds = Histogrammed(
             "turnfsm_llm_seconds",
             "Seconds per LLM attempt, by model and outcome (answered, transient, "
             "permanent, interrupted)",
             ["model", "outcome"],
             buckets=_SECONDS,
             registry=r,
+            lock=lock,
         )
-        self.llm_tokens = Counter(
+        self.llm_tokens = Counted(
             "turnfsm_llm_tokens",
             "Tokens the provider reported, by model and kind (input, output)",
             ["model", "kind"],
             registry=r,
+            lock=lock,
         )
-        self.tool_seconds = Histogram(
+        self.tool_seconds = Histogrammed(
             "turnfsm_tool_seconds",
             "Seconds per tool call run, by tool",
             ["tool"],
             buckets=_SECONDS,
             registry=r,
+            lock=lock,
         )
-        self.tool_errors = Counter(
+        self.tool_errors = Counted(
             "turnfsm_tool_errors",
             "Tool calls run whose result is an error, by tool",
             ["tool"],
             registry=r,
+            lock=lock,
         )
-        self.worker_claims = Counter(
+        self.worker_claims = Counted(
             "turnfsm_worker_claims",
             "Contexts a worker of this process claimed and ran",
             registry=r,
+            lock=lock,
         )
-        self.worker_takeovers = Counter(
+        self.worker_takeovers = Counted(
             "turnfsm_worker_takeovers",
             "Claimed contexts that another owner had left mid-turn (its lease expired, "
             "or it handed the turn back as it stopped), rather than freshly submitted",
             registry=r,
+            lock=lock,
         )
-        self.request_formats = Counter(
+        self.request_formats = Counted(
             "turnfsm_request_format",
             "Request bodies answered (send_request, POST /api/chat), by format "
             "(context_management, legacy)",
             ["format"],
             registry=r,
+            lock=lock,
         )
         self.stream_clients = Gauge(
             "turnfsm_stream_clients",
@@ -209,6 +224,16 @@ class EngineMetrics:
         at scrape time only: nothing is counted per call)."""
         return lambda: float(sum(read(engine) for engine in self.engines))
 
+    def _running(self) -> float:
+        """Calls begun and not yet ended: each call's start is counted in
+        ``turnfsm_turns_started`` and its end, whatever it was, in
+        ``turnfsm_turns_finished``, so their difference is the gauge, read at
+        a scrape instead of moved twice per call."""
+        with self.lock:
+            started = sum(c.value for c in self.turns_started.children.values())
+            finished = sum(c.value for c in self.turns_finished.children.values())
+        return started - finished
+
     def count_streams(self, count: Callable[[], int]) -> None:
         """Read ``turnfsm_stream_clients`` from ``count()`` at each scrape."""
         self.stream_clients.set_function(lambda: float(count()))
@@ -233,11 +258,12 @@ class EngineMetrics:
     # ------------------------------------------------------------------ the observer
 
     def begin(self, context_id: str, call: str) -> Watch:
-        self.started_of(call).inc()
-        self.running.inc()
+        watch = _CallMetrics(self, call)
+        watch.pending.append((self.started_of(call), 1))
         if call == "claim":
-            self.worker_claims.inc()
-        return _CallMetrics(self, call)
+            watch.pending.append((self.worker_claims.labels(), 1))
+        watch.flush()
+        return watch
 
 
 def _loaded_contexts(engine: Engine) -> int:
@@ -270,19 +296,37 @@ def _request_format(rt: Any) -> str:
     return "unknown"
 
 
-class _CallMetrics(Watch):
-    """The metrics of one call (a :class:`~turnfsm.engine.Watch`)."""
+def _tokens(amount: int) -> int:
+    """A token count to add to a counter: not negative, as counters only go up."""
+    if amount < 0:
+        raise ValueError("Counters can only be incremented by non-negative amounts.")
+    return amount
 
-    __slots__ = ("call", "entered_at", "llm_at", "m", "state", "state_at", "tools_at")
+
+class _CallMetrics(Watch):
+    """The metrics of one call (a :class:`~turnfsm.engine.Watch`).
+
+    Its updates wait in ``pending`` (only the call's task touches it) and are
+    applied in one hold of the metrics' lock (:meth:`flush`) before each LLM
+    attempt and tool call, the waits of a call, and at its end: a scrape sees
+    each no later than the call's next wait, and the call takes the lock a few
+    times instead of at every update."""
+
+    __slots__ = ("call", "entered_at", "llm_at", "m", "pending", "state", "state_at")
 
     def __init__(self, metrics: EngineMetrics, call: str) -> None:
         self.m = metrics
         self.call = call
+        self.pending: Pending = []
         self.state: str | None = None
         self.state_at = 0.0
         self.entered_at: float | None = None
         self.llm_at = 0.0
-        self.tools_at: dict[str, float] = {}
+
+    def flush(self) -> None:
+        """Apply the pending updates."""
+        pending, self.pending = self.pending, []
+        apply(self.m.lock, pending)
 
     def entered(self, rt: Any) -> None:
         if self.entered_at is not None:  # run again on a fresh copy
@@ -290,24 +334,25 @@ class _CallMetrics(Watch):
         self.entered_at = self.state_at = time.perf_counter()
         self.state = str(rt.holder.state)
         if self.call == "claim" and self.state != State.PROCESSING_USER_MESSAGE:
-            self.m.worker_takeovers.inc()
+            self.pending.append((self.m.worker_takeovers.labels(), 1))
 
     def transition(self, rt: Any, source: str, trigger: str, dest: str) -> None:
         now = time.perf_counter()
         if self.call == "send_request" and trigger == Trigger.USER_MESSAGE:
-            self.m.request_formats_of(_request_format(rt)).inc()
+            self.pending.append((self.m.request_formats_of(_request_format(rt)), 1))
         source = str(source)
         if source not in _RESTING and self.state == source:
-            self.m.state_seconds_of(source).observe(now - self.state_at)
+            self.pending.append((self.m.state_seconds_of(source), now - self.state_at))
         self.state = str(dest)
         self.state_at = now
 
     def llm_started(self, rt: Any) -> None:
+        self.flush()
         self.llm_at = time.perf_counter()
 
     def llm_ended(self, rt: Any, answer: MessageNode | None, error: BaseException | None) -> None:
         took = time.perf_counter() - self.llm_at
-        m = self.m
+        m, pending = self.m, self.pending
         if answer is not None:
             md = answer.message.metadata
             model = m.models(md.model or rt.ctx.config.model_id)
@@ -315,9 +360,10 @@ class _CallMetrics(Watch):
             usage = md.usage
             if usage is not None:
                 if usage.prompt_tokens:
-                    m.llm_tokens_of(model, "input").inc(usage.prompt_tokens)
+                    pending.append((m.llm_tokens_of(model, "input"), _tokens(usage.prompt_tokens)))
                 if usage.completion_tokens:
-                    m.llm_tokens_of(model, "output").inc(usage.completion_tokens)
+                    output = _tokens(usage.completion_tokens)
+                    pending.append((m.llm_tokens_of(model, "output"), output))
         else:
             model = m.models(rt.ctx.config.model_id)
             if error is not None:
@@ -326,9 +372,10 @@ class _CallMetrics(Watch):
                 outcome = "transient"
             else:
                 outcome = "permanent"
-        m.llm_seconds_of(model, outcome).observe(took)
+        pending.append((m.llm_seconds_of(model, outcome), took))
 
     def tool_started(self, rt: Any, call: ToolCallRequest) -> float:
+        self.flush()
         return time.perf_counter()
 
     def tool_ended(
@@ -341,18 +388,19 @@ class _CallMetrics(Watch):
     ) -> None:
         m = self.m
         name = m.tools(call.tool_name)
-        m.tool_seconds_of(name).observe(time.perf_counter() - float(started))
+        self.pending.append((m.tool_seconds_of(name), time.perf_counter() - float(started)))
         if outcome is None or not outcome.success:
-            m.tool_errors_of(name).inc()
+            self.pending.append((m.tool_errors_of(name), 1))
 
     def ended(self, context_id: str, turn: Turn | None, error: BaseException | None) -> None:
         m = self.m
-        m.running.dec()
         if turn is None:
-            m.finished_of(self.call, "error").inc()
+            self.pending.append((m.finished_of(self.call, "error"), 1))
+            self.flush()
             return
         stop = turn.stop_reason.value if turn.stop_reason is not None else "none"
-        m.finished_of(self.call, stop).inc()
+        self.pending.append((m.finished_of(self.call, stop), 1))
+        self.flush()
         if turn.state is State.AWAITING_TOOL_APPROVAL and turn.pending_tool_calls:
             # (calls of the client's tools alone wait for the client, not a human)
             m.waiting.add(context_id)
