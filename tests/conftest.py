@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -36,6 +37,43 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return 2 * len(os.sched_getaffinity(0))
+
+
+def _xdist_run(config: pytest.Config) -> str | None:
+    """The run's ``testrunuid`` on the controller of an xdist run, else None."""
+    if hasattr(config, "workerinput") or config.getoption("collectonly"):
+        return None
+    if config.getoption("dist", "no") == "no" or not config.getoption("tx", None):
+        return None
+    uid: str | None = config.getoption("testrunuid", None)
+    return uid
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist the workers share one PostgreSQL cluster
+    (``tests/storage/pg.py``): the controller names the run (xdist's
+    ``--testrunuid``, which xdist hands to each worker) before the workers
+    start, and makes the run's folder where the first worker to need the
+    cluster records it."""
+    if config.getoption("dist", "no") == "no" or hasattr(config, "workerinput"):
+        return
+    if config.getoption("tx", None) and config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+    uid = _xdist_run(config)
+    if uid is not None:
+        from storage.pg import begin_run
+
+        begin_run(uid)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the run's PostgreSQL cluster once every worker is
+    done (workers never stop it)."""
+    uid = _xdist_run(config)
+    if uid is not None:
+        from storage.pg import end_run
+
+        end_run(uid)
 
 
 @pytest.fixture
