@@ -13,7 +13,6 @@ import pytest
 from anthropic_corpus import corpus
 
 from turnfsm import State
-from turnfsm.adapters.llm import AnthropicLLM
 from turnfsm.storage import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
@@ -31,6 +30,8 @@ CLAUDE = {c.name: c for c in corpus()}
 async def test_a_context_moves_between_providers_and_each_gets_only_its_own_reasoning(
     loopback: Any, tmp_path: Path
 ) -> None:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server:
         cid = await start_with_openai(openai_server, db)
