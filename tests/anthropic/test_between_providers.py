@@ -20,8 +20,6 @@ from openai_corpus import ENC
 from openai_handoff import OPENAI, engine, get_weather, start_with_openai
 from openai_loopback import LoopbackServer as OpenAILoopback
 
-from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
-
 pytestmark = pytest.mark.anyio
 
 CLAUDE = {c.name: c for c in corpus()}
@@ -31,6 +29,7 @@ async def test_a_context_moves_between_providers_and_each_gets_only_its_own_reas
     loopback: Any, tmp_path: Path
 ) -> None:
     from turnfsm.adapters.llm import AnthropicLLM
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server:
