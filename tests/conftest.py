@@ -108,7 +108,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Phoenix with ``-m phoenix``; every golden script on Temporal (beyond one of
     each kind) with ``-m temporal``."""
     named = set(re.findall(r"\w+", config.option.markexpr or ""))
-    for marker in (
+    markers = (
         "sweep",
         "slow",
         "browser",
@@ -118,10 +118,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "soak",
         "temporal",
         "temporal_kill",
-    ):
-        if marker in named:
-            continue
-        skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
-        for item in items:
-            if item.get_closest_marker(marker) is not None:
+    )
+    skips = {m: pytest.mark.skip(reason=f"{m}: run with -m {m}") for m in markers if m not in named}
+    # each item's markers are read once (every xdist worker runs this over the
+    # whole collection), not once for each marker asked about
+    for item in items:
+        has = {mark.name for mark in item.iter_markers()}
+        for marker, skip in skips.items():
+            if marker in has:
                 item.add_marker(skip)
