@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -36,6 +37,43 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return 2 * len(os.sched_getaffinity(0))
+
+
+def _xdist_run(config: pytest.Config) -> str | None:
+    """The run's ``testrunuid`` on the controller of an xdist run, else None."""
+    if hasattr(config, "workerinput") or config.getoption("collectonly"):
+        return None
+    if config.getoption("dist", "no") == "no" or not config.getoption("tx", None):
+        return None
+    uid: str | None = config.getoption("testrunuid", None)
+    return uid
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist the workers share one PostgreSQL cluster
+    (``tests/storage/pg.py``): the controller names the run (xdist's
+    ``--testrunuid``, which xdist hands to each worker) before the workers
+    start, and makes the run's folder where the first worker to need the
+    cluster records it."""
+    if config.getoption("dist", "no") == "no" or hasattr(config, "workerinput"):
+        return
+    if config.getoption("tx", None) and config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+    uid = _xdist_run(config)
+    if uid is not None:
+        from storage.pg import begin_run
+
+        begin_run(uid)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the run's PostgreSQL cluster once every worker is
+    done (workers never stop it)."""
+    uid = _xdist_run(config)
+    if uid is not None:
+        from storage.pg import end_run
+
+        end_run(uid)
 
 
 @pytest.fixture
@@ -70,7 +108,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Phoenix with ``-m phoenix``; every golden script on Temporal (beyond one of
     each kind) with ``-m temporal``."""
     named = set(re.findall(r"\w+", config.option.markexpr or ""))
-    for marker in (
+    markers = (
         "sweep",
         "slow",
         "browser",
@@ -80,10 +118,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "soak",
         "temporal",
         "temporal_kill",
-    ):
-        if marker in named:
-            continue
-        skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker}")
-        for item in items:
-            if item.get_closest_marker(marker) is not None:
+    )
+    skips = {m: pytest.mark.skip(reason=f"{m}: run with -m {m}") for m in markers if m not in named}
+    # each item's markers are read once (every xdist worker runs this over the
+    # whole collection), not once for each marker asked about
+    for item in items:
+        has = {mark.name for mark in item.iter_markers()}
+        for marker, skip in skips.items():
+            if marker in has:
                 item.add_marker(skip)

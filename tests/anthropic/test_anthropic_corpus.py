@@ -8,19 +8,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import jiter
 import pytest
-from anthropic.types import Message
 from anthropic_corpus import Case, corpus
 from anthropic_loopback import LoopbackServer
 from provider_cases import stored_turn
 
 from turnfsm import State, tool
-from turnfsm.adapters.llm import AnthropicLLM
 from turnfsm.model import InternalMessage, Role
+
+if TYPE_CHECKING:
+    from anthropic.types import Message
+
+    from turnfsm.adapters.llm import AnthropicLLM
+
 
 pytestmark = pytest.mark.anyio
 
@@ -49,6 +52,8 @@ def _clear() -> None:
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[AnthropicLLM]:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     async with AnthropicLLM(
         "claude-sonnet-4-5", base_url=loopback.url, api_key="sk-ant-loopback-key", max_tokens=512
     ) as adapter:
@@ -57,6 +62,8 @@ async def llm(loopback: LoopbackServer) -> AsyncIterator[AnthropicLLM]:
 
 async def sdk_final(loopback: LoopbackServer, case: Case) -> Message:
     """The SDK's own accumulation of the case's bytes."""
+    import anthropic
+
     loopback.script(case.reply())
     client = anthropic.AsyncAnthropic(base_url=loopback.url, api_key="sk-ant-x", max_retries=0)
     async with client.messages.stream(

@@ -6,8 +6,8 @@ the provider's message, no key in it)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-import anthropic
 import httpx2
 import pytest
 from anthropic_corpus import corpus, overloaded_mid_stream, status_error
@@ -15,12 +15,14 @@ from anthropic_loopback import LoopbackServer, Reply
 from provider_cases import ALR, IDLE, PF, PLR, PUM, SLR, TF, one_turn
 
 from turnfsm import State
-from turnfsm.adapters.llm import AnthropicLLM
-from turnfsm.adapters.llm.anthropic import map_anthropic_error
 from turnfsm.errors import PermanentLLMError, TransientLLMError
 from turnfsm.events import Failed, Retrying
 from turnfsm.model import LLMRequest
 from turnfsm.testing import FakeClock
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm import AnthropicLLM
+
 
 pytestmark = pytest.mark.anyio
 
@@ -31,6 +33,8 @@ REQUEST = LLMRequest("c", "claude-haiku-4-5", [{"role": "user", "content": "Hi"}
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[AnthropicLLM]:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     async with AnthropicLLM("claude-haiku-4-5", base_url=loopback.url, api_key=KEY) as adapter:
         yield adapter
 
@@ -112,6 +116,10 @@ async def test_a_permanent_status_fails_with_the_providers_message_and_no_key(
 
 async def test_the_mapping_by_type_and_header(loopback: LoopbackServer, llm: AnthropicLLM) -> None:
     """x-should-retry wins over the status; a stream error's type decides."""
+    import anthropic
+
+    from turnfsm.adapters.llm.anthropic import map_anthropic_error
+
     loopback.script(
         Reply(
             status=500,

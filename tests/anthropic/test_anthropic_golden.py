@@ -20,7 +20,6 @@ from anthropic_loopback import LoopbackServer
 from provider_cases import assert_golden
 
 from turnfsm import tool
-from turnfsm.adapters.llm import AnthropicLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -37,6 +36,8 @@ def get_weather(location: str) -> dict[str, Any]:
 async def test_a_recorded_claude_conversation_is_the_golden_script_and_replays_offline(
     loopback: LoopbackServer,
 ) -> None:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     loopback.script(
         overloaded_mid_stream(), CLAUDE["thinking_then_tool"].reply(), CLAUDE["text"].reply()
     )

@@ -10,12 +10,11 @@ from typing import Any
 
 import pydantic
 import pytest
-from anthropic.types import OutputConfigParam
 from anthropic_corpus import event, lines, splice
 from anthropic_loopback import LoopbackServer, Reply
 from pydantic import BaseModel
 
-from turnfsm.adapters.llm import AnthropicLLM, ScriptedLLM
+from turnfsm.adapters.llm import ScriptedLLM
 from turnfsm.adapters.llm._anthropic_body import anthropic_request_body
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.model import LLMChunk, LLMRequest, LLMResponse, OutputSpec, TextDelta
@@ -65,11 +64,15 @@ def json_answer(pieces: list[str]) -> Reply:
 
 
 async def run(server: LoopbackServer, req: LLMRequest, **kwargs: Any) -> list[LLMChunk]:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     async with AnthropicLLM("claude-x", base_url=server.url, api_key="k", **kwargs) as llm:
         return [c async for c in llm.stream(req)]
 
 
 def test_claude_says_it_sends_the_schema_natively_and_the_test_doubles_do_not() -> None:
+    from turnfsm.adapters.llm import AnthropicLLM
+
     assert AnthropicLLM.native_output is True
     assert getattr(ScriptedLLM, "native_output", False) is False
     assert getattr(DemoLLM, "native_output", False) is False
@@ -78,6 +81,8 @@ def test_claude_says_it_sends_the_schema_natively_and_the_test_doubles_do_not() 
 async def test_the_schema_goes_as_output_config_format_and_the_text_is_the_json(
     loopback: LoopbackServer,
 ) -> None:
+    from anthropic.types import OutputConfigParam
+
     loopback.script(json_answer(PIECES))
     chunks = await run(loopback, request(output_config={"effort": "low"}))
     [got] = loopback.requests

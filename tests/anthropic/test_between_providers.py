@@ -13,15 +13,12 @@ import pytest
 from anthropic_corpus import corpus
 
 from turnfsm import State
-from turnfsm.adapters.llm import AnthropicLLM
 from turnfsm.storage import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
 from openai_corpus import ENC
 from openai_handoff import OPENAI, engine, get_weather, start_with_openai
 from openai_loopback import LoopbackServer as OpenAILoopback
-
-from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 
 pytestmark = pytest.mark.anyio
 
@@ -31,6 +28,9 @@ CLAUDE = {c.name: c for c in corpus()}
 async def test_a_context_moves_between_providers_and_each_gets_only_its_own_reasoning(
     loopback: Any, tmp_path: Path
 ) -> None:
+    from turnfsm.adapters.llm import AnthropicLLM
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
+
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server:
         cid = await start_with_openai(openai_server, db)

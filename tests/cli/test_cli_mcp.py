@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from turnfsm.cli._mcp import add_mcp_options, mcp_toolsets
-from turnfsm.tools.mcp import MCPServer
 
 from .conftest import Cli
 
@@ -52,6 +51,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_the_options_make_servers_in_order_with_prefixes_and_headers() -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     args = parse(
         "--mcp",
         "fs=npx -y server /tmp",

@@ -15,7 +15,6 @@ from gemini_corpus import corpus
 from gemini_loopback import LoopbackServer
 
 from turnfsm import State
-from turnfsm.adapters.llm import AnthropicLLM, GeminiLLM
 from turnfsm.storage import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "openai"))
@@ -41,6 +40,8 @@ def gemini_signature() -> str:
 async def test_a_context_moves_openai_claude_gemini_and_each_gets_only_its_own_reasoning(
     loopback: LoopbackServer, tmp_path: Path
 ) -> None:
+    from turnfsm.adapters.llm import AnthropicLLM, GeminiLLM
+
     db = tmp_path / "t.db"
     with OpenAILoopback() as openai_server, ClaudeLoopback() as claude_server:
         cid = await start_with_openai(openai_server, db)

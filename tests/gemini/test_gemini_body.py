@@ -11,7 +11,6 @@ import pytest
 from gemini_corpus import corpus
 from gemini_loopback import LoopbackServer
 
-from turnfsm.adapters.llm import GeminiLLM
 from turnfsm.adapters.llm._gemini_body import gemini_request
 from turnfsm.model import RESPONSES_KEY, LLMRequest, LLMResponse, ToolCallDelta
 
@@ -178,6 +177,8 @@ def test_thoughts_keep_their_place_and_other_providers_reasoning_is_left_out() -
 async def test_media_and_signatures_reach_the_wire_as_the_same_bytes(
     loopback: LoopbackServer,
 ) -> None:
+    from turnfsm.adapters.llm import GeminiLLM
+
     loopback.script(corpus()[0].reply())
     messages = [
         user_with_media(),
@@ -221,6 +222,8 @@ async def test_media_and_signatures_reach_the_wire_as_the_same_bytes(
 async def test_streamed_call_deltas_carry_the_ids_of_the_answers_calls(
     loopback: LoopbackServer,
 ) -> None:
+    from turnfsm.adapters.llm import GeminiLLM
+
     cases = {c.name: c for c in corpus()}
     loopback.script(cases["parallel_calls"].reply(), cases["parallel_calls"].reply())
     request = LLMRequest("c", "x", [{"role": "user", "content": "Paris and Oslo?"}], tools=[TOOL])
@@ -239,6 +242,8 @@ async def test_streamed_call_deltas_carry_the_ids_of_the_answers_calls(
 async def test_parameters_reach_the_wire_in_the_generation_config(
     loopback: LoopbackServer,
 ) -> None:
+    from turnfsm.adapters.llm import GeminiLLM
+
     loopback.script(corpus()[0].reply())
     async with GeminiLLM(
         "gemini-2.5-flash",

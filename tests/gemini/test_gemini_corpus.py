@@ -12,20 +12,23 @@ import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kit
 import pytest
 from gemini_corpus import Case, corpus
 from gemini_loopback import LoopbackServer
-from google import genai
-from google.genai import types
 from provider_cases import stored_turn
 
 from turnfsm import State, tool
-from turnfsm.adapters.llm import GeminiLLM
 from turnfsm.model import InternalMessage, Role
 from turnfsm.storage import SQLiteStore
+
+if TYPE_CHECKING:
+    from google.genai import types
+
+    from turnfsm.adapters.llm import GeminiLLM
+
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +51,8 @@ def _clear() -> None:
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[GeminiLLM]:
+    from turnfsm.adapters.llm import GeminiLLM
+
     async with GeminiLLM(MODEL, base_url=loopback.url, api_key="gemini-loopback-key") as adapter:
         yield adapter
 
@@ -65,6 +70,9 @@ class Oracle:
 
 
 async def sdk_read(loopback: LoopbackServer, case: Case) -> Oracle:
+    from google import genai
+    from google.genai import types
+
     loopback.script(case.reply())
     client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=loopback.url))
     out = Oracle()

@@ -8,21 +8,22 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 from gemini_corpus import corpus, error_mid_stream, status_error
 from gemini_loopback import LoopbackServer, Reply
-from google import genai
-from google.genai import errors, types
 from provider_cases import ALR, IDLE, PF, PLR, PUM, SLR, TF, one_turn
 
 from turnfsm import State
-from turnfsm.adapters.llm import GeminiLLM
-from turnfsm.adapters.llm.gemini import map_gemini_error
 from turnfsm.errors import InvalidInput, PermanentLLMError, TransientLLMError
 from turnfsm.events import Failed, Retrying
 from turnfsm.model import RESPONSES_KEY, LLMRequest
 from turnfsm.testing import FakeClock
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm import GeminiLLM
+
 
 pytestmark = pytest.mark.anyio
 
@@ -33,6 +34,8 @@ REQUEST = LLMRequest("c", "gemini-2.5-flash", [{"role": "user", "content": "Hi"}
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[GeminiLLM]:
+    from turnfsm.adapters.llm import GeminiLLM
+
     async with GeminiLLM("gemini-2.5-flash", base_url=loopback.url, api_key=KEY) as adapter:
         yield adapter
 
@@ -129,6 +132,11 @@ async def test_a_stream_that_ends_without_a_finish_reason_is_retried(
 async def test_unknown_parameters_and_a_missing_key_are_named(
     loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from google.genai import errors
+
+    from turnfsm.adapters.llm import GeminiLLM
+    from turnfsm.adapters.llm.gemini import map_gemini_error
+
     async with GeminiLLM("gemini-2.5-flash", base_url=loopback.url, api_key=KEY, logprobz=3) as llm:
         with pytest.raises(PermanentLLMError) as info:
             async for _chunk in llm.stream(REQUEST):
@@ -193,6 +201,11 @@ def test_without_the_extra_the_import_error_names_it() -> None:
 async def test_a_client_of_ones_own_that_retries_still_sends_each_request_once(
     loopback: LoopbackServer,
 ) -> None:
+    from google import genai
+    from google.genai import types
+
+    from turnfsm.adapters.llm import GeminiLLM
+
     retrying = types.HttpRetryOptions(attempts=4, initial_delay=0.01, max_delay=0.01)
     client = genai.Client(
         api_key=KEY, http_options=types.HttpOptions(base_url=loopback.url, retry_options=retrying)

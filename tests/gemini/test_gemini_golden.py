@@ -21,7 +21,6 @@ from gemini_loopback import LoopbackServer
 from provider_cases import assert_golden
 
 from turnfsm import tool
-from turnfsm.adapters.llm import GeminiLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +37,8 @@ def get_weather(location: str) -> dict[str, Any]:
 async def test_a_recorded_gemini_conversation_is_the_golden_script_and_replays_offline(
     loopback: LoopbackServer,
 ) -> None:
+    from turnfsm.adapters.llm import GeminiLLM
+
     loopback.script(error_mid_stream(), GEMINI["thought_then_call"].reply(), GEMINI["text"].reply())
     async with GeminiLLM("gemini-2.5-flash", base_url=loopback.url, api_key="k") as llm:
         live = await assert_golden(llm, [get_weather], GOLDEN, "Gemini: a thought, a function call")

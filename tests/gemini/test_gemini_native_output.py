@@ -12,7 +12,6 @@ import pytest
 from gemini_loopback import LoopbackServer, Reply
 from pydantic import BaseModel
 
-from turnfsm.adapters.llm import GeminiLLM
 from turnfsm.adapters.llm._gemini_body import gemini_request
 from turnfsm.model import LLMChunk, LLMRequest, LLMResponse, OutputSpec, TextDelta
 
@@ -61,11 +60,15 @@ def json_answer(pieces: list[str]) -> Reply:
 
 
 async def run(server: LoopbackServer, req: LLMRequest, **params: Any) -> list[LLMChunk]:
+    from turnfsm.adapters.llm import GeminiLLM
+
     async with GeminiLLM("gemini-2.5-flash", base_url=server.url, api_key="k", **params) as llm:
         return [c async for c in llm.stream(req)]
 
 
 def test_gemini_says_it_sends_the_schema_natively() -> None:
+    from turnfsm.adapters.llm import GeminiLLM
+
     assert GeminiLLM.native_output is True
 
 

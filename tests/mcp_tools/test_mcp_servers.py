@@ -26,7 +26,6 @@ import pytest
 from turnfsm import Engine
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import Approval
-from turnfsm.tools.mcp import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,6 +60,8 @@ def free_port() -> int:
 async def test_the_everything_server_text_image_resource_and_structured_results(
     npm_servers: dict[str, Path], no_new_children: None
 ) -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     llm = ScriptedLLM(
         [
             calls(
@@ -106,6 +107,8 @@ async def test_the_everything_server_text_image_resource_and_structured_results(
 async def test_the_filesystem_server_under_approval(
     npm_servers: dict[str, Path], tmp_path: Path, no_new_children: None
 ) -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     (tmp_path / "notes.txt").write_text("first line\n")
     llm = ScriptedLLM(
         [
@@ -167,6 +170,8 @@ class HttpServer:
 
 @pytest.mark.anyio
 async def test_http_with_headers_and_a_reconnect_after_the_server_went_away() -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     port = free_port()
     first = HttpServer(port)
     try:

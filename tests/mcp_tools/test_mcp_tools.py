@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -21,16 +21,20 @@ from turnfsm.errors import ToolDefinitionError, ToolsetError
 from turnfsm.model import Role
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import Approval, Tool, Toolset
-from turnfsm.tools.mcp import MCPServer, MCPTool, tool_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mcp_helpers import FAULT_SERVER, RAW_SERVER, alive, children, gone
 
+if TYPE_CHECKING:
+    from turnfsm.tools.mcp import MCPServer
+
 pytestmark = pytest.mark.anyio
 
 
 def fault(**kwargs: Any) -> MCPServer:
+    from turnfsm.tools.mcp import MCPServer
+
     return MCPServer.stdio(FAULT_SERVER, **kwargs)
 
 
@@ -60,6 +64,8 @@ async def pid_of(engine: Engine, cid: str, call_id: str) -> int:
 
 
 def test_the_naming_rule() -> None:
+    from turnfsm.tools.mcp import tool_name
+
     assert tool_name("read_file") == "read_file"
     assert tool_name("read_file", "fs") == "fs__read_file"
     assert tool_name("get.weather/now", "w") == "w__get_weather_now"
@@ -69,6 +75,8 @@ def test_the_naming_rule() -> None:
 
 
 async def test_tools_keep_their_schema_and_ask_for_approval_whatever_the_hints() -> None:
+    from turnfsm.tools.mcp import MCPTool
+
     server = fault()
     assert isinstance(server, Toolset)
     async with Engine(toolsets=[server]) as engine:
@@ -191,6 +199,8 @@ async def test_a_prefix_keeps_two_servers_apart(no_new_children: None) -> None:
 
 
 async def test_a_server_that_cannot_start_stops_the_engine_from_starting() -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     with pytest.raises(ToolsetError, match="could not be started"):
         async with Engine(toolsets=[MCPServer.stdio("/nonexistent/mcp-server --flag")]):
             pass
@@ -301,6 +311,8 @@ async def test_a_call_that_hangs_past_its_timeout_gives_an_error_and_a_new_serve
 
 
 async def test_a_server_that_sends_garbage_gives_an_error_and_is_started_again() -> None:
+    from turnfsm.tools.mcp import MCPServer
+
     llm = ScriptedLLM(
         [
             calls(("g", "garbled", {})),

@@ -11,7 +11,6 @@ from openai_corpus import CASES
 from openai_loopback import LoopbackServer
 
 from turnfsm import Engine, State, tool
-from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 from turnfsm.storage import SQLiteStore
 from turnfsm.testing import FakeClock
 
@@ -34,6 +33,8 @@ def get_weather(city: str = "", location: str = "") -> dict[str, Any]:
 async def start_with_openai(server: LoopbackServer, db: Path) -> str:
     """A new context on the store ``db``, model ``o4-mini``, its first turn
     ("Weather in Oslo?") answered by the Responses API on ``server``: its id."""
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
+
     server.script(OPENAI["resp_reasoning_stream"].reply(), OPENAI["resp_logprobs_stream"].reply())
     async with (
         OpenAIResponsesAdapter(base_url=server.url, api_key="sk-loop") as gpt,

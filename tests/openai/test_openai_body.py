@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai.types.chat import completion_create_params
-from openai.types.responses import response_create_params
 from openai_samples import assert_matches_the_reference
 
 from turnfsm import Engine, tool
@@ -120,6 +118,8 @@ def _check_golden(name: str, body: dict[str, Any]) -> None:
 
 @pytest.mark.anyio
 async def test_chat_body_matches_the_golden_file(request_: LLMRequest) -> None:
+    from openai.types.chat import completion_create_params
+
     body = chat_request_body(request_, stream=True)
     _check_golden("chat_body.json", body)
     assert_matches_the_reference(body, completion_create_params.CompletionCreateParamsStreaming)
@@ -127,6 +127,8 @@ async def test_chat_body_matches_the_golden_file(request_: LLMRequest) -> None:
 
 @pytest.mark.anyio
 async def test_responses_body_matches_the_golden_file(request_: LLMRequest) -> None:
+    from openai.types.responses import response_create_params
+
     body = responses_request_body(request_, stream=True)
     _check_golden("responses_body.json", body)
     assert_matches_the_reference(body, response_create_params.ResponseCreateParamsStreaming)

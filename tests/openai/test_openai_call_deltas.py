@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import kit
@@ -17,9 +17,12 @@ from openai_loopback import LoopbackServer, Reply
 from openai_samples import text_stream, tool_call_stream
 
 from turnfsm import Engine, State
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.events import Event, ToolCallArgumentsDelta, ToolCallsRequested
 from turnfsm.model import LLMResponse, ToolCallData, ToolCallDelta
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
 
 pytestmark = pytest.mark.anyio
 
@@ -36,6 +39,8 @@ def _clear_calls() -> None:
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[OpenAIChatAdapter]:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     async with OpenAIChatAdapter(base_url=loopback.url, api_key="sk-loop", timeout=10) as adapter:
         yield adapter
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 from openai_loopback import DONE, LoopbackServer, Reply, error_body
 from openai_samples import chunk, completion, text_stream, tool_call_stream
 
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.errors import InvalidInput, LLMError, PermanentLLMError, TransientLLMError
 from turnfsm.model import (
     LLMChunk,
@@ -26,6 +24,10 @@ from turnfsm.model import (
     ToolCallData,
     ToolCallDelta,
 )
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
 
 pytestmark = pytest.mark.anyio
 
@@ -46,6 +48,8 @@ def request(**kwargs: Any) -> LLMRequest:
 
 
 def adapter(server: LoopbackServer, **kwargs: Any) -> OpenAIChatAdapter:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     return OpenAIChatAdapter(base_url=server.url, api_key=KEY, **{"timeout": 10.0, **kwargs})
 
 
@@ -139,6 +143,8 @@ async def test_not_streamed_is_one_whole_answer(loopback: LoopbackServer) -> Non
 async def test_429_with_retry_after_is_transient_and_not_retried_by_the_sdk(
     loopback: LoopbackServer,
 ) -> None:
+    import openai
+
     loopback.script(
         Reply(
             status=429,
@@ -183,6 +189,8 @@ async def test_x_should_retry_false_on_a_503_is_permanent(loopback: LoopbackServ
 
 
 async def test_401_is_permanent(loopback: LoopbackServer) -> None:
+    import openai
+
     loopback.script(
         Reply(
             status=401,
@@ -228,6 +236,8 @@ async def test_a_500_error_in_the_middle_of_a_stream(loopback: LoopbackServer) -
 
 
 async def test_a_stream_that_breaks_mid_way(loopback: LoopbackServer) -> None:
+    import openai
+
     loopback.script(Reply(events=text_stream(["one ", "two ", "three"]), break_after=3))
     async with adapter(loopback) as llm:
         err = await fail(llm)
@@ -269,6 +279,8 @@ async def test_a_chunk_of_the_wrong_shape(loopback: LoopbackServer) -> None:
 
 
 async def test_a_timeout(loopback: LoopbackServer) -> None:
+    import openai
+
     loopback.script(Reply(events=text_stream(["late"]), delay=5.0))
     async with adapter(loopback, timeout=0.3) as llm:
         err = await fail(llm)
@@ -278,6 +290,8 @@ async def test_a_timeout(loopback: LoopbackServer) -> None:
 
 
 async def test_an_unreachable_server() -> None:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -288,6 +302,10 @@ async def test_an_unreachable_server() -> None:
 
 
 async def test_a_given_client_is_used_and_left_open(loopback: LoopbackServer) -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     loopback.script(Reply(events=text_stream(["a"])), Reply(events=text_stream(["b"])))
     async with openai.AsyncOpenAI(base_url=loopback.url, api_key=KEY, max_retries=5) as client:
         llm = OpenAIChatAdapter(client, model="override-model")
@@ -302,6 +320,10 @@ async def test_a_given_client_is_used_and_left_open(loopback: LoopbackServer) ->
 
 
 async def test_a_given_client_does_not_retry(loopback: LoopbackServer) -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     loopback.script(
         Reply(status=500, json=error_body("x", "server_error")), Reply(events=text_stream(["b"]))
     )
@@ -312,6 +334,8 @@ async def test_a_given_client_does_not_retry(loopback: LoopbackServer) -> None:
 
 
 def test_a_missing_api_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_ADMIN_KEY", raising=False)
     with pytest.raises(InvalidInput, match="OPENAI_API_KEY"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kit
 import pytest
@@ -44,9 +44,12 @@ from turnfsm import (
     State,
     StopReason,
 )
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.events import Failed, Retrying
 from turnfsm.testing import FakeClock
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
 
 pytestmark = pytest.mark.anyio
 
@@ -58,6 +61,8 @@ def _clear_calls() -> None:
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[OpenAIChatAdapter]:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     async with OpenAIChatAdapter(base_url=loopback.url, api_key="sk-loop", timeout=10) as adapter:
         yield adapter
 

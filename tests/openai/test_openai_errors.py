@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from typing import TYPE_CHECKING
 
 import httpx2
-import openai
 import pytest
 
 from turnfsm.adapters.llm._openai_common import (
@@ -21,28 +21,39 @@ from turnfsm.adapters.llm._openai_common import (
     StreamErrorEvent,
     retry_after_seconds,
 )
-from turnfsm.adapters.llm.openai import map_openai_error
 from turnfsm.errors import LLMError, PermanentLLMError, TransientLLMError
+
+if TYPE_CHECKING:
+    import openai
+
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 REQUEST = httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
 
-STATUS_CLASSES: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
+
+def status_classes() -> dict[int, type[openai.APIStatusError]]:
+    """The SDK's error class of each status (a function: the SDK is imported by
+    the tests that use it, not when the module is collected)."""
+    import openai
+
+    return {
+        400: openai.BadRequestError,
+        401: openai.AuthenticationError,
+        403: openai.PermissionDeniedError,
+        404: openai.NotFoundError,
+        409: openai.ConflictError,
+        422: openai.UnprocessableEntityError,
+        429: openai.RateLimitError,
+    }
 
 
 def status_error(
     status: int, headers: dict[str, str] | None = None, message: str = "nope"
 ) -> openai.APIStatusError:
+    import openai
+
     response = httpx2.Response(status, headers=headers or {}, request=REQUEST)
-    cls = STATUS_CLASSES.get(
+    cls = status_classes().get(
         status, openai.InternalServerError if status >= 500 else openai.APIStatusError
     )
     body = {"message": message, "type": "x", "param": None, "code": None}
@@ -51,6 +62,8 @@ def status_error(
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
 def test_retryable_statuses_are_transient(status: int) -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     err = map_openai_error(status_error(status), now=NOW)
     assert isinstance(err, TransientLLMError)
     assert err.retryable is True
@@ -60,6 +73,8 @@ def test_retryable_statuses_are_transient(status: int) -> None:
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
 def test_client_errors_are_permanent(status: int) -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     err = map_openai_error(status_error(status), now=NOW)
     assert isinstance(err, PermanentLLMError)
     assert err.retryable is False
@@ -89,12 +104,16 @@ def test_client_errors_are_permanent(status: int) -> None:
     ],
 )
 def test_retry_after_headers(headers: dict[str, str], expected: float | None) -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     assert retry_after_seconds(headers, NOW) == expected
     err = map_openai_error(status_error(429, headers), now=NOW)
     assert err.retry_after == expected
 
 
 def test_x_should_retry_forces_either_way() -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     forced_off = map_openai_error(status_error(503, {"x-should-retry": "false"}), now=NOW)
     assert isinstance(forced_off, PermanentLLMError)
     assert forced_off.status == 503
@@ -106,6 +125,10 @@ def test_x_should_retry_forces_either_way() -> None:
 
 
 def test_a_status_error_without_a_json_body() -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     response = httpx2.Response(502, request=REQUEST)
     exc = openai.InternalServerError(
         "Error code: 502", response=response, body="<html>Bad Gateway</html>"
@@ -116,6 +139,10 @@ def test_a_status_error_without_a_json_body() -> None:
 
 
 def test_timeouts_and_connection_errors_are_transient() -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     timeout = map_openai_error(openai.APITimeoutError(request=REQUEST), "par")
     assert isinstance(timeout, TransientLLMError)
     assert (timeout.kind, timeout.status, timeout.partial_text) == ("timeout", None, "par")
@@ -153,6 +180,10 @@ def test_timeouts_and_connection_errors_are_transient() -> None:
 def test_an_error_inside_a_stream(
     body: dict[str, object], cls: type[LLMError], status: int | None
 ) -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     exc = openai.APIError(str(body["message"]), REQUEST, body=body)
     err = map_openai_error(exc, "half an ans")
     assert type(err) is cls
@@ -162,6 +193,8 @@ def test_an_error_inside_a_stream(
 
 
 def test_responses_stream_error_events_use_the_same_rules() -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     err = map_openai_error(StreamErrorEvent("overloaded", code="server_error"))
     assert isinstance(err, TransientLLMError)
     assert err.kind == "stream_error"
@@ -170,6 +203,8 @@ def test_responses_stream_error_events_use_the_same_rules() -> None:
 
 
 def test_malformed_and_incomplete_streams_are_transient() -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     try:
         json.loads("{not json")
     except json.JSONDecodeError as exc:
@@ -185,6 +220,10 @@ def test_malformed_and_incomplete_streams_are_transient() -> None:
 
 
 def test_other_errors_are_permanent() -> None:
+    import openai
+
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     err = map_openai_error(openai.OpenAIError("Missing credentials."))
     assert (type(err), err.kind) == (PermanentLLMError, "configuration")
     err = map_openai_error(RuntimeError("a bug"))
@@ -193,6 +232,8 @@ def test_other_errors_are_permanent() -> None:
 
 
 def test_our_own_errors_pass_through() -> None:
+    from turnfsm.adapters.llm.openai import map_openai_error
+
     mine = TransientLLMError("x", kind="timeout")
     assert map_openai_error(mine, "p") is mine
     assert mine.partial_text == "p"

@@ -7,11 +7,9 @@ comes back as the JSON text, and a refusal stays a refusal.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from openai.types.chat import completion_create_params
-from openai.types.responses import response_create_params
 from openai_loopback import DONE, LoopbackServer, Reply
 from openai_samples import (
     ResponsesStream,
@@ -23,8 +21,11 @@ from openai_samples import (
 from pydantic import BaseModel, Field
 
 from turnfsm.adapters.llm._output import strict_schema
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
 from turnfsm.model import LLMChunk, LLMRequest, LLMResponse, OutputSpec, TextDelta
+
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
 
 pytestmark = pytest.mark.anyio
 
@@ -64,10 +65,14 @@ async def run(llm: OpenAIChatAdapter | OpenAIResponsesAdapter, req: LLMRequest) 
 
 
 def chat(server: LoopbackServer, *, stream: bool = True) -> OpenAIChatAdapter:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     return OpenAIChatAdapter(base_url=server.url, api_key=KEY, timeout=10.0, stream=stream)
 
 
 def responses(server: LoopbackServer, *, stream: bool = True) -> OpenAIResponsesAdapter:
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
+
     return OpenAIResponsesAdapter(base_url=server.url, api_key=KEY, timeout=10.0, stream=stream)
 
 
@@ -85,6 +90,8 @@ def final(chunks: list[LLMChunk]) -> LLMResponse:
 
 
 def test_the_adapters_say_they_send_the_schema_natively() -> None:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
     assert OpenAIChatAdapter.native_output is True
     assert OpenAIResponsesAdapter.native_output is True
 
@@ -96,6 +103,8 @@ def test_the_adapters_say_they_send_the_schema_natively() -> None:
 async def test_chat_sends_response_format_with_the_strict_schema(
     loopback: LoopbackServer, stream: bool
 ) -> None:
+    from openai.types.chat import completion_create_params
+
     reply = Reply(events=text_stream(PIECES)) if stream else Reply(json=completion(ANSWER))
     loopback.script(reply)
     req = request()
@@ -206,6 +215,8 @@ def whole_response(events: list[dict[str, Any] | str]) -> dict[str, Any]:
 async def test_responses_sends_text_format_with_the_strict_schema(
     loopback: LoopbackServer, stream: bool
 ) -> None:
+    from openai.types.responses import response_create_params
+
     events = ResponsesStream().text(PIECES).completed()
     loopback.script(Reply(events=events) if stream else Reply(json=whole_response(events)))
     req = request(text={"verbosity": "low", "format": {"type": "text"}})

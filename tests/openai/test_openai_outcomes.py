@@ -15,10 +15,9 @@ For every body, served byte for byte by the loopback server:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kit
-import openai
 import pytest
 from canonical import WEATHER_CALLS, get_weather
 from openai_corpus import CASES, Case
@@ -27,9 +26,14 @@ from openai_samples import ResponsesStream, completion, text_stream
 
 from turnfsm import ChatContext, InternalMessage, Role
 from turnfsm.adapters.llm._openai_responses import ENCRYPTED_REASONING
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
 from turnfsm.audit import audit_records, verify_audit_log
 from turnfsm.model import LLMRequest, LLMResponse
+
+if TYPE_CHECKING:
+    import openai
+
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
 
 pytestmark = pytest.mark.anyio
 
@@ -42,6 +46,8 @@ def _clear_calls() -> None:
 
 
 def _adapter(case: Case, loopback: LoopbackServer) -> OpenAIChatAdapter | OpenAIResponsesAdapter:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
     options: dict[str, Any] = {
         "base_url": loopback.url,
         "api_key": "sk-loop",
@@ -84,6 +90,8 @@ async def _ours(case: Case, loopback: LoopbackServer) -> LLMResponse:
 
 
 async def _sdk_chat(case: Case, client: openai.AsyncOpenAI) -> Any:
+    import openai
+
     messages: Any = [{"role": "user", "content": "Hi"}]
     if not case.streamed:
         return (await client.chat.completions.create(model="gpt-4o", messages=messages)).choices[0]
@@ -111,6 +119,8 @@ async def _sdk_responses(case: Case, client: openai.AsyncOpenAI) -> Any:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 async def test_the_adapter_reads_what_the_sdk_reads(loopback: LoopbackServer, case: Case) -> None:
+    import openai
+
     ours = await _ours(case, loopback)
     loopback.script(case.reply())
     async with openai.AsyncOpenAI(base_url=loopback.url, api_key="sk", max_retries=0) as client:
@@ -392,6 +402,8 @@ async def test_turnfsm_chat_shows_the_outcome_in_one_line(
 
 
 async def test_n_above_one_fails_before_anything_is_sent(loopback: LoopbackServer) -> None:
+    from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
     llm = OpenAIChatAdapter(base_url=loopback.url, api_key="sk", timeout=10)
     async with llm, kit.make_engine(llm=llm).engine as engine:
         cid = await engine.create_context(parameters={"n": 3})
@@ -451,6 +463,7 @@ def test_the_input_items_sent_back_have_the_sdk_types() -> None:
     output-message form, which also wants the message's ``id`` and ``status``;
     they are not kept, so that one item is sent without them (see
     docs/architecture.md)."""
+    import openai
     from pydantic import TypeAdapter
 
     from turnfsm.adapters.llm._openai_responses import responses_input

@@ -4,15 +4,13 @@ round trip through the engine, errors."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 from openai_loopback import LoopbackServer, Reply, error_body
 from openai_samples import ResponsesStream
 
 from turnfsm import Engine, Role, State, tool
-from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
 from turnfsm.errors import LLMError, PermanentLLMError, TransientLLMError
 from turnfsm.model import (
     LLMChunk,
@@ -25,11 +23,17 @@ from turnfsm.model import (
 )
 from turnfsm.testing import FakeClock, SequentialIds
 
+if TYPE_CHECKING:
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
+
+
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 async def llm(loopback: LoopbackServer) -> AsyncIterator[OpenAIResponsesAdapter]:
+    from turnfsm.adapters.llm.openai import OpenAIResponsesAdapter
+
     async with OpenAIResponsesAdapter(
         base_url=loopback.url, api_key="sk-loop", timeout=10
     ) as adapter:
@@ -205,6 +209,8 @@ async def test_function_call_fragments_stream_as_deltas(
 
 
 async def test_an_http_error(loopback: LoopbackServer, llm: OpenAIResponsesAdapter) -> None:
+    import openai
+
     loopback.script(
         Reply(
             status=429,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-import openai
 import pytest
 
 from .conftest import Running
@@ -13,8 +13,10 @@ from .scripted import scripted_server
 
 WEATHER = "What's the weather in Paris?"
 
+if TYPE_CHECKING:
+    import openai
 
-Client = Callable[..., openai.OpenAI]
+    Client = Callable[..., openai.OpenAI]
 
 
 @pytest.fixture
@@ -26,6 +28,8 @@ def client() -> Iterator[Client]:
     made: list[openai.OpenAI] = []
 
     def make(server: Running, token: str = "token-alice") -> openai.OpenAI:
+        import openai
+
         sdk = openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
         made.append(sdk)
         return sdk
@@ -43,6 +47,8 @@ def test_models_lists_the_agent(server: Running, client: Client) -> None:
 
 
 def test_wrong_token_is_refused(server: Running, client: Client) -> None:
+    import openai
+
     with pytest.raises(openai.AuthenticationError):
         client(server, "nope").models.list()
 
@@ -76,6 +82,8 @@ def test_completion_imports_history_and_answers(server: Running, client: Client)
 def test_pending_approval_ends_with_a_note_and_resumes_through_api(
     server: Running, client: Client
 ) -> None:
+    import openai
+
     raw = client(server).chat.completions.with_raw_response.create(
         model="turnfsm", messages=[{"role": "user", "content": WEATHER}]
     )
@@ -138,6 +146,8 @@ def test_streamed_completion_waiting_for_approval(server: Running, client: Clien
 
 
 def test_last_message_must_be_a_user_message(server: Running, client: Client) -> None:
+    import openai
+
     with pytest.raises(openai.UnprocessableEntityError) as info:
         client(server).chat.completions.create(
             model="turnfsm", messages=[{"role": "assistant", "content": "hi"}]
@@ -221,6 +231,8 @@ def test_the_user_field_is_kept_as_the_contexts_user_parameter(
 def test_a_resent_messages_list_does_not_double_the_context(
     server: Running, client: Client
 ) -> None:
+    import openai
+
     first = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Hello"},

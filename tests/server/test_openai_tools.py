@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
 from .client_tools_kit import SEEN, Served, assert_stored_once, serve_shared
+
+if TYPE_CHECKING:
+    import openai
+
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -38,6 +41,8 @@ def served(tenants: Iterator[Served]) -> Served:
 
 @pytest.fixture
 def sdk(served: Served) -> Iterator[openai.OpenAI]:
+    import openai
+
     client = openai.OpenAI(base_url=f"{served.url}/v1", api_key=served.token, max_retries=0)
     try:
         yield client

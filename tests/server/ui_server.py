@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
 from turnfsm import Approval, Engine, tool
-from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 from turnfsm.server import ServerConfig, create_app
 
 from .conftest import TOKENS, serve_in_thread
@@ -92,6 +90,10 @@ def serve(tmp: Path, **config: Any) -> Iterator[UiServer]:
     with LoopbackServer() as model:
 
         def engine() -> Engine:
+            import openai
+
+            from turnfsm.adapters.llm.openai import OpenAIChatAdapter
+
             # no connection kept between calls: none is left open when the
             # server's event loop ends
             http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))

@@ -14,13 +14,23 @@ The ``pg_cluster`` fixture (session-wide, in ``tests/conftest.py``) yields one;
 ``search_path`` is it). Without PostgreSQL
 binaries they skip, saying so.
 
+Under xdist the run has one cluster for all its workers (:func:`shared_cluster`):
+the first worker that needs it starts it, under a lock in a folder of the run
+(keyed by xdist's ``testrunuid``), and writes its URL there; the others read
+it. No worker stops it: the controller does, by its PID, when the run ends
+(:func:`end_run`). A run killed before that leaves its cluster behind, and the
+next run's controller stops it (:func:`begin_run`): the folder of a dead run is
+known by its owner's lock, which the controller holds while it runs.
+
 ``python -m tests.storage.pg`` starts one and prints its URL until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
+import json
 import os
 import pwd
 import shutil
@@ -30,11 +40,20 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
-__all__ = ["Cluster", "find_bin_dir", "pg_cluster", "pg_url", "shared_cluster", "unprivileged_user"]
+__all__ = [
+    "Cluster",
+    "begin_run",
+    "end_run",
+    "find_bin_dir",
+    "pg_cluster",
+    "pg_url",
+    "shared_cluster",
+    "unprivileged_user",
+]
 
 NO_BINARIES = (
     "no PostgreSQL binaries: initdb/pg_ctl are neither on PATH nor in "
@@ -81,10 +100,14 @@ def free_port() -> int:
 class Cluster:
     """One running PostgreSQL server in a folder of its own (see the module)."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, folder: Path | None = None) -> None:
         self.bin_dir = bin_dir
         self.user = unprivileged_user()
-        self.folder = Path(tempfile.mkdtemp(prefix="turnfsm-pg-"))
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="turnfsm-pg-"))
+        else:
+            folder.mkdir()
+        self.folder = folder
         self.data = self.folder / "data"
         self.sockets = self.folder / "sockets"
         self.port = free_port()
@@ -123,7 +146,7 @@ class Cluster:
         options = (
             f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200"
+            "-c max_connections=400"  # the servers of every xdist worker of a run
         )
         subprocess.run(
             self._as_user(
@@ -146,6 +169,29 @@ class Cluster:
         pid_file = self.data / "postmaster.pid"
         self.pid = int(pid_file.read_text().split("\n", 1)[0])
         self._wait()
+
+    def record(self) -> dict[str, Any]:
+        """What another process needs to use (and stop) this running cluster."""
+        return {
+            "bin_dir": str(self.bin_dir),
+            "folder": str(self.folder),
+            "port": self.port,
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def attach(cls, record: dict[str, Any]) -> Cluster:
+        """The cluster another process started (its :meth:`record`)."""
+        cluster = cls.__new__(cls)
+        cluster.bin_dir = Path(record["bin_dir"])
+        cluster.user = unprivileged_user()
+        cluster.folder = Path(record["folder"])
+        cluster.data = cluster.folder / "data"
+        cluster.sockets = cluster.folder / "sockets"
+        cluster.port = int(record["port"])
+        cluster.pid = int(record["pid"])
+        cluster._databases = 0
+        return cluster
 
     def _wait(self) -> None:
         deadline = time.monotonic() + 30
@@ -184,12 +230,20 @@ class Cluster:
 
         self._databases += 1
         name = f"s{os.getpid()}_{self._databases}"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            if not self._has_tests_database(conn):
-                conn.execute("CREATE DATABASE tests TEMPLATE template0")
+        self.make_tests_database()
         with psycopg.connect(self.url_of("tests"), autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {name}".encode())
         return f"{self.url_of('tests')}?options=-csearch_path%3D{name}"
+
+    def make_tests_database(self) -> None:
+        """The ``tests`` database of :meth:`new_schema`, made if missing (a
+        cluster shared by several processes makes it once, under their lock:
+        two processes making it at once would collide)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            if not self._has_tests_database(conn):
+                conn.execute("CREATE DATABASE tests TEMPLATE template0")
 
     @staticmethod
     def _has_tests_database(conn: Any) -> bool:
@@ -214,21 +268,42 @@ class Cluster:
 
 _SHARED: list[Cluster] = []
 
+RUN_PREFIX = "turnfsm-pg-run-"
+"""The folders of the runs under xdist, in the temporary folder: ``RUN_PREFIX +
+testrunuid``, holding ``owner.lock`` (the controller's), ``cluster.lock``
+(the workers'), ``cluster.json`` (the running cluster's :meth:`Cluster.record`)
+and the cluster's own folder."""
+
+
+def _run_folder(testrunuid: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"{RUN_PREFIX}{testrunuid}"
+
+
+def _testrunuid(config: pytest.Config) -> str | None:
+    """The run's id on an xdist worker, else None (no xdist, or the controller)."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    uid = workerinput.get("testrunuid")
+    return str(uid) if uid else None
+
 
 def shared_cluster(config: pytest.Config) -> Cluster:
     """The test run's one cluster, started on first use and stopped when the run
-    ends; skips the test when there are no PostgreSQL binaries."""
+    ends; skips the test when there are no PostgreSQL binaries. On an xdist
+    worker it is the run's cluster, which the first worker to need it starts
+    (see the module)."""
     if _SHARED:
         return _SHARED[0]
     bin_dir = find_bin_dir()
     if bin_dir is None:
         pytest.skip(NO_BINARIES)
-    cluster = Cluster(bin_dir)
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
+    uid = _testrunuid(config)
+    if uid is not None and _run_folder(uid).is_dir():
+        cluster = _run_cluster(_run_folder(uid), bin_dir)
+        _SHARED.append(cluster)
+        return cluster
+    cluster = _started(Cluster(bin_dir))
     _SHARED.append(cluster)
 
     def stop() -> None:
@@ -237,6 +312,99 @@ def shared_cluster(config: pytest.Config) -> Cluster:
 
     config.add_cleanup(stop)
     return cluster
+
+
+def _started(cluster: Cluster) -> Cluster:
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _run_cluster(folder: Path, bin_dir: Path) -> Cluster:
+    """The cluster of the run whose folder is ``folder``: the one recorded
+    there, or one started now and recorded (under the workers' lock)."""
+    record = folder / "cluster.json"
+    with (folder / "cluster.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            return Cluster.attach(json.loads(record.read_text()))
+        cluster = _started(Cluster(bin_dir, folder / "cluster"))
+        try:
+            cluster.make_tests_database()
+            staged = folder / "cluster.json.new"
+            staged.write_text(json.dumps(cluster.record()))
+            staged.rename(record)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+
+_OWNER_LOCKS: list[IO[str]] = []
+
+
+def begin_run(testrunuid: str) -> None:
+    """On the xdist controller, before its workers start: make the run's folder,
+    held by the controller's lock on ``owner.lock`` until it ends; stop the
+    clusters of runs whose controller died without :func:`end_run`."""
+    _sweep_dead_runs()
+    final = _run_folder(testrunuid)
+    staging = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}new-"))
+    os.chmod(staging, 0o755)
+    lock = (staging / "owner.lock").open("a")
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    # renamed only once locked, so that another run's sweep never takes it for dead
+    staging.rename(final)
+    _OWNER_LOCKS.append(lock)
+
+
+def end_run(testrunuid: str) -> None:
+    """On the xdist controller, once its workers are done: stop the run's
+    cluster (if a worker started one) and remove the run's folder."""
+    _end_folder(_run_folder(testrunuid))
+    for lock in _OWNER_LOCKS:
+        lock.close()
+    _OWNER_LOCKS.clear()
+
+
+def _end_folder(folder: Path) -> None:
+    record = folder / "cluster.json"
+    try:
+        if record.exists():
+            cluster = Cluster.attach(json.loads(record.read_text()))
+            if _is_postmaster_of(cluster):
+                cluster.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_postmaster_of(cluster: Cluster) -> bool:
+    """Whether the cluster's PID is still its postmaster (``postgres -D DATA``),
+    not a process that took the number since."""
+    try:
+        argv = Path(f"/proc/{cluster.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(cluster.data).encode() in argv
+
+
+def _sweep_dead_runs() -> None:
+    for folder in Path(tempfile.gettempdir()).glob(f"{RUN_PREFIX}*"):
+        if folder.name.startswith(f"{RUN_PREFIX}new-") or not folder.is_dir():
+            continue
+        try:
+            lock = (folder / "owner.lock").open("a")
+        except OSError:
+            continue
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its controller still runs
+            _end_folder(folder)
 
 
 @pytest.fixture(scope="session")

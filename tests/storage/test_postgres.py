@@ -48,6 +48,7 @@ from .contract import (
     snapshot,
 )
 from .contract_reads import PartialReadsContract
+from .pg import Cluster
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -107,21 +108,24 @@ def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[An
         return cur.fetchall() if cur.description else []
 
 
-async def test_connections_the_server_dropped_are_replaced(pg_url: str) -> None:
+async def test_connections_the_server_dropped_are_replaced(pg_cluster: Cluster) -> None:
     """After a server restart (or an idle timeout) the pool's connections are
-    gone; the next call gets a fresh one instead of failing."""
-    store = PostgresStore(pg_url)
+    gone; the next call gets a fresh one instead of failing. The store has a
+    database of its own: every client backend of it is the pool's, and the
+    other tests' connections (other xdist workers share the cluster) are left
+    alone."""
+    url = pg_cluster.new_database()
+    store = PostgresStore(url)
     try:
         assert await store.list_ids() == []
         killed = sql(
-            pg_url,
+            url,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = %s OR (datname = current_database() AND pid <> "
-            "pg_backend_pid() AND backend_type = 'client backend')",
-            ("turnfsm",),
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
         )
         assert killed and all(row[0] for row in killed)
-        await gone_within(pg_url, 10)
+        await gone_within(url, 10)
         assert await store.list_ids() == []
     finally:
         await store.aclose()
@@ -133,9 +137,8 @@ async def gone_within(url: str, seconds: float, pid: int | None = None) -> None:
     ``pg_terminate_backend`` returns."""
     if pid is None:
         query = (
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'turnfsm' "
-            "OR (datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend')"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         )
         params: tuple[Any, ...] = ()
     else:
