@@ -11,7 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+
+from turnfsm.storage import open_store
+
+from .test_cli_providers import run
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("TURNFSM_", "OPENAI_"))}
 ENV.pop("PYTHONPATH", None)
@@ -61,11 +66,19 @@ def turnfsm(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def model_id(cwd: Path, url: str) -> str:
-    listed = turnfsm(cwd, "contexts", "list", "--json", "--store", url)
-    cid = json.loads(listed.stdout.splitlines()[0])["id"]
-    shown = turnfsm(cwd, "contexts", "show", cid, "--store", url)
-    return str(json.loads(shown.stdout)["config"]["model_id"])
+def model_id(cwd: Path, db: str) -> str:
+    """The model of the one context in ``cwd / db``, as the store keeps it (read
+    here: what ``contexts show`` prints of it is the store's)."""
+
+    async def stored() -> str:
+        store = open_store(f"sqlite:///{cwd / db}")
+        try:
+            (cid,) = await store.list_ids()
+            return (await store.load(cid)).config.model_id
+        finally:
+            await store.aclose()
+
+    return anyio.run(stored)
 
 
 def test_chat_takes_the_llm_and_tools_of_a_module_in_the_working_directory(app: Path) -> None:
@@ -80,7 +93,7 @@ def test_chat_takes_the_llm_and_tools_of_a_module_in_the_working_directory(app: 
     assert "The weather in Rome is 21 C and sunny." in ran.stdout
     # labelled by what it is, not "demo": the opening line and the context's model
     assert "model app:Model (--llm)" in ran.stdout
-    assert model_id(app, url) == "app:Model"
+    assert model_id(app, "chat.db") == "app:Model"
 
 
 def test_a_model_that_names_itself_is_labelled_by_its_name(app: Path) -> None:
@@ -88,17 +101,22 @@ def test_a_model_that_names_itself_is_labelled_by_its_name(app: Path) -> None:
     ran = turnfsm(app, "chat", "--llm", "app:Named", "-m", "hello", "--store", url)
     assert ran.returncode == 0, ran.stderr
     assert "model weather-7b (--llm)" in ran.stdout
-    assert model_id(app, url) == "weather-7b"
+    assert model_id(app, "named.db") == "weather-7b"
 
 
 @pytest.mark.parametrize("flag", ["--llm", "--tools"])
-def test_a_module_found_nowhere_names_the_folder_and_pythonpath(app: Path, flag: str) -> None:
+def test_a_module_found_nowhere_names_the_folder_and_pythonpath(
+    app: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in this process: the command puts its working directory on sys.path, as
+    # the script does; the test's own is restored after
+    monkeypatch.setattr(sys, "path", list(sys.path))
     demo = ["--demo"] if flag == "--tools" else []  # the model, when it is not the one named
-    ran = turnfsm(app, "chat", *demo, "-m", "hi", flag, "nothere:x")
-    assert ran.returncode == 2
-    assert "Traceback" not in ran.stderr and ran.stderr.count("\n") == 1, ran.stderr
-    assert f"{flag} 'nothere:x': no module named 'nothere'" in ran.stderr
-    assert str(app) in ran.stderr and "PYTHONPATH" in ran.stderr
+    ran = run(app, "chat", *demo, "-m", "hi", flag, "nothere:x")
+    assert ran.code == 2
+    assert "Traceback" not in ran.err and ran.err.count("\n") == 1, ran.err
+    assert f"{flag} 'nothere:x': no module named 'nothere'" in ran.err
+    assert str(app) in ran.err and "PYTHONPATH" in ran.err
 
 
 def test_record_records_the_model_it_is_given(app: Path) -> None:

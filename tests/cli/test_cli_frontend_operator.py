@@ -26,6 +26,8 @@ if str(TESTS / "openai") not in sys.path:  # its loopback server and bodies, by 
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
+from .test_cli_providers import run  # noqa: E402
+
 pytest.importorskip("fastapi")
 
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
@@ -122,9 +124,6 @@ def test_frontend_operator_as_user_sends_a_named_user_message(tmp_path: Path) ->
 
 
 def test_an_unknown_mode_is_refused_by_the_parser(tmp_path: Path) -> None:
-    ran = subprocess.run(
-        [TURNFSM, "serve", "--frontend-operator-as", "system", "--store", "memory://"],
-        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert ran.returncode == 2
-    assert "--frontend-operator-as: invalid choice: 'system'" in ran.stderr
+    ran = run(tmp_path, "serve", "--frontend-operator-as", "system", "--store", "memory://")
+    assert ran.code == 2
+    assert "--frontend-operator-as: invalid choice: 'system'" in ran.err

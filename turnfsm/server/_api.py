@@ -10,11 +10,9 @@ import anyio
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ..audit import audit_jsonl, audit_records, verify_audit_log
 from ..engine import UNSET, Turn
 from ..errors import InvalidInput, RenderError, StoreError
 from ..model import ChatContext, MessageNode
-from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
 from ._calls import create_from, decide_calls, post_message, run_call, tenant_contexts
 from ._deps import HubOf, Owned, Tenant, Wait, cursor_of, digits
 from ._errors import ApiError, error_response
@@ -304,9 +302,13 @@ async def switch(hub: HubOf, context_id: Owned, body: SwitchIn) -> TurnOut:
 
 
 # ---------------------------------------------------------------------- audit and diagrams
+# turnfsm.audit and turnfsm.render are imported by the first such request:
+# a server that is never asked for one does not start with them
 
 
 async def audit_text(hub: Hub, context_id: str) -> str:
+    from ..audit import audit_jsonl, audit_records
+
     ctx = await stored(hub, context_id)
     steps = await hub.engine.steps(context_id)
     return audit_jsonl(audit_records(context_id, steps, ctx.message_pool.values()))
@@ -324,6 +326,8 @@ async def audit(hub: HubOf, context_id: Owned) -> Response:
 
 @router.get("/api/contexts/{context_id}/audit/verify", tags=["audit"])
 async def audit_verify(hub: HubOf, context_id: Owned) -> VerifyOut:
+    from ..audit import verify_audit_log
+
     lines = [ln for ln in (await audit_text(hub, context_id)).split("\n") if ln]
     result = verify_audit_log(lines)
     return VerifyOut(
@@ -344,6 +348,8 @@ async def audit_verify(hub: HubOf, context_id: Owned) -> VerifyOut:
 async def diagram(
     hub: HubOf, context_id: Owned, format: Literal["mermaid", "svg"] = "mermaid"
 ) -> Response:
+    from ..render import dot_source, mermaid_state_diagram, path_from_steps, render_svg
+
     ctx = (await hub.outline(context_id)).context
     steps = await hub.engine.steps(context_id)
     path = path_from_steps(steps, start=ctx.created_at)

@@ -31,7 +31,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..adapters.inbound import InboundMessage, said_by
-from ..adapters.inbound.importers import import_openai_messages
 from ..engine import Turn
 from ..engine._output import TypedOutput
 from ..errors import InvalidInput
@@ -204,6 +203,8 @@ def _resent(earlier: list[dict[str, Any]]) -> list[InboundMessage]:
     body carries of them (no tool messages, no calls without text)."""
     if not earlier:
         return []
+    from ..adapters.inbound.importers import import_openai_messages  # a first message needs none
+
     return said_by(import_openai_messages(earlier).history())
 
 
@@ -223,6 +224,8 @@ async def _context_for(
     # over the tenant's turn limit: 429 before a context is made
     async with hub.reserve(who):
         if earlier:
+            from ..adapters.inbound.importers import import_openai_messages
+
             # ids from the engine's factory, as a context made here gets them
             ctx = import_openai_messages(earlier, ids=hub.engine.new_id)
             # the server's model, as a context made here gets it

@@ -23,12 +23,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
-from ..adapters.inbound.importers import import_session_records
-from ..adapters.outbound.exporters import (  # records in the session JSON format's shapes
-    export_session_records,
-    message_record,
-    tool_record,
-)
+# the session format's exporters (and the importers they use) are imported by
+# the first sessions request that needs them, not by the server's start
 from ..engine import Subscription, Turn
 from ..errors import ContextNotFound, InvalidInput, TurnFSMError
 from ..events import STREAMED_KINDS, Event, EventsMissed, MessageCompleted, StateChanged, ToolResult
@@ -119,6 +115,8 @@ def _content(body: ChatIn) -> list[ContentPart]:
     if not body.binary_content:
         return parts
     record = {"type": "message", "role": "user", "binary_content": body.binary_content}
+    from ..adapters.inbound.importers import import_session_records  # few requests attach
+
     try:
         ctx = import_session_records([record])
     except InvalidInput as exc:
@@ -139,6 +137,8 @@ def _content(body: ChatIn) -> list[ContentPart]:
 
 def _record(msg: InternalMessage) -> dict[str, Any]:
     """A message record; a refusal, which the format has no place for, as ``refusal``."""
+    from ..adapters.outbound.exporters import message_record
+
     record = message_record(msg)
     if msg.refusal is not None:
         record["refusal"] = msg.refusal
@@ -147,6 +147,8 @@ def _record(msg: InternalMessage) -> dict[str, Any]:
 
 def _thinking_record(msg: InternalMessage) -> dict[str, Any]:
     """An assistant message's thinking, as a message record of its own."""
+    from ..adapters.outbound.exporters import message_record
+
     record = message_record(msg)
     return {**record, "content": msg.thinking, "binary_content": [], "thinking": True}
 
@@ -232,6 +234,8 @@ class _Feed:
             call = self.calls.get(done.request_id) if done is not None else None
             if call is None:
                 return []  # a result with no call: not a record the format has
+            from ..adapters.outbound.exporters import tool_record
+
             return [_sse("tool_result", tool_record(call, msg, msg))]
         out: list[bytes] = []
         if msg.thinking:
@@ -330,6 +334,8 @@ async def list_sessions(
 @router.get("/sessions/{session_id}")
 async def get_session(hub: HubOf, session_id: str, who: Tenant) -> SessionRecords:
     """The session and its records (the active branch in the session format)."""
+    from ..adapters.outbound.exporters import export_session_records
+
     ctx = await hub.engine.store.load(await _session(hub, session_id, who))
     exported = export_session_records(ctx)
     waiting = ctx.pending_tool_calls()

@@ -24,8 +24,10 @@ them. They live in the store's own database, beside its tables:
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -34,8 +36,10 @@ from ..errors import StoreError
 from ..events import STREAMED_KINDS, Event, event_bytes
 from ._base import Store
 from ._logtypes import Deliver, EventLog, LogNote, LogRow, OnConnect
-from ._sqlite import SQLiteStore
-from ._sqlite_threads import SQLiteThreads
+
+if TYPE_CHECKING:
+    from ._log_reader import LogReader
+    from ._sqlite import SQLiteStore
 
 __all__ = [
     "POLL_INTERVAL",
@@ -139,7 +143,8 @@ class SQLiteEventLog:
     :func:`open_event_log` does), its writes are writes of the store's
     writer thread, in its next group (one transaction and one sync with the
     commits waiting there), and its reads run on a reader thread and
-    connection of its own (:class:`_LogReader`, made on the first read), so
+    connection of its own (:class:`~turnfsm.storage._log_reader.LogReader`,
+    made on the first read), so
     that a request's tenant lookup or a replay never waits behind a context
     the engine loads, nor the other way round. Given a path alone, a
     connection per call, on a worker thread. That was what a busy server did
@@ -164,7 +169,7 @@ class SQLiteEventLog:
         self.path = str(path)
         self.poll_interval = poll_interval
         self._store = store
-        self._reader: _LogReader | None = None
+        self._reader: LogReader | None = None
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
@@ -200,7 +205,9 @@ class SQLiteEventLog:
             )
         reader = self._reader
         if reader is None:
-            reader = self._reader = _LogReader(store)
+            from ._log_reader import LogReader  # with the store's threads, as its first read
+
+            reader = self._reader = LogReader(store)
         return await reader._submit(
             lambda conn: _statement(conn, sql, args, many), reader=True, durable=True
         )
@@ -310,23 +317,6 @@ class SQLiteEventLog:
             await reader._stop()
 
 
-class _LogReader(SQLiteThreads):
-    """The reader thread and connection of a store's event log: the store's
-    machinery (:class:`~turnfsm.storage._sqlite_threads.SQLiteThreads`),
-    reads only, on a connection made as the store makes its own."""
-
-    def __init__(self, store: SQLiteStore) -> None:
-        self.path = store.path
-        self.synchronous = store.synchronous
-        self.busy_timeout = store.busy_timeout
-        self._damage = None
-        self._closed = False
-        self._writeq = None
-        self._readq = None
-        self._conn = None
-        self._rconn = store._connect()
-
-
 def _statement(
     conn: sqlite3.Connection, sql: str, args: Sequence[object], many: bool
 ) -> list[tuple]:  # type: ignore[type-arg]
@@ -339,7 +329,10 @@ def _statement(
 def open_event_log(store: Store) -> EventLog:
     """The event log and tenant table beside ``store`` (not opened yet: call
     :meth:`EventLog.open`)."""
-    if isinstance(store, SQLiteStore):
+    # a SQLiteStore's module is imported before one is made: a server on
+    # another store does not import it (and build its SQL's adapters) to ask
+    sqlite = sys.modules.get(f"{__package__}._sqlite")
+    if sqlite is not None and isinstance(store, sqlite.SQLiteStore):
         return SQLiteEventLog(store.path, store=store)
     from ._postgres import PostgresStore  # no psycopg needed to import it
 

@@ -11,28 +11,16 @@ bearer token.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
-from ...audit import AuditRecord, audit_jsonl, audit_records, verify_audit_log
 from ...engine._offered import offered_tools, tool_summary
 from ...errors import InvalidInput, RenderError
 from ...model import ChatContext
-from ...render import (
-    PathDiff,
-    declared_edges,
-    declared_nodes,
-    diff_paths,
-    dot_source,
-    path_from_steps,
-    render_svg,
-    sequence_rows,
-    turn_starts,
-)
 from ...states import RESTING
 from .._calls import create_from, decide_calls, post_message, run_call, tenant_contexts
 from .._deps import hub_of
@@ -68,6 +56,13 @@ from ._views import (
     svg_body,
     verdict_text,
 )
+
+if TYPE_CHECKING:
+    from ...audit import AuditRecord
+    from ...render import PathDiff
+
+# turnfsm.audit and turnfsm.render are imported by the first page that shows
+# them: a server whose web view is not opened does not start with them
 
 __all__ = ["router"]
 
@@ -171,6 +166,8 @@ async def contexts_page(request: Request) -> Response:
         }
         for s in shown[offset : offset + PAGE_SIZE]
     ]
+    from ...render import declared_nodes
+
     states = sorted({*(str(n.state) for n in declared_nodes())})
     return render(
         request,
@@ -366,6 +363,8 @@ async def tenant_events_page(request: Request) -> Response:
 
 
 async def _audit(request: Request, ctx: ChatContext) -> tuple[list[AuditRecord], Any]:
+    from ...audit import audit_records
+
     steps = await hub_of(request).engine.steps(ctx.id)
     return audit_records(ctx.id, steps, ctx.message_pool.values()), steps
 
@@ -374,6 +373,8 @@ async def _audit(request: Request, ctx: ChatContext) -> tuple[list[AuditRecord],
 @pages
 async def audit_download(request: Request, context_id: str) -> Response:
     ctx = await owned(request, context_id)
+    from ...audit import audit_jsonl
+
     records, _ = await _audit(request, ctx)
     return Response(
         audit_jsonl(records),
@@ -389,6 +390,18 @@ async def audit_download(request: Request, context_id: str) -> Response:
 @router.get("/contexts/{context_id}/audit")
 @pages
 async def audit_page(request: Request, context_id: str) -> Response:
+    from ...audit import audit_jsonl, verify_audit_log
+    from ...render import (
+        declared_edges,
+        declared_nodes,
+        diff_paths,
+        dot_source,
+        path_from_steps,
+        render_svg,
+        sequence_rows,
+        turn_starts,
+    )
+
     ctx = await owned(request, context_id)
     records, steps = await _audit(request, ctx)
     lines = [ln for ln in audit_jsonl(records).split("\n") if ln]

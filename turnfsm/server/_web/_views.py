@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._numbers import whole_number
 from ...engine._output import unfenced
 from ...model import ApprovalStatus, MessageNode, Role, ToolCallRequest
 from ...model._json import loads_json
 from ...model._message import FilePart, ImagePart
-from ...render import PathDiff, RunPath, path_from_steps
 from ...states import CHANGES
 from ...storage import StepLog
 from ...tools import QuestionTool
+
+if TYPE_CHECKING:  # turnfsm.render is imported by the page that shows a path
+    from ...render import PathDiff, RunPath
 
 MAX_PAGE_NUMBER = 10**9
 """The largest ``?offset=`` or ``?turn=`` a page reads."""
@@ -68,6 +70,8 @@ def branch_paths(steps: Sequence[StepLog], branches: Sequence[str]) -> dict[str,
     the active branch, after those of the branch it was forked from up to the
     fork (a fork makes the new branch active; a switch changes the active one).
     The first branch is ``main`` (or the first of ``branches``)."""
+    from ...render import path_from_steps
+
     first = "main" if "main" in branches or not branches else branches[0]
     taken: dict[str, list[StepLog]] = {first: []}
     active = first
