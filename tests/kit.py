@@ -118,20 +118,25 @@ def wait_ready(
             return ""
         return log() if callable(log) else log.read_text(errors="replace")
 
-    deadline = time.monotonic() + within
     last = "no answer"
-    while True:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the server exited ({process.returncode}):\n{said()}")
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"{url}{path} not ready in {within:g} s ({last}):\n{said()}")
-        try:
-            answer = httpx.get(url + path, timeout=left)
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        else:
-            if answer.status_code == 200:
-                return
-            last = f"{answer.status_code} {answer.text[:200]}"
-        time.sleep(0.05)
+    # one client for every try, as each new client (httpx.get makes one) loads
+    # the system's CA certificates again, which cost more CPU than the server's
+    # start while a loaded machine keeps the test polling; the bound starts once
+    # it is made, so a short one still gets a try on a loaded machine
+    with httpx.Client() as client:
+        deadline = time.monotonic() + within
+        while True:
+            if process is not None and process.poll() is not None:
+                raise AssertionError(f"the server exited ({process.returncode}):\n{said()}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{url}{path} not ready in {within:g} s ({last}):\n{said()}")
+            try:
+                answer = client.get(url + path, timeout=left)
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            else:
+                if answer.status_code == 200:
+                    return
+                last = f"{answer.status_code} {answer.text[:200]}"
+            time.sleep(0.05)

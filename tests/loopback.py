@@ -17,6 +17,7 @@ a whole body is ``body`` with the reply's status and headers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import sys
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
 
+import pytest
+
 __all__ = [
     "Case",
     "Handler",
@@ -35,6 +38,7 @@ __all__ = [
     "Recorded",
     "ScriptedServer",
     "cut_inside_characters",
+    "one_ssl_context",
     "serving",
 ]
 
@@ -249,3 +253,18 @@ def cut_inside_characters(chunks: list[bytes]) -> list[bytes]:
         at = cut
     out.append(whole[at:])
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_ssl_context() -> Iterator[None]:
+    """Every OpenAI and Anthropic client of a conftest that imports this
+    shares one SSL context, as each new client would load the system's CA
+    certificates again and those tests make one or two a test; the loopback is
+    plain HTTP, where none is used."""
+    import httpcore2  # both SDKs' transport, imported with them
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            httpcore2, "default_ssl_context", functools.cache(httpcore2.default_ssl_context)
+        )
+        yield

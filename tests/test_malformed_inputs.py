@@ -59,13 +59,17 @@ def _cycle() -> Any:
 
 
 async def _snapshot(path: Path) -> dict[str, str]:
-    """Every stored context, as JSON, read by a fresh engine."""
-    async with Engine(store=SQLiteStore(path)) as engine:
+    """Every stored context, as JSON, read by a store of its own (what a fresh
+    engine reads through, without building the engine around it)."""
+    store = SQLiteStore(path)
+    try:
         out = {}
-        for summary in await engine.store.list_contexts():
-            ctx = await engine.store.load(summary.id)
+        for summary in await store.list_contexts():
+            ctx = await store.load(summary.id)
             out[summary.id] = records.to_json(ctx).decode()
         return out
+    finally:
+        await store.aclose()
 
 
 # --------------------------------------------------------------------------- API arguments
@@ -388,7 +392,7 @@ async def test_adapter_answer(case: str, store_path: Path) -> None:
         with anyio.fail_after(DEADLINE):
             turn = await engine.send(cid, "hi")
         assert turn.state in RESTING, f"{case}: ended in {turn.state}"
-    await _snapshot(store_path)  # loads in a fresh engine
+    await _snapshot(store_path)  # loads afresh
     fallback = ScriptedLLM([{"text": "again"}] * 5)
     async with Engine(llm=fallback, tools=[echo, guarded], store=SQLiteStore(store_path)) as e2:
         with anyio.fail_after(DEADLINE):

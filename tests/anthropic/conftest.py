@@ -17,7 +17,7 @@ import pytest
 # tests/kit.py and tests/canonical.py are imported by name
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from anthropic_loopback import LoopbackServer
-from loopback import serving
+from loopback import one_ssl_context, serving  # noqa: F401 (a fixture, applied to this folder)
 
 
 @pytest.fixture

@@ -154,14 +154,17 @@ class HttpServer:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, "the HTTP fault server exited"
-            try:
-                httpx.get(self.url, timeout=1)
-                return
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "the HTTP fault server did not start"
-                time.sleep(0.1)
+        # one client for every try: each new one (httpx.get makes one)
+        # loads the CA certificates again
+        with httpx.Client() as client:
+            while True:
+                assert self.proc.poll() is None, "the HTTP fault server exited"
+                try:
+                    client.get(self.url, timeout=1)
+                    return
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, "the HTTP fault server did not start"
+                    time.sleep(0.1)
 
     def stop(self) -> None:
         self.proc.kill()

@@ -173,9 +173,11 @@ def _submitted(db: Path) -> None:
     anyio.run(go)
 
 
-def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+def _scrape(
+    client: httpx.Client, url: str
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
     try:
-        text = httpx.get(url, timeout=5).text
+        text = client.get(url, timeout=5).text
     except httpx.TransportError:
         return None
     return {
@@ -201,12 +203,15 @@ def test_worker_metrics_after_a_submitted_turn(tmp_path: Path) -> None:
     try:
         values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-            values = _scrape(f"http://127.0.0.1:{port}/metrics") or {}
-            if values.get(claim_done):
-                break
-            time.sleep(0.1)
+        # one client for every try: each new one (httpx.get makes one)
+        # loads the CA certificates again
+        with httpx.Client() as client:
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
+                values = _scrape(client, f"http://127.0.0.1:{port}/metrics") or {}
+                if values.get(claim_done):
+                    break
+                time.sleep(0.1)
         assert values[claim_done] == 1
         assert values[("turnfsm_worker_claims_total", ())] == 1
         assert values[("turnfsm_worker_takeovers_total", ())] == 0  # freshly submitted

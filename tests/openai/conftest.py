@@ -10,7 +10,7 @@ import pytest
 
 # tests/canonical.py (what the canonical-trace tests share) is imported by name
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loopback import serving
+from loopback import one_ssl_context, serving  # noqa: F401 (a fixture, applied to this folder)
 from openai_loopback import LoopbackServer
 
 

@@ -57,15 +57,18 @@ def gauges(url: str, token: str | None = None) -> dict[str, float]:
 
 def until_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     deadline = time.monotonic() + READY_SECONDS
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+    # one client for every try: each new one (httpx.get makes one)
+    # loads the CA certificates again
+    with httpx.Client() as client:
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if client.get(url, timeout=5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
 
 
 def start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -6,6 +6,7 @@ sends against the table of ``docs/server.md``."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -67,11 +68,20 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         yield Running(url, db)
 
 
+@functools.cache
+def openapi_paths() -> dict[str, Any]:
+    """The OpenAPI document's paths of an app as created, built once for the
+    module: building the document is most of what listing the routes costs,
+    and the tests only read it."""
+    app = create_app(lambda: demo_engine(Path("unused.db")))
+    paths: dict[str, Any] = app.openapi()["paths"]
+    return paths
+
+
 def every_route() -> list[tuple[str, str]]:
     """(method, path) of every route the app serves: the OpenAPI document's,
     the web view's, the documentation's."""
-    app = create_app(lambda: demo_engine(Path("unused.db")))
-    out = [(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops]
+    out = [(method.upper(), path) for path, ops in openapi_paths().items() for method in ops]
     out += [(m, r.path) for r in web_router.routes for m in sorted(r.methods)]  # type: ignore[attr-defined]
     out += [("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/nowhere")]
     return sorted(set(out))
@@ -183,10 +193,9 @@ def body_routes() -> list[tuple[str, str, bool]]:
     """(method, path, whether it reads a body) of every POST and PUT route:
     those of the OpenAPI document with a request body, and the web view's
     forms (all but ``/logout``)."""
-    app = create_app(lambda: demo_engine(Path("unused.db")))
     reads = {
         (method.upper(), path)
-        for path, ops in app.openapi()["paths"].items()
+        for path, ops in openapi_paths().items()
         for method, op in ops.items()
         if "requestBody" in op
     }
