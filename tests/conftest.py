@@ -29,14 +29,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` starts two workers per core: the tests
+    """``-n auto`` starts three workers per core: the tests
     spend much of their time waiting (on the ``turnfsm`` processes, servers and
     databases they start, on timeouts), so a worker per core leaves the cores
     idle for part of the run. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides
     when it is set (xdist's own reading of it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return 2 * len(os.sched_getaffinity(0))
+    return 3 * len(os.sched_getaffinity(0))
 
 
 def _xdist_run(config: pytest.Config) -> str | None:

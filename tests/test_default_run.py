@@ -86,12 +86,12 @@ def test_the_sweep_marker_is_skipped_unless_selected() -> None:
     assert '"sweep",' in conftest
 
 
-def test_auto_starts_two_workers_per_core(
+def test_auto_starts_three_workers_per_core(
     pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
     workers = pytestconfig.hook.pytest_xdist_auto_num_workers(config=pytestconfig)
-    assert workers == 2 * len(os.sched_getaffinity(0))
+    assert workers == 3 * len(os.sched_getaffinity(0))
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")  # still xdist's to read
     assert pytestconfig.hook.pytest_xdist_auto_num_workers(config=pytestconfig) == 5
 
