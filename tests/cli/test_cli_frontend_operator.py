@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from kit import wait_ready
+from kit import skip_without, wait_ready
+
+skip_without("fastapi")
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS / "openai") not in sys.path:  # its loopback server and bodies, by name
@@ -27,8 +28,6 @@ from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
 from .test_cli_providers import PACKAGE_ROOT, run  # noqa: E402
-
-pytest.importorskip("fastapi")
 
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
 ENV = {

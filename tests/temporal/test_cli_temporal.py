@@ -28,12 +28,13 @@ import httpx
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
-from kit import wait_ready
+from kit import skip_without, wait_ready
 
 from temporal.devserver import DevServer, RunningServer, _free_port
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
-pytest.importorskip("fastapi", reason="the server extra is not installed")
+
+skip_without("fastapi", reason="the server extra is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = [
