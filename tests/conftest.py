@@ -51,27 +51,28 @@ def _xdist_run(config: pytest.Config) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under xdist the workers share one PostgreSQL cluster
-    (``tests/storage/pg.py``): the controller names the run (xdist's
+    (``tests/storage/pg.py``) and one Temporal dev server
+    (``tests/temporal/devserver.py``): the controller names the run (xdist's
     ``--testrunuid``, which xdist hands to each worker) before the workers
-    start, and makes the run's folder where the first worker to need the
-    cluster records it."""
+    start, and makes the run's folder where the first worker to need a server
+    records it (``tests/run_folder.py``)."""
     if config.getoption("dist", "no") == "no" or hasattr(config, "workerinput"):
         return
     if config.getoption("tx", None) and config.getoption("testrunuid", None) is None:
         config.option.testrunuid = uuid.uuid4().hex
     uid = _xdist_run(config)
     if uid is not None:
-        from storage.pg import begin_run
+        from run_folder import begin_run
 
         begin_run(uid)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The controller stops the run's PostgreSQL cluster once every worker is
-    done (workers never stop it)."""
+    """The controller stops the run's shared servers once every worker is
+    done (workers never stop them)."""
     uid = _xdist_run(config)
     if uid is not None:
-        from storage.pg import end_run
+        from run_folder import end_run
 
         end_run(uid)
 

@@ -16,6 +16,11 @@ cases are long (each starts ``turnfsm`` again, or is a seed of a random
 sweep): the first runs in the README's test command, the others only with
 ``-m sweep`` (CI's step of its own).
 
+``skip_without(name)`` skips a test module when an optional dependency is
+not installed, without importing it as ``pytest.importorskip`` would: the
+server's stack is a second of CPU, which every xdist worker would pay at
+collection whether or not it runs a test that needs it.
+
 ``examples(n)`` is how many examples a property test draws: a fifth of ``n``
 (at least ten) in the README's test command, where each property shows it
 holds on a sample, and all ``n`` with ``TURNFSM_EXAMPLES=full``, which CI sets
@@ -24,6 +29,7 @@ in a step of its own for the hypothesis tests (``-m hypothesis``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import time
@@ -44,12 +50,20 @@ __all__ = [
     "examples",
     "first_by_default",
     "make_engine",
+    "skip_without",
     "wait_ready",
 ]
 
 READY_WITHIN = 300.0
 """Seconds a server may take to get ready before a test gives up: a bound
 against a server that never comes up, not a measure of how fast it starts."""
+
+
+def skip_without(name: str, reason: str | None = None) -> None:
+    """Skip the calling module (at its top level) when ``name`` cannot be
+    found; found, it is imported only where a test uses it."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(reason or f"could not import {name!r}", allow_module_level=True)
 
 
 FULL_EXAMPLES = os.environ.get("TURNFSM_EXAMPLES") == "full"

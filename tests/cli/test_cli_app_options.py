@@ -16,10 +16,10 @@ import pytest
 
 from turnfsm.storage import open_store
 
-from .test_cli_providers import run
+from .test_cli_providers import PACKAGE_ROOT, run
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("TURNFSM_", "OPENAI_"))}
-ENV.pop("PYTHONPATH", None)
+ENV["PYTHONPATH"] = PACKAGE_ROOT  # the code under test, and nothing else of our path
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
 
 APP = '''\

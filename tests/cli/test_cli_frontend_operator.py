@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from kit import wait_ready
+from kit import skip_without, wait_ready
+
+skip_without("fastapi")
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS / "openai") not in sys.path:  # its loopback server and bodies, by name
@@ -26,9 +27,7 @@ if str(TESTS / "openai") not in sys.path:  # its loopback server and bodies, by 
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
-from .test_cli_providers import run  # noqa: E402
-
-pytest.importorskip("fastapi")
+from .test_cli_providers import PACKAGE_ROOT, run  # noqa: E402
 
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
 ENV = {
@@ -36,7 +35,7 @@ ENV = {
     for k, v in os.environ.items()
     if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
 }
-ENV.pop("PYTHONPATH", None)
+ENV["PYTHONPATH"] = PACKAGE_ROOT  # the code under test, and nothing else of our path
 BODY = json.loads((TESTS / "fixtures" / "import" / "request_frontend_operator.json").read_text())
 """The formats' example of a frontend operator's current message."""
 MARKED = (

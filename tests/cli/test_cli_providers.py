@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import turnfsm
 import turnfsm.adapters.llm as llm_package
 from turnfsm.cli import build_parser, main
 from turnfsm.cli._errors import CLIError
@@ -76,13 +77,20 @@ def run(cwd: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = "
     return Ran(code, out.getvalue(), err.getvalue())
 
 
+PACKAGE_ROOT = str(Path(turnfsm.__file__).resolve().parents[1])
+"""The folder holding the ``turnfsm`` package under test: a ``turnfsm`` process
+gets it as its one ``PYTHONPATH`` entry, so that it runs the code under test,
+not whatever tree the package is installed from, and nothing else of the
+test's own path."""
+
+
 def _inherited(environ: dict[str, str]) -> dict[str, str]:
-    return {
+    kept = {
         k: v
         for k, v in environ.items()
         if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
-        and k != "PYTHONPATH"
     }
+    return {**kept, "PYTHONPATH": PACKAGE_ROOT}
 
 
 ENV = _inherited(dict(os.environ))
@@ -169,7 +177,23 @@ def _blocking(tmp_path: Path, module: str) -> dict[str, str]:
     site = tmp_path / "blocked"
     site.mkdir()
     (site / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
-    return {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": os.pathsep.join([str(site), PACKAGE_ROOT])}
+
+
+def test_a_turnfsm_process_runs_the_code_under_test(tmp_path: Path) -> None:
+    """The environment of the ``turnfsm`` processes (``ENV``) imports the
+    package under test, not the tree it is installed from."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import turnfsm; print(turnfsm.__file__)"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve() == Path(turnfsm.__file__).resolve()
 
 
 # ---------------------------------------------------------------------- Claude, by hand

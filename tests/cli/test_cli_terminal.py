@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from kit import READY_WITHIN  # tests/ is on sys.path
+
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("TURNFSM_", "OPENAI_"))}
 TURNFSM = str(Path(sys.executable).parent / "turnfsm")
 # the pty becomes the process's controlling terminal, as a shell's is: the
@@ -157,7 +159,10 @@ def test_sigterm_during_an_mcp_call_stops_the_server_and_exits_143(tmp_path: Pat
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 60
+        # two interpreters start (turnfsm, the MCP server) and shake hands before
+        # the call: a start-up, bounded as the suite bounds a server's (a bound
+        # against one that never comes, which a loaded machine's start-up stretches)
+        deadline = time.monotonic() + READY_WITHIN
         while not marker.exists() or not marker.read_text():  # the call is running
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the MCP call never started"

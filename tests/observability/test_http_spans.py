@@ -11,9 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-pytest.importorskip("fastapi")
-
+from kit import skip_without  # tests/ is on sys.path
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -21,10 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from server.conftest import serve_in_thread
 
 from turnfsm import Engine
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
 from .conftest import Provider
+
+skip_without("fastapi")
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = "00f067aa0ba902b7"
@@ -49,6 +48,8 @@ class _Ended(SpanProcessor):
 def served(
     tmp_path: Path, provider: Provider, global_spans: InMemorySpanExporter
 ) -> Iterator[tuple[str, _Ended]]:
+    from turnfsm.server import ServerConfig, create_app
+
     tp, _ = provider
     ended = _Ended("turnfsm.send")
     tp.add_span_processor(ended)

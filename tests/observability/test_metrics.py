@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from kit import skip_without  # tests/ is on sys.path
 
-pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 
 from opentelemetry import trace
@@ -22,8 +22,9 @@ from server.conftest import serve_in_thread
 
 from turnfsm import Approval, Engine, tool
 from turnfsm.observability import EngineMetrics
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
+
+skip_without("fastapi")
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 
@@ -72,6 +73,8 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path / "metrics.db"
     app = create_app(
         lambda: Engine(
@@ -178,6 +181,8 @@ def test_label_values_are_bounded() -> None:
 def test_a_requests_traceparent_parents_the_turn(
     tmp_path: Path, global_spans: InMemorySpanExporter
 ) -> None:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path / "traced.db"
     app = create_app(
         lambda: Engine(llm=ScriptedLLM([{"text": "hi"}]), store=f"sqlite:///{db}"),
@@ -212,6 +217,8 @@ def test_a_requests_traceparent_parents_the_turn(
 def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
+    from turnfsm.server import ServerConfig, create_app
+
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # not installed
     monkeypatch.delitem(sys.modules, "turnfsm.observability._metrics", raising=False)
     db = tmp_path / "plain.db"
@@ -232,6 +239,8 @@ def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.fixture
 def chat_url(tmp_path: Path) -> Iterator[str]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path / "formats.db"
     answers = [{"text": f"answer {i}"} for i in range(5)]
     app = create_app(

@@ -15,7 +15,6 @@ from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.adapters.llm.scripted import AnswerSpec
 from turnfsm.model import LLMChunk, TextDelta, ToolCallDelta
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
 from .conftest import TOKENS, Running, serve_in_thread
@@ -53,6 +52,8 @@ class PiecesLLM:
 
 
 def ag_ui_server(db: Path, **config: Any) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     def factory() -> Engine:
         return Engine(llm=PiecesLLM(), tools=[add, book], store=f"sqlite:///{db}")
 

@@ -31,7 +31,6 @@ import httpx
 
 from turnfsm import Engine, tool
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
 from .conftest import serve_in_thread
@@ -123,6 +122,8 @@ def serve_shared(
     """A server for a test module (``engine`` makes its engine on a database
     file; by default the model of this module): each ``next()`` gives a test a
     tenant of its own (a token no other test uses), with ``seen`` emptied for it."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp / "tools.db"
     make = engine or _engine_on
     tokens = {f"token-tenant-{i}": f"tenant-{i}" for i in range(TENANTS)}

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-pytest.importorskip("fastapi")
-import uvicorn
-from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import skip_without, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._run import HTTP_PROTOCOL
+
+skip_without("fastapi")
+
+# the server's stack (fastapi, uvicorn, turnfsm.server) is imported by the
+# fixtures and tests that start a server, not at collection
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 
@@ -35,6 +35,10 @@ class Running:
 
 
 def serve_in_thread(app: object) -> Iterator[str]:
+    import uvicorn
+
+    from turnfsm.server._run import HTTP_PROTOCOL
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -65,6 +69,8 @@ def demo_engine(db: Path) -> Engine:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("server") / "server.db"
     app = create_app(
         lambda: demo_engine(db), ServerConfig(tokens=dict(TOKENS), max_body=64_000, heartbeat=0.5)

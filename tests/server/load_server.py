@@ -21,8 +21,6 @@ from typing import Any
 from turnfsm import Engine, RetryPolicy, tool
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._cache_options import add_cache_options, cache_settings
-from turnfsm.server import ServerConfig, load_tokens
-from turnfsm.server._run import run_server
 from turnfsm.storage import open_store
 
 TEMP_C = 15
@@ -39,6 +37,9 @@ def get_weather(city: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    from turnfsm.server import ServerConfig, load_tokens
+    from turnfsm.server._run import run_server
+
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--db", required=True, help="the SQLite file of the store")

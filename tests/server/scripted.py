@@ -23,7 +23,6 @@ import anyio
 
 from turnfsm import Approval, Engine, tool
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 
 from .conftest import TOKENS, Running, serve_in_thread
@@ -87,6 +86,7 @@ def scripted_server(
     db: Path, engine: dict[str, Any] | None = None, **config: Any
 ) -> Iterator[Running]:
     """The server over the scripted model (``engine``: more ``Engine`` arguments)."""
+    from turnfsm.server import ServerConfig, create_app
 
     def factory() -> Engine:
         return Engine(

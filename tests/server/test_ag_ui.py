@@ -14,7 +14,6 @@ import pytest
 
 from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
 
@@ -364,6 +363,8 @@ async def asking(request: LLMRequest) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def asks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("ag-ui-asks") / "server.db"
 
     def factory() -> Engine:

@@ -10,7 +10,6 @@ from typing import Any
 from turnfsm.engine import Turn
 from turnfsm.events import ContentDelta, EventsMissed, MessageCompleted, StateChanged
 from turnfsm.model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest
-from turnfsm.server._ag_ui_events import Translator
 from turnfsm.states import State
 
 CID = "c1"
@@ -36,6 +35,8 @@ def events_of(frames: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_what_a_lagging_stream_missed_is_sent_when_the_turn_rests() -> None:
+    from turnfsm.server._ag_ui_events import Translator
+
     run = Translator("t", "r")
     frames: list[bytes] = [run.started()]
     seen = [
@@ -80,6 +81,8 @@ def test_what_a_lagging_stream_missed_is_sent_when_the_turn_rests() -> None:
 
 
 def test_a_completed_message_adds_what_was_not_streamed_of_it() -> None:
+    from turnfsm.server._ag_ui_events import Translator
+
     run = Translator("t", "r")
     done = MessageCompleted(
         context_id=CID, seq=3, timestamp=0, message_id="m2", message=assistant("Whole.")

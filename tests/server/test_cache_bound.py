@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kit import skip_without  # tests/ is on sys.path
 
-pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +29,8 @@ from turnfsm.cli._cache_options import (
     SERVER_MAX_LOADED_MESSAGES,
     cache_settings,
 )
+
+skip_without("fastapi")
 
 CONTEXTS = 8
 """Contexts served, each with one turn: more than either bound below allows."""

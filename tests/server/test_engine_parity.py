@@ -15,7 +15,6 @@ import pytest
 
 from turnfsm import Engine, Mode
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
 
@@ -49,6 +48,8 @@ async def answer(request: LLMRequest) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db: Path = tmp_path_factory.mktemp("parity") / "server.db"
 
     def factory() -> Engine:

@@ -16,8 +16,6 @@ from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.model import LLMChunk, LLMRequest
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._app import FAVICON
 
 from .conftest import serve_in_thread
 
@@ -40,6 +38,8 @@ def _id_shape(cid: str) -> str:
 
 
 def test_every_way_of_making_a_context_gives_it_the_model_that_is_called(tmp_path: Path) -> None:
+    from turnfsm.server import ServerConfig, create_app
+
     llm = Recording()
     app = create_app(
         lambda: Engine(llm=llm, tools=[get_weather], store=f"sqlite:///{tmp_path / 'm.db'}"),
@@ -87,6 +87,9 @@ def test_every_way_of_making_a_context_gives_it_the_model_that_is_called(tmp_pat
 
 
 def test_first_use_answers(tmp_path: Path) -> None:
+    from turnfsm.server import ServerConfig, create_app
+    from turnfsm.server._app import FAVICON
+
     app = create_app(
         lambda: Engine(
             llm=DemoLLM(delay=0.0), tools=[get_weather], store=f"sqlite:///{tmp_path / 'f.db'}"
@@ -143,6 +146,8 @@ def test_first_use_answers(tmp_path: Path) -> None:
 def test_a_second_message_while_a_turn_is_queued_for_a_worker_is_busy(tmp_path: Path) -> None:
     """No worker runs: the first turn stays queued. The second message is
     refused as the in-process server refuses one while a turn runs."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = f"sqlite:///{tmp_path / 'w.db'}"
     app = create_app(
         lambda: Engine(llm=DemoLLM(delay=0.0), tools=[get_weather], store=db),

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from turnfsm.observability import TraceContextMiddleware
-from turnfsm.server._gate import Gate
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:
@@ -19,6 +18,8 @@ def _scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:
 
 
 def test_the_first_host_and_length_count_and_a_traceparent_takes_the_traced_app() -> None:
+    from turnfsm.server._gate import Gate
+
     gate = Gate(_app, limit=100, open_host_check=True)
     assert isinstance(gate.traced, TraceContextMiddleware)
     assert gate.traced.app is _app

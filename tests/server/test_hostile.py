@@ -21,9 +21,6 @@ from turnfsm._numbers import whole_number
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.errors import InvalidInput
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._errors import _STATUS
-from turnfsm.server._web._routes import router as web_router
 
 from .conftest import TOKENS, Running, demo_engine, serve_in_thread
 from .test_events import read_events, until
@@ -50,6 +47,8 @@ BAD_NUMBERS = [
 @pytest.fixture(scope="module")
 def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """No tokens: one tenant, the loopback only."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("open") / "server.db"
     app = create_app(lambda: demo_engine(db), ServerConfig(max_body=64_000, heartbeat=0.5))
     for url in serve_in_thread(app):
@@ -58,6 +57,8 @@ def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("slow") / "server.db"
 
     def factory() -> Engine:
@@ -73,6 +74,8 @@ def openapi_paths() -> dict[str, Any]:
     """The OpenAPI document's paths of an app as created, built once for the
     module: building the document is most of what listing the routes costs,
     and the tests only read it."""
+    from turnfsm.server import create_app
+
     app = create_app(lambda: demo_engine(Path("unused.db")))
     paths: dict[str, Any] = app.openapi()["paths"]
     return paths
@@ -81,6 +84,8 @@ def openapi_paths() -> dict[str, Any]:
 def every_route() -> list[tuple[str, str]]:
     """(method, path) of every route the app serves: the OpenAPI document's,
     the web view's, the documentation's."""
+    from turnfsm.server._web._routes import router as web_router
+
     out = [(method.upper(), path) for path, ops in openapi_paths().items() for method in ops]
     out += [(m, r.path) for r in web_router.routes for m in sorted(r.methods)]  # type: ignore[attr-defined]
     out += [("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/nowhere")]
@@ -279,6 +284,7 @@ async def test_refusals_as_busy_take_no_slot_even_all_at_once() -> None:
     import anyio
 
     from turnfsm.errors import ContextBusy
+    from turnfsm.server import ServerConfig
     from turnfsm.server._calls import create_context
     from turnfsm.server._errors import ApiError
     from turnfsm.server._hub import Hub
@@ -362,6 +368,8 @@ def test_every_response_has_the_headers_of_the_pages(server: Running) -> None:
 
 def codes_sent() -> set[tuple[int, str]]:
     """Every (status, code) the server's source can answer with."""
+    from turnfsm.server._errors import _STATUS
+
     found = {(status, code) for _, status, code in _STATUS}
     for path in SERVER.rglob("*.py"):
         tree = ast.parse(path.read_text("utf-8"))

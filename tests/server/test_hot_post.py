@@ -11,13 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fastapi.routing
 import httpx
 import pytest
-from starlette.routing import Match
-
-from turnfsm.server import ServerConfig, _hot, create_app
-from turnfsm.server._hot import MessagePost
 
 from .conftest import TOKENS, demo_engine, serve_in_thread
 
@@ -26,6 +21,9 @@ _VOLATILE = {"date", "server", "content-length"}
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from turnfsm.server import ServerConfig, create_app
+    from turnfsm.server._hot import MessagePost
+
     db = tmp_path_factory.mktemp("hot") / "s.db"
     app = create_app(lambda: demo_engine(db), ServerConfig(tokens=dict(TOKENS), max_body=4_000))
     assert isinstance(app.router.routes[0], MessagePost)
@@ -53,6 +51,8 @@ def _posted(client: httpx.Client, cid: str, body: Any, query: str = "", **kw: An
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times FastAPI solved a route's dependencies."""
+    import fastapi.routing
+
     calls: list[int] = []
     real = vars(fastapi.routing)["solve_dependencies"]
 
@@ -145,6 +145,9 @@ def test_tenants_and_unknown_contexts_as_the_declared_route(url: str) -> None:
 
 
 def test_the_hot_route_is_the_declared_one_for_openapi(tmp_path: Path) -> None:
+    from turnfsm.server import ServerConfig, create_app
+    from turnfsm.server._hot import MessagePost
+
     app = create_app(lambda: demo_engine(tmp_path / "s.db"), ServerConfig())
     hot = app.router.routes[0]
     assert isinstance(hot, MessagePost) and not hot.include_in_schema
@@ -170,6 +173,11 @@ def test_the_hot_route_matches_where_the_declared_route_does(
 ) -> None:
     """Under a root path (a mount, a proxy's prefix) the hot route takes the
     posts the declared route would, with the same context id."""
+    from starlette.routing import Match
+
+    from turnfsm.server import ServerConfig, create_app
+    from turnfsm.server._hot import MessagePost
+
     app = create_app(lambda: demo_engine(tmp_path / "s.db"), ServerConfig())
     hot = app.router.routes[0]
     assert isinstance(hot, MessagePost)
@@ -182,6 +190,8 @@ def test_the_hot_route_matches_where_the_declared_route_does(
 
 
 def test_the_hot_route_uses_no_private_starlette_module() -> None:
+    from turnfsm.server import _hot
+
     source = Path(_hot.__file__).read_text(encoding="utf-8")
     imported = [
         node.module or ""

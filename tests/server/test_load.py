@@ -31,14 +31,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
-pytest.importorskip("fastapi")
-
-from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import skip_without, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
 
 from .load_server import TEMP_C
 from .test_events import Sse
 from .test_serve import free_port
+
+skip_without("fastapi")
 
 pytestmark = [pytest.mark.load, pytest.mark.anyio]
 

@@ -8,10 +8,6 @@ import functools
 import pytest
 from kit import make_engine  # tests/ is on sys.path (no tests/__init__.py)
 
-from turnfsm.server import Hub, ServerConfig
-from turnfsm.server._channels import last_seq
-from turnfsm.server._hub import IDLE_CHANNELS, KNOWN_OWNERS
-
 pytestmark = pytest.mark.anyio
 
 CONTEXTS = 10_000
@@ -19,6 +15,9 @@ MAX_LOADED = 64
 
 
 async def test_ten_thousand_contexts_touched_leave_bounded_state() -> None:
+    from turnfsm.server import Hub, ServerConfig
+    from turnfsm.server._hub import IDLE_CHANNELS, KNOWN_OWNERS
+
     made = make_engine(lambda request: {"text": "ok"}, max_loaded=MAX_LOADED)
     hub = Hub(lambda: made.engine, ServerConfig(recover_on_start=False))
     async with hub.lifespan():
@@ -43,6 +42,10 @@ async def test_ten_thousand_contexts_touched_leave_bounded_state() -> None:
 
 
 async def test_a_channel_comes_back_with_its_recent_events() -> None:
+    from turnfsm.server import Hub, ServerConfig
+    from turnfsm.server._channels import last_seq
+    from turnfsm.server._hub import IDLE_CHANNELS
+
     made = make_engine(lambda request: {"chunks": ["a", "b"]})
     hub = Hub(lambda: made.engine, ServerConfig(recover_on_start=False))
     async with hub.lifespan():

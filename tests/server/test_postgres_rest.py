@@ -16,7 +16,6 @@ from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
-from turnfsm.server import ServerConfig, create_app
 
 from .conftest import TOKENS, Running, serve_in_thread
 from .test_events import read_events, until
@@ -34,6 +33,8 @@ def pg_server_url(pg_cluster: Cluster) -> str:
 def server(pg_server_url: str) -> Iterator[Running]:
     """The fixture of tests/server/conftest.py, on a PostgreSQL schema of its own:
     the imported tests above run against it."""
+    from turnfsm.server import ServerConfig, create_app
+
     app = create_app(
         lambda: Engine(llm=DemoLLM(delay=0.0), tools=[get_weather], store=pg_server_url),
         ServerConfig(tokens=dict(TOKENS), max_body=64_000, heartbeat=0.5),

@@ -17,8 +17,6 @@ import pytest
 
 from turnfsm import Engine
 from turnfsm.model import LLMRequest, LLMResponse, TextDelta
-from turnfsm.server import DEFAULT_TENANT, Hub, ServerConfig
-from turnfsm.server._events import _context_stream, _tenant_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +51,9 @@ def _frames(raw: bytes) -> list[dict[str, Any]]:
 async def test_a_delta_id_given_by_another_server_is_where_the_stream_goes_on(
     tmp_path: Path,
 ) -> None:
+    from turnfsm.server import Hub, ServerConfig
+    from turnfsm.server._events import _context_stream
+
     url = f"sqlite:///{tmp_path / 'chats.db'}"
     llm = _Gated()
     config = ServerConfig(recover_on_start=False, heartbeat=0.2)
@@ -100,6 +101,9 @@ async def test_the_tenant_stream_resumed_with_a_delta_id_goes_on_from_there(
     """The same on ``GET /api/events``: the position it resumes at in the
     context opens the channel there, and every later seq of the context comes
     once, as itself or inside a Resync."""
+    from turnfsm.server import DEFAULT_TENANT, Hub, ServerConfig
+    from turnfsm.server._events import _tenant_stream
+
     url = f"sqlite:///{tmp_path / 'chats.db'}"
     llm = _Gated()
     config = ServerConfig(recover_on_start=False, heartbeat=0.2)
@@ -145,6 +149,9 @@ async def test_the_tenant_stream_has_the_turns_another_process_runs(tmp_path: Pa
     """A tenant stream on one server gets the events of a context that only
     another server (or a worker) ever touched: its tenant is read from the
     table the first time one of its events comes, durable ones included."""
+    from turnfsm.server import DEFAULT_TENANT, Hub, ServerConfig
+    from turnfsm.server._events import _tenant_stream
+
     url = f"sqlite:///{tmp_path / 'chats.db'}"
     llm = _Gated()
     llm.gate.set()

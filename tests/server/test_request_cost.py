@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 
-from turnfsm.server import ServerConfig, create_app
-
 from .conftest import TOKENS, demo_engine, serve_in_thread
 
 
 def test_a_contexts_tenant_is_read_once_not_per_request(tmp_path: Path) -> None:
+    from turnfsm.server import ServerConfig, create_app
+
     app = create_app(
         lambda: demo_engine(tmp_path / "s.db"), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5)
     )

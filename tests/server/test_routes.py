@@ -4,17 +4,18 @@ matched first, the OpenAPI document lists paths as declared."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from starlette.routing import BaseRoute, Match
+from typing import TYPE_CHECKING, Any
 
 from turnfsm import Engine
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._app import HOT_ROUTES
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
 
 
 def _first_full(routes: Sequence[BaseRoute], scope: dict[str, Any]) -> Any:
     """The route that takes a request (inside an included router: the router's own)."""
+    from starlette.routing import Match
+
     for route in routes:
         if route.matches(scope)[0] is Match.FULL:
             inner = getattr(route, "original_router", None)  # FastAPI's included router
@@ -23,6 +24,9 @@ def _first_full(routes: Sequence[BaseRoute], scope: dict[str, Any]) -> Any:
 
 
 def test_the_routes_of_every_turn_are_matched_first_and_take_nothing_else() -> None:
+    from turnfsm.server import ServerConfig, create_app
+    from turnfsm.server._app import HOT_ROUTES
+
     app = create_app(lambda: Engine(), ServerConfig())
     hot = app.routes[: len(HOT_ROUTES)]
     first = [(m, r.path) for r in hot for m in r.methods]  # type: ignore[attr-defined]
@@ -47,6 +51,8 @@ def test_the_routes_of_every_turn_are_matched_first_and_take_nothing_else() -> N
 
 
 def test_the_openapi_document_lists_paths_as_declared() -> None:
+    from turnfsm.server import ServerConfig, create_app
+
     app = create_app(lambda: Engine(), ServerConfig())
     paths = list(app.openapi()["paths"])
     assert paths[:3] == ["/healthz", "/readyz", "/api/contexts"]

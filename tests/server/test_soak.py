@@ -27,12 +27,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
-pytest.importorskip("fastapi")
+from kit import skip_without  # tests/ is on sys.path
 
 from turnfsm.cli._cache_options import SERVER_MAX_LOADED_CONTEXTS, SERVER_MAX_LOADED_MESSAGES
 
 from .test_load import CLIENTS, TURNS, LoadServer, figures, run_clients, start_load_server
+
+skip_without("fastapi")
 
 pytestmark = [pytest.mark.soak, pytest.mark.anyio]
 

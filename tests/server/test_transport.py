@@ -6,11 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import uvicorn
-from uvicorn.server import ServerState
-
-from turnfsm.server._run import HTTP_PROTOCOL, HeadWithBody
-
 
 class Recorded(asyncio.Transport):
     """A transport that keeps what it is given, as the socket would get it."""
@@ -51,6 +46,8 @@ HEAD = b"HTTP/1.1 202 Accepted\r\ncontent-length: 16\r\n\r\n"
 
 
 def test_a_head_goes_out_with_the_write_after_it_and_other_writes_at_once() -> None:
+    from turnfsm.server._run import HeadWithBody
+
     async def scenario() -> list[list[bytes]]:
         real = Recorded()
         wire = HeadWithBody(real, asyncio.get_running_loop())
@@ -76,6 +73,7 @@ def test_a_head_goes_out_with_the_write_after_it_and_other_writes_at_once() -> N
 
 def test_a_head_alone_goes_out_at_the_next_turn_of_the_loop() -> None:
     """A stream's head: its first event may be long in coming."""
+    from turnfsm.server._run import HeadWithBody
 
     async def scenario() -> tuple[list[bytes], list[bytes]]:
         real = Recorded()
@@ -91,6 +89,8 @@ def test_a_head_alone_goes_out_at_the_next_turn_of_the_loop() -> None:
 
 
 def test_close_sends_a_held_head_first_and_abort_drops_it() -> None:
+    from turnfsm.server._run import HeadWithBody
+
     async def scenario() -> tuple[Recorded, Recorded]:
         loop = asyncio.get_running_loop()
         closed, aborted = Recorded(), Recorded()
@@ -108,6 +108,8 @@ def test_close_sends_a_held_head_first_and_abort_drops_it() -> None:
 
 
 def test_a_held_head_is_dropped_when_the_transport_closed_meanwhile() -> None:
+    from turnfsm.server._run import HeadWithBody
+
     async def scenario() -> Recorded:
         real = Recorded()
         wire = HeadWithBody(real, asyncio.get_running_loop())
@@ -122,6 +124,10 @@ def test_a_held_head_is_dropped_when_the_transport_closed_meanwhile() -> None:
 def test_uvicorns_response_goes_out_in_one_write() -> None:
     """uvicorn's own protocol (as ``turnfsm serve`` runs it) answers a request
     with its head and body in one write."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from turnfsm.server._run import HTTP_PROTOCOL
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         assert scope["type"] == "http"

@@ -11,13 +11,14 @@ import pytest
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
-from turnfsm.server import ServerConfig, create_app
 
 from .conftest import TOKENS, Running, serve_in_thread
 
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("limit") / "server.db"
 
     def factory() -> Engine:

@@ -11,8 +11,6 @@ import pytest
 from kit import make_engine  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.errors import ContextBusy
-from turnfsm.server import Hub, ServerConfig
-from turnfsm.server._hub import Job
 
 pytestmark = pytest.mark.anyio
 
@@ -21,6 +19,9 @@ pytestmark = pytest.mark.anyio
 async def test_stopping_cancels_the_running_calls_only_when_they_run_here(
     turns: Any, cancelled: bool
 ) -> None:
+    from turnfsm.server import Hub, ServerConfig
+    from turnfsm.server._hub import Job
+
     made = make_engine(lambda request: {"text": "ok"})
     asked: list[str] = []
     engine = made.engine

@@ -15,9 +15,6 @@ import pytest
 from server.conftest import serve_in_thread
 from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._handoff import wait_for_rest
-from turnfsm.server._models import TurnOut
 from turnfsm.testing import ScriptedLLM
 
 CITY = {
@@ -42,6 +39,8 @@ def _answer(request: LLMRequest) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from turnfsm.server import ServerConfig, create_app
+
     db: Path = tmp_path_factory.mktemp("typed") / "server.db"
     app = create_app(
         lambda: Engine(llm=ScriptedLLM(_answer), store=f"sqlite:///{db}"),
@@ -138,6 +137,9 @@ def test_the_web_view_shows_the_typed_answer(url: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_turn_a_worker_ran_is_read_back_with_its_output(tmp_path: Path) -> None:
+    from turnfsm.server._handoff import wait_for_rest
+    from turnfsm.server._models import TurnOut
+
     store = f"sqlite:///{tmp_path / 'chats.db'}"
     async with Engine(llm=ScriptedLLM([]), store=store) as server:
         cid = await server.create_context()

@@ -18,7 +18,6 @@ from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.model import ChatContext
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.storage import SQLiteStore
 
 from .conftest import TOKENS, Running, serve_in_thread
@@ -41,6 +40,8 @@ class Counting(SQLiteStore):
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Running]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path / "server.db"
 
     def factory() -> Engine:

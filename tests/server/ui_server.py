@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 
 from turnfsm import Approval, Engine, tool
-from turnfsm.server import ServerConfig, create_app
 
 from .conftest import TOKENS, serve_in_thread
 
@@ -85,6 +84,8 @@ class UiServer:
 
 def serve(tmp: Path, **config: Any) -> Iterator[UiServer]:
     """The model's loopback server and the turnfsm server over it (a SQLite file)."""
+    from turnfsm.server import ServerConfig, create_app
+
     RUNS.clear()
     db = tmp / "ui.db"
     with LoopbackServer() as model:

@@ -15,12 +15,10 @@ The ``pg_cluster`` fixture (session-wide, in ``tests/conftest.py``) yields one;
 binaries they skip, saying so.
 
 Under xdist the run has one cluster for all its workers (:func:`shared_cluster`):
-the first worker that needs it starts it, under a lock in a folder of the run
-(keyed by xdist's ``testrunuid``), and writes its URL there; the others read
-it. No worker stops it: the controller does, by its PID, when the run ends
-(:func:`end_run`). A run killed before that leaves its cluster behind, and the
-next run's controller stops it (:func:`begin_run`): the folder of a dead run is
-known by its owner's lock, which the controller holds while it runs.
+the first worker that needs it starts it and records it in the run's folder,
+the others read the record, and the controller stops it by its PID when the
+run ends, or the next run's controller when the run was killed
+(``tests/run_folder.py``).
 
 ``python -m tests.storage.pg`` starts one and prints its URL until Ctrl-C.
 """
@@ -28,9 +26,7 @@ known by its owner's lock, which the controller holds while it runs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
-import json
 import os
 import pwd
 import shutil
@@ -40,14 +36,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 __all__ = [
     "Cluster",
-    "begin_run",
-    "end_run",
     "find_bin_dir",
     "pg_cluster",
     "pg_url",
@@ -177,6 +171,10 @@ class Cluster:
             "folder": str(self.folder),
             "port": self.port,
             "pid": self.pid,
+            # what tests/run_folder.py stops it by: the postmaster's command
+            # line names its data folder; SIGINT is its fast shutdown
+            "mark": str(self.data),
+            "signal": int(signal.SIGINT),
         }
 
     @classmethod
@@ -268,25 +266,6 @@ class Cluster:
 
 _SHARED: list[Cluster] = []
 
-RUN_PREFIX = "turnfsm-pg-run-"
-"""The folders of the runs under xdist, in the temporary folder: ``RUN_PREFIX +
-testrunuid``, holding ``owner.lock`` (the controller's), ``cluster.lock``
-(the workers'), ``cluster.json`` (the running cluster's :meth:`Cluster.record`)
-and the cluster's own folder."""
-
-
-def _run_folder(testrunuid: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"{RUN_PREFIX}{testrunuid}"
-
-
-def _testrunuid(config: pytest.Config) -> str | None:
-    """The run's id on an xdist worker, else None (no xdist, or the controller)."""
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None
-    uid = workerinput.get("testrunuid")
-    return str(uid) if uid else None
-
 
 def shared_cluster(config: pytest.Config) -> Cluster:
     """The test run's one cluster, started on first use and stopped when the run
@@ -298,9 +277,23 @@ def shared_cluster(config: pytest.Config) -> Cluster:
     bin_dir = find_bin_dir()
     if bin_dir is None:
         pytest.skip(NO_BINARIES)
-    uid = _testrunuid(config)
-    if uid is not None and _run_folder(uid).is_dir():
-        cluster = _run_cluster(_run_folder(uid), bin_dir)
+    # tests/ is on sys.path under pytest (imported here: ``python -m
+    # tests.storage.pg`` runs without it)
+    from run_folder import run_folder_of, shared_record
+
+    folder = run_folder_of(config)
+    if folder is not None:
+
+        def start(where: Path) -> dict[str, Any]:
+            cluster = _started(Cluster(bin_dir, where))
+            try:
+                cluster.make_tests_database()
+            except BaseException:
+                cluster.stop()
+                raise
+            return cluster.record()
+
+        cluster = Cluster.attach(shared_record(folder, "cluster", start))
         _SHARED.append(cluster)
         return cluster
     cluster = _started(Cluster(bin_dir))
@@ -321,90 +314,6 @@ def _started(cluster: Cluster) -> Cluster:
         cluster.stop()
         raise
     return cluster
-
-
-def _run_cluster(folder: Path, bin_dir: Path) -> Cluster:
-    """The cluster of the run whose folder is ``folder``: the one recorded
-    there, or one started now and recorded (under the workers' lock)."""
-    record = folder / "cluster.json"
-    with (folder / "cluster.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if record.exists():
-            return Cluster.attach(json.loads(record.read_text()))
-        cluster = _started(Cluster(bin_dir, folder / "cluster"))
-        try:
-            cluster.make_tests_database()
-            staged = folder / "cluster.json.new"
-            staged.write_text(json.dumps(cluster.record()))
-            staged.rename(record)
-        except BaseException:
-            cluster.stop()
-            raise
-        return cluster
-
-
-_OWNER_LOCKS: list[IO[str]] = []
-
-
-def begin_run(testrunuid: str) -> None:
-    """On the xdist controller, before its workers start: make the run's folder,
-    held by the controller's lock on ``owner.lock`` until it ends; stop the
-    clusters of runs whose controller died without :func:`end_run`."""
-    _sweep_dead_runs()
-    final = _run_folder(testrunuid)
-    staging = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}new-"))
-    os.chmod(staging, 0o755)
-    lock = (staging / "owner.lock").open("a")
-    fcntl.flock(lock, fcntl.LOCK_SH)
-    # renamed only once locked, so that another run's sweep never takes it for dead
-    staging.rename(final)
-    _OWNER_LOCKS.append(lock)
-
-
-def end_run(testrunuid: str) -> None:
-    """On the xdist controller, once its workers are done: stop the run's
-    cluster (if a worker started one) and remove the run's folder."""
-    _end_folder(_run_folder(testrunuid))
-    for lock in _OWNER_LOCKS:
-        lock.close()
-    _OWNER_LOCKS.clear()
-
-
-def _end_folder(folder: Path) -> None:
-    record = folder / "cluster.json"
-    try:
-        if record.exists():
-            cluster = Cluster.attach(json.loads(record.read_text()))
-            if _is_postmaster_of(cluster):
-                cluster.stop()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _is_postmaster_of(cluster: Cluster) -> bool:
-    """Whether the cluster's PID is still its postmaster (``postgres -D DATA``),
-    not a process that took the number since."""
-    try:
-        argv = Path(f"/proc/{cluster.pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(cluster.data).encode() in argv
-
-
-def _sweep_dead_runs() -> None:
-    for folder in Path(tempfile.gettempdir()).glob(f"{RUN_PREFIX}*"):
-        if folder.name.startswith(f"{RUN_PREFIX}new-") or not folder.is_dir():
-            continue
-        try:
-            lock = (folder / "owner.lock").open("a")
-        except OSError:
-            continue
-        with lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # its controller still runs
-            _end_folder(folder)
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,14 @@ folder (``--db-filename``), so a server killed with SIGKILL and started again
 on the same file keeps its namespaces, workflows and histories. It is stopped
 by its PID and the folder removed.
 
-The ``temporal_server`` fixture (``tests/temporal/conftest.py``) gives a test
-module one running server. Without the CLI or the ``temporalio`` SDK the
-tests skip, saying so.
+The ``temporal_server`` fixture (``tests/temporal/conftest.py``) gives the
+tests the run's one server, a :class:`RunningServer` (its address, nothing to
+stop or restart it with): under xdist the first worker to need it starts it
+and the controller stops it (``tests/run_folder.py``), as the PostgreSQL
+cluster. The tests share it through task queues and workflow ids of their own;
+a test that stops, kills or restarts the server, or reads every history of a
+namespace, takes ``own_temporal_server``, a :class:`DevServer` of its own.
+Without the CLI or the ``temporalio`` SDK the tests skip, saying so.
 
 ``python -m temporal.devserver`` (from tests/) starts one and prints its address until
 Ctrl-C.
@@ -27,9 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["NO_CLI", "DevServer", "find_cli"]
+__all__ = ["NO_CLI", "DevServer", "RunningServer", "find_cli"]
 
 NO_CLI = (
     "no Temporal CLI: `temporal` is neither beside the interpreter nor on PATH "
@@ -59,10 +66,16 @@ class ExitedEarly(RuntimeError):
 class DevServer:
     """One Temporal dev server in a folder of its own (see the module)."""
 
-    def __init__(self, cli: Path, *, namespace: str = "default") -> None:
+    def __init__(
+        self, cli: Path, *, namespace: str = "default", folder: Path | None = None
+    ) -> None:
         self.cli = cli
         self.namespace = namespace
-        self.folder = Path(tempfile.mkdtemp(prefix="turnfsm-temporal-"))
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="turnfsm-temporal-"))
+        else:
+            folder.mkdir()
+        self.folder = folder
         self.db_file = self.folder / "temporal.sqlite"
         self.log_file = self.folder / "server.log"
         self._pick_ports()
@@ -82,6 +95,18 @@ class DevServer:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    def record(self) -> dict[str, Any]:
+        """What another process needs to use (and stop) this running server
+        (``tests/run_folder.py``): its command line names its database file."""
+        return {
+            "address": self.address,
+            "namespace": self.namespace,
+            "pid": self.pid,
+            "folder": str(self.folder),
+            "mark": str(self.db_file),
+            "signal": int(signal.SIGTERM),
+        }
 
     def start(self, *, timeout: float = 60.0, attempts: int = 3) -> None:
         """Start the server (on the same database file when it ran before) and
@@ -199,6 +224,20 @@ class DevServer:
                 self.process = None
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """The run's shared server as its tests see it: where it answers, and
+    nothing to stop or restart it with (its owner does, when the run ends)."""
+
+    address: str
+    namespace: str
+    pid: int
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> RunningServer:
+        return cls(str(record["address"]), str(record["namespace"]), int(record["pid"]))
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual helper

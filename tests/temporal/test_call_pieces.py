@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from temporal.devserver import DevServer
+from temporal.devserver import RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -43,7 +43,7 @@ class _Pieces:
         yield LLMResponse(tool_calls=(ToolCallData("c1", "lookup", {"city": "Oslo"}),))
 
 
-def test_argument_pieces_take_the_engines_seqs(temporal_server: DevServer) -> None:
+def test_argument_pieces_take_the_engines_seqs(temporal_server: RunningServer) -> None:
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     async def in_process() -> list[tuple[int, str]]:

@@ -28,12 +28,13 @@ import httpx
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
-from kit import wait_ready
+from kit import skip_without, wait_ready
 
-from temporal.devserver import DevServer, _free_port
+from temporal.devserver import DevServer, RunningServer, _free_port
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
-pytest.importorskip("fastapi", reason="the server extra is not installed")
+
+skip_without("fastapi", reason="the server extra is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = [
@@ -45,7 +46,7 @@ MODEL = [
 
 
 class Processes:
-    def __init__(self, server: DevServer, folder: Path) -> None:
+    def __init__(self, server: DevServer | RunningServer, folder: Path) -> None:
         self.folder = folder
         self.store = f"sqlite:///{folder / 'chats.db'}"
         self.effects = folder / "effects.txt"
@@ -57,7 +58,11 @@ class Processes:
             "TURNFSM_KILL_EFFECTS": str(self.effects),
             "TURNFSM_KILL_MARKS": str(self.marks),
         }
-        self.common = ["--temporal", server.address, *MODEL, "--store", self.store]
+        # a task queue of the test's own: the server may be the run's, whose
+        # other tests' workers must not take this test's workflows
+        queue = f"cli-{uuid.uuid4().hex[:10]}"
+        self.common = ["--temporal", server.address, "--temporal-task-queue", queue]
+        self.common += [*MODEL, "--store", self.store]
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, *argv: str, name: str) -> subprocess.Popen[bytes]:
@@ -88,13 +93,23 @@ class Processes:
                 proc.wait()
 
 
-@pytest.fixture
-def processes(temporal_server: DevServer, tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(temporal_server, tmp_path)
+def _processes(server: DevServer | RunningServer, folder: Path) -> Iterator[Processes]:
+    procs = Processes(server, folder)
     try:
         yield procs
     finally:
         procs.stop()
+
+
+@pytest.fixture
+def processes(temporal_server: RunningServer, tmp_path: Path) -> Iterator[Processes]:
+    yield from _processes(temporal_server, tmp_path)
+
+
+@pytest.fixture
+def own_processes(own_temporal_server: DevServer, tmp_path: Path) -> Iterator[Processes]:
+    """The processes of a test that stops the Temporal server: on its own."""
+    yield from _processes(own_temporal_server, tmp_path)
 
 
 def _ready(port: int, processes: Processes) -> None:
@@ -285,15 +300,15 @@ def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
 
 @pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
 def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_once(
-    temporal_server: DevServer, processes: Processes
+    own_temporal_server: DevServer, own_processes: Processes
 ) -> None:
     """With the Temporal server killed, a message is ``503
     temporal_unavailable`` with ``Retry-After`` (reads still work: they are the
     store's); the client posts it again once Temporal is back, and the
     message is stored once. A call accepted before the kill (``?wait=true``)
     waits across it and gives its Turn."""
-    processes.env["TURNFSM_KILL_THINK"] = "3"
-    _, port = _serve(processes)
+    own_processes.env["TURNFSM_KILL_THINK"] = "3"
+    _, port = _serve(own_processes)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         early = http.post("/api/contexts", json={}).json()["id"]
@@ -305,21 +320,21 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
         )
         waiting.start()
         end = time.monotonic() + 30
-        while not _open_marks(processes.marks, "model"):  # its model call under way
+        while not _open_marks(own_processes.marks, "model"):  # its model call under way
             assert time.monotonic() < end
             time.sleep(0.05)
-        temporal_server.kill()
+        own_temporal_server.kill()
         try:
             r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-3"})
             assert r.status_code == 503, r.text
             assert r.json()["error"]["code"] == "temporal_unavailable"
             assert int(r.headers["Retry-After"]) > 0
-            assert "RPCError" not in processes.log("serve")
-            assert "unexpected_error" not in processes.log("serve")
+            assert "RPCError" not in own_processes.log("serve")
+            assert "unexpected_error" not in own_processes.log("serve")
             state = http.get(f"/api/contexts/{cid}/state")
             assert state.status_code == 200 and state.json()["state"] == "Idle"
         finally:
-            temporal_server.start()
+            own_temporal_server.start()
         waiting.join(timeout=120)
         assert [r.status_code for r in waited] == [200], [r.text for r in waited]
         assert waited[0].json()["state"] == "AwaitingToolApproval"
@@ -336,7 +351,7 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
         messages = http.get(f"/api/contexts/{cid}/messages").json()["messages"]
         users = [m for m in messages if m["message"]["role"] == "user"]
         assert ["".join(p["text"] for p in m["message"]["content"]) for m in users] == ["pay-3"]
-        assert processes.effects.read_text().split()[::2] == ["pay-3"]
+        assert own_processes.effects.read_text().split()[::2] == ["pay-3"]
         early_messages = http.get(f"/api/contexts/{early}/messages").json()["messages"]
         assert [m["message"]["role"] for m in early_messages][:1] == ["user"]
         assert sum(m["message"]["role"] == "user" for m in early_messages) == 1
@@ -344,7 +359,7 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
 
 @pytest.mark.temporal  # seconds of waiting: with -m temporal (.ci/run)
 def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
-    temporal_server: DevServer, processes: Processes
+    own_temporal_server: DevServer, own_processes: Processes
 ) -> None:
     """The Temporal server SIGSTOPped: its connections stay open and nothing
     answers on them (nor on new ones), so the SDK alone would wait for ever.
@@ -353,12 +368,12 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
     message posted again is taken."""
     from turnfsm.temporal._faults import ACCEPT_WITHIN, GRACE
 
-    _, port = _serve(processes)
+    _, port = _serve(own_processes)
     bound = ACCEPT_WITHIN + GRACE + 3.0  # + the server's own work, on a busy machine
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=bound + 30) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
-        assert temporal_server.pid is not None
-        os.kill(temporal_server.pid, signal.SIGSTOP)
+        assert own_temporal_server.pid is not None
+        os.kill(own_temporal_server.pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
             r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-5"})
@@ -368,7 +383,7 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
             assert took < bound, took
             assert http.get(f"/api/contexts/{cid}/state").status_code == 200
         finally:
-            os.kill(temporal_server.pid, signal.SIGCONT)
+            os.kill(own_temporal_server.pid, signal.SIGCONT)
         end = time.monotonic() + 90
         while True:  # whether the first was accepted is not known: the context says
             if http.get(f"/api/contexts/{cid}/state").json()["state"] != "Idle":
@@ -379,7 +394,7 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
             assert r.status_code in (409, 503) and time.monotonic() < end, r.text
             time.sleep(1)
         _until_state(http, cid, "AwaitingToolApproval")
-    log = processes.log("serve")
+    log = own_processes.log("serve")
     assert "Traceback (most recent call last)" not in log
     assert "Exception in ASGI application" not in log
 
@@ -465,7 +480,9 @@ def test_the_openai_compatible_route_runs_its_turns_on_temporal(processes: Proce
 # ------------------------------------------------------------ temporal-prune
 
 
-def _prune(server: DevServer, store: str, *argv: str) -> subprocess.CompletedProcess[str]:
+def _prune(
+    server: DevServer | RunningServer, store: str, *argv: str
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "turnfsm", "temporal-prune", "--temporal", server.address]
     return subprocess.run(
         [*command, "--store", store, *argv],
@@ -502,7 +519,7 @@ def _backdate(path: Path, hours: float) -> None:
 
 @pytest.mark.temporal  # processes: with -m temporal (.ci/run)
 def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_to(
-    temporal_server: DevServer, tmp_path: Path
+    own_temporal_server: DevServer, tmp_path: Path
 ) -> None:
     """Rows referred to by a running workflow in ``default`` (A) and in a
     second namespace (B), and rows no history refers to, one old (C) and one
@@ -530,14 +547,14 @@ def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_t
     async def setup() -> tuple[list[Any], dict[str, str]]:
         store = SQLiteStore(path)
         try:
-            client = await Client.connect(temporal_server.address)
+            client = await Client.connect(own_temporal_server.address)
             await client.workflow_service.register_namespace(
                 RegisterNamespaceRequest(
                     namespace=other,
                     workflow_execution_retention_period=Duration(seconds=86400),
                 )
             )
-            theirs = await Client.connect(temporal_server.address, namespace=other)
+            theirs = await Client.connect(own_temporal_server.address, namespace=other)
             handles = []
             rows: dict[str, str] = {}
             for name, c in (("A", client), ("B", theirs)):
@@ -581,7 +598,7 @@ def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_t
         assert _kept(path) == set(rows.values())
         both = ["--temporal-namespace", "default", "--temporal-namespace", other]
 
-        ran = _prune(temporal_server, url, *both)
+        ran = _prune(own_temporal_server, url, *both)
         assert ran.returncode == 0, ran.stderr
         line = ran.stdout.strip()
         assert re.fullmatch(
@@ -592,7 +609,7 @@ def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_t
         assert ran.stdout.count("\n") == 1
         assert _kept(path) == {rows["A"], rows["B"], rows["D"]}
 
-        ran = _prune(temporal_server, url, *both, "--older-than", "0s", "--json")
+        ran = _prune(own_temporal_server, url, *both, "--older-than", "0s", "--json")
         assert ran.returncode == 0, ran.stderr
         out = json.loads(ran.stdout)
         assert out["deleted"] == 1 and out["kept"] == 2 and out["histories"] >= 2, out
@@ -602,13 +619,19 @@ def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_t
         # a namespace Temporal does not know: nothing deleted, one line, exit 2
         rows["E"] = anyio.run(orphan)
         ran = _prune(
-            temporal_server, url, *both, "--temporal-namespace", "nope-none", "--older-than", "0s"
+            own_temporal_server,
+            url,
+            *both,
+            "--temporal-namespace",
+            "nope-none",
+            "--older-than",
+            "0s",
         )
         assert ran.returncode == 2, (ran.stdout, ran.stderr)
         assert ran.stdout == ""
         [err] = ran.stderr.splitlines()
         assert err == (
-            f"turnfsm temporal-prune: --temporal {temporal_server.address}: cannot read the "
+            f"turnfsm temporal-prune: --temporal {own_temporal_server.address}: cannot read the "
             f"workflow histories (namespaces default, {other}, nope-none): "
             "Namespace nope-none is not found; nothing was deleted"
         ), err
@@ -616,7 +639,7 @@ def test_temporal_prune_deletes_what_no_history_of_the_namespaces_given_refers_t
 
         # only default given: B, which only the other namespace's history
         # refers to, goes (why every namespace of the store must be given)
-        ran = _prune(temporal_server, url, "--older-than", "0s", "--json")
+        ran = _prune(own_temporal_server, url, "--older-than", "0s", "--json")
         assert ran.returncode == 0, ran.stderr
         out = json.loads(ran.stdout)
         assert out["deleted"] == 2 and out["kept"] == 1, out

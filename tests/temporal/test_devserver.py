@@ -36,17 +36,19 @@ async def _status(server: DevServer, workflow_id: str) -> str:
     return description.status.name
 
 
-def test_a_killed_server_keeps_its_workflows_on_restart(temporal_server: DevServer) -> None:
+def test_a_killed_server_keeps_its_workflows_on_restart(own_temporal_server: DevServer) -> None:
     workflow_id = f"kept-{uuid.uuid4()}"
-    anyio.run(_start, temporal_server, workflow_id)
-    assert anyio.run(_status, temporal_server, workflow_id) == "RUNNING"
-    assert anyio.run(_status, temporal_server, f"missing-{uuid.uuid4()}") == "RPCError: NOT_FOUND"
-    first_pid = temporal_server.pid
-    temporal_server.kill()
-    assert temporal_server.pid is None
-    temporal_server.start()
-    assert temporal_server.pid not in (None, first_pid)
-    assert anyio.run(_status, temporal_server, workflow_id) == "RUNNING"
+    anyio.run(_start, own_temporal_server, workflow_id)
+    assert anyio.run(_status, own_temporal_server, workflow_id) == "RUNNING"
+    assert (
+        anyio.run(_status, own_temporal_server, f"missing-{uuid.uuid4()}") == "RPCError: NOT_FOUND"
+    )
+    first_pid = own_temporal_server.pid
+    own_temporal_server.kill()
+    assert own_temporal_server.pid is None
+    own_temporal_server.start()
+    assert own_temporal_server.pid not in (None, first_pid)
+    assert anyio.run(_status, own_temporal_server, workflow_id) == "RUNNING"
 
 
 FAKE_CLI = """\

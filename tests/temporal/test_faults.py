@@ -19,9 +19,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from kit import skip_without  # tests/ is on sys.path
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
-pytest.importorskip("fastapi")
 
 # tests/ is on sys.path (no tests/__init__.py)
 from server.conftest import serve_in_thread
@@ -39,8 +39,9 @@ from temporal.frontend import (
     rpc_error,
 )
 from turnfsm.errors import TemporalUnavailable
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.temporal import TemporalEngine, _faults
+
+skip_without("fastapi")
 
 ACCEPT = 1.0
 RPC = 0.3
@@ -349,6 +350,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("faults") / "s.db"
     frontend = Frontend()
     config = ServerConfig(turns="temporal", recover_on_start=False)
@@ -409,6 +412,8 @@ def test_serve_answers_within_its_own_bound_whatever_the_engine_waits(
     """The server's own bound on a call without ``?wait=true``
     (``ServerConfig.temporal_answer_within``) holds even where a wait of the
     engine would be longer: a request is never left open."""
+    from turnfsm.server import ServerConfig, create_app
+
     monkeypatch.setattr(_faults, "ACCEPT_WITHIN", 120.0)
     frontend = Frontend()
     frontend.answer("execute_multi_operation", SILENT)

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from temporal.compare import normal_messages
-from temporal.devserver import DevServer
+from temporal.devserver import RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -172,7 +172,7 @@ async def _run_on_temporal(
 
 
 @pytest.fixture(scope="module")
-def client(temporal_server: DevServer) -> Client:
+def client(temporal_server: RunningServer) -> Client:
     return anyio.run(Client.connect, temporal_server.address)
 
 

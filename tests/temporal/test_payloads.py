@@ -19,7 +19,7 @@ import pytest
 from storage.pg import pg_cluster, pg_url  # the PostgreSQL case's server
 
 from temporal.compare import normal_messages
-from temporal.devserver import DevServer
+from temporal.devserver import DevServer, RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -206,7 +206,7 @@ class _Zlib(PayloadCodec):
 
 
 def test_the_clients_own_codec_runs_first_and_ours_moves_what_it_made(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     async def go() -> None:
         client = await Client.connect(
@@ -352,7 +352,7 @@ def _refs(history: Any) -> list[bytes]:
 
 @pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
-    temporal_server: DevServer, tmp_path: Path
+    own_temporal_server: DevServer, tmp_path: Path
 ) -> None:
     """One tool result over the threshold (the default 256 KiB): the turns run
     (the worker replaced while the approval waits), the history holds
@@ -362,7 +362,7 @@ def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
     size = 300_000
 
     async def go() -> None:
-        client = await Client.connect(temporal_server.address)
+        client = await Client.connect(own_temporal_server.address)
         path = tmp_path / "big.db"
         cid, turns, trace, messages, _ = await _on_temporal(
             client, f"sqlite:///{path}", 1, size, restart=True
@@ -436,7 +436,7 @@ def test_a_large_tool_result_is_kept_in_the_store_and_the_turn_runs(
 @pytest.mark.temporal
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_context_over_temporals_limit_runs_its_turns(
-    kind: str, temporal_server: DevServer, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, temporal_server: RunningServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A context whose stored JSON is over 2 MB (Temporal's payload limit):
     three large tool results, then a tool that waits for approval across a

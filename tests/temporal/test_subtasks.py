@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from temporal.devserver import DevServer
+from temporal.devserver import RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -57,7 +57,7 @@ RESEARCH = _call("r1", "research", task="Find k")
 
 
 @pytest.fixture(scope="module")
-def client(temporal_server: DevServer) -> Client:
+def client(temporal_server: RunningServer) -> Client:
     return anyio.run(Client.connect, temporal_server.address)
 
 

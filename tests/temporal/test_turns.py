@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from temporal.devserver import DevServer
+from temporal.devserver import DevServer, RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -93,7 +93,7 @@ class _Recording:
         )
 
 
-def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path: Path) -> None:
+def test_a_plain_text_turn_runs_on_temporal(temporal_server: RunningServer, tmp_path: Path) -> None:
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     async def go() -> None:
@@ -129,7 +129,7 @@ def test_a_plain_text_turn_runs_on_temporal(temporal_server: DevServer, tmp_path
 
 
 def test_deltas_and_events_reach_the_log_with_the_engines_seqs(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     """Each delta is rung by the LLM activity as it arrives, each durable event
     written after its commit: together they are the seqs 1..event_seq, the
@@ -173,7 +173,7 @@ def test_deltas_and_events_reach_the_log_with_the_engines_seqs(
     assert text == "Once upon a time."
 
 
-def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) -> None:
+def test_the_engines_errors_come_back_as_themselves(temporal_server: RunningServer) -> None:
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
     async def go() -> None:
@@ -234,7 +234,7 @@ def test_the_engines_errors_come_back_as_themselves(temporal_server: DevServer) 
 
 
 def test_a_lost_call_of_a_tool_that_is_not_idempotent_is_never_run_again(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     """A worker stops while a tool runs: a tool that is not idempotent is not
     attempted again; the call comes back as outcome_unknown, for a human. An
@@ -311,7 +311,7 @@ def test_a_lost_call_of_a_tool_that_is_not_idempotent_is_never_run_again(
 
 
 def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
-    temporal_server: DevServer, tmp_path: Path
+    own_temporal_server: DevServer, tmp_path: Path
 ) -> None:
     """The workflow waits for the approval holding no worker; the worker stops,
     the Temporal server is killed (SIGKILL) and started again on its database
@@ -330,7 +330,7 @@ def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
     queue = _queue()
 
     async def ask() -> str:
-        client = await Client.connect(temporal_server.address)
+        client = await Client.connect(own_temporal_server.address)
         llm = ScriptedLLM(
             [{"tool_calls": [{"id": "c1", "name": "delete_file", "arguments": {"path": "/tmp/x"}}]}]
         )
@@ -345,7 +345,7 @@ def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
         return cid
 
     async def approve(cid: str) -> Any:
-        client = await Client.connect(temporal_server.address)
+        client = await Client.connect(own_temporal_server.address)
         llm = ScriptedLLM([{"text": "Deleted."}])
         async with (
             TemporalWorker(client, store=store_url, llm=llm, tools=[delete_file], task_queue=queue),
@@ -357,8 +357,8 @@ def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
         return turn, trace
 
     cid = anyio.run(ask)
-    temporal_server.kill()
-    temporal_server.start()
+    own_temporal_server.kill()
+    own_temporal_server.start()
     turn, trace = anyio.run(approve, cid)
     assert ran == ["/tmp/x"]
     assert turn.state is State.IDLE and turn.text == "Deleted."
@@ -376,7 +376,7 @@ def test_an_approval_waits_across_a_worker_restart_and_a_server_restart(
 
 
 def test_the_workflow_continues_as_new_before_its_history_grows_large(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     """With a small history limit, the workflow continues as new between
     turns; the next turn runs on the new run, from the store."""
@@ -432,7 +432,7 @@ class _Hangs:
         await anyio.sleep_forever()
 
 
-def test_cancel_stops_a_running_turn(temporal_server: DevServer) -> None:
+def test_cancel_stops_a_running_turn(temporal_server: RunningServer) -> None:
     """``cancel`` reaches the workflow while its LLM activity runs: the
     activity is cancelled and returns what had arrived, the context goes back
     to Idle through the cancel edge with the partial text kept, and the
@@ -515,7 +515,7 @@ class _Toolset:
 
 
 def test_a_workers_toolsets_start_with_it_and_their_tools_run_as_activities(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     from turnfsm.temporal import TemporalEngine, TemporalWorker
 
@@ -545,7 +545,7 @@ def test_a_workers_toolsets_start_with_it_and_their_tools_run_as_activities(
 
 
 def test_a_request_body_and_a_recovery_run_their_turns_on_temporal(
-    temporal_server: DevServer, tmp_path: Path
+    temporal_server: RunningServer, tmp_path: Path
 ) -> None:
     """``send_request`` and ``recover`` are turn calls too: on a TemporalEngine
     their turns run in the workflows, never in the client's process (which
@@ -578,7 +578,7 @@ def test_a_request_body_and_a_recovery_run_their_turns_on_temporal(
 
 @pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
 def test_finish_with_the_llm_summary_runs_in_the_parents_workflow(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     """``finish`` with the LLM summary: the client has no LLM, so the parent's
     workflow makes it; it is read by nobody but the parent and rings nothing
@@ -649,7 +649,7 @@ def test_finish_with_the_llm_summary_runs_in_the_parents_workflow(
     assert seqs == list(range(1, last + 1))
 
 
-def test_a_deleted_contexts_workflow_ends(temporal_server: DevServer) -> None:
+def test_a_deleted_contexts_workflow_ends(temporal_server: RunningServer) -> None:
     """``delete_context`` on a TemporalEngine ends the workflow of each context
     it deleted; a context whose workflow never started needs nothing."""
     from temporalio.client import WorkflowExecutionStatus
@@ -679,7 +679,7 @@ def test_a_deleted_contexts_workflow_ends(temporal_server: DevServer) -> None:
 
 
 @pytest.mark.temporal  # seconds: with -m temporal (.ci/run)
-def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: DevServer) -> None:
+def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: RunningServer) -> None:
     """The store shows a context at rest a moment before its workflow has
     ended the call (its last commit is in; the workflow has yet to hear of
     it). A call made in that moment, by a client that watches the store or
@@ -718,7 +718,7 @@ def test_a_call_right_after_the_store_shows_rest_is_taken(temporal_server: DevSe
 
 
 def test_a_resent_conversation_is_laid_over_the_branch_as_in_process(
-    temporal_server: DevServer,
+    temporal_server: RunningServer,
 ) -> None:
     """``send(..., context=...)`` (what ``/v1/chat/completions`` does with a
     client's whole ``messages``): on Temporal the workflow's engine lays the

@@ -13,15 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
+from kit import skip_without  # tests/ is on sys.path
 
-pytest.importorskip("fastapi")
 pytest.importorskip("jinja2")
 
 from server.conftest import serve_in_thread  # tests/ is on sys.path
 
 from turnfsm import Engine, tool
-from turnfsm.server import ServerConfig, create_app
 from turnfsm.testing import ScriptedLLM
+
+skip_without("fastapi")
 
 TOKENS = {"token-alice": "alice"}
 WATCHDOG = 60.0
@@ -55,6 +56,8 @@ def sleeper() -> Iterator[Sleeper]:
 
 @pytest.fixture
 def url(tmp_path: Path, sleeper: Sleeper) -> Iterator[str]:
+    from turnfsm.server import ServerConfig, create_app
+
     @tool(timeout=None)
     def slow_lookup(city: str) -> dict[str, Any]:
         """Look a city up in a slow directory (a plain def: it blocks)."""

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from kit import skip_without  # tests/ is on sys.path
 
-pytest.importorskip("fastapi")
 pytest.importorskip("jinja2")
 
 from server.conftest import serve_in_thread
@@ -30,7 +30,8 @@ from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.errors import PermanentLLMError
 from turnfsm.model import LLMChunk, LLMRequest, LLMResponse, TextDelta
-from turnfsm.server import ServerConfig, create_app
+
+skip_without("fastapi")
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 CHROMIUM_ARGS = [
@@ -108,6 +109,8 @@ def _engine(db: Path) -> Engine:
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("web") / "web.db"
     app = create_app(lambda: _engine(db), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5))
     for url in serve_in_thread(app):
@@ -117,6 +120,8 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
 @pytest.fixture(scope="module")
 def moody_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     """A server with no tokens whose model fails once or streams slowly (:class:`MoodyLLM`)."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("web-moody") / "web.db"
     engine = lambda: Engine(llm=MoodyLLM(), tools=[get_weather], store=f"sqlite:///{db}")  # noqa: E731
     app = create_app(engine, ServerConfig(heartbeat=0.5))
@@ -127,6 +132,8 @@ def moody_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
 @pytest.fixture(scope="module")
 def open_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     """A server with no tokens: one tenant, no login (the loopback default)."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("web-open") / "web.db"
     app = create_app(lambda: _engine(db), ServerConfig(heartbeat=0.5))
     for url in serve_in_thread(app):

@@ -11,9 +11,6 @@ from urllib.parse import quote
 import httpx
 from server.conftest import serve_in_thread
 
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._web import COOKIE
-
 from .conftest import TOKENS, Web, _engine
 
 
@@ -90,6 +87,8 @@ def test_without_a_token_pages_ask_to_log_in(web: Web) -> None:
 
 
 def test_login_sets_a_strict_session_cookie(web: Web) -> None:
+    from turnfsm.server._web import COOKIE
+
     with httpx_client(web) as tab:
         bad = tab.post("/login", data={"token": "token-nobody", "next": "/"})
         assert bad.status_code == 401
@@ -116,6 +115,8 @@ def test_login_goes_back_to_this_server_only(web: Web) -> None:
 
 
 def test_form_posts_from_another_origin_are_refused(web: Web) -> None:
+    from turnfsm.server._web import COOKIE
+
     cid = web.conversation("Origin check", approve=False)
     call_id = _pending_call(web, cid)
     cookies = {COOKIE: "token-alice"}
@@ -247,6 +248,8 @@ def _wait_idle(web: Web, cid: str) -> None:
 def test_the_page_forms_go_where_the_api_goes(tmp_path: Path) -> None:
     """A page's form makes a context as POST /api/contexts does, and its message
     is handed to the workers as a posted one is (no worker runs here)."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path / "workers.db"
     app = create_app(
         lambda: _engine(db), ServerConfig(tokens=dict(TOKENS), heartbeat=0.5, turns="workers")

@@ -16,8 +16,6 @@ from server.conftest import serve_in_thread
 
 from turnfsm import Engine
 from turnfsm.render import SequenceRow, SequenceTurn
-from turnfsm.server import ServerConfig, create_app
-from turnfsm.server._web import addressed_directly, branch_paths, same_origin
 from turnfsm.storage import StepLog
 from turnfsm.testing import ScriptedLLM
 from turnfsm.tools import ask_user
@@ -70,6 +68,8 @@ async def _prepare(db: Path) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def rich(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rich]:
     """Contexts made by an engine on the store (no tokens: they are the one tenant's)."""
+    from turnfsm.server import ServerConfig, create_app
+
     db = tmp_path_factory.mktemp("web-rich") / "rich.db"
     cid, child = anyio.run(_prepare, db)
     app = create_app(
@@ -130,6 +130,8 @@ def test_sub_contexts_and_branches(rich: Rich) -> None:
 
 
 def test_same_origin() -> None:
+    from turnfsm.server._web import same_origin
+
     own = "127.0.0.1:8000"
     assert same_origin(own, {"origin": "http://127.0.0.1:8000"})
     assert same_origin(own, {"origin": "https://127.0.0.1:8000"})  # a proxy ended TLS
@@ -143,6 +145,8 @@ def test_same_origin() -> None:
 
 
 def test_addressed_directly() -> None:
+    from turnfsm.server._web import addressed_directly
+
     for host in ("127.0.0.1:8000", "127.0.0.1", "localhost:8000", "[::1]:8000", "10.0.0.5"):
         assert addressed_directly(host), host
     for host in ("evil.example:8000", "evil.example", "", "[::1", "localhost.evil.example"):
@@ -152,6 +156,8 @@ def test_addressed_directly() -> None:
 def test_a_hosts_check_is_kept_and_bounded() -> None:
     """The same ``Host`` again is answered from the kept answer, the same one,
     and the kept answers are bounded (a client chooses the header)."""
+    from turnfsm.server._web import addressed_directly
+
     addressed_directly.cache_clear()
     assert addressed_directly("127.0.0.1:8000") and addressed_directly("127.0.0.1:8000")
     assert not addressed_directly("evil.example") and not addressed_directly("evil.example")
@@ -190,6 +196,8 @@ def test_sequence_rows_are_what_the_table_and_the_mermaid_text_draw() -> None:
 
 
 def test_branch_paths() -> None:
+    from turnfsm.server._web import branch_paths
+
     at = datetime(2026, 1, 1, tzinfo=UTC)
 
     def step(trigger: str, a: str = "Idle", b: str = "Idle", **detail: str) -> StepLog:
