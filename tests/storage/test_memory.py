@@ -54,3 +54,58 @@ async def test_the_heads_share_one_empty_dict_that_nothing_fills() -> None:
     assert loaded.message_pool is not _memory._UNUSED
     assert (await store.load("b")).message_pool == {}
     assert [s.version for s in await store.steps("b")] == [1]
+
+
+@pytest.mark.anyio
+async def test_the_steps_come_back_as_they_were_committed() -> None:
+    """The store keeps its step records compactly; ``steps`` gives back records
+    equal to those committed, with the same repr, pickle and field objects,
+    whatever they hold: a detail, a lease, another version or time than the
+    commit's, a ``str`` name where another commit had the ``State``."""
+    import pickle
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from turnfsm.model import ChatContext
+    from turnfsm.states import State, Trigger
+    from turnfsm.storage import StepLog
+    from turnfsm.storage._base import step_log
+
+    from .contract import make_commit
+
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    store = MemoryStore()
+    await store.create(ChatContext(id="c", created_at=at, updated_at=at))
+    committed: list[StepLog] = []
+    plain = (State.IDLE, Trigger.USER_MESSAGE, State.PROCESSING_USER_MESSAGE)
+    for version in range(1, 6):
+        when = datetime(2026, 12, 3, 8, version, tzinfo=UTC)
+        steps = [step_log(version, *plain, when)]
+        if version == 2:
+            steps.append(
+                step_log(version, State.IDLE, "config_updated", State.IDLE, when, {"k": 1})
+            )
+        if version == 3:
+            steps.append(replace(steps[0], lease_token=7, lease_owner="h:1:x"))
+            steps.append(step_log(version + 1, *plain, when))
+        if version == 4:
+            steps.append(step_log(version, "Idle", "user_message", "ProcessingUserMessage", when))
+            steps.append(step_log(version, *plain, datetime(2026, 12, 3, 9, tzinfo=UTC)))
+        commit = make_commit("c", version - 1)
+        commit.updated_at = when
+        commit.steps = steps
+        await store.commit(commit)
+        committed += steps
+    await store.commit(make_commit("c", 5))  # a commit without steps keeps nothing
+
+    got = await store.steps("c")
+    assert got == committed
+    assert [repr(s) for s in got] == [repr(s) for s in committed]
+    assert pickle.dumps(got) == pickle.dumps(committed)
+    for a, b in zip(got, committed, strict=True):
+        assert type(a) is StepLog
+        assert (a.lease_token, a.lease_owner) == (b.lease_token, b.lease_owner)
+        for name in ("from_state", "trigger", "to_state", "at", "detail"):
+            assert getattr(a, name) is getattr(b, name), name
+    assert got[0].at is not got[1].at  # each commit its own time
+    assert await store.steps("c") == got  # reading makes them again, the same

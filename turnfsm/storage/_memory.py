@@ -16,7 +16,16 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode, detached
-from ._base import Commit, ContextSummary, Lease, StepLog, Store, in_order, lease_is_held
+from ._base import (
+    Commit,
+    ContextSummary,
+    Lease,
+    StepLog,
+    Store,
+    in_order,
+    lease_is_held,
+    step_log,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -37,7 +46,30 @@ class _Record:
     """Small fields only; ``message_pool`` and ``branches`` live beside it."""
     pool: dict[str, MessageNode]
     branches: dict[str, Branch]
-    steps: list[StepLog] = field(default_factory=list)
+    steps: list[Any] = field(default_factory=list)
+    """The committed step records, kept flat: a conversation in memory held
+    a ``StepLog`` of 96 bytes for each, seven a turn, where five pointers
+    hold what it has. Per step its ``version``, ``from_state``, ``trigger``,
+    ``to_state`` and ``at``, or ``_AS_IS`` and the record itself when it has
+    more to it (a detail, a lease). :func:`_made_again` makes the records
+    again."""
+
+
+_AS_IS = object()
+"""In ``_Record.steps``: a record kept as it came follows."""
+
+
+def _made_again(kept: list[Any]) -> list[StepLog]:
+    """The records kept in ``_Record.steps``, in order, as they were committed."""
+    out: list[StepLog] = []
+    items = iter(kept)
+    for item in items:
+        if item is _AS_IS:
+            out.append(next(items))
+        else:
+            a, t, b, at = next(items), next(items), next(items), next(items)
+            out.append(step_log(item, a, t, b, at))
+    return out
 
 
 class MemoryStore(Store):
@@ -120,7 +152,14 @@ class MemoryStore(Store):
             branches[name].message_ids.append(node.id)
         for node in replaced:
             pool[node.id] = node
-        rec.steps.extend(commit.steps)
+        steps = commit.steps
+        if steps:  # written out here, not called: every commit of a step runs it
+            kept = rec.steps
+            for s in steps:
+                if s.detail is None and s.lease_token is None and s.lease_owner is None:
+                    kept += (s.version, s.from_state, s.trigger, s.to_state, s.at)
+                else:
+                    kept += (_AS_IS, s)
         # plain field writes on the store's own copy
         commit.apply_head(head)
         if take is not None:
@@ -146,7 +185,7 @@ class MemoryStore(Store):
         self._leases.pop(context_id, None)
 
     async def steps(self, context_id: str) -> list[StepLog]:
-        return list(self._get(context_id).steps)
+        return _made_again(self._get(context_id).steps)
 
     async def aclose(self) -> None:
         return None
