@@ -398,9 +398,9 @@ class TurnMachine:
         # ``Event.trigger`` written out for the unqueued machine, where it does
         # no more than this: its EventData, then the lean ``_trigger``. The
         # holder's own EventData is set as a new one would be (the callbacks the
-        # table declares keep nothing of it), as making one is a third of a
-        # step's cost; a trigger fired from inside another's callbacks, which
-        # finds it in use, gets one of its own.
+        # table declares keep nothing of it) rather than one made per step, the
+        # costliest part of a step's own bookkeeping; a trigger fired from inside
+        # another's callbacks, which finds it in use, gets one of its own.
         data = holder.event_data
         if data is None or data.event is not None:
             event._trigger(EventData(None, event, self._machine, holder, (), {}))
