@@ -73,7 +73,7 @@ async def test_a_watch_of_ended_only_is_told_of_each_call_end() -> None:
 async def test_a_watch_that_keeps_every_hook_leaves_the_call_unwatched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made: list[Watches] = []
+    made: list[Watches | None] = []
     original = _observers.begin
 
     def begin(*args: Any) -> Any:
