@@ -96,6 +96,12 @@ ADAPTER_ERROR = "adapter_error"
 RAW_ARGUMENTS_LIMIT = 8192
 """Characters of unusable argument text kept on a call."""
 
+# The role and type of every answer, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_ASSISTANT = Role.ASSISTANT
+_TOOL_CALL = MessageType.TOOL_CALL
+
 
 ChunkKind = Literal["text", "thinking", "call", "response", "invalid"]
 """What a chunk of an adapter's stream is: a text or thinking delta, a tool
@@ -514,10 +520,10 @@ def build_answer(
     message = _new(InternalMessage)
     InternalMessage.__init__(
         message,
-        role=Role.ASSISTANT,
+        role=_ASSISTANT,
         content=[TextPart(text=text)] if text else [],
         tool_calls=calls or None,
-        message_type=MessageType.TOOL_CALL if calls else answer_type,
+        message_type=_TOOL_CALL if calls else answer_type,
         metadata=metadata,
         thinking=thinking,
         refusal=refusal,

@@ -20,6 +20,13 @@ __all__ = [
     "questions_of",
 ]
 
+# The statuses and verdict every policy decision reads, as module constants: on
+# Python 3.11 reading a member off its enum class goes through
+# ``EnumType.__getattr__``'s slow lookup.
+_PENDING = ApprovalStatus.PENDING
+_APPROVED = ApprovalStatus.APPROVED
+_AUTO = Approval.AUTO
+
 DECLINED = "the user declined to answer"
 """The reason of a question denied without one (its result says it)."""
 
@@ -40,7 +47,7 @@ def policy_decisions(
     decisions: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
     needs_human = False
     for c in calls:
-        if c.approval_status is not ApprovalStatus.PENDING:
+        if c.approval_status is not _PENDING:
             continue
         tool = tools.get(c.tool_name)
         if tool is not None and c.raw_arguments is not None:
@@ -53,9 +60,9 @@ def policy_decisions(
             else:
                 needs_human = True
             continue
-        verdict = Approval.AUTO if tool is None else tool.decide(c)
-        if verdict is Approval.AUTO:
-            decisions[c.id] = (ApprovalStatus.APPROVED, "policy", None)
+        verdict = _AUTO if tool is None else tool.decide(c)
+        if verdict is _AUTO:
+            decisions[c.id] = (_APPROVED, "policy", None)
         elif verdict is Approval.DENY:
             decisions[c.id] = (ApprovalStatus.DENIED, "policy", "denied by policy")
         else:

@@ -135,7 +135,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         for c in calls:
             taken[c.id] = None
     rt.answer = node
-    _steps.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
+    _steps.fire(rt, _STREAM_ENDED if read.streaming else _RESPONSE_RECEIVED)
     _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     if calls:
         _steps.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
@@ -256,6 +256,12 @@ async def read_stream(
 
 
 _new = object.__new__
+
+# The triggers every answer takes, as module constants: on Python 3.11 reading
+# a member off its enum class goes through ``EnumType.__getattr__``'s slow
+# lookup.
+_STREAM_ENDED = Trigger.STREAM_ENDED
+_RESPONSE_RECEIVED = Trigger.RESPONSE_RECEIVED
 
 
 def _content_delta(

@@ -43,6 +43,21 @@ __all__ = [
     "validates",
 ]
 
+# The members every decision reads, as module constants: on Python 3.11 reading
+# a member off its enum class goes through ``EnumType.__getattr__``'s slow
+# lookup, and every answer of every turn is decided here.
+_TURN_COMPLETE = Trigger.TURN_COMPLETE
+_TOOLS_DECIDED = Trigger.TOOLS_DECIDED
+_NEEDS_APPROVAL = Trigger.NEEDS_APPROVAL
+_COMPLETED = StopReason.COMPLETED
+_MAX_ITERATIONS = StopReason.MAX_ITERATIONS
+_AWAITING_APPROVAL = StopReason.AWAITING_APPROVAL
+_APPROVED = ApprovalStatus.APPROVED
+_PENDING = ApprovalStatus.PENDING
+
+_NO_TOOLS = ToolRegistry(())
+"""What :func:`decide` gives :func:`decide_answer` for an answer without calls."""
+
 LIMIT_NOTICE = "max_iterations"
 """``metadata.extra["notice"]`` of the notice a turn stopped by the iteration limit stores."""
 
@@ -87,8 +102,8 @@ def decide_answer(
     decided, and the client's wait until they have run.
     """
     if not calls:
-        stop = StopReason(outcome) if outcome else StopReason.COMPLETED
-        return Decision(Trigger.TURN_COMPLETE, stop, {})
+        stop = StopReason(outcome) if outcome else _COMPLETED
+        return Decision(_TURN_COMPLETE, stop, {})
     if outcome is not None:  # an answer that did not end normally: its calls never run
         text = (
             f"not executed: the answer did not end normally ({outcome}); the call may be incomplete"
@@ -119,8 +134,8 @@ def decide_answer(
     if client:
         decisions.update(client)
     if needs_human:
-        return Decision(Trigger.NEEDS_APPROVAL, StopReason.AWAITING_APPROVAL, decisions)
-    return Decision(Trigger.TOOLS_DECIDED, None, decisions)
+        return Decision(_NEEDS_APPROVAL, _AWAITING_APPROVAL, decisions)
+    return Decision(_TOOLS_DECIDED, None, decisions)
 
 
 def _answer(rt: Runtime) -> tuple[list[ToolCallRequest], MessageNode | None]:
@@ -188,27 +203,28 @@ def decide(d: Host, rt: Runtime) -> None:
         outcome,
         ctx.progress.iteration,
         s.max_iterations,
-        s.offered(ctx),
-        client_decisions(calls, ctx),
+        # an answer without calls is decided without the tools or the client's
+        s.offered(ctx) if calls else _NO_TOOLS,
+        client_decisions(calls, ctx) if calls else None,
     )
     decided = calls  # the open calls as they are after the decisions
     if decision.decisions:
         decided = _history.set_decisions(rt, decision.decisions)
     if decision.results:
         _steps.add_results(rt, calls, decision.results)
-    if decision.stop_reason is StopReason.MAX_ITERATIONS and s.limit_notice:
+    if decision.stop_reason is _MAX_ITERATIONS and s.limit_notice:
         message = limit_notice(s.max_iterations, len(calls), d.now(), ctx.progress.iteration)
         node = _history.append(rt, message, s.ids())
         _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     trigger = decision.trigger
-    if trigger is Trigger.TOOLS_DECIDED:
+    if trigger is _TOOLS_DECIDED:
         mark_started(rt, decided)
         _steps.fire(rt, trigger)
         return
     rt.stop_reason = decision.stop_reason
     _steps.fire(rt, trigger)
-    if trigger is Trigger.NEEDS_APPROVAL:
-        _announce(d, rt, [c for c in decided if c.approval_status is ApprovalStatus.PENDING])
+    if trigger is _NEEDS_APPROVAL:
+        _announce(d, rt, [c for c in decided if c.approval_status is _PENDING])
     _steps.end_turn(rt)
 
 
@@ -265,10 +281,6 @@ def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
     which is the safe side.)"""
     ctx = rt.ctx
     ids = tuple(
-        [
-            c.id
-            for c in open_calls
-            if c.approval_status is ApprovalStatus.APPROVED and not is_client_call(c)
-        ]
+        [c.id for c in open_calls if c.approval_status is _APPROVED and not is_client_call(c)]
     )
     ctx.progress = _history.started(ctx.progress, ids)

@@ -56,6 +56,13 @@ __all__ = ["Driver"]
 
 S = State
 _DECIDE = Effect.DECIDE
+
+# The states every call's turn is read for, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
+_PERMANENT_FAILURE = S.PERMANENT_FAILURE
+
 _new = object.__new__
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
@@ -313,7 +320,7 @@ class Driver:
         pending: tuple[ToolCallRequest, ...] = ()
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
-        if state is S.AWAITING_TOOL_APPROVAL:
+        if state is _AWAITING_TOOL_APPROVAL:
             # the open calls read once, for the pending ones
             # (``ctx.pending_tool_calls()``) and the client's
             open_calls = ctx.open_tool_calls()
@@ -340,7 +347,7 @@ class Driver:
             messages=uncopied(tuple([pool[i].message for i in ids])),
             message_ids=tuple(ids),
             pending_tool_calls=pending,
-            error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+            error=ctx.progress.last_error if state is _PERMANENT_FAILURE else None,
             questions=questions,
             output=rt.output,
             output_error=rt.output_error,

@@ -108,6 +108,14 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     return node
 
 
+# The roles and types read on every turn, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_USER = Role.USER
+_FRONTEND_OPERATOR = Role.FRONTEND_OPERATOR
+_TOOL = Role.TOOL
+_TOOL_RESULT = MessageType.TOOL_RESULT
+
 RESPONSE_SUFFIX = "-response"
 """What a request's ``messageId`` is followed by in the id of its answer."""
 
@@ -126,7 +134,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     i = len(ids) - 1
     while i >= 0:  # back to the turn's message
         role = pool[ids[i]].message.role
-        if role is Role.USER or role is Role.FRONTEND_OPERATOR:
+        if role is _USER or role is _FRONTEND_OPERATOR:
             break
         i -= 1
     if i < 0:
@@ -306,9 +314,9 @@ def add_results(
         message = _new(InternalMessage)
         InternalMessage.__init__(
             message,
-            role=Role.TOOL,
+            role=_TOOL,
             tool_result=result,
-            message_type=MessageType.TOOL_RESULT,
+            message_type=_TOOL_RESULT,
             metadata=metadata,
         )
         added.append((call, outcome, append(rt, message, new_id())))

@@ -30,6 +30,11 @@ __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
 _new = object.__new__
 
+# The trigger every prepared request takes, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_PROMPT_READY = Trigger.PROMPT_READY
+
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:
     """The request for the next LLM call: the history in chat format, passed
@@ -135,7 +140,7 @@ async def prepare(d: Host, rt: Runtime) -> None:
         _steps.failed(rt, str(exc), "")
         _steps.end_turn(rt)
         return
-    _steps.fire(rt, Trigger.PROMPT_READY)
+    _steps.fire(rt, _PROMPT_READY)
 
 
 async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:

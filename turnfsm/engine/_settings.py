@@ -84,6 +84,11 @@ class View:
 _HistoryKey = tuple[HistoryOverride, HistoryOverride, HistoryOverride]
 _MAX_VIEWS = 64
 
+# The type of a text answer, read on every answer, as module constants: on
+# Python 3.11 reading a member off its enum class goes through
+# ``EnumType.__getattr__``'s slow lookup.
+_TEXT = MessageType.TEXT
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -223,7 +228,7 @@ class Settings:
     def answer_type(self, ctx: ChatContext) -> MessageType:
         """The type of a text answer in the context's mode (``Text`` when unknown)."""
         mode = self.modes.get(ctx.config.mode)
-        return MessageType.TEXT if mode is None else mode.answer_type
+        return _TEXT if mode is None else mode.answer_type
 
     def offered(self, ctx: ChatContext) -> ToolRegistry:
         """The tools the model is offered for ``ctx``, with their approval as

@@ -38,6 +38,11 @@ __all__ = ["TurnCalls"]
 
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
+# The state every send's turn is checked for, as module constants: on Python
+# 3.11 reading a member off its enum class goes through
+# ``EnumType.__getattr__``'s slow lookup.
+_AWAITING_TOOL_APPROVAL = State.AWAITING_TOOL_APPROVAL
+
 
 class TurnCalls:
     """Runs one engine's turn calls (see the module's docstring): ``driver``
@@ -87,7 +92,7 @@ class TurnCalls:
         client = check_client_tools("client_tools", client_tools, settings.tools)
         start = self.start_send(context_id, content, role, message_id, context, out, client)
         turn = await d.run(context_id, start)
-        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+        if turn.state is _AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
             return await surface(d, turn)
         return turn
 
@@ -278,7 +283,7 @@ class TurnCalls:
         d = self.driver
         start = functools.partial(_calls.start_resume, d)
         turn = await d.run(context_id, start)
-        if turn.state is State.AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
+        if turn.state is _AWAITING_TOOL_APPROVAL:  # it may wait for a sub-task's child
             return await surface(d, turn)
         return turn
 

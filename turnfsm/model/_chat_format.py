@@ -77,6 +77,14 @@ _encode_result = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",",
 _encode_arguments = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")))
 _ROLE_NAME = {role: role.value for role in Role}
 
+# The roles every message is encoded by, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_TOOL = Role.TOOL
+_ASSISTANT = Role.ASSISTANT
+_FRONTEND_OPERATOR = Role.FRONTEND_OPERATOR
+
+
 FRONTEND_OPERATOR_NAME = "frontend_operator"
 """The ``name`` of the ``user`` message a frontend operator speaks in."""
 
@@ -146,7 +154,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
     adapters read.
     """
     role = msg.role
-    if role is Role.TOOL:
+    if role is _TOOL:
         result = msg.tool_result
         assert result is not None, "a tool message has a tool_result"
         return {
@@ -154,7 +162,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
             "tool_call_id": result.request_id,
             "content": tool_result_content(result.result),
         }
-    if role is Role.ASSISTANT:
+    if role is _ASSISTANT:
         parts = msg.content
         if not parts:
             text = ""
@@ -189,7 +197,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
                 extra["phase"] = msg.phase
             out[RESPONSES_KEY] = extra
         return out
-    if role is Role.FRONTEND_OPERATOR:
+    if role is _FRONTEND_OPERATOR:
         return {"role": "user", "name": FRONTEND_OPERATOR_NAME, "content": _content(msg)}
     return {"role": _ROLE_NAME[role], "content": _content(msg)}
 

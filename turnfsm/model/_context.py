@@ -50,6 +50,12 @@ runs again (the child's id follows)."""
 
 _FORBID = ConfigDict(extra="forbid")
 
+# The roles the open calls are found by, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_TOOL = Role.TOOL
+_ASSISTANT = Role.ASSISTANT
+
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class SystemPrompt:
@@ -274,10 +280,10 @@ def newest_tool_batch(
     for mid in reversed(ids):
         node = pool[mid]
         msg = node.message
-        if msg.role is Role.TOOL and msg.tool_result is not None:
+        if msg.role is _TOOL and msg.tool_result is not None:
             answered.append(msg.tool_result.request_id)
             continue
-        if msg.role is Role.ASSISTANT and msg.tool_calls:
+        if msg.role is _ASSISTANT and msg.tool_calls:
             return node, answered
         return None
     return None

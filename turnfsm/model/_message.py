@@ -96,6 +96,12 @@ class ApprovalStatus(StrEnum):
     DENIED = "Denied"
 
 
+# The role an answer's outcome is read of, as module constants: on Python 3.11
+# reading a member off its enum class goes through ``EnumType.__getattr__``'s
+# slow lookup.
+_ASSISTANT = Role.ASSISTANT
+
+
 @dataclass(slots=True, kw_only=True, frozen=True)
 class TextPart:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
@@ -442,7 +448,7 @@ class InternalMessage:
         ``"incomplete"`` (an answer marked incomplete for another reason: a
         Responses ``incomplete_details.reason``, Claude's ``pause_turn``).
         ``None`` for a normal answer and for any other message."""
-        if self.role is not Role.ASSISTANT or self.metadata.cancelled:
+        if self.role is not _ASSISTANT or self.metadata.cancelled:
             return None
         if self.refusal is not None:
             return "refusal"

@@ -56,6 +56,15 @@ StepRecord = tuple[State, Trigger, State]
 _STATES: dict[str, State] = {s.value: s for s in State}
 _TRIGGERS: dict[str, Trigger] = {t.value: t for t in Trigger}
 
+# The effects as module constants: on Python 3.11 reading a member off its enum
+# class goes through ``EnumType.__getattr__``'s slow lookup, and an enter
+# callback runs on nearly every step.
+_PREPARE = Effect.PREPARE
+_CALL_LLM = Effect.CALL_LLM
+_DECIDE = Effect.DECIDE
+_RUN_TOOLS = Effect.RUN_TOOLS
+_BACKOFF = Effect.BACKOFF
+
 
 class ContextHolder:
     """The machine's model for one loaded context.
@@ -78,6 +87,9 @@ class ContextHolder:
         self.effect: Effect | None = None
         self.steps: list[StepRecord] = []
         self.attached = False
+        self.event_data: EventData | None = None
+        """The EventData its triggers are fired with, made when it is attached
+        (its ``event`` is None between triggers): see :meth:`TurnMachine.fire`."""
 
     def current(self) -> State:
         """``state`` as a :class:`State` (a dict lookup: quicker than ``State(state)``)."""
@@ -88,19 +100,19 @@ class ContextHolder:
 
     # Callbacks named in the table (EFFECT_CALLBACKS) and by the machine.
     def on_enter_prepare(self, event: EventData) -> None:
-        self.effect = Effect.PREPARE
+        self.effect = _PREPARE
 
     def on_enter_call_llm(self, event: EventData) -> None:
-        self.effect = Effect.CALL_LLM
+        self.effect = _CALL_LLM
 
     def on_enter_decide(self, event: EventData) -> None:
-        self.effect = Effect.DECIDE
+        self.effect = _DECIDE
 
     def on_enter_run_tools(self, event: EventData) -> None:
-        self.effect = Effect.RUN_TOOLS
+        self.effect = _RUN_TOOLS
 
     def on_enter_backoff(self, event: EventData) -> None:
-        self.effect = Effect.BACKOFF
+        self.effect = _BACKOFF
 
     def after_step(self, event: EventData) -> None:
         t = event.transition
@@ -362,6 +374,7 @@ class TurnMachine:
         self._machine.add_model(holder, initial=state.value)
         holder.effect = None
         holder.attached = True
+        holder.event_data = EventData(None, None, self._machine, holder, (), {})
 
     def detach(self, holder: ContextHolder) -> None:
         if holder.attached:
@@ -383,6 +396,22 @@ class TurnMachine:
         dest, event = edge
         holder.effect = None
         # ``Event.trigger`` written out for the unqueued machine, where it does
-        # no more than this: its EventData, then the lean ``_trigger``
-        event._trigger(EventData(None, event, self._machine, holder, (), {}))
+        # no more than this: its EventData, then the lean ``_trigger``. The
+        # holder's own EventData is set as a new one would be (the callbacks the
+        # table declares keep nothing of it) rather than one made per step, the
+        # costliest part of a step's own bookkeeping; a trigger fired from inside
+        # another's callbacks, which finds it in use, gets one of its own.
+        data = holder.event_data
+        if data is None or data.event is not None:
+            event._trigger(EventData(None, event, self._machine, holder, (), {}))
+            return dest
+        data.state = None
+        data.event = event
+        data.transition = None
+        data.error = None
+        data.result = False
+        try:
+            event._trigger(data)
+        finally:
+            data.event = None
         return dest

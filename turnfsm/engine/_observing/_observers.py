@@ -37,6 +37,10 @@ from .._turn import Turn
 from . import _otel_spans
 from ._hooks import Watch
 
+# read at every effect of a watched call: on Python 3.11 reading a member off
+# its enum class goes through ``EnumType.__getattr__``'s slow lookup
+_CALL_LLM = Effect.CALL_LLM
+
 __all__ = ["Observer", "Watch", "Watches", "begin", "call_name", "run_calls", "run_effect"]
 
 
@@ -50,15 +54,90 @@ class Observer(Protocol):
         ...
 
 
-class Watches:
-    """The watches of one call: each hook goes to every one of them, and an
-    exception one raises is logged, never raised into the call."""
+_HOOKS = (
+    "entered",
+    "handing_off",
+    "transition",
+    "llm_started",
+    "llm_request",
+    "llm_ended",
+    "tool_started",
+    "tool_ended",
+    "ended",
+)
+_DOES: dict[type, frozenset[str]] = {}
+"""The hooks each class of watch overrides, found on its first call."""
 
-    __slots__ = ("log", "watches")
+
+def _does(watch: Watch) -> frozenset[str]:
+    """The hooks ``watch`` does something on: :class:`Watch`'s own hooks do
+    nothing, so a watch is not told of one it keeps (a hook it lacks is still
+    called, so that the failure is logged). Read once per class, as a watch is
+    made for every call; hooks set on the instance itself are read each time."""
+    cls = type(watch)
+    does = _DOES.get(cls)
+    if does is None:
+        does = _DOES[cls] = frozenset(
+            [h for h in _HOOKS if getattr(cls, h, None) is not getattr(Watch, h)]
+        )
+    own = getattr(watch, "__dict__", None)
+    if own:
+        does = does | frozenset([h for h in _HOOKS if h in own])
+    return does
+
+
+class Watches:
+    """The watches of one call: each hook goes to every one of them that
+    overrides it, and an exception one raises is logged, never raised into
+    the call."""
+
+    __slots__ = (
+        "_ended",
+        "_entered",
+        "_handing_off",
+        "_llm_ended",
+        "_llm_request",
+        "_llm_started",
+        "_tools",
+        "_transition",
+        "llm",
+        "log",
+        "tools",
+        "watches",
+    )
 
     def __init__(self, watches: Sequence[Watch], log: Any) -> None:
         self.watches = tuple(watches)
         self.log = log
+        # per hook, the watches that override it: a hook is reported several
+        # times a turn, and most watches take a few of them
+        does = [(w, _does(w)) for w in self.watches]
+        self._entered = tuple([w for w, h in does if "entered" in h])
+        self._handing_off = tuple([w for w, h in does if "handing_off" in h])
+        self._transition = tuple([w for w, h in does if "transition" in h])
+        self._llm_started = tuple([w for w, h in does if "llm_started" in h])
+        self._llm_request = tuple([w for w, h in does if "llm_request" in h])
+        self._llm_ended = tuple([w for w, h in does if "llm_ended" in h])
+        # a tool call's two hooks go to the same watches (the first one's
+        # tokens are given back to the second)
+        self._tools = tuple([w for w, h in does if "tool_started" in h or "tool_ended" in h])
+        self._ended = tuple([w for w, h in does if "ended" in h])
+        self.llm = bool(self._llm_started or self._llm_ended)
+        """Whether some watch is told when an LLM attempt starts or ends."""
+        self.tools = bool(self._tools)
+        """Whether some watch is told when a tool call starts or ends."""
+
+    def any(self) -> bool:
+        """Whether some watch overrides some hook (else the call needs none)."""
+        return bool(
+            self._entered
+            or self._handing_off
+            or self._transition
+            or self.llm
+            or self._llm_request
+            or self.tools
+            or self._ended
+        )
 
     def _failed(self, watch: Watch, hook: str, exc: Exception) -> None:
         self.log.warning(
@@ -66,35 +145,35 @@ class Watches:
         )
 
     def entered(self, rt: Runtime) -> None:
-        for w in self.watches:
+        for w in self._entered:
             try:
                 w.entered(rt)
             except Exception as exc:
                 self._failed(w, "entered", exc)
 
     def handing_off(self, rt: Runtime) -> None:
-        for w in self.watches:
+        for w in self._handing_off:
             try:
                 w.handing_off(rt)
             except Exception as exc:
                 self._failed(w, "handing_off", exc)
 
     def transition(self, rt: Runtime, source: str, trigger: str, dest: str) -> None:
-        for w in self.watches:
+        for w in self._transition:
             try:
                 w.transition(rt, source, trigger, dest)
             except Exception as exc:
                 self._failed(w, "transition", exc)
 
     def llm_started(self, rt: Runtime) -> None:
-        for w in self.watches:
+        for w in self._llm_started:
             try:
                 w.llm_started(rt)
             except Exception as exc:
                 self._failed(w, "llm_started", exc)
 
     def llm_request(self, rt: Runtime, request: LLMRequest) -> None:
-        for w in self.watches:
+        for w in self._llm_request:
             try:
                 w.llm_request(rt, request)
             except Exception as exc:
@@ -103,7 +182,7 @@ class Watches:
     def llm_ended(
         self, rt: Runtime, answer: MessageNode | None, error: BaseException | None
     ) -> None:
-        for w in reversed(self.watches):
+        for w in reversed(self._llm_ended):
             try:
                 w.llm_ended(rt, answer, error)
             except Exception as exc:
@@ -111,7 +190,7 @@ class Watches:
 
     def tool_started(self, rt: Runtime, call: ToolCallRequest) -> list[Any]:
         started: list[Any] = []
-        for w in self.watches:
+        for w in self._tools:
             try:
                 started.append(w.tool_started(rt, call))
             except Exception as exc:
@@ -127,14 +206,14 @@ class Watches:
         outcome: ToolOutcome | None,
         error: BaseException | None,
     ) -> None:
-        for w, token in reversed(list(zip(self.watches, started, strict=True))):
+        for w, token in reversed(list(zip(self._tools, started, strict=True))):
             try:
                 w.tool_ended(rt, call, token, outcome, error)
             except Exception as exc:
                 self._failed(w, "tool_ended", exc)
 
     def ended(self, context_id: str, turn: Turn | None, error: BaseException | None) -> None:
-        for w in reversed(self.watches):
+        for w in reversed(self._ended):
             try:
                 w.ended(context_id, turn, error)
             except Exception as exc:
@@ -202,7 +281,11 @@ def begin(
             continue
         if found is not None:
             watches.append(found)
-    return Watches(watches, log) if watches else None
+    if not watches:
+        return None
+    found_watches = Watches(watches, log)
+    # watches that keep every hook of Watch do nothing: the call runs unwatched
+    return found_watches if found_watches.any() else None
 
 
 async def run_effect(
@@ -210,7 +293,7 @@ async def run_effect(
 ) -> None:
     """Run one effect of a watched call; ``call_llm`` between its hooks."""
     watches = rt.watch
-    if effect is not Effect.CALL_LLM or watches is None:
+    if effect is not _CALL_LLM or watches is None or not watches.llm:
         await run(d, rt)
         return
     before = rt.answer
@@ -230,7 +313,7 @@ async def run_calls(
     """:func:`turnfsm.tools.run_calls` for a watched call: each tool call
     between its hooks (concurrently when there are several, as there)."""
     watches = rt.watch
-    if watches is None:
+    if watches is None or not watches.tools:
         return await _run_calls(registry, calls)
     outcomes: list[ToolOutcome | None] = [None] * len(calls)
 
