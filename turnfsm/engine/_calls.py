@@ -64,6 +64,10 @@ __all__ = [
 S = State
 T = Trigger
 _new = object.__new__
+# read once for start_send (every turn): on Python 3.11 each read of a member
+# on its enum class goes through ``EnumType.__getattr__``'s hook
+_USER_MESSAGE = T.USER_MESSAGE
+_AWAITING_APPROVAL = S.AWAITING_TOOL_APPROVAL
 
 
 async def start_send(
@@ -78,12 +82,12 @@ async def start_send(
 ) -> None:
     if rt.ctx.config.archived:
         raise SubContextError(rt.ctx.id, "it is a finished sub-context: it takes no more input")
-    state = require(rt, T.USER_MESSAGE)
+    state = require(rt, _USER_MESSAGE)
     if message_id is not None and message_id in rt.ctx.message_pool:
         raise InvalidInput(
             "message_id", f"context {rt.ctx.id!r} already has a message {message_id!r}"
         )
-    if state is S.AWAITING_TOOL_APPROVAL:
+    if state is _AWAITING_APPROVAL:
         _steps.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
     # made as ``X.__init__(_new(X), ...)``: see _answer._new
     metadata = _new(MessageMetadata)
@@ -94,7 +98,7 @@ async def start_send(
     progress = _new(TurnProgress)
     TurnProgress.__init__(progress, iteration=1, attempt=1, output=output, client=client)
     rt.ctx.progress = progress
-    _steps.fire(rt, T.USER_MESSAGE)
+    _steps.fire(rt, _USER_MESSAGE)
 
 
 async def start_decide(

@@ -55,7 +55,12 @@ from ._turn import Question, Turn, uncopied
 __all__ = ["Driver"]
 
 S = State
+# members read once here: on Python 3.11 each read of a member on its enum
+# class goes through ``EnumType.__getattr__``'s hook
 _DECIDE = Effect.DECIDE
+_AWAITING_APPROVAL = S.AWAITING_TOOL_APPROVAL
+_PERMANENT_FAILURE = S.PERMANENT_FAILURE
+_PENDING = ApprovalStatus.PENDING
 _new = object.__new__
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
@@ -313,11 +318,11 @@ class Driver:
         pending: tuple[ToolCallRequest, ...] = ()
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
-        if state is S.AWAITING_TOOL_APPROVAL:
+        if state is _AWAITING_APPROVAL:
             # the open calls read once, for the pending ones
             # (``ctx.pending_tool_calls()``) and the client's
             open_calls = ctx.open_tool_calls()
-            pending = tuple([c for c in open_calls if c.approval_status is ApprovalStatus.PENDING])
+            pending = tuple([c for c in open_calls if c.approval_status is _PENDING])
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
             client = detached(tuple(client_calls(ctx, open_calls)))
@@ -340,7 +345,7 @@ class Driver:
             messages=uncopied(tuple([pool[i].message for i in ids])),
             message_ids=tuple(ids),
             pending_tool_calls=pending,
-            error=ctx.progress.last_error if state is S.PERMANENT_FAILURE else None,
+            error=ctx.progress.last_error if state is _PERMANENT_FAILURE else None,
             questions=questions,
             output=rt.output,
             output_error=rt.output_error,

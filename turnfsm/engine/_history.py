@@ -55,6 +55,15 @@ Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 """A call, its outcome and the result message appended for it."""
 
 
+# read once: on Python 3.11 each read of a member on its enum class goes
+# through ``EnumType.__getattr__``'s hook (an answer's id reads the roles
+# back to the turn's message)
+_USER = Role.USER
+_OPERATOR = Role.FRONTEND_OPERATOR
+_ASSISTANT = Role.ASSISTANT
+_TOOL = Role.TOOL
+_TOOL_RESULT = MessageType.TOOL_RESULT
+
 _new = object.__new__
 """A record made on a turn's path is made as ``X.__init__(_new(X), ...)``:
 see :data:`turnfsm.engine._answer._new`."""
@@ -126,7 +135,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     i = len(ids) - 1
     while i >= 0:  # back to the turn's message
         role = pool[ids[i]].message.role
-        if role is Role.USER or role is Role.FRONTEND_OPERATOR:
+        if role is _USER or role is _OPERATOR:
             break
         i -= 1
     if i < 0:
@@ -138,7 +147,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     answers = 0
     for mid in ids[i + 1 :]:
         msg = pool[mid].message
-        if msg.role is Role.ASSISTANT and said(msg) is not None:
+        if msg.role is _ASSISTANT and said(msg) is not None:
             answers += 1
     if answers == 0:
         return base + RESPONSE_SUFFIX
@@ -306,9 +315,9 @@ def add_results(
         message = _new(InternalMessage)
         InternalMessage.__init__(
             message,
-            role=Role.TOOL,
+            role=_TOOL,
             tool_result=result,
-            message_type=MessageType.TOOL_RESULT,
+            message_type=_TOOL_RESULT,
             metadata=metadata,
         )
         added.append((call, outcome, append(rt, message, new_id())))

@@ -21,6 +21,10 @@ from ._turn import StopReason
 __all__ = ["run_tools"]
 
 _new = object.__new__
+# read once: on Python 3.11 each read of a member on its enum class goes
+# through ``EnumType.__getattr__``'s hook
+_APPROVED = ApprovalStatus.APPROVED
+_TOOLS_DONE = Trigger.TOOLS_DONE
 
 
 async def run_tools(d: Host, rt: Runtime) -> None:
@@ -32,7 +36,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     for_client = any(is_client_call(c) for c in calls)
     if for_client:
         calls = [c for c in calls if not is_client_call(c)]
-    to_run = [c for c in calls if c.approval_status is ApprovalStatus.APPROVED]
+    to_run = [c for c in calls if c.approval_status is _APPROVED]
     ids = tuple(c.id for c in to_run)
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)
@@ -58,7 +62,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         refused[c.id]
         if c.id in refused
         else next(ran)
-        if c.approval_status is ApprovalStatus.APPROVED
+        if c.approval_status is _APPROVED
         else ToolOutcome(
             False,
             {
@@ -82,7 +86,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         progress, iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
     )
     ctx.progress = progress
-    _steps.fire(rt, Trigger.TOOLS_DONE)
+    _steps.fire(rt, _TOOLS_DONE)
 
 
 def _not_offered(d: Host, rt: Runtime, offered: ToolRegistry, call: ToolCallRequest) -> ToolOutcome:
