@@ -50,7 +50,7 @@ from ._runtime import CLAIM, RELEASED, Runtime, dirty
 from ._settings import Settings
 from ._steps import build_commit, committed, fire, publish
 from ._subscribers import yield_to_readers
-from ._turn import Question, Turn, uncopied
+from ._turn import Question, Turn, new_turn
 
 __all__ = ["Driver"]
 
@@ -61,7 +61,6 @@ _DECIDE = Effect.DECIDE
 _AWAITING_APPROVAL = S.AWAITING_TOOL_APPROVAL
 _PERMANENT_FAILURE = S.PERMANENT_FAILURE
 _PENDING = ApprovalStatus.PENDING
-_new = object.__new__
 
 CANCELLABLE = frozenset(State) - {S.IDLE, S.PERMANENT_FAILURE}
 _WAITS = frozenset({Effect.CALL_LLM, Effect.RUN_TOOLS, Effect.BACKOFF})
@@ -333,16 +332,14 @@ class Driver:
         # nodes a decision replaced would stay alive with them)
         rt.turn_nodes.clear()
         rt.turn_states.clear()
-        turn = _new(Turn)  # ``Turn.__init__`` called itself: see _answer._new
-        Turn.__init__(
-            turn,
+        return new_turn(
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
             states=states,
             # the pool holds the latest version of each (decisions replace nodes);
             # copied when the caller first reads them
-            messages=uncopied(tuple([pool[i].message for i in ids])),
+            records=tuple([pool[i].message for i in ids]),
             message_ids=tuple(ids),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is _PERMANENT_FAILURE else None,
@@ -351,7 +348,6 @@ class Driver:
             output_error=rt.output_error,
             client_tool_calls=client,
         )
-        return turn
 
     async def _drive(self, rt: Runtime) -> None:
         """Run the effects until the context rests, the lease renewed meanwhile:

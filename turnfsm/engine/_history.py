@@ -28,6 +28,7 @@ from ..model import (
     append_chat,
     to_chat_message,
 )
+from ..model._context import turn_progress
 from ..model._message import extra_of
 from ..tools import ToolOutcome
 from ._runtime import Runtime
@@ -231,16 +232,15 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
 # recording the started calls one more each tool-loop turn); each runs the
 # class's ``__init__`` on ``_new(cls)`` itself, as every record made here on
 # a turn's path does (a class call would pack its keywords into a dict for
-# ``__init__`` to take apart again). A test
+# ``__init__`` to take apart again), but for the progress record, which
+# ``turn_progress`` makes with plain slot writes. A test
 # (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
 # for every field of each class, so a field added later is not dropped.
 
 
 def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
     """``dataclasses.replace(p, started_call_ids=ids)``."""
-    copy = _new(TurnProgress)
-    TurnProgress.__init__(
-        copy,
+    return turn_progress(
         iteration=p.iteration,
         attempt=p.attempt,
         retry_at=p.retry_at,
@@ -249,7 +249,6 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         output=p.output,
         client=p.client,
     )
-    return copy
 
 
 def decided(
