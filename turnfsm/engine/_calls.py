@@ -35,6 +35,7 @@ from ..model import (
     detached,
     to_chat_messages,
 )
+from ..model._context import turn_progress
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
 from ..tools import QuestionTool, ToolOutcome
 from . import _history, _steps
@@ -64,10 +65,8 @@ __all__ = [
 S = State
 T = Trigger
 _new = object.__new__
-
-# The trigger and state every send reads, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
+# read once for start_send (every turn): on Python 3.11 each read of a member
+# on its enum class goes through ``EnumType.__getattr__``'s hook
 _USER_MESSAGE = T.USER_MESSAGE
 _AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
 
@@ -97,9 +96,7 @@ async def start_send(
     message = _new(InternalMessage)
     InternalMessage.__init__(message, role=role, content=parts, metadata=metadata)
     _history.append(rt, message, d.settings.ids() if message_id is None else message_id)
-    progress = _new(TurnProgress)
-    TurnProgress.__init__(progress, iteration=1, attempt=1, output=output, client=client)
-    rt.ctx.progress = progress
+    rt.ctx.progress = turn_progress(iteration=1, attempt=1, output=output, client=client)
     _steps.fire(rt, _USER_MESSAGE)
 
 

@@ -50,18 +50,17 @@ from ._runtime import CLAIM, RELEASED, Runtime, dirty
 from ._settings import Settings
 from ._steps import build_commit, committed, fire, publish
 from ._subscribers import yield_to_readers
-from ._turn import Question, Turn, uncopied
+from ._turn import Question, Turn, new_turn
 
 __all__ = ["Driver"]
 
 S = State
+# members read once here: on Python 3.11 each read of a member on its enum
+# class goes through ``EnumType.__getattr__``'s hook
 _DECIDE = Effect.DECIDE
-
-# The states every call's turn is read for, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
 _AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
 _PERMANENT_FAILURE = S.PERMANENT_FAILURE
+_PENDING = ApprovalStatus.PENDING
 
 _new = object.__new__
 
@@ -324,7 +323,7 @@ class Driver:
             # the open calls read once, for the pending ones
             # (``ctx.pending_tool_calls()``) and the client's
             open_calls = ctx.open_tool_calls()
-            pending = tuple([c for c in open_calls if c.approval_status is ApprovalStatus.PENDING])
+            pending = tuple([c for c in open_calls if c.approval_status is _PENDING])
             questions = questions_of(self.settings.tools, pending)
             pending = detached(pending)
             client = detached(tuple(client_calls(ctx, open_calls)))
@@ -335,16 +334,14 @@ class Driver:
         # nodes a decision replaced would stay alive with them)
         rt.turn_nodes.clear()
         rt.turn_states.clear()
-        turn = _new(Turn)  # ``Turn.__init__`` called itself: see _answer._new
-        Turn.__init__(
-            turn,
+        return new_turn(
             context_id=ctx.id,
             state=state,
             stop_reason=rt.stop_reason,
             states=states,
             # the pool holds the latest version of each (decisions replace nodes);
             # copied when the caller first reads them
-            messages=uncopied(tuple([pool[i].message for i in ids])),
+            records=tuple([pool[i].message for i in ids]),
             message_ids=tuple(ids),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is _PERMANENT_FAILURE else None,
@@ -353,7 +350,6 @@ class Driver:
             output_error=rt.output_error,
             client_tool_calls=client,
         )
-        return turn
 
     async def _drive(self, rt: Runtime) -> None:
         """Run the effects until the context rests, the lease renewed meanwhile:

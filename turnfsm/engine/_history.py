@@ -28,6 +28,7 @@ from ..model import (
     append_chat,
     to_chat_message,
 )
+from ..model._context import turn_progress
 from ..model._message import extra_of
 from ..tools import ToolOutcome
 from ._runtime import Runtime
@@ -54,6 +55,15 @@ Decisions = Mapping[str, tuple[ApprovalStatus, str, str | None]]
 Result = tuple[ToolCallRequest, ToolOutcome, MessageNode]
 """A call, its outcome and the result message appended for it."""
 
+
+# read once: on Python 3.11 each read of a member on its enum class goes
+# through ``EnumType.__getattr__``'s hook (an answer's id reads the roles
+# back to the turn's message)
+_USER = Role.USER
+_OPERATOR = Role.FRONTEND_OPERATOR
+_ASSISTANT = Role.ASSISTANT
+_TOOL = Role.TOOL
+_TOOL_RESULT = MessageType.TOOL_RESULT
 
 _new = object.__new__
 """A record made on a turn's path is made as ``X.__init__(_new(X), ...)``:
@@ -107,15 +117,6 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     rt.turn_nodes.append(node)
     return node
 
-
-# The roles and types read on every turn, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
-_USER = Role.USER
-_FRONTEND_OPERATOR = Role.FRONTEND_OPERATOR
-_TOOL = Role.TOOL
-_TOOL_RESULT = MessageType.TOOL_RESULT
-
 RESPONSE_SUFFIX = "-response"
 """What a request's ``messageId`` is followed by in the id of its answer."""
 
@@ -134,7 +135,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     i = len(ids) - 1
     while i >= 0:  # back to the turn's message
         role = pool[ids[i]].message.role
-        if role is _USER or role is _FRONTEND_OPERATOR:
+        if role is _USER or role is _OPERATOR:
             break
         i -= 1
     if i < 0:
@@ -146,7 +147,7 @@ def answer_id(ctx: ChatContext, message: InternalMessage) -> str | None:
     answers = 0
     for mid in ids[i + 1 :]:
         msg = pool[mid].message
-        if msg.role is Role.ASSISTANT and said(msg) is not None:
+        if msg.role is _ASSISTANT and said(msg) is not None:
             answers += 1
     if answers == 0:
         return base + RESPONSE_SUFFIX
@@ -230,16 +231,15 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
 # recording the started calls one more each tool-loop turn); each runs the
 # class's ``__init__`` on ``_new(cls)`` itself, as every record made here on
 # a turn's path does (a class call would pack its keywords into a dict for
-# ``__init__`` to take apart again). A test
+# ``__init__`` to take apart again), but for the progress record, which
+# ``turn_progress`` makes with plain slot writes. A test
 # (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
 # for every field of each class, so a field added later is not dropped.
 
 
 def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
     """``dataclasses.replace(p, started_call_ids=ids)``."""
-    copy = _new(TurnProgress)
-    TurnProgress.__init__(
-        copy,
+    return turn_progress(
         iteration=p.iteration,
         attempt=p.attempt,
         retry_at=p.retry_at,
@@ -248,7 +248,6 @@ def started(p: TurnProgress, ids: tuple[str, ...]) -> TurnProgress:
         output=p.output,
         client=p.client,
     )
-    return copy
 
 
 def decided(

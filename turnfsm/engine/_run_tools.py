@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 
 from ..events import ToolApprovalRequested
-from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest, TurnProgress
+from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest
+from ..model._context import turn_progress
 from ..states import Trigger
 from ..tools import ToolOutcome, ToolRegistry, hosting, run_calls
 from . import _history, _steps
@@ -20,11 +21,8 @@ from ._turn import StopReason
 
 __all__ = ["run_tools"]
 
-_new = object.__new__
-
-# The status and trigger of every tool run, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
+# read once: on Python 3.11 each read of a member on its enum class goes
+# through ``EnumType.__getattr__``'s hook
 _APPROVED = ApprovalStatus.APPROVED
 _TOOLS_DONE = Trigger.TOOLS_DONE
 
@@ -83,11 +81,9 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         hand_to_client(d, rt)
         return
     p = ctx.progress
-    progress = _new(TurnProgress)  # see _answer._new
-    TurnProgress.__init__(
-        progress, iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
+    ctx.progress = turn_progress(
+        iteration=p.iteration + 1, attempt=1, output=p.output, client=p.client
     )
-    ctx.progress = progress
     _steps.fire(rt, _TOOLS_DONE)
 
 

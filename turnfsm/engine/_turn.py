@@ -127,9 +127,15 @@ class Turn:
 # ``state`` and ``text`` only.
 
 
-@dataclass(frozen=True, slots=True)
 class _Uncopied:
-    records: tuple[InternalMessage, ...]
+    """The engine's records, until the first read copies them (a plain class:
+    one is made every call, and a frozen dataclass sets its field through
+    ``object.__setattr__``; nothing outside this module sees it)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: tuple[InternalMessage, ...]) -> None:
+        self.records = records
 
 
 _SLOT: Any = Turn.__dict__["messages"]  # the slot's descriptor, behind the property
@@ -166,10 +172,77 @@ setattr(  # noqa: B010  (mypy: a property put over a dataclass field)
 )
 
 
-def uncopied(records: tuple[InternalMessage, ...]) -> tuple[InternalMessage, ...]:
-    """What the engine passes as ``Turn(messages=...)``: its own records, which
-    the turn copies when ``messages`` is first read."""
-    return cast(tuple[InternalMessage, ...], _Uncopied(records))
+class _OpenTurn:
+    """Turn's slots, without its frozen ``__setattr__`` (see :func:`new_turn`)."""
+
+    __slots__ = (
+        "client_tool_calls",
+        "context_id",
+        "error",
+        "message_ids",
+        "messages",
+        "output",
+        "output_error",
+        "pending_tool_calls",
+        "questions",
+        "state",
+        "states",
+        "stop_reason",
+    )
+    context_id: str
+    state: State
+    stop_reason: StopReason | None
+    states: tuple[State, ...]
+    messages: _Uncopied
+    message_ids: tuple[str, ...]
+    pending_tool_calls: tuple[ToolCallRequest, ...]
+    error: str | None
+    questions: tuple[Question, ...]
+    output: Any
+    output_error: OutputValidationError | None
+    client_tool_calls: tuple[ToolCallRequest, ...]
+
+
+_new = object.__new__
+
+
+def new_turn(
+    *,
+    context_id: str,
+    state: State,
+    stop_reason: StopReason | None,
+    states: tuple[State, ...],
+    records: tuple[InternalMessage, ...],
+    message_ids: tuple[str, ...],
+    pending_tool_calls: tuple[ToolCallRequest, ...],
+    error: str | None,
+    questions: tuple[Question, ...],
+    output: Any,
+    output_error: OutputValidationError | None,
+    client_tool_calls: tuple[ToolCallRequest, ...],
+) -> Turn:
+    """The :class:`Turn` a call returns, with ``records``, the engine's own
+    messages, as its messages (copied when ``messages`` is first read). It is
+    the record ``Turn(...)`` makes, made with plain slot writes: a frozen
+    dataclass's ``__init__`` sets each of its twelve fields through
+    ``object.__setattr__``, several times the cost, once a call
+    (``tests/test_open_records.py`` holds the two to the same record)."""
+    t = _new(_OpenTurn)
+    t.context_id = context_id
+    t.state = state
+    t.stop_reason = stop_reason
+    t.states = states
+    t.messages = _Uncopied(records)  # the slot the ``messages`` property reads
+    t.message_ids = message_ids
+    t.pending_tool_calls = pending_tool_calls
+    t.error = error
+    t.questions = questions
+    t.output = output
+    t.output_error = output_error
+    t.client_tool_calls = client_tool_calls
+    # laid out as a Turn (the same slots), it becomes one
+    t.__class__ = Turn  # type: ignore[assignment]
+    return t  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,60 @@ class TurnProgress:
     client: Annotated[ClientTools | None, Field(exclude_if=_is_none)] = None
 
 
+class _OpenTurnProgress:
+    """TurnProgress's slots, without its frozen ``__setattr__`` (see
+    :func:`turn_progress`)."""
+
+    __slots__ = (
+        "attempt",
+        "client",
+        "iteration",
+        "last_error",
+        "output",
+        "retry_at",
+        "started_call_ids",
+    )
+    iteration: int
+    attempt: int
+    retry_at: float | None
+    last_error: str | None
+    started_call_ids: tuple[str, ...]
+    output: TurnOutput | None
+    client: ClientTools | None
+
+
+_new = object.__new__
+
+
+def turn_progress(
+    *,
+    iteration: int,
+    attempt: int,
+    retry_at: float | None = None,
+    last_error: str | None = None,
+    started_call_ids: tuple[str, ...] = (),
+    output: TurnOutput | None = None,
+    client: ClientTools | None = None,
+) -> TurnProgress:
+    """``TurnProgress(...)``, the same record, made with plain slot writes: a
+    frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, several times the cost, and the engine makes a
+    new one at each step of a turn (as ``storage._base.step_log`` does for the
+    audit records; ``tests/test_open_records.py`` holds the two
+    to the same record)."""
+    p = _new(_OpenTurnProgress)
+    p.iteration = iteration
+    p.attempt = attempt
+    p.retry_at = retry_at
+    p.last_error = last_error
+    p.started_call_ids = started_call_ids
+    p.output = output
+    p.client = client
+    # laid out as a TurnProgress (the same slots), it becomes one
+    p.__class__ = TurnProgress  # type: ignore[assignment]
+    return p  # type: ignore[return-value]
+
+
 @dataclass(slots=True, kw_only=True)
 class ChatContext:
     """A whole conversation; serialisable, and owned by the engine while loaded."""

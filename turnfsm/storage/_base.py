@@ -109,26 +109,17 @@ class _OpenStepLog:
         "trigger",
         "version",
     )
+    version: int
+    from_state: str
+    trigger: str
+    to_state: str
+    at: datetime
+    detail: dict[str, Any] | None
+    lease_token: int | None
+    lease_owner: str | None
 
-    def __init__(
-        self,
-        version: int,
-        from_state: str,
-        trigger: str,
-        to_state: str,
-        at: datetime,
-        detail: dict[str, Any] | None,
-    ) -> None:
-        self.version = version
-        self.from_state = from_state
-        self.trigger = trigger
-        self.to_state = to_state
-        self.at = at
-        self.detail = detail
-        self.lease_token = None
-        self.lease_owner = None
-        # laid out as a StepLog (the same slots), it becomes one
-        self.__class__ = StepLog  # type: ignore[assignment]
+
+_new = object.__new__
 
 
 def step_log(
@@ -142,8 +133,21 @@ def step_log(
     """``StepLog(version, from_state, trigger, to_state, at, detail)``, the same
     record, made with plain slot writes: a frozen dataclass's ``__init__`` sets
     each of its fields through ``object.__setattr__``, about four times the
-    cost, and the engine makes one for every step of every turn."""
-    return _OpenStepLog(version, from_state, trigger, to_state, at, detail)  # type: ignore[return-value]
+    cost, and the engine makes one for every step of every turn. The slots are
+    written here rather than by an ``__init__`` of the open class: a class
+    call goes through ``type.__call__`` and the ``__init__`` slot first."""
+    record = _new(_OpenStepLog)
+    record.version = version
+    record.from_state = from_state
+    record.trigger = trigger
+    record.to_state = to_state
+    record.at = at
+    record.detail = detail
+    record.lease_token = None
+    record.lease_owner = None
+    # laid out as a StepLog (the same slots), it becomes one
+    record.__class__ = StepLog  # type: ignore[assignment]
+    return record  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,124 @@
+"""``turn_progress`` and ``new_turn`` make the records ``TurnProgress(...)`` and
+``Turn(...)`` make: the same type, fields, equality, repr and frozenness, as
+the engine stores and returns what they make (see ``tests/storage/test_step_log.py``
+for the audit records made the same way)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from turnfsm import State, StopReason, Turn
+from turnfsm.engine._turn import _OpenTurn, new_turn
+from turnfsm.model import (
+    ClientTool,
+    ClientTools,
+    InternalMessage,
+    MessageMetadata,
+    Role,
+    TextPart,
+    TurnOutput,
+    TurnProgress,
+)
+from turnfsm.model._context import _OpenTurnProgress, turn_progress
+
+
+def _fields(cls: Any) -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(cls))
+
+
+def test_the_open_records_have_the_slots_of_the_records_and_no_more() -> None:
+    assert sorted(_OpenTurnProgress.__slots__) == _fields(TurnProgress)
+    assert sorted(TurnProgress.__slots__) == _fields(TurnProgress)  # type: ignore[attr-defined]
+    assert sorted(_OpenTurn.__slots__) == _fields(Turn)
+    assert sorted(Turn.__slots__) == _fields(Turn)  # type: ignore[attr-defined]
+
+
+OUTPUT = TurnOutput(name="Answer", schema={"type": "object"}, digest="d", invalid=1)
+CLIENT = ClientTools(tools=(ClientTool(name="pick", parameters={"type": "object"}),))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"iteration": 1, "attempt": 1},
+        {
+            "iteration": 3,
+            "attempt": 2,
+            "retry_at": 12.5,
+            "last_error": "timeout",
+            "started_call_ids": ("c1", "c2"),
+            "output": OUTPUT,
+            "client": CLIENT,
+        },
+    ],
+)
+def test_turn_progress_makes_the_record_the_class_makes(values: dict[str, Any]) -> None:
+    made = turn_progress(**values)
+    plain = TurnProgress(**values)
+    assert type(made) is TurnProgress
+    for name in _fields(TurnProgress):
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain)
+    if values.get("output") is None:  # an output type holds a dict: no hash then
+        assert hash(made) == hash(plain)
+    assert dataclasses.asdict(made) == dataclasses.asdict(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, attempt=9) == dataclasses.replace(plain, attempt=9)
+    assert made != turn_progress(**{**values, "attempt": 7})
+
+
+def test_a_made_progress_is_frozen() -> None:
+    made = turn_progress(iteration=1, attempt=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.attempt = 2  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del made.iteration  # type: ignore[misc]
+    assert made.attempt == 1
+
+
+def _turn_values() -> dict[str, Any]:
+    return {
+        "context_id": "c",
+        "state": State.IDLE,
+        "stop_reason": StopReason.COMPLETED,
+        "states": (State.PROCESSING_USER_MESSAGE, State.IDLE),
+        "message_ids": ("m1", "m2"),
+        "pending_tool_calls": (),
+        "error": None,
+        "questions": (),
+        "output": {"a": 1},
+        "output_error": None,
+        "client_tool_calls": (),
+    }
+
+
+def test_new_turn_makes_the_turn_the_class_makes() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    records = tuple(
+        InternalMessage(
+            role=role, content=[TextPart(text=text)], metadata=MessageMetadata(created_at=at)
+        )
+        for role, text in ((Role.USER, "hi"), (Role.ASSISTANT, "hello"))
+    )
+    made = new_turn(records=records, **_turn_values())
+    plain = Turn(messages=records, **_turn_values())
+    assert type(made) is Turn
+    assert made.text == plain.text == "hello"  # read before the copies are made
+    for name in _fields(Turn):
+        assert getattr(made, name) == getattr(plain, name), name
+    # the messages are copies of the records, made once
+    assert made.messages == records and made.messages is made.messages
+    assert all(a is not b for a, b in zip(made.messages, records, strict=True))
+    assert made == plain and repr(made) == repr(plain)
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, error="x") == dataclasses.replace(plain, error="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.state = State.PERMANENT_FAILURE  # type: ignore[misc]
+    assert made.state is State.IDLE
