@@ -117,6 +117,7 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     rt.turn_nodes.append(node)
     return node
 
+
 RESPONSE_SUFFIX = "-response"
 """What a request's ``messageId`` is followed by in the id of its answer."""
 
