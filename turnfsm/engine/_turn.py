@@ -172,6 +172,72 @@ def uncopied(records: tuple[InternalMessage, ...]) -> tuple[InternalMessage, ...
     return cast(tuple[InternalMessage, ...], _Uncopied(records))
 
 
+# The engine makes a Turn at the end of every call. A frozen dataclass's
+# ``__init__`` sets each field through ``object.__setattr__`` (a generic
+# attribute lookup and a wrapped call per field, and for ``messages`` the
+# property's setter on top); :func:`engine_turn` calls each slot's own
+# descriptor instead, on a Turn that is just as frozen once made.
+# tests/engine/test_turn_messages.py holds it to ``Turn(...)`` field by field,
+# so a field added later is not left unset.
+
+_new = object.__new__
+
+
+def _setter(cls: type, name: str) -> Any:
+    """The ``__set__`` of the slot of field ``name`` of ``cls`` (a method of the
+    slot's descriptor, bound once here)."""
+    return (_SLOT if cls is Turn and name == "messages" else cls.__dict__[name]).__set__
+
+
+_set_context_id = _setter(Turn, "context_id")
+_set_state = _setter(Turn, "state")
+_set_stop_reason = _setter(Turn, "stop_reason")
+_set_states = _setter(Turn, "states")
+_set_messages_slot = _setter(Turn, "messages")
+_set_message_ids = _setter(Turn, "message_ids")
+_set_pending_tool_calls = _setter(Turn, "pending_tool_calls")
+_set_error = _setter(Turn, "error")
+_set_questions = _setter(Turn, "questions")
+_set_output = _setter(Turn, "output")
+_set_output_error = _setter(Turn, "output_error")
+_set_client_tool_calls = _setter(Turn, "client_tool_calls")
+_set_records = _setter(_Uncopied, "records")
+
+
+def engine_turn(
+    context_id: str,
+    state: State,
+    stop_reason: StopReason | None,
+    states: tuple[State, ...],
+    records: tuple[InternalMessage, ...],
+    message_ids: tuple[str, ...],
+    pending_tool_calls: tuple[ToolCallRequest, ...],
+    error: str | None,
+    questions: tuple[Question, ...],
+    output: Any,
+    output_error: OutputValidationError | None,
+    client_tool_calls: tuple[ToolCallRequest, ...],
+) -> Turn:
+    """``Turn(..., messages=uncopied(records), ...)``, made as the comment
+    above says: every field given, ``records`` the engine's own messages."""
+    holder = _new(_Uncopied)
+    _set_records(holder, records)
+    turn = _new(Turn)
+    _set_context_id(turn, context_id)
+    _set_state(turn, state)
+    _set_stop_reason(turn, stop_reason)
+    _set_states(turn, states)
+    _set_messages_slot(turn, holder)
+    _set_message_ids(turn, message_ids)
+    _set_pending_tool_calls(turn, pending_tool_calls)
+    _set_error(turn, error)
+    _set_questions(turn, questions)
+    _set_output(turn, output)
+    _set_output_error(turn, output_error)
+    _set_client_tool_calls(turn, client_tool_calls)
+    return turn
+
+
 @dataclass(frozen=True, slots=True)
 class Child:
     """What :meth:`Engine.spawn` returns: the new sub-context's id and the turn
