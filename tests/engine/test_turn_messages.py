@@ -11,13 +11,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kit import make_engine
 
 from turnfsm import ApprovalStatus, State, Turn, records, tool
-from turnfsm.engine._turn import _SLOT, _Uncopied
+from turnfsm.engine._turn import _SLOT, Question, StopReason, _Uncopied, new_turn
+from turnfsm.model import InternalMessage, MessageMetadata, Role, TextPart, ToolCallRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -88,3 +90,34 @@ def test_a_turn_made_with_messages_behaves_as_a_dataclass() -> None:
     assert pickle.loads(pickle.dumps(made)) == made
     assert copy.deepcopy(made) == made
     assert "messages=()" in repr(made)
+
+
+def test_the_engines_turn_is_the_dataclass_made_with_every_field() -> None:
+    values: dict[str, Any] = {
+        "context_id": "c",
+        "state": State.AWAITING_TOOL_APPROVAL,
+        "stop_reason": StopReason.AWAITING_APPROVAL,
+        "states": (State.PROCESSING_USER_MESSAGE,),
+        "messages": (
+            InternalMessage(
+                role=Role.USER,
+                content=[TextPart(text="hi")],
+                metadata=MessageMetadata(created_at=datetime(2026, 1, 1, tzinfo=UTC)),
+            ),
+        ),
+        "message_ids": ("m1",),
+        "pending_tool_calls": (ToolCallRequest(id="c1", tool_name="booked"),),
+        "error": "e",
+        "questions": (Question("c2", "ask", "Which?", ("a", "b")),),
+        "output": {"x": 1},
+        "output_error": None,
+        "client_tool_calls": (ToolCallRequest(id="c3", tool_name="client"),),
+    }
+    assert list(values) == [f.name for f in dataclasses.fields(Turn)]  # every field, in order
+    fields = dict(values)
+    made = new_turn(records=fields.pop("messages"), **fields)
+    assert type(_SLOT.__get__(made, Turn)) is _Uncopied  # copied on first read
+    assert made == Turn(**values)
+    assert made.messages is not values["messages"] and made.messages == values["messages"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.error = None  # type: ignore[misc]

@@ -104,7 +104,12 @@ async def start_decide(
     d: Host, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
 ) -> None:
     ctx = rt.ctx
-    pending = {c.id: c for c in ctx.pending_tool_calls()}
+    # loops rather than comprehensions here and in ``_resolved``: every
+    # decision takes them, and before Python 3.12 each comprehension is a
+    # call of its own
+    pending: dict[str, ToolCallRequest] = {}
+    for c in ctx.pending_tool_calls():
+        pending[c.id] = c
     for cid in decisions:
         if cid not in pending:
             found = _history.find_call(ctx, cid)
@@ -115,10 +120,10 @@ async def start_decide(
     state = rt.holder.current()
     if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
         raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
-    open_calls = _history.set_decisions(
-        rt, {cid: (status, "human", reason) for cid, (status, reason) in decisions.items()}
-    )
-    _resolved(d, rt, open_calls)
+    human: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
+    for cid, (status, reason) in decisions.items():
+        human[cid] = (status, "human", reason)
+    _resolved(d, rt, _history.set_decisions(rt, human))
 
 
 async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
@@ -152,9 +157,10 @@ def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
     """After decisions on the newest batch, whose calls without a result are
     now ``open_calls``: wait for the human while some is still pending, else
     go on to run the approved ones."""
-    if any(c.approval_status is ApprovalStatus.PENDING for c in open_calls):
-        rt.stop_reason = StopReason.AWAITING_APPROVAL
-        return
+    for c in open_calls:
+        if c.approval_status is ApprovalStatus.PENDING:
+            rt.stop_reason = StopReason.AWAITING_APPROVAL
+            return
     mark_started(rt, open_calls)
     _steps.fire(rt, T.APPROVALS_RESOLVED)
 

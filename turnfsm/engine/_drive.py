@@ -40,7 +40,7 @@ from . import (
     _run_tools,
 )
 from ._approval import questions_of
-from ._client_view import client_calls
+from ._client_view import is_client_call
 from ._host import Host, SubtaskRunnerHost
 from ._lease import CallLease, StaleCopy
 from ._loaded import Loaded
@@ -320,15 +320,29 @@ class Driver:
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
         if state is _AWAITING_TOOL_APPROVAL:
-            # the open calls read once, for the pending ones
-            # (``ctx.pending_tool_calls()``) and the client's
-            open_calls = ctx.open_tool_calls()
-            pending = tuple([c for c in open_calls if c.approval_status is _PENDING])
-            questions = questions_of(self.settings.tools, pending)
-            pending = detached(pending)
-            client = detached(tuple(client_calls(ctx, open_calls)))
+            # the open calls read once, in one loop: the pending ones
+            # (``ctx.pending_tool_calls()``) and the client's, each copied as
+            # it is found (``detached`` of a tuple adds two calls per call)
+            waiting: list[ToolCallRequest] = []
+            copies: list[ToolCallRequest] = []
+            clients: list[ToolCallRequest] = []
+            for c in ctx.open_tool_calls():
+                if c.approval_status is _PENDING:
+                    waiting.append(c)
+                    copies.append(detached(c))
+                elif is_client_call(c):
+                    clients.append(detached(c))
+            questions = questions_of(self.settings.tools, waiting)
+            pending = tuple(copies)
+            client = tuple(clients)
+        # the pool holds the latest version of each message (decisions replace
+        # nodes); the turn copies them when the caller first reads them
         pool = ctx.message_pool
-        ids = [n.id for n in rt.turn_nodes]
+        ids = []
+        records = []
+        for node in rt.turn_nodes:
+            ids.append(node.id)
+            records.append(pool[node.id].message)
         states = tuple(rt.turn_states)
         # read once: a context at rest keeps nothing of its last call (the
         # nodes a decision replaced would stay alive with them)
@@ -339,9 +353,7 @@ class Driver:
             state=state,
             stop_reason=rt.stop_reason,
             states=states,
-            # the pool holds the latest version of each (decisions replace nodes);
-            # copied when the caller first reads them
-            records=tuple([pool[i].message for i in ids]),
+            records=tuple(records),
             message_ids=tuple(ids),
             pending_tool_calls=pending,
             error=ctx.progress.last_error if state is _PERMANENT_FAILURE else None,

@@ -28,7 +28,7 @@ from ..model import (
     append_chat,
     to_chat_message,
 )
-from ..model._context import turn_progress
+from ..model._context import newest_tool_batch, turn_progress
 from ..model._message import extra_of
 from ..tools import ToolOutcome
 from ._runtime import Runtime
@@ -204,7 +204,9 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
     decisions, in the order asked: what the caller reads next (the calls
     still pending, the approved ones to start) without reading the history
     again."""
-    batch = rt.ctx.last_tool_batch()
+    ctx = rt.ctx
+    # ``ctx.last_tool_batch()`` without its own frame (every decision takes it)
+    batch = newest_tool_batch(ctx.message_pool, ctx.branches[ctx.active_branch_name].message_ids)
     assert batch is not None
     node, answered = batch
     message = node.message

@@ -122,15 +122,17 @@ def check_text(where: str, value: Any, *, optional: bool = False, empty: bool = 
 
 def check_call_ids(where: str, value: Any) -> list[str]:
     """One tool call id or a list (any iterable but a mapping) of them; at least one."""
-    ids = [value] if isinstance(value, str) else value
+    if isinstance(value, str):  # one id (the common case): no ABC checks
+        check_text(where, value, empty=False)
+        return [value]
+    ids = value
     if not isinstance(ids, Iterable) or isinstance(ids, bytes | bytearray | Mapping):
         raise InvalidInput(where, f"must be a tool call id or a list of them, not {_kind(value)}")
     ids = list(ids)
     if not ids:
         raise InvalidInput(where, "give at least one tool call id")
     for i, item in enumerate(ids):
-        at = where if isinstance(value, str) else f"{where}[{i}]"
-        check_text(at, item, empty=False)
+        check_text(f"{where}[{i}]", item, empty=False)
     return ids
 
 

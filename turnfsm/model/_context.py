@@ -318,11 +318,40 @@ class ChatContext:
 
     def open_tool_calls(self) -> list[ToolCallRequest]:
         """Calls of the newest tool batch that have no result yet, in the order asked."""
-        return open_calls(self.last_tool_batch())
+        return _open_calls(self.message_pool, self.branches[self.active_branch_name].message_ids)
 
     def pending_tool_calls(self) -> list[ToolCallRequest]:
         """Open calls still waiting for a human decision."""
-        return [c for c in self.open_tool_calls() if c.approval_status is ApprovalStatus.PENDING]
+        pending = ApprovalStatus.PENDING
+        out = []
+        # a loop, not a comprehension: on this interpreter that is a call of its own
+        for c in _open_calls(self.message_pool, self.branches[self.active_branch_name].message_ids):
+            if c.approval_status is pending:
+                out.append(c)
+        return out
+
+
+def _open_calls(pool: Mapping[str, MessageNode], ids: Sequence[str]) -> list[ToolCallRequest]:
+    """:func:`open_calls` of :func:`newest_tool_batch`, in one frame: a turn
+    that waits for a human reads its open calls several times (its rest, the
+    decision, the run), and the answered ids are gathered only when there are
+    some."""
+    answered: set[str] | None = None
+    for mid in reversed(ids):
+        msg = pool[mid].message
+        result = msg.tool_result
+        if result is not None and msg.role is Role.TOOL:
+            if answered is None:
+                answered = set()
+            answered.add(result.request_id)
+            continue
+        calls = msg.tool_calls
+        if calls and msg.role is Role.ASSISTANT:
+            if answered is None:
+                return list(calls)
+            return [c for c in calls if c.id not in answered]
+        return []
+    return []
 
 
 def newest_tool_batch(

@@ -33,12 +33,24 @@ from ._message import (
 __all__ = ["detached", "detached_fields"]
 
 T = TypeVar("T")
+_new = object.__new__
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""JSON values that cannot change: a dict's are taken as they are, with no call."""
 
 
 def _json(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        return {k: _json(v) for k, v in value.items()}
+        # a loop, not a comprehension calling _json per value: a call's
+        # arguments (copied for every rest waiting for a human) are mostly
+        # strings and numbers, and before Python 3.12 a comprehension is a
+        # call of its own
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            out[k] = v if type(v) in _SCALARS else _json(v)
+        return out
     if kind is list:
         return [_json(v) for v in value]
     if kind is tuple:
@@ -67,7 +79,11 @@ def _metadata(m: MessageMetadata) -> MessageMetadata:
 
 
 def _call(c: ToolCallRequest) -> ToolCallRequest:
-    return ToolCallRequest(
+    # ``__init__`` called itself (see turnfsm.engine._answer._new): every rest
+    # waiting for a human copies its pending calls
+    copy = _new(ToolCallRequest)
+    ToolCallRequest.__init__(
+        copy,
         id=c.id,
         tool_name=c.tool_name,
         arguments=_json(c.arguments),
@@ -79,6 +95,7 @@ def _call(c: ToolCallRequest) -> ToolCallRequest:
         arguments_error=c.arguments_error,
         provider_id=c.provider_id,
     )
+    return copy
 
 
 def _result(r: ToolCallResult) -> ToolCallResult:

@@ -37,9 +37,14 @@ async def peek(driver: Driver, context_id: str) -> ChatContext:
 async def surface(driver: Driver, turn: Turn) -> Turn:
     """A turn resting at AwaitingToolApproval lists, instead of the calls of
     its own that wait for a sub-task's child, that child's pending calls."""
-    if turn.state is not State.AWAITING_TOOL_APPROVAL or not any(
-        waiting_child(c) for c in turn.pending_tool_calls
-    ):
+    if turn.state is not State.AWAITING_TOOL_APPROVAL:
+        return turn
+    # a loop rather than ``any`` over a generator: every rest for a human
+    # asks it, and before Python 3.12 the generator is a call of its own
+    for c in turn.pending_tool_calls:
+        if waiting_child(c) is not None:
+            break
+    else:
         return turn
     pending = await surfaced_pending(driver, turn.context_id)
     return dataclasses.replace(
@@ -83,7 +88,11 @@ async def route_decisions(
     if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
         return None
     pending = ctx.pending_tool_calls()
-    waiting = {c.id: child for c in pending if (child := waiting_child(c)) is not None}
+    waiting: dict[str, str] = {}
+    for c in pending:  # a loop: every decision asks it (see ``surface``)
+        child = waiting_child(c)
+        if child is not None:
+            waiting[c.id] = child
     if not waiting:
         return None
     through: dict[str, str] = {}
