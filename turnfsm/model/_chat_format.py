@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from ._message import (
     OPENAI_PROVIDER,
@@ -41,14 +41,20 @@ provider and drops the others; the Chat Completions adapter sends none."""
 
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode``, without its two Python frames for anything but a
-    string: ``JSONEncoder.encode`` calls ``iterencode``, which makes the C
-    encoder of its settings (with a fresh dict for the circular check) and
-    joins what it gives; so does this (the same text, the same errors)."""
+    """``encoder.encode``, with one C encoder made once for all values.
+
+    ``JSONEncoder.encode`` makes a C encoder for every value it encodes (with
+    a fresh dict for the circular check) and calls it through two Python
+    frames. The one made here has no circular check, so it keeps nothing
+    between calls; a value that makes it recurse too deeply (circular, or
+    nested past the recursion limit) is encoded again by ``encoder.encode``,
+    which raises what it always raised. Strings go to ``encoder.encode`` as
+    they are (the same text, the same errors either way)."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None or encoder.indent is not None:  # pragma: no cover - no C accelerator
         return encoder.encode
-    settings = (
+    c_encode = make(
+        None,  # no circular check: nothing kept from one value to the next
         encoder.default,
         json.encoder.encode_basestring_ascii
         if encoder.ensure_ascii
@@ -66,7 +72,10 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     def encode(value: Any) -> str:
         if isinstance(value, str):
             return plain(value)
-        return join(make({} if encoder.check_circular else None, *settings)(value, 0))
+        try:
+            return join(c_encode(value, 0))
+        except RecursionError:
+            return plain(value)  # circular or too deep: the checking encoder says which
 
     return encode
 
@@ -76,6 +85,13 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 _encode_result = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str))
 _encode_arguments = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")))
 _ROLE_NAME = {role: role.value for role in Role}
+# The roles to_chat_message tells apart, read for every stored message: on
+# Python 3.11 reading ``Role.X`` goes through the hook of EnumType's
+# ``__getattr__`` (the metaclass defines one), which costs several times a
+# module global.
+_TOOL: Final = Role.TOOL
+_ASSISTANT: Final = Role.ASSISTANT
+_FRONTEND_OPERATOR: Final = Role.FRONTEND_OPERATOR
 
 FRONTEND_OPERATOR_NAME = "frontend_operator"
 """The ``name`` of the ``user`` message a frontend operator speaks in."""
@@ -146,7 +162,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
     adapters read.
     """
     role = msg.role
-    if role is Role.TOOL:
+    if role is _TOOL:
         result = msg.tool_result
         assert result is not None, "a tool message has a tool_result"
         return {
@@ -154,7 +170,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
             "tool_call_id": result.request_id,
             "content": tool_result_content(result.result),
         }
-    if role is Role.ASSISTANT:
+    if role is _ASSISTANT:
         parts = msg.content
         if not parts:
             text = ""
@@ -189,7 +205,7 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
                 extra["phase"] = msg.phase
             out[RESPONSES_KEY] = extra
         return out
-    if role is Role.FRONTEND_OPERATOR:
+    if role is _FRONTEND_OPERATOR:
         return {"role": "user", "name": FRONTEND_OPERATOR_NAME, "content": _content(msg)}
     return {"role": _ROLE_NAME[role], "content": _content(msg)}
 
