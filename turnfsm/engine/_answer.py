@@ -115,6 +115,12 @@ CHUNK_KINDS: dict[type, ChunkKind] = {
 :func:`chunk_kind` answers for subclasses)."""
 
 
+# Members read for every answer, as module names: on Python 3.11 reading
+# ``Role.X`` goes through the hook of EnumType's ``__getattr__`` (the
+# metaclass defines one), which costs several times a module global.
+_ASSISTANT: Final = Role.ASSISTANT
+_TOOL_CALL: Final = MessageType.TOOL_CALL
+
 _new = object.__new__
 """The records made for every answer are made as ``X.__init__(_new(X), ...)``
 rather than ``X(...)``: CPython (3.11) packs the keywords of a class call
@@ -514,10 +520,10 @@ def build_answer(
     message = _new(InternalMessage)
     InternalMessage.__init__(
         message,
-        role=Role.ASSISTANT,
+        role=_ASSISTANT,
         content=[TextPart(text=text)] if text else [],
         tool_calls=calls or None,
-        message_type=MessageType.TOOL_CALL if calls else answer_type,
+        message_type=_TOOL_CALL if calls else answer_type,
         metadata=metadata,
         thinking=thinking,
         refusal=refusal,

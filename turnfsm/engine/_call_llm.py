@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
 from ..events import (
@@ -50,6 +50,13 @@ from ._turn import StopReason
 from ._typed import mark_answer
 
 __all__ = ["StreamRead", "call_llm", "fail_llm", "read_stream"]
+
+# The triggers of every call, as module names: on Python 3.11 reading
+# ``Trigger.X`` goes through the hook of EnumType's ``__getattr__`` (the
+# metaclass defines one), which costs several times a module global.
+_STREAM_STARTED: Final = Trigger.STREAM_STARTED
+_STREAM_ENDED: Final = Trigger.STREAM_ENDED
+_RESPONSE_RECEIVED: Final = Trigger.RESPONSE_RECEIVED
 
 
 @dataclass(slots=True)
@@ -135,7 +142,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         for c in calls:
             taken[c.id] = None
     rt.answer = node
-    _steps.fire(rt, Trigger.STREAM_ENDED if read.streaming else Trigger.RESPONSE_RECEIVED)
+    _steps.fire(rt, _STREAM_ENDED if read.streaming else _RESPONSE_RECEIVED)
     _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     if calls:
         _steps.later(rt, ToolCallsRequested, message_id=node.id, calls=calls)
@@ -228,7 +235,7 @@ async def read_stream(
                 break
             if not streaming:
                 streaming = read.streaming = True
-                await d.step(rt, Trigger.STREAM_STARTED)
+                await d.step(rt, _STREAM_STARTED)
             delta_channel: Literal["text", "thinking"]
             if channel is TEXT:
                 partial.append(text)
@@ -304,7 +311,7 @@ async def _call_piece(
         return False
     if not read.streaming:
         read.streaming = True
-        await d.step(rt, Trigger.STREAM_STARTED)
+        await d.step(rt, _STREAM_STARTED)
     seq = rt.seq = rt.sent_seq = rt.seq + 1
     if rt.subscribers and _steps.publish(
         rt,
