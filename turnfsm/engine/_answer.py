@@ -96,12 +96,6 @@ ADAPTER_ERROR = "adapter_error"
 RAW_ARGUMENTS_LIMIT = 8192
 """Characters of unusable argument text kept on a call."""
 
-# The role and type of every answer, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
-_ASSISTANT = Role.ASSISTANT
-_TOOL_CALL = MessageType.TOOL_CALL
-
 
 ChunkKind = Literal["text", "thinking", "call", "response", "invalid"]
 """What a chunk of an adapter's stream is: a text or thinking delta, a tool
@@ -120,6 +114,12 @@ CHUNK_KINDS: dict[type, ChunkKind] = {
 """The kind of each chunk type (looked up by exact type on every chunk;
 :func:`chunk_kind` answers for subclasses)."""
 
+
+# Members read for every answer, as module names: on Python 3.11 reading
+# ``Role.X`` goes through the hook of EnumType's ``__getattr__`` (the
+# metaclass defines one), which costs several times a module global.
+_ASSISTANT: Final = Role.ASSISTANT
+_TOOL_CALL: Final = MessageType.TOOL_CALL
 
 _new = object.__new__
 """The records made for every answer are made as ``X.__init__(_new(X), ...)``

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
 from ..events import (
@@ -50,6 +50,13 @@ from ._turn import StopReason
 from ._typed import mark_answer
 
 __all__ = ["StreamRead", "call_llm", "fail_llm", "read_stream"]
+
+# The triggers of every call, as module names: on Python 3.11 reading
+# ``Trigger.X`` goes through the hook of EnumType's ``__getattr__`` (the
+# metaclass defines one), which costs several times a module global.
+_STREAM_STARTED: Final = Trigger.STREAM_STARTED
+_STREAM_ENDED: Final = Trigger.STREAM_ENDED
+_RESPONSE_RECEIVED: Final = Trigger.RESPONSE_RECEIVED
 
 
 @dataclass(slots=True)
@@ -228,7 +235,7 @@ async def read_stream(
                 break
             if not streaming:
                 streaming = read.streaming = True
-                await d.step(rt, Trigger.STREAM_STARTED)
+                await d.step(rt, _STREAM_STARTED)
             delta_channel: Literal["text", "thinking"]
             if channel is TEXT:
                 partial.append(text)
@@ -256,12 +263,6 @@ async def read_stream(
 
 
 _new = object.__new__
-
-# The triggers every answer takes, as module constants: on Python 3.11 reading
-# a member off its enum class goes through ``EnumType.__getattr__``'s slow
-# lookup.
-_STREAM_ENDED = Trigger.STREAM_ENDED
-_RESPONSE_RECEIVED = Trigger.RESPONSE_RECEIVED
 
 
 def _content_delta(
@@ -310,7 +311,7 @@ async def _call_piece(
         return False
     if not read.streaming:
         read.streaming = True
-        await d.step(rt, Trigger.STREAM_STARTED)
+        await d.step(rt, _STREAM_STARTED)
     seq = rt.seq = rt.sent_seq = rt.seq + 1
     if rt.subscribers and _steps.publish(
         rt,

@@ -4,6 +4,7 @@ the request; ``prompt_ready``, or ``prepare_failed`` when an enhancer raises."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Final
 
 from ..enhancers import summary_of
 from ..errors import EnhancerError, InvalidInput, LLMError
@@ -29,11 +30,9 @@ from ._typed import shape_request
 __all__ = ["build_request", "compact", "prefetch", "prepare"]
 
 _new = object.__new__
-
-# The trigger every prepared request takes, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
-_PROMPT_READY = Trigger.PROMPT_READY
+_PROMPT_READY: Final = Trigger.PROMPT_READY
+"""Read once: on Python 3.11 ``Trigger.X`` goes through the hook of EnumType's
+``__getattr__`` (the metaclass defines one), several times a global's cost."""
 
 
 def build_request(d: Host, rt: Runtime) -> LLMRequest:

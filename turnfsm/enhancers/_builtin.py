@@ -41,17 +41,22 @@ class SystemPromptEnhancer:
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         branch = context.branches[context.active_branch_name]
-        parts = [
-            branch.system_prompt.content if branch.system_prompt else self.default,
-            branch.user_prompt,
-        ]
+        # the non-empty parts kept by hand rather than by a generator: this
+        # runs for every request
+        parts: list[str] = []
+        prompt = branch.system_prompt
+        first = prompt.content if prompt else self.default
+        if first:
+            parts.append(first)
+        if branch.user_prompt:
+            parts.append(branch.user_prompt)
         if self.mode is not None:
             found = self.mode(context)
             if found is not None:
                 parts.append(mode_block(*found))
-        text = "\n\n".join(p for p in parts if p)
-        if text:
-            request.messages = [{"role": "system", "content": text}, *request.messages]
+        if parts:
+            system = {"role": "system", "content": "\n\n".join(parts)}
+            request.messages = [system, *request.messages]
         return request
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from ._message import (
     OPENAI_PROVIDER,
@@ -41,14 +41,20 @@ provider and drops the others; the Chat Completions adapter sends none."""
 
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode``, without its two Python frames for anything but a
-    string: ``JSONEncoder.encode`` calls ``iterencode``, which makes the C
-    encoder of its settings (with a fresh dict for the circular check) and
-    joins what it gives; so does this (the same text, the same errors)."""
+    """``encoder.encode``, with one C encoder made once for all values.
+
+    ``JSONEncoder.encode`` makes a C encoder for every value it encodes (with
+    a fresh dict for the circular check) and calls it through two Python
+    frames. The one made here has no circular check, so it keeps nothing
+    between calls; a value that makes it recurse too deeply (circular, or
+    nested past the recursion limit) is encoded again by ``encoder.encode``,
+    which raises what it always raised. Strings go to ``encoder.encode`` as
+    they are (the same text, the same errors either way)."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None or encoder.indent is not None:  # pragma: no cover - no C accelerator
         return encoder.encode
-    settings = (
+    c_encode = make(
+        None,  # no circular check: nothing kept from one value to the next
         encoder.default,
         json.encoder.encode_basestring_ascii
         if encoder.ensure_ascii
@@ -66,7 +72,10 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     def encode(value: Any) -> str:
         if isinstance(value, str):
             return plain(value)
-        return join(make({} if encoder.check_circular else None, *settings)(value, 0))
+        try:
+            return join(c_encode(value, 0))
+        except RecursionError:
+            return plain(value)  # circular or too deep: the checking encoder says which
 
     return encode
 
@@ -76,13 +85,13 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 _encode_result = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str))
 _encode_arguments = _one_shot(json.JSONEncoder(ensure_ascii=False, separators=(",", ":")))
 _ROLE_NAME = {role: role.value for role in Role}
-
-# The roles every message is encoded by, as module constants: on Python 3.11
-# reading a member off its enum class goes through ``EnumType.__getattr__``'s
-# slow lookup.
-_TOOL = Role.TOOL
-_ASSISTANT = Role.ASSISTANT
-_FRONTEND_OPERATOR = Role.FRONTEND_OPERATOR
+# The roles to_chat_message tells apart, read for every stored message: on
+# Python 3.11 reading ``Role.X`` goes through the hook of EnumType's
+# ``__getattr__`` (the metaclass defines one), which costs several times a
+# module global.
+_TOOL: Final = Role.TOOL
+_ASSISTANT: Final = Role.ASSISTANT
+_FRONTEND_OPERATOR: Final = Role.FRONTEND_OPERATOR
 
 
 FRONTEND_OPERATOR_NAME = "frontend_operator"

@@ -22,7 +22,7 @@ returns one such answer (or an :class:`LLMResponse`), sync or async.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -208,35 +208,78 @@ class ScriptedLLM:
         """Answers not yet played (0 for a handler)."""
         return len(self._answers) - self._next
 
-    async def _answer(self, request: LLMRequest) -> AnswerSpec | LLMResponse:
+    def _ask(self, request: LLMRequest) -> object:
+        """The handler's answer to ``request`` (sync, or an awaitable), or the
+        next answer of the list."""
         if self._handler is not None:
-            got = self._handler(request)
-            if type(got) is LLMResponse or type(got) is AnswerSpec:  # a handler's usual answer
+            return self._handler(request)
+        if self._next >= len(self._answers):
+            raise PermanentLLMError(f"scripted LLM has no answer left for call {self._next + 1}")
+        answer = self._answers[self._next]
+        self._next += 1
+        return answer
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+        # An iterator object rather than an async generator: a generator costs
+        # the event loop's first-iteration hook (a weak set entry, removed by a
+        # callback when it dies) and a GeneratorExit thrown into it when the
+        # engine closes it after the final chunk, in every call of every test.
+        # It is as lazy: nothing runs before the first read.
+        return _Stream(self, request)
+
+
+async def _settled(got: object) -> AnswerSpec | LLMResponse:
+    """What :meth:`ScriptedLLM._ask` gave, awaited and parsed."""
+    answer = await got if inspect.isawaitable(got) else got
+    if isinstance(answer, LLMResponse | AnswerSpec):
+        return answer
+    return AnswerSpec.parse(answer)  # type: ignore[arg-type]  # a handler's mapping
+
+
+class _Stream:
+    """What :meth:`ScriptedLLM.stream` returns: on the first read the request
+    is recorded and the answer asked for; an :class:`LLMResponse` is the one
+    chunk, any other answer is played by :func:`play`. Closed, or read to its
+    end, it gives no more chunks."""
+
+    __slots__ = ("_llm", "_played", "_request", "_started")
+
+    def __init__(self, llm: ScriptedLLM, request: LLMRequest) -> None:
+        self._llm = llm
+        self._request = request
+        self._played: AsyncGenerator[LLMChunk, None] | None = None
+        self._started = False
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> LLMChunk:
+        played = self._played
+        if played is None:
+            if self._started:
+                raise StopAsyncIteration
+            self._started = True
+            llm = self._llm
+            request = self._request
+            if llm._record:
+                llm.requests.append(request)
+            got = llm._ask(request)
+            if type(got) is LLMResponse:  # a handler's usual answer
                 return got
-            answer = await got if inspect.isawaitable(got) else got
-        else:
-            if self._next >= len(self._answers):
-                raise PermanentLLMError(
-                    f"scripted LLM has no answer left for call {self._next + 1}"
-                )
-            answer = self._answers[self._next]
-            self._next += 1
-        if isinstance(answer, LLMResponse | AnswerSpec):
-            return answer
-        return AnswerSpec.parse(answer)
+            answer = await _settled(got)
+            if isinstance(answer, LLMResponse):
+                return answer
+            self._played = played = play(answer, request)
+        return await played.__anext__()
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMChunk]:
-        if self._record:
-            self.requests.append(request)
-        answer = await self._answer(request)
-        if isinstance(answer, LLMResponse):
-            yield answer
-            return
-        async for chunk in play(answer, request):
-            yield chunk
+    async def aclose(self) -> None:
+        self._started = True
+        played = self._played
+        if played is not None:
+            await played.aclose()
 
 
-async def play(answer: AnswerSpec, request: LLMRequest) -> AsyncIterator[LLMChunk]:
+async def play(answer: AnswerSpec, request: LLMRequest) -> AsyncGenerator[LLMChunk, None]:
     """Play one scripted answer as an adapter would stream it."""
     if answer.error is not None and answer.fail_after is None:
         raise answer.error.to_error()
