@@ -22,6 +22,7 @@ from turnfsm.model._json import (
     MAX_JSON_DEPTH,
     JSONTooDeep,
     _outside_strings,
+    _structure,
     _without_empty_pairs,
     loads_json,
 )
@@ -72,7 +73,7 @@ def outcome(decode: Any, text: str | bytes, max_depth: int) -> tuple[str, str]:
 
 
 def assert_same(text: str, max_depth: int) -> None:
-    assert _outside_strings(text) == reference_brackets(text)
+    assert _outside_strings(text, *_structure(text)) == reference_brackets(text)
     for given_text in (text, text.encode("utf-8", "surrogatepass")):
         assert outcome(loads_json, given_text, max_depth) == outcome(
             reference_loads, given_text, max_depth

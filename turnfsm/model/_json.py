@@ -104,21 +104,30 @@ def _opens(text: str) -> int:
     return text.count("{") + text.count("[")
 
 
-def _outside_strings(text: str) -> str:
+def _structure(text: str) -> tuple[bytes, bytes]:
+    """``text`` as UTF-8, and its quotes, backslashes and brackets alone (what
+    is not ASCII is none of them)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return raw, raw.translate(None, _NOT_STRUCTURE)
+
+
+def _outside_strings(text: str, raw: bytes, kept: bytes) -> str:
     """The brackets of ``text`` outside its strings, in order, as
-    ``_JSON_STRING`` and ``_NOT_BRACKET`` leave them, with no regular
-    expression run over the whole text (on a wide text that is most of the
-    cost): the escapes that decide where a string ends are taken out, then
-    every byte but quotes and brackets, then the strings between the quotes."""
-    raw = text.encode("utf-8", "surrogatepass")  # what is not ASCII is no bracket or quote
-    if b"\\" in raw:
-        # escaped backslashes first, from the left as a string reads them; then
-        # an escaped quote leaves a lone backslash, which is in a string unless
-        # the text is not JSON there
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"\\")
+    ``_JSON_STRING`` and ``_NOT_BRACKET`` leave them, from its
+    :func:`_structure` ``raw`` and ``kept``, with no regular expression run
+    over the whole text (on a wide text that was most of the cost)."""
+    # an escaped backslash or quote decides where a string ends; a pair not in
+    # ``kept`` is not in the text (nor made by taking out the first kind)
+    pairs, quoted = b"\\\\" in kept, b'\\"' in kept
+    if pairs:  # escaped backslashes first, from the left as a string reads them
+        raw = raw.replace(b"\\\\", b"")
+    if quoted:  # an escaped quote leaves a lone backslash: in a string, unless not JSON there
+        raw = raw.replace(b'\\"', b"\\")
+    if pairs or quoted:
+        kept = raw.translate(None, _NOT_STRUCTURE)
     # a string with no bracket in it is two quotes in a row: taken out in one
     # step, which takes nothing from what is outside the strings
-    kept = raw.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    kept = kept.replace(b'""', b"")
     if b'"' in kept:  # an unterminated string runs to the end, as the expression's does
         kept = b"".join(kept.split(b'"')[::2])
     if b"\\" in kept:  # a backslash outside a string: the expression reads it its own way
@@ -137,9 +146,11 @@ def _depth_over(text: str, max_depth: int) -> bool:
     """Whether ``text`` opens more than ``max_depth`` containers at once,
     counting brackets outside strings (exact for valid JSON; for text that is
     not, at least the depth :func:`json.loads` reaches before it stops)."""
-    if _opens(text) <= max_depth:
+    raw, kept = _structure(text)
+    # every bracket of the text, those in strings too: few enough, none too deep
+    if kept.count(b"{") + kept.count(b"[") <= max_depth:
         return False
-    brackets = _outside_strings(text)
+    brackets = _outside_strings(text, raw, kept)
     # each pass takes away the innermost pairs, one level: a wide document of
     # small objects is gone in a few passes of C, with no step per bracket
     for taken in range(_PASSES):
