@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,6 +248,50 @@ def test_unreadable_json_is_422(server: Running, body: bytes) -> None:
             r = c.post(path, content=body, headers={"content-type": "application/json"})
             assert r.status_code == 422, (path, r.text[:200])
             assert r.json()["error"]["code"] == "invalid_input"
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _chat(inner: str) -> str:
+    """A chat completion request with ``inner`` three levels down, in a field
+    the route ignores."""
+    return '{"model": "m", "messages": [{"role": "user", "content": "hi", "x": ' + inner + "}]}"
+
+
+@pytest.mark.parametrize("limit", [1000, 20_000], ids=["default-limit", "raised-limit"])
+def test_a_body_nested_too_deeply_cannot_be_read_on_any_route_under_any_limit(
+    server: Running, limit: int
+) -> None:
+    """Every route taking a JSON body reads it as a document (at most 128
+    levels), whatever the recursion limit (the server runs in this process):
+    FastAPI's own ``json.loads`` read such a body under a raised limit and
+    answered a later check's error, or took it."""
+    json_routes = sorted(
+        (method.upper(), path)
+        for path, ops in openapi_paths().items()
+        for method, op in ops.items()
+        if "application/json" in op.get("requestBody", {}).get("content", {})
+    )
+    assert len(json_routes) >= 15
+    cannot_be_read = "body: cannot be read (not UTF-8, nested too deeply, or malformed)"
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        with server.client() as c:
+            cid = create(c)
+            headers = {"content-type": "application/json", "origin": server.url}
+            for body in (_nested(10_000), _chat(_nested(5_000)), _chat(_nested(126))):
+                for method, path in json_routes:
+                    r = c.request(method, filled(path, cid), content=body, headers=headers)
+                    assert r.status_code == 422, (method, path, r.status_code, r.text[:200])
+                    assert r.json()["error"]["message"] == cannot_be_read, (method, path)
+            # as deep as a document may be: read, and answered as before
+            r = c.post("/v1/chat/completions", content=_chat(_nested(125)), headers=headers)
+            assert r.status_code == 200, r.text[:200]
+    finally:
+        sys.setrecursionlimit(before)
 
 
 # ---------------------------------------------------------------------- turn slots

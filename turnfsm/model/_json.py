@@ -86,8 +86,9 @@ _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 # a JSON string, escapes and all; an unterminated one runs to the end of the text
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\[\s\S][^"\\]*)*"?')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# every byte but the quote, the backslash and the brackets
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"\\[]{}')
 _BRACKET_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
-_EMPTY_PAIR = re.compile(r"\{\}|\[\]")
 _PASSES = 4
 
 
@@ -103,19 +104,59 @@ def _opens(text: str) -> int:
     return text.count("{") + text.count("[")
 
 
+def _structure(text: str) -> tuple[bytes, bytes]:
+    """``text`` as UTF-8, and its quotes, backslashes and brackets alone (what
+    is not ASCII is none of them)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return raw, raw.translate(None, _NOT_STRUCTURE)
+
+
+def _outside_strings(text: str, raw: bytes, kept: bytes) -> str:
+    """The brackets of ``text`` outside its strings, in order, as
+    ``_JSON_STRING`` and ``_NOT_BRACKET`` leave them, from its
+    :func:`_structure` ``raw`` and ``kept``, with no regular expression run
+    over the whole text (on a wide text that was most of the cost)."""
+    # an escaped backslash or quote decides where a string ends; a pair not in
+    # ``kept`` is not in the text (nor made by taking out the first kind)
+    pairs, quoted = b"\\\\" in kept, b'\\"' in kept
+    if pairs:  # escaped backslashes first, from the left as a string reads them
+        raw = raw.replace(b"\\\\", b"")
+    if quoted:  # an escaped quote leaves a lone backslash: in a string, unless not JSON there
+        raw = raw.replace(b'\\"', b"\\")
+    if pairs or quoted:
+        kept = raw.translate(None, _NOT_STRUCTURE)
+    # a string with no bracket in it is two quotes in a row: taken out in one
+    # step, which takes nothing from what is outside the strings
+    kept = kept.replace(b'""', b"")
+    if b'"' in kept:  # an unterminated string runs to the end, as the expression's does
+        kept = b"".join(kept.split(b'"')[::2])
+    if b"\\" in kept:  # a backslash outside a string: the expression reads it its own way
+        return _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return kept.decode("ascii")
+
+
+def _without_empty_pairs(brackets: str) -> str:
+    """``brackets`` with every ``{}`` and ``[]`` in it taken out at once (not
+    those the taking out makes): the two never overlap, and ``{}`` is marked
+    first so that taking it out makes no ``[]`` for the second step."""
+    return brackets.replace("{}", ".").replace("[]", "").replace(".", "")
+
+
 def _depth_over(text: str, max_depth: int) -> bool:
     """Whether ``text`` opens more than ``max_depth`` containers at once,
     counting brackets outside strings (exact for valid JSON; for text that is
     not, at least the depth :func:`json.loads` reaches before it stops)."""
-    if _opens(text) <= max_depth:
+    raw, kept = _structure(text)
+    # every bracket of the text, those in strings too: few enough, none too deep
+    if kept.count(b"{") + kept.count(b"[") <= max_depth:
         return False
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    brackets = _outside_strings(text, raw, kept)
     # each pass takes away the innermost pairs, one level: a wide document of
     # small objects is gone in a few passes of C, with no step per bracket
     for taken in range(_PASSES):
         if _opens(brackets) + taken <= max_depth:
             return False
-        brackets = _EMPTY_PAIR.sub("", brackets)
+        brackets = _without_empty_pairs(brackets)
     steps = accumulate(map(_BRACKET_STEP.__getitem__, brackets))
     return max(steps, default=0) + _PASSES > max_depth
 

@@ -40,6 +40,7 @@ from ._ag_ui_input import (
 from ._calls import create_context, decide_calls
 from ._deps import HubOf, Tenant
 from ._hub import Hub, Job, next_batch
+from ._json_body import DocumentRoute
 from ._openai_compat import _resent
 from ._openai_tools import client_tools_of, continuation
 
@@ -47,7 +48,7 @@ __all__ = ["MEDIA_TYPE", "router"]
 
 MEDIA_TYPE = "text/event-stream"
 
-router = APIRouter(tags=["ag-ui"])
+router = APIRouter(tags=["ag-ui"], route_class=DocumentRoute)
 
 
 async def _thread(hub: Hub, who: str, thread_id: str) -> None:

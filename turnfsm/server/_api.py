@@ -17,6 +17,7 @@ from ._calls import create_from, decide_calls, post_message, run_call, tenant_co
 from ._deps import HubOf, Owned, Tenant, Wait, cursor_of, digits
 from ._errors import ApiError, error_response
 from ._hub import Hub
+from ._json_body import DocumentRoute
 from ._models import (
     AcceptedOut,
     AnswerIn,
@@ -41,7 +42,7 @@ __all__ = ["MAX_PAGE", "answered", "router"]
 MAX_PAGE = 500
 """Items a page of a list may hold."""
 
-router = APIRouter()
+router = APIRouter(route_class=DocumentRoute)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

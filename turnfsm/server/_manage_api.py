@@ -20,6 +20,7 @@ from ..engine._offered import offered_tools, tool_summary
 from ..storage import outline_of
 from ..tools import QuestionTool
 from ._deps import HubOf, Owned
+from ._json_body import DocumentRoute
 from ._models import (
     BranchPromptsIn,
     ContextOut,
@@ -36,7 +37,7 @@ from ._models import (
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=DocumentRoute)
 
 
 # ---------------------------------------------------------------------- sub-contexts

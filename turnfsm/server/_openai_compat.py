@@ -41,6 +41,7 @@ from ._calls import create_context
 from ._deps import HubOf, Tenant
 from ._errors import ApiError
 from ._hub import Hub, Job, next_batch
+from ._json_body import DocumentRoute
 from ._openai_output import output_of
 from ._openai_tools import (
     Continuation,
@@ -177,7 +178,7 @@ def _failed(turn: Turn) -> ApiError | None:
     return None
 
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=DocumentRoute)
 
 
 @router.get("/models")

@@ -16,11 +16,12 @@ from ..engine import Turn
 from ..model import Role
 from ._calls import create_context
 from ._deps import HubOf, Tenant
+from ._json_body import DocumentRoute
 from ._models import AcceptedOut, TurnOut
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api", tags=["messages"])
+router = APIRouter(prefix="/api", tags=["messages"], route_class=DocumentRoute)
 
 _SPEAKERS = (Role.USER, Role.FRONTEND_OPERATOR)
 

@@ -44,6 +44,7 @@ from ._calls import create_context
 from ._deps import HubOf, Tenant, cursor_of, digits
 from ._errors import ApiError, status_of
 from ._hub import Hub, Job
+from ._json_body import DocumentRoute
 from ._sse import json_frame
 from ._tenants import DEFAULT_TENANT
 
@@ -279,7 +280,7 @@ def _error_body(job: Job) -> dict[str, Any] | None:
     return None
 
 
-router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"], route_class=DocumentRoute)
 
 
 async def _session(hub: Hub, session_id: str, who: str) -> str:

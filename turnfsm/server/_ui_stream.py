@@ -49,6 +49,7 @@ from ..states import State
 from ._calls import create_context, decide_calls
 from ._deps import HubOf, Tenant
 from ._hub import Hub, Job, next_batch
+from ._json_body import DocumentRoute
 from ._sse import json_frame, sse_frame
 from ._ui_messages import Decisions, UIChatIn, decisions, resent, user_text
 
@@ -66,7 +67,7 @@ _FINISH = {
 }
 """The ``finishReason`` of each stop reason (``other`` for the rest)."""
 
-router = APIRouter(prefix="/api/ui", tags=["ui"])
+router = APIRouter(prefix="/api/ui", tags=["ui"], route_class=DocumentRoute)
 
 
 async def _context(hub: Hub, cid: str, who: str) -> None:
