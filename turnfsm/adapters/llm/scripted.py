@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -246,7 +246,7 @@ class _Stream:
 
     def __init__(self, llm: ScriptedLLM, request: LLMRequest) -> None:
         self._llm = llm
-        self._request = request
+        self._request: LLMRequest | None = request
         self._played: AsyncGenerator[LLMChunk, None] | None = None
         self._started = False
 
@@ -260,7 +260,10 @@ class _Stream:
                 raise StopAsyncIteration
             self._started = True
             llm = self._llm
-            request = self._request
+            request = cast(LLMRequest, self._request)  # set until the first read
+            # kept no longer than the call needs it: the engine shares its
+            # history with the request only while nothing else holds it
+            self._request = None
             if llm._record:
                 llm.requests.append(request)
             got = llm._ask(request)
@@ -274,6 +277,7 @@ class _Stream:
 
     async def aclose(self) -> None:
         self._started = True
+        self._request = None
         played = self._played
         if played is not None:
             await played.aclose()
