@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -242,13 +242,14 @@ class _Stream:
     chunk, any other answer is played by :func:`play`. Closed, or read to its
     end, it gives no more chunks."""
 
-    __slots__ = ("_llm", "_played", "_request", "_started")
+    __slots__ = ("_llm", "_played", "_request")
 
     def __init__(self, llm: ScriptedLLM, request: LLMRequest) -> None:
         self._llm = llm
         self._request: LLMRequest | None = request
+        """Held until the first read or close (then ``None``): the engine
+        shares its history with the request only while nothing else holds it."""
         self._played: AsyncGenerator[LLMChunk, None] | None = None
-        self._started = False
 
     def __aiter__(self) -> _Stream:
         return self
@@ -256,14 +257,11 @@ class _Stream:
     async def __anext__(self) -> LLMChunk:
         played = self._played
         if played is None:
-            if self._started:
+            request = self._request
+            if request is None:  # read before, or closed
                 raise StopAsyncIteration
-            self._started = True
-            llm = self._llm
-            request = cast(LLMRequest, self._request)  # set until the first read
-            # kept no longer than the call needs it: the engine shares its
-            # history with the request only while nothing else holds it
             self._request = None
+            llm = self._llm
             if llm._record:
                 llm.requests.append(request)
             got = llm._ask(request)
@@ -276,7 +274,6 @@ class _Stream:
         return await played.__anext__()
 
     async def aclose(self) -> None:
-        self._started = True
         self._request = None
         played = self._played
         if played is not None:
