@@ -49,13 +49,18 @@ def _two_processes_at_once(url: str, tmp_path: Path) -> None:
         )
         for _ in range(2)
     ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out + err
-        results = [json.loads(line) for line in out.splitlines()]
-        assert len(results) == RUNS
-        for r in results:
-            assert r["ok"] and r["trace"] == SCRIPT["expect"]["trace"], r
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out + err
+            results = [json.loads(line) for line in out.splitlines()]
+            assert len(results) == RUNS
+            for r in results:
+                assert r["ok"] and r["trace"] == SCRIPT["expect"]["trace"], r
+    finally:  # a failed check leaves no process running into the next test
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.mark.parametrize("scheme", first_by_default(["sqlite", "files"], ["sqlite", "files"]))
@@ -112,5 +117,9 @@ async def test_a_store_failure_that_is_not_a_lost_race_is_raised(tmp_path: Path)
         async def create(self, ctx: object) -> None:
             raise StoreError("the disk is full")
 
-    with pytest.raises(StoreError, match="the disk is full"):
-        await replay(load_script(WEATHER), store=Broken())  # type: ignore[arg-type]
+    broken = Broken()
+    try:
+        with pytest.raises(StoreError, match="the disk is full"):
+            await replay(load_script(WEATHER), store=broken)  # type: ignore[arg-type]
+    finally:
+        await broken.inner.aclose()

@@ -11,6 +11,7 @@ existed gets them when it is opened (they are part of format 1).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -96,6 +97,14 @@ STORE_FORMAT = len(MIGRATIONS)
 """The version of the table layout (``turnfsm_meta.store_format``)."""
 
 
+_LOOKS = 5
+"""How many times a file shorter than its header says is looked at again
+before it is called truncated (see :func:`check_database_file`)."""
+
+_WAL_HEADER = 32
+"""A WAL file's own header: a longer one holds frames."""
+
+
 def check_database_file(path: Path) -> None:
     """Refuse, without writing anything, a file that is not a whole SQLite database.
 
@@ -103,19 +112,47 @@ def check_database_file(path: Path) -> None:
     100-byte header must be SQLite's, and the file must be at least as long as
     the page count its header states (when that count is valid), so that a
     truncated database is caught before SQLite touches it.
+
+    A file may be shorter than its header says while it is whole: a checkpoint
+    copies pages from the WAL in page order, the header's page first, and a
+    commit in rollback mode writes the same way. Another process may be in the
+    middle of either, and a process killed in the middle of one leaves the file
+    so, with the WAL or the journal beside it from which SQLite finishes or
+    undoes the copy on opening. So a short file is only called truncated when
+    it stays short with neither a WAL holding frames nor a journal beside it,
+    looked at after the file itself.
     """
+    short = _short_by_header(path)
+    looks = 1
+    while short is not None and not _journal_beside(path):
+        if looks == _LOOKS:
+            size, pages, page_size = short
+            raise StoreError(
+                f"{path}: truncated SQLite database: {size} bytes, its header says "
+                f"{pages} pages of {page_size} bytes ({pages * page_size} bytes); it was "
+                "left untouched"
+            )
+        short = _short_by_header(path)
+        looks += 1
+
+
+def _short_by_header(path: Path) -> tuple[int, int, int] | None:
+    """``(size, pages, page size)`` if the file is shorter than its header's
+    valid page count says, else None; a file that is not a SQLite database is
+    refused. The size is read after the header, from the same open file, so a
+    file that grows between the two reads is not taken for a short one."""
     try:
         if not path.exists():
-            return
+            return None
         if path.is_dir():
             raise StoreError(f"{path}: is a directory, not a SQLite database file")
-        size = path.stat().st_size
-        if size == 0:
-            return
         with path.open("rb") as f:
             header = f.read(100)
+            size = os.fstat(f.fileno()).st_size
     except OSError as exc:
         raise StoreError(f"{path}: cannot read the database file: {exc}") from exc
+    if not header:
+        return None
     if not header.startswith(_HEADER):
         raise StoreError(
             f"{path}: not a SQLite database (the file does not start with the SQLite "
@@ -136,11 +173,22 @@ def check_database_file(path: Path) -> None:
             f"{path}: damaged SQLite header (page size {page_size}); it was left untouched"
         )
     if pages and change_counter == valid_for and size < pages * page_size:
-        raise StoreError(
-            f"{path}: truncated SQLite database: {size} bytes, its header says "
-            f"{pages} pages of {page_size} bytes ({pages * page_size} bytes); it was left "
-            "untouched"
-        )
+        return size, pages, page_size
+    return None
+
+
+def _journal_beside(path: Path) -> bool:
+    """Whether a WAL holding frames or a rollback journal lies beside ``path``:
+    SQLite then has what it needs to finish or undo a copy into the file."""
+    for suffix, longer_than in (("-wal", _WAL_HEADER), ("-journal", 0)):
+        try:
+            if os.stat(f"{path}{suffix}").st_size > longer_than:
+                return True
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{path}{suffix}: cannot read: {exc}") from exc
+    return False
 
 
 def prepare(conn: sqlite3.Connection, path: Path, synchronous: str) -> tuple[int, int]:
