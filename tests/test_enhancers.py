@@ -10,13 +10,26 @@ import pytest
 
 from turnfsm import records
 from turnfsm.enhancers import (
+    CurrentMessageMarker,
     Enhancer,
     SystemPromptEnhancer,
     ToolCallHistory,
     ToolDefinitionsEnhancer,
+    UserLocale,
 )
+from turnfsm.enhancers._current import CurrentMessage
 from turnfsm.errors import InvalidInput
-from turnfsm.model import Branch, ChatContext, LLMRequest, SystemPrompt
+from turnfsm.model import (
+    Branch,
+    ChatContext,
+    InternalMessage,
+    LLMRequest,
+    MessageMetadata,
+    MessageNode,
+    Role,
+    SystemPrompt,
+    TextPart,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -349,3 +362,64 @@ def test_trimmer_leaves_the_context_alone() -> None:
     before = records.to_json(ctx).decode()
     ToolCallHistory(0).enhance(request(history(3)), ctx)
     assert records.to_json(ctx).decode() == before
+
+
+# --- the current message ------------------------------------------------------------------
+
+
+def _with_current(extra: dict[str, Any]) -> ChatContext:
+    """A context whose newest user message carries ``extra``, an answer before it."""
+    ctx = context("sys")
+    for mid, role, text, flags in (
+        ("m1", Role.USER, "earlier", {}),
+        ("m2", Role.ASSISTANT, "ok", {}),
+        ("m3", Role.USER, "Wetter?", extra),
+    ):
+        message = InternalMessage(
+            role=role,
+            content=[TextPart(text=text)],
+            metadata=MessageMetadata(created_at=T0, extra=dict(flags)),
+        )
+        ctx.message_pool[mid] = MessageNode(id=mid, message=message)
+        ctx.branches["main"].message_ids.append(mid)
+    return ctx
+
+
+def _view() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "Wetter?"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"current": True, "user_language": "de", "user_timezone": "Europe/Berlin"},
+        {"current": True},
+        {"user_language": "de"},
+        {},
+    ],
+)
+def test_the_engines_current_message_step_is_the_locale_then_the_marker(
+    extra: dict[str, Any],
+) -> None:
+    ctx = _with_current(extra)
+    expected = CurrentMessageMarker().enhance(UserLocale().enhance(request(_view()), ctx), ctx)
+    got = CurrentMessage().enhance(request(_view()), ctx)
+    assert got.messages == expected.messages
+    assert got.metadata == expected.metadata
+    if extra.get("current"):
+        assert got.messages[-1]["content"] == "[CURRENT MESSAGE FROM USER]: Wetter?"
+    else:
+        assert got.messages == _view() and got.metadata == {}
+
+
+def test_the_engine_runs_the_current_message_step_once() -> None:
+    from turnfsm import Engine
+
+    chain = Engine(llm=None)._d.settings.enhancers
+    assert sum(isinstance(e, CurrentMessage) for e in chain) == 1
+    assert not any(isinstance(e, UserLocale | CurrentMessageMarker) for e in chain)

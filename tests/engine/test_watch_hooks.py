@@ -120,3 +120,33 @@ async def test_a_watch_lacking_a_hook_is_called_and_logged(
     printed = capsys.readouterr()
     assert "observer_failed" in printed.out + printed.err
     assert "transition" in printed.out + printed.err
+
+
+class _Moves(Watch):
+    __slots__ = ()
+
+    def transition(self, rt: Any, source: str, trigger: str, dest: str) -> None:
+        pass
+
+
+def test_watches_of_the_same_classes_in_another_order_get_their_own_hooks() -> None:
+    # which watch takes which hook is worked out once per sequence of classes
+    ended, moves = _Ended([]), _Moves()
+    first = Watches([ended, moves], log=None)
+    assert first._ended == (ended,) and first._transition == (moves,)
+    again = Watches([_Moves(), ended, moves], log=None)
+    assert again._ended == (ended,) and again._transition[1:] == (moves,)
+    assert len(again._transition) == 2
+    swapped = Watches([moves, ended], log=None)
+    assert swapped._ended == (ended,) and swapped._transition == (moves,)
+    other = _Ended([])
+    assert Watches([other, moves], log=None)._ended == (other,)
+
+
+def test_a_hook_an_instance_sets_is_seen_after_one_of_its_class_without() -> None:
+    # instances that may carry hooks of their own are looked at every time
+    assert not Watches([_Open()], log=None).any()
+    w = _Open()
+    w.transition = lambda rt, source, trigger, dest: None  # type: ignore[method-assign]
+    assert Watches([_Open(), w], log=None)._transition == (w,)
+    assert Watches([w], log=None)._transition == (w,)

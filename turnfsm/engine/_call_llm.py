@@ -43,7 +43,7 @@ from ._answer import (
 from ._backoff import failure_edge
 from ._call_pieces import CallPieces
 from ._host import Host
-from ._prepare import build_request, compact, prefetch
+from ._prepare import build_request, compact, compaction_of, prefetch
 from ._runtime import Runtime
 from ._subscribers import yield_to_readers
 from ._turn import StopReason
@@ -154,15 +154,19 @@ async def _request(d: Host, rt: Runtime) -> LLMRequest | None:
     failed: the failure edge is taken."""
     request = rt.request
     rt.request = None
-    compacted, summary_failure = await compact(d, rt)
-    if summary_failure is not None:
-        await fail_llm(d, rt, summary_failure)
-        return None
-    if compacted:
-        request = None  # built before the summary: build it again
+    comp = compaction_of(d, rt)
+    if comp is not None:  # (no coroutine for a view without compaction)
+        compacted, summary_failure = await compact(d, rt, comp)
+        if summary_failure is not None:
+            await fail_llm(d, rt, summary_failure)
+            return None
+        if compacted:
+            request = None  # built before the summary: build it again
     if request is None:
+        s = d.settings
         try:
-            await prefetch(d, rt)
+            if len(s.enhancers) > s.builtin_count:  # only the application's prefetch
+                await prefetch(d, rt)
             request = build_request(d, rt)
         except EnhancerError as exc:
             await fail_llm(d, rt, PermanentLLMError(str(exc)), transient=False)

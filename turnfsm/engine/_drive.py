@@ -58,6 +58,7 @@ S = State
 # members read once here: on Python 3.11 each read of a member on its enum
 # class goes through ``EnumType.__getattr__``'s hook
 _DECIDE = Effect.DECIDE
+_CALL_LLM = Effect.CALL_LLM
 _AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
 _PERMANENT_FAILURE = S.PERMANENT_FAILURE
 _PENDING = ApprovalStatus.PENDING
@@ -403,10 +404,13 @@ class Driver:
                     if dirty(rt):
                         # durable before the engine waits on the outside world
                         await self.commit(rt)
-                if rt.watch is None:
-                    await effects[effect](self, rt)
-                else:
+                watch = rt.watch
+                # only the LLM attempt has hooks around it: the other effects
+                # of a watched call run as they are, without a wrapper's frame
+                if watch is not None and watch.llm and effect is _CALL_LLM:
                     await _observe.run_effect(self, rt, effect, effects[effect])
+                else:
+                    await effects[effect](self, rt)
             effect = rt.holder.effect
 
     # ------------------------------------------------------------------ I/O

@@ -171,7 +171,7 @@ class Modes:
     """The engine's modes by name, checked against its tools once, and the
     view of the tools each one offers."""
 
-    __slots__ = ("_by_name", "_tools", "_views", "names")
+    __slots__ = ("_by_name", "_definitions", "_tools", "_views", "names")
 
     def __init__(self, modes: Iterable[Mode], tools: ToolRegistry) -> None:
         if isinstance(modes, str | bytes | Mode) or not isinstance(modes, Iterable):
@@ -212,6 +212,8 @@ class Modes:
         self._by_name = by_name
         self._tools = tools
         self._views: dict[tuple[str, tuple[str, ...] | None], ToolRegistry] = {}
+        self._definitions: dict[str, list[dict[str, Any]]] = {}
+        """``definitions`` of a context with no allow-list, by its mode's name."""
         self.names: tuple[str, ...] = tuple(by_name)
 
     def __iter__(self) -> Iterator[Mode]:
@@ -243,8 +245,19 @@ class Modes:
         """The definitions of the tools offered in the context's mode, among
         its own allow-list (``config.tools``) when it has one (the view's own
         list: do not mutate)."""
-        mode = self._by_name.get(ctx.config.mode)
-        return self.tools_for(mode, ctx.config.tools).definitions()
+        config = ctx.config
+        allowed = config.tools
+        if allowed is None:  # no allow-list of its own: kept by mode name, as
+            # every request asks (tools_for would build its key each time)
+            found = self._definitions.get(config.mode)
+            if found is not None:
+                return found
+        definitions = self.tools_for(self._by_name.get(config.mode), allowed).definitions()
+        if allowed is None:
+            if len(self._definitions) >= _CACHE_LIMIT:
+                self._definitions.clear()
+            self._definitions[config.mode] = definitions
+        return definitions
 
     def require(self, ctx: ChatContext) -> Mode:
         """The context's mode, or :class:`UnknownMode`."""

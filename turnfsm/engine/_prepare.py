@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Final
 
-from ..enhancers import summary_of
+from ..enhancers import Compaction, summary_of
 from ..errors import EnhancerError, InvalidInput, LLMError
 from ..model import (
     InternalMessage,
@@ -27,7 +27,7 @@ from ._runtime import Runtime
 from ._turn import StopReason
 from ._typed import shape_request
 
-__all__ = ["build_request", "compact", "prefetch", "prepare"]
+__all__ = ["build_request", "compact", "compaction_of", "prefetch", "prepare"]
 
 _new = object.__new__
 _PROMPT_READY: Final = Trigger.PROMPT_READY
@@ -84,19 +84,26 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         request.metadata["compaction"] = compacted
     if start:
         request.metadata["token_budget"] = {"dropped_messages": start}
-    copied = False
-    for i, enhancer in enumerate(view.enhancers):
-        if not copied and i == view.builtin_count:
-            # the built-in enhancers never change the list they are given; the
-            # application's may change the request's list in place, which must
-            # not change rt.chat
-            if request.messages is rt.chat:
-                request.messages = list(rt.chat)
-            copied = True
+    enhancers = view.enhancers
+    builtin = view.builtin_count
+    # two loops rather than a test of each enhancer's index: the copy below
+    # comes once, between the built-in enhancers and the application's
+    for enhancer in enhancers[:builtin]:
         try:
             request = enhancer.enhance(request, ctx)
         except Exception as exc:
             raise EnhancerError(type(enhancer).__name__, exc) from exc
+    if builtin < len(enhancers):
+        # the built-in enhancers never change the list they are given; the
+        # application's may change the request's list in place, which must
+        # not change rt.chat
+        if request.messages is rt.chat:
+            request.messages = list(rt.chat)
+        for enhancer in enhancers[builtin:]:
+            try:
+                request = enhancer.enhance(request, ctx)
+            except Exception as exc:
+                raise EnhancerError(type(enhancer).__name__, exc) from exc
     # otherwise the request shares rt.chat: the engine copies it before its
     # next change if the request is still held then (_history.append)
     if ctx.config.frontend_operator_as == "assistant":  # the role the context asks for
@@ -142,19 +149,22 @@ async def prepare(d: Host, rt: Runtime) -> None:
     _steps.fire(rt, _PROMPT_READY)
 
 
-async def compact(d: Host, rt: Runtime) -> tuple[bool, LLMError | None]:
+def compaction_of(d: Host, rt: Runtime) -> Compaction | None:
+    """The compaction of the context's view (the engine's, or its own
+    setting's); None when it has none."""
+    try:
+        return d.settings.view(rt.ctx.config).plan.compaction
+    except InvalidInput:  # a stored setting refused: building the request says so
+        return None
+
+
+async def compact(d: Host, rt: Runtime, comp: Compaction) -> tuple[bool, LLMError | None]:
     """Before the turn's next LLM call (in ``call_llm``, so that it shares the
     call's retry and failure edges): when the view is over the compaction
-    threshold, one summary call through the engine's adapter, and the summary
-    stored as its own message (committed at once). Returns whether a summary
-    was made, and the failure of the summary call (None when it succeeded or
-    none was needed)."""
-    try:
-        comp = d.settings.view(rt.ctx.config).plan.compaction
-    except InvalidInput:  # a stored setting refused: building the request says so
-        return False, None
-    if comp is None:
-        return False, None
+    threshold (``comp``: :func:`compaction_of`), one summary call through
+    the engine's adapter, and the summary stored as its own message
+    (committed at once). Returns whether a summary was made, and the failure
+    of the summary call (None when it succeeded or none was needed)."""
     ctx = rt.ctx
     try:
         plan = comp.plan(rt.chat, ctx)

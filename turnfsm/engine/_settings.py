@@ -25,14 +25,13 @@ from typing import Any
 from ..adapters.llm import LLM
 from ..enhancers import (
     Compaction,
-    CurrentMessageMarker,
     Enhancer,
     SystemPromptEnhancer,
     TokenBudget,
     ToolCallHistory,
     ToolDefinitionsEnhancer,
-    UserLocale,
 )
+from ..enhancers._current import CurrentMessage
 from ..errors import InvalidInput
 from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
@@ -264,8 +263,9 @@ def _mode_enhancers(modes: Modes) -> list[Enhancer]:
     return [
         SystemPromptEnhancer(mode=modes.instructions),
         ToolDefinitionsEnhancer(per_context=with_client_tools(modes.definitions)),
-        UserLocale(),
-        CurrentMessageMarker(),
+        # UserLocale then CurrentMessageMarker, looking back for the turn's
+        # current message once for the two
+        CurrentMessage(),
     ]
 
 

@@ -46,24 +46,27 @@ class CurrentMessageMarker:
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         msg = current_message(context)
-        if msg is None:
-            return request
-        i = _last_user(request.messages)
-        if i is None:
-            return request
-        speaker = _SPEAKERS[msg.role]
-        prefix = f"[CURRENT MESSAGE FROM {speaker}]: "
-        old = request.messages[i]
-        content = old.get("content")
-        if isinstance(content, list):
-            new_content: Any = [{"type": "text", "text": prefix.rstrip()}, *content]
-        else:
-            new_content = prefix + (content or "")
-        messages = list(request.messages)
-        messages[i] = {**old, "content": new_content}
-        request.messages = messages
-        request.metadata["current_message"] = {"from": speaker.lower()}
+        return request if msg is None else _marked(request, msg)
+
+
+def _marked(request: LLMRequest, msg: InternalMessage) -> LLMRequest:
+    """:class:`CurrentMessageMarker`'s change, ``msg`` the current message."""
+    i = _last_user(request.messages)
+    if i is None:
         return request
+    speaker = _SPEAKERS[msg.role]
+    prefix = f"[CURRENT MESSAGE FROM {speaker}]: "
+    old = request.messages[i]
+    content = old.get("content")
+    if isinstance(content, list):
+        new_content: Any = [{"type": "text", "text": prefix.rstrip()}, *content]
+    else:
+        new_content = prefix + (content or "")
+    messages = list(request.messages)
+    messages[i] = {**old, "content": new_content}
+    request.messages = messages
+    request.metadata["current_message"] = {"from": speaker.lower()}
+    return request
 
 
 class UserLocale:
@@ -80,31 +83,45 @@ class UserLocale:
 
     def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
         msg = current_message(context)
+        return request if msg is None else _localized(request, msg)
+
+
+def _localized(request: LLMRequest, msg: InternalMessage) -> LLMRequest:
+    """:class:`UserLocale`'s change, ``msg`` the current message."""
+    extra = msg.metadata.extra
+    language = extra.get("user_language")
+    timezone = extra.get("user_timezone")
+    parts = []
+    shown: dict[str, str] = {}
+    if isinstance(language, str) and language:
+        parts.append(f"The user's language is {language} (answer in it unless asked otherwise).")
+        shown["language"] = language
+    if isinstance(timezone, str) and timezone:
+        parts.append(f"The user's time zone is {timezone}.")
+        shown["timezone"] = timezone
+    if not parts:
+        return request
+    messages = request.messages
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    request.messages = [
+        *messages[:head],
+        {"role": "system", "content": " ".join(parts)},
+        *messages[head:],
+    ]
+    request.metadata["user_locale"] = shown
+    return request
+
+
+class CurrentMessage:
+    """:class:`UserLocale` then :class:`CurrentMessageMarker`, as the engine
+    runs them (steps 6 and 7 of the request's view), with one look back for
+    the current message between them: each request of every turn looks, and
+    neither step changes which message is current."""
+
+    def enhance(self, request: LLMRequest, context: ChatContext) -> LLMRequest:
+        msg = current_message(context)
         if msg is None:
             return request
-        extra = msg.metadata.extra
-        language = extra.get("user_language")
-        timezone = extra.get("user_timezone")
-        parts = []
-        shown: dict[str, str] = {}
-        if isinstance(language, str) and language:
-            parts.append(
-                f"The user's language is {language} (answer in it unless asked otherwise)."
-            )
-            shown["language"] = language
-        if isinstance(timezone, str) and timezone:
-            parts.append(f"The user's time zone is {timezone}.")
-            shown["timezone"] = timezone
-        if not parts:
-            return request
-        messages = request.messages
-        head = 0
-        while head < len(messages) and messages[head].get("role") == "system":
-            head += 1
-        request.messages = [
-            *messages[:head],
-            {"role": "system", "content": " ".join(parts)},
-            *messages[head:],
-        ]
-        request.metadata["user_locale"] = shown
-        return request
+        return _marked(_localized(request, msg), msg)
