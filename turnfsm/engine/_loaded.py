@@ -5,7 +5,6 @@ context must not reuse after it reloads."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from ..errors import ContextBusy
@@ -23,6 +22,21 @@ MAX_LOADED_MESSAGES = 200_000
 all: a loaded context's memory grows with its messages, and the two
 defaults together keep the cache under the budget docs/benchmarks.md
 measures ("The loaded-context cache")."""
+
+
+class _RequestCancel:
+    """``functools.partial(request_cancel, context_id)``, held by every loaded
+    context: a partial keeps a tuple of its arguments and a dict of keywords
+    besides, a closure its cells."""
+
+    __slots__ = ("_context_id", "_request")
+
+    def __init__(self, request: Callable[[str], None], context_id: str) -> None:
+        self._request = request
+        self._context_id = context_id
+
+    def __call__(self) -> None:
+        self._request(self._context_id)
 
 
 class Loaded:
@@ -84,7 +98,7 @@ class Loaded:
             seq=max(ctx.event_seq, self.seq_marks.pop(cid, 0)),
         )
         rt.sent_seq = rt.seq
-        rt.request_cancel = partial(self.request_cancel, cid)  # smaller than a closure
+        rt.request_cancel = _RequestCancel(self.request_cancel, cid)
         rt.held = len(ctx.message_pool)
         self.messages += rt.held
         self.runtimes[cid] = rt

@@ -87,16 +87,22 @@ class ContextHolder:
         self.effect: Effect | None = None
         self.steps: list[StepRecord] = []
         self.attached = False
-        self.event_data: EventData | None = None
-        """The EventData its triggers are fired with, made when it is attached
-        (its ``event`` is None between triggers): see :meth:`TurnMachine.fire`."""
+        self.machine: Machine | None = None
+        """The ``transitions.Machine`` it was last attached to (kept after a
+        detach, as transitions keeps the methods it bound)."""
 
     def current(self) -> State:
         """``state`` as a :class:`State` (a dict lookup: quicker than ``State(state)``)."""
         return _STATES[self.state]
 
-    def trigger(self, name: str) -> bool:  # replaced by the machine in add_model
-        raise RuntimeError(f"context {self.context_id} is not attached to the machine")
+    def trigger(self, name: str, *args: Any, **kwargs: Any) -> bool:
+        """transitions' ``trigger`` convenience method, which ``add_model`` binds
+        to each model as a ``functools.partial``: written here instead, as the
+        machine's own, so that a loaded context does not keep one."""
+        machine = self.machine
+        if machine is None:
+            raise RuntimeError(f"context {self.context_id} is not attached to the machine")
+        return bool(machine._get_trigger(self, name, *args, **kwargs))
 
     # Callbacks named in the table (EFFECT_CALLBACKS) and by the machine.
     def on_enter_prepare(self, event: EventData) -> None:
@@ -304,6 +310,11 @@ class LeanMachine(Machine):
     transition_cls = LeanTransition
     event_cls = LeanEvent
 
+    def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
+        if name == "trigger" and type(model) is ContextHolder:
+            return  # the holder's own method does what the partial would
+        super()._checked_assignment(model, name, func)
+
     def callbacks(self, funcs: Any, event_data: EventData) -> None:
         # a callback named in the table is a method of the holder: called here
         # as transitions would call it, without a ``callback`` frame and
@@ -368,13 +379,15 @@ class TurnMachine:
                 dest = next_state(s, t)
                 if dest is not None:
                     self._edges[(s.value, t)] = (dest, events[t])
+        self._data = EventData(None, None, self._machine, None, (), {})
+        """The EventData :meth:`fire` sets for each trigger (``event`` None between them)."""
 
     def attach(self, holder: ContextHolder, state: State) -> None:
         """``add_model`` at the stored state (no enter callbacks run)."""
         self._machine.add_model(holder, initial=state.value)
         holder.effect = None
         holder.attached = True
-        holder.event_data = EventData(None, None, self._machine, holder, (), {})
+        holder.machine = self._machine
 
     def detach(self, holder: ContextHolder) -> None:
         if holder.attached:
@@ -397,16 +410,18 @@ class TurnMachine:
         holder.effect = None
         # ``Event.trigger`` written out for the unqueued machine, where it does
         # no more than this: its EventData, then the lean ``_trigger``. The
-        # holder's own EventData is set as a new one would be (the callbacks the
-        # table declares keep nothing of it) rather than one made per step, the
-        # costliest part of a step's own bookkeeping; a trigger fired from inside
+        # machine's one EventData is set as a new one would be (the callbacks
+        # the table declares keep nothing of it) rather than one made per step,
+        # the costliest part of a step's own bookkeeping, or one kept per holder,
+        # which every loaded context would keep; a trigger fired from inside
         # another's callbacks, which finds it in use, gets one of its own.
-        data = holder.event_data
-        if data is None or data.event is not None:
+        data = self._data
+        if data.event is not None:
             event._trigger(EventData(None, event, self._machine, holder, (), {}))
             return dest
         data.state = None
         data.event = event
+        data.model = holder
         data.transition = None
         data.error = None
         data.result = False
@@ -414,4 +429,5 @@ class TurnMachine:
             event._trigger(data)
         finally:
             data.event = None
+            data.model = None
         return dest
