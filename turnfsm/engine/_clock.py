@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Clock", "FakeClock", "SequentialIds", "SystemClock"]
+__all__ = ["Clock", "FakeClock", "SequentialIds", "SystemClock", "from_timestamp"]
+
+from_timestamp = datetime.fromtimestamp
+"""``datetime.fromtimestamp``, read off its class once: the engine makes a
+datetime of a clock reading several times a turn (``from_timestamp(t, UTC)``),
+and every read of a classmethod off its class makes a new bound method."""
 
 
 @runtime_checkable

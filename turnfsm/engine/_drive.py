@@ -41,6 +41,7 @@ from . import (
 )
 from ._approval import questions_of
 from ._client_view import is_client_call
+from ._clock import from_timestamp
 from ._host import Host, SubtaskRunnerHost
 from ._lease import CallLease, StaleCopy
 from ._loaded import Loaded
@@ -137,7 +138,7 @@ class Driver:
         return self.loaded.busy
 
     def now(self) -> datetime:
-        return datetime.fromtimestamp(self.settings.clock.time(), UTC)
+        return from_timestamp(self.settings.clock.time(), UTC)
 
     def request_hand_back(self, context_id: str) -> bool:
         """Ask the running call on the context to stop before its next wait (see

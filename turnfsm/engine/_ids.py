@@ -47,20 +47,34 @@ class Uuid7:
     """A UUIDv7 generator (see the module's docstring); :func:`uuid7` is the
     one every engine of a process shares.
 
-    It runs for every message, so an id costs a lock, a clock read and two
-    table lookups: the text up to the counter's low 14 bits is made once per
-    millisecond from two more lookups and the first group, which changes every
-    65 seconds (and in full when those bits wrap); the random end once per
+    It runs for every message, so an id costs a lock, a clock read and one
+    string built: the first id of a millisecond in one piece from the first
+    group (which changes every 65 seconds) and two table lookups; a later one
+    in the same millisecond as the text up to the counter's low 14 bits (made
+    by the second id of the millisecond, and again when those bits wrap) and
+    the text after it, kept for the first 256 counts; the random end once per
     process."""
 
-    __slots__ = ("_counter", "_first", "_head", "_last", "_lock", "_tail", "_top")
+    __slots__ = (
+        "_counter",
+        "_edge",
+        "_first",
+        "_head",
+        "_last",
+        "_lock",
+        "_tail",
+        "_tails",
+        "_top",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last = -1
+        self._edge = 0
         self._counter = 0
         self._head = ""
         self._tail = ""
+        self._tails: tuple[str, ...] = ()
         self._top = -1
         self._first = ""
         self.reseed()
@@ -69,34 +83,52 @@ class Uuid7:
         """New random bits and a new lock: in a forked child, so that its ids
         are not its parent's."""
         self._lock = threading.Lock()
-        self._tail = "-" + os.urandom(6).hex()
+        tail = self._tail = "-" + os.urandom(6).hex()
+        # the fourth and fifth groups of the counts 0 to 255 (the variant, the
+        # counter's bits 8 to 13 at 0): a millisecond rarely makes more ids,
+        # and each of these is then one concatenation
+        self._tails = tuple(f"{_VARIANT_HEX[0]}{low}{tail}" for low in _HEX)
 
     def __call__(self) -> str:
         lock = self._lock
         lock.acquire()
         try:
-            ms = _time_ns() // 1_000_000
-            if ms > self._last:
+            ns = _time_ns()
+            # ``_edge`` is the next millisecond's start on the same clock
+            # (``_time_ns``): the ids after a millisecond's first are told by a
+            # comparison, without dividing the clock's large integer
+            if ns >= self._edge:  # a new millisecond
+                ms = ns // 1_000_000
                 self._last = ms
-                count = self._counter = 0
+                self._edge = ms * 1_000_000 + 1_000_000
+                self._counter = 0
+                self._head = ""  # made by the millisecond's second id, if any
                 if ms >> 16 != self._top:
                     self._top = ms >> 16
                     self._first = _head(ms, 0)[:9]
-                head = self._first + _HEX[(ms >> 8) & 0xFF] + _HEX[ms & 0xFF] + "-7000-"
-                self._head = head
-            else:  # the same millisecond, or a clock that stepped back
-                count = self._counter + 1
-                if count > _COUNTER_MAX:
-                    ms = self._last = self._last + 1
-                    count = 0
-                    self._head = _head(ms, 0)
-                elif not count & _LOW_MASK:  # the low bits wrapped: rand_a counts on
-                    self._head = _head(self._last, count)
-                self._counter = count
-                head = self._head
+                # one string built (an f-string joins its parts at once, where
+                # each ``+`` makes a string of its own)
+                mid = _HEX[(ms >> 8) & 0xFF]
+                return f"{self._first}{mid}{_HEX[ms & 0xFF]}-7000-{self._tails[0]}"
+            # the same millisecond, or a clock that stepped back
+            count = self._counter + 1
+            if count > _COUNTER_MAX:
+                ms = self._last = self._last + 1
+                self._edge = ms * 1_000_000 + 1_000_000
+                count = 0
+                self._head = _head(ms, 0)
+            elif not count & _LOW_MASK:  # the low bits wrapped: rand_a counts on
+                self._head = _head(self._last, count)
+            self._counter = count
+            head = self._head
+            if not head:  # the millisecond's second id (rand_a still 0)
+                ms = self._last
+                head = self._head = f"{self._first}{_HEX[(ms >> 8) & 0xFF]}{_HEX[ms & 0xFF]}-7000-"
+            if count < 256:
+                return head + self._tails[count]
+            return head + _VARIANT_HEX[(count >> 8) & 0x3F] + _HEX[count & 0xFF] + self._tail
         finally:
             lock.release()
-        return head + _VARIANT_HEX[(count >> 8) & 0x3F] + _HEX[count & 0xFF] + self._tail
 
 
 _time_ns = time.time_ns

@@ -37,7 +37,7 @@ from ..model import ChatConfig, ChatContext, HistoryOverride, MessageType
 from ..storage import MemoryStore, Store
 from ..tools import Tool, ToolRegistry
 from ._client_view import with_client_tools
-from ._clock import Clock, SystemClock
+from ._clock import Clock, SystemClock, from_timestamp
 from ._defaults import HOST, checked_id, default_logger
 from ._ids import ID_KINDS, IdKind, id_factory
 from ._inputs import check_count, check_name
@@ -212,7 +212,7 @@ class Settings:
         )
 
     def now(self) -> datetime:
-        return datetime.fromtimestamp(self.clock.time(), UTC)
+        return from_timestamp(self.clock.time(), UTC)
 
     def check_mode(self, where: str, mode: object) -> str:
         """A mode name given to a public call: one of the engine's modes

@@ -24,6 +24,7 @@ from ..storage import Commit
 from ..storage._base import step_log
 from ..tools import ToolOutcome
 from . import _history
+from ._clock import from_timestamp
 from ._defaults import ignore
 from ._history import Result
 from ._runtime import CLAIM, HELD, RELEASED, Runtime
@@ -45,7 +46,7 @@ __all__ = [
 
 def now(rt: Runtime) -> datetime:
     """The clock's time as a datetime (UTC)."""
-    return datetime.fromtimestamp(rt.settings.clock.time(), UTC)
+    return from_timestamp(rt.settings.clock.time(), UTC)
 
 
 def fire(rt: Runtime, trigger: Trigger) -> State:
@@ -146,7 +147,7 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
     ends the call's lease with it (the caller checked that it can)."""
     ctx = rt.ctx
     holder = rt.holder
-    at = datetime.fromtimestamp(rt.settings.clock.time(), UTC)
+    at = from_timestamp(rt.settings.clock.time(), UTC)
     version = ctx.version + 1
     steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
     for a, t, b in holder.steps:
