@@ -22,7 +22,6 @@ from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 import anyio
-import anyio.lowlevel
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse
 
@@ -34,7 +33,7 @@ from ..states import RESTING, State
 from ._channels import BATCH, Channel, Gap, Item, Listener, first_seq, last_seq
 from ._deps import HubOf, Owned, Tenant
 from ._hub import Hub
-from ._sse import event_frame, json_frame
+from ._sse import EventStream, event_frame, json_frame
 
 __all__ = ["context_events", "router", "tenant_events"]
 
@@ -71,7 +70,7 @@ def context_events(hub: Hub, context_id: str, last_event_id: str | None) -> Even
     """The stream of a context the caller owns (checked by the caller), from
     after ``last_event_id`` (a ``Last-Event-ID``) when given."""
     stop = anyio.Event()
-    return EventSourceResponse(
+    return EventStream(
         _context_stream(hub, context_id, _last_id(last_event_id), stop),
         shutdown_event=stop,
         shutdown_grace_period=SHUTDOWN_GRACE,
@@ -82,7 +81,7 @@ def tenant_events(hub: Hub, who: str, last_event_id: str | None = None) -> Event
     """The stream of every context of tenant ``who``, from after the positions
     of ``last_event_id`` (a ``Last-Event-ID`` this stream gave) when given."""
     stop = anyio.Event()
-    return EventSourceResponse(
+    return EventStream(
         _tenant_stream(hub, who, _positions(last_event_id), stop),
         shutdown_event=stop,
         shutdown_grace_period=SHUTDOWN_GRACE,
@@ -429,9 +428,9 @@ async def _batches(
     seconds when the server stops (``hub.closing``) or sse-starlette saw the
     shutdown (``stop``), and when the listener is closed.
 
-    Queued items are taken without waiting; an empty queue is waited on under
-    a deadline, cut every :data:`STOP_CHECK` seconds to look at the stop
-    events again (a cut wait loses nothing: items stay queued)."""
+    Queued items are taken without waiting; an empty queue is waited on for
+    :data:`STOP_CHECK` seconds at most, to look at the stop events again (a
+    cut wait loses nothing: items stay queued)."""
     beat = hub.config.heartbeat
     tick = min(beat, STOP_CHECK)
     last = time.monotonic()
@@ -440,13 +439,7 @@ async def _batches(
         if not batch:
             if listener.closed:
                 return
-            with anyio.move_on_after(tick):
-                await listener.wait()
-                # Woken by the first events of a burst: the rest of the burst
-                # comes in the same turn of the loop (the engine goes on after
-                # it let the 202 out), so one more turn and it goes in one write.
-                # (Not shielded: a cancel here loses nothing, the items stay queued.)
-                await anyio.lowlevel.checkpoint()
+            await listener.wait(tick)  # and one more turn of the loop for the burst's rest
             batch = listener.ready()
         now = time.monotonic()
         if batch:

@@ -23,6 +23,7 @@ from ..storage._eventlog import LogNote, open_event_log
 from ._channels import Channel, Listener
 from ._config import ServerConfig
 from ._errors import ApiError
+from ._flags import Flag
 from ._limits import TurnLimit
 from ._slots import SharedSlots, shared_slots_for
 from ._tenants import DEFAULT_TENANT, TenantTable
@@ -46,10 +47,11 @@ class Job:
 
     def __init__(self, context_id: str) -> None:
         self.context_id = context_id
-        self.done = anyio.Event()
+        # Flags, not anyio.Events: two are made every turn (``_flags.py``)
+        self.done = Flag()
         self.turn: Turn | None = None
         self.error: Exception | None = None
-        self.started = anyio.Event()
+        self.started = Flag()
         """Set at the call's first step (or when it returned or failed)."""
         self.state: str | None = None
         """The state the call had reached when :meth:`Hub.launch` returned
