@@ -147,12 +147,20 @@ async def inprocess() -> dict[str, Any]:
 # --------------------------------------------------------------------- over HTTP
 
 
+KEEP_ALIVE = 600
+"""Seconds the benchmark's server keeps an idle connection. The client's
+connection for the posts sits idle while it reads a turn's events, and under
+valgrind on a loaded machine that took longer than ``turnfsm serve``'s 5
+seconds: the server closed it and the run failed at the next post."""
+
+
 def serve(port: int) -> None:
-    """The server process: the app over :func:`make_engine`, as ``turnfsm serve`` runs it."""
+    """The server process: the app over :func:`make_engine`, as ``turnfsm serve``
+    runs it (but for :data:`KEEP_ALIVE`)."""
     from turnfsm.server import ServerConfig
     from turnfsm.server._run import run_server
 
-    run_server(make_engine, ServerConfig(), host="127.0.0.1", port=port)
+    run_server(make_engine, ServerConfig(), host="127.0.0.1", port=port, keep_alive=KEEP_ALIVE)
 
 
 def _free_port() -> int:
