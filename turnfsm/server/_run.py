@@ -22,8 +22,8 @@ from ._config import ServerConfig
 __all__ = [
     "GC_THRESHOLDS",
     "HTTP_PROTOCOL",
-    "LOOPBACK",
     "KEEP_ALIVE",
+    "LOOPBACK",
     "HeadWithBody",
     "StartupFailed",
     "configure_logging",
