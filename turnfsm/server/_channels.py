@@ -246,12 +246,26 @@ class Channel:
     def send(self, item: Item) -> None:
         """To the ring, the streams on the context and its tenant's streams."""
         self.next = (item.last if isinstance(item, Gap) else item.seq) + 1
+        self._out(item)
+
+    def send_next(self, ev: Event) -> bool:
+        """:meth:`send` the event ``ev`` when it goes out at once
+        (:meth:`in_line`): True; else False, and nothing was done. What every
+        event of this process's engine takes, in one call."""
+        seq = ev.seq
+        if self.filling or (self.next is not None and seq != self.next):
+            return False
+        self.next = seq + 1
+        self._out(ev)
+        return True
+
+    def _out(self, item: Item) -> None:
         self.ring.append(item)
-        if self.listeners:
-            for listener in list(self.listeners):
-                listener.put(item)
+        # a put never changes these sets (a wake-up is scheduled, not run): no copy
+        for listener in self.listeners:
+            listener.put(item)
         if self.tenant is not None and self.tenant_streams:
-            for listener in list(self.tenant_streams.get(self.tenant, ())):
+            for listener in self.tenant_streams.get(self.tenant, ()):
                 listener.put(item)
 
     def close(self) -> None:

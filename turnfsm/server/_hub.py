@@ -351,9 +351,8 @@ class Hub:
         it started a launched call: the engine then lets the request answer
         (its ``202``) before it goes on with the turn."""
         ch = self.channels.get(ev.context_id)
-        if ch is not None and ch.in_line(ev.seq):
-            ch.send(ev)  # next in line on a channel in use: what offer() ends in
-        else:
+        # next in line on a channel in use: what offer() ends in
+        if ch is None or not ch.send_next(ev):
             self.offer(ev.context_id, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
             waiting = False
