@@ -504,7 +504,18 @@ async def _turns_only(port: int, proc: subprocess.Popen[bytes], turns: int) -> N
 def server_instructions(long: int = 220, short: int = 20) -> float:
     """The instructions the server executes per W1 turn: a session of ``long``
     turns minus one of ``short`` (start-up and shutdown cancel out), divided
-    by the difference. Needs valgrind."""
+    by the difference. Needs valgrind.
+
+    The bytecode of turnfsm and of the harness is compiled first (as
+    ``instructions.py`` does): else the first session, the long one, compiled
+    what changed since the last run under valgrind, and the figure counted it
+    (for a tree fresh from a checkout, several times the turn itself)."""
+    import compileall
+
+    import turnfsm
+
+    for folder in (os.path.dirname(turnfsm.__file__), os.path.dirname(SELF)):
+        compileall.compile_dir(folder, quiet=1)
     return (_server_instructions(long) - _server_instructions(short)) / (long - short)
 
 
