@@ -192,8 +192,10 @@ class Hub:
                 finally:
                     self.ready = False
                     self.closing.set()
-                    await self._stop_running()
-                    await self._end_calls()
+                    try:
+                        await self._stop_running()
+                    finally:  # cancelled or not: no call outlives the engine
+                        await self._end_calls()
                     tg.cancel_scope.cancel()
                     local.close()
         finally:
