@@ -104,6 +104,12 @@ class Listener:
         if self._waiter is not None:
             wake(self._waiter)
 
+    def nudge(self) -> None:
+        """Wake the current :meth:`wait` with nothing queued: its reader
+        looks at its stop signals (the server stops)."""
+        if self._waiter is not None:
+            wake(self._waiter)
+
     def ready(self, limit: int = BATCH) -> list[Item]:
         """Up to ``limit`` queued items, without waiting (the gaps after the
         items: a gap is for items that came after those queued)."""

@@ -192,6 +192,7 @@ class Hub:
                 finally:
                     self.ready = False
                     self.closing.set()
+                    self._wake_streams()
                     try:
                         await self._stop_running()
                     finally:  # cancelled or not: no call outlives the engine
@@ -203,6 +204,16 @@ class Hub:
             if self.slots is not None:
                 await self.slots.aclose()
             await event_log.aclose()
+
+    def _wake_streams(self) -> None:
+        """Wake every waiting event stream: the server stops (``closing``),
+        and each then sends its last event and ends."""
+        for ch in list(self.channels.values()):
+            for listener in list(ch.listeners):
+                listener.nudge()
+        for streams in list(self.listeners.values()):
+            for listener in list(streams):
+                listener.nudge()
 
     async def _end_calls(self) -> None:
         """Cancel the tasks of the calls still running (past the shutdown
@@ -239,6 +250,7 @@ class Hub:
     async def _cancel_on_closing(self) -> None:
         await self.closing.wait()
         self.ready = False
+        self._wake_streams()
         await self._stop_running()
 
     async def _stop_running(self) -> None:
