@@ -1,18 +1,21 @@
 """A call's flags and a stream's wait (``turnfsm.server._flags``,
 ``Listener.wait``): under asyncio on futures, under another async library on
 anyio's events, with the same behaviour. The other library's path is taken
-here on asyncio by making the running loop unknown to them."""
+here on asyncio by making the running loop unknown to them. A waiting stream
+is woken by its stop signals, and by nothing else but its heartbeat."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
 
-from turnfsm.server import _channels, _flags
+from turnfsm import Engine
+from turnfsm.server import Hub, ServerConfig, _channels, _flags
 from turnfsm.server._channels import Gap, Listener
+from turnfsm.server._events import _batches, _Stop
 from turnfsm.server._flags import Flag
 
 pytestmark = pytest.mark.anyio
@@ -101,3 +104,62 @@ async def test_a_listener_with_items_does_not_wait(path: str) -> None:
     with anyio.fail_after(1):
         await listener.wait(10)
     assert [item.last for item in listener.ready() if isinstance(item, Gap)] == [1]
+
+
+def _stream_hub(heartbeat: float) -> Hub:
+    return Hub(lambda: Engine(llm=None), ServerConfig(heartbeat=heartbeat))
+
+
+async def _ends_within(stream: AsyncIterator[object], seconds: float) -> list[object]:
+    got: list[object] = []
+    with anyio.fail_after(seconds):
+        async for batch in stream:
+            got.append(batch)
+    return got
+
+
+async def test_a_waiting_stream_ends_at_once_when_its_shutdown_signal_is_set(path: str) -> None:
+    hub = _stream_hub(heartbeat=60)
+    listener = Listener()
+    stop = _Stop(listener)
+    got: list[object] = []
+
+    async def read() -> None:
+        got.extend(await _ends_within(_batches(listener, hub, stop), 5))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        await anyio.wait_all_tasks_blocked()
+        assert not stop.is_set()
+        stop.set()
+    assert stop.is_set()
+    assert got == []  # no heartbeat due, nothing queued: it ended
+
+
+async def test_a_waiting_stream_ends_at_once_when_the_hub_closes(path: str) -> None:
+    hub = _stream_hub(heartbeat=60)
+    listener = Listener()
+    hub.listeners.setdefault("tenant", set()).add(listener)
+    got: list[object] = []
+
+    async def read() -> None:
+        got.extend(await _ends_within(_batches(listener, hub, _Stop(listener)), 5))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        await anyio.wait_all_tasks_blocked()
+        hub.closing.set()
+        hub._wake_streams()
+    assert got == []
+
+
+async def test_a_waiting_stream_beats_when_nothing_came(path: str) -> None:
+    hub = _stream_hub(heartbeat=0.05)
+    listener = Listener()
+    stream = _batches(listener, hub, _Stop(listener))
+    with anyio.fail_after(5):
+        assert await anext(stream) is None  # a heartbeat
+        listener.put(Gap("c", 1, 2))
+        batch = await anext(stream)
+    assert batch is not None and [item.last for item in batch if isinstance(item, Gap)] == [2]
+    await stream.aclose()  # type: ignore[attr-defined]
