@@ -147,12 +147,20 @@ async def inprocess() -> dict[str, Any]:
 # --------------------------------------------------------------------- over HTTP
 
 
+KEEP_ALIVE = 600
+"""Seconds the benchmark's server keeps an idle connection. The client's
+connection for the posts sits idle while it reads a turn's events, and under
+valgrind on a loaded machine that took longer than ``turnfsm serve``'s 5
+seconds: the server closed it and the run failed at the next post."""
+
+
 def serve(port: int) -> None:
-    """The server process: the app over :func:`make_engine`, as ``turnfsm serve`` runs it."""
+    """The server process: the app over :func:`make_engine`, as ``turnfsm serve``
+    runs it (but for :data:`KEEP_ALIVE`)."""
     from turnfsm.server import ServerConfig
     from turnfsm.server._run import run_server
 
-    run_server(make_engine, ServerConfig(), host="127.0.0.1", port=port)
+    run_server(make_engine, ServerConfig(), host="127.0.0.1", port=port, keep_alive=KEEP_ALIVE)
 
 
 def _free_port() -> int:
@@ -496,7 +504,18 @@ async def _turns_only(port: int, proc: subprocess.Popen[bytes], turns: int) -> N
 def server_instructions(long: int = 220, short: int = 20) -> float:
     """The instructions the server executes per W1 turn: a session of ``long``
     turns minus one of ``short`` (start-up and shutdown cancel out), divided
-    by the difference. Needs valgrind."""
+    by the difference. Needs valgrind.
+
+    The bytecode of turnfsm and of the harness is compiled first (as
+    ``instructions.py`` does): else the first session, the long one, compiled
+    what changed since the last run under valgrind, and the figure counted it
+    (for a tree fresh from a checkout, several times the turn itself)."""
+    import compileall
+
+    import turnfsm
+
+    for folder in (os.path.dirname(turnfsm.__file__), os.path.dirname(SELF)):
+        compileall.compile_dir(folder, quiet=1)
     return (_server_instructions(long) - _server_instructions(short)) / (long - short)
 
 

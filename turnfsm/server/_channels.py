@@ -9,14 +9,17 @@ falls behind by :data:`STREAM_BUFFER` gets a :class:`Gap` (sent as a
 streams (``_events.py``) read them.
 """
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 import structlog
 
 from .. import events as event_types  # EVENT_ADAPTER is built on first use
 from ..events import Event
+from ._flags import running_loop, wake
 from ._tenants import TenantTable
 
 __all__ = [
@@ -74,9 +77,12 @@ class Listener:
         self.items: deque[Item] = deque()
         self.gaps: dict[str, Gap] = {}
         self.closed = False
-        self._wake = anyio.Event()
-        self._woken = False
-        """Whether ``_wake`` is set (read at every item, without a call)."""
+        self._waiter: asyncio.Future[None] | anyio.Event | None = None
+        """What :meth:`wait` waits on (a future under asyncio, made per wait:
+        neither a cancel scope nor an ``anyio.Event``, each a look-up of the
+        running library and more, on a wait made every turn)."""
+        self._woken = True
+        """Whether the current wait was woken (read at every item, without a call)."""
 
     def put(self, item: Item) -> None:
         if self.closed:
@@ -89,12 +95,20 @@ class Listener:
             self.items.append(item)
         if not self._woken:
             self._woken = True
-            self._wake.set()
+            if self._waiter is not None:
+                wake(self._waiter)
 
     def close(self) -> None:
         self.closed = True
         self._woken = True
-        self._wake.set()
+        if self._waiter is not None:
+            wake(self._waiter)
+
+    def nudge(self) -> None:
+        """Wake the current :meth:`wait` with nothing queued: its reader
+        looks at its stop signals (the server stops)."""
+        if self._waiter is not None:
+            wake(self._waiter)
 
     def ready(self, limit: int = BATCH) -> list[Item]:
         """Up to ``limit`` queued items, without waiting (the gaps after the
@@ -109,13 +123,34 @@ class Listener:
             out.append(self.gaps.pop(next(iter(self.gaps))))
         return out
 
-    async def wait(self) -> None:
-        """Until an item is queued or the listener is closed."""
+    async def wait(self, within: float) -> None:
+        """Until an item is queued or the listener is closed, or ``within``
+        seconds passed (a cut wait loses nothing: items stay queued).
+
+        Woken by the first events of a burst, it gives the loop one more
+        turn: the rest of the burst comes in that turn (the engine goes on
+        after it let the 202 out), so the burst goes out in one write. (Not
+        shielded: a cancel there loses nothing either.)"""
         if self.items or self.gaps or self.closed:
             return
-        self._wake = anyio.Event()
         self._woken = False
-        await self._wake.wait()
+        loop = running_loop()
+        if loop is None:  # another async library (trio): anyio's event under a deadline
+            event = self._waiter = anyio.Event()
+            with anyio.move_on_after(within):
+                await event.wait()
+                await anyio.lowlevel.checkpoint()
+            return
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiter = fut
+        timer = loop.call_later(within, wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if self._woken:
+            await asyncio.sleep(0)
 
 
 class Channel:
@@ -217,12 +252,26 @@ class Channel:
     def send(self, item: Item) -> None:
         """To the ring, the streams on the context and its tenant's streams."""
         self.next = (item.last if isinstance(item, Gap) else item.seq) + 1
+        self._out(item)
+
+    def send_next(self, ev: Event) -> bool:
+        """:meth:`send` the event ``ev`` when it goes out at once
+        (:meth:`in_line`): True; else False, and nothing was done. What every
+        event of this process's engine takes, in one call."""
+        seq = ev.seq
+        if self.filling or (self.next is not None and seq != self.next):
+            return False
+        self.next = seq + 1
+        self._out(ev)
+        return True
+
+    def _out(self, item: Item) -> None:
         self.ring.append(item)
-        if self.listeners:
-            for listener in list(self.listeners):
-                listener.put(item)
+        # a put never changes these sets (a wake-up is scheduled, not run): no copy
+        for listener in self.listeners:
+            listener.put(item)
         if self.tenant is not None and self.tenant_streams:
-            for listener in list(self.tenant_streams.get(self.tenant, ())):
+            for listener in self.tenant_streams.get(self.tenant, ()):
                 listener.put(item)
 
     def close(self) -> None:

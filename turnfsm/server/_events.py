@@ -18,11 +18,10 @@ API's routes and the web view's pages both answer with them.
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 from urllib.parse import quote, unquote
 
 import anyio
-import anyio.lowlevel
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse
 
@@ -34,12 +33,10 @@ from ..states import RESTING, State
 from ._channels import BATCH, Channel, Gap, Item, Listener, first_seq, last_seq
 from ._deps import HubOf, Owned, Tenant
 from ._hub import Hub
-from ._sse import event_frame, json_frame
+from ._sse import EventStream, event_frame, json_frame
 
 __all__ = ["context_events", "router", "tenant_events"]
 
-STOP_CHECK = 0.25
-"""Seconds a waiting stream may take to notice that the server stops."""
 SHUTDOWN_GRACE = 2.0
 """Seconds a stream has, once the server stops, to send its last event."""
 
@@ -70,10 +67,11 @@ async def all_events(
 def context_events(hub: Hub, context_id: str, last_event_id: str | None) -> EventSourceResponse:
     """The stream of a context the caller owns (checked by the caller), from
     after ``last_event_id`` (a ``Last-Event-ID``) when given."""
-    stop = anyio.Event()
-    return EventSourceResponse(
-        _context_stream(hub, context_id, _last_id(last_event_id), stop),
-        shutdown_event=stop,
+    listener = Listener()
+    stop = _Stop(listener)
+    return EventStream(
+        _context_stream(hub, context_id, _last_id(last_event_id), stop, listener),
+        shutdown_event=cast(anyio.Event, stop),
         shutdown_grace_period=SHUTDOWN_GRACE,
     )
 
@@ -81,12 +79,33 @@ def context_events(hub: Hub, context_id: str, last_event_id: str | None) -> Even
 def tenant_events(hub: Hub, who: str, last_event_id: str | None = None) -> EventSourceResponse:
     """The stream of every context of tenant ``who``, from after the positions
     of ``last_event_id`` (a ``Last-Event-ID`` this stream gave) when given."""
-    stop = anyio.Event()
-    return EventSourceResponse(
-        _tenant_stream(hub, who, _positions(last_event_id), stop),
-        shutdown_event=stop,
+    listener = Listener()
+    stop = _Stop(listener)
+    return EventStream(
+        _tenant_stream(hub, who, _positions(last_event_id), stop, listener),
+        shutdown_event=cast(anyio.Event, stop),
         shutdown_grace_period=SHUTDOWN_GRACE,
     )
+
+
+class _Stop:
+    """A stream's ``shutdown_event``: sse-starlette sets it once it saw the
+    server shut down, and it wakes the stream's wait then, so that a waiting
+    stream does not look at it on a timer. (sse-starlette only sets it, and
+    the stream reads it: ``anyio.Event``'s ``set`` and ``is_set``.)"""
+
+    __slots__ = ("_listener", "_set")
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        self._listener.nudge()
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 async def _load(hub: Hub, context_id: str) -> ChatContext | None:
@@ -264,10 +283,14 @@ async def _history(hub: Hub, ch: Channel, after: int, newest: int | None) -> Asy
 
 
 async def _context_stream(
-    hub: Hub, cid: str, after: int | None, stop: anyio.Event
+    hub: Hub,
+    cid: str,
+    after: int | None,
+    stop: anyio.Event | _Stop,
+    listener: Listener | None = None,
 ) -> AsyncIterator[bytes]:
+    listener = Listener() if listener is None else listener  # the one ``stop`` wakes
     ch = hub.hold(cid)
-    listener = Listener()
     ch.listeners.add(listener)
     _from_here(ch, after)  # before anything can reach the channel
     sent = after
@@ -331,9 +354,14 @@ async def _context_stream(
 
 
 async def _tenant_stream(
-    hub: Hub, who: str, start: dict[str, int] | None, stop: anyio.Event
+    hub: Hub,
+    who: str,
+    start: dict[str, int] | None,
+    stop: anyio.Event | _Stop,
+    listener: Listener | None = None,
 ) -> AsyncIterator[bytes]:
-    listener = Listener()  # listening first: nothing falls between the replay and the live
+    listener = Listener() if listener is None else listener  # the one ``stop`` wakes
+    # listening first: nothing falls between the replay and the live
     hub.listeners.setdefault(who, set()).add(listener)
     at = _Positions({})
 
@@ -422,31 +450,26 @@ async def _tenant_replay(
 
 
 async def _batches(
-    listener: Listener, hub: Hub, stop: anyio.Event
+    listener: Listener, hub: Hub, stop: anyio.Event | _Stop
 ) -> AsyncIterator[list[Item] | None]:
     """The listener's items, as many at a time as are queued (up to
-    :data:`BATCH`), ``None`` for a heartbeat; ends within :data:`STOP_CHECK`
-    seconds when the server stops (``hub.closing``) or sse-starlette saw the
-    shutdown (``stop``), and when the listener is closed.
+    :data:`BATCH`), ``None`` for a heartbeat; ends when the server stops
+    (``hub.closing``) or sse-starlette saw the shutdown (``stop``), and when
+    the listener is closed.
 
-    Queued items are taken without waiting; an empty queue is waited on under
-    a deadline, cut every :data:`STOP_CHECK` seconds to look at the stop
-    events again (a cut wait loses nothing: items stay queued)."""
+    Queued items are taken without waiting; an empty queue is waited on until
+    the next heartbeat is due. Each stop wakes the wait when it is set (the
+    hub wakes every stream when it closes, ``stop`` its own), so a waiting
+    stream wakes for nothing else: no timer looks at them."""
     beat = hub.config.heartbeat
-    tick = min(beat, STOP_CHECK)
     last = time.monotonic()
     while not (hub.closing.is_set() or stop.is_set()):
         batch = listener.ready()
         if not batch:
             if listener.closed:
                 return
-            with anyio.move_on_after(tick):
-                await listener.wait()
-                # Woken by the first events of a burst: the rest of the burst
-                # comes in the same turn of the loop (the engine goes on after
-                # it let the 202 out), so one more turn and it goes in one write.
-                # (Not shielded: a cancel here loses nothing, the items stay queued.)
-                await anyio.lowlevel.checkpoint()
+            # until the heartbeat is due; one more turn of the loop for a burst's rest
+            await listener.wait(max(0.0, last + beat - time.monotonic()))
             batch = listener.ready()
         now = time.monotonic()
         if batch:

@@ -4,6 +4,7 @@ The routes reach it as ``request.app.state.hub`` (``_deps.py``); the lifespan
 of the app (``_app.py``) runs :meth:`Hub.lifespan`.
 """
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from ..storage._eventlog import LogNote, open_event_log
 from ._channels import Channel, Listener
 from ._config import ServerConfig
 from ._errors import ApiError
+from ._flags import Flag, running_loop
 from ._limits import TurnLimit
 from ._slots import SharedSlots, shared_slots_for
 from ._tenants import DEFAULT_TENANT, TenantTable
@@ -46,10 +48,11 @@ class Job:
 
     def __init__(self, context_id: str) -> None:
         self.context_id = context_id
-        self.done = anyio.Event()
+        # Flags, not anyio.Events: two are made every turn (``_flags.py``)
+        self.done = Flag()
         self.turn: Turn | None = None
         self.error: Exception | None = None
-        self.started = anyio.Event()
+        self.started = Flag()
         """Set at the call's first step (or when it returned or failed)."""
         self.state: str | None = None
         """The state the call had reached when :meth:`Hub.launch` returned
@@ -123,6 +126,8 @@ class Hub:
         self._engine: Engine | None = None
         self._tenants: TenantTable | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        """The tasks of launched calls, under asyncio (:meth:`_run`)."""
         self.running: dict[str, Job] = {}
         self.starting: dict[str, list[Job]] = {}
         """Per context, the launched calls waiting for their first step."""
@@ -187,7 +192,11 @@ class Hub:
                 finally:
                     self.ready = False
                     self.closing.set()
-                    await self._stop_running()
+                    self._wake_streams()
+                    try:
+                        await self._stop_running()
+                    finally:  # cancelled or not: no call outlives the engine
+                        await self._end_calls()
                     tg.cancel_scope.cancel()
                     local.close()
         finally:
@@ -196,9 +205,52 @@ class Hub:
                 await self.slots.aclose()
             await event_log.aclose()
 
+    def _wake_streams(self) -> None:
+        """Wake every waiting event stream: the server stops (``closing``),
+        and each then sends its last event and ends."""
+        for ch in list(self.channels.values()):
+            for listener in list(ch.listeners):
+                listener.nudge()
+        for streams in list(self.listeners.values()):
+            for listener in list(streams):
+                listener.nudge()
+
+    async def _end_calls(self) -> None:
+        """Cancel the tasks of the calls still running (past the shutdown
+        grace) and wait for them, as the app's task group does its own."""
+        calls = list(self._calls)
+        for task in calls:
+            task.cancel()
+        if calls:
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(calls)
+
+    def _run(
+        self,
+        job: Job,
+        fn: Callable[[], Awaitable[Turn]],
+        tenant: str | None,
+        channel: Channel,
+        slot: int | None,
+    ) -> None:
+        """Run ``job`` in a task of its own. Under asyncio a plain task, kept
+        in :attr:`_calls` until it ends: the app's anyio task group makes two
+        cancel scopes, a handle and a look-up of the running library for each
+        task it starts, and a task starts every turn. Under another async
+        library (trio), in the app's task group."""
+        loop = running_loop()
+        if loop is None:
+            assert self._tg is not None
+            self._tg.start_soon(job.run, fn, self, tenant, channel, slot)
+            return
+        task = loop.create_task(job.run(fn, self, tenant, channel, slot))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
     async def _cancel_on_closing(self) -> None:
         await self.closing.wait()
         self.ready = False
+        self._wake_streams()
         await self._stop_running()
 
     async def _stop_running(self) -> None:
@@ -313,9 +365,8 @@ class Hub:
         it started a launched call: the engine then lets the request answer
         (its ``202``) before it goes on with the turn."""
         ch = self.channels.get(ev.context_id)
-        if ch is not None and ch.in_line(ev.seq):
-            ch.send(ev)  # next in line on a channel in use: what offer() ends in
-        else:
+        # next in line on a channel in use: what offer() ends in
+        if ch is None or not ch.send_next(ev):
             self.offer(ev.context_id, ev)
         if self.starting and ev.kind in _FIRST_STEPS:
             waiting = False
@@ -459,7 +510,7 @@ class Hub:
                     self.turn_limit.release(tenant)
                     raise
         if wait:
-            self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id), slot)
+            self._run(job, fn, tenant, self.hold(context_id), slot)
             await job.done.wait()
         else:
             # _on_local sets job.started at the call's first step (the job
@@ -467,7 +518,7 @@ class Hub:
             starting = self.starting.setdefault(context_id, [])
             starting.append(job)
             try:
-                self._tg.start_soon(job.run, fn, self, tenant, self.hold(context_id), slot)
+                self._run(job, fn, tenant, self.hold(context_id), slot)
                 await self._started(job)
             finally:
                 starting.remove(job)

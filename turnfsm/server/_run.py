@@ -22,6 +22,7 @@ from ._config import ServerConfig
 __all__ = [
     "GC_THRESHOLDS",
     "HTTP_PROTOCOL",
+    "KEEP_ALIVE",
     "LOOPBACK",
     "HeadWithBody",
     "StartupFailed",
@@ -110,6 +111,9 @@ HTTP_PROTOCOL = _head_with_body(AutoHTTPProtocol)
 """uvicorn's HTTP protocol (httptools when installed, as the ``server`` extra
 does; h11 otherwise) over :class:`HeadWithBody`: ``uvicorn.Config(http=...)``."""
 
+
+KEEP_ALIVE = 5
+"""Seconds an idle keep-alive connection stays open (uvicorn's default)."""
 
 GC_THRESHOLDS = (10_000, 20, 20)
 """The cyclic collector's thresholds in ``turnfsm serve`` (Python's: 700, 10, 10)."""
@@ -203,11 +207,17 @@ def _one_line(text: str) -> str:
 
 
 def run_server(
-    factory: Callable[[], Engine], config: ServerConfig, *, host: str, port: int
+    factory: Callable[[], Engine],
+    config: ServerConfig,
+    *,
+    host: str,
+    port: int,
+    keep_alive: int = KEEP_ALIVE,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C: stop accepting, close event streams with a
     final event, cancel running turns cleanly (each ends at Idle, its text kept),
-    close the engine. Logs as :func:`configure_logging` says."""
+    close the engine. Logs as :func:`configure_logging` says. ``keep_alive``:
+    the seconds an idle connection is kept open (uvicorn's default)."""
     configure_logging()
     app = create_app(factory, config)
     tune_collector()
@@ -222,6 +232,7 @@ def run_server(
             ws="none",
             http=HTTP_PROTOCOL,
             timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
+            timeout_keep_alive=keep_alive,
         )
     )
 

@@ -43,6 +43,7 @@ from ..states import State
 from ._calls import create_context
 from ._deps import HubOf, Tenant, cursor_of, digits
 from ._errors import ApiError, status_of
+from ._flags import Flag
 from ._hub import Hub, Job
 from ._json_body import DocumentRoute
 from ._sse import json_frame
@@ -453,12 +454,13 @@ async def _step(sub: Subscription, job: Job, stops: tuple[anyio.Event, ...]) -> 
         got.extend(_stored(sub.drain()))
         scope.cancel()
 
-    async def watch(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    async def watch(event: anyio.Event | Flag, scope: anyio.CancelScope) -> None:
         await event.wait()
         scope.cancel()
 
     async with anyio.create_task_group() as race:
         race.start_soon(read, race.cancel_scope)
-        for event in (job.done, *stops):
+        watched: tuple[anyio.Event | Flag, ...] = (job.done, *stops)
+        for event in watched:
             race.start_soon(watch, event, race.cancel_scope)
     return got

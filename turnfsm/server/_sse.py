@@ -15,9 +15,29 @@ import functools
 import json
 from typing import Any
 
+from sse_starlette import EventSourceResponse
+from starlette.types import Message, Send
+
 from ..events import Event, event_bytes
 
-__all__ = ["event_frame", "event_json", "json_frame", "sse_frame"]
+__all__ = ["EventStream", "event_frame", "event_json", "json_frame", "sse_frame"]
+
+
+class EventStream(EventSourceResponse):
+    """sse-starlette's response, whose writes take no deadline when it has
+    none (``send_timeout`` None, as every stream of this server): its own
+    puts each write under a cancel scope of no deadline, one on every burst
+    of every stream. Everything else is sse-starlette's."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is not None:
+            await super()._send_with_timeout(send, message)
+            return
+        try:
+            await send(message)
+        except BaseException:
+            self._send_interrupted = True  # as sse-starlette marks an interrupted write
+            raise
 
 
 def sse_frame(data: bytes, event: str | None = None, ident: str | None = None) -> bytes:
