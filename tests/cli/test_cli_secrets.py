@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__init__.py)
+from kit import first_by_default  # tests/ is on sys.path (no tests/__init__.py)
+from storage.pg import Cluster, pg_cluster
 
 from turnfsm.storage import open_store
 from turnfsm.storage._secrets import redact, scrub
@@ -79,7 +80,10 @@ def test_open_store_errors_never_carry_the_password() -> None:
             assert SECRET not in str(exc) or "%40" in url, (url, text)
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:2]))
+# every command reads the store's URL through the same path, and each case runs
+# the command once per URL both ways: the first command by default, the others
+# with -m sweep
+@pytest.mark.parametrize("argv", first_by_default(COMMANDS, [" ".join(a[:2]) for a in COMMANDS]))
 def test_no_command_prints_a_store_password(
     cli: Cli, argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -238,6 +238,7 @@ def test_kills_at_random_moments_lose_nothing_and_let_turns_finish(
     assert "9 timed cases, 0 failed" in out, out
 
 
+@full  # a control of the harness's own checks, its runs killed
 def test_kills_that_never_let_a_turn_finish_fail_the_harness(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -253,6 +254,7 @@ def test_kills_that_never_let_a_turn_finish_fail_the_harness(
     assert "FAIL files timed kill" not in out, out  # each case itself passed
 
 
+@full  # a control of the harness's own checks, its runs killed
 def test_a_kill_point_never_reached_fails_the_case(capsys: pytest.CaptureFixture[str]) -> None:
     """A case whose worker finishes before its kill point killed nothing and
     proved nothing: it fails rather than counting as passed."""

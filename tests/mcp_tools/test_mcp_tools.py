@@ -3,7 +3,10 @@ tests/mcp_tools (FastMCP) and a hand-written server that sends garbage: names,
 approval and annotations, results, faults, list changes, lifecycle.
 
 The reference servers from npm, MCP over HTTP and the CLI commands are in
-test_mcp_servers.py (``-m mcp``).
+test_mcp_servers.py (``-m mcp``). The faults and lifecycle of the server's
+process (one that dies, hangs, is left or cancelled mid-call, each a second or
+more of a process started and waited on) run with ``-m mcp`` too, CI's step of
+its own; the names, approvals, results and list changes run by default.
 """
 
 from __future__ import annotations
@@ -259,6 +262,7 @@ async def test_text_images_resources_structured_content_and_errors_become_result
 # ---------------------------------------------------------------------- faults
 
 
+@pytest.mark.mcp  # a server process's lifecycle
 async def test_a_server_that_dies_mid_call_gives_an_error_and_is_started_again() -> None:
     llm = ScriptedLLM(
         [
@@ -285,6 +289,7 @@ async def test_a_server_that_dies_mid_call_gives_an_error_and_is_started_again()
     assert not alive(second)
 
 
+@pytest.mark.mcp  # a server process's lifecycle
 async def test_a_call_that_hangs_past_its_timeout_gives_an_error_and_a_new_server() -> None:
     llm = ScriptedLLM(
         [
@@ -361,6 +366,7 @@ async def test_a_changed_tool_list_is_offered_in_the_next_request() -> None:
 # ---------------------------------------------------------------------- lifecycle
 
 
+@pytest.mark.mcp  # a server process's lifecycle
 async def test_leaving_the_engine_stops_the_server_process(no_new_children: None) -> None:
     llm = ScriptedLLM([calls(("p", "pid", {})), {"text": "ok"}])
     async with Engine(llm=llm, toolsets=[fault(approval="auto")]) as engine:
@@ -370,6 +376,7 @@ async def test_leaving_the_engine_stops_the_server_process(no_new_children: None
     assert not alive(pid)
 
 
+@pytest.mark.mcp  # a server process's lifecycle
 async def test_cancelling_the_engine_task_mid_call_stops_the_server(
     no_new_children: None,
 ) -> None:
