@@ -373,6 +373,7 @@ def _serve(
         file=sys.stderr,
         flush=True,
     )
+
     def listening(urls: list[str]) -> None:
         # the address the server got (the port --port 0 took), once it accepts
         # connections: what a script that started it reads to reach it
