@@ -7,9 +7,10 @@ Two measuring processes, run alternately by ``run.py`` (docs/benchmarks.md, "W7"
   read by a subscriber, as W2.
 - ``http``: the same engine in a server process of its own (``--serve 0``:
   what ``turnfsm serve`` runs, ``turnfsm.server._run.run_server``, on a free
-  port of 127.0.0.1, which it says on standard error); this process is the client: it opens the context's event stream,
-  then for each turn posts the message (``202``) and reads the stream until
-  ``TurnCompleted``, parsing every event's JSON. The streamed part the same
+  port of 127.0.0.1, which it says on standard error); this process is the
+  client: it opens the context's event stream, then for each turn posts the
+  message (``202``) and reads the stream until ``TurnCompleted``, parsing
+  every event's JSON. The streamed part the same
   way, every ``ContentDelta`` read from the stream. The client speaks HTTP/1.1
   with h11 over one keep-alive TCP connection for the posts and one for the
   stream (:class:`Wire`), on uvloop as the server is: lean, as a browser's

@@ -252,9 +252,10 @@ class EngineMetrics:
         free port, which the URL names)."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
         if on_listening is not None:
-            bound_host, bound_port = server.server_address[:2]
-            shown = f"[{bound_host}]" if ":" in str(bound_host) else str(bound_host)
-            on_listening(f"http://{shown}:{bound_port}/metrics")
+            host_bound, port_bound = server.server_address[:2]  # (str, int) for IP
+            shown = str(host_bound)
+            shown = f"[{shown}]" if ":" in shown else shown
+            on_listening(f"http://{shown}:{port_bound}/metrics")
 
         def stop() -> None:
             server.shutdown()
