@@ -95,13 +95,11 @@ def add_metrics_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def serve_metrics(
-    args: argparse.Namespace, engine: Engine, command: str = "worker"
-) -> Callable[[], None]:
+def serve_metrics(args: argparse.Namespace, engine: Engine) -> Callable[[], None]:
     """With ``--metrics-port``: count ``engine``'s calls and serve the metrics
     on that port, in a thread; returns the function that stops serving. Says
-    where on standard error (``turnfsm COMMAND: metrics listening on URL``): the port
-    ``--metrics-port 0`` took is known only there."""
+    where on standard error (``turnfsm worker: metrics listening on URL``):
+    the port ``--metrics-port 0`` took is known only there."""
     if args.metrics_port is None:
         return _nothing
     try:
@@ -118,7 +116,7 @@ def serve_metrics(
             args.metrics_port,
             args.metrics_host,
             on_listening=lambda url: print(
-                f"turnfsm {command}: metrics listening on {url}", file=sys.stderr, flush=True
+                f"turnfsm worker: metrics listening on {url}", file=sys.stderr, flush=True
             ),
         )
     except OSError as exc:
