@@ -95,12 +95,14 @@ def to_servers(servers: Sequence[Proc], *, wait: float = 0.5) -> dict[str, list[
     return {"request": [route]}
 
 
-def started_lines(log: Path, start_line: tuple[str, str]) -> int:
-    """How many times a worker's log says it started: its lines that begin with
-    ``start_line[0]`` and hold ``start_line[1]`` (a worker writes that line
-    once it handles SIGTERM)."""
+def started_lines(log: Path, start_line: tuple[str, str], since: int = 0) -> int:
+    """How many times a worker's log says it started (from byte ``since``
+    on): its lines that begin with ``start_line[0]`` and hold
+    ``start_line[1]`` (a worker writes that line once it handles SIGTERM)."""
     first, marker = start_line
-    text = log.read_text(errors="replace")
+    with open(log, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
     return sum(1 for line in text.splitlines() if line.startswith(first) and marker in line)
 
 
@@ -129,7 +131,8 @@ async def all_started(
         if proc.kind != "worker":
             continue
         assert proc.log is not None
-        while started_lines(proc.log, start_line) < proc.starts:
+        # the newest start's line: a start killed before it wrote one never will
+        while started_lines(proc.log, start_line, since=proc.log_from) < 1:
             if time.monotonic() > end:
                 break
             await asyncio.sleep(0.1)
