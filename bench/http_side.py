@@ -5,11 +5,12 @@ Two measuring processes, run alternately by ``run.py`` (docs/benchmarks.md, "W7"
 - ``inprocess``: an engine made by :func:`make_engine` in this process; 200 W1
   turns (``engine.send``), then the streamed part: 50 answers of 100 deltas
   read by a subscriber, as W2.
-- ``http``: the same engine in a server process of its own (``--serve PORT``:
-  what ``turnfsm serve`` runs, ``turnfsm.server._run.run_server``, on
-  127.0.0.1); this process is the client: it opens the context's event stream,
-  then for each turn posts the message (``202``) and reads the stream until
-  ``TurnCompleted``, parsing every event's JSON. The streamed part the same
+- ``http``: the same engine in a server process of its own (``--serve 0``:
+  what ``turnfsm serve`` runs, ``turnfsm.server._run.run_server``, on a free
+  port of 127.0.0.1, which it says on standard error); this process is the
+  client: it opens the context's event stream, then for each turn posts the
+  message (``202``) and reads the stream until ``TurnCompleted``, parsing
+  every event's JSON. The streamed part the same
   way, every ``ContentDelta`` read from the stream. The client speaks HTTP/1.1
   with h11 over one keep-alive TCP connection for the posts and one for the
   stream (:class:`Wire`), on uvloop as the server is: lean, as a browser's
@@ -31,13 +32,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import IO, Any
 
 import anyio
 from _common import (
@@ -160,13 +161,36 @@ def serve(port: int) -> None:
     from turnfsm.server import ServerConfig
     from turnfsm.server._run import run_server
 
-    run_server(make_engine, ServerConfig(), host="127.0.0.1", port=port, keep_alive=KEEP_ALIVE)
+    def listening(urls: list[str]) -> None:  # the port 0 took, for the client
+        print(f"http_side: listening on {urls[0]}", file=sys.stderr, flush=True)
+
+    run_server(
+        make_engine,
+        ServerConfig(),
+        host="127.0.0.1",
+        port=port,
+        keep_alive=KEEP_ALIVE,
+        on_listening=listening,
+    )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+LISTENING = re.compile(rb"http_side: listening on http://127\.0\.0\.1:([0-9]+)")
+
+
+def _listening_port(proc: subprocess.Popen[bytes], err: IO[bytes], within: float) -> int:
+    """The port the server process, started on port 0, says it listens on
+    (its standard error is ``err``): a port picked free and handed over
+    could be another process's by the time the server binds it."""
+    deadline = time.monotonic() + within
+    while True:
+        err.seek(0)
+        said = err.read()
+        found = LISTENING.search(said)
+        if found:
+            return int(found.group(1))
+        check(proc.poll() is None, f"the server exited ({proc.returncode}):\n{said[-2000:]!r}")
+        check(time.monotonic() < deadline, "the server did not listen")
+        time.sleep(0.05)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -382,12 +406,12 @@ class Client:
 
 def over_http(lean: bool) -> dict[str, Any]:
     """Start the server process (not timed), measure as its client, stop it."""
-    port = _free_port()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, SELF, "--serve", str(port)], stdout=subprocess.DEVNULL, stderr=err
+            [sys.executable, SELF, "--serve", "0"], stdout=subprocess.DEVNULL, stderr=err
         )
         try:
+            port = _listening_port(proc, err, READY_TIMEOUT)
             # the client's loop is uvloop, as the server's: lean, as a browser is
             result = anyio.run(_client, port, proc, lean, backend_options={"use_uvloop": True})
         finally:
@@ -461,7 +485,6 @@ def _server_instructions(turns: int) -> int:
     """The instructions the server process executes (valgrind's cachegrind)
     from its start to its exit, serving a warm-up turn and ``turns`` W1 turns
     from a lean client."""
-    port = _free_port()
     env = dict(os.environ, PYTHONHASHSEED="0")
     with tempfile.TemporaryFile() as err:
         command = [
@@ -472,10 +495,11 @@ def _server_instructions(turns: int) -> int:
             sys.executable,
             SELF,
             "--serve",
-            str(port),
+            "0",
         ]
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
         try:
+            port = _listening_port(proc, err, 20 * READY_TIMEOUT)  # valgrind starts slowly
             anyio.run(_turns_only, port, proc, turns, backend_options={"use_uvloop": True})
         finally:
             proc.terminate()
@@ -534,6 +558,6 @@ if __name__ == "__main__":
         print(f"server instructions per W1 turn: {server_instructions(*counts) / 1e6:.3f} M")
     else:
         sys.exit(
-            "usage: http_side.py --serve PORT (the W7 server; run.py starts it)\n"
+            "usage: http_side.py --serve PORT (the W7 server, 0: a free port; run.py starts it)\n"
             "       http_side.py --instructions [LONG SHORT] (the server's per turn, valgrind)"
         )

@@ -11,6 +11,12 @@ A suite that always wants the same tools binds them once::
 ``wait_ready(url)`` is the one way a test waits for a server it started: it
 returns when ``/readyz`` answers 200, whatever the machine's load.
 
+``listening_url(process, log)`` (``listening_on_pipe(process)`` for a
+standard error that is a pipe) is the address a server the test started on
+port 0 says it got: a test never picks a free port and hands it over, as
+another process (an xdist worker's server) can take it in between.
+``refusing_port()`` is a port nothing listens on, for as long as it lasts.
+
 ``first_by_default(cases, ids)`` are the cases of a parametrized sweep whose
 cases are long (each starts ``turnfsm`` again, or is a seed of a random
 sweep): the first runs in the README's test command, the others only with
@@ -29,11 +35,16 @@ in a step of its own for the hypothesis tests (``-m hypothesis``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import queue
+import re
+import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,7 +60,10 @@ __all__ = [
     "Made",
     "examples",
     "first_by_default",
+    "listening_on_pipe",
+    "listening_url",
     "make_engine",
+    "refusing_port",
     "skip_without",
     "wait_ready",
 ]
@@ -154,3 +168,85 @@ def wait_ready(
                     return
                 last = f"{answer.status_code} {answer.text[:200]}"
             time.sleep(0.05)
+
+
+LISTENING = re.compile(r"listening on (http://\S+?)(?:,|\s|$)")
+"""The line a server says the address it listens on in (``turnfsm serve:
+listening on http://127.0.0.1:PORT``); the first URL when it names several."""
+
+
+def _said(log: Path | Callable[[], str]) -> str:
+    return log() if callable(log) else log.read_text(errors="replace")
+
+
+def listening_url(
+    process: subprocess.Popen[Any],
+    log: Path | Callable[[], str],
+    *,
+    within: float = READY_WITHIN,
+) -> str:
+    """The URL ``process``, a server started on port 0, says it listens on,
+    read from its ``log`` (a file, or a function giving text) as it comes.
+    Fails, with the log, when the process exits first or does not say it
+    within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        found = LISTENING.search(_said(log)) if not isinstance(log, Path) or log.exists() else None
+        if found:
+            return found.group(1)
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the server exited ({process.returncode}) before it listened:\n{_said(log)}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server did not listen in {within:g} s:\n{_said(log)}")
+        time.sleep(0.05)
+
+
+def listening_on_pipe(
+    process: subprocess.Popen[str], *, within: float = READY_WITHIN
+) -> tuple[str, str]:
+    """:func:`listening_url` for a server whose standard error is a text
+    pipe: it is read up to the line that names the URL (not beyond, so
+    ``communicate()`` reads the rest). Returns the URL and the text read,
+    which the pipe no longer holds."""
+    stream = process.stderr
+    assert stream is not None, "the server's standard error is not a pipe"
+    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def read() -> None:  # a thread, as a pipe's readline has no timeout
+        while True:
+            line = stream.readline()
+            lines.put(line)
+            if not line or LISTENING.search(line):
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    read_so_far: list[str] = []
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            said = "".join(read_so_far)
+            raise AssertionError(f"the server did not listen in {within:g} s:\n{said}") from None
+        read_so_far.append(line)
+        said = "".join(read_so_far)
+        if not line:
+            process.wait(30)
+            raise AssertionError(
+                f"the server exited ({process.returncode}) before it listened:\n{said}"
+            )
+        found = LISTENING.search(line)
+        if found:
+            return found.group(1), said
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that refuses connections while the block runs:
+    bound and never listened on, so no other process can take it meanwhile
+    (a port found free and let go of could be listened on at once)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kit import skip_without, wait_ready
+from kit import listening_url, skip_without, wait_ready
 
 skip_without("fastapi")
 
@@ -44,23 +43,16 @@ MARKED = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serving(tmp: Path, model: LoopbackServer, *flags: str) -> Iterator[httpx.Client]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log = (tmp / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [TURNFSM, "serve", "--port", str(port), "--base-url", model.url, "--model", "gpt-op",
+        [TURNFSM, "serve", "--port", "0", "--base-url", model.url, "--model", "gpt-op",
          "--store", f"sqlite:///{tmp / 'serve.db'}", *flags],
         cwd=tmp, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
     )  # fmt: skip
     try:
+        url = listening_url(proc, tmp / "serve.log")
         wait_ready(url, process=proc, log=tmp / "serve.log")
         with httpx.Client(base_url=url, timeout=60) as client:
             yield client

@@ -24,7 +24,7 @@ from kit import SWEEP, first_by_default  # noqa: E402
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
-from .test_cli_providers import _free_port, _start, _stop, _wait_ready, run  # noqa: E402
+from .test_cli_providers import _start, _stop, _wait_ready, run  # noqa: E402
 
 DEFAULT = PROVIDERS["openai"].default_model
 KEY = "sk-env-test-0123456789"
@@ -100,23 +100,22 @@ def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -
 
 @SWEEP
 def test_serve_gives_new_contexts_the_model_the_variable_names(tmp_path: Path) -> None:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     with LoopbackServer() as server:
         server.script(_answer())
         proc = _start(
-            tmp_path, "serve", "--port", str(port), "--store", "sqlite:///serve.db",
+            tmp_path, "serve", "--port", "0", "--store", "sqlite:///serve.db",
             env={"OPENAI_BASE_URL": server.url, "OPENAI_MODEL": "gpt-env-serve"},
         )  # fmt: skip
+        said = ""
         try:
-            _wait_ready(proc, url)
+            url, said = _wait_ready(proc)
             created = httpx.post(f"{url}/api/contexts", json={})
             cid = created.json()["id"]
             turn = httpx.post(
                 f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi"}, timeout=60
             )
         finally:
-            err = _stop(proc)
+            err = said + _stop(proc)
         (request,) = server.requests
     assert created.status_code == 201, created.text
     assert created.json()["model"] == "gpt-env-serve"
@@ -151,17 +150,16 @@ def test_a_worker_names_the_model_the_variable_names(
 def test_the_variable_alone_does_not_leave_the_demo_model(tmp_path: Path) -> None:
     """``OPENAI_MODEL`` names a model, not an endpoint: without a key or a base
     URL, ``serve`` still answers with the demo model."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     proc = _start(
-        tmp_path, "serve", "--port", str(port), "--store", "memory://",
+        tmp_path, "serve", "--port", "0", "--store", "memory://",
         env={"OPENAI_MODEL": "gpt-env-serve"},
     )  # fmt: skip
+    said = ""
     try:
-        _wait_ready(proc, url)
+        url, said = _wait_ready(proc)
         created = httpx.post(f"{url}/api/contexts", json={})
     finally:
-        err = _stop(proc)
+        err = said + _stop(proc)
     assert created.json()["model"] == "demo", created.text
     assert ", model demo, " in err
 

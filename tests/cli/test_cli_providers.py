@@ -12,10 +12,8 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +33,13 @@ for _folder in ("anthropic", "openai"):  # their loopback servers and bodies, by
 
 from anthropic_corpus import lines  # noqa: E402
 from anthropic_loopback import LoopbackServer, Reply, error_body  # noqa: E402
-from kit import SWEEP, first_by_default  # noqa: E402
+from kit import (  # noqa: E402
+    SWEEP,
+    first_by_default,
+    listening_on_pipe,
+    refusing_port,
+    wait_ready,
+)
 from openai_loopback import LoopbackServer as OpenAILoopback  # noqa: E402
 from openai_loopback import Reply as OpenAIReply  # noqa: E402
 from openai_samples import ResponsesStream, text_stream  # noqa: E402
@@ -124,12 +128,6 @@ class Ran:
         return self.err.rstrip("\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [TURNFSM, *argv],
@@ -142,16 +140,13 @@ def _start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subproce
     )
 
 
-def _wait_ready(proc: subprocess.Popen[str], url: str) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise AssertionError("the server never became ready")
+def _wait_ready(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """The URL of a ``serve --port 0`` process, once it is ready, and what
+    it said on standard error until it listened (which ``_stop`` no longer
+    returns)."""
+    url, said = listening_on_pipe(proc)
+    wait_ready(url, process=proc, log=lambda: said)
+    return url, said
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:
@@ -233,11 +228,11 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     assert ran.code == 0, ran.err
     assert "assistant> Hello there!" in ran.out
     # --base-url wins over the variable, which names a port nothing listens on
-    dead = f"http://127.0.0.1:{_free_port()}"
-    ran = run(
-        tmp_path, "chat", "--provider", "anthropic", "-m", "hi", "--store", "memory://",
-        "--base-url", claude.url, env={"ANTHROPIC_BASE_URL": dead},
-    )  # fmt: skip
+    with refusing_port() as dead:
+        ran = run(
+            tmp_path, "chat", "--provider", "anthropic", "-m", "hi", "--store", "memory://",
+            "--base-url", claude.url, env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{dead}"},
+        )  # fmt: skip
     assert ran.code == 0, ran.err
     assert [r.body["model"] for r in claude.requests] == ["claude-opus-4-7", CLAUDE]
     assert all("not-needed" in _auth(r.headers) for r in claude.requests)  # the placeholder
@@ -246,29 +241,29 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
 @SWEEP  # serve: test_serve_with_gemini_answers_a_posted_turn
 def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     proc = _start(
-        tmp_path, "serve", "--port", str(port), "--provider", "anthropic",
+        tmp_path, "serve", "--port", "0", "--provider", "anthropic",
         "--base-url", claude.url, "--store", "sqlite:///serve.db",
         env={"ANTHROPIC_API_KEY": KEY},
     )  # fmt: skip
+    said = ""
     try:
-        _wait_ready(proc, url)
+        url, said = _wait_ready(proc)
         created = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."})
         cid = created.json()["id"]
         turn = httpx.post(
             f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
         )
     finally:
-        err = _stop(proc)
+        err = said + _stop(proc)
     assert created.status_code == 201, created.text
     assert created.json()["model"] == CLAUDE  # a new context's model: the provider's default
     assert turn.status_code == 200, turn.text
     assert turn.json()["text"] == "Hello there!"
     assert err.startswith(
-        f"turnfsm serve: {url}, model {CLAUDE} (anthropic at {claude.url}), store "
+        f"turnfsm serve: http://127.0.0.1:0, model {CLAUDE} (anthropic at {claude.url}), store "
     ), err
+    assert f"turnfsm serve: listening on {url}\n" in err, err
     (request,) = claude.requests
     assert request.body["model"] == CLAUDE
     assert [b["text"] for b in request.body["system"]] == ["Be brief."]
@@ -385,7 +380,7 @@ def test_a_missing_gemini_key_names_both_variables(tmp_path: Path) -> None:
 def test_a_missing_extra_is_one_line_naming_it(
     tmp_path: Path, claude: LoopbackServer, command: str
 ) -> None:
-    argv = ["-m", "hi"] if command == "chat" else ["--port", str(_free_port())]
+    argv = ["-m", "hi"] if command == "chat" else ["--port", "0"]
     ran = run_process(
         tmp_path, command, *argv, "--provider", "anthropic", "--base-url", claude.url,
         "--store", "memory://", env=_blocking(tmp_path, "anthropic"),
@@ -624,24 +619,24 @@ def test_chat_with_gemini_answers_with_the_replayed_text(
 
 def test_serve_with_gemini_answers_a_posted_turn(tmp_path: Path, gemini: LoopbackServer) -> None:
     gemini.script(Reply(chunks=_gemini_answer(["Hello", " from Gemini!"])))
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     proc = _start(
-        tmp_path, "serve", "--port", str(port), "--provider", "google",
+        tmp_path, "serve", "--port", "0", "--provider", "google",
         "--base-url", gemini.url, "--store", "sqlite:///serve.db",
         env={"GOOGLE_API_KEY": GEMINI_KEY},
     )  # fmt: skip
+    said = ""
     try:
-        _wait_ready(proc, url)
+        url, said = _wait_ready(proc)
         cid = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."}).json()["id"]
         turn = httpx.post(
             f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
         )
     finally:
-        err = _stop(proc)
+        err = said + _stop(proc)
     assert turn.status_code == 200, turn.text
     assert turn.json()["text"] == "Hello from Gemini!"
-    assert err.startswith(f"turnfsm serve: {url}, model {GEMINI} (google"), err
+    assert err.startswith(f"turnfsm serve: http://127.0.0.1:0, model {GEMINI} (google"), err
+    assert f"turnfsm serve: listening on {url}\n" in err, err
     (request,) = gemini.requests
     assert f"models/{GEMINI}:streamGenerateContent" in request.path
     assert request.headers.get("x-goog-api-key") == GEMINI_KEY

@@ -4,22 +4,17 @@ exits 130 as the exit-code table says."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from kit import listening_on_pipe, wait_ready
 
 from .test_cli_app_options import APP, ENV, TURNFSM
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(cwd: Path, *argv: str) -> subprocess.Popen[str]:
@@ -34,16 +29,12 @@ def _start(cwd: Path, *argv: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_ready(proc: subprocess.Popen[str], port: int) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise AssertionError("the server never became ready")
+def _wait_ready(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """The URL a ``serve --port 0`` process said it listens on, once it is
+    ready, and what it said until then (which the pipe no longer holds)."""
+    url, said = listening_on_pipe(proc)
+    wait_ready(url, process=proc, log=lambda: said)
+    return url, said
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -71,15 +62,18 @@ def test_a_port_in_use_is_said_before_the_store_is_opened(tmp_path: Path) -> Non
 
 def test_serve_names_the_llm_given_and_exits_130_on_ctrl_c(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(APP)
-    port = _free_port()
-    proc = _start(tmp_path, "serve", "--port", str(port), "--llm", "app:Model")
+    proc = _start(tmp_path, "serve", "--port", "0", "--llm", "app:Model")
     try:
-        _wait_ready(proc, port)
+        url, said = _wait_ready(proc)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, rest = proc.communicate(timeout=60)
     finally:
         _stop(proc)
-    assert err.startswith(f"turnfsm serve: http://127.0.0.1:{port}, model app:Model, store "), err
+    err = said + rest
+    assert err.startswith("turnfsm serve: http://127.0.0.1:0, model app:Model, store "), err
+    # --port 0 took a free port, which the line after the store's recovery names
+    assert re.fullmatch(r"http://127\.0\.0\.1:[1-9][0-9]*", url), url
+    assert said.endswith(f"\nturnfsm serve: listening on {url}\n"), said
     assert proc.returncode == 130, err
     assert err.endswith("turnfsm serve: interrupted\n")
 
@@ -103,11 +97,9 @@ def test_worker_exits_130_on_ctrl_c_and_0_on_sigterm(
 
 def test_the_api_lists_the_tools_a_context_is_offered(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(APP)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = _start(tmp_path, "serve", "--port", str(port), "--tools", "app:get_weather")
+    proc = _start(tmp_path, "serve", "--port", "0", "--tools", "app:get_weather")
     try:
-        _wait_ready(proc, port)
+        url, _ = _wait_ready(proc)
         every = httpx.post(f"{url}/api/contexts", json={"system_prompt": "weather"}).json()
         none = httpx.post(f"{url}/api/contexts", json={"system_prompt": "x", "tools": []}).json()
         listed = httpx.get(f"{url}/api/contexts/{every['id']}/tools")

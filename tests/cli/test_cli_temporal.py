@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kit import refusing_port
 from storage.pg import pg_cluster, pg_url  # the password case's PostgreSQL
 
 from .conftest import Cli
@@ -138,10 +139,13 @@ def test_a_store_of_this_process_only_is_refused(cli: Cli) -> None:
 
 def test_a_temporal_server_that_does_not_answer_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     pytest.importorskip("temporalio")
-    from temporal.devserver import _free_port  # tests/ is on sys.path
-
-    where = f"127.0.0.1:{_free_port()}"  # nobody listens there
     store = f"sqlite:///{tmp_path / 'x.db'}"
+    with refusing_port() as port:  # bound, never listened on: nobody listens there
+        where = f"127.0.0.1:{port}"
+        refused_everywhere(cli, where, store)
+
+
+def refused_everywhere(cli: Cli, where: str, store: str) -> None:
     for argv in (
         ["temporal-worker", "--temporal", where, "--store", store],
         ["serve", "--turns", "temporal", "--temporal", where, "--store", store],
@@ -161,12 +165,15 @@ def test_a_temporal_server_that_does_not_answer_never_shows_the_stores_password(
     throwaway cluster trusts local connections): the store opens, Temporal
     does not answer, and nothing printed holds the password."""
     pytest.importorskip("temporalio")
-    from temporal.devserver import _free_port  # tests/ is on sys.path
-
     secret = "pw-" + uuid.uuid4().hex
     store = pg_url.replace("postgresql://turnfsm@", f"postgresql://turnfsm:{secret}@", 1)
     assert secret in store
-    where = f"127.0.0.1:{_free_port()}"  # nobody listens there
+    with refusing_port() as port:  # bound, never listened on: nobody listens there
+        where = f"127.0.0.1:{port}"
+        never_shows(cli, where, store, secret)
+
+
+def never_shows(cli: Cli, where: str, store: str, secret: str) -> None:
     for argv in (
         ["temporal-worker", "--temporal", where, "--store", store],
         ["serve", "--turns", "temporal", "--temporal", where, "--store", store],

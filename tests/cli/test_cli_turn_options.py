@@ -17,7 +17,7 @@ from turnfsm.cli import build_parser
 from turnfsm.cli._turn_options import turn_settings
 
 from .conftest import Cli
-from .test_cli_providers import _free_port, _start, _stop, _wait_ready
+from .test_cli_providers import _start, _stop, _wait_ready
 
 LOOP_APP = '''\
 from turnfsm import tool
@@ -122,15 +122,13 @@ def test_chat_makes_the_ids_it_is_told_to(cli: Cli, flags: list[str], compact: b
 
 
 def test_serve_takes_both_options(app: Path) -> None:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     proc = _start(
-        app, "serve", "--port", str(port), "--store", "sqlite:///serve.db",
+        app, "serve", "--port", "0", "--store", "sqlite:///serve.db",
         "--llm", "loopapp:loop", "--tools", "loopapp:lookup",
         "--max-iterations", "3", "--ids", "compact",
     )  # fmt: skip
     try:
-        _wait_ready(proc, url)
+        url, _ = _wait_ready(proc)
         cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
         turn = httpx.post(
             f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=60
@@ -154,13 +152,11 @@ def test_serve_takes_both_options(app: Path) -> None:
 def test_a_worker_runs_the_turn_with_its_own_limit_and_ids(app: Path) -> None:
     """``serve --turns workers`` commits the message; the ``worker`` runs the
     turn: its ``--max-iterations`` stops it, its ``--ids`` names what it adds."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     model = ("--llm", "loopapp:loop", "--tools", "loopapp:lookup", "--store", "sqlite:///w.db")
-    server = _start(app, "serve", "--port", str(port), "--turns", "workers", *model)
+    server = _start(app, "serve", "--port", "0", "--turns", "workers", *model)
     worker = _start(app, "worker", *model, "--max-iterations", "2", "--ids", "compact")
     try:
-        _wait_ready(server, url)
+        url, _ = _wait_ready(server)
         cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
         turn = httpx.post(
             f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=120

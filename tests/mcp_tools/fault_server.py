@@ -163,8 +163,25 @@ def slow_note(text: str, seconds: float = 0.5) -> str:
     return f"noted {text}"
 
 
+def serve_http(port: int) -> None:
+    """Streamable HTTP on 127.0.0.1:``port`` (0: a free one, which the first
+    line of standard output names). The socket is bound here with
+    ``SO_REUSEPORT``, as a test that holds the port the same way (bound, not
+    listening) between two servers keeps every other process off it."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    app = server.streamable_http_app(host="127.0.0.1")
+    print(f"fault server: bound to http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        serve_http(int(sys.argv[2]))
     else:
         server.run()

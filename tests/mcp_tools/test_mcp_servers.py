@@ -47,10 +47,14 @@ def results(turn: Any) -> dict[str, tuple[bool, Any]]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def held_port(port: int) -> socket.socket:
+    """``port`` bound (not listened on) with ``SO_REUSEPORT``: connections are
+    refused, and no process but a fault server (which binds the same way) can
+    take it until the socket is closed."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
 
 
 # ---------------------------------------------------------------------- the reference servers
@@ -145,14 +149,19 @@ async def test_the_filesystem_server_under_approval(
 class HttpServer:
     """The fault server over Streamable HTTP, in a process of its own."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}/mcp"
+    def __init__(self, port: int = 0) -> None:
         self.proc = subprocess.Popen(
             [*FAULT_SERVER, "--http", str(port)],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
+        assert self.proc.stdout is not None
+        # the port it bound (the one port 0 took): its first line, or nothing if it died
+        bound = self.proc.stdout.readline()
+        assert bound.startswith("fault server: bound to "), f"the HTTP fault server: {bound!r}"
+        self.url = bound.removeprefix("fault server: bound to ").strip()
+        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
         deadline = time.monotonic() + 30
         # one client for every try: each new one (httpx.get makes one)
         # loads the CA certificates again
@@ -169,14 +178,18 @@ class HttpServer:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 @pytest.mark.anyio
 async def test_http_with_headers_and_a_reconnect_after_the_server_went_away() -> None:
     from turnfsm.tools.mcp import MCPServer
 
-    port = free_port()
-    first = HttpServer(port)
+    first = HttpServer()
+    # the port is held from here on, so that the second server gets it back
+    # (the client reconnects to the same URL) and nothing else takes it meanwhile
+    hold = held_port(first.port)
     try:
         llm = ScriptedLLM(
             [
@@ -200,7 +213,8 @@ async def test_http_with_headers_and_a_reconnect_after_the_server_went_away() ->
             ok, error = results(turn)["b"]
             assert not ok and "MCP server" in error["error"], error
             assert str(turn.state) == "Idle"
-            second = HttpServer(port)
+            second = HttpServer(first.port)
+            hold.close()
             try:
                 turn = await engine.send(cid, "again")
                 assert results(turn)["c"] == (True, {"result": "Bearer s3cret"})
@@ -208,6 +222,7 @@ async def test_http_with_headers_and_a_reconnect_after_the_server_went_away() ->
             finally:
                 second.stop()
     finally:
+        hold.close()
         if first.proc.poll() is None:
             first.stop()
 
@@ -242,8 +257,8 @@ def wait_for_children(proc: subprocess.Popen[bytes], log: Path) -> set[int]:
         time.sleep(0.1)
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    kit.wait_ready(f"http://127.0.0.1:{port}", process=proc, log=log)
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    kit.wait_ready(url, process=proc, log=log)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> int:
@@ -261,9 +276,8 @@ def test_sigterm_stops_the_command_and_its_mcp_servers(command: str, tmp_path: P
     log = tmp_path / "log.txt"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     argv = [sys.executable, "-m", "turnfsm", command, "--store", store]
-    port = free_port()
     if command == "serve":
-        argv += ["--port", str(port)]
+        argv += ["--port", "0"]
     mcp = ["--mcp", f"a={shlex.join(FAULT_SERVER)}", "--mcp", f"b={shlex.join(FAULT_SERVER)}"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -278,7 +292,7 @@ def test_sigterm_stops_the_command_and_its_mcp_servers(command: str, tmp_path: P
                 time.sleep(0.1)
                 servers = wait_for_children(proc, log)
             if command == "serve":
-                wait_ready(port, proc, log)
+                wait_ready(kit.listening_url(proc, log), proc, log)
             # uvicorn raises the signal again once it has shut down: -SIGTERM
             assert stop(proc) in (0, -signal.SIGTERM), log.read_text()
             assert b"Traceback" not in log.read_bytes(), log.read_text()

@@ -6,7 +6,6 @@ metrics port after a submitted turn."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from kit import listening_on_pipe  # tests/ is on sys.path
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
@@ -158,12 +158,6 @@ def test_a_bad_exporter_is_a_cli_error(
     assert "turnfsm chat: OTEL_TRACES_EXPORTER='jaeger'" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _submitted(db: Path) -> None:
     async def go() -> None:
         async with Engine(llm=ScriptedLLM([]), store=SQLiteStore(db)) as engine:
@@ -190,25 +184,28 @@ def _scrape(
 def test_worker_metrics_after_a_submitted_turn(tmp_path: Path) -> None:
     db = tmp_path / "work.db"
     _submitted(db)
-    port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "turnfsm", "worker", "--store", f"sqlite:///{db}",
-         "--poll", "0.1", "--metrics-port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+         "--poll", "0.1", "--metrics-port", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(), text=True,
     )  # fmt: skip
     claim_done = (
         "turnfsm_turns_finished_total",
         (("call", "claim"), ("stop_reason", "completed")),
     )
+    said = ""
     try:
+        # the port --metrics-port 0 took, as the worker says it
+        url, said = listening_on_pipe(proc)
+        assert url.endswith("/metrics"), said
         values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         deadline = time.monotonic() + 60
         # one client for every try: each new one (httpx.get makes one)
         # loads the CA certificates again
         with httpx.Client() as client:
             while time.monotonic() < deadline:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-                values = _scrape(client, f"http://127.0.0.1:{port}/metrics") or {}
+                assert proc.poll() is None, said + (proc.stderr.read() if proc.stderr else "")
+                values = _scrape(client, url) or {}
                 if values.get(claim_done):
                     break
                 time.sleep(0.1)
@@ -220,5 +217,5 @@ def test_worker_metrics_after_a_submitted_turn(tmp_path: Path) -> None:
         assert values[("turnfsm_llm_seconds_count", answered)] >= 1
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 0, said + rest

@@ -10,11 +10,11 @@ OTLP/HTTP and reads the spans back through Phoenix's REST API.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,6 +29,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from ports import PORT_TRIES, free_port, listening_ports, lost_the_port
 
 from turnfsm.engine._observing._otel_spans import CAPTURE_CONTENT_ENV
 
@@ -48,46 +49,68 @@ def _phoenix() -> str:
     return named
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def phoenix(tmp_path: Path) -> Iterator[str]:
-    """A ``phoenix serve`` of this test on loopback, ready: its base URL."""
-    port = _free_port()
+    """A ``phoenix serve`` of this test on loopback, ready: its base URL.
+    Phoenix must be given its ports: a start that lost one to another
+    process (its log says the address is in use, or its process does not
+    listen on the port that answers) is tried again on new ones."""
+    started: tuple[subprocess.Popen[bytes], str] | str = ""
+    for attempt in range(1, PORT_TRIES + 1):
+        started = _start_phoenix(tmp_path / f"phoenix-{attempt}")
+        if not isinstance(started, str):
+            break
+        assert attempt < PORT_TRIES and lost_the_port(started), started[-2000:]
+    assert not isinstance(started, str)
+    proc, base = started
+    try:
+        yield base
+    finally:
+        _stop(proc)
+
+
+def _start_phoenix(folder: Path) -> tuple[subprocess.Popen[bytes], str] | str:
+    """A ready Phoenix and its URL, or its log when it lost a port or exited."""
+    folder.mkdir()
+    port = free_port()
     env = {
         **os.environ,
         "PHOENIX_HOST": "127.0.0.1",
         "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(_free_port()),
-        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_WORKING_DIR": str(folder / "phoenix"),
     }
-    log = (tmp_path / "phoenix.log").open("wb")
-    proc = subprocess.Popen([_phoenix(), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (folder / "phoenix.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [_phoenix(), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS
+    deadline = time.monotonic() + STARTUP_SECONDS
+    with httpx.Client() as client:
         while True:
-            assert proc.poll() is None, (tmp_path / "phoenix.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "phoenix did not answer /healthz"
+            said = (folder / "phoenix.log").read_text(errors="replace")
+            if proc.poll() is not None or lost_the_port(said):
+                _stop(proc)
+                return said
+            # what answers must be this Phoenix, not a process that took its port
+            if port in listening_ports(proc.pid, children=True):
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"{base}/healthz", timeout=5).status_code == 200:
+                        return proc, base
+            if time.monotonic() > deadline:
+                _stop(proc)
+                raise AssertionError(f"phoenix did not answer /healthz:\n{said[-2000:]}")
             time.sleep(0.2)
-        yield base
-    finally:
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _spans(base: str, count: int) -> list[dict[str, Any]]:

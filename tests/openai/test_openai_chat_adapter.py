@@ -7,10 +7,10 @@ and decodes the SSE stream the server writes.
 from __future__ import annotations
 
 import json
-import socket
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from kit import refusing_port
 from openai_loopback import DONE, LoopbackServer, Reply, error_body
 from openai_samples import chunk, completion, text_stream, tool_call_stream
 
@@ -292,11 +292,10 @@ async def test_a_timeout(loopback: LoopbackServer) -> None:
 async def test_an_unreachable_server() -> None:
     from turnfsm.adapters.llm.openai import OpenAIChatAdapter
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    async with OpenAIChatAdapter(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY) as llm:
-        err = await fail(llm)
+    with refusing_port() as port:  # a port nobody listens on while it is held
+        url = f"http://127.0.0.1:{port}/v1"
+        async with OpenAIChatAdapter(base_url=url, api_key=KEY) as llm:
+            err = await fail(llm)
     assert isinstance(err, TransientLLMError)
     assert err.kind == "connection"
 

@@ -10,11 +10,11 @@ import argparse
 import io
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import refusing_port
 from openai_loopback import LoopbackServer, Reply, error_body
 from openai_samples import ResponsesStream, chunk, completion, text_stream, tool_call_stream
 
@@ -51,12 +51,6 @@ def loop_args(server: LoopbackServer, *more: str) -> list[str]:
     return ["--base-url", server.url, "--store", "memory://", "--max-attempts", "1", *more]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ---------------------------------------------------------------------- setup problems: one line
 
 
@@ -75,10 +69,11 @@ def test_no_key_and_no_base_url_points_to_the_demo(
 
 @pytest.mark.anyio
 async def test_an_unreachable_server_is_one_line() -> None:
-    url = f"http://127.0.0.1:{free_port()}/v1"
-    code, _out, err = await chat(
-        "--base-url", url, "--store", "memory://", "--max-attempts", "1", "-m", "hi"
-    )
+    with refusing_port() as port:  # bound, never listened on: refused throughout
+        url = f"http://127.0.0.1:{port}/v1"
+        code, _out, err = await chat(
+            "--base-url", url, "--store", "memory://", "--max-attempts", "1", "-m", "hi"
+        )
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"turnfsm chat: cannot reach {url}")

@@ -76,8 +76,8 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet import Proc, all_started  # noqa: E402
-from storage.pg import Cluster, find_bin_dir, free_port  # noqa: E402
+from fleet import Proc, all_started, to_servers  # noqa: E402
+from storage.pg import Cluster, find_bin_dir  # noqa: E402
 
 from turnfsm.model import Role  # noqa: E402
 from turnfsm.storage import StepLog  # noqa: E402
@@ -166,10 +166,10 @@ class Run:
         ]
         self.servers = []
         for i, turns in enumerate(("workers", "here")):
-            port = free_port()
-            argv = [sys.executable, "-m", "turnfsm", "serve", *common, "--port", str(port)]
+            argv = [sys.executable, "-m", "turnfsm", "serve", *common, "--port", "0"]
             argv += ["--turns", turns]
-            self.servers.append(Proc(f"server{i}-{turns}", argv, "server", port=port))
+            self.servers.append(Proc(f"server{i}-{turns}", argv, "server"))
+        self.hooks = to_servers(self.servers)  # http://NAME/ is where server NAME listens
         self.procs = [*self.workers, *self.servers]
         self.clients = [Client(self.servers[i % 2]) for i in range(clients)]
         self.contexts_per_client = contexts_per_client
@@ -192,10 +192,10 @@ class Run:
         if proc.kind != "server":
             return
         end = time.monotonic() + deadline
-        async with httpx.AsyncClient(timeout=2) as http:
+        async with httpx.AsyncClient(timeout=2, event_hooks=self.hooks) as http:
             while time.monotonic() < end:
                 with contextlib.suppress(httpx.HTTPError):
-                    r = await http.get(f"http://127.0.0.1:{proc.port}/readyz")
+                    r = await http.get(f"http://{proc.name}/readyz")
                     if r.status_code == 200:
                         return
                 await asyncio.sleep(0.1)
@@ -319,8 +319,8 @@ class Run:
     # ------------------------------------------------------------------ clients
 
     async def client(self, me: Client, k: int) -> None:
-        base = f"http://127.0.0.1:{me.server.port}"
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        base = f"http://{me.server.name}"
+        async with httpx.AsyncClient(base_url=base, timeout=60, event_hooks=self.hooks) as http:
             for _ in range(self.contexts_per_client):
                 r = await self._request(http, "POST", "/api/contexts", json={})
                 cid = r.json()["id"]
@@ -348,7 +348,7 @@ class Run:
         for n in range(PROBES):
             server = self.servers[n % len(self.servers)]
             async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{server.port}", timeout=60
+                base_url=f"http://{server.name}", timeout=60, event_hooks=self.hooks
             ) as http:
                 r = await self._request(http, "POST", "/api/contexts", json={})
                 cid = r.json()["id"]

@@ -9,8 +9,11 @@ The engine's cache takes ``turnfsm serve``'s options and defaults.
 
 ::
 
-    python tests/server/load_server.py --port N --db FILE --tokens FILE --max-turns N
+    python tests/server/load_server.py [--port N] --db FILE --tokens FILE --max-turns N
         [--max-loaded-contexts N] [--max-loaded-messages N]
+
+It says where it listens (``load server: listening on URL``): the port
+``--port 0``, the default, took.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def main() -> None:
     from turnfsm.server._run import run_server
 
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int, default=0, help="0 (the default): a free port, said")
     p.add_argument("--db", required=True, help="the SQLite file of the store")
     p.add_argument("--tokens", required=True, help="lines 'token tenant'")
     p.add_argument("--max-turns", type=int, default=8, help="--max-turns-per-tenant")
@@ -61,8 +64,11 @@ def main() -> None:
         )
 
     config = ServerConfig(tokens=load_tokens(args.tokens), max_turns_per_tenant=args.max_turns)
-    print(f"load server: http://127.0.0.1:{args.port}", flush=True)
-    run_server(factory, config, host="127.0.0.1", port=args.port)
+
+    def listening(urls: list[str]) -> None:  # the port --port 0 took, for the test
+        print(f"load server: listening on {urls[0]}", flush=True)
+
+    run_server(factory, config, host="127.0.0.1", port=args.port, on_listening=listening)
 
 
 if __name__ == "__main__":

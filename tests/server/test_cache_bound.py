@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit import skip_without  # tests/ is on sys.path
+from kit import listening_url, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("prometheus_client")
 
@@ -36,12 +35,6 @@ CONTEXTS = 8
 """Contexts served, each with one turn: more than either bound below allows."""
 READY_SECONDS = 60.0
 """How long a process may take to answer its readiness probe (a hang, not a speed)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gauges(url: str, token: str | None = None) -> dict[str, float]:
@@ -94,12 +87,11 @@ def serve(tmp_path: Path, *flags: str) -> Iterator[str]:
     """``turnfsm serve`` on a SQLite file with ``flags``; yields its URL."""
     tokens = tmp_path / "tokens"
     tokens.write_text("token-alice alice\n")
-    port = free_port()
     log = tmp_path / "serve.log"
-    argv = ["serve", "--port", str(port), "--tokens", str(tokens)]
+    argv = ["serve", "--port", "0", "--tokens", str(tokens)]
     proc = start([*argv, "--store", f"sqlite:///{tmp_path / 'c.db'}", *flags], log)
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = listening_url(proc, log, within=READY_SECONDS)
         until_ready(proc, f"{url}/readyz", log)
         yield url
     finally:
@@ -152,13 +144,13 @@ def test_serve_keeps_the_cache_within_its_bounds(
 
 
 def test_worker_takes_the_bounds_and_shows_them(tmp_path: Path) -> None:
-    port = free_port()
     log = tmp_path / "worker.log"
-    argv = ["worker", "--store", f"sqlite:///{tmp_path / 'w.db'}", "--metrics-port", str(port)]
+    argv = ["worker", "--store", f"sqlite:///{tmp_path / 'w.db'}", "--metrics-port", "0"]
     proc = start([*argv, "--max-loaded-contexts", "7", "--max-loaded-messages", "70"], log)
     try:
-        until_ready(proc, f"http://127.0.0.1:{port}/metrics", log)
-        found = gauges(f"http://127.0.0.1:{port}/metrics")
+        url = listening_url(proc, log, within=READY_SECONDS)
+        until_ready(proc, url, log)
+        found = gauges(url)
     finally:
         stop(proc)
     assert found == {

@@ -31,11 +31,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import skip_without, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import (
+    listening_url,
+    skip_without,
+    wait_ready,
+)  # tests/ is on sys.path (no tests/__init__.py)
 
 from .load_server import TEMP_C
 from .test_events import Sse
-from .test_serve import free_port
 
 skip_without("fastapi")
 
@@ -92,16 +95,15 @@ def start_load_server(tmp_path: Path, *extra: str) -> Iterator[LoadServer]:
     token_file = tmp_path / "tokens"
     token_file.write_text("".join(f"{t} tenant-{k}\n" for k, t in enumerate(tokens)))
     db, log = tmp_path / "load.db", tmp_path / "server.log"
-    port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--port", str(port), "--db", str(db),
+            [sys.executable, str(SERVER), "--port", "0", "--db", str(db),
              "--tokens", str(token_file), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = listening_url(proc, log)
         wait_ready(url, process=proc, log=log)
         yield LoadServer(url, db, tokens, log, proc.pid)
         proc.send_signal(signal.SIGTERM)

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,7 +21,11 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from kit import READY_WITHIN, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import (
+    READY_WITHIN,
+    listening_url,
+    wait_ready,
+)  # tests/ is on sys.path (no tests/__init__.py)
 from storage.pg import Cluster, pg_cluster
 
 from .conftest import TOKENS
@@ -35,18 +38,10 @@ DELAY = 0.1
 """Seconds between the demo model's chunks: a turn streams for about a second."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Served:
     """``turnfsm serve`` in a process of its own."""
 
     def __init__(self, store: str, tokens: Path, log: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("w")
         self.proc = subprocess.Popen(
             [
@@ -57,7 +52,7 @@ class Served:
                 "--store",
                 store,
                 "--port",
-                str(self.port),
+                "0",
                 "--tokens",
                 str(tokens),
                 "--demo-delay",
@@ -71,8 +66,10 @@ class Served:
             env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""},
         )
         self.log_path = log
+        self.url = ""  # where it says it listens: wait_ready() reads it
 
     def wait_ready(self) -> None:
+        self.url = listening_url(self.proc, self.log_path)
         wait_ready(self.url, process=self.proc, log=self.log_path)
 
     def client(self, token: str = "token-alice") -> httpx.Client:

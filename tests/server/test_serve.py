@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import listening_url, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.cli import main
 from turnfsm.cli._errors import CLIError
@@ -36,31 +35,27 @@ def text_of(node: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in content)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
     tokens = tmp / "tokens"
     tokens.write_text("token-alice alice\n")
-    port = free_port()
     env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
     # the log (standard error) to a file: a pipe no one reads would fill and stop the server
     log = (tmp / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "turnfsm", "serve", "--port", str(port),
+        [sys.executable, "-m", "turnfsm", "serve", "--port", "0",
          "--store", f"sqlite:///{tmp / 'serve.db'}", "--tokens", str(tokens), *args],
         stdout=subprocess.DEVNULL, stderr=log, env=env,
     )  # fmt: skip
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, timeout=30)
+    client: httpx.Client | None = None
     try:
-        wait_ready(f"http://127.0.0.1:{port}", process=proc, log=tmp / "serve.log")
+        url = listening_url(proc, tmp / "serve.log")
+        client = httpx.Client(base_url=url, headers=HEADERS, timeout=30)
+        wait_ready(url, process=proc, log=tmp / "serve.log")
         yield proc, client
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)

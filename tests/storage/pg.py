@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import PORT_TRIES, free_port, lost_the_port
 
 __all__ = [
     "Cluster",
@@ -83,12 +84,6 @@ def unprivileged_user() -> str | None:
             pwd.getpwnam(name)
             return name
     raise RuntimeError("running as root and no unprivileged user (postgres, nobody) exists")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -137,32 +132,47 @@ class Cluster:
             capture_output=True,
             cwd=self.folder,
         )
-        options = (
+        # the port is a number PostgreSQL must be given: when another process
+        # took it after free_port() (the log says the address is in use), the
+        # start is tried again on another
+        for attempt in range(1, PORT_TRIES + 1):
+            log = self.folder / f"server-{attempt}.log"
+            started = subprocess.run(
+                self._as_user(
+                    str(self.bin_dir / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(log),
+                    "-o",
+                    self._options(),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ),
+                capture_output=True,
+                cwd=self.folder,
+            )
+            if started.returncode == 0:
+                break
+            said = log.read_text(errors="replace") if log.exists() else ""
+            if attempt == PORT_TRIES or not lost_the_port(said):
+                raise RuntimeError(
+                    f"PostgreSQL did not start on port {self.port} (pg_ctl exited "
+                    f"{started.returncode}):\n{started.stderr.decode(errors='replace')}{said}"
+                )
+            self.port = free_port()
+        pid_file = self.data / "postmaster.pid"
+        self.pid = int(pid_file.read_text().split("\n", 1)[0])
+        self._wait()
+
+    def _options(self) -> str:
+        return (
             f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=400"  # the servers of every xdist worker of a run
         )
-        subprocess.run(
-            self._as_user(
-                str(self.bin_dir / "pg_ctl"),
-                "-D",
-                str(self.data),
-                "-l",
-                str(self.folder / "server.log"),
-                "-o",
-                options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ),
-            check=True,
-            capture_output=True,
-            cwd=self.folder,
-        )
-        pid_file = self.data / "postmaster.pid"
-        self.pid = int(pid_file.read_text().split("\n", 1)[0])
-        self._wait()
 
     def record(self) -> dict[str, Any]:
         """What another process needs to use (and stop) this running cluster."""

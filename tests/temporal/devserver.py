@@ -27,7 +27,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ports import free_port, listening_ports, lost_the_port
 
 __all__ = ["NO_CLI", "DevServer", "RunningServer", "find_cli"]
 
@@ -53,14 +54,9 @@ def find_cli() -> Path | None:
     return Path(found) if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ExitedEarly(RuntimeError):
-    """The dev server's process ended before its frontend answered."""
+    """The dev server's process ended before its frontend answered, or lost
+    one of its ports to another process (it is stopped then)."""
 
 
 class DevServer:
@@ -81,11 +77,12 @@ class DevServer:
         self._pick_ports()
         self.answered = False
         self.process: subprocess.Popen[bytes] | None = None
+        self._log_from = 0
 
     def _pick_ports(self) -> None:
-        self.port = _free_port()
-        self.http_port = _free_port()
-        self.metrics_port = _free_port()
+        self.port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
 
     @property
     def address(self) -> str:
@@ -108,20 +105,24 @@ class DevServer:
             "signal": int(signal.SIGTERM),
         }
 
-    def start(self, *, timeout: float = 60.0, attempts: int = 3) -> None:
+    def start(self, *, timeout: float = 60.0, attempts: int = 5) -> None:
         """Start the server (on the same database file when it ran before) and
-        wait until its frontend answers.
+        wait until its frontend answers, on a port this process listens on.
 
         A free port is free only until another process binds it, and the dev
         server picks its internal services' ports the same way: a first start
-        that exits before it ever answered is tried again on new ports (a
-        restart keeps its address, which its clients hold)."""
+        that exits before it ever answered, or whose log says an address was
+        in use, is tried again on new ports (a restart keeps its address,
+        which its clients hold: one that lost it fails, saying so). Until its
+        own process listens on the frontend's port, what answers there may be
+        another test's server, which the start does not take for its own."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("the Temporal dev server is already running")
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once(timeout)
             except ExitedEarly:
+                self.kill()  # a start that lost a port may still run
                 if self.answered or attempt == attempts:
                     raise
                 self.db_file.unlink(missing_ok=True)  # what a failed first start began
@@ -151,6 +152,7 @@ class DevServer:
             "--log-level",
             "warn",
         ]
+        self._log_from = self.log_file.stat().st_size if self.log_file.exists() else 0
         log = self.log_file.open("ab")
         try:
             self.process = subprocess.Popen(
@@ -174,10 +176,13 @@ class DevServer:
         ]
         while True:
             assert self.process is not None
-            if self.process.poll() is not None:
-                log = self.log_file.read_text(errors="replace")
+            exited = self.process.poll() is not None
+            log = self._this_start_log()
+            if exited or lost_the_port(log):
+                what = f"exited with {self.process.returncode}" if exited else "lost a port"
                 raise ExitedEarly(
-                    f"the Temporal dev server exited with {self.process.returncode}: "
+                    f"the Temporal dev server on ports {self.port}, {self.http_port}, "
+                    f"{self.metrics_port} {what}: "
                     f"{log[:1500]}{' ... ' if len(log) > 3000 else ''}{log[-1500:]}"
                 )
             if not self._listening() and time.monotonic() < deadline:
@@ -195,12 +200,20 @@ class DevServer:
             time.sleep(0.2)
 
     def _listening(self) -> bool:
-        """Whether the frontend's port takes a connection yet."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
+        """Whether this server's process listens on the frontend's port yet
+        (not merely whether something answers there)."""
+        return self.process is not None and self.port in listening_ports(self.process.pid)
+
+    def _this_start_log(self) -> str:
+        with self.log_file.open("rb") as f:
+            f.seek(self._log_from)
+            return f.read().decode(errors="replace")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's log (what to show when a run fails)."""
+        if not self.log_file.exists():
+            return "(no log)"
+        return self.log_file.read_text(errors="replace")[-chars:]
 
     def kill(self) -> None:
         """SIGKILL the server (its database file stays, for :meth:`start`)."""
@@ -211,8 +224,9 @@ class DevServer:
         self.process.wait()
         self.process = None
 
-    def stop(self) -> None:
-        """Stop the server by its PID (SIGTERM, then SIGKILL) and remove the folder."""
+    def stop(self, *, keep: bool = False) -> None:
+        """Stop the server by its PID (SIGTERM, then SIGKILL) and remove the
+        folder, unless ``keep`` (a failed run's, to look into)."""
         try:
             if self.process is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -223,7 +237,8 @@ class DevServer:
                     self.kill()
                 self.process = None
         finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            if not keep:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)

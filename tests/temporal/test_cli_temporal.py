@@ -28,9 +28,9 @@ import httpx
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
-from kit import skip_without, wait_ready
+from kit import listening_url, skip_without, wait_ready
 
-from temporal.devserver import DevServer, RunningServer, _free_port
+from temporal.devserver import DevServer, RunningServer
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -112,8 +112,11 @@ def own_processes(own_temporal_server: DevServer, tmp_path: Path) -> Iterator[Pr
     yield from _processes(own_temporal_server, tmp_path)
 
 
-def _ready(port: int, processes: Processes) -> None:
-    wait_ready(f"http://127.0.0.1:{port}", log=lambda: processes.log("serve"))
+def _ready(server: subprocess.Popen[bytes], processes: Processes) -> str:
+    """The URL of a ``serve --port 0`` process (where it says it listens), once ready."""
+    url = listening_url(server, lambda: processes.log("serve"))
+    wait_ready(url, process=server, log=lambda: processes.log("serve"))
+    return url
 
 
 def _open_marks(marks: Path, kind: str) -> list[str]:
@@ -151,10 +154,9 @@ def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
 ) -> None:
     first = processes.start("temporal-worker", "--grace", "20", name="worker1")
     processes.wait_for_line("worker1", "turnfsm temporal-worker: ")
-    port = _free_port()
-    server = processes.start("serve", "--turns", "temporal", "--port", str(port), name="serve")
-    _ready(port, processes)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+    server = processes.start("serve", "--turns", "temporal", "--port", "0", name="serve")
+    url = _ready(server, processes)
+    with httpx.Client(base_url=url, timeout=60) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-1"})
         assert r.status_code == 200, r.text
@@ -218,13 +220,12 @@ def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
     assert second.wait(timeout=30) == 0, processes.log("worker2")
 
 
-def _serve(processes: Processes) -> tuple[subprocess.Popen[bytes], int]:
+def _serve(processes: Processes) -> tuple[subprocess.Popen[bytes], str]:
+    """A temporal-worker, and the URL of a ``serve --turns temporal``."""
     worker = processes.start("temporal-worker", name="worker")
     processes.wait_for_line("worker", "turnfsm temporal-worker: ")
-    port = _free_port()
-    processes.start("serve", "--turns", "temporal", "--port", str(port), name="serve")
-    _ready(port, processes)
-    return worker, port
+    server = processes.start("serve", "--turns", "temporal", "--port", "0", name="serve")
+    return worker, _ready(server, processes)
 
 
 def _approve(http: httpx.Client, cid: str, call_id: str) -> httpx.Response:
@@ -271,8 +272,8 @@ def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
     refused by the workflow with 409 context_busy; ``?wait=true`` still gives
     the Turn at rest."""
     processes.env["TURNFSM_KILL_THINK"] = "2"
-    _, port = _serve(processes)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+    _, url = _serve(processes)
+    with httpx.Client(base_url=url, timeout=60) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         sent = time.monotonic()
         r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-2"})
@@ -308,8 +309,8 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
     message is stored once. A call accepted before the kill (``?wait=true``)
     waits across it and gives its Turn."""
     own_processes.env["TURNFSM_KILL_THINK"] = "3"
-    _, port = _serve(own_processes)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+    _, url = _serve(own_processes)
+    with httpx.Client(base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         early = http.post("/api/contexts", json={}).json()["id"]
         waited: list[httpx.Response] = []
@@ -368,9 +369,9 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
     message posted again is taken."""
     from turnfsm.temporal._faults import ACCEPT_WITHIN, GRACE
 
-    _, port = _serve(own_processes)
+    _, url = _serve(own_processes)
     bound = ACCEPT_WITHIN + GRACE + 3.0  # + the server's own work, on a busy machine
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=bound + 30) as http:
+    with httpx.Client(base_url=url, timeout=bound + 30) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         assert own_temporal_server.pid is not None
         os.kill(own_temporal_server.pid, signal.SIGSTOP)
@@ -407,8 +408,8 @@ def test_a_turn_longer_than_a_poll_of_its_result_is_waited_for(processes: Proces
     from turnfsm.temporal._faults import RPC_TIMEOUT
 
     processes.env["TURNFSM_KILL_THINK"] = str(RPC_TIMEOUT + 3)
-    _, port = _serve(processes)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+    _, url = _serve(processes)
+    with httpx.Client(base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         started = time.monotonic()
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-6"})
@@ -433,9 +434,9 @@ def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
     from turnfsm.temporal._payloads import TABLE
 
     processes.env["TURNFSM_KILL_THINK"] = "0"
-    _, port = _serve(processes)
+    _, url = _serve(processes)
     big = "big-" + "0123456789abcdef" * 37_500
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+    with httpx.Client(base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": big})
         assert r.status_code == 200, r.text
@@ -458,8 +459,8 @@ def test_the_openai_compatible_route_runs_its_turns_on_temporal(processes: Proce
     on the workers): a client resending its whole ``messages`` list gets its
     answer, and the context holds each message once."""
     processes.common = [a for a in processes.common if a not in MODEL]
-    _, port = _serve(processes)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+    _, url = _serve(processes)
+    with httpx.Client(base_url=url, timeout=60) as http:
         messages = [{"role": "user", "content": "hello"}]
         first = http.post("/v1/chat/completions", json={"model": "demo", "messages": messages})
         assert first.status_code == 200, first.text

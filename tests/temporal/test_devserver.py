@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -10,6 +11,8 @@ import anyio
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
+from ports import listening_ports
+
 from temporal.devserver import DevServer
 
 temporalio = pytest.importorskip("temporalio", reason="the temporal extra is not installed")
@@ -91,3 +94,44 @@ def test_a_first_start_that_exits_early_is_tried_again_on_new_ports(tmp_path: Pa
             again.start(timeout=20, attempts=1)
     finally:
         again.stop()
+
+
+SQUATTED_CLI = """\
+import socket, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+if args[:2] == ["server", "start-dev"]:
+    starts = Path("starts")
+    starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
+    if len(starts.read_text()) == 1:  # the frontend's port was taken: said, not exited
+        print("listen tcp: bind: address already in use", flush=True)
+        time.sleep(60)
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(args[args.index("--port") + 1])))
+    s.listen()
+    time.sleep(60)
+sys.exit(0)  # operator namespace describe: whoever listens answers
+"""
+
+
+def test_a_start_whose_port_another_process_took_is_tried_again(tmp_path: Path) -> None:
+    """Another process listens on the frontend's port (it took it after the
+    port was found free) and answers: the start does not take it for its own
+    server, which says its address is in use, but starts again on new ports."""
+    cli = tmp_path / "temporal"
+    cli.write_text(f"#!{sys.executable}\n{SQUATTED_CLI}")
+    cli.chmod(0o755)
+    server = DevServer(cli)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        server.port = squatter.getsockname()[1]
+        try:
+            server.start(timeout=20)
+            assert (server.folder / "starts").read_text() == "xx"
+            assert server.port != squatter.getsockname()[1]
+            assert server.process is not None
+            assert server.port in listening_ports(server.process.pid)
+        finally:
+            server.stop()
+    assert not server.folder.exists()

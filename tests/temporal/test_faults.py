@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import skip_without  # tests/ is on sys.path
+from kit import refusing_port, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -306,19 +306,16 @@ def silent_port() -> Iterator[int]:
 
 
 def test_connecting_to_a_silent_or_refusing_server_is_unavailable(silent_port: int) -> None:
-    refused = socket.socket()
-    refused.bind(("127.0.0.1", 0))
-    closed_port = refused.getsockname()[1]
-    refused.close()
-
     async def go(port: int) -> tuple[BaseException | None, float]:
         return await _timed(TemporalEngine.connect(f"127.0.0.1:{port}", store="memory://"))
 
-    for port in (silent_port, closed_port):
-        error, took = anyio.run(go, port)
-        assert isinstance(error, TemporalUnavailable), repr(error)
-        assert error.accepted is False
-        assert took < ACCEPT + GRACE + 1.0
+    # bound, never listened on: refused for as long as it is held
+    with refusing_port() as closed_port:
+        for port in (silent_port, closed_port):
+            error, took = anyio.run(go, port)
+            assert isinstance(error, TemporalUnavailable), repr(error)
+            assert error.accepted is False
+            assert took < ACCEPT + GRACE + 1.0
 
 
 def test_a_call_on_a_server_that_never_answers_is_unavailable_within_the_bound(

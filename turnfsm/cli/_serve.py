@@ -61,7 +61,13 @@ def add_parser(sub: Any) -> None:
         sub, "serve", "serve the engine over HTTP (REST and server-sent events)", __doc__, _run
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
-    p.add_argument("--port", type=count(0, 65535), default=8000, help="the port (8000)")
+    p.add_argument(
+        "--port",
+        type=count(0, 65535),
+        default=8000,
+        help="the port (8000; 0 takes a free one: the line 'turnfsm serve: listening on "
+        "http://HOST:PORT' on standard error names it once the server listens)",
+    )
     p.add_argument("--tokens", metavar="FILE", help="bearer tokens: lines 'token tenant'")
     p.add_argument(
         "--insecure",
@@ -367,8 +373,14 @@ def _serve(
         file=sys.stderr,
         flush=True,
     )
+
+    def listening(urls: list[str]) -> None:
+        # the address the server got (the port --port 0 took), once it accepts
+        # connections: what a script that started it reads to reach it
+        print(f"turnfsm serve: listening on {', '.join(urls)}", file=sys.stderr, flush=True)
+
     try:
-        run_server(factory, config, host=args.host, port=args.port)
+        run_server(factory, config, host=args.host, port=args.port, on_listening=listening)
     except StartupFailed as exc:  # one line, exit 2, as other usage errors
         raise CLIError(f"the server did not start: {exc}") from None
     finally:

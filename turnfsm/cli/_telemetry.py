@@ -81,10 +81,11 @@ def _nothing() -> None:
 def add_metrics_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics-port",
-        type=count(1, 65535),
+        type=count(0, 65535),
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given; "
-        "needs the metrics extra)",
+        "needs the metrics extra; 0 takes a free port, named on standard error: "
+        "'turnfsm worker: metrics listening on URL')",
     )
     p.add_argument(
         "--metrics-host",
@@ -96,7 +97,9 @@ def add_metrics_options(p: argparse.ArgumentParser) -> None:
 
 def serve_metrics(args: argparse.Namespace, engine: Engine) -> Callable[[], None]:
     """With ``--metrics-port``: count ``engine``'s calls and serve the metrics
-    on that port, in a thread; returns the function that stops serving."""
+    on that port, in a thread; returns the function that stops serving. Says
+    where on standard error (``turnfsm worker: metrics listening on URL``):
+    the port ``--metrics-port 0`` took is known only there."""
     if args.metrics_port is None:
         return _nothing
     try:
@@ -109,7 +112,13 @@ def serve_metrics(args: argparse.Namespace, engine: Engine) -> Callable[[], None
     metrics = EngineMetrics()
     metrics.attach(engine)
     try:
-        return metrics.serve(args.metrics_port, args.metrics_host)
+        return metrics.serve(
+            args.metrics_port,
+            args.metrics_host,
+            on_listening=lambda url: print(
+                f"turnfsm worker: metrics listening on {url}", file=sys.stderr, flush=True
+            ),
+        )
     except OSError as exc:
         raise CLIError(
             f"--metrics-port {args.metrics_port}: cannot listen on "

@@ -238,11 +238,24 @@ class EngineMetrics:
         """Read ``turnfsm_stream_clients`` from ``count()`` at each scrape."""
         self.stream_clients.set_function(lambda: float(count()))
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
+    def serve(
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        on_listening: Callable[[str], None] | None = None,
+    ) -> Callable[[], None]:
         """Answer ``GET /metrics`` on ``host:port`` in a thread of its own (no
         token asked: bind it where only the scraper reaches); returns the
-        function that stops it. ``OSError`` when it cannot listen."""
+        function that stops it. ``OSError`` when it cannot listen.
+        ``on_listening`` is given the URL it answers at (``port`` 0 takes a
+        free port, which the URL names)."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
+        if on_listening is not None:
+            host_bound, port_bound = server.server_address[:2]  # (str, int) for IP
+            shown = str(host_bound)
+            shown = f"[{shown}]" if ":" in shown else shown
+            on_listening(f"http://{shown}:{port_bound}/metrics")
 
         def stop() -> None:
             server.shutdown()

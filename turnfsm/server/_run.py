@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import gc
 import logging
+import socket
 import sys
 from collections.abc import Callable, Iterable, MutableMapping
 from types import FrameType
@@ -29,6 +30,7 @@ __all__ = [
     "configure_logging",
     "is_loopback",
     "key_value_line",
+    "listening_urls",
     "run_server",
     "tune_collector",
 ]
@@ -130,11 +132,32 @@ def tune_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def listening_urls(sockets: Iterable[socket.socket]) -> list[str]:
+    """The ``http://`` URLs of listening sockets, with the ports they got (an
+    IPv6 address in brackets)."""
+    urls = []
+    for sock in sockets:
+        host, port = sock.getsockname()[:2]
+        urls.append(
+            f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+        )
+    return urls
+
+
 class _Server(uvicorn.Server):
     """On SIGTERM / SIGINT, event streams are told to close (a final
-    ``StreamClosed`` event) before uvicorn waits for open requests."""
+    ``StreamClosed`` event) before uvicorn waits for open requests. Once it
+    listens, ``on_listening`` is given the URLs it listens on: with port 0
+    they name the port the system chose, which nothing else could know."""
 
     on_exit: Callable[[], None] = staticmethod(lambda: None)
+    on_listening: Callable[[list[str]], None] = staticmethod(lambda urls: None)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            bound = [sock for server in self.servers for sock in server.sockets]
+            self.on_listening(listening_urls(bound))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.on_exit()
@@ -213,11 +236,14 @@ def run_server(
     host: str,
     port: int,
     keep_alive: int = KEEP_ALIVE,
+    on_listening: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C: stop accepting, close event streams with a
     final event, cancel running turns cleanly (each ends at Idle, its text kept),
     close the engine. Logs as :func:`configure_logging` says. ``keep_alive``:
-    the seconds an idle connection is kept open (uvicorn's default)."""
+    the seconds an idle connection is kept open (uvicorn's default).
+    ``on_listening`` is called once the server listens, with the URLs it
+    listens on (``port`` 0 takes a free port, which they name)."""
     configure_logging()
     app = create_app(factory, config)
     tune_collector()
@@ -244,6 +270,8 @@ def run_server(
         loop.call_soon(hub.closing.set)
 
     server.on_exit = on_exit
+    if on_listening is not None:
+        server.on_listening = on_listening
     kept = _StartupErrors(server)
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addFilter(kept)
