@@ -130,6 +130,27 @@ _CHUNKS: dict[type, str] = {
 _CHUNK_TYPES: dict[str, type] = {v: k for k, v in _CHUNKS.items()}
 
 
+KEPT_READY: tuple[Any, ...] = (
+    ChatContext,
+    Commit,
+    InternalMessage,
+    ToolCallRequest,
+    list[ContentPart],
+    *_CHUNKS,
+)
+"""The record types whose adapters a workflow task and its activities use."""
+
+
+def warm() -> None:
+    """Build the adapters of :data:`KEPT_READY` now, as a worker starts: a
+    workflow task that built them itself on a loaded machine could pass
+    Temporal's two-second bound on a workflow task and be reported as a
+    deadlock (TMPRL1101). ``turnfsm`` is passed through the sandbox, so the
+    workflows find them built."""
+    for tp in KEPT_READY:
+        records.adapter(tp)
+
+
 def chunk_to(chunk: object) -> JSON:
     """``[kind, data]``; a chunk of no known type as ``["other", its type's name]``
     (the engine then fails the attempt naming that type, as in-process)."""

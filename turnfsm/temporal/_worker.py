@@ -20,6 +20,7 @@ from ..storage import Store, open_store
 from ..storage._eventlog import open_event_log
 from ..storage._logtypes import EventLog
 from ..tools import Tool, ToolRegistry, Toolset, merge_tools
+from . import _codec
 from ._activities import Activities
 from ._config import DEFAULT_TASK_QUEUE, REPLAY, WorkerConfig, register
 from ._payloads import THRESHOLD, data_converter_for, payload_table, with_payloads
@@ -75,6 +76,7 @@ def replayer(
     with ``PayloadNotFound``, which says so. ``data_converter``: the
     workers' clients' own (turnfsm's codec is chained after its codec)."""
     register(REPLAY, WorkerConfig(tools=tuple(tools), engine_options=dict(engine_options)))
+    _codec.warm()
     table = payload_table(store) if store is not None else None
     return Replayer(
         workflows=[ContextWorkflow],
@@ -125,6 +127,7 @@ class TemporalWorker:
         payload_threshold: int | None = THRESHOLD,
         **engine_options: Any,
     ) -> None:
+        _codec.warm()
         self.store = open_store(store) if isinstance(store, str) else store
         client = with_payloads(client, self.store, payload_threshold)
         tools = tuple(tools)
