@@ -80,21 +80,13 @@ def asked(tools: ToolRegistry, call: ToolCallRequest) -> AskedQuestion | None:
     return tool.ask(call) if isinstance(tool, QuestionTool) else None
 
 
-# ``questions_of`` and ``as_question`` do what ``asked`` does inline, in a loop
-# of their own: every answer with calls, and every rest waiting for a human,
-# asks them, where a call of ``asked`` per call (and a generator for ``all``)
-# each took a call frame of its own.
-
-
 def questions_of(tools: ToolRegistry, calls: Sequence[ToolCallRequest]) -> tuple[Question, ...]:
     """The questions among ``calls``, in order."""
     out: list[Question] = []
     for c in calls:
-        tool = tools.get(c.tool_name)
-        if isinstance(tool, QuestionTool):
-            q = tool.ask(c)
-            if q is not None:
-                out.append(Question(c.id, c.tool_name, q.question, q.choices))
+        q = asked(tools, c)
+        if q is not None:
+            out.append(Question(c.id, c.tool_name, q.question, q.choices))
     return tuple(out)
 
 
@@ -105,8 +97,7 @@ def as_question(message: InternalMessage, tools: ToolRegistry) -> InternalMessag
     if not calls:
         return message
     for c in calls:
-        tool = tools.get(c.tool_name)
-        if not isinstance(tool, QuestionTool) or tool.ask(c) is None:
+        if asked(tools, c) is None:
             return message
     return dataclasses.replace(message, message_type=MessageType.QUESTION)
 

@@ -86,32 +86,21 @@ def _does(watch: Watch) -> frozenset[str]:
     return does
 
 
-_Indexes = tuple[int, ...]
-_Plan = tuple[_Indexes, _Indexes, _Indexes, _Indexes, _Indexes, _Indexes, _Indexes, _Indexes]
+_Takers = tuple[Watch, ...]
+_Plan = tuple[_Takers, _Takers, _Takers, _Takers, _Takers, _Takers, _Takers, _Takers]
 """Per hook (``entered``, ``handing_off``, ``transition``, ``llm_started``,
-``llm_request``, ``llm_ended``, the tool call's two, ``ended``), the positions
-of the watches that override it."""
-
-_PLANS: dict[tuple[type, ...], _Plan] = {}
-"""The plan of each sequence of watch classes seen, when no instance of them
-can carry hooks of its own (a class whose instances have no ``__dict__``)."""
+``llm_request``, ``llm_ended``, the tool call's two, ``ended``), the watches
+that override it, in order."""
 
 
 def _plan(watches: tuple[Watch, ...]) -> _Plan:
-    """Which of ``watches`` takes each hook (see :data:`_Plan`). A call is
-    watched by the same classes of watch call after call, so the plan is
-    worked out once per sequence of classes; watches that may hold hooks of
-    their own (an instance ``__dict__``) are looked at each time."""
-    classes = tuple([type(w) for w in watches])
-    plan = _PLANS.get(classes)
-    if plan is not None:
-        return plan
-    does = [_does(w) for w in watches]
+    """Which of ``watches`` takes each hook (see :data:`_Plan`)."""
+    does = [(w, _does(w)) for w in watches]
 
-    def taking(*hooks: str) -> _Indexes:
-        return tuple([i for i, h in enumerate(does) if not h.isdisjoint(hooks)])
+    def taking(*hooks: str) -> _Takers:
+        return tuple([w for w, h in does if not h.isdisjoint(hooks)])
 
-    plan = (
+    return (
         taking("entered"),
         taking("handing_off"),
         taking("transition"),
@@ -123,11 +112,6 @@ def _plan(watches: tuple[Watch, ...]) -> _Plan:
         taking("tool_started", "tool_ended"),
         taking("ended"),
     )
-    if all(cls.__dictoffset__ == 0 for cls in classes):
-        if len(_PLANS) >= 256:  # classes made on the fly must not pile up
-            _PLANS.clear()
-        _PLANS[classes] = plan
-    return plan
 
 
 class Watches:
@@ -155,22 +139,19 @@ class Watches:
         self.log = log
         # per hook, the watches that override it: a hook is reported several
         # times a turn, and most watches take a few of them
-        entered, handing_off, transition, llm_started, llm_request, llm_ended, tools, ended = _plan(
-            ws
-        )
-        # (``map`` over the positions: a watch is made for every call)
-        take = ws.__getitem__
-        self._entered = tuple(map(take, entered))
-        self._handing_off = tuple(map(take, handing_off))
-        self._transition = tuple(map(take, transition))
-        self._llm_started = tuple(map(take, llm_started))
-        self._llm_request = tuple(map(take, llm_request))
-        self._llm_ended = tuple(map(take, llm_ended))
-        self._tools = tuple(map(take, tools))
-        self._ended = tuple(map(take, ended))
-        self.llm = bool(llm_started or llm_ended)
+        (
+            self._entered,
+            self._handing_off,
+            self._transition,
+            self._llm_started,
+            self._llm_request,
+            self._llm_ended,
+            self._tools,
+            self._ended,
+        ) = _plan(ws)
+        self.llm = bool(self._llm_started or self._llm_ended)
         """Whether some watch is told when an LLM attempt starts or ends."""
-        self.tools = bool(tools)
+        self.tools = bool(self._tools)
         """Whether some watch is told when a tool call starts or ends."""
 
     def any(self) -> bool:
