@@ -674,14 +674,17 @@ def _pool() -> Any:
     return ctx
 
 
-def _call(mp: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(*args)`` in a fresh process; its result, or None when killed."""
+def _call(mp: Any, fn: Callable[..., Any], items: list[Any]) -> Any:
+    """Run ``fn(items)`` in a fresh process; its result, or None when killed.
+    It is given 120 s and 5 s more for each item: a fixed bound for a batch of
+    any size ran out on a loaded machine for the larger kinds' kill points."""
     parent, child = mp.Pipe(duplex=False)
-    proc = mp.Process(target=_child, args=(child, fn, args))
+    proc = mp.Process(target=_child, args=(child, fn, (items,)))
     proc.start()
     child.close()
+    within = 120 + 5 * len(items)
     try:
-        result = parent.recv() if parent.poll(120) else ("error", "timed out")
+        result = parent.recv() if parent.poll(within) else ("error", f"timed out ({within} s)")
     except EOFError:
         result = None
     proc.join(60)
