@@ -275,15 +275,15 @@ def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
     _, url = _serve(processes)
     with httpx.Client(base_url=url, timeout=60) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
-        sent = time.monotonic()
         r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-2"})
-        took = time.monotonic() - sent
         assert r.status_code == 202, r.text
         body = r.json()
         assert body["context_id"] == cid and body["message_id"]
         # answered while the model still thinks: no model call has ended yet
+        # (the worker writes its mark as the call ends, so a 202 sent after
+        # it would find the mark here, however fast or slow the machine)
         marks = processes.marks.read_text() if processes.marks.exists() else ""
-        assert "end model pay-2" not in marks and took < 2, (took, marks)
+        assert "end model pay-2" not in marks, marks
         assert body["state"] != "AwaitingToolApproval"
 
         busy = http.post(f"/api/contexts/{cid}/messages", json={"content": "again"})
