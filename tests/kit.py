@@ -184,14 +184,15 @@ def listening_url(
     log: Path | Callable[[], str],
     *,
     within: float = READY_WITHIN,
+    said: re.Pattern[str] = LISTENING,
 ) -> str:
     """The URL ``process``, a server started on port 0, says it listens on,
-    read from its ``log`` (a file, or a function giving text) as it comes.
-    Fails, with the log, when the process exits first or does not say it
-    within ``within`` seconds."""
+    read from its ``log`` (a file, or a function giving text) as it comes:
+    the first group of ``said``. Fails, with the log, when the process exits
+    first or does not say it within ``within`` seconds."""
     deadline = time.monotonic() + within
     while True:
-        found = LISTENING.search(_said(log)) if not isinstance(log, Path) or log.exists() else None
+        found = said.search(_said(log)) if not isinstance(log, Path) or log.exists() else None
         if found:
             return found.group(1)
         if process.poll() is not None:

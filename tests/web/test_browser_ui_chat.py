@@ -6,6 +6,7 @@ tool's output and the answer (docs/server.md, "The AI SDK's useChat")."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit import wait_ready
+from kit import listening_url, wait_ready
 
 from .conftest import Tabs
 
@@ -24,31 +25,29 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "examples" / "ui-chat" / "run.py"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+PAGE = re.compile(r"the page: (http://\S+/)")
 
 
 @pytest.fixture
 def example(tmp_path: Path) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
     if not (ROOT / ".cache" / "ui-stream" / "node_modules" / ".bin" / "esbuild").exists():
         pytest.skip("the AI SDK is not installed (.ci/run installs it into .cache/ui-stream)")
-    api, page = _port(), _port()
     env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
     log = tmp_path / "run.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(RUN), str(api), str(page)],
+            [sys.executable, str(RUN), "0", "0"],  # the ports it takes, it says
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
         )
     try:
-        wait_ready(f"http://127.0.0.1:{api}", process=proc, log=log)
-        wait_ready(f"http://127.0.0.1:{page}", process=proc, log=log, path="/")
-        yield f"http://127.0.0.1:{api}", f"http://127.0.0.1:{page}/", proc
+        api = listening_url(proc, log)
+        page = listening_url(proc, log, said=PAGE)
+        wait_ready(api, process=proc, log=log)
+        wait_ready(page, process=proc, log=log, path="/")
+        yield api, page, proc
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
