@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Proc", "all_started", "started_lines", "to_servers"]
+__all__ = ["Proc", "all_started", "keep_or_remove", "started_lines", "to_servers"]
 
 LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:([0-9]+)")
 
@@ -136,3 +138,29 @@ async def all_started(
             if time.monotonic() > end:
                 break
             await asyncio.sleep(0.1)
+
+
+def keep_or_remove(
+    folder: Path,
+    *,
+    failed: bool,
+    remove: bool,
+    procs: Sequence[Proc],
+    logs: dict[str, Path] | None = None,
+) -> None:
+    """After a run, its processes stopped: a failed run's folder (the
+    processes' logs and effects) is kept, its path and the ends of the logs
+    (the processes', then ``logs``: other logs by what wrote them) printed; a
+    run that passed leaves nothing unless ``remove`` is false (``--logs``)."""
+    if not failed:
+        if remove:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    for proc in procs:
+        if proc.log is not None and proc.log.exists():
+            tail = proc.log.read_text(errors="replace")[-2000:]
+            print(f"--- {proc.name} ---\n{tail}", file=sys.stderr)
+    for name, log in (logs or {}).items():
+        said = log.read_text(errors="replace")[-3000:] if log.exists() else "(none)"
+        print(f"--- {name} ({log}) ---\n{said}", file=sys.stderr)
+    print(f"the failed run's folder is kept: {folder}", file=sys.stderr)

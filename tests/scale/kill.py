@@ -50,6 +50,7 @@ By hand::
     python tests/scale/kill.py [--seconds 30] [--planted] [--seed N]
 
 starts a throwaway PostgreSQL (``tests/storage/pg.py``) unless ``--url`` names one.
+A failed run keeps its folder (the processes' logs and effects) and says where.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet import Proc, all_started, to_servers  # noqa: E402
+from fleet import Proc, all_started, keep_or_remove, to_servers  # noqa: E402
 from storage.pg import Cluster, find_bin_dir  # noqa: E402
 
 from turnfsm.model import Role  # noqa: E402
@@ -633,28 +634,26 @@ def run(
     window: tuple[float, float] = WINDOW,
 ) -> Report:
     seed = random.randrange(1 << 30) if seed is None else seed
-    with contextlib.ExitStack() as stack:
-        folder = logs or stack.enter_context(tempfile.TemporaryDirectory(prefix="turnfsm-kill-"))
-        os.makedirs(folder, exist_ok=True)
-        r = Run(
-            url,
-            Path(folder),
-            seconds=seconds,
-            planted=planted,
-            seed=seed,
-            clients=clients,
-            contexts_per_client=contexts_per_client,
-            min_stale=min_stale,
-            window=window,
-        )
-        try:
-            return asyncio.run(r.main())
-        except BaseException:
-            for proc in r.procs:
-                if proc.log is not None and proc.log.exists():
-                    tail = proc.log.read_text(errors="replace")[-2000:]
-                    print(f"--- {proc.name} ---\n{tail}", file=sys.stderr)
-            raise
+    folder = Path(logs or tempfile.mkdtemp(prefix="turnfsm-kill-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    r = Run(
+        url,
+        folder,
+        seconds=seconds,
+        planted=planted,
+        seed=seed,
+        clients=clients,
+        contexts_per_client=contexts_per_client,
+        min_stale=min_stale,
+        window=window,
+    )
+    failed = True
+    try:
+        report = asyncio.run(r.main())
+        failed = bool(report.problems) != planted  # a planted bug must be found
+        return report
+    finally:
+        keep_or_remove(folder, failed=failed, remove=not logs, procs=r.procs)
 
 
 def main() -> int:

@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet import Proc, all_started, to_servers  # noqa: E402
+from fleet import Proc, all_started, keep_or_remove, to_servers  # noqa: E402
 from storage.pg import Cluster, find_bin_dir  # noqa: E402
 
 from temporal.devserver import DevServer, find_cli  # noqa: E402
@@ -106,7 +106,6 @@ from temporal.kill_parts import (  # noqa: E402
     Marks,
     NoProgress,
     Report,
-    keep_or_remove,
     summary,
 )
 from turnfsm.model import Role  # noqa: E402
@@ -652,9 +651,8 @@ def run(
         return report
     finally:
         temporal.stop(keep=True)
-        keep_or_remove(
-            folder, failed=failed, remove=not logs, procs=procs, server_log=temporal.log_file
-        )
+        dev_server = {"the Temporal dev server": temporal.log_file}
+        keep_or_remove(folder, failed=failed, remove=not logs, procs=procs, logs=dev_server)
 
 
 def main() -> int:

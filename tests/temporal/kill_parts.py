@@ -6,11 +6,8 @@ and what a failed run leaves to look into (:func:`keep_or_remove`)."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,6 @@ __all__ = [
     "Marks",
     "NoProgress",
     "Report",
-    "keep_or_remove",
     "summary",
 ]
 
@@ -140,23 +136,3 @@ def summary(report: Report, seed: int | None = None) -> str:
         f"({', '.join(f'{k} {v:.1f}s' for k, v in report.phases.items())})"
         + (f", seed {seed}" if seed is not None else "")
     )
-
-
-def keep_or_remove(
-    folder: Path, *, failed: bool, remove: bool, procs: Sequence[Proc], server_log: Path
-) -> None:
-    """After a run, the dev server stopped: a failed run's folder (the
-    processes' logs, the dev server's folder and log) is kept, its path and
-    the logs' ends printed; a run that passed leaves nothing unless
-    ``remove`` is false (``--logs``)."""
-    if not failed:
-        if remove:
-            shutil.rmtree(folder, ignore_errors=True)
-        return
-    for proc in procs:
-        if proc.log is not None and proc.log.exists():
-            tail = proc.log.read_text(errors="replace")[-2000:]
-            print(f"--- {proc.name} ---\n{tail}", file=sys.stderr)
-    said = server_log.read_text(errors="replace")[-3000:] if server_log.exists() else "(none)"
-    print(f"--- the Temporal dev server ({server_log}) ---\n{said}", file=sys.stderr)
-    print(f"the failed run's folder is kept: {folder}", file=sys.stderr)
