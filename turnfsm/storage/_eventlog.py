@@ -329,14 +329,14 @@ def _statement(
 def open_event_log(store: Store) -> EventLog:
     """The event log and tenant table beside ``store`` (not opened yet: call
     :meth:`EventLog.open`)."""
-    # a SQLiteStore's module is imported before one is made: a server on
-    # another store does not import it (and build its SQL's adapters) to ask
+    # a store's module is imported before one is made: a server on another
+    # store does not import it (the SQL's adapters, the PostgreSQL driver)
+    # to ask
     sqlite = sys.modules.get(f"{__package__}._sqlite")
     if sqlite is not None and isinstance(store, sqlite.SQLiteStore):
         return SQLiteEventLog(store.path, store=store)
-    from ._postgres import PostgresStore  # no psycopg needed to import it
-
-    if isinstance(store, PostgresStore):
+    postgres = sys.modules.get(f"{__package__}._postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
         from ._pg_events import PostgresEventLog
 
         return PostgresEventLog(store.url)

@@ -35,6 +35,7 @@ import hashlib
 import json
 import re
 import sqlite3
+import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -297,9 +298,10 @@ def payload_table(store: Store) -> PayloadTable:
     """The table of moved payloads beside ``store`` (made on its first write)."""
     if isinstance(store, SQLiteStore):
         return SQLitePayloads(store)
-    from ..storage._postgres import PostgresStore  # no psycopg needed to import it
-
-    if isinstance(store, PostgresStore):
+    # a PostgresStore's module is imported before one is made: a worker on
+    # another store does not import it (and the PostgreSQL driver) to ask
+    postgres = sys.modules.get("turnfsm.storage._postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
         return PostgresPayloads(store)
     from ..storage._files import FilesStore
 
