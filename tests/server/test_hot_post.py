@@ -204,3 +204,22 @@ def test_the_hot_route_uses_no_private_starlette_module() -> None:
         for alias in node.names
     ]
     assert imported and not [m for m in imported if m.startswith(("starlette._", "fastapi._"))]
+
+
+@pytest.mark.parametrize("message_id", ["m-1", "é" * 40])
+def test_the_202_is_the_response_starlette_makes_of_its_json(message_id: str) -> None:
+    from starlette.responses import Response
+
+    from turnfsm.server._api import Accepted, answered
+    from turnfsm.server._models import AcceptedOut
+
+    out = AcceptedOut(context_id="c-1", message_id=message_id, state="ProcessingUserMessage")
+    general = Response(out.model_dump_json(), 202, media_type="application/json")
+    made = answered(out)
+    assert isinstance(made, Accepted)
+    assert (made.status_code, made.body, made.raw_headers, made.background) == (
+        general.status_code,
+        general.body,
+        general.raw_headers,
+        general.background,
+    )

@@ -37,7 +37,7 @@ from ._models import (
     VerifyOut,
 )
 
-__all__ = ["MAX_PAGE", "answered", "router"]
+__all__ = ["MAX_PAGE", "Accepted", "answered", "router"]
 
 MAX_PAGE = 500
 """Items a page of a list may hold."""
@@ -50,8 +50,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 def answered(result: Turn | AcceptedOut) -> Response:
     """A call's answer: its Turn (``200``), or accepted and running (``202``)."""
     if isinstance(result, AcceptedOut):
-        return Response(result.model_dump_json(), 202, media_type="application/json")
+        return Accepted(result)
     return JSONResponse(TurnOut.of(result).model_dump(mode="json"))
+
+
+class Accepted(Response):
+    """``202``, a call accepted and running, with its :class:`AcceptedOut`
+    as JSON: what ``Response(json, 202, media_type="application/json")``
+    is, with its two headers written here rather than by Starlette's general
+    ``init_headers`` (every post of a turn answers one)."""
+
+    media_type = "application/json"
+
+    def __init__(self, accepted: AcceptedOut) -> None:
+        body = accepted.model_dump_json().encode()
+        self.status_code = 202
+        self.background = None
+        self.body = body
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 async def stored(hub: Hub, cid: str) -> ChatContext:

@@ -25,6 +25,7 @@ __all__ = [
     "HTTP_PROTOCOL",
     "KEEP_ALIVE",
     "LOOPBACK",
+    "TICK",
     "HeadWithBody",
     "StartupFailed",
     "configure_logging",
@@ -114,6 +115,9 @@ HTTP_PROTOCOL = _head_with_body(AutoHTTPProtocol)
 does; h11 otherwise) over :class:`HeadWithBody`: ``uvicorn.Config(http=...)``."""
 
 
+TICK = 1.0
+"""Seconds between two ticks of the server's main loop (:class:`_Server`)."""
+
 KEEP_ALIVE = 5
 """Seconds an idle keep-alive connection stays open (uvicorn's default)."""
 
@@ -159,9 +163,40 @@ class _Server(uvicorn.Server):
             bound = [sock for server in self.servers for sock in server.sockets]
             self.on_listening(listening_urls(bound))
 
+    _tick: asyncio.Future[None] | None = None
+    """What :meth:`main_loop` waits on between two ticks."""
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop, ticking once a second rather than ten times: a
+        tick renews the ``Date`` header (uvicorn's every tenth tick does, so
+        each of these counts as ten) and looks at ``should_exit``, which an
+        exit signal sets and wakes the loop for at once (:meth:`handle_exit`).
+        A server, busy or idle, wakes a tenth as often for its ticks."""
+        loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            tick = self._tick = loop.create_future()
+            timer = loop.call_later(TICK, _wake, tick)
+            try:
+                await tick
+            finally:
+                timer.cancel()
+                self._tick = None
+            should_exit = await self.on_tick(counter)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.on_exit()
         super().handle_exit(sig, frame)
+        tick = self._tick
+        if tick is not None:  # from a signal's handler or any thread
+            tick.get_loop().call_soon_threadsafe(_wake, tick)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def configure_logging() -> None:
