@@ -223,12 +223,14 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
     message = node.message
     calls = message.tool_calls
     assert calls is not None
-    new_calls = []
+    # the stored message's list, made at its size (a list grown by appends
+    # keeps room for four calls, with the history) and the decided calls put in
+    new_calls = calls[:]
     open_calls = []
-    for c in calls:
+    for i, c in enumerate(calls):
         d = decisions.get(c.id)
         new = c if d is None else decided(c, *d)
-        new_calls.append(new)
+        new_calls[i] = new
         if new.id not in answered:
             open_calls.append(new)
     new_node = _new(MessageNode)
