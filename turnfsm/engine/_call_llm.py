@@ -125,7 +125,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         answer_type=s.answer_type(rt.ctx),
         offered=functools.partial(s.offered, rt.ctx),
     )
-    rt.partial = []
+    rt.partial = ()
     if isinstance(answer, LLMError):
         await fail_llm(d, rt, answer)
         return

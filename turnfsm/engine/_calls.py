@@ -256,7 +256,10 @@ async def start_fork(
     detail: dict[str, Any] = {"branch": name, "at": at, "forked_from": source.name}
     detail.update(_set_prompts(d, branch, prompts))
     ctx.branches[name] = branch
-    rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
+    rt.branches = [
+        *rt.branches,
+        dataclasses.replace(branch, message_ids=list(branch.message_ids)),
+    ]
     _activate(rt, name)
     rt.stop_reason = StopReason.BRANCH
     _steps.change(rt, Change.BRANCH_FORKED, detail)
@@ -287,7 +290,10 @@ async def start_set_branch_prompts(
     if not changed:
         return
     ctx.branches[name] = branch
-    rt.branches.append(dataclasses.replace(branch, message_ids=list(branch.message_ids)))
+    rt.branches = [
+        *rt.branches,
+        dataclasses.replace(branch, message_ids=list(branch.message_ids)),
+    ]
     _steps.change(rt, Change.BRANCH_PROMPTS_SET, {"branch": name, **changed})
 
 
@@ -369,7 +375,7 @@ async def cancel_in_place(d: Host, rt: Runtime) -> None:
             ),
             rt.partial_id,
         )
-        rt.partial = []
+        rt.partial = ()
     started = set(ctx.progress.started_call_ids)
     _steps.close_open_calls(
         rt,

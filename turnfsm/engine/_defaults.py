@@ -83,21 +83,26 @@ class _LazyLogger:
     def __init__(self, level: int, file: Any, context: dict[str, Any]) -> None:
         self._level = level
         self._file = file
-        # the bound values as pairs: a logger is bound per loaded context, and
-        # a tuple of pairs is smaller than a dict
-        self._context = tuple(context.items())
+        # the bound values as one flat tuple (key, value, key, value...): a
+        # logger is bound per loaded context, and one tuple is smaller than a
+        # dict or a tuple of pairs
+        self._context = tuple([x for pair in context.items() for x in pair])
         # the engine logs a debug line per transition: below the level it is
         # one call that does nothing
         self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else ignore
 
     def bind(self, **values: Any) -> _LazyLogger:
-        return _LazyLogger(self._level, self._file, {**dict(self._context), **values})
+        return _LazyLogger(self._level, self._file, {**self._values(), **values})
 
     def new(self, **values: Any) -> _LazyLogger:
         return _LazyLogger(self._level, self._file, dict(values))
 
+    def _values(self) -> dict[str, Any]:
+        flat = self._context
+        return dict(zip(flat[::2], flat[1::2], strict=True))
+
     def _real(self) -> Any:
-        return _structlog_logger(self._level, self._file).bind(**dict(self._context))
+        return _structlog_logger(self._level, self._file).bind(**self._values())
 
     def _debug(self, event: Any = None, *args: Any, **kw: Any) -> Any:
         return self._real().debug(event, *args, **kw)

@@ -348,8 +348,8 @@ class Driver:
         states = tuple(rt.turn_states)
         # read once: a context at rest keeps nothing of its last call (the
         # nodes a decision replaced would stay alive with them)
-        rt.turn_nodes.clear()
-        rt.turn_states.clear()
+        rt.turn_nodes = ()
+        rt.turn_states = ()
         return new_turn(
             context_id=ctx.id,
             state=state,

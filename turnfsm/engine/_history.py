@@ -101,7 +101,11 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     MessageNode.__init__(node, id=node_id, message=message, parent_id=ids[-1] if ids else None)
     ctx.message_pool[node_id] = node
     ids.append(node_id)
-    rt.appended.append((branch.name, node))
+    appended = rt.appended
+    if appended:
+        appended.append((branch.name, node))
+    else:  # the first since the last commit (see Runtime)
+        rt.appended = [(branch.name, node)]
     item = to_chat_message(message)
     if _refcount is None or _chat_refs(rt) > _ALONE:
         # a request still holds the list (an adapter or a subscriber kept it):
@@ -114,7 +118,11 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
         append_chat(chat, item)  # a result after a result: may go before it
     else:
         chat.append(item)  # what append_chat does with it, without the call
-    rt.turn_nodes.append(node)
+    turn_nodes = rt.turn_nodes
+    if turn_nodes:
+        turn_nodes.append(node)
+    else:
+        rt.turn_nodes = [node]
     return node
 
 
@@ -167,7 +175,10 @@ def append_answer(rt: Runtime, message: InternalMessage, node_id: str) -> Messag
 def replace(rt: Runtime, node: MessageNode) -> None:
     """Put a changed version of a stored message in the pool."""
     rt.ctx.message_pool[node.id] = node
-    rt.replaced[node.id] = node
+    if rt.replaced is None:
+        rt.replaced = {node.id: node}
+    else:
+        rt.replaced[node.id] = node
     if rt.answer is not None and rt.answer.id == node.id:
         rt.answer = node
 
@@ -212,12 +223,14 @@ def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
     message = node.message
     calls = message.tool_calls
     assert calls is not None
-    new_calls = []
+    # the stored message's list, made at its size (a list grown by appends
+    # keeps room for four calls, with the history) and the decided calls put in
+    new_calls = calls[:]
     open_calls = []
-    for c in calls:
+    for i, c in enumerate(calls):
         d = decisions.get(c.id)
         new = c if d is None else decided(c, *d)
-        new_calls.append(new)
+        new_calls[i] = new
         if new.id not in answered:
             open_calls.append(new)
     new_node = _new(MessageNode)

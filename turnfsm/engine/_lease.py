@@ -188,8 +188,8 @@ class CallLease:
 def _begin(rt: Runtime, settings: Settings) -> Runtime:
     """Reset what a call keeps on its runtime."""
     rt.settings = settings
-    rt.turn_states = []
-    rt.turn_nodes = []
+    rt.turn_states = ()
+    rt.turn_nodes = ()
     rt.stop_reason = None
     rt.output = rt.output_error = None
     rt.cancel_requested = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Protocol
 
@@ -128,17 +128,21 @@ class Runtime:
     done: CallEnd | None = None
     """The running call's end, for a caller that waits for it (``cancel``);
     None between calls, so that a loaded context keeps no ``Turn``."""
-    # changes not yet committed
-    appended: list[tuple[str, MessageNode]] = field(default_factory=list)
-    replaced: dict[str, MessageNode] = field(default_factory=dict)
-    branches: list[Branch] = field(default_factory=list)
+    # Changes not yet committed, and below the running call's lists: each is
+    # the empty tuple (or None) until its first item, which makes the list. A
+    # resting context keeps none of them: an engine holds thousands of loaded
+    # contexts, and an empty list or dict for each of eight would be kept by
+    # every one of them between its calls.
+    appended: list[tuple[str, MessageNode]] | tuple[()] = ()
+    replaced: dict[str, MessageNode] | None = None
+    branches: list[Branch] | tuple[()] = ()
     active_changed: bool = False
     config_changed: bool = False
-    changes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    changes: list[tuple[str, dict[str, Any]]] | tuple[()] = ()
     """Changes that are not transitions (name, detail): audit records of the next commit."""
     # the running call
-    turn_states: list[State] = field(default_factory=list)
-    turn_nodes: list[MessageNode] = field(default_factory=list)
+    turn_states: list[State] | tuple[()] = ()
+    turn_nodes: list[MessageNode] | tuple[()] = ()
     stop_reason: StopReason | None = None
     request: LLMRequest | None = None
     answer: MessageNode | None = None
@@ -146,11 +150,9 @@ class Runtime:
     """The running call's typed answer, once validated (``Turn.output``)."""
     output_error: OutputValidationError | None = None
     """Why the running call's typed answer failed, once the retries are spent."""
-    partial: list[str] = field(default_factory=list)
+    partial: list[str] | tuple[()] = ()
     partial_id: str | None = None
-    outbox: list[tuple[Callable[..., Event], int, float, dict[str, Any]]] = field(
-        default_factory=list
-    )
+    outbox: list[tuple[Callable[..., Event], int, float, dict[str, Any]]] | tuple[()] = ()
     """Events waiting for the next commit: (kind, seq, timestamp, fields)."""
     call_ids: dict[str, None] | None = None
     """Every tool call id in the context, built on first need and kept up to

@@ -56,7 +56,11 @@ def fire(rt: Runtime, trigger: Trigger) -> State:
     holder = rt.holder
     source = holder.state
     dest = rt.machine.fire(holder, trigger)
-    rt.turn_states.append(dest)
+    turn_states = rt.turn_states
+    if turn_states:
+        turn_states.append(dest)
+    else:  # the call's first step (see Runtime)
+        rt.turn_states = [dest]
     debug = rt.log.debug
     if debug is not ignore:  # the default logger below DEBUG: not even the call
         debug(
@@ -71,7 +75,12 @@ def fire(rt: Runtime, trigger: Trigger) -> State:
     seq = rt.seq = rt.seq + 1
     if rt.subscribers:
         fields = {"from_state": source, "to_state": dest, "trigger": trigger}
-        rt.outbox.append((StateChanged, seq, rt.settings.clock.time(), fields))
+        event = (StateChanged, seq, rt.settings.clock.time(), fields)
+        outbox = rt.outbox
+        if outbox:
+            outbox.append(event)
+        else:
+            rt.outbox = [event]
     if rt.watch is not None:
         rt.watch.transition(rt, source, trigger, dest)
     return dest
@@ -85,13 +94,22 @@ def later(rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
     """
     seq = rt.seq = rt.seq + 1
     if rt.subscribers:
-        rt.outbox.append((kind, seq, rt.settings.clock.time(), fields))
+        event = (kind, seq, rt.settings.clock.time(), fields)
+        outbox = rt.outbox
+        if outbox:
+            outbox.append(event)
+        else:
+            rt.outbox = [event]
 
 
 def change(rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
     """Record a change that is not a transition (see :class:`Change`): an
     audit record and a ContextChanged event, both with the next commit."""
-    rt.changes.append((change, detail))
+    changes = rt.changes
+    if changes:
+        changes.append((change, detail))
+    else:
+        rt.changes = [(change, detail)]
     later(rt, ContextChanged, change=str(change), detail=detail, state=rt.holder.state)
 
 
@@ -156,7 +174,7 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
         state = holder.state
         for c, detail in rt.changes:
             steps.append(step_log(version, state, c, state, at, detail))
-    appended = rt.appended
+    appended = rt.appended or []  # the commit's own list (none since the last: a new one)
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
         # a message added and then changed (decided) in this same commit is
@@ -181,7 +199,7 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
         steps,
         appended,
         replaced,
-        rt.branches,  # branches
+        rt.branches or [],  # branches
         ctx.active_branch_name if rt.active_changed else None,  # active_branch
         ctx.config if rt.config_changed else None,  # config
         lease.token if lease is not None else None,  # lease_token
@@ -199,13 +217,11 @@ def committed(rt: Runtime, commit: Commit) -> Sequence[Event]:
     version, nothing pending; the events it released, in order, to publish."""
     holder = rt.holder
     holder.steps.clear()
-    # the commit holds the lists it was given: new ones for what comes next
-    rt.appended = []
-    rt.branches = []
-    if rt.replaced:  # neither of these two is held by the commit
-        rt.replaced = {}
-    if rt.changes:
-        rt.changes = []
+    # the commit holds the lists it was given: the next change makes new ones
+    rt.appended = ()
+    rt.branches = ()
+    rt.replaced = None
+    rt.changes = ()
     rt.active_changed = False
     rt.config_changed = False
     if rt.lease_status is CLAIM:
@@ -221,7 +237,7 @@ def committed(rt: Runtime, commit: Commit) -> Sequence[Event]:
     outbox = rt.outbox
     if not outbox:
         return _NONE
-    rt.outbox = []
+    rt.outbox = ()
     cid = ctx.id
     return [
         kind(context_id=cid, seq=seq, timestamp=at, **detached_fields(fields))

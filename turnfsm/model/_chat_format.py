@@ -19,6 +19,7 @@ from ._message import (
     ReasoningItem,
     Role,
     TextPart,
+    ToolCallRequest,
 )
 
 __all__ = [
@@ -148,6 +149,20 @@ def _content(msg: InternalMessage) -> str | list[dict[str, Any]]:
     return out
 
 
+def _chat_call(c: ToolCallRequest) -> dict[str, Any]:
+    """One tool call of an assistant message, in chat format."""
+    return {
+        "id": c.id,
+        "type": "function",
+        "function": {
+            "name": c.tool_name,
+            "arguments": c.raw_arguments
+            if c.raw_arguments is not None
+            else _encode_arguments(c.arguments),
+        },
+    }
+
+
 def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
     """One stored message as an OpenAI chat message.
 
@@ -180,20 +195,14 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
         else:
             text = msg.text
         out: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if msg.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {
-                        "name": c.tool_name,
-                        "arguments": c.raw_arguments
-                        if c.raw_arguments is not None
-                        else _encode_arguments(c.arguments),
-                    },
-                }
-                for c in msg.tool_calls
-            ]
+        calls = msg.tool_calls
+        if calls:
+            # one call (the common case) in a list of one: a comprehension's
+            # list keeps room for four, and the engine keeps this list with
+            # the history
+            out["tool_calls"] = (
+                [_chat_call(calls[0])] if len(calls) == 1 else [_chat_call(c) for c in calls]
+            )
         elif out["content"] is None and msg.refusal is None:
             out["content"] = ""
         if msg.refusal is not None:

@@ -78,6 +78,10 @@ class ContextHolder:
     (the engine writes it when a commit succeeds, from this one).
     """
 
+    # slotted: the engine keeps one per loaded context, and an instance's
+    # attribute values take more room than its slots
+    __slots__ = ("attached", "context_id", "effect", "machine", "state", "steps")
+
     state: str
     """Set by the machine (the state's name; transitions keeps it a plain string).
     The one current state of the loaded context."""

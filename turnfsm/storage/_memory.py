@@ -79,8 +79,12 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
-        self._leases: dict[str, tuple[Lease, bool]] = {}
-        """context id -> its latest lease and whether it is held (not released)."""
+        self._leases: dict[str, Lease] = {}
+        """context id -> its latest lease."""
+        self._held: set[str] = set()
+        """The contexts whose latest lease is held (not released): a set
+        rather than a pair per context, as nearly all of them rest with their
+        lease released."""
 
     async def create(self, context: ChatContext) -> None:
         if context.id in self._records:
@@ -129,8 +133,8 @@ class MemoryStore(Store):
         if take is not None:
             self._check_take(cid, take)
         elif token is not None:
-            entry = self._leases.get(cid)
-            current = entry[0].token if entry is not None else None
+            stored = self._leases.get(cid)
+            current = stored.token if stored is not None else None
             if current != token:
                 raise LeaseLost(cid, token, current)
         if head.version != commit.expected_version:
@@ -163,10 +167,13 @@ class MemoryStore(Store):
         # plain field writes on the store's own copy
         commit.apply_head(head)
         if take is not None:
-            self._leases[cid] = (take, not commit.release_lease)
+            self._leases[cid] = take
+            if commit.release_lease:
+                self._held.discard(cid)
+            else:
+                self._held.add(cid)
         elif commit.release_lease and token is not None:
-            lease = self._leases[cid][0]  # the fence found it
-            self._leases[cid] = (lease, False)
+            self._held.discard(cid)  # the fence found the lease
 
     async def list_ids(self) -> list[str]:
         return list(self._records)
@@ -183,6 +190,7 @@ class MemoryStore(Store):
         self._get(context_id)
         del self._records[context_id]
         self._leases.pop(context_id, None)
+        self._held.discard(context_id)
 
     async def steps(self, context_id: str) -> list[StepLog]:
         return _made_again(self._get(context_id).steps)
@@ -195,12 +203,12 @@ class MemoryStore(Store):
     def _check_take(self, context_id: str, take: Lease) -> None:
         """``Commit.take_lease``: the stored lease has the token just before, and
         no other owner holds it (no lease at all counts as token 0)."""
-        entry = self._leases.get(context_id)
-        if entry is None:
+        old = self._leases.get(context_id)
+        if old is None:
             if take.token != 1:
                 raise LeaseLost(context_id, take.token, None)
             return
-        old, held = entry
+        held = context_id in self._held
         if old.token != take.token - 1 or (held and old.owner != take.owner):
             raise LeaseLost(context_id, take.token, old.token)
 
@@ -214,35 +222,35 @@ class MemoryStore(Store):
         take_over: int | None = None,
     ) -> Lease | None:
         self._get(context_id)
-        entry = self._leases.get(context_id)
-        if entry is not None:
-            old, held = entry
-            holder = old.owner if held else None
+        old = self._leases.get(context_id)
+        if old is not None:
+            holder = old.owner if context_id in self._held else None
             if lease_is_held(
                 holder, old.token, old.expires_at, owner=owner, now=now, take_over=take_over
             ):
                 return None
-        token = entry[0].token + 1 if entry is not None else 1
+        token = old.token + 1 if old is not None else 1
         lease = Lease(context_id, owner, token, now + ttl)
-        self._leases[context_id] = (lease, True)
+        self._leases[context_id] = lease
+        self._held.add(context_id)
         return lease
 
     async def renew_lease(self, lease: Lease, ttl: float, *, now: float) -> Lease:
-        entry = self._leases.get(lease.context_id)
-        if entry is None or entry[0].token != lease.token or not entry[1]:
-            raise LeaseLost(lease.context_id, lease.token, entry[0].token if entry else None)
-        renewed = Lease(lease.context_id, lease.owner, lease.token, now + ttl)
-        self._leases[lease.context_id] = (renewed, True)
+        cid = lease.context_id
+        old = self._leases.get(cid)
+        if old is None or old.token != lease.token or cid not in self._held:
+            raise LeaseLost(cid, lease.token, old.token if old is not None else None)
+        renewed = Lease(cid, lease.owner, lease.token, now + ttl)
+        self._leases[cid] = renewed
         return renewed
 
     async def release_lease(self, lease: Lease) -> None:
-        entry = self._leases.get(lease.context_id)
-        if entry is not None and entry[0].token == lease.token:
-            self._leases[lease.context_id] = (entry[0], False)
+        old = self._leases.get(lease.context_id)
+        if old is not None and old.token == lease.token:
+            self._held.discard(lease.context_id)
 
     async def lease(self, context_id: str) -> Lease | None:
-        entry = self._leases.get(context_id)
-        return entry[0] if entry is not None and entry[1] else None
+        return self._leases.get(context_id) if context_id in self._held else None
 
     # ------------------------------------------------------------------ messages
 
