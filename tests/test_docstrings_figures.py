@@ -45,9 +45,9 @@ STILL_TO_CLEAN: frozenset[str] = frozenset()
 by whoever works on them. Never add to it."""
 
 
-def prose(source: str) -> list[tuple[int, str]]:
+def prose(source: str, *, comments: bool = True) -> list[tuple[int, str]]:
     """Each docstring (any string statement) and comment of ``source``, with
-    its line."""
+    its line (the docstrings only without ``comments``)."""
     out: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if (
@@ -56,18 +56,25 @@ def prose(source: str) -> list[tuple[int, str]]:
             and isinstance(node.value.value, str)
         ):
             out.append((node.lineno, node.value.value))
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            out.append((tok.start[0], tok.string))
+    if comments:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                out.append((tok.start[0], tok.string))
     return out
 
 
 def figures(source: str) -> list[str]:
     """The figures found in ``source``'s docstrings and comments, as
     ``line: text``."""
+    # A comment is a piece of the source as written (from its "#" to the line's
+    # end), so a figure in one is a figure in the source: where the source has
+    # none, no comment has one, and the tokenizing, most of the work, is skipped.
+    # A docstring is read from the parse: its escapes and joined pieces are not
+    # the source's text.
+    comments = FIGURE.search(source) is not None
     return [
         f"{line}: {' '.join(m.group(0).split())}"
-        for line, text in prose(source)
+        for line, text in prose(source, comments=comments)
         for m in FIGURE.finditer(text)
     ]
 

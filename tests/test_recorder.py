@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -125,13 +125,18 @@ async def test_cancel_mid_stream_round_trips() -> None:
     assert live[-1]["message"]["metadata"]["cancelled"] is True
 
 
-def test_record_command_writes_a_script_that_replays(tmp_path: Path) -> None:
+def test_record_command_writes_a_script_that_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the commands' entry (``turnfsm.cli.main``) in this process, no terminal
+    # to ask: what is checked is the script they write and replay
+    from turnfsm.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "rec.json"
-    run = subprocess.run(
+    code = main(
         [
-            sys.executable,
-            "-m",
-            "turnfsm",
             "record",
             "--out",
             str(out),
@@ -139,24 +144,13 @@ def test_record_command_writes_a_script_that_replays(tmp_path: Path) -> None:
             "What's the weather in Rome?",
             "--message",
             "thanks",
-        ],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
+        ]
     )
-    assert run.returncode == 0, run.stderr
+    assert code == 0, capsys.readouterr().err
     data = json.loads(out.read_text())
     assert data["expect"]["final_state"] == "Idle"
-    again = subprocess.run(
-        [sys.executable, "-m", "turnfsm", "replay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert again.returncode == 0, again.stdout + again.stderr
+    code = main(["replay", str(out)])
+    assert code == 0, capsys.readouterr()
 
 
 @pytest.mark.anyio

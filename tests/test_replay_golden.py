@@ -7,12 +7,14 @@ fails) and 2 for the ones in ``invalid/`` (the script is refused), with a
 fragment of the expected message for the last two.
 
 Most checks go through the Python API (``run_script``, ``load_script``); the
-CLI is run as a subprocess once per category (it costs ~0.5 s a run), and
-in-process for ``--trace-out``.
+command line (its entry, ``turnfsm.cli.main``, in this process) once per
+category, and for ``--trace-out``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -44,12 +46,19 @@ def _script_files() -> list[str]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnfsm", "replay", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    """``turnfsm replay ARGS`` in this process (``turnfsm.cli.main``, as the
+    script runs it): its exit code, standard output and error, with no
+    terminal to ask. What is checked is the command's, not the process's."""
+    out, err = io.StringIO(), io.StringIO()
+    stdin = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli_main(["replay", *args])
+    finally:
+        sys.stdin = stdin
+    return subprocess.CompletedProcess(
+        ["turnfsm", "replay", *args], code, out.getvalue(), err.getvalue()
     )
 
 
@@ -119,7 +128,7 @@ def test_invalid_script_is_refused_with_its_json_path(name: str) -> None:
     assert all(path.startswith("$") and reason for path, reason in err.problems)
 
 
-# ---------------------------------------------------------------- CLI, one subprocess each
+# ---------------------------------------------------------------- CLI, one run each
 
 
 def test_cli_golden_scripts_exit_0_one_json_object_each() -> None:

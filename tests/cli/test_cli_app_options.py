@@ -96,11 +96,21 @@ def test_chat_takes_the_llm_and_tools_of_a_module_in_the_working_directory(app: 
     assert model_id(app, "chat.db") == "app:Model"
 
 
-def test_a_model_that_names_itself_is_labelled_by_its_name(app: Path) -> None:
+def test_a_model_that_names_itself_is_labelled_by_its_name(
+    app: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in this process (finding the module is the test above's): the command puts
+    # its working directory on sys.path; the test's own path and modules are
+    # restored after, so no other test's ``app`` is this one
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "app", raising=False)
     url = "sqlite:///named.db"
-    ran = turnfsm(app, "chat", "--llm", "app:Named", "-m", "hello", "--store", url)
-    assert ran.returncode == 0, ran.stderr
-    assert "model weather-7b (--llm)" in ran.stdout
+    try:
+        ran = run(app, "chat", "--llm", "app:Named", "-m", "hello", "--store", url)
+    finally:
+        sys.modules.pop("app", None)
+    assert ran.code == 0, ran.err
+    assert "model weather-7b (--llm)" in ran.out
     assert model_id(app, "named.db") == "weather-7b"
 
 
@@ -130,5 +140,5 @@ def test_record_records_the_model_it_is_given(app: Path) -> None:
     assert script["config"]["model"] == "app:Model"
     results = [step["tool"]["result"] for step in script["steps"] if "tool" in step]
     assert results == [{"city": "Rome", "temp_c": 21, "conditions": "sunny"}]  # the app's tool
-    replayed = turnfsm(app, "replay", "rome.json")
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    replayed = run(app, "replay", "rome.json")  # in this process: it needs no module of the app's
+    assert replayed.code == 0, replayed.out + replayed.err

@@ -1,6 +1,7 @@
-"""Ctrl-C, closed pipes and terminals: a real ``turnfsm`` process each, then a
-second process (or this one) checking that the store holds a conversation
-that can be continued."""
+"""Ctrl-C, closed pipes and terminals: a real ``turnfsm`` process for each
+signal or closed pipe, then this process checking that the store holds a
+conversation that can be continued; a terminal's refusal in this process,
+its standard output a pseudo-terminal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from kit import first_by_default  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
@@ -46,18 +48,6 @@ def _read_until(proc: subprocess.Popen[bytes], marker: bytes) -> bytes:
     return seen
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnfsm", *argv],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=ENV,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_ctrl_c_while_the_demo_streams_then_resume_finishes_it(cli: Cli, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/demo.db"
     proc = _start("demo", "--yes", "--delay", "0.2", "--store", url)
@@ -69,13 +59,14 @@ def test_ctrl_c_while_the_demo_streams_then_resume_finishes_it(cli: Cli, tmp_pat
 
     (row,) = contexts(cli, url)
     assert row["state"] == "StreamingLLMResponse"  # kept as it was when stopped
-    shown = _run("contexts", "show", row["id"], "--store", url)
-    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == row["id"]
+    # the interrupted process is gone: what it left is read and resumed here
+    shown = cli("contexts", "show", row["id"], "--store", url)
+    assert shown.code == 0 and json.loads(shown.out)["id"] == row["id"]
 
-    resumed = _run("resume", row["id"], "--demo", "--store", url)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "The weather in London is 15 C and cloudy." in resumed.stdout
-    assert resumed.stdout.rstrip().endswith("ProcessingLLMResponse -> Idle")
+    resumed = cli("resume", row["id"], "--demo", "--store", url)
+    assert resumed.code == 0, resumed.err
+    assert "The weather in London is 15 C and cloudy." in resumed.out
+    assert resumed.out.rstrip().endswith("ProcessingLLMResponse -> Idle")
     again = cli("resume", row["id"], "--demo", "--store", url)
     assert again.code == 0 and "nothing to resume" in again.out
 
@@ -122,7 +113,12 @@ def test_recover_resumes_every_interrupted_context(cli: Cli, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "argv", [["diagram"], ["replay", "--json", str(Path(__file__).parent.parent / "scripts")]]
+    "argv",
+    # the same end through another command's output: with -m sweep
+    first_by_default(
+        [["diagram"], ["replay", "--json", str(Path(__file__).parent.parent / "scripts")]],
+        ["diagram", "replay"],
+    ),
 )
 def test_a_reader_that_goes_away_ends_quietly(argv: list[str]) -> None:
     proc = _start(*argv)
@@ -134,22 +130,20 @@ def test_a_reader_that_goes_away_ends_quietly(argv: list[str]) -> None:
     assert err == b""
 
 
-def test_a_png_is_not_written_to_a_terminal(tmp_path: Path) -> None:
+def test_a_png_is_not_written_to_a_terminal(cli: Cli) -> None:
+    # in this process, its standard output a real terminal (a pseudo-terminal's)
     leader, follower = pty.openpty()
+    stdout = sys.stdout
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "turnfsm", "diagram", "--format", "png"],
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=ENV,
-            timeout=60,
-            check=False,
-        )
+        with open(follower, "w", closefd=False) as terminal:
+            sys.stdout = terminal
+            try:
+                ran = cli("diagram", "--format", "png")
+            finally:
+                sys.stdout = stdout
     finally:
         os.close(follower)
         os.close(leader)
-    assert proc.returncode == 2
-    err = proc.stderr.decode()
-    assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("turnfsm diagram: a PNG is binary: give --out FILE")
+    assert ran.code == 2
+    assert ran.err.count("\n") == 1 and "Traceback" not in ran.err
+    assert ran.err.startswith("turnfsm diagram: a PNG is binary: give --out FILE")

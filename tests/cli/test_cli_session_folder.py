@@ -308,19 +308,16 @@ def _big_sessions(folder: Path, n: int) -> None:
 
 @pytest.mark.parametrize("pause_at", first_by_default([2, 1, 4], ["2", "1", "4"]))
 def test_a_sigkill_mid_export_leaves_each_file_absent_old_or_complete(
-    tmp_path: Path, pause_at: int
+    cli: Cli, tmp_path: Path, pause_at: int
 ) -> None:
+    """The killed export is a process of its own; the import before it and
+    the export after it run here."""
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     src = tmp_path / "src"
     _big_sessions(src, 4)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    turnfsm = [sys.executable, "-m", "turnfsm"]
-    subprocess.run(
-        [*turnfsm, "import", "--format", "sessions", str(src), "--store", url],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    imported = cli("import", "--format", "sessions", str(src), "--store", url)
+    assert imported.code == 0, imported.err
     out = tmp_path / "out"
     out.mkdir()
     old = {"id": "big-1", "title": "the old copy", "records": []}
@@ -363,9 +360,8 @@ def test_a_sigkill_mid_export_leaves_each_file_absent_old_or_complete(
     # the half-written bytes are in a temporary file, which is no session file
     assert [p for p in out.iterdir() if p.name.endswith(".tmp")]
     # a later export finishes the job, over the leftovers
-    subprocess.run(
-        [*turnfsm, "export", "--store", url, str(out)], check=True, env=env, capture_output=True
-    )
+    again = cli("export", "--store", url, str(out))
+    assert again.code == 0, again.err
     for name, doc in expected.items():
         assert (
             json.loads((out / name).read_text())["records"][2]["result"]

@@ -63,9 +63,17 @@ def _two_processes_at_once(url: str, tmp_path: Path) -> None:
             proc.communicate()
 
 
-@pytest.mark.parametrize("scheme", first_by_default(["sqlite", "files"], ["sqlite", "files"]))
-def test_two_replay_processes_at_once_never_collide(scheme: str, tmp_path: Path) -> None:
-    rounds = 3
+@pytest.mark.parametrize(
+    ("scheme", "rounds"),
+    # each round is two fresh processes started together: one by default, the
+    # rounds that repeat it (more chances to meet) with -m sweep
+    first_by_default(
+        [("sqlite", 1), ("sqlite", 3), ("files", 3)], ["sqlite", "sqlite-3-rounds", "files"]
+    ),
+)
+def test_two_replay_processes_at_once_never_collide(
+    scheme: str, rounds: int, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path}/r.db" if scheme == "sqlite" else f"files:///{tmp_path}/r"
     for _ in range(rounds):
         _two_processes_at_once(url, tmp_path)
