@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..storage import Lease
+from ..storage._base import new_lease
 from . import _leases
 from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime
@@ -94,7 +95,9 @@ class CallLease:
         if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
             del runtimes[context_id]
             runtimes[context_id] = rt  # most recently used last
-            rt.lease = Lease(context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl)
+            rt.lease = new_lease(
+                context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl
+            )
             rt.lease_status = CLAIM
             return _begin(rt, s)
         try:
