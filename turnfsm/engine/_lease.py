@@ -1,5 +1,6 @@
-"""A call's hold on its context: :class:`CallLease`, one per call, owns the
-claim, hold and hand-back protocol of the lease the call runs under.
+"""A call's hold on its context: :class:`CallLease` owns the claim, hold and
+hand-back protocol of the lease the call runs under (the engine's calls share
+one: it keeps nothing of a call).
 
 Where the lease stands is one fact on the loaded context (``rt.lease`` and
 ``rt.lease_status``, see :class:`~turnfsm.engine._runtime.LeaseStatus`), read
@@ -31,7 +32,8 @@ class StaleCopy(Exception):
 
 
 class CallLease:
-    """The lease protocol of one call on one context.
+    """The lease protocol of a call on a context (of any call: it keeps
+    nothing of one; the engine's calls share it).
 
     A context this engine ran the last call on, and still holds loaded, can
     leave its lease to the call's first commit (``Commit.take_lease``, on a
