@@ -1,8 +1,8 @@
-"""``turn_progress``, ``new_turn`` and ``_decide._decision`` make the records
-``TurnProgress(...)``, ``Turn(...)`` and ``Decision(...)`` make: the same type,
-fields, equality, repr and frozenness, as the engine stores, returns and acts
-on what they make (see ``tests/storage/test_step_log.py``
-for the audit records made the same way)."""
+"""``turn_progress``, ``new_turn``, ``_decide._decision`` and ``ToolOutcome.of``
+make the records ``TurnProgress(...)``, ``Turn(...)``, ``Decision(...)`` and
+``ToolOutcome(...)`` make: the same type, fields, equality, repr and
+frozenness, as the engine stores, returns and acts on what they make (see
+``tests/storage/test_step_log.py`` for the audit records made the same way)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from turnfsm.model import (
 )
 from turnfsm.model._context import _OpenTurnProgress, turn_progress
 from turnfsm.states import Trigger
+from turnfsm.tools import ToolOutcome
+from turnfsm.tools._outcome import _OpenToolOutcome
 
 
 def _fields(cls: Any) -> list[str]:
@@ -153,3 +155,34 @@ def test_decision_makes_the_record_the_class_makes(values: tuple[Any, Any, Any])
     assert dataclasses.replace(made, results=()) == plain
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.trigger = Trigger.RETRY  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("success", "value"),
+    [(True, "sunny"), (True, 15), (False, None), (True, {"city": "Oslo", "temps": [1, 2.5]})],
+)
+def test_tool_outcome_of_makes_the_record_the_class_makes(success: bool, value: Any) -> None:
+    assert sorted(_OpenToolOutcome.__slots__) == _fields(ToolOutcome)
+    assert sorted(ToolOutcome.__slots__) == _fields(ToolOutcome)  # type: ignore[attr-defined]
+    made = ToolOutcome.of(success, value)
+    plain = ToolOutcome(success, value)
+    assert type(made) is ToolOutcome
+    for name in _fields(ToolOutcome):
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain)
+    if not isinstance(value, dict):
+        assert hash(made) == hash(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, success=not success) == ToolOutcome(not success, value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.success = not success  # type: ignore[misc]
+
+
+def test_a_subclass_of_tool_outcome_is_made_by_its_own_class() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Mine(ToolOutcome):
+        pass
+
+    made = Mine.of(True, "x")
+    assert type(made) is Mine and made == Mine(True, "x")
