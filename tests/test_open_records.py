@@ -1,7 +1,8 @@
-"""``turn_progress`` and ``new_turn`` make the records ``TurnProgress(...)`` and
-``Turn(...)`` make: the same type, fields, equality, repr and frozenness, as
-the engine stores and returns what they make (see ``tests/storage/test_step_log.py``
-for the audit records made the same way)."""
+"""``turn_progress``, ``new_turn``, ``_decide._decision`` and ``ToolOutcome.of``
+make the records ``TurnProgress(...)``, ``Turn(...)``, ``Decision(...)`` and
+``ToolOutcome(...)`` make: the same type, fields, equality, repr and
+frozenness, as the engine stores, returns and acts on what they make (see
+``tests/storage/test_step_log.py`` for the audit records made the same way)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from turnfsm import State, StopReason, Turn
+from turnfsm import ApprovalStatus, State, StopReason, Turn
+from turnfsm.engine._decide import Decision, _decision, _OpenDecision
 from turnfsm.engine._turn import _OpenTurn, new_turn
 from turnfsm.model import (
     ClientTool,
@@ -26,6 +28,9 @@ from turnfsm.model import (
     TurnProgress,
 )
 from turnfsm.model._context import _OpenTurnProgress, turn_progress
+from turnfsm.states import Trigger
+from turnfsm.tools import ToolOutcome
+from turnfsm.tools._outcome import _OpenToolOutcome
 
 
 def _fields(cls: Any) -> list[str]:
@@ -122,3 +127,62 @@ def test_new_turn_makes_the_turn_the_class_makes() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.state = State.PERMANENT_FAILURE  # type: ignore[misc]
     assert made.state is State.IDLE
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        (Trigger.TURN_COMPLETE, StopReason.COMPLETED, {}),
+        (
+            Trigger.NEEDS_APPROVAL,
+            StopReason.AWAITING_APPROVAL,
+            {"c1": (ApprovalStatus.APPROVED, "policy", None)},
+        ),
+        (Trigger.TOOLS_DECIDED, None, {"c2": (ApprovalStatus.DENIED, "policy", "no")}),
+    ],
+)
+def test_decision_makes_the_record_the_class_makes(values: tuple[Any, Any, Any]) -> None:
+    assert sorted(_OpenDecision.__slots__) == _fields(Decision)
+    assert sorted(Decision.__slots__) == _fields(Decision)  # type: ignore[attr-defined]
+    made = _decision(*values)
+    plain = Decision(*values)
+    assert type(made) is Decision
+    for name in _fields(Decision):
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made.results == ()
+    assert made == plain and repr(made) == repr(plain)
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, results=()) == plain
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.trigger = Trigger.RETRY  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("success", "value"),
+    [(True, "sunny"), (True, 15), (False, None), (True, {"city": "Oslo", "temps": [1, 2.5]})],
+)
+def test_tool_outcome_of_makes_the_record_the_class_makes(success: bool, value: Any) -> None:
+    assert sorted(_OpenToolOutcome.__slots__) == _fields(ToolOutcome)
+    assert sorted(ToolOutcome.__slots__) == _fields(ToolOutcome)  # type: ignore[attr-defined]
+    made = ToolOutcome.of(success, value)
+    plain = ToolOutcome(success, value)
+    assert type(made) is ToolOutcome
+    for name in _fields(ToolOutcome):
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain)
+    if not isinstance(value, dict):
+        assert hash(made) == hash(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, success=not success) == ToolOutcome(not success, value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.success = not success  # type: ignore[misc]
+
+
+def test_a_subclass_of_tool_outcome_is_made_by_its_own_class() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Mine(ToolOutcome):
+        pass
+
+    made = Mine.of(True, "x")
+    assert type(made) is Mine and made == Mine(True, "x")

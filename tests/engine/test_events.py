@@ -24,6 +24,7 @@ from turnfsm import (
     Subscription,
     ToolApprovalRequested,
     TurnCompleted,
+    ask_user,
     tool,
 )
 from turnfsm.events import (
@@ -259,6 +260,48 @@ async def test_seq_continues_across_turns_and_late_subscribers() -> None:
             await engine.send(cid, "second")
             events = await drain(sub)
         assert [ev.seq for ev in events] == list(range(7, 13))
+
+
+async def test_events_nobody_hears_take_the_seqs_a_subscriber_sees() -> None:
+    # a tool turn, a rest on an approval and a question, a denial with a
+    # question still open, its answer: the seqs each reserves without a
+    # subscriber are the events a subscriber gets, one for one
+    script = [
+        STREAMED_TOOL_TURN[0],
+        {"text": "ok"},
+        {
+            "tool_calls": [
+                {"id": "b1", "name": "book", "arguments": {"city": "Rome"}},
+                {"id": "b2", "name": "book", "arguments": {"city": "Oslo"}},
+                {"id": "q1", "name": "ask_user", "arguments": {"question": "When?"}},
+            ]
+        },
+        {"text": "done"},
+    ]
+
+    async def turns(engine: Engine, cid: str) -> None:
+        await engine.send(cid, "weather")
+        await engine.send(cid, "book")
+        await engine.deny(cid, "b1", "no")
+        await engine.approve(cid, "b2")
+        await engine.answer(cid, "q1", "today")
+
+    quiet, _, _ = make_engine(script, tools=[get_weather, book, ask_user])
+    async with quiet:
+        cid = await quiet.create_context()
+        await turns(quiet, cid)
+        stored = (await quiet.get_context(cid)).event_seq
+    heard, _, _ = make_engine(script, tools=[get_weather, book, ask_user])
+    events: list[Event] = []
+    async with heard:
+        cid = await heard.create_context()
+        with heard.tap(events.append):
+            await turns(heard, cid)
+        assert (await heard.get_context(cid)).event_seq == stored
+    kinds = [ev.kind for ev in events]
+    for kind in ("ToolResult", "ToolCallsRequested", "ToolApprovalRequested", "QuestionAsked"):
+        assert kind in kinds
+    assert [ev.seq for ev in events] == list(range(1, stored + 1))
 
 
 async def test_two_subscribers_see_the_same_events() -> None:

@@ -1,5 +1,6 @@
-"""``step_log`` makes the same record as ``StepLog(...)``: the same type, fields,
-equality, hash, repr and frozenness, as the engine commits what it makes."""
+"""``step_log`` makes the same record as ``StepLog(...)``, and ``new_lease`` the
+same as ``Lease(...)``: the same type, fields, equality, hash, repr and
+frozenness, as the engine commits what they make."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from turnfsm.storage import StepLog
-from turnfsm.storage._base import _OpenStepLog, step_log
+from turnfsm.storage import Lease, StepLog
+from turnfsm.storage._base import _OpenLease, _OpenStepLog, new_lease, step_log
 
 AT = datetime(2026, 1, 1, 12, 30, 0, 123456, tzinfo=UTC)
 
@@ -47,3 +48,23 @@ def test_a_made_record_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         del made.at  # type: ignore[misc]
     assert made.version == 1 and made.at == AT
+
+
+def test_new_lease_makes_the_record_lease_makes() -> None:
+    names = [f.name for f in dataclasses.fields(Lease)]
+    assert sorted(_OpenLease.__slots__) == sorted(names)
+    assert sorted(Lease.__slots__) == sorted(names)  # type: ignore[attr-defined]
+    made = new_lease("c1", "engine-a", 7, 1_767_225_630.5)
+    plain = Lease("c1", "engine-a", 7, 1_767_225_630.5)
+    assert type(made) is Lease
+    for name in names:
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain) and hash(made) == hash(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, token=8) == dataclasses.replace(plain, token=8)
+    assert made != new_lease("c1", "engine-a", 8, 1_767_225_630.5)
+    assert made.expired(1_767_225_630.5) and not made.expired(1_767_225_630.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.token = 9  # type: ignore[misc]
+    assert made.token == 7

@@ -35,7 +35,7 @@ from ..model import (
     detached,
     to_chat_messages,
 )
-from ..model._context import turn_progress
+from ..model._context import newest_tool_batch, turn_progress
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
 from ..tools import QuestionTool, ToolOutcome
 from . import _history, _steps
@@ -69,6 +69,9 @@ _new = object.__new__
 # on its enum class goes through ``EnumType.__getattr__``'s hook
 _USER_MESSAGE = T.USER_MESSAGE
 _AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
+# and for start_decide (every approval or denial)
+_APPROVALS_RESOLVED = T.APPROVALS_RESOLVED
+_PENDING = ApprovalStatus.PENDING
 
 
 async def start_send(
@@ -104,12 +107,18 @@ async def start_decide(
     d: Host, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
 ) -> None:
     ctx = rt.ctx
+    # the newest batch read once, for the pending calls here and for
+    # ``set_decisions`` (``ctx.pending_tool_calls()`` would read it again);
     # loops rather than comprehensions here and in ``_resolved``: every
     # decision takes them, and before Python 3.12 each comprehension is a
     # call of its own
+    batch = newest_tool_batch(ctx.message_pool, ctx.branches[ctx.active_branch_name].message_ids)
     pending: dict[str, ToolCallRequest] = {}
-    for c in ctx.pending_tool_calls():
-        pending[c.id] = c
+    if batch is not None:
+        node, answered = batch
+        for c in node.message.tool_calls or ():
+            if c.approval_status is _PENDING and c.id not in answered:
+                pending[c.id] = c
     for cid in decisions:
         if cid not in pending:
             found = _history.find_call(ctx, cid)
@@ -118,12 +127,12 @@ async def start_decide(
             raise ToolCallNotPending(ctx.id, cid, _history.call_status(ctx, found))
     decisions = checked_decisions(ctx.id, d.settings.tools, pending, decisions)  # questions
     state = rt.holder.current()
-    if state is not S.AWAITING_TOOL_APPROVAL:  # pending calls exist only there
-        raise IllegalTransition(state, T.APPROVALS_RESOLVED, context_id=ctx.id)
+    if state is not _AWAITING_TOOL_APPROVAL:  # pending calls exist only there
+        raise IllegalTransition(state, _APPROVALS_RESOLVED, context_id=ctx.id)
     human: dict[str, tuple[ApprovalStatus, str, str | None]] = {}
     for cid, (status, reason) in decisions.items():
         human[cid] = (status, "human", reason)
-    _resolved(d, rt, _history.set_decisions(rt, human))
+    _resolved(d, rt, _history.set_decisions(rt, human, batch))
 
 
 async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
@@ -158,11 +167,11 @@ def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
     now ``open_calls``: wait for the human while some is still pending, else
     go on to run the approved ones."""
     for c in open_calls:
-        if c.approval_status is ApprovalStatus.PENDING:
+        if c.approval_status is _PENDING:
             rt.stop_reason = StopReason.AWAITING_APPROVAL
             return
     mark_started(rt, open_calls)
-    _steps.fire(rt, T.APPROVALS_RESOLVED)
+    _steps.fire(rt, _APPROVALS_RESOLVED)
 
 
 async def start_retry(d: Host, rt: Runtime) -> None:

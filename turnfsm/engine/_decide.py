@@ -77,6 +77,35 @@ class Decision:
     answer was cut, or the iteration limit was reached); else empty."""
 
 
+class _OpenDecision:
+    """Decision's slots, without its frozen ``__setattr__`` (see :func:`_decision`)."""
+
+    __slots__ = ("decisions", "results", "stop_reason", "trigger")
+    trigger: Trigger
+    stop_reason: StopReason | None
+    decisions: Decisions
+    results: tuple[ToolOutcome, ...]
+
+
+_new = object.__new__
+
+
+def _decision(trigger: Trigger, stop_reason: StopReason | None, decisions: Decisions) -> Decision:
+    """``Decision(trigger, stop_reason, decisions)``, the same record, made with
+    plain slot writes as ``storage._base.step_log`` makes its records: every
+    answer is decided, and a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (``tests/test_open_records.py`` holds the
+    two to the same record)."""
+    d = _new(_OpenDecision)
+    d.trigger = trigger
+    d.stop_reason = stop_reason
+    d.decisions = decisions
+    d.results = ()
+    # laid out as a Decision (the same slots), it becomes one
+    d.__class__ = Decision  # type: ignore[assignment]
+    return d  # type: ignore[return-value]
+
+
 def decide_answer(
     calls: Sequence[ToolCallRequest],
     outcome: str | None,
@@ -103,7 +132,7 @@ def decide_answer(
     """
     if not calls:
         stop = StopReason(outcome) if outcome else _COMPLETED
-        return Decision(_TURN_COMPLETE, stop, {})
+        return _decision(_TURN_COMPLETE, stop, {})
     if outcome is not None:  # an answer that did not end normally: its calls never run
         text = (
             f"not executed: the answer did not end normally ({outcome}); the call may be incomplete"
@@ -134,8 +163,8 @@ def decide_answer(
     if client:
         decisions.update(client)
     if needs_human:
-        return Decision(_NEEDS_APPROVAL, _AWAITING_APPROVAL, decisions)
-    return Decision(_TOOLS_DECIDED, None, decisions)
+        return _decision(_NEEDS_APPROVAL, _AWAITING_APPROVAL, decisions)
+    return _decision(_TOOLS_DECIDED, None, decisions)
 
 
 def _answer(rt: Runtime) -> tuple[list[ToolCallRequest], MessageNode | None]:
@@ -258,6 +287,10 @@ def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
     (one ``ToolApprovalRequested``, when there are some), then each question
     (a ``QuestionAsked``)."""
     questions = questions_of(d.settings.tools, pending)
+    if not rt.subscribers:  # their seqs only (see ``_steps.later``)
+        # each question is one of the pending calls: the others are approvals
+        _steps.unheard(rt, len(questions) + (1 if len(pending) > len(questions) else 0))
+        return
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
     if approvals:

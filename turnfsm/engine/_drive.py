@@ -107,6 +107,7 @@ class Driver:
         ``Commit.release_lease``)."""
         self.machine = TurnMachine()
         self.loaded = Loaded(self.machine, settings.log, self.request_cancel)
+        self._held = CallLease(settings, self.loaded, self.leases_in_commits)
         self.beats: anyio.abc.TaskGroup | None = None
         self.renews_leases = settings.leases
         """Renew a running call's lease while its effects run (``Engine(leases=)``).
@@ -220,7 +221,9 @@ class Driver:
         hand_off: bool,
         watch: _observe.Watches | None,
     ) -> Turn:
-        held = CallLease(self.settings, self.loaded, self.leases_in_commits)
+        held = self._held  # the calls share one (it keeps nothing of a call) ...
+        if held.settings is not self.settings:  # ... but new settings' calls
+            held = self._held = CallLease(self.settings, self.loaded, self.leases_in_commits)
         if lease is not None:
             rt = await held.enter_claimed(context_id, lease)
             return await self._call(rt, held, start, hand_off, watch)

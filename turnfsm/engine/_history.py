@@ -208,16 +208,24 @@ def back_to_pending(
     ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=())
 
 
-def set_decisions(rt: Runtime, decisions: Decisions) -> list[ToolCallRequest]:
-    """Record approval decisions on the newest tool batch (a replaced node).
+def set_decisions(
+    rt: Runtime,
+    decisions: Decisions,
+    batch: tuple[MessageNode, list[str]] | None = None,
+) -> list[ToolCallRequest]:
+    """Record approval decisions on the newest tool batch (a replaced node);
+    ``batch``: that batch (``newest_tool_batch``), when the caller just read it.
 
     Returns the batch's open calls (no result yet) as they are after the
     decisions, in the order asked: what the caller reads next (the calls
     still pending, the approved ones to start) without reading the history
     again."""
-    ctx = rt.ctx
-    # ``ctx.last_tool_batch()`` without its own frame (every decision takes it)
-    batch = newest_tool_batch(ctx.message_pool, ctx.branches[ctx.active_branch_name].message_ids)
+    if batch is None:
+        ctx = rt.ctx
+        # ``ctx.last_tool_batch()`` without its own frame (every decision takes it)
+        batch = newest_tool_batch(
+            ctx.message_pool, ctx.branches[ctx.active_branch_name].message_ids
+        )
     assert batch is not None
     node, answered = batch
     message = node.message

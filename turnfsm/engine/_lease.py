@@ -1,5 +1,6 @@
-"""A call's hold on its context: :class:`CallLease`, one per call, owns the
-claim, hold and hand-back protocol of the lease the call runs under.
+"""A call's hold on its context: :class:`CallLease` owns the claim, hold and
+hand-back protocol of the lease the call runs under (the engine's calls share
+one: it keeps nothing of a call).
 
 Where the lease stands is one fact on the loaded context (``rt.lease`` and
 ``rt.lease_status``, see :class:`~turnfsm.engine._runtime.LeaseStatus`), read
@@ -16,6 +17,7 @@ from dataclasses import replace
 
 from ..errors import ContextBusy, InvalidInput, LeaseLost
 from ..storage import Lease
+from ..storage._base import new_lease
 from . import _leases
 from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime
@@ -30,7 +32,8 @@ class StaleCopy(Exception):
 
 
 class CallLease:
-    """The lease protocol of one call on one context.
+    """The lease protocol of a call on a context (of any call: it keeps
+    nothing of one; the engine's calls share it).
 
     A context this engine ran the last call on, and still holds loaded, can
     leave its lease to the call's first commit (``Commit.take_lease``, on a
@@ -94,7 +97,9 @@ class CallLease:
         if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
             del runtimes[context_id]
             runtimes[context_id] = rt  # most recently used last
-            rt.lease = Lease(context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl)
+            rt.lease = new_lease(
+                context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl
+            )
             rt.lease_status = CLAIM
             return _begin(rt, s)
         try:

@@ -41,6 +41,7 @@ __all__ = [
     "later",
     "now",
     "publish",
+    "unheard",
 ]
 
 
@@ -90,7 +91,10 @@ def later(rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
     """Give the next ``seq`` to an event that goes out after the next commit.
 
     The seq is reserved now (and stored by that commit) even when nobody
-    listens, so seqs have no gaps and are never reused after a reload.
+    listens, so seqs have no gaps and are never reused after a reload. The
+    events of every turn are given here only when someone listens (their
+    keywords would be packed into a dict for nothing), else their seq is
+    reserved by :func:`unheard`.
     """
     seq = rt.seq = rt.seq + 1
     if rt.subscribers:
@@ -100,6 +104,13 @@ def later(rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
             outbox.append(event)
         else:
             rt.outbox = [event]
+
+
+def unheard(rt: Runtime, count: int = 1) -> None:
+    """Reserve the seqs of ``count`` events nobody listens to
+    (``rt.subscribers`` is empty): what :func:`later` does then, without the
+    events' fields."""
+    rt.seq += count
 
 
 def change(rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
@@ -115,7 +126,10 @@ def change(rt: Runtime, change: Change, detail: dict[str, Any]) -> None:
 
 def end_turn(rt: Runtime) -> None:
     """The TurnCompleted event (``rt.stop_reason``), with the next commit."""
-    later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
+    if rt.subscribers:
+        later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
+    else:
+        unheard(rt)
 
 
 def failed(rt: Runtime, error: str, partial_text: str) -> None:
@@ -137,6 +151,9 @@ def close_open_calls(rt: Runtime, why: str, error: Callable[[ToolCallRequest], s
 
 
 def _results_out(rt: Runtime, results: list[Result]) -> None:
+    if not rt.subscribers:
+        unheard(rt, len(results))
+        return
     for call, outcome, node in results:
         later(
             rt,

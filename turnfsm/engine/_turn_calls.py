@@ -38,10 +38,12 @@ __all__ = ["TurnCalls"]
 
 _INPUT_ROLES = {"user": Role.USER, "frontend_operator": Role.FRONTEND_OPERATOR}
 
-# The state every send's turn is checked for, as module constants: on Python
-# 3.11 reading a member off its enum class goes through
-# ``EnumType.__getattr__``'s slow lookup.
+# The state every send's turn is checked for and the decisions' statuses, as
+# module constants: on Python 3.11 reading a member off its enum class goes
+# through ``EnumType.__getattr__``'s slow lookup.
 _AWAITING_TOOL_APPROVAL = State.AWAITING_TOOL_APPROVAL
+_APPROVED = ApprovalStatus.APPROVED
+_DENIED = ApprovalStatus.DENIED
 
 
 class TurnCalls:
@@ -197,7 +199,7 @@ class TurnCalls:
         """
         check_id("context_id", context_id)
         ids = check_call_ids("call_ids", call_ids)
-        return await self.subcontexts.decide(context_id, ids, ApprovalStatus.APPROVED, None)
+        return await self.subcontexts.decide(context_id, ids, _APPROVED, None)
 
     async def deny(
         self, context_id: str, call_id: str | Sequence[str], reason: str | None = ""
@@ -207,7 +209,7 @@ class TurnCalls:
         check_id("context_id", context_id)
         ids = check_call_ids("call_id", call_id)
         check_text("reason", reason, optional=True)
-        return await self.subcontexts.decide(context_id, ids, ApprovalStatus.DENIED, reason or None)
+        return await self.subcontexts.decide(context_id, ids, _DENIED, reason or None)
 
     async def answer(self, context_id: str, call_id: str, text: str) -> Turn:
         """Answer a question the model asked (a pending call to a question tool,

@@ -50,11 +50,12 @@ runs again (the child's id follows)."""
 
 _FORBID = ConfigDict(extra="forbid")
 
-# The roles the open calls are found by, as module constants: on Python 3.11
+# The roles and status the open calls are found by, as module constants: on Python 3.11
 # reading a member off its enum class goes through ``EnumType.__getattr__``'s
 # slow lookup.
 _TOOL = Role.TOOL
 _ASSISTANT = Role.ASSISTANT
+_PENDING = ApprovalStatus.PENDING
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -322,11 +323,10 @@ class ChatContext:
 
     def pending_tool_calls(self) -> list[ToolCallRequest]:
         """Open calls still waiting for a human decision."""
-        pending = ApprovalStatus.PENDING
         out = []
         # a loop, not a comprehension: on this interpreter that is a call of its own
         for c in _open_calls(self.message_pool, self.branches[self.active_branch_name].message_ids):
-            if c.approval_status is pending:
+            if c.approval_status is _PENDING:
                 out.append(c)
         return out
 
@@ -340,13 +340,13 @@ def _open_calls(pool: Mapping[str, MessageNode], ids: Sequence[str]) -> list[Too
     for mid in reversed(ids):
         msg = pool[mid].message
         result = msg.tool_result
-        if result is not None and msg.role is Role.TOOL:
+        if result is not None and msg.role is _TOOL:
             if answered is None:
                 answered = set()
             answered.add(result.request_id)
             continue
         calls = msg.tool_calls
-        if calls and msg.role is Role.ASSISTANT:
+        if calls and msg.role is _ASSISTANT:
             if answered is None:
                 return list(calls)
             return [c for c in calls if c.id not in answered]

@@ -168,6 +168,32 @@ class Lease:
         return now >= self.expires_at
 
 
+class _OpenLease:
+    """Lease's slots, without its frozen ``__setattr__`` (see :func:`new_lease`)."""
+
+    __slots__ = ("context_id", "expires_at", "owner", "token")
+    context_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+
+def new_lease(context_id: str, owner: str, token: int, expires_at: float) -> Lease:
+    """``Lease(context_id, owner, token, expires_at)``, the same record, made
+    with plain slot writes as :func:`step_log` makes its records: the engine
+    makes one for every call on a context it keeps loaded (the lease its
+    first commit takes), and a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``."""
+    record = _new(_OpenLease)
+    record.context_id = context_id
+    record.owner = owner
+    record.token = token
+    record.expires_at = expires_at
+    # laid out as a Lease (the same slots), it becomes one
+    record.__class__ = Lease  # type: ignore[assignment]
+    return record  # type: ignore[return-value]
+
+
 @dataclass(slots=True)
 class Commit:
     context_id: str

@@ -62,9 +62,9 @@ class ToolOutcome:
             text, n = clean_text(value)
             if n:
                 return cls(success, text, (f"$: {n} lone surrogate(s) replaced by U+FFFD",))
-            return cls(success, value)
+            return _outcome(cls, success, value)
         if kind in _JSON_SCALARS and (kind is not float or value - value == 0):
-            return cls(success, value)
+            return _outcome(cls, success, value)
         try:
             plain, result = plain_json_copy(value)  # most often: a plain dict
             notes: list[str] = []
@@ -75,7 +75,38 @@ class ToolOutcome:
                 False,
                 {"error": f"{what} returned a value that cannot be stored as JSON: {exc}"},
             )
-        return cls(success, result, tuple(notes))
+        return _outcome(cls, success, result, tuple(notes))
+
+
+class _OpenToolOutcome:
+    """ToolOutcome's slots, without its frozen ``__setattr__`` (see :func:`_outcome`)."""
+
+    __slots__ = ("notes", "result", "success")
+    success: bool
+    result: Any
+    notes: tuple[str, ...]
+
+
+_new = object.__new__
+
+
+def _outcome(
+    cls: type[ToolOutcome], success: bool, result: Any, notes: tuple[str, ...] = ()
+) -> ToolOutcome:
+    """``cls(success, result, notes)``; a :class:`ToolOutcome` itself made with
+    plain slot writes, as ``storage._base.step_log`` makes its records: every
+    tool call's outcome is made here, and a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__`` (``tests/test_open_records.py``
+    holds the two to the same record)."""
+    if cls is not ToolOutcome:  # a subclass: through its own ``__init__``
+        return cls(success, result, notes)
+    o = _new(_OpenToolOutcome)
+    o.success = success
+    o.result = result
+    o.notes = notes
+    # laid out as a ToolOutcome (the same slots), it becomes one
+    o.__class__ = ToolOutcome  # type: ignore[assignment]
+    return o  # type: ignore[return-value]
 
 
 def _json_data(value: Any, path: str, depth: int) -> Any:

@@ -24,6 +24,11 @@ from ._records import waiting_child
 
 __all__ = ["peek", "route_decisions", "surface", "surfaced_pending"]
 
+# read once: every rest for a human and every decision compare with it, and
+# on Python 3.11 a member read off its enum class goes through
+# ``EnumType.__getattr__``'s hook
+_AWAITING_TOOL_APPROVAL = State.AWAITING_TOOL_APPROVAL
+
 
 async def peek(driver: Driver, context_id: str) -> ChatContext:
     """The context as last committed, to read only: the loaded working copy
@@ -37,7 +42,7 @@ async def peek(driver: Driver, context_id: str) -> ChatContext:
 async def surface(driver: Driver, turn: Turn) -> Turn:
     """A turn resting at AwaitingToolApproval lists, instead of the calls of
     its own that wait for a sub-task's child, that child's pending calls."""
-    if turn.state is not State.AWAITING_TOOL_APPROVAL:
+    if turn.state is not _AWAITING_TOOL_APPROVAL:
         return turn
     # a loop rather than ``any`` over a generator: every rest for a human
     # asks it, and before Python 3.12 the generator is a call of its own
@@ -58,7 +63,7 @@ async def surfaced_pending(
     """The calls a human decides for a context: its own pending calls, and
     for each that waits for a sub-task's child, that child's (at any depth)."""
     ctx = await peek(driver, context_id)
-    if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+    if ctx.current_state != _AWAITING_TOOL_APPROVAL:
         return ()
     out: list[ToolCallRequest] = []
     for call in ctx.pending_tool_calls():
@@ -85,7 +90,7 @@ async def route_decisions(
     involved or an id is unknown (the plain path then decides, or refuses with
     its typed error, changing nothing)."""
     ctx = await peek(driver, context_id)
-    if ctx.current_state != State.AWAITING_TOOL_APPROVAL:
+    if ctx.current_state != _AWAITING_TOOL_APPROVAL:
         return None
     pending = ctx.pending_tool_calls()
     waiting: dict[str, str] = {}

@@ -42,6 +42,11 @@ __all__ = [
     "waiting_child",
 ]
 
+# read once for ``waiting_child``, which every rest for a human and every
+# decision ask of each call: on Python 3.11 a member read off its enum class
+# goes through ``EnumType.__getattr__``'s hook
+_PENDING = ApprovalStatus.PENDING
+
 
 def find_summary(parent: ChatContext, child_id: str) -> str | None:
     """The id of the parent's message that stands for ``child_id``, if there is one."""
@@ -116,7 +121,7 @@ async def start_archive(host: Host, parent_id: str, message_id: str | None, rt: 
 def waiting_child(call: ToolCallRequest) -> str | None:
     """The child a pending sub-task call waits for (None: not such a call)."""
     reason = call.reason
-    if call.approval_status is not ApprovalStatus.PENDING or not reason:
+    if call.approval_status is not _PENDING or not reason:
         return None
     if not reason.startswith(SUBTASK_WAITING):
         return None
