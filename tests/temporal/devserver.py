@@ -179,6 +179,11 @@ class DevServer:
             exited = self.process.poll() is not None
             log = self._this_start_log()
             if exited or lost_the_port(log):
+                if not exited:  # a process that lost a port mostly exits at once: its code is said
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.process.wait(timeout=1)
+                    exited = self.process.poll() is not None
+                    log = self._this_start_log()
                 what = f"exited with {self.process.returncode}" if exited else "lost a port"
                 raise ExitedEarly(
                     f"the Temporal dev server on ports {self.port}, {self.http_port}, "
