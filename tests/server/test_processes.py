@@ -28,7 +28,7 @@ from kit import (
 )  # tests/ is on sys.path (no tests/__init__.py)
 from storage.pg import Cluster, pg_cluster
 
-from .conftest import TOKENS, serve_in_thread
+from .conftest import TOKENS, loopback_tls, serve_in_thread
 from .test_events import Sse, read_events, until
 from .test_rest import create, wait_rest
 
@@ -74,7 +74,10 @@ class Served:
 
     def client(self, token: str = "token-alice") -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            verify=loopback_tls(),
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
         )
 
     def stop(self) -> None:
@@ -248,7 +251,10 @@ def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) ->
         for url in serve_in_thread(app):
             b.wait_ready()
             auth = {"Authorization": "Bearer token-alice"}
-            with httpx.Client(base_url=url, headers=auth, timeout=30) as ca, b.client() as cb:
+            with (
+                httpx.Client(verify=loopback_tls(), base_url=url, headers=auth, timeout=30) as ca,
+                b.client() as cb,
+            ):
                 cid = create(ca)
                 with ThreadPoolExecutor(2) as pool:
                     opened = threading.Event(), threading.Event()
@@ -295,7 +301,9 @@ def test_a_turn_handed_to_a_worker_streams_on_the_server(
     try:
         for served in serve_in_thread(app):
             auth = {"Authorization": "Bearer token-alice"}
-            with httpx.Client(base_url=served, headers=auth, timeout=30) as c:
+            with httpx.Client(
+                verify=loopback_tls(), base_url=served, headers=auth, timeout=30
+            ) as c:
                 cid = create(c)
                 with ThreadPoolExecutor(1) as pool:
                     opened = threading.Event()

@@ -24,6 +24,7 @@ from turnfsm.cli._errors import CLIError
 from turnfsm.cli._serve import load_tools
 from turnfsm.storage import open_store
 
+from .conftest import loopback_tls
 from .test_events import read_events, until
 
 HEADERS = {"Authorization": "Bearer token-alice"}
@@ -55,7 +56,7 @@ def serve(
     client: httpx.Client | None = None
     try:
         url = listening_url(proc, tmp / log_name)
-        client = httpx.Client(base_url=url, headers=HEADERS, timeout=30)
+        client = httpx.Client(verify=loopback_tls(), base_url=url, headers=HEADERS, timeout=30)
         wait_ready(url, process=proc, log=tmp / log_name)
         yield proc, client
     finally:
