@@ -33,7 +33,7 @@ from turnfsm import Engine, tool
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.testing import ScriptedLLM
 
-from .conftest import serve_in_thread
+from .conftest import loopback_tls, serve_in_thread
 
 SEEN: list[LLMRequest] = []
 _IDS = itertools.count(1)
@@ -90,7 +90,7 @@ class Served:
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(verify=loopback_tls(), base_url=self.url, headers=headers, timeout=30)
 
     def contexts(self) -> list[str]:
         with self.client() as c:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +26,15 @@ skip_without("fastapi")
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 
 
+@functools.cache
+def loopback_tls() -> ssl.SSLContext:
+    """httpx's default TLS settings, built once for every client of these tests
+    (``verify=``): a client given none builds them again, loading the CA
+    certificates, most of what making a client costs. The servers here speak
+    plain HTTP on the loopback."""
+    return httpx.create_ssl_context()
+
+
 @dataclass
 class Running:
     url: str
@@ -31,7 +42,7 @@ class Running:
 
     def client(self, token: str | None = "token-alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(verify=loopback_tls(), base_url=self.url, headers=headers, timeout=30)
 
 
 def serve_in_thread(app: object) -> Iterator[str]:

@@ -31,6 +31,8 @@ from turnfsm.cli._cache_options import (
 
 skip_without("fastapi")
 
+from .conftest import loopback_tls  # noqa: E402 - the server's stack, after the skip
+
 CONTEXTS = 8
 """Contexts served, each with one turn: more than either bound below allows."""
 READY_SECONDS = 60.0
@@ -40,7 +42,7 @@ READY_SECONDS = 60.0
 def gauges(url: str, token: str | None = None) -> dict[str, float]:
     """The ``turnfsm_loaded_*`` gauges of a scrape of ``url``."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    scrape = httpx.get(url, headers=headers, timeout=30)
+    scrape = httpx.get(url, headers=headers, timeout=30, verify=loopback_tls())
     assert scrape.status_code == 200, scrape.text
     return {
         s.name: s.value
@@ -54,7 +56,7 @@ def until_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     deadline = time.monotonic() + READY_SECONDS
     # one client for every try: each new one (httpx.get makes one)
     # loads the CA certificates again
-    with httpx.Client() as client:
+    with httpx.Client(verify=loopback_tls()) as client:
         while True:
             assert proc.poll() is None, log.read_text()
             try:
@@ -113,7 +115,7 @@ def test_serve_keeps_the_cache_within_its_bounds(
     for url in serve(tmp_path, *flags):
         metrics = f"{url}/metrics"
         auth = {"Authorization": "Bearer token-alice"}
-        with httpx.Client(base_url=url, headers=auth, timeout=60) as c:
+        with httpx.Client(verify=loopback_tls(), base_url=url, headers=auth, timeout=60) as c:
             first = gauges(metrics, "token-alice")
             assert first["turnfsm_loaded_contexts_max"] == contexts_max
             assert first["turnfsm_loaded_messages_max"] == messages_max

@@ -17,7 +17,7 @@ from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.model import LLMChunk, LLMRequest
 
-from .conftest import serve_in_thread
+from .conftest import loopback_tls, serve_in_thread
 
 
 class Recording:
@@ -46,7 +46,7 @@ def test_every_way_of_making_a_context_gives_it_the_model_that_is_called(tmp_pat
         ServerConfig(model="gpt-test-1"),
     )
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
             made: dict[str, str] = {}
             made["api"] = http.post("/api/contexts", json={}).json()["id"]
             r = http.post(
@@ -97,7 +97,7 @@ def test_first_use_answers(tmp_path: Path) -> None:
         ServerConfig(),
     )
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
             # the icon browsers ask for
             icon = http.get("/favicon.ico")
             assert icon.status_code == 200 and icon.content == FAVICON
@@ -154,7 +154,7 @@ def test_a_second_message_while_a_turn_is_queued_for_a_worker_is_busy(tmp_path: 
         ServerConfig(turns="workers"),
     )
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
             cid = http.post("/api/contexts", json={}).json()["id"]
             first = http.post(f"/api/contexts/{cid}/messages", json={"content": "hi"})
             assert first.status_code == 202, first.text

@@ -23,7 +23,7 @@ from turnfsm.adapters.llm.demo import DemoLLM
 from turnfsm.cli._demo import get_weather
 from turnfsm.errors import InvalidInput
 
-from .conftest import TOKENS, Running, demo_engine, serve_in_thread
+from .conftest import TOKENS, Running, demo_engine, loopback_tls, serve_in_thread
 from .test_events import read_events, until
 from .test_rest import create
 
@@ -367,7 +367,7 @@ async def test_refusals_as_busy_take_no_slot_even_all_at_once() -> None:
 def test_with_no_tokens_every_route_checks_the_host(open_server: Running) -> None:
     routes = every_route()
     assert len(routes) > 40
-    with httpx.Client(base_url=open_server.url, timeout=30) as c:
+    with httpx.Client(verify=loopback_tls(), base_url=open_server.url, timeout=30) as c:
         cid = create(c)
         before = c.get("/api/contexts").json()["contexts"]
         rebound = {"Host": "evil.example", "Origin": "http://evil.example"}

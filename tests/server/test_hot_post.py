@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import TOKENS, demo_engine, serve_in_thread
+from .conftest import TOKENS, demo_engine, loopback_tls, serve_in_thread
 
 _VOLATILE = {"date", "server", "content-length"}
 
@@ -31,7 +31,12 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _client(url: str, token: str = "token-alice") -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return httpx.Client(
+        verify=loopback_tls(),
+        base_url=url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
 
 
 def _rest(client: httpx.Client, cid: str) -> None:

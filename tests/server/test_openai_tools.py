@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .client_tools_kit import SEEN, Served, assert_stored_once, serve_shared
+from .conftest import loopback_tls
 
 if TYPE_CHECKING:
     import openai
@@ -43,7 +44,12 @@ def served(tenants: Iterator[Served]) -> Served:
 def sdk(served: Served) -> Iterator[openai.OpenAI]:
     import openai
 
-    client = openai.OpenAI(base_url=f"{served.url}/v1", api_key=served.token, max_retries=0)
+    client = openai.OpenAI(
+        base_url=f"{served.url}/v1",
+        api_key=served.token,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=loopback_tls()),
+    )
     try:
         yield client
     finally:

@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -28,7 +28,7 @@ from kit import (
 )  # tests/ is on sys.path (no tests/__init__.py)
 from storage.pg import Cluster, pg_cluster
 
-from .conftest import TOKENS
+from .conftest import TOKENS, loopback_tls, serve_in_thread
 from .test_events import Sse, read_events, until
 from .test_rest import create, wait_rest
 
@@ -74,7 +74,10 @@ class Served:
 
     def client(self, token: str = "token-alice") -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            verify=loopback_tls(),
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
         )
 
     def stop(self) -> None:
@@ -194,26 +197,22 @@ def test_reconnect_to_the_server_that_runs_the_turn_loses_nothing_durable(
     assert deltas == stored[-1]["message"]["content"][0]["text"]
 
 
-WORKER = textwrap.dedent(
-    """
-    import sys
-    import anyio
+async def plain_engine_turn(url: str, cid: str, delay: float) -> None:
+    """A turn on a plain engine (no server) with the event relay: this process
+    is not the servers', so its events reach their streams only through the
+    relay's notes."""
     from turnfsm import Engine
     from turnfsm.adapters.llm.demo import DemoLLM
     from turnfsm.relay import EventRelay
     from turnfsm.storage._eventlog import open_event_log
 
-    async def main(url: str, cid: str) -> None:
-        engine = Engine(llm=DemoLLM(delay=float(sys.argv[3])), store=url)
+    with anyio.fail_after(60):
+        engine = Engine(llm=DemoLLM(delay=delay), store=url)
         log = open_event_log(engine.store)
         await log.open()
         async with engine, EventRelay(engine, log):
             await engine.send(cid, "hello")
         await log.aclose()
-
-    anyio.run(main, sys.argv[1], sys.argv[2])
-    """
-)
 
 
 def test_a_plain_engine_with_the_relay_reaches_a_server_stream(
@@ -225,13 +224,7 @@ def test_a_plain_engine_with_the_relay_reaches_a_server_stream(
         with ca.stream("GET", f"/api/contexts/{cid}/events") as r:
             events = read_events(r)
             assert next(events).event == "Heartbeat"
-            worker = subprocess.run(
-                [sys.executable, "-c", WORKER, url, cid, str(DELAY / 4)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert worker.returncode == 0, worker.stderr
+            anyio.run(plain_engine_turn, url, cid, DELAY / 4)
             got = [e for e in until(events, "TurnCompleted") if e.event != "Heartbeat"]
     assert seqs(got) == list(range(1, len(got) + 1))
     assert {"StateChanged", "ContentDelta", "MessageCompleted"} <= {e.event for e in got}
@@ -239,27 +232,39 @@ def test_a_plain_engine_with_the_relay_reaches_a_server_stream(
 
 
 def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) -> None:
-    """Two servers on one SQLite file: a stream on A shows B's turn from the log
-    (polled), its durable events as they were, its deltas as one Resync."""
+    """Two servers on one SQLite file, A in this process and B in one of its
+    own: a stream on A shows B's turn from the log (polled), its durable events
+    as they were, its deltas as one Resync."""
+    from turnfsm import Engine
+    from turnfsm.adapters.llm.demo import DemoLLM
+    from turnfsm.server import ServerConfig, create_app
+
     store = f"sqlite:///{tmp_path / 'shared.db'}"
     tokens = tmp_path / "tokens"
     tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
-    a = Served(store, tokens, tmp_path / "a.log")
+    app = create_app(
+        lambda: Engine(llm=DemoLLM(delay=DELAY), store=store),
+        ServerConfig(tokens=dict(TOKENS), heartbeat=0.5),
+    )
     b = Served(store, tokens, tmp_path / "b.log")
     try:
-        a.wait_ready()
-        b.wait_ready()
-        with a.client() as ca, b.client() as cb:
-            cid = create(ca)
-            with ThreadPoolExecutor(2) as pool:
-                opened = threading.Event(), threading.Event()
-                on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
-                on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
-                open_streams(*opened)
-                assert cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"}).is_success
-                seen_a, seen_b = on_a.result(30), on_b.result(30)
+        for url in serve_in_thread(app):
+            b.wait_ready()
+            auth = {"Authorization": "Bearer token-alice"}
+            with (
+                httpx.Client(verify=loopback_tls(), base_url=url, headers=auth, timeout=30) as ca,
+                b.client() as cb,
+            ):
+                cid = create(ca)
+                with ThreadPoolExecutor(2) as pool:
+                    opened = threading.Event(), threading.Event()
+                    on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
+                    on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
+                    open_streams(*opened)
+                    posted = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"})
+                    assert posted.is_success, posted.text
+                    seen_a, seen_b = on_a.result(30), on_b.result(30)
     finally:
-        a.stop()
         b.stop()
     durable_b = [(e.id, e.event, e.data) for e in seen_b if e.event != "ContentDelta"]
     durable_a = [(e.id, e.event, e.data) for e in seen_a if e.event != "Resync"]
@@ -272,13 +277,19 @@ def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) ->
 def test_a_turn_handed_to_a_worker_streams_on_the_server(
     pg_cluster: Cluster, tmp_path: Path
 ) -> None:
-    """``serve --turns workers`` and a ``turnfsm worker`` process: the message
-    is posted to the server, the turn runs on the worker, and the server's
-    stream shows it live (the worker relays its events), deltas included."""
+    """A server with ``turns="workers"`` (``serve --turns workers``, here in this
+    process) and a ``turnfsm worker`` process: the message is posted to the
+    server, the turn runs on the worker, and the server's stream shows it live
+    (the worker relays its events), deltas included."""
+    from turnfsm import Engine
+    from turnfsm.adapters.llm.demo import DemoLLM
+    from turnfsm.server import ServerConfig, create_app
+
     url = pg_cluster.new_schema()
-    tokens = tmp_path / "tokens"
-    tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
-    server = Served(url, tokens, tmp_path / "server.log", "--turns", "workers")
+    app = create_app(
+        lambda: Engine(llm=DemoLLM(delay=DELAY), store=url),
+        ServerConfig(tokens=dict(TOKENS), heartbeat=0.5, turns="workers"),
+    )
     log = (tmp_path / "worker.log").open("w")
     argv = ["worker", "--store", url, "--poll", "0.2", "--demo-delay", str(DELAY)]
     worker = subprocess.Popen(
@@ -288,19 +299,21 @@ def test_a_turn_handed_to_a_worker_streams_on_the_server(
         env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""},
     )
     try:
-        server.wait_ready()
-        with server.client() as c:
-            cid = create(c)
-            with ThreadPoolExecutor(1) as pool:
-                opened = threading.Event()
-                streamed = pool.submit(stream_until, c, cid, "TurnCompleted", opened)
-                open_streams(opened)
-                r = c.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
-                assert r.status_code == 202, r.text
-                got = streamed.result(60)
-            stored = c.get(f"/api/contexts/{cid}/messages").json()["messages"]
+        for served in serve_in_thread(app):
+            auth = {"Authorization": "Bearer token-alice"}
+            with httpx.Client(
+                verify=loopback_tls(), base_url=served, headers=auth, timeout=30
+            ) as c:
+                cid = create(c)
+                with ThreadPoolExecutor(1) as pool:
+                    opened = threading.Event()
+                    streamed = pool.submit(stream_until, c, cid, "TurnCompleted", opened)
+                    open_streams(opened)
+                    r = c.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+                    assert r.status_code == 202, r.text
+                    got = streamed.result(60)
+                stored = c.get(f"/api/contexts/{cid}/messages").json()["messages"]
     finally:
-        server.stop()
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, (tmp_path / "worker.log").read_text()
         log.close()

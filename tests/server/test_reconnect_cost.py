@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from .conftest import TOKENS, demo_engine, serve_in_thread
+from .conftest import TOKENS, demo_engine, loopback_tls, serve_in_thread
 
 
 def test_a_replay_reads_the_outline_once_whatever_its_length(tmp_path: Path) -> None:
@@ -23,7 +23,10 @@ def test_a_replay_reads_the_outline_once_whatever_its_length(tmp_path: Path) -> 
     hub = app.state.hub
     for url in serve_in_thread(app):
         with httpx.Client(
-            base_url=url, headers={"Authorization": "Bearer token-alice"}, timeout=60
+            verify=loopback_tls(),
+            base_url=url,
+            headers={"Authorization": "Bearer token-alice"},
+            timeout=60,
         ) as c:
             cid = c.post("/api/contexts", json={"system_prompt": "x"}).json()["id"]
             store = hub.engine.store

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from .conftest import TOKENS, demo_engine, serve_in_thread
+from .conftest import TOKENS, demo_engine, loopback_tls, serve_in_thread
 
 
 def test_a_contexts_tenant_is_read_once_not_per_request(tmp_path: Path) -> None:
@@ -25,9 +25,17 @@ def test_a_contexts_tenant_is_read_once_not_per_request(tmp_path: Path) -> None:
     hub = app.state.hub
     for url in serve_in_thread(app):
         alice = httpx.Client(
-            base_url=url, headers={"Authorization": "Bearer token-alice"}, timeout=60
+            verify=loopback_tls(),
+            base_url=url,
+            headers={"Authorization": "Bearer token-alice"},
+            timeout=60,
         )
-        bob = httpx.Client(base_url=url, headers={"Authorization": "Bearer token-bob"}, timeout=60)
+        bob = httpx.Client(
+            verify=loopback_tls(),
+            base_url=url,
+            headers={"Authorization": "Bearer token-bob"},
+            timeout=60,
+        )
         with alice, bob:
             cid = alice.post("/api/contexts", json={"system_prompt": "x"}).json()["id"]
             log = hub.tenants.log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from turnfsm.cli._errors import CLIError
 from turnfsm.cli._serve import load_tools
 from turnfsm.storage import open_store
 
+from .conftest import loopback_tls
 from .test_events import read_events, until
 
 HEADERS = {"Authorization": "Bearer token-alice"}
@@ -36,12 +38,16 @@ def text_of(node: dict[str, Any]) -> str:
 
 
 @contextmanager
-def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+def serve(
+    tmp: Path, *args: str, log_name: str = "serve.log"
+) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+    """``turnfsm serve`` on ``tmp``'s ``serve.db``; its log in ``tmp / log_name``
+    (a second process on the same store gives a name of its own)."""
     tokens = tmp / "tokens"
     tokens.write_text("token-alice alice\n")
     env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
     # the log (standard error) to a file: a pipe no one reads would fill and stop the server
-    log = (tmp / "serve.log").open("wb")
+    log = (tmp / log_name).open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "turnfsm", "serve", "--port", "0",
          "--store", f"sqlite:///{tmp / 'serve.db'}", "--tokens", str(tokens), *args],
@@ -49,9 +55,9 @@ def serve(tmp: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], http
     )  # fmt: skip
     client: httpx.Client | None = None
     try:
-        url = listening_url(proc, tmp / "serve.log")
-        client = httpx.Client(base_url=url, headers=HEADERS, timeout=30)
-        wait_ready(url, process=proc, log=tmp / "serve.log")
+        url = listening_url(proc, tmp / log_name)
+        client = httpx.Client(verify=loopback_tls(), base_url=url, headers=HEADERS, timeout=30)
+        wait_ready(url, process=proc, log=tmp / log_name)
         yield proc, client
     finally:
         if client is not None:
@@ -170,36 +176,68 @@ def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
 
 
 LOG_PROGRAM = """
+import gc, json, sys
 import structlog
-from turnfsm.server._run import configure_logging
-if {configured}:
-    structlog.configure(processors=[structlog.processors.JSONRenderer()])
-configure_logging()
-structlog.get_logger("turnfsm.server").info("request", method="GET", status=200)
-structlog.get_logger("turnfsm.server").debug("not shown")
+from turnfsm.server._run import GC_THRESHOLDS, configure_logging, tune_collector
+collector = [gc.get_threshold() == (700, 10, 10)]
+tune_collector()
+collector += [gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] > 700]
+collector.append(gc.get_freeze_count() > 1000)
+for configured in (False, True):
+    # each case as a fresh process has it: structlog not configured
+    structlog.reset_defaults()
+    if configured:
+        structlog.configure(processors=[structlog.processors.JSONRenderer()])
+    print(json.dumps({"case": configured}), file=sys.stderr, flush=True)
+    configure_logging()
+    structlog.get_logger("turnfsm.server").info("request", method="GET", status=200)
+    structlog.get_logger("turnfsm.server").debug("not shown")
+    sys.stdout.flush()
+    sys.stderr.flush()
+print(json.dumps({"collector": collector}), file=sys.stderr)
 """
+
+
+@pytest.fixture(scope="module")
+def process_wide() -> dict[str, Any]:
+    """The log lines of each logging case and the collector's checks, from one
+    process of their own (both settings are process-wide): standard output and
+    standard error by case, each case starting from structlog's defaults."""
+    run = subprocess.run(
+        [sys.executable, "-c", LOG_PROGRAM], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    err: dict[str, Any] = {"stderr": {}, "collector": None}
+    case: bool | None = None
+    for line in run.stderr.splitlines():
+        if line.startswith("{"):
+            mark = json.loads(line)
+            if "case" in mark:
+                case = mark["case"]
+                err["stderr"][case] = []
+                continue
+            err["collector"] = mark["collector"]
+            continue
+        assert case is not None, run.stderr
+        err["stderr"][case].append(line)
+    # the application's renderer writes to standard output, and only its case does
+    err["stdout"] = run.stdout.splitlines()
+    return err
 
 
 @pytest.mark.parametrize("configured", [False, True])
 def test_the_server_logs_key_value_lines_unless_the_application_configured_structlog(
-    configured: bool,
+    process_wide: dict[str, Any], configured: bool
 ) -> None:
-    run = subprocess.run(
-        [sys.executable, "-c", LOG_PROGRAM.format(configured=configured)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
     if configured:  # the application's own renderer, levels and output, untouched
-        lines = run.stdout.splitlines()
+        lines = process_wide["stdout"]
         assert lines == [
             '{"method": "GET", "status": 200, "event": "request"}',
             '{"event": "not shown"}',
         ]
+        assert process_wide["stderr"][True] == []
     else:  # to standard error: standard output is what a command outputs
-        assert run.stdout == ""
-        lines = run.stderr.splitlines()
+        lines = process_wide["stderr"][False]
         assert len(lines) == 1, lines
         assert lines[0].startswith("timestamp='")
         assert lines[0].split(" ", 1)[1] == "level='info' event='request' method='GET' status=200"
@@ -242,17 +280,7 @@ def test_the_log_line_is_the_one_structlogs_processors_make(
     assert _STAMP.sub("", ours) == _STAMP.sub("", theirs)
 
 
-def test_the_server_tunes_the_collector_for_its_life() -> None:
+def test_the_server_tunes_the_collector_for_its_life(process_wide: dict[str, Any]) -> None:
     """``run_server`` freezes what exists at start and raises the collector's
     first threshold (in a process of its own: the setting is process-wide)."""
-    code = (
-        "import gc\n"
-        "from turnfsm.server._run import GC_THRESHOLDS, tune_collector\n"
-        "assert gc.get_threshold() == (700, 10, 10), gc.get_threshold()\n"
-        "tune_collector()\n"
-        "print(gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] > 700)\n"
-        "print(gc.get_freeze_count() > 1000)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "True"]
+    assert process_wide["collector"] == [True, True, True, True]

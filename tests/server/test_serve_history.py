@@ -4,11 +4,13 @@ engine that answers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+import pytest
 
 from turnfsm.storage import open_store
 
@@ -45,11 +47,20 @@ def _weather_turns(client: httpx.Client, cities: list[str]) -> str:
     return str(cid)
 
 
-def test_serve_shows_ten_calls_by_default(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def default_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, httpx.Client]]:
+    """``turnfsm serve`` with the default history settings, and its folder (each
+    test makes contexts of its own)."""
+    folder = tmp_path_factory.mktemp("serve-history")
+    with serve(folder) as (_, client):
+        yield folder, client
+
+
+def test_serve_shows_ten_calls_by_default(default_serve: tuple[Path, httpx.Client]) -> None:
+    folder, client = default_serve
     cities = [f"City {i}" for i in range(11)]
-    with serve(tmp_path) as (_, client):
-        cid = _weather_turns(client, cities)
-    views = _views(tmp_path, cid)
+    cid = _weather_turns(client, cities)
+    views = _views(folder, cid)
     # the view names only what it shortened: once there are 11 calls, the oldest
     assert views == [{"tool_history": {"calls": 11, "full": 10, "name_only": 1}}]
 
@@ -63,27 +74,30 @@ def test_serve_takes_the_history_options(tmp_path: Path) -> None:
     assert all("token_budget" in v for v in views)
 
 
-def test_a_context_s_own_settings_override_the_server_s(tmp_path: Path) -> None:
+def test_a_context_s_own_settings_override_the_server_s(
+    default_serve: tuple[Path, httpx.Client],
+) -> None:
     """``PUT /api/contexts/{id}`` with ``tool_history``: kept with the context
-    (across a restart), audited, and used on its next turns instead of the
-    server's 10; a bad value is the 422 naming the field."""
-    with serve(tmp_path) as (_, client):
-        cid = client.post("/api/contexts", json={}).json()["id"]
-        for body, where in [
-            ({"tool_history": -1}, "tool_history"),
-            ({"token_budget": "none"}, "token_budget"),
-            ({"compaction": 1}, "compaction"),
-        ]:
-            r = client.put(f"/api/contexts/{cid}", json=body)
-            assert r.status_code == 422, r.text
-            assert r.json()["error"]["where"] == where, r.text
-        r = client.put(f"/api/contexts/{cid}", json={"tool_history": 0, "compaction": "off"})
-        assert r.status_code == 200, r.text
-        assert (r.json()["tool_history"], r.json()["compaction"]) == (0, "off")
-        assert r.json()["token_budget"] is None
-        audit = client.get(f"/api/contexts/{cid}/audit").text.splitlines()
-        assert '"detail":{"tool_history":0,"compaction":"off"}' in audit[-1].replace(" ", "")
-    with serve(tmp_path) as (_, client):  # a new server process on the same store
+    (in the store: another process reads it), audited, and used on its next
+    turns instead of the server's 10; a bad value is the 422 naming the field."""
+    folder, client = default_serve
+    cid = client.post("/api/contexts", json={}).json()["id"]
+    for body, where in [
+        ({"tool_history": -1}, "tool_history"),
+        ({"token_budget": "none"}, "token_budget"),
+        ({"compaction": 1}, "compaction"),
+    ]:
+        r = client.put(f"/api/contexts/{cid}", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["where"] == where, r.text
+    r = client.put(f"/api/contexts/{cid}", json={"tool_history": 0, "compaction": "off"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["tool_history"], r.json()["compaction"]) == (0, "off")
+    assert r.json()["token_budget"] is None
+    audit = client.get(f"/api/contexts/{cid}/audit").text.splitlines()
+    assert '"detail":{"tool_history":0,"compaction":"off"}' in audit[-1].replace(" ", "")
+    # a new server process on the same store
+    with serve(folder, log_name=f"serve-{cid}.log") as (_, client):
         got = client.get(f"/api/contexts/{cid}").json()
         assert (got["tool_history"], got["compaction"]) == (0, "off")
         for city in ["London", "Paris"]:
@@ -97,5 +111,5 @@ def test_a_context_s_own_settings_override_the_server_s(tmp_path: Path) -> None:
         # back to the server's setting
         r = client.put(f"/api/contexts/{cid}", json={"tool_history": None})
         assert r.status_code == 200 and r.json()["tool_history"] is None
-    views = _views(tmp_path, cid)
+    views = _views(folder, cid)
     assert views[-1]["tool_history"] == {"calls": 2, "full": 0, "name_only": 2}

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.conftest import serve_in_thread
+from server.conftest import loopback_tls, serve_in_thread
 from turnfsm import Engine
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.testing import ScriptedLLM
@@ -50,7 +50,12 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _client(url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": "Bearer token-alice"}, timeout=30)
+    return httpx.Client(
+        verify=loopback_tls(),
+        base_url=url,
+        headers={"Authorization": "Bearer token-alice"},
+        timeout=30,
+    )
 
 
 def _context(api: httpx.Client) -> str:
@@ -126,7 +131,9 @@ def test_the_web_view_shows_the_typed_answer(url: str) -> None:
             f"/api/contexts/{cid}/messages?wait=true",
             json={"content": "The capital of France?", "output_schema": CITY},
         )
-    with httpx.Client(base_url=url, cookies={"turnfsm_token": "token-alice"}, timeout=30) as tab:
+    with httpx.Client(
+        verify=loopback_tls(), base_url=url, cookies={"turnfsm_token": "token-alice"}, timeout=30
+    ) as tab:
         page = tab.get(f"/contexts/{cid}")
     assert page.status_code == 200, page.text
     html = page.text

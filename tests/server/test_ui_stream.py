@@ -21,9 +21,18 @@ MODULES = ROOT / ".cache" / "ui-stream"
 CLIENT = ROOT / "tests" / "js" / "ui_chat_client.mjs"
 
 
+@pytest.fixture(scope="module")
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    """One server for the module: each test uses chats of its own."""
+    yield from serve(tmp_path_factory.mktemp("ui"))
+
+
 @pytest.fixture
-def ui(tmp_path: Path) -> Iterator[UiServer]:
-    yield from serve(tmp_path)
+def ui(ui_server: UiServer) -> UiServer:
+    """The module's server with no tool run counted and no model reply queued."""
+    RUNS.clear()
+    ui_server.model.replies.clear()
+    return ui_server
 
 
 def user(text: str, mid: str = "u1") -> dict[str, Any]:

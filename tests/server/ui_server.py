@@ -16,7 +16,7 @@ import httpx
 
 from turnfsm import Approval, Engine, tool
 
-from .conftest import TOKENS, serve_in_thread
+from .conftest import TOKENS, loopback_tls, serve_in_thread
 
 _OPENAI = Path(__file__).resolve().parents[1] / "openai"
 if str(_OPENAI) not in sys.path:  # its loopback server and bodies, by name
@@ -79,7 +79,7 @@ class UiServer:
 
     def client(self, token: str | None = "token-alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(verify=loopback_tls(), base_url=self.url, headers=headers, timeout=30)
 
 
 def serve(tmp: Path, **config: Any) -> Iterator[UiServer]:
@@ -97,7 +97,9 @@ def serve(tmp: Path, **config: Any) -> Iterator[UiServer]:
 
             # no connection kept between calls: none is left open when the
             # server's event loop ends
-            http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+            http = httpx.AsyncClient(
+                verify=loopback_tls(), limits=httpx.Limits(max_keepalive_connections=0)
+            )
             client = openai.AsyncOpenAI(
                 base_url=model.url, api_key="sk-loop", timeout=10, http_client=http
             )

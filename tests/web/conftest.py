@@ -23,7 +23,7 @@ from kit import skip_without  # tests/ is on sys.path
 
 pytest.importorskip("jinja2")
 
-from server.conftest import serve_in_thread
+from server.conftest import loopback_tls, serve_in_thread
 
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
@@ -53,13 +53,17 @@ class Web:
 
     def api(self, token: str | None = "token-alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(verify=loopback_tls(), base_url=self.url, headers=headers, timeout=30)
 
     def page_client(self, token: str | None = "token-alice") -> httpx.Client:
         """A client as a browser tab is: the login cookie, our own Origin on POSTs."""
         cookies = {"turnfsm_token": token} if token else {}
         return httpx.Client(
-            base_url=self.url, cookies=cookies, headers={"Origin": self.url}, timeout=30
+            verify=loopback_tls(),
+            base_url=self.url,
+            cookies=cookies,
+            headers={"Origin": self.url},
+            timeout=30,
         )
 
     def conversation(self, title: str, *, approve: bool = True) -> str:

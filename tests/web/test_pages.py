@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-from server.conftest import serve_in_thread
+from server.conftest import loopback_tls, serve_in_thread
 
 from .conftest import TOKENS, Web, _engine
 
@@ -206,7 +206,9 @@ def test_static_assets_only_by_name(web: Web) -> None:
 
 def httpx_client(web: Web, **kwargs: object) -> httpx.Client:
     headers = kwargs.pop("headers", {"Origin": web.url})
-    return httpx.Client(base_url=web.url, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+    return httpx.Client(
+        verify=loopback_tls(), base_url=web.url, headers=headers, timeout=30, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def _count(web: Web, token: str | None) -> int:

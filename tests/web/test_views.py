@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from server.conftest import serve_in_thread
+from server.conftest import loopback_tls, serve_in_thread
 
 from turnfsm import Engine
 from turnfsm.render import SequenceRow, SequenceTurn
@@ -38,7 +38,9 @@ class Rich:
     child: str
 
     def tab(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Origin": self.url}, timeout=30)
+        return httpx.Client(
+            verify=loopback_tls(), base_url=self.url, headers={"Origin": self.url}, timeout=30
+        )
 
 
 async def _prepare(db: Path) -> tuple[str, str]:
