@@ -35,6 +35,12 @@ def test_an_exit_signal_wakes_the_loop_before_its_next_tick(
     from turnfsm.server import _run
 
     monkeypatch.setattr(_run, "TICK", 600.0)
+    # uvicorn's handle_exit, as sse-starlette patches it, tells every stream of
+    # the process to close (AppStatus.should_exit): put back once this test is
+    # done, so that the streams of the tests after it in this process stay open
+    from sse_starlette.sse import AppStatus
+
+    monkeypatch.setattr(AppStatus, "should_exit", AppStatus.should_exit)
     server, sock = _server()
 
     async def main() -> float:
