@@ -36,11 +36,13 @@ in a step of its own for the hypothesis tests (``-m hypothesis``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import queue
 import re
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -125,6 +127,15 @@ def make_engine(
     return Made(engine, llm, clock)
 
 
+@functools.cache
+def loopback_tls() -> ssl.SSLContext:
+    """httpx's default TLS settings, built once for every client of the tests
+    (``verify=``): a client given none builds them again, loading the CA
+    certificates, most of what making a client costs. The servers the tests
+    start speak plain HTTP on the loopback."""
+    return httpx.create_ssl_context()
+
+
 def wait_ready(
     url: str,
     *,
@@ -148,10 +159,9 @@ def wait_ready(
 
     last = "no answer"
     # one client for every try, as each new client (httpx.get makes one) loads
-    # the system's CA certificates again, which cost more CPU than the server's
-    # start while a loaded machine keeps the test polling; the bound starts once
-    # it is made, so a short one still gets a try on a loaded machine
-    with httpx.Client() as client:
+    # the system's CA certificates again unless given loopback_tls(); the bound
+    # starts once it is made, so a short one still gets a try on a loaded machine
+    with httpx.Client(verify=loopback_tls()) as client:
         deadline = time.monotonic() + within
         while True:
             if process is not None and process.poll() is not None:

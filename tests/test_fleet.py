@@ -11,6 +11,7 @@ import anyio
 import httpx
 import pytest
 from fleet import Proc, to_servers
+from kit import loopback_tls
 
 SERVER = """\
 import http.server, sys
@@ -34,7 +35,9 @@ def test_a_server_is_reached_by_name_on_the_port_each_start_took(tmp_path: Path)
     hooks = to_servers([proc], wait=5.0)
 
     async def answered() -> int:
-        async with httpx.AsyncClient(base_url="http://server0", event_hooks=hooks) as http:
+        async with httpx.AsyncClient(
+            verify=loopback_tls(), base_url="http://server0", event_hooks=hooks
+        ) as http:
             return int((await http.get("/")).text)
 
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kit import listening_url, skip_without, wait_ready
+from kit import listening_url, loopback_tls, skip_without, wait_ready
 
 skip_without("fastapi")
 
@@ -54,7 +54,7 @@ def serving(tmp: Path, model: LoopbackServer, *flags: str) -> Iterator[httpx.Cli
     try:
         url = listening_url(proc, tmp / "serve.log")
         wait_ready(url, process=proc, log=tmp / "serve.log")
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as client:
             yield client
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import listening_on_pipe  # tests/ is on sys.path
+from kit import listening_on_pipe, loopback_tls  # tests/ is on sys.path
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
@@ -202,7 +202,7 @@ def test_worker_metrics_after_a_submitted_turn(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         # one client for every try: each new one (httpx.get makes one)
         # loads the CA certificates again
-        with httpx.Client() as client:
+        with httpx.Client(verify=loopback_tls()) as client:
             while time.monotonic() < deadline:
                 assert proc.poll() is None, said + (proc.stderr.read() if proc.stderr else "")
                 values = _scrape(client, url) or {}

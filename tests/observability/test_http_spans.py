@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit import skip_without  # tests/ is on sys.path
+from kit import loopback_tls, skip_without  # tests/ is on sys.path
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -63,7 +63,7 @@ def served(
 
 
 def _send(url: str, ended: _Ended, headers: dict[str, str]) -> None:
-    with httpx.Client(base_url=url, timeout=30) as c:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=30) as c:
         cid = c.post("/api/contexts", json={}).json()["id"]
         posted = c.post(
             f"/api/contexts/{cid}/messages",  # 202: the turn goes on in a task

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kit import skip_without  # tests/ is on sys.path
+from kit import loopback_tls, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("prometheus_client")
 
@@ -87,7 +87,7 @@ def url(tmp_path: Path) -> Iterator[str]:
 
 def test_metrics_after_scripted_turns(url: str) -> None:
     auth = {"Authorization": "Bearer token-alice"}
-    with httpx.Client(base_url=url, headers=auth, timeout=30) as c:
+    with httpx.Client(verify=loopback_tls(), base_url=url, headers=auth, timeout=30) as c:
         assert httpx.get(f"{url}/metrics", timeout=30).status_code == 401  # behind the tokens
         cid = c.post("/api/contexts", json={"model": "gpt-test"}).json()["id"]
         turn = c.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "Oslo?"})
@@ -191,7 +191,7 @@ def test_a_requests_traceparent_parents_the_turn(
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     parent = "00f067aa0ba902b7"
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=30) as c:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=30) as c:
             cid = c.post("/api/contexts", json={}).json()["id"]
             posted = c.post(
                 f"/api/contexts/{cid}/messages",  # 202: the turn goes on in a task
@@ -228,7 +228,7 @@ def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.Mon
     )
     assert app.state.metrics is None
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=30) as c:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=30) as c:
             answer = c.get("/metrics")
             assert answer.status_code == 404
             assert "metrics_unavailable" in answer.text
@@ -254,7 +254,7 @@ def test_request_formats_are_counted_by_format(chat_url: str) -> None:
     cm = {"contextManagement": {"currentMessage": {"role": "user", "content": "hi"}}}
     legacy = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
     auth = {"Authorization": "Bearer token-alice"}
-    with httpx.Client(base_url=chat_url, headers=auth, timeout=30) as c:
+    with httpx.Client(verify=loopback_tls(), base_url=chat_url, headers=auth, timeout=30) as c:
         for body in (cm, cm, legacy):
             r = c.post("/api/chat?wait=true", json=body)
             assert r.status_code == 200, r.text

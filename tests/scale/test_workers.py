@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from kit import loopback_tls
 
 from turnfsm import Engine, IllegalTransition, StoreError, Worker, tool
 from turnfsm.storage import MemoryStore, SQLiteStore, StepLog
@@ -367,7 +368,7 @@ def test_turnfsm_worker_runs_what_serve_turns_workers_hands_it_and_exits_0_on_si
     )
     try:
         for base in serve_in_thread(app):
-            with httpx.Client(base_url=base, timeout=60) as http:
+            with httpx.Client(verify=loopback_tls(), base_url=base, timeout=60) as http:
                 cid = http.post("/api/contexts", json={}).json()["id"]
                 r = http.post(f"/api/contexts/{cid}/messages", json={"content": "weather?"})
                 assert r.status_code == 202, r.text

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import socket
-import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit import skip_without, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import (  # tests/ is on sys.path (no tests/__init__.py)
+    loopback_tls,
+    skip_without,
+    wait_ready,
+)
 
 from turnfsm import Engine
 from turnfsm.adapters.llm.demo import DemoLLM
@@ -24,15 +26,6 @@ skip_without("fastapi")
 # fixtures and tests that start a server, not at collection
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
-
-
-@functools.cache
-def loopback_tls() -> ssl.SSLContext:
-    """httpx's default TLS settings, built once for every client of these tests
-    (``verify=``): a client given none builds them again, loading the CA
-    certificates, most of what making a client costs. The servers here speak
-    plain HTTP on the loopback."""
-    return httpx.create_ssl_context()
 
 
 @dataclass

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 # tests/ is on sys.path (no tests/__init__.py)
-from kit import listening_url, skip_without, wait_ready
+from kit import listening_url, loopback_tls, skip_without, wait_ready
 
 from temporal.devserver import DevServer, RunningServer
 
@@ -156,7 +156,7 @@ def test_a_tool_loop_over_http_on_temporal_and_a_worker_stopped_mid_tool(
     processes.wait_for_line("worker1", "turnfsm temporal-worker: ")
     server = processes.start("serve", "--turns", "temporal", "--port", "0", name="serve")
     url = _ready(server, processes)
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-1"})
         assert r.status_code == 200, r.text
@@ -273,7 +273,7 @@ def test_a_call_on_temporal_answers_202_once_accepted_not_when_the_turn_rests(
     the Turn at rest."""
     processes.env["TURNFSM_KILL_THINK"] = "2"
     _, url = _serve(processes)
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         r = http.post(f"/api/contexts/{cid}/messages", json={"content": "pay-2"})
         assert r.status_code == 202, r.text
@@ -310,7 +310,7 @@ def test_temporal_down_is_503_with_retry_after_and_a_retry_stores_the_message_on
     waits across it and gives its Turn."""
     own_processes.env["TURNFSM_KILL_THINK"] = "3"
     _, url = _serve(own_processes)
-    with httpx.Client(base_url=url, timeout=120) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         early = http.post("/api/contexts", json={}).json()["id"]
         waited: list[httpx.Response] = []
@@ -371,7 +371,7 @@ def test_a_temporal_server_that_stops_answering_is_503_within_the_bound(
 
     _, url = _serve(own_processes)
     bound = ACCEPT_WITHIN + GRACE + 3.0  # + the server's own work, on a busy machine
-    with httpx.Client(base_url=url, timeout=bound + 30) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=bound + 30) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         assert own_temporal_server.pid is not None
         os.kill(own_temporal_server.pid, signal.SIGSTOP)
@@ -409,7 +409,7 @@ def test_a_turn_longer_than_a_poll_of_its_result_is_waited_for(processes: Proces
 
     processes.env["TURNFSM_KILL_THINK"] = str(RPC_TIMEOUT + 3)
     _, url = _serve(processes)
-    with httpx.Client(base_url=url, timeout=120) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         started = time.monotonic()
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": "pay-6"})
@@ -436,7 +436,7 @@ def test_serve_and_workers_keep_payloads_over_the_threshold_in_the_store(
     processes.env["TURNFSM_KILL_THINK"] = "0"
     _, url = _serve(processes)
     big = "big-" + "0123456789abcdef" * 37_500
-    with httpx.Client(base_url=url, timeout=120) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=120) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         r = http.post(f"/api/contexts/{cid}/messages?wait=true", json={"content": big})
         assert r.status_code == 200, r.text
@@ -460,7 +460,7 @@ def test_the_openai_compatible_route_runs_its_turns_on_temporal(processes: Proce
     answer, and the context holds each message once."""
     processes.common = [a for a in processes.common if a not in MODEL]
     _, url = _serve(processes)
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
         messages = [{"role": "user", "content": "hello"}]
         first = http.post("/v1/chat/completions", json={"model": "demo", "messages": messages})
         assert first.status_code == 200, first.text

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import refusing_port, skip_without  # tests/ is on sys.path
+from kit import loopback_tls, refusing_port, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -381,7 +381,7 @@ def test_serve_answers_503_temporal_unavailable_and_logs_no_traceback(
         frontend.answer("poll_workflow_execution_update", lost_connection()[fault])
         frontend.answer("check", lost_connection()[fault])
     caplog.set_level(logging.INFO)
-    with httpx.Client(base_url=served.url, timeout=30) as http:
+    with httpx.Client(verify=loopback_tls(), base_url=served.url, timeout=30) as http:
         cid = http.post("/api/contexts", json={}).json()["id"]
         started = time.monotonic()
         r = http.post(
@@ -417,7 +417,7 @@ def test_serve_answers_within_its_own_bound_whatever_the_engine_waits(
     config = ServerConfig(turns="temporal", recover_on_start=False, temporal_answer_within=1.0)
     app = create_app(lambda: _engine(frontend, tmp_path / "s.db"), config)
     for url in serve_in_thread(app):
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as http:
             cid = http.post("/api/contexts", json={}).json()["id"]
             started = time.monotonic()
             r = http.post(f"/api/contexts/{cid}/tools/approve", json={"approve": ["c1"]})

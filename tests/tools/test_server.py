@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kit import skip_without  # tests/ is on sys.path
+from kit import loopback_tls, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("jinja2")
 
@@ -85,7 +85,12 @@ def messages_of(api: httpx.Client, cid: str) -> list[dict[str, Any]]:
 
 
 def test_the_server_answers_while_a_sync_tool_sleeps(url: str, sleeper: Sleeper) -> None:
-    api = httpx.Client(base_url=url, headers={"Authorization": "Bearer token-alice"}, timeout=90)
+    api = httpx.Client(
+        verify=loopback_tls(),
+        base_url=url,
+        headers={"Authorization": "Bearer token-alice"},
+        timeout=90,
+    )
     page = httpx.Client(
         base_url=url, cookies={"turnfsm_token": "token-alice"}, headers={"Origin": url}, timeout=90
     )
