@@ -165,12 +165,16 @@ async def delete_context(hub: HubOf, context_id: Owned) -> dict[str, list[str]]:
 
 @router.get("/api/contexts/{context_id}/state", tags=["contexts"])
 async def get_state(hub: HubOf, context_id: Owned) -> StateOut:
+    # read before the context: a call that ends during the read has committed
+    # its rest by then, so "not running" never comes with a state the call
+    # has already left (a client polls until running is false)
+    running = context_id in hub.running
     found = await hub.outline(context_id)
     return StateOut(
         context_id=context_id,
         state=found.context.current_state,
         version=found.context.version,
-        running=context_id in hub.running,
+        running=running,
         pending_tool_calls=found.pending_tool_calls,
     )
 

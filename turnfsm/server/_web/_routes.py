@@ -202,8 +202,9 @@ async def create(request: Request) -> Response:
 @router.get("/contexts/{context_id}")
 @pages
 async def context_page(request: Request, context_id: str) -> Response:
-    ctx = await owned(request, context_id)
     hub = hub_of(request)
+    running = context_id in hub.running  # before the context (see the API's get_state)
+    ctx = await owned(request, context_id)
     branch = request.query_params.get("branch") or ctx.active_branch_name
     if branch not in ctx.branches:
         raise PageError(404, "No such branch", f"this context has no branch {branch!r}")
@@ -228,7 +229,7 @@ async def context_page(request: Request, context_id: str) -> Response:
         tree=await _tree(request, context_id),
         offered=[tool_summary(t) for t in offered_tools(hub.engine, ctx)],
         resting=RESTING_NAMES,
-        running=context_id in hub.running,
+        running=running,
     )
 
 
