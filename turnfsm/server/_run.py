@@ -19,6 +19,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from ..engine import Engine
 from ._app import create_app
 from ._config import ServerConfig
+from ._flags import wake
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -178,7 +179,7 @@ class _Server(uvicorn.Server):
         while not should_exit:
             counter = (counter + 10) % 864000
             tick = self._tick = loop.create_future()
-            timer = loop.call_later(TICK, _wake, tick)
+            timer = loop.call_later(TICK, wake, tick)
             try:
                 await tick
             finally:
@@ -191,12 +192,7 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
         tick = self._tick
         if tick is not None:  # from a signal's handler or any thread
-            tick.get_loop().call_soon_threadsafe(_wake, tick)
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+            tick.get_loop().call_soon_threadsafe(wake, tick)
 
 
 def configure_logging() -> None:
