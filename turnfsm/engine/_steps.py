@@ -76,12 +76,7 @@ def fire(rt: Runtime, trigger: Trigger) -> State:
     seq = rt.seq = rt.seq + 1
     if rt.subscribers:
         fields = {"from_state": source, "to_state": dest, "trigger": trigger}
-        event = (StateChanged, seq, rt.settings.clock.time(), fields)
-        outbox = rt.outbox
-        if outbox:
-            outbox.append(event)
-        else:
-            rt.outbox = [event]
+        _post(rt, (StateChanged, seq, rt.settings.clock.time(), fields))
     if rt.watch is not None:
         rt.watch.transition(rt, source, trigger, dest)
     return dest
@@ -98,12 +93,17 @@ def later(rt: Runtime, kind: Callable[..., Event], **fields: Any) -> None:
     """
     seq = rt.seq = rt.seq + 1
     if rt.subscribers:
-        event = (kind, seq, rt.settings.clock.time(), fields)
-        outbox = rt.outbox
-        if outbox:
-            outbox.append(event)
-        else:
-            rt.outbox = [event]
+        _post(rt, (kind, seq, rt.settings.clock.time(), fields))
+
+
+def _post(rt: Runtime, event: tuple[Callable[..., Event], int, float, dict[str, Any]]) -> None:
+    """Queue ``event`` for after the next commit (the outbox is the empty
+    tuple until its first event)."""
+    outbox = rt.outbox
+    if outbox:
+        outbox.append(event)
+    else:
+        rt.outbox = [event]
 
 
 def unheard(rt: Runtime, count: int = 1) -> None:
