@@ -132,6 +132,21 @@ def open_streams(*opened: threading.Event) -> None:
         assert event.wait(READY_WITHIN), "a stream did not open"
 
 
+def post_watched(
+    ca: httpx.Client, cb: httpx.Client, cid: str, content: str
+) -> tuple[httpx.Response, list[Sse], list[Sse]]:
+    """A message posted to B while a stream on each server is open: B's answer
+    and each stream's events up to the turn's end (A's, then B's)."""
+    with ThreadPoolExecutor(2) as pool:
+        opened = threading.Event(), threading.Event()
+        on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
+        on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
+        open_streams(*opened)
+        posted = cb.post(f"/api/contexts/{cid}/messages", json={"content": content})
+        assert posted.is_success, posted.text  # said here, not as the streams' timeout
+        return posted, on_a.result(30), on_b.result(30)
+
+
 def seqs(events: list[Sse]) -> list[int]:
     return [int(e.id or 0) for e in events]
 
@@ -142,14 +157,8 @@ def test_a_stream_on_one_server_shows_a_turn_run_on_another(
     a, b = pair[0], pair[1]
     with a.client() as ca, b.client() as cb:
         cid = create(ca)
-        with ThreadPoolExecutor(2) as pool:
-            opened = threading.Event(), threading.Event()
-            on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
-            on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
-            open_streams(*opened)
-            r = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
-            assert r.status_code == 202, r.text
-            seen_a, seen_b = on_a.result(30), on_b.result(30)
+        r, seen_a, seen_b = post_watched(ca, cb, cid, "hello")
+        assert r.status_code == 202, r.text
         text = cb.get(f"/api/contexts/{cid}/messages").json()["messages"][-1]
     # A shows what B's own stream shows: the same events, seqs and data, deltas
     # included (they came in the notes), nothing missing, nothing twice
@@ -256,14 +265,8 @@ def test_on_sqlite_another_process_is_seen_by_polling_the_log(tmp_path: Path) ->
                 b.client() as cb,
             ):
                 cid = create(ca)
-                with ThreadPoolExecutor(2) as pool:
-                    opened = threading.Event(), threading.Event()
-                    on_a = pool.submit(stream_until, ca, cid, "TurnCompleted", opened[0])
-                    on_b = pool.submit(stream_until, cb, cid, "TurnCompleted", opened[1])
-                    open_streams(*opened)
-                    posted = cb.post(f"/api/contexts/{cid}/messages", json={"content": "hi"})
-                    assert posted.is_success, posted.text
-                    seen_a, seen_b = on_a.result(30), on_b.result(30)
+                posted, seen_a, seen_b = post_watched(ca, cb, cid, "hi")
+                assert posted.is_success, posted.text
     finally:
         b.stop()
     durable_b = [(e.id, e.event, e.data) for e in seen_b if e.event != "ContentDelta"]
