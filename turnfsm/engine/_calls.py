@@ -35,7 +35,7 @@ from ..model import (
     detached,
     to_chat_messages,
 )
-from ..model._context import newest_tool_batch, turn_progress
+from ..model._context import newest_tool_batch, open_calls, turn_progress
 from ..states import RESTING, STATE_EFFECTS, Change, State, Trigger
 from ..tools import QuestionTool, ToolOutcome
 from . import _history, _steps
@@ -114,11 +114,9 @@ async def start_decide(
     # call of its own
     batch = newest_tool_batch(ctx.message_pool, ctx.branches[ctx.active_branch_name].message_ids)
     pending: dict[str, ToolCallRequest] = {}
-    if batch is not None:
-        node, answered = batch
-        for c in node.message.tool_calls or ():
-            if c.approval_status is _PENDING and c.id not in answered:
-                pending[c.id] = c
+    for c in open_calls(batch):
+        if c.approval_status is _PENDING:
+            pending[c.id] = c
     for cid in decisions:
         if cid not in pending:
             found = _history.find_call(ctx, cid)
@@ -155,11 +153,11 @@ async def start_answer(d: Host, call_id: str, text: str, rt: Runtime) -> None:
     choices = asked.choices if asked is not None else ()
     if choices and text not in choices:
         raise AnswerNotAChoice(ctx.id, call_id, text, choices)
-    open_calls = _history.set_decisions(
+    still_open = _history.set_decisions(
         rt, {call_id: (ApprovalStatus.APPROVED, "human", "answered")}
     )
     _steps.add_results(rt, [call], [ToolOutcome.of(True, text)])
-    _resolved(d, rt, [c for c in open_calls if c.id != call_id])  # answered now
+    _resolved(d, rt, [c for c in still_open if c.id != call_id])  # answered now
 
 
 def _resolved(d: Host, rt: Runtime, open_calls: list[ToolCallRequest]) -> None:
