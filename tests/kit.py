@@ -17,6 +17,15 @@ port 0 says it got: a test never picks a free port and hands it over, as
 another process (an xdist worker's server) can take it in between.
 ``refusing_port()`` is a port nothing listens on, for as long as it lasts.
 
+``serve_in_process(*argv)`` runs ``turnfsm serve ARGV`` (the CLI's own
+parsing, settings, store and engine) in a thread of the test's process, for a
+test whose subject is the served API, its output or its settings: no
+interpreter to start and import the server's stack again. It stops the
+server as SIGTERM does and puts back what a server sets for its process. A
+test whose subject is the process (signals, exit codes, a crash's standard
+error, two processes on a store, what a fresh process imports, the installed
+script) starts ``turnfsm`` itself.
+
 ``first_by_default(cases, ids)`` are the cases of a parametrized sweep whose
 cases are long (each starts ``turnfsm`` again, or is a seed of a random
 sweep): the first runs in the README's test command, the others only with
@@ -37,16 +46,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib.util
+import io
+import logging
 import os
 import queue
 import re
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -66,6 +80,7 @@ __all__ = [
     "listening_url",
     "make_engine",
     "refusing_port",
+    "serve_in_process",
     "skip_without",
     "wait_ready",
 ]
@@ -261,3 +276,165 @@ def refusing_port() -> Iterator[int]:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         yield int(held.getsockname()[1])
+
+
+class _Said(io.StringIO):
+    """A standard stream two threads write to (the server's and the test's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            return super().write(text)
+
+    def text(self) -> str:
+        with self._lock:
+            return self.getvalue()
+
+
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Put back, on leaving, what ``run_server`` and the CLI set for their
+    process: the collector's thresholds and freeze, structlog's configuration
+    and the loggers it bound to standard error (cached on first use), the
+    ``logging`` loggers uvicorn configures, the signal handlers,
+    sse-starlette's process-wide exit flag, the environment, ``sys.path`` and
+    the modules a ``--llm``/``--tools`` option imported from the working
+    folder."""
+    import structlog
+    from sse_starlette.sse import AppStatus
+
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    configured, config = structlog.is_configured(), structlog.get_config()
+    loggers = {
+        name: (lg.level, lg.propagate, lg.disabled, list(lg.handlers), list(lg.filters))
+        for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access")
+        for lg in [logging.getLogger(name)]
+    }
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    app_exit = AppStatus.should_exit
+    environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
+    here = os.getcwd()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        if not frozen:
+            gc.unfreeze()
+        if configured:
+            structlog.configure(**config)
+        else:
+            structlog.reset_defaults()
+        for name, module in list(sys.modules.items()):
+            if name.startswith("turnfsm"):  # the server's loggers, bound on first use
+                for value in list(vars(module).values()):
+                    if isinstance(value, structlog._config.BoundLoggerLazyProxy):
+                        vars(value).pop("bind", None)
+        for name, (level, propagate, disabled, hs, fs) in loggers.items():
+            lg = logging.getLogger(name)
+            lg.setLevel(level)
+            lg.propagate, lg.disabled, lg.handlers, lg.filters = propagate, disabled, hs, fs
+        for sig, handler in handlers.items():
+            if signal.getsignal(sig) is not handler and handler is not None:
+                signal.signal(sig, handler)
+        AppStatus.should_exit = app_exit
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where.startswith(here + os.sep):
+                del sys.modules[name]
+
+
+class Served:
+    """A ``turnfsm serve`` run by :func:`serve_in_process`: its ``url``,
+    what it said on standard error (:meth:`said`), its exit code once
+    stopped (``code``)."""
+
+    def __init__(self, said: _Said, stop: Callable[[], None], thread: threading.Thread) -> None:
+        self.url = ""
+        self.code: int | None = None
+        self._said = said
+        self.stop = stop
+        """Stop it as SIGTERM would (``ServerStop.stop``); returns at once."""
+        self._thread = thread
+
+    def said(self) -> str:
+        return self._said.text()
+
+    def stopped(self, within: float = READY_WITHIN) -> None:
+        """Wait until the command has returned (``code``)."""
+        self._thread.join(within)
+        assert not self._thread.is_alive(), f"serve did not stop:\n{self.said()}"
+
+
+@contextlib.contextmanager
+def serve_in_process(
+    *argv: str, env: Mapping[str, str] | None = None, within: float = READY_WITHIN
+) -> Iterator[Served]:
+    """``turnfsm serve ARGV`` as ``turnfsm.cli.main`` runs it, in a thread of
+    this process, its standard output and error kept (:meth:`Served.said`),
+    with ``env`` added to the environment while it runs; yields once
+    ``/readyz`` answers. On leaving, it is stopped as SIGTERM
+    stops it (``run_server``'s ``stop``) and must exit 0, and what it set for
+    the process is put back. Fails, with what it said, when it exits before
+    it listens."""
+    from turnfsm.cli import main
+    from turnfsm.server import _run
+
+    stop = _run.ServerStop()
+    installed = _run.run_server
+    real = getattr(installed, "__wrapped__", installed)  # another run's, when one runs
+    listening = threading.Event()
+    urls: list[str] = []
+
+    @functools.wraps(real)
+    def run_server(*args: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not thread:  # another run's, or a test's own
+            installed(*args, **kwargs)
+            return
+        given = kwargs.pop("on_listening", None)
+
+        def on_listening(listened: list[str]) -> None:
+            if given is not None:
+                given(listened)
+            urls.extend(listened)
+            listening.set()
+
+        real(*args, on_listening=on_listening, stop=stop, **kwargs)
+
+    def run() -> None:
+        served.code = main(["serve", *argv])
+
+    said = _Said()
+    thread = threading.Thread(target=run, name="turnfsm serve", daemon=True)
+    served = Served(said, stop.stop, thread)
+
+    with contextlib.ExitStack() as undo:
+        undo.enter_context(_process_state_kept())
+        os.environ.update(env or {})
+        undo.enter_context(contextlib.redirect_stdout(said))
+        undo.enter_context(contextlib.redirect_stderr(said))
+        _run.run_server = run_server
+        undo.callback(setattr, _run, "run_server", installed)
+        thread.start()
+        try:
+            deadline = time.monotonic() + within
+            while not listening.wait(0.05):
+                if not thread.is_alive():
+                    raise AssertionError(
+                        f"serve exited ({served.code}) before it listened:\n{said.text()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"serve did not listen in {within:g} s:\n{said.text()}")
+            served.url = urls[0]
+            wait_ready(served.url, log=said.text, within=within)
+            yield served
+        finally:
+            stop.stop()
+            thread.join(within)
+        served.stopped(0)
+        assert served.code == 0, f"serve exited {served.code}:\n{said.text()}"

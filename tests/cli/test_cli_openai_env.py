@@ -20,7 +20,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS / "openai") not in sys.path:
     sys.path.append(str(TESTS / "openai"))
 
-from kit import SWEEP, first_by_default  # noqa: E402
+from kit import SWEEP, first_by_default, serve_in_process  # noqa: E402
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
@@ -150,18 +150,12 @@ def test_a_worker_names_the_model_the_variable_names(
 def test_the_variable_alone_does_not_leave_the_demo_model(tmp_path: Path) -> None:
     """``OPENAI_MODEL`` names a model, not an endpoint: without a key or a base
     URL, ``serve`` still answers with the demo model."""
-    proc = _start(
-        tmp_path, "serve", "--port", "0", "--store", "memory://",
-        env={"OPENAI_MODEL": "gpt-env-serve"},
-    )  # fmt: skip
-    said = ""
-    try:
-        url, said = _wait_ready(proc)
-        created = httpx.post(f"{url}/api/contexts", json={})
-    finally:
-        err = said + _stop(proc)
+    with serve_in_process(
+        "--port", "0", "--store", "memory://", env={"OPENAI_MODEL": "gpt-env-serve"}
+    ) as served:
+        created = httpx.post(f"{served.url}/api/contexts", json={})
     assert created.json()["model"] == "demo", created.text
-    assert ", model demo, " in err
+    assert ", model demo, " in served.said()
 
 
 HELPED = ["chat", "serve", "worker", "record"]

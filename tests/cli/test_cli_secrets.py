@@ -5,13 +5,10 @@ shapes a store URL's secret can take."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from kit import first_by_default  # tests/ is on sys.path (no tests/__init__.py)
+from kit import first_by_default, serve_in_process  # tests/ is on sys.path (no tests/__init__.py)
 from storage.pg import Cluster, pg_cluster
 
 from turnfsm.storage import open_store
@@ -122,22 +119,11 @@ def test_a_working_store_is_named_without_its_password(
         ran = cli(*argv, "--store", url)
         assert ran.code == 0, (argv, ran.err)
         assert SECRET not in ran.out + ran.err, (argv, ran.out)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "turnfsm", "serve", "--port", "0", "--store", url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
+    with serve_in_process("--port", "0", "--store", url) as served:
+        first = served.said().splitlines()[0]
         assert first.startswith("turnfsm serve: http://"), first
         assert "turnfsm:***@" in first and SECRET not in first, first
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        assert SECRET not in out
+    assert SECRET not in served.said()
 
 
 BAD_TOOLS = [

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kit import serve_in_process  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.cli import build_parser
 from turnfsm.cli._turn_options import turn_settings
 
 from .conftest import Cli
-from .test_cli_providers import _start, _stop, _wait_ready
+from .test_cli_providers import _start, _stop
 
 LOOP_APP = '''\
 from turnfsm import tool
@@ -122,20 +123,17 @@ def test_chat_makes_the_ids_it_is_told_to(cli: Cli, flags: list[str], compact: b
 
 
 def test_serve_takes_both_options(app: Path) -> None:
-    proc = _start(
-        app, "serve", "--port", "0", "--store", "sqlite:///serve.db",
+    with serve_in_process(
+        "--port", "0", "--store", "sqlite:///serve.db",
         "--llm", "loopapp:loop", "--tools", "loopapp:lookup",
         "--max-iterations", "3", "--ids", "compact",
-    )  # fmt: skip
-    try:
-        url, _ = _wait_ready(proc)
+    ) as served:  # fmt: skip
+        url = served.url
         cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
         turn = httpx.post(
             f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=60
         )
         page = httpx.get(f"{url}/contexts/{cid}", timeout=60)
-    finally:
-        _stop(proc)
     assert COMPACT.fullmatch(cid), cid
     assert turn.status_code == 200, turn.text
     body = turn.json()
@@ -151,20 +149,20 @@ def test_serve_takes_both_options(app: Path) -> None:
 
 def test_a_worker_runs_the_turn_with_its_own_limit_and_ids(app: Path) -> None:
     """``serve --turns workers`` commits the message; the ``worker`` runs the
-    turn: its ``--max-iterations`` stops it, its ``--ids`` names what it adds."""
+    turn: its ``--max-iterations`` stops it, its ``--ids`` names what it adds.
+    The worker is a process of its own; the server runs in this one."""
     model = ("--llm", "loopapp:loop", "--tools", "loopapp:lookup", "--store", "sqlite:///w.db")
-    server = _start(app, "serve", "--port", "0", "--turns", "workers", *model)
     worker = _start(app, "worker", *model, "--max-iterations", "2", "--ids", "compact")
     try:
-        url, _ = _wait_ready(server)
-        cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
-        turn = httpx.post(
-            f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=120
-        )
-        page = httpx.get(f"{url}/api/contexts/{cid}/messages", timeout=60).json()
+        with serve_in_process("--port", "0", "--turns", "workers", *model) as served:
+            url = served.url
+            cid = httpx.post(f"{url}/api/contexts", json={}).json()["id"]
+            turn = httpx.post(
+                f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "go"}, timeout=120
+            )
+            page = httpx.get(f"{url}/api/contexts/{cid}/messages", timeout=60).json()
     finally:
         _stop(worker)
-        _stop(server)
     assert turn.status_code == 200, turn.text
     assert turn.json()["state"] == "Idle"
     assert uuid.UUID(cid).version == 7  # made by serve, with the default ids

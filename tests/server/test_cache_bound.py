@@ -1,5 +1,5 @@
 """The bounds of the engine's loaded-context cache on a real ``turnfsm serve``
-and ``turnfsm worker`` process: ``--max-loaded-contexts`` and
+(in this process) and ``turnfsm worker`` process: ``--max-loaded-contexts`` and
 ``--max-loaded-messages`` reach the engine, the cache never holds more than
 them however many contexts are served, and ``/metrics`` says so
 (docs/server.md, "Memory")."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit import listening_url, skip_without  # tests/ is on sys.path
+from kit import listening_url, serve_in_process, skip_without  # tests/ is on sys.path
 
 pytest.importorskip("prometheus_client")
 
@@ -86,19 +86,15 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def serve(tmp_path: Path, *flags: str) -> Iterator[str]:
-    """``turnfsm serve`` on a SQLite file with ``flags``; yields its URL."""
+    """``turnfsm serve`` on a SQLite file with ``flags``, in this process (the
+    subject is the engine it serves, not the process); yields its URL."""
     tokens = tmp_path / "tokens"
     tokens.write_text("token-alice alice\n")
-    log = tmp_path / "serve.log"
-    argv = ["serve", "--port", "0", "--tokens", str(tokens)]
-    proc = start([*argv, "--store", f"sqlite:///{tmp_path / 'c.db'}", *flags], log)
-    try:
-        url = listening_url(proc, log, within=READY_SECONDS)
-        until_ready(proc, f"{url}/readyz", log)
-        yield url
-    finally:
-        stop(proc)
-    assert "Traceback" not in log.read_text(errors="replace")
+    argv = ["--port", "0", "--tokens", str(tokens)]
+    env = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "TURNFSM_STORE": ""}
+    with serve_in_process(*argv, "--store", f"sqlite:///{tmp_path / 'c.db'}", *flags, env=env) as s:
+        yield s.url
+    assert "Traceback" not in s.said()
 
 
 @pytest.mark.parametrize(

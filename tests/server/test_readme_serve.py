@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_serve import serve
+from .test_serve import serve_here
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -26,7 +26,7 @@ def test_readme_curl_session(tmp_path: Path) -> None:
     script = session()
     lines = script.splitlines()
     assert lines[1].startswith("turnfsm serve --tokens tokens.txt")
-    with serve(tmp_path) as (_, client):
+    with serve_here(tmp_path) as (client, _):  # in this process: the session is the subject
         port = str(client.base_url.port)
         body = "\n".join(ln for ln in lines[2:]).replace(":8000", f":{port}")
         body = body.replace("secret-alice", "token-alice")  # the token serve() gives

@@ -1,4 +1,5 @@
-"""``turnfsm serve`` as a process: the host rule, SIGTERM, and a SIGKILL mid-turn."""
+"""``turnfsm serve`` as a process: the host rule, SIGTERM, and a SIGKILL mid-turn;
+and in this process, stopped as SIGTERM stops it (``run_server``'s ``stop``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from kit import listening_url, wait_ready  # tests/ is on sys.path (no tests/__init__.py)
+from kit import (
+    Served,
+    listening_url,
+    serve_in_process,
+    wait_ready,
+)  # tests/ is on sys.path (no tests/__init__.py)
 
 from turnfsm.cli import main
 from turnfsm.cli._errors import CLIError
@@ -28,6 +34,8 @@ from .conftest import loopback_tls
 from .test_events import read_events, until
 
 HEADERS = {"Authorization": "Bearer token-alice"}
+SERVE_ENV = {"TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+"""What the tests' servers take from the environment: no store, no model."""
 
 
 def text_of(node: dict[str, Any]) -> str:
@@ -45,7 +53,7 @@ def serve(
     (a second process on the same store gives a name of its own)."""
     tokens = tmp / "tokens"
     tokens.write_text("token-alice alice\n")
-    env = {**os.environ, "TURNFSM_STORE": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    env = {**os.environ, **SERVE_ENV}
     # the log (standard error) to a file: a pipe no one reads would fill and stop the server
     log = (tmp / log_name).open("wb")
     proc = subprocess.Popen(
@@ -85,6 +93,21 @@ def test_tools_option_names_tools() -> None:
             load_tools([bad])
 
 
+@contextmanager
+def serve_here(folder: Path, *args: str) -> Iterator[tuple[httpx.Client, Served]]:
+    """``turnfsm serve`` on ``folder``'s ``serve.db`` in this process
+    (``serve_in_process``): a client of it, and the run."""
+    tokens = folder / "tokens"
+    tokens.write_text("token-alice alice\n")
+    store = f"sqlite:///{folder / 'serve.db'}"
+    argv = ["--port", "0", "--store", store, "--tokens", str(tokens), *args]
+    with (
+        serve_in_process(*argv, env=SERVE_ENV) as served,
+        httpx.Client(verify=loopback_tls(), base_url=served.url, headers=HEADERS, timeout=30) as c,
+    ):
+        yield c, served
+
+
 def start_slow_turn(client: httpx.Client) -> str:
     cid: str = client.post("/api/contexts", json={"system_prompt": "Be kind."}).json()["id"]
     r = client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
@@ -92,20 +115,49 @@ def start_slow_turn(client: httpx.Client) -> str:
     return cid
 
 
+def stopped_mid_turn(client: httpx.Client, stop: Callable[[], None]) -> str:
+    """A turn streamed until its first text, then ``stop()``: the stream ends
+    with ``StreamClosed``. The context's id."""
+    cid = client.post("/api/contexts", json={}).json()["id"]
+    with client.stream("GET", f"/api/contexts/{cid}/events") as r:
+        events = read_events(r)
+        client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
+        until(events, "ContentDelta")
+        stop()
+        rest = [e.event for e in events]
+    assert rest[-1] == "StreamClosed"
+    return str(cid)
+
+
 def test_sigterm_closes_streams_and_cancels_the_turn(tmp_path: Path) -> None:
     with serve(tmp_path, "--demo-delay", "0.2") as (proc, client):
-        cid = client.post("/api/contexts", json={}).json()["id"]
-        with client.stream("GET", f"/api/contexts/{cid}/events") as r:
-            events = read_events(r)
-            client.post(f"/api/contexts/{cid}/messages", json={"content": "hello"})
-            until(events, "ContentDelta")
-            proc.send_signal(signal.SIGTERM)
-            rest = [e.event for e in events]
-        assert rest[-1] == "StreamClosed"
+        cid = stopped_mid_turn(client, lambda: proc.send_signal(signal.SIGTERM))
         # uvicorn shuts down, then re-raises the signal it caught: a clean stop by SIGTERM
         assert proc.wait(20) in (0, -signal.SIGTERM)
+    cancelled_cleanly(tmp_path / "serve.db", cid)
+
+
+def test_a_stop_from_the_process_closes_streams_and_cancels_the_turn(tmp_path: Path) -> None:
+    """``run_server(stop=...)``, off the main thread: ``ServerStop.stop()`` does
+    what SIGTERM does, and the command ends with 0. What the server set for
+    its process (the collector, structlog) is put back after it."""
+    import gc
+
+    import structlog
+
+    before = (gc.get_threshold(), structlog.is_configured())
+    with serve_here(tmp_path, "--demo-delay", "0.2") as (client, served):
+        assert gc.get_threshold() != before[0] and structlog.is_configured()
+        cid = stopped_mid_turn(client, served.stop)
+        served.stopped(within=20)
+    assert served.code == 0, served.said()
+    cancelled_cleanly(tmp_path / "serve.db", cid)
+    assert (gc.get_threshold(), structlog.is_configured()) == before
+
+
+def cancelled_cleanly(db: Path, cid: str) -> None:
     # the store, read directly: cancelled cleanly (the cancel edge), its text kept
-    steps, ctx = anyio.run(stored, tmp_path / "serve.db", cid)
+    steps, ctx = anyio.run(stored, db, cid)
     assert ctx.current_state == "Idle"
     assert [(s.from_state, s.trigger) for s in steps][-1] == ("StreamingLLMResponse", "cancel")
     last = ctx.history()[-1].message
@@ -144,7 +196,9 @@ def test_sigkill_mid_turn_then_restart_resumes_it(tmp_path: Path) -> None:
         wait_for(client, cid, "StreamingLLMResponse")
         proc.kill()
         proc.wait(10)
-    with serve(tmp_path) as (_, client):  # recover() on start resumes the turn
+    # recover() on start resumes the turn (a server in this process: the
+    # killed one was the process under test)
+    with serve_here(tmp_path) as (client, _):
         deadline = time.monotonic() + 20
         while (st := client.get(f"/api/contexts/{cid}/state").json())["state"] != "Idle":
             assert time.monotonic() < deadline, st

@@ -1,6 +1,7 @@
 """``turnfsm serve`` with its history settings, on a real server: the last 10 tool
 calls in full by default, ``--tool-history N`` and ``--token-budget`` reach the
-engine that answers."""
+engine that answers. The command runs in this process (``serve_in_process``):
+the subject is what it serves, not the process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from turnfsm.storage import open_store
 
-from .test_serve import serve
+from .test_serve import serve_here as serve
 
 
 def _views(tmp: Path, cid: str) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def default_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
     """``turnfsm serve`` with the default history settings, and its folder (each
     test makes contexts of its own)."""
     folder = tmp_path_factory.mktemp("serve-history")
-    with serve(folder) as (_, client):
+    with serve(folder) as (client, _):
         yield folder, client
 
 
@@ -67,7 +68,7 @@ def test_serve_shows_ten_calls_by_default(default_serve: tuple[Path, httpx.Clien
 
 def test_serve_takes_the_history_options(tmp_path: Path) -> None:
     args = ("--tool-history", "1", "--token-budget", "100000")
-    with serve(tmp_path, *args) as (_, client):
+    with serve(tmp_path, *args) as (client, _):
         cid = _weather_turns(client, ["London", "Paris"])
     views = _views(tmp_path, cid)
     assert views[-1]["tool_history"] == {"calls": 2, "full": 1, "name_only": 1}
@@ -96,8 +97,8 @@ def test_a_context_s_own_settings_override_the_server_s(
     assert r.json()["token_budget"] is None
     audit = client.get(f"/api/contexts/{cid}/audit").text.splitlines()
     assert '"detail":{"tool_history":0,"compaction":"off"}' in audit[-1].replace(" ", "")
-    # a new server process on the same store
-    with serve(folder, log_name=f"serve-{cid}.log") as (_, client):
+    # a second server on the same store
+    with serve(folder) as (client, _):
         got = client.get(f"/api/contexts/{cid}").json()
         assert (got["tool_history"], got["compaction"]) == (0, "off")
         for city in ["London", "Paris"]:

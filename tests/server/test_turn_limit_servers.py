@@ -1,9 +1,11 @@
-"""``--max-turns-per-tenant`` across servers: two ``turnfsm serve`` processes on
-one PostgreSQL database count each other's turns, and a server that dies gives
-its slots back at once (docs/server.md, "Tenants and tokens")."""
+"""``--max-turns-per-tenant`` across servers: two ``turnfsm serve`` on one
+PostgreSQL database count each other's turns (each with its own connection,
+run in this process), and a server process that is killed gives its slots
+back at once (docs/server.md, "Tenants and tokens")."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -11,10 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from storage.pg import Cluster, pg_cluster  # tests/ is on sys.path (no tests/__init__.py)
+from kit import serve_in_process  # tests/ is on sys.path (no tests/__init__.py)
+from storage.pg import Cluster, pg_cluster
 
 from .conftest import TOKENS
-from .test_processes import Served
+from .test_processes import DELAY, Served
 from .test_rest import create, wait_rest
 
 __all__ = ["pg_cluster"]
@@ -23,22 +26,63 @@ STORY = {"content": "Tell me a story"}
 """The demo model answers it over about a second (``--demo-delay``)."""
 
 
+class Here:
+    """``turnfsm serve`` with :class:`Served`'s options, in this process
+    (``serve_in_process``): a server on the database as any other, where the
+    process is not what a test looks at."""
+
+    client = Served.client
+
+    def __init__(self, store: str, tokens: Path, *extra: str) -> None:
+        argv = ["--store", store, "--port", "0", "--tokens", str(tokens)]
+        argv += ["--demo-delay", str(DELAY), "--heartbeat", "0.5", *extra]
+        self._running = contextlib.ExitStack()
+        env = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+        self.url = self._running.enter_context(serve_in_process(*argv, env=env)).url
+
+    def stop(self) -> None:
+        self._running.close()
+
+
+LIMIT = ("--max-turns-per-tenant", "1")
+
+
 @pytest.fixture
-def two(pg_cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Served, Served]]:
-    url = pg_cluster.new_schema()
+def store(pg_cluster: Cluster, tmp_path: Path) -> tuple[str, Path]:
+    """A database schema of its own, and the tokens file."""
     tokens = tmp_path / "tokens"
     tokens.write_text("".join(f"{t} {who}\n" for t, who in TOKENS.items()))
-    limit = ("--max-turns-per-tenant", "1")
-    a = Served(url, tokens, tmp_path / "a.log", *limit)
-    b = Served(url, tokens, tmp_path / "b.log", *limit)
+    return pg_cluster.new_schema(), tokens
+
+
+@pytest.fixture
+def two(store: tuple[str, Path]) -> Iterator[tuple[Here, Here]]:
+    """Two servers in this process on one database."""
+    a = Here(*store, *LIMIT)
+    try:
+        b = Here(*store, *LIMIT)
+        try:
+            yield a, b
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+@pytest.fixture
+def killed_and_here(store: tuple[str, Path], tmp_path: Path) -> Iterator[tuple[Served, Here]]:
+    """A server in a process of its own, to be killed, and one in this process."""
+    a = Served(*store, tmp_path / "a.log", *LIMIT)
     try:
         a.wait_ready()
-        b.wait_ready()
-        yield a, b
+        b = Here(*store, *LIMIT)
+        try:
+            yield a, b
+        finally:
+            b.stop()
     finally:
-        for s in (a, b):
-            if s.proc.poll() is None:
-                s.stop()
+        if a.proc.poll() is None:
+            a.stop()
 
 
 def refused(r: httpx.Response) -> bool:
@@ -49,7 +93,7 @@ def refused(r: httpx.Response) -> bool:
     return True
 
 
-def test_the_limit_counts_the_turns_of_both_servers(two: tuple[Served, Served]) -> None:
+def test_the_limit_counts_the_turns_of_both_servers(two: tuple[Here, Here]) -> None:
     a, b = two
     with a.client() as on_a, b.client() as on_b, b.client("token-bob") as bob_on_b:
         first, second = create(on_a), create(on_b)
@@ -81,8 +125,8 @@ def test_the_limit_counts_the_turns_of_both_servers(two: tuple[Served, Served]) 
         assert r.status_code == 200, r.text
 
 
-def test_a_killed_server_gives_its_slots_back(two: tuple[Served, Served]) -> None:
-    a, b = two
+def test_a_killed_server_gives_its_slots_back(killed_and_here: tuple[Served, Here]) -> None:
+    a, b = killed_and_here
     with a.client() as on_a, b.client() as on_b:
         first, second = create(on_a), create(on_b)
         assert on_a.post(f"/api/contexts/{first}/messages", json=STORY).status_code == 202

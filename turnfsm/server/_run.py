@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gc
 import logging
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterable, MutableMapping
 from types import FrameType
 from typing import Any, cast
@@ -28,6 +30,7 @@ __all__ = [
     "LOOPBACK",
     "TICK",
     "HeadWithBody",
+    "ServerStop",
     "StartupFailed",
     "configure_logging",
     "is_loopback",
@@ -157,12 +160,15 @@ class _Server(uvicorn.Server):
 
     on_exit: Callable[[], None] = staticmethod(lambda: None)
     on_listening: Callable[[list[str]], None] = staticmethod(lambda urls: None)
+    stopped_by: ServerStop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             bound = [sock for server in self.servers for sock in server.sockets]
             self.on_listening(listening_urls(bound))
+            if self.stopped_by is not None:
+                self.stopped_by._listening(self)
 
     _tick: asyncio.Future[None] | None = None
     """What :meth:`main_loop` waits on between two ticks."""
@@ -190,9 +196,65 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.on_exit()
         super().handle_exit(sig, frame)
+        self._wake()
+
+    def stop(self) -> None:
+        """:meth:`handle_exit` without a signal, on the server's loop
+        (:class:`ServerStop`): no signal to raise again once stopped, and
+        sse-starlette's flag, which would close the streams of every server
+        of the process and is never put back, is left alone (a stream closes
+        on ``hub.closing``, which ``on_exit`` sets)."""
+        self.on_exit()
+        self.should_exit = True
+        self._wake()
+
+    def _wake(self) -> None:
         tick = self._tick
         if tick is not None:  # from a signal's handler or any thread
             tick.get_loop().call_soon_threadsafe(wake, tick)
+
+
+class ServerStop:
+    """A way to stop a server :func:`run_server` runs (``stop=``) from the
+    same process: :meth:`stop`, from any thread, does what SIGTERM does (no
+    new connections, event streams closed with their final event, running
+    turns cancelled to Idle, the engine closed), and ``run_server`` then
+    returns. Asked before the server listens, it stops once it does; asked
+    after it stopped, it does nothing. One handle serves one run.
+
+    With it, ``run_server`` may run off the main thread, where uvicorn sets
+    no signal handler: SIGTERM and Ctrl-C then go to whatever the process
+    does with them, and only :meth:`stop` stops the server."""
+
+    __slots__ = ("_asked", "_lock", "_loop", "_server")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked = False
+        self._server: _Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def stop(self) -> None:
+        """Stop the server, now or once it listens; returns at once (the
+        server stops on its own loop, as ``run_server`` returns)."""
+        with self._lock:
+            self._asked = True
+            server, loop = self._server, self._loop
+        if server is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: it stopped
+                loop.call_soon_threadsafe(server.stop)
+
+    def _listening(self, server: _Server) -> None:
+        """The server listens, on the running loop (:meth:`_Server.startup`)."""
+        with self._lock:
+            self._server, self._loop = server, asyncio.get_running_loop()
+            asked = self._asked
+        if asked:
+            server.stop()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._server = self._loop = None
 
 
 def configure_logging() -> None:
@@ -268,13 +330,20 @@ def run_server(
     port: int,
     keep_alive: int = KEEP_ALIVE,
     on_listening: Callable[[list[str]], None] | None = None,
+    stop: ServerStop | None = None,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C: stop accepting, close event streams with a
     final event, cancel running turns cleanly (each ends at Idle, its text kept),
     close the engine. Logs as :func:`configure_logging` says. ``keep_alive``:
     the seconds an idle connection is kept open (uvicorn's default).
     ``on_listening`` is called once the server listens, with the URLs it
-    listens on (``port`` 0 takes a free port, which they name)."""
+    listens on (``port`` 0 takes a free port, which they name). ``stop``'s
+    :meth:`~ServerStop.stop` stops it as SIGTERM does, from any thread of the
+    process (it may then run off the main thread, where only that stops it).
+
+    It sets what a server process keeps for its life: the collector
+    (:func:`tune_collector`), structlog (:func:`configure_logging`) and
+    uvicorn's loggers."""
     configure_logging()
     app = create_app(factory, config)
     tune_collector()
@@ -303,6 +372,7 @@ def run_server(
     server.on_exit = on_exit
     if on_listening is not None:
         server.on_listening = on_listening
+    server.stopped_by = stop
     kept = _StartupErrors(server)
     uvicorn_log = logging.getLogger("uvicorn.error")
     uvicorn_log.addFilter(kept)
@@ -313,6 +383,8 @@ def run_server(
             raise
     finally:
         uvicorn_log.removeFilter(kept)
+        if stop is not None:
+            stop._done()
     if server.started:
         return
     error: BaseException | None = getattr(app.state, "startup_error", None)
