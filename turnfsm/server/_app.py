@@ -20,6 +20,7 @@ from . import _telemetry
 from ._ag_ui import router as ag_ui_router
 from ._api import router as api_router
 from ._config import ServerConfig
+from ._docs import build_openapi_off_the_loop
 from ._docs import router as docs_router
 from ._errors import install_handlers
 from ._events import router as events_router
@@ -67,6 +68,7 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
         docs_url=None,  # /docs and /redoc are _docs.py's: their assets served here
         redoc_url=None,
     )
+    build_openapi_off_the_loop(app)
     app.state.hub = hub
     app.state.metrics = metrics
     if metrics is not None:

@@ -15,10 +15,12 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from fastapi import APIRouter, Request, Response
+import anyio.to_thread
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse
+from starlette.routing import Route
 
-__all__ = ["DOCS_CSP", "router"]
+__all__ = ["DOCS_CSP", "build_openapi_off_the_loop", "router"]
 
 _REDOC_STYLES = (
     "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=' "  # an empty <style>, filled by CSSOM
@@ -46,6 +48,35 @@ _HEADERS = {
 ASSET_PATH = "/docs/assets"
 
 router = APIRouter(include_in_schema=False)
+
+
+def build_openapi_off_the_loop(app: FastAPI) -> None:
+    """Make ``app``'s OpenAPI document, on its first request, in a worker
+    thread. FastAPI builds it in the request's handler, on the event loop, and
+    building it walks every route's models: until it is done no other request
+    is answered and no event stream moves. The first ``/openapi.json`` (which
+    ``/docs`` and ``/redoc`` load) now waits for the thread, the loop runs
+    meanwhile, and the document, kept by FastAPI, is served from then on as
+    before: the same bytes, the same handling of a root path."""
+    at, route = next(
+        (
+            (at, route)
+            for at, route in enumerate(app.router.routes)
+            if isinstance(route, Route) and route.path == app.openapi_url
+        ),
+        (-1, None),
+    )
+    if route is None:
+        raise LookupError(f"no route serves the OpenAPI document at {app.openapi_url!r}")
+    served = route.endpoint
+
+    async def openapi(request: Request) -> Response:
+        if app.openapi_schema is None:
+            await anyio.to_thread.run_sync(app.openapi)
+        response: Response = await served(request)
+        return response
+
+    app.router.routes[at] = Route(route.path, openapi, include_in_schema=False)
 
 
 @cache
