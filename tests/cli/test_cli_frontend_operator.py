@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kit import listening_url, loopback_tls, skip_without, wait_ready
+from kit import loopback_tls, serve_in_process, skip_without
 
 skip_without("fastapi")
 
@@ -26,15 +24,9 @@ if str(TESTS / "openai") not in sys.path:  # its loopback server and bodies, by 
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
-from .test_cli_providers import PACKAGE_ROOT, run  # noqa: E402
+from .test_cli_providers import run  # noqa: E402
 
-TURNFSM = str(Path(sys.executable).parent / "turnfsm")
-ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
-}
-ENV["PYTHONPATH"] = PACKAGE_ROOT  # the code under test, and nothing else of our path
+PROVIDER_VARIABLES = ("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
 BODY = json.loads((TESTS / "fixtures" / "import" / "request_frontend_operator.json").read_text())
 """The formats' example of a frontend operator's current message."""
 MARKED = (
@@ -45,25 +37,22 @@ MARKED = (
 
 @contextmanager
 def serving(tmp: Path, model: LoopbackServer, *flags: str) -> Iterator[httpx.Client]:
-    log = (tmp / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [TURNFSM, "serve", "--port", "0", "--base-url", model.url, "--model", "gpt-op",
-         "--store", f"sqlite:///{tmp / 'serve.db'}", *flags],
-        cwd=tmp, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
+    """``turnfsm serve`` on the loopback model, in this process (its stop
+    closes the model's client on the server's loop, and the command exits 0),
+    with no variable of ours or of a provider in the environment."""
+    mine = [k for k in os.environ if k.startswith(PROVIDER_VARIABLES)]
+    kept = {k: os.environ.pop(k) for k in mine}
     try:
-        url = listening_url(proc, tmp / "serve.log")
-        wait_ready(url, process=proc, log=tmp / "serve.log")
-        with httpx.Client(verify=loopback_tls(), base_url=url, timeout=60) as client:
+        with (
+            serve_in_process(
+                "--port", "0", "--base-url", model.url, "--model", "gpt-op",
+                "--store", f"sqlite:///{tmp / 'serve.db'}", *flags,
+            ) as served,
+            httpx.Client(verify=loopback_tls(), base_url=served.url, timeout=60) as client,
+        ):  # fmt: skip
             yield client
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        os.environ.update(kept)
 
 
 def chat(client: httpx.Client, context_id: str | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import argparse
 import errno
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..engine import Engine, RetryPolicy
@@ -316,7 +317,14 @@ def _run(args: argparse.Namespace) -> int:
             **turn_settings(args),
         )
 
-    return _serve(args, factory, config, url, shown)
+    return _serve(args, factory, config, url, shown, on_close=_closer(llm))
+
+
+def _closer(llm: Any) -> Callable[[], Awaitable[None]] | None:
+    """What closes the model adapter the command made, on the server's loop
+    (its HTTP client's connections belong there), as ``chat`` closes its own."""
+    close = getattr(llm, "aclose", None)
+    return close if callable(close) else None
 
 
 def _run_on_temporal(
@@ -361,6 +369,7 @@ def _serve(
     shown: str,
     *,
     turns: str | None = None,
+    on_close: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
     from ..server._run import StartupFailed, run_server
 
@@ -380,7 +389,14 @@ def _serve(
         print(f"turnfsm serve: listening on {', '.join(urls)}", file=sys.stderr, flush=True)
 
     try:
-        run_server(factory, config, host=args.host, port=args.port, on_listening=listening)
+        run_server(
+            factory,
+            config,
+            host=args.host,
+            port=args.port,
+            on_listening=listening,
+            on_close=on_close,
+        )
     except StartupFailed as exc:  # one line, exit 2, as other usage errors
         raise CLIError(f"the server did not start: {exc}") from None
     finally:

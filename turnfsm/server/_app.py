@@ -7,7 +7,7 @@ docs ``_docs.py``), the error
 handlers and the middleware (``_gate.py``).
 """
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,8 +42,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None) -> FastAPI:
-    """The app over the engine ``factory()`` makes (in the app's event loop, on start)."""
+def create_app(
+    factory: Callable[[], Engine],
+    config: ServerConfig | None = None,
+    *,
+    on_close: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    """The app over the engine ``factory()`` makes (in the app's event loop, on start).
+
+    ``on_close`` is awaited in the app's event loop once the engine is closed
+    (or its start failed): for what the engine uses but does not close, such as
+    a model adapter's HTTP client, whose connections belong to that loop."""
     config = config or ServerConfig()
     metrics = _telemetry.make_metrics()
     hub = Hub(_telemetry.observed(factory, metrics), config)
@@ -59,6 +68,9 @@ def create_app(factory: Callable[[], Engine], config: ServerConfig | None = None
             if not started:  # what stopped the start, for run_server's one line
                 app.state.startup_error = exc
             raise
+        finally:
+            if on_close is not None:
+                await on_close()
 
     app = FastAPI(
         title="turnfsm",

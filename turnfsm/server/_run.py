@@ -10,7 +10,7 @@ import logging
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from types import FrameType
 from typing import Any, cast
 
@@ -331,6 +331,7 @@ def run_server(
     keep_alive: int = KEEP_ALIVE,
     on_listening: Callable[[list[str]], None] | None = None,
     stop: ServerStop | None = None,
+    on_close: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C: stop accepting, close event streams with a
     final event, cancel running turns cleanly (each ends at Idle, its text kept),
@@ -340,12 +341,14 @@ def run_server(
     listens on (``port`` 0 takes a free port, which they name). ``stop``'s
     :meth:`~ServerStop.stop` stops it as SIGTERM does, from any thread of the
     process (it may then run off the main thread, where only that stops it).
+    ``on_close`` is awaited on the server's loop once the engine is closed (as
+    :func:`create_app` says).
 
     It sets what a server process keeps for its life: the collector
     (:func:`tune_collector`), structlog (:func:`configure_logging`) and
     uvicorn's loggers."""
     configure_logging()
-    app = create_app(factory, config)
+    app = create_app(factory, config, on_close=on_close)
     tune_collector()
     hub = app.state.hub
     server = _Server(
