@@ -22,9 +22,10 @@ def whole_number(text: str | bytes, where: str, lo: int, hi: int) -> int:
     """``text`` as a whole number from ``lo`` to ``hi`` (both ``>= 0``), else
     :class:`InvalidInput` with ``where`` (the field) and what was wrong."""
     raw = text.encode("ascii", "replace") if isinstance(text, str) else bytes(text)
-    given = text if isinstance(text, str) else text.decode("latin-1")
-    shown = given[:40] + ("..." if len(given) > 40 else "")
     if not raw or len(raw) > len(str(hi)) or not _DIGITS.issuperset(raw):
+        # the value as given, cut short, only for the error (every request reads one)
+        given = text if isinstance(text, str) else text.decode("latin-1")
+        shown = given[:40] + ("..." if len(given) > 40 else "")
         raise InvalidInput(
             where, f"must be a whole number from {lo} to {hi} (ASCII digits), not {shown!r}"
         )

@@ -102,6 +102,8 @@ def test_the_common_post_skips_fastapis_machinery_and_answers_as_the_declared_ro
         (b'{"content": "hi", "output_retries": -1}', {"Content-Type": "application/json"}),
         (b"{not json", {"Content-Type": "application/json"}),
         (b"\xff\xfe", {"Content-Type": "application/json"}),
+        (b'{"content": "h\xffi"}', {"Content-Type": "application/json"}),  # not UTF-8
+        (b'{"content": "\\ud800"}', {"Content-Type": "application/json"}),  # a lone surrogate
         (b"", {"Content-Type": "application/json"}),
         (b"[" * 100_000, {"Content-Type": "application/json"}),  # over the body limit
         (b'{"content": "hi"}', {"Content-Type": "text/plain"}),

@@ -196,9 +196,17 @@ def _with_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
             if low == b"content-type" and value.startswith(b"text/html"):
                 html = True
     out = list(headers)
-    out.extend(pair for pair in HEADERS if pair[0] not in have)
+    out += _lacking(frozenset(have), html)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _lacking(have: frozenset[bytes], html: bool) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers an answer with the headers ``have`` (of those the Gate
+    adds) lacks: a few dozen sets at most, each worked out once."""
+    out = tuple(pair for pair in HEADERS if pair[0] not in have)
     if not html and _CSP[0] not in have:
-        out.append(_CSP)
+        out += (_CSP,)
     return out
 
 

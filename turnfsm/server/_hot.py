@@ -138,7 +138,10 @@ def _message(body: bytes) -> MessageIn | None:
     mode), or None when it would not pass or is nested deeper than a document
     may be (FastAPI then answers it, as it answers any body this leaves)."""
     try:
-        data: Any = loads_json(body, MAX_DOCUMENT_DEPTH)
+        if body[:2] == b'{"':  # json.loads would decode it as UTF-8: done here, unsniffed
+            data: Any = loads_json(body.decode("utf-8", "surrogatepass"), MAX_DOCUMENT_DEPTH)
+        else:
+            data = loads_json(body, MAX_DOCUMENT_DEPTH)
         return MessageIn.model_validate(data)
     except (ValueError, ValidationError):  # decode errors, too deep included, are ValueErrors
         return None

@@ -291,7 +291,7 @@ def key_value_line(_logger: Any, method_name: str, event: MutableMapping[str, An
     head = f"timestamp={stamp!r} level={method_name!r} event={event.pop('event', None)!r}"
     if not event:
         return head
-    return head + " " + " ".join(k + "=" + repr(v) for k, v in event.items())
+    return head + " " + " ".join([k + "=" + repr(v) for k, v in event.items()])
 
 
 class StartupFailed(RuntimeError):
