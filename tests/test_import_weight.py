@@ -6,7 +6,8 @@ structlog (with rich and pygments behind it) at ``import turnfsm`` once made
 every streamed chunk slower and the process larger. The
 engine imports these only when it first needs them (a log line that passes
 its level, the server, the OpenAI adapters, a PostgreSQL store, ``jsonschema``
-for the first output type given as a JSON Schema dict).
+for the first output type given as a JSON Schema dict, ``tenacity`` for the
+first retry policy made).
 
 Likewise the parts of turnfsm an engine on a memory store does not use: the
 SQLite, files and PostgreSQL stores (and ``sqlite3`` and ``asyncio`` behind
@@ -48,6 +49,7 @@ LAZY = (
     "prometheus_client",
     "temporalio",
     "jsonschema",
+    "tenacity",
 )
 
 LAZY_PARTS = (
@@ -168,6 +170,7 @@ LAZY_NAMES = [
     ("turnfsm.storage.FilesStore", "turnfsm.storage._files"),
     ("turnfsm.storage.PostgresStore", "turnfsm.storage._postgres"),
     ("turnfsm.adapters.inbound.import_context", "turnfsm.adapters.inbound.importers._detect"),
+    ("turnfsm.engine.wait_fixed", "tenacity.wait"),
 ]
 
 
@@ -256,6 +259,21 @@ print(sorted(n for n in ("EVENT_ADAPTER",) if n in vars(events)), len(records._A
 """
     out = fresh.run(code)
     assert out.stdout.split() == ["[]", "0", "False", "False", "False", "False"]
+
+
+def test_an_engine_imports_tenacity_for_its_retry_policy(fresh: Fresh) -> None:
+    code = """
+import sys
+from turnfsm import Engine, RetryPolicy
+before = "tenacity" in sys.modules
+engine = Engine()
+import tenacity
+from turnfsm import engine as module
+print(before, type(engine.retry_policy.wait) is tenacity.wait_random_exponential,
+      module.wait_exponential is tenacity.wait_exponential, "wait_fixed" in dir(module))
+"""
+    out = fresh.run(code)
+    assert out.stdout.split() == ["False", "True", "True", "True"]
 
 
 def test_lazily_built_names_work_when_first_used(fresh: Fresh) -> None:

@@ -77,6 +77,16 @@ def test_no_commands_help_imports_what_only_running_it_needs() -> None:
     assert "turnfsm.cli._chat_session" not in loaded
 
 
+def test_the_help_of_chat_and_replay_builds_no_pydantic_schema() -> None:
+    # the first schema built looks up pydantic's plugins (importlib.metadata and
+    # email behind it): ask_user's arguments and the replay script's model are
+    # built when a chat asks for the tool or a replay runs, not for the help
+    loaded = _modules_after(["chat", "--help"], ["resume", "--help"], ["replay", "--help"])
+    assert sorted(m for m in loaded if m.startswith("turnfsm.replay")) == []
+    assert "pydantic.plugin._loader" not in loaded
+    assert "importlib.metadata" not in loaded
+
+
 def test_chat_with_the_demo_model_starts_without_what_it_does_not_use() -> None:
     # stdin at its end: the chat opens its store and context, reads, and ends
     loaded = _modules_after(["chat", "--demo", "--store", "memory://"])

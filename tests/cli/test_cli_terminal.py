@@ -101,27 +101,31 @@ def test_ctrl_c_at_the_prompt_exits_130_at_once(tmp_path: Path) -> None:
         term.close()
 
 
-SLOW_SERVER = '''\
+# an MCP server whose call runs until it is stopped: the fault server of
+# tests/mcp_tools (on the standard library: it starts without importing an SDK)
+# with one more tool
+SLOW_SERVER = f"""\
 import os
 import sys
+import time
 
-import anyio
-from mcp.server.mcpserver import MCPServer
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "mcp_tools")!r})
+from fault_server import FaultServer, Tool, serve_stdio
 
-server = MCPServer("slow")
+server = FaultServer()
 
 
-@server.tool()
-async def slow() -> str:
-    """Say the server's process id in a file, then take ten minutes."""
+def slow(call):
+    \"\"\"Say the server's process id in a file, then take ten minutes.\"\"\"
     with open(sys.argv[1], "w") as f:
         f.write(str(os.getpid()))
-    await anyio.sleep(600)
+    time.sleep(600)
     return "done"
 
 
-server.run()
-'''
+server.tools["slow"] = Tool("slow", slow.__doc__, slow)
+serve_stdio(server)
+"""
 
 CALLS_SLOW = """\
 from turnfsm.adapters.llm.scripted import ScriptedLLM

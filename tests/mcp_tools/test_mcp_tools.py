@@ -1,5 +1,5 @@
 """Tools from MCP servers (turnfsm.tools.mcp), against the fault server of
-tests/mcp_tools (FastMCP) and a hand-written server that sends garbage: names,
+tests/mcp_tools (FastMCP's answers, written by hand) and a server that sends garbage: names,
 approval and annotations, results, faults, list changes, lifecycle.
 
 The reference servers from npm, MCP over HTTP and the CLI commands are in
@@ -231,7 +231,7 @@ async def test_text_images_resources_structured_content_and_errors_become_result
         turn = await engine.send(cid, "go")
     assert str(turn.state) == "Idle"
     got = results(turn)
-    assert got["t"] == (True, {"result": "hi"})  # FastMCP's structured form of a str
+    assert got["t"] == (True, {"result": "hi"})  # the structured form FastMCP gives a str
     ok, image = got["i"]
     assert ok
     [block] = image["content"]

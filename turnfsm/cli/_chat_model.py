@@ -12,7 +12,7 @@ from ..adapters.llm import LLMChunk, LLMRequest
 from ..engine import Mode
 from ..errors import LLMError
 from ..model import MessageType
-from ..tools import Tool, ask_user
+from ..tools import Tool
 from ._demo_tools import builtin_tools
 from ._errors import CLIError
 from ._imports import llm_label, load_llm, load_tools
@@ -122,6 +122,10 @@ class ModelSetup:
 def open_model(args: argparse.Namespace) -> ModelSetup:
     tools = builtin_tools()
     if getattr(args, "ask_user", False):
+        # imported when asked for: its arguments model is built on first use, and
+        # the first pydantic schema looks up pydantic's plugins (importlib.metadata)
+        from ..tools import ask_user
+
         tools.append(ask_user)
     tools += load_tools(getattr(args, "tools", None) or [])
     named = provider_named(args)

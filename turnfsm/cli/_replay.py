@@ -20,13 +20,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..replay import ReplayResult, ScriptError, load_script, replay
 from ._errors import CLIError, command_parser
 from ._store import open_cli_store
+
+if TYPE_CHECKING:
+    from ..replay import ReplayResult
 
 __all__ = ["add_parser"]
 
@@ -82,6 +84,8 @@ def _expand(paths: list[str]) -> list[Path]:
 
 
 async def _replay_in(script: Any, store_url: str | None) -> ReplayResult:
+    from ..replay import replay
+
     if store_url is None:
         return await replay(script)
     store, _ = open_cli_store(store_url)
@@ -89,6 +93,10 @@ async def _replay_in(script: Any, store_url: str | None) -> ReplayResult:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # the runner and the script's model are imported to run: building the model
+    # looks up pydantic's plugins, which --help and a usage error do not need
+    from ..replay import ScriptError, load_script
+
     files = _expand(args.paths)
     if args.trace_out and len(files) != 1:
         raise CLIError("--trace-out needs exactly one script")

@@ -1,5 +1,7 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
+from typing import TYPE_CHECKING, Any
+
 from ._client_tools import check_client_tools, check_tool_choice
 from ._client_view import client_calls
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
@@ -9,7 +11,8 @@ from ._modes import Mode
 from ._observing._hooks import Watch
 from ._observing._observers import Observer
 from ._recovery import Recovery
-from ._retry import RetryPolicy, wait_exponential, wait_fixed, wait_random_exponential
+from ._retry import WAITS as _WAITS
+from ._retry import RetryPolicy
 from ._subcontexts._summarizers import (
     DEFAULT_SUMMARY_PROMPT,
     FinalAnswer,
@@ -21,6 +24,9 @@ from ._subcontexts._tree import ContextTree, context_tree, delete_tree
 from ._subscribers import EngineSubscription, EventTap, Subscription
 from ._turn import Child, ChildInfo, Finished, Question, StopReason, Turn
 from ._worker import Worker
+
+if TYPE_CHECKING:
+    from ._retry import wait_exponential, wait_fixed, wait_random_exponential
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -60,3 +66,18 @@ __all__ = [
     "wait_fixed",
     "wait_random_exponential",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # tenacity's wait strategies are imported when first asked for (see _retry)
+    if name not in _WAITS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _retry
+
+    value = getattr(_retry, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WAITS})

@@ -3,25 +3,43 @@
 This is the only module that imports ``tenacity``: its wait strategies compute
 the backoff. A delay the provider asked for (``Retry-After``,
 ``retry-after-ms``, carried on the error) wins when present.
+
+``tenacity`` (with ``asyncio``'s futures, ``logging`` and ``inspect`` behind
+it) is imported by the first policy made, or the first wait strategy asked
+for here, not by ``import turnfsm``: ``turnfsm --help`` and a command's usage
+error make no engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import tenacity
-from tenacity.wait import wait_base
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, LLMError
 
+if TYPE_CHECKING:
+    from tenacity import wait_exponential, wait_fixed, wait_random_exponential
+    from tenacity.wait import wait_base
+
 __all__ = ["RetryPolicy", "wait_exponential", "wait_fixed", "wait_random_exponential"]
 
-wait_exponential = tenacity.wait_exponential
-wait_fixed = tenacity.wait_fixed
-wait_random_exponential = tenacity.wait_random_exponential
+WAITS = ("wait_exponential", "wait_fixed", "wait_random_exponential")
+"""tenacity's wait strategies named here (and in :mod:`turnfsm.engine`)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in WAITS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import tenacity
+
+    value = getattr(tenacity, name)
+    globals()[name] = value
+    return value
 
 
 def _default_wait() -> wait_base:
+    import tenacity
+
     return tenacity.wait_random_exponential(multiplier=0.5, max=30.0)
 
 
@@ -53,6 +71,8 @@ class RetryPolicy:
         """Seconds to wait before attempt ``attempt + 1``, after ``error`` failed ``attempt``."""
         if self.respect_retry_after and error.retry_after is not None:
             return min(max(error.retry_after, 0.0), self.max_retry_after)
+        import tenacity
+
         state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
         state.attempt_number = attempt
         return float(self.wait(state))
