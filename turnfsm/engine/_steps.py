@@ -20,8 +20,8 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import ToolCallRequest
 from ..model._detach import detached_fields
 from ..states import Change, State, Trigger
-from ..storage import Commit
-from ..storage._base import step_log
+from ..storage import Commit, CommitsWithoutWaiting, MemoryStore, Store
+from ..storage._base import StepLog, step_log
 from ..tools import ToolOutcome
 from . import _history
 from ._clock import from_timestamp
@@ -34,6 +34,8 @@ __all__ = [
     "build_commit",
     "change",
     "close_open_calls",
+    "commit_nowait_of",
+    "commit_recorded_of",
     "committed",
     "end_turn",
     "failed",
@@ -177,20 +179,50 @@ def publish(rt: Runtime, event: Event) -> bool:
     return pressed
 
 
-def build_commit(rt: Runtime, release: bool) -> Commit:
+def commit_nowait_of(store: Store) -> Callable[[Commit], None] | None:
+    """The store's commit as a plain call, when it declares one
+    (:class:`~turnfsm.storage.CommitsWithoutWaiting`)."""
+    if isinstance(store, CommitsWithoutWaiting):
+        return store.commit_nowait
+    return None
+
+
+Recorded = Callable[
+    [Commit, Sequence[tuple[str, str, str]], Sequence[tuple[str, dict[str, Any]]]], None
+]
+"""``MemoryStore._commit_recorded``: a commit whose steps are given as the
+machine recorded them."""
+
+
+def commit_recorded_of(store: Store) -> Recorded | None:
+    """The memory store's commit given the steps as the machine recorded them:
+    it keeps them as rows of their fields, so the engine makes no ``StepLog``
+    for it to take apart again. ``None`` for any other store, and for a
+    memory store's subclass whose commit does more."""
+    if isinstance(store, MemoryStore):
+        return store._commit_recorded
+    return None
+
+
+def build_commit(rt: Runtime, release: bool, recorded: bool = False) -> Commit:
     """The commit of what changed since the last one. ``release``: the store
-    ends the call's lease with it (the caller checked that it can)."""
+    ends the call's lease with it (the caller checked that it can).
+    ``recorded``: the store is given the steps as the machine recorded them
+    (``holder.steps`` and ``rt.changes``, see ``MemoryStore._commit_recorded``),
+    and the commit's ``steps`` are left empty."""
     ctx = rt.ctx
     holder = rt.holder
     at = from_timestamp(rt.settings.clock.time(), UTC)
     version = ctx.version + 1
-    steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
-    for a, t, b in holder.steps:
-        steps.append(step_log(version, a, t, b, at))
-    if rt.changes:
-        state = holder.state
-        for c, detail in rt.changes:
-            steps.append(step_log(version, state, c, state, at, detail))
+    steps: list[StepLog] = []
+    if not recorded:
+        # a loop, not a comprehension: a commit has a step or two, and no frame
+        for a, t, b in holder.steps:
+            steps.append(step_log(version, a, t, b, at))
+        if rt.changes:
+            state = holder.state
+            for c, detail in rt.changes:
+                steps.append(step_log(version, state, c, state, at, detail))
     appended = rt.appended or []  # the commit's own list (none since the last: a new one)
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
