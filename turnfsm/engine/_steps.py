@@ -29,6 +29,8 @@ from ._defaults import ignore
 from ._history import Result
 from ._runtime import CLAIM, HELD, RELEASED, Runtime
 
+_new = object.__new__
+
 __all__ = [
     "add_results",
     "build_commit",
@@ -234,28 +236,29 @@ def build_commit(rt: Runtime, release: bool, recorded: bool = False) -> Commit:
             appended[i] = (appended[i][0], node)
         replaced = [n for n in replaced if n.id not in new]
     lease = rt.lease
-    # by position, in the order of Commit's fields (tests/engine/test_commit_fields.py
-    # pins it): a class called with keywords has them packed into a dict for
-    # __init__ to take apart again, on every commit
-    return Commit(
-        ctx.id,  # context_id
-        ctx.version,  # expected_version
-        version,
-        holder.state,  # state
-        at,  # updated_at
-        ctx.progress,  # progress
-        rt.seq,  # event_seq
-        steps,
-        appended,
-        replaced,
-        rt.branches or [],  # branches
-        ctx.active_branch_name if rt.active_changed else None,  # active_branch
-        ctx.config if rt.config_changed else None,  # config
-        lease.token if lease is not None else None,  # lease_token
-        lease if rt.lease_status is CLAIM else None,  # take_lease
-        lease.owner if lease is not None else None,  # lease_owner
-        release,  # release_lease
-    )
+    # each field written on the slots, as ``step_log`` makes its records: a
+    # dataclass made by a class call runs ``type.__call__`` and a generated
+    # ``__init__`` of seventeen arguments, on every commit
+    # (tests/engine/test_commit_fields.py holds the result to the class's record)
+    commit = _new(Commit)
+    commit.context_id = ctx.id
+    commit.expected_version = ctx.version
+    commit.version = version
+    commit.state = holder.state
+    commit.updated_at = at
+    commit.progress = ctx.progress
+    commit.event_seq = rt.seq
+    commit.steps = steps
+    commit.appended = appended
+    commit.replaced = replaced
+    commit.branches = rt.branches or []
+    commit.active_branch = ctx.active_branch_name if rt.active_changed else None
+    commit.config = ctx.config if rt.config_changed else None
+    commit.lease_token = lease.token if lease is not None else None
+    commit.take_lease = lease if rt.lease_status is CLAIM else None
+    commit.lease_owner = lease.owner if lease is not None else None
+    commit.release_lease = release
+    return commit
 
 
 _NONE: tuple[Event, ...] = ()
