@@ -1,6 +1,6 @@
-"""What each commit of a call carries, field by field: the engine builds its
-commits by position (``_steps.build_commit``), so a field out of place would
-store one fact under another's name."""
+"""What each commit of a call carries, field by field: the engine writes its
+commits' slots one by one (``_steps.build_commit``), so a field left out or
+out of place would store one fact under another's name, or none."""
 
 from __future__ import annotations
 
@@ -84,3 +84,17 @@ async def test_each_commit_carries_its_own_facts_under_their_names() -> None:
     assert all(c.take_lease is None for i, c in enumerate(commits) if i != first_call)
     assert [len(c.appended) for c in commits].count(0) < len(commits)
     assert ctx.version == commits[-1].version and ctx.current_state == commits[-1].state
+
+
+async def test_each_commit_is_the_record_the_class_makes_of_its_fields() -> None:
+    store = _Recording()
+    engine, _, _ = make_engine([{"text": "one"}], store=store)
+    async with engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")
+    assert store.commits
+    names = [f.name for f in dataclasses.fields(Commit)]
+    for c in store.commits:
+        assert type(c) is Commit
+        made = Commit(**{name: getattr(c, name) for name in names})  # every slot set
+        assert made == c and repr(made) == repr(c)

@@ -109,3 +109,46 @@ async def test_the_steps_come_back_as_they_were_committed() -> None:
             assert getattr(a, name) is getattr(b, name), name
     assert got[0].at is not got[1].at  # each commit its own time
     assert await store.steps("c") == got  # reading makes them again, the same
+
+
+def test_a_subclass_whose_commit_does_more_is_not_given_the_steps_as_recorded() -> None:
+    class Counting(MemoryStore):
+        async def commit(self, commit: Any) -> None:
+            await super().commit(commit)
+
+    class Quiet(MemoryStore):
+        def commit_nowait(self, commit: Any) -> None:
+            super().commit_nowait(commit)
+
+    assert MemoryStore()._commit_recorded is not None
+    assert Counting._commit_recorded is None
+    assert Quiet._commit_recorded is None
+
+
+@pytest.mark.anyio
+async def test_the_steps_given_as_recorded_are_those_a_commit_would_carry() -> None:
+    """The engine gives the memory store its steps as the machine recorded
+    them; a subclass whose commit does more gets them as ``commit.steps``.
+    Both keep the same records for the same calls: transitions, and changes
+    with their details."""
+    import pickle
+
+    from kit import make_engine
+
+    class Plain(MemoryStore):
+        async def commit(self, commit: Any) -> None:
+            await super().commit(commit)
+
+    kept = []
+    for store in (MemoryStore(), Plain()):
+        engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}], store=store)
+        async with engine:
+            cid = await engine.create_context()
+            await engine.send(cid, "first")
+            await engine.update_config(cid, title="t")
+            await engine.send(cid, "second")
+        kept.append(await store.steps(cid))
+    recorded, carried = kept
+    assert any(s.detail for s in recorded) and len(recorded) > 4
+    assert recorded == carried
+    assert pickle.dumps(recorded) == pickle.dumps(carried)

@@ -29,7 +29,7 @@ import anyio
 
 from ..model import ApprovalStatus, ToolCallRequest, detached
 from ..states import RESTING, Effect, State, Trigger, TurnMachine
-from ..storage import Commit, CommitsWithoutWaiting, Lease, LeasesInCommits, Store
+from ..storage import Lease, LeasesInCommits
 from . import (
     _backoff,
     _call_llm,
@@ -49,7 +49,7 @@ from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
 from ._settings import Settings
-from ._steps import build_commit, committed, fire, publish
+from ._steps import build_commit, commit_nowait_of, commit_recorded_of, committed, fire, publish
 from ._subscribers import yield_to_readers
 from ._turn import Question, Turn, new_turn
 
@@ -82,14 +82,6 @@ Start = Callable[[Runtime], Awaitable[None]]
 """What a public call does first: check against the loaded context, take its trigger."""
 
 
-def _commit_nowait(store: Store) -> Callable[[Commit], None] | None:
-    """The store's commit as a plain call, when it declares one
-    (:class:`~turnfsm.storage.CommitsWithoutWaiting`)."""
-    if isinstance(store, CommitsWithoutWaiting):
-        return store.commit_nowait
-    return None
-
-
 class Driver:
     """What the engine is made of (its settings, the loaded contexts, the
     machine) and the loop that drives one call: the engine's own
@@ -99,7 +91,8 @@ class Driver:
         self.settings = settings
         """The engine's settings (replaced as a whole when one changes)."""
         store = settings.store
-        self.commit_nowait = _commit_nowait(store)
+        self.commit_nowait = commit_nowait_of(store)
+        self.commit_recorded = commit_recorded_of(store)
         self.leases_in_commits = (
             isinstance(store, LeasesInCommits) and store.leases_in_commits is True
         )
@@ -430,12 +423,16 @@ class Driver:
         ``release``: this is the call's last commit, and the store ends the
         call's lease with it (when the store can: ``leases_in_commits``)."""
         status = rt.lease_status
+        recorded = self.commit_recorded
         commit = build_commit(
             rt,
             release and self.leases_in_commits and rt.lease is not None and status is not RELEASED,
+            recorded is not None,
         )
         try:
-            if self.commit_nowait is not None:  # a store that never waits needs no shield
+            if recorded is not None:  # in memory too, and given the steps as they are
+                recorded(commit, rt.holder.steps, rt.changes)
+            elif self.commit_nowait is not None:  # a store that never waits needs no shield
                 self.commit_nowait(commit)
             else:
                 with anyio.CancelScope(shield=True):

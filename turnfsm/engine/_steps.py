@@ -20,8 +20,8 @@ from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, Tu
 from ..model import ToolCallRequest
 from ..model._detach import detached_fields
 from ..states import Change, State, Trigger
-from ..storage import Commit
-from ..storage._base import step_log
+from ..storage import Commit, CommitsWithoutWaiting, MemoryStore, Store
+from ..storage._base import StepLog, step_log
 from ..tools import ToolOutcome
 from . import _history
 from ._clock import from_timestamp
@@ -29,11 +29,15 @@ from ._defaults import ignore
 from ._history import Result
 from ._runtime import CLAIM, HELD, RELEASED, Runtime
 
+_new = object.__new__
+
 __all__ = [
     "add_results",
     "build_commit",
     "change",
     "close_open_calls",
+    "commit_nowait_of",
+    "commit_recorded_of",
     "committed",
     "end_turn",
     "failed",
@@ -177,20 +181,50 @@ def publish(rt: Runtime, event: Event) -> bool:
     return pressed
 
 
-def build_commit(rt: Runtime, release: bool) -> Commit:
+def commit_nowait_of(store: Store) -> Callable[[Commit], None] | None:
+    """The store's commit as a plain call, when it declares one
+    (:class:`~turnfsm.storage.CommitsWithoutWaiting`)."""
+    if isinstance(store, CommitsWithoutWaiting):
+        return store.commit_nowait
+    return None
+
+
+Recorded = Callable[
+    [Commit, Sequence[tuple[str, str, str]], Sequence[tuple[str, dict[str, Any]]]], None
+]
+"""``MemoryStore._commit_recorded``: a commit whose steps are given as the
+machine recorded them."""
+
+
+def commit_recorded_of(store: Store) -> Recorded | None:
+    """The memory store's commit given the steps as the machine recorded them:
+    it keeps them as rows of their fields, so the engine makes no ``StepLog``
+    for it to take apart again. ``None`` for any other store, and for a
+    memory store's subclass whose commit does more."""
+    if isinstance(store, MemoryStore):
+        return store._commit_recorded
+    return None
+
+
+def build_commit(rt: Runtime, release: bool, recorded: bool = False) -> Commit:
     """The commit of what changed since the last one. ``release``: the store
-    ends the call's lease with it (the caller checked that it can)."""
+    ends the call's lease with it (the caller checked that it can).
+    ``recorded``: the store is given the steps as the machine recorded them
+    (``holder.steps`` and ``rt.changes``, see ``MemoryStore._commit_recorded``),
+    and the commit's ``steps`` are left empty."""
     ctx = rt.ctx
     holder = rt.holder
     at = from_timestamp(rt.settings.clock.time(), UTC)
     version = ctx.version + 1
-    steps = []  # a loop, not a comprehension: a commit has a step or two, and no frame
-    for a, t, b in holder.steps:
-        steps.append(step_log(version, a, t, b, at))
-    if rt.changes:
-        state = holder.state
-        for c, detail in rt.changes:
-            steps.append(step_log(version, state, c, state, at, detail))
+    steps: list[StepLog] = []
+    if not recorded:
+        # a loop, not a comprehension: a commit has a step or two, and no frame
+        for a, t, b in holder.steps:
+            steps.append(step_log(version, a, t, b, at))
+        if rt.changes:
+            state = holder.state
+            for c, detail in rt.changes:
+                steps.append(step_log(version, state, c, state, at, detail))
     appended = rt.appended or []  # the commit's own list (none since the last: a new one)
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
@@ -202,28 +236,29 @@ def build_commit(rt: Runtime, release: bool) -> Commit:
             appended[i] = (appended[i][0], node)
         replaced = [n for n in replaced if n.id not in new]
     lease = rt.lease
-    # by position, in the order of Commit's fields (tests/engine/test_commit_fields.py
-    # pins it): a class called with keywords has them packed into a dict for
-    # __init__ to take apart again, on every commit
-    return Commit(
-        ctx.id,  # context_id
-        ctx.version,  # expected_version
-        version,
-        holder.state,  # state
-        at,  # updated_at
-        ctx.progress,  # progress
-        rt.seq,  # event_seq
-        steps,
-        appended,
-        replaced,
-        rt.branches or [],  # branches
-        ctx.active_branch_name if rt.active_changed else None,  # active_branch
-        ctx.config if rt.config_changed else None,  # config
-        lease.token if lease is not None else None,  # lease_token
-        lease if rt.lease_status is CLAIM else None,  # take_lease
-        lease.owner if lease is not None else None,  # lease_owner
-        release,  # release_lease
-    )
+    # each field written on the slots, as ``step_log`` makes its records: a
+    # dataclass made by a class call runs ``type.__call__`` and a generated
+    # ``__init__`` of seventeen arguments, on every commit
+    # (tests/engine/test_commit_fields.py holds the result to the class's record)
+    commit = _new(Commit)
+    commit.context_id = ctx.id
+    commit.expected_version = ctx.version
+    commit.version = version
+    commit.state = holder.state
+    commit.updated_at = at
+    commit.progress = ctx.progress
+    commit.event_seq = rt.seq
+    commit.steps = steps
+    commit.appended = appended
+    commit.replaced = replaced
+    commit.branches = rt.branches or []
+    commit.active_branch = ctx.active_branch_name if rt.active_changed else None
+    commit.config = ctx.config if rt.config_changed else None
+    commit.lease_token = lease.token if lease is not None else None
+    commit.take_lease = lease if rt.lease_status is CLAIM else None
+    commit.lease_owner = lease.owner if lease is not None else None
+    commit.release_lease = release
+    return commit
 
 
 _NONE: tuple[Event, ...] = ()

@@ -72,6 +72,27 @@ def _made_again(kept: list[Any]) -> list[StepLog]:
     return out
 
 
+def _keep_logs(kept: list[Any], steps: list[StepLog]) -> None:
+    """Add a commit's ``steps`` to ``kept`` (``_Record.steps``)."""
+    for s in steps:
+        if s.detail is None and s.lease_token is None and s.lease_owner is None:
+            kept += (s.version, s.from_state, s.trigger, s.to_state, s.at)
+        else:
+            kept += (_AS_IS, s)
+
+
+def _keep_changes(
+    kept: list[Any], commit: Commit, changes: Sequence[tuple[str, dict[str, Any]]]
+) -> None:
+    """Add the records of ``changes`` (see ``MemoryStore._commit_recorded``)
+    to ``kept``: each has a detail, so each is kept as it is."""
+    version = commit.version
+    at = commit.updated_at
+    state = commit.state
+    for c, detail in changes:
+        kept += (_AS_IS, step_log(version, state, c, state, at, detail))
+
+
 class MemoryStore(Store):
     leases_in_commits = True
     """``Commit.take_lease`` and ``Commit.release_lease`` are honoured (see
@@ -110,19 +131,39 @@ class MemoryStore(Store):
         )
 
     async def commit(self, commit: Commit) -> None:
-        MemoryStore.commit_nowait(self, commit)  # also where a subclass set it to None
+        MemoryStore._commit_recorded(self, commit, (), ())  # also where a subclass set it to None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "commit" in vars(cls) and "commit_nowait" not in vars(cls):
+        own = vars(cls)
+        if "commit" in own and "commit_nowait" not in own:
             # a subclass whose commit does more: the engine must go through it
             cls.commit_nowait = None  # type: ignore[assignment]
+        if "commit" in own or "commit_nowait" in own:
+            # nor may the engine go round it with the steps as recorded
+            cls._commit_recorded = None  # type: ignore[assignment]
 
     def commit_nowait(self, commit: Commit) -> None:
         """:meth:`commit` without an await (see
         :class:`~turnfsm.storage.CommitsWithoutWaiting`): the engine calls it
         directly, since a store in memory never waits. A subclass that
         overrides ``commit`` alone has ``commit_nowait = None``."""
+        MemoryStore._commit_recorded(self, commit, (), ())
+
+    def _commit_recorded(
+        self,
+        commit: Commit,
+        recorded: Sequence[tuple[str, str, str]],
+        changes: Sequence[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """:meth:`commit_nowait` of a commit whose steps come as the engine's
+        machine recorded them rather than as ``commit.steps``: each transition
+        a ``(from_state, trigger, to_state)``, then each change with its
+        detail at ``commit.state``, all at the commit's version and time. The
+        store keeps them as rows (see ``_Record.steps``), so the engine makes
+        no ``StepLog`` for it to take apart again. ``commit.steps`` (none,
+        from the engine) come first. ``None`` on a subclass that overrides
+        ``commit`` or ``commit_nowait``: the engine then goes through those."""
         cid = commit.context_id
         rec = self._records.get(cid)  # ``_get`` and the fence written out: every commit runs them
         if rec is None:
@@ -156,14 +197,16 @@ class MemoryStore(Store):
             branches[name].message_ids.append(node.id)
         for node in replaced:
             pool[node.id] = node
-        steps = commit.steps
-        if steps:  # written out here, not called: every commit of a step runs it
-            kept = rec.steps
-            for s in steps:
-                if s.detail is None and s.lease_token is None and s.lease_owner is None:
-                    kept += (s.version, s.from_state, s.trigger, s.to_state, s.at)
-                else:
-                    kept += (_AS_IS, s)
+        kept = rec.steps
+        if commit.steps:
+            _keep_logs(kept, commit.steps)
+        # the engine's every step: written out here, not called
+        version = commit.version
+        at = commit.updated_at
+        for source, trigger, dest in recorded:
+            kept += (version, source, trigger, dest, at)
+        if changes:
+            _keep_changes(kept, commit, changes)
         # plain field writes on the store's own copy
         commit.apply_head(head)
         if take is not None:
