@@ -32,7 +32,6 @@ from ..engine import (
     FinalAnswer,
     RetryPolicy,
     SequentialIds,
-    wait_exponential,
 )
 from ..engine._defaults import default_logger as _default_logger
 from ..enhancers import Compaction
@@ -354,6 +353,8 @@ def build_engine(
         else _subtask_tool(t.name, t.description, t.approval, t.subtask)
         for t in script.tools
     ]
+    from ..engine import wait_exponential  # tenacity, with the first policy made
+
     retry = RetryPolicy(
         max_attempts=cfg.retry.max_attempts,
         wait=wait_exponential(multiplier=cfg.retry.initial_delay, max=cfg.retry.max_delay),
