@@ -1,11 +1,8 @@
-"""``MessageMetadata.extra`` made on first read, and the rare fields kept in one slot.
+"""``MessageMetadata.extra`` made on first read.
 
 Most messages never have an ``extra``, and a conversation kept in memory held
 an empty dict per message for it. The dict is made when ``extra`` is first
 read; to a user it is the dict it always was, and the stored JSON is the same.
-Likewise the fields few messages have (a refusal, reasoning items, a phase; an
-incomplete reason, log probabilities, a provider's reason, a cancel) share one
-slot per record, and read, compare, dump and pickle as the fields they were.
 """
 
 from __future__ import annotations
@@ -92,53 +89,3 @@ async def test_a_tool_loop_turn_keeps_no_empty_extra_per_message() -> None:
         assert [m.metadata.extra for m in turn.messages] == [{}, {}, {}, {}]
         ctx = await engine.get_context(cid)
         assert [n.message.metadata.extra for n in ctx.history()] == [{}, {}, {}, {}]
-
-
-def _slots(cls: type) -> list[str]:
-    return [name for c in cls.__mro__ for name in c.__dict__.get("__slots__", ())]
-
-
-def test_rare_fields_share_one_slot_and_read_as_fields() -> None:
-    """A message's and its metadata's rare fields are kept together in
-    ``_rare``: eight slots each, none for the rare fields, and to a user they
-    are fields as before (set, read, compared, copied, dumped)."""
-    assert len(_slots(MessageMetadata)) == 8 and len(_slots(InternalMessage)) == 8
-    rare_meta = ("incomplete_reason", "logprobs", "provider_reason", "cancelled", "extra")
-    assert not set(rare_meta) & set(_slots(MessageMetadata))
-    assert not {"refusal", "reasoning", "phase"} & set(_slots(InternalMessage))
-    meta = MessageMetadata(created_at=AT)
-    assert (meta.incomplete_reason, meta.logprobs, meta.provider_reason) == (None, None, None)
-    assert meta.cancelled is False and meta._rare is None
-    meta.cancelled = True
-    meta.logprobs = [{"token": "a"}]
-    assert meta.cancelled is True and meta.logprobs == [{"token": "a"}]
-    assert meta == MessageMetadata(created_at=AT, cancelled=True, logprobs=[{"token": "a"}])
-    meta.cancelled = False
-    meta.logprobs = None
-    assert meta._rare is None and meta == MessageMetadata(created_at=AT)
-    message = InternalMessage(role=Role.ASSISTANT, metadata=meta, refusal="no", phase="p")
-    assert (message.refusal, message.reasoning, message.phase) == ("no", None, "p")
-    assert "refusal='no', reasoning=None, phase='p'" in repr(message)
-    message.refusal = None
-    message.phase = None
-    assert message._rare is None and message.content == []
-    assert message == InternalMessage(role=Role.ASSISTANT, metadata=MessageMetadata(created_at=AT))
-    message.reasoning = []
-    assert message.reasoning == [] and message._rare is not None
-    dumped = records.to_json(message)
-    assert records.from_json(InternalMessage, dumped) == message
-
-
-def test_a_record_pickles_as_with_one_slot_per_field() -> None:
-    """The state a record pickles with is what it was when each field had a
-    slot: every field by name, in order (and the metadata's ``_extra``)."""
-    meta = MessageMetadata(created_at=AT, model="m", incomplete_reason="pause_turn", cancelled=True)
-    message = InternalMessage(role=Role.ASSISTANT, metadata=meta, refusal="no", thinking="t")
-    for record, more in ((meta, ["_extra"]), (message, [])):
-        names = [f.name for f in dataclasses.fields(record)] + more
-        _, state = record.__reduce_ex__(4)[2]
-        assert list(state) == names
-        assert state == {name: getattr(record, name) for name in names}
-        again = pickle.loads(pickle.dumps(record))
-        assert again == record and repr(again) == repr(record)
-        assert again._rare == record._rare

@@ -308,8 +308,10 @@ def with_calls(m: InternalMessage, calls: list[ToolCallRequest]) -> InternalMess
         message_type=m.message_type,
         metadata=m.metadata,
         thinking=m.thinking,
+        refusal=m.refusal,
+        reasoning=m.reasoning,
+        phase=m.phase,
     )
-    copy._rare = m._rare  # refusal, reasoning and phase, kept together and unchanged
     return copy
 
 

@@ -203,22 +203,16 @@ def to_chat_message(msg: InternalMessage) -> dict[str, Any]:
             out["tool_calls"] = (
                 [_chat_call(calls[0])] if len(calls) == 1 else [_chat_call(c) for c in calls]
             )
-        rare = msg._rare  # refusal, reasoning, phase: None when it has none of them
-        if rare is None:
-            if not calls and out["content"] is None:
-                out["content"] = ""
-            return out
-        refusal, reasoning, phase = rare
-        if not calls and out["content"] is None and refusal is None:
+        elif out["content"] is None and msg.refusal is None:
             out["content"] = ""
-        if refusal is not None:
-            out["refusal"] = refusal
-        if reasoning or phase is not None:
+        if msg.refusal is not None:
+            out["refusal"] = msg.refusal
+        if msg.reasoning or msg.phase is not None:
             extra: dict[str, Any] = {}
-            if reasoning:
-                extra["reasoning"] = [_reasoning_json(r) for r in reasoning]
-            if phase is not None:
-                extra["phase"] = phase
+            if msg.reasoning:
+                extra["reasoning"] = [_reasoning_json(r) for r in msg.reasoning]
+            if msg.phase is not None:
+                extra["phase"] = msg.phase
             out[RESPONSES_KEY] = extra
         return out
     if role is _FRONTEND_OPERATOR:

@@ -63,27 +63,19 @@ def _usage(u: TokenUsage) -> TokenUsage:
 
 
 def _metadata(m: MessageMetadata) -> MessageMetadata:
-    copy = MessageMetadata(
+    return MessageMetadata(
         created_at=m.created_at,
         model=m.model,
         usage=None if m.usage is None else _usage(m.usage),
         attempt=m.attempt,
         iteration=m.iteration,
         finish_reason=m.finish_reason,
+        cancelled=m.cancelled,
         extra=_json(extra) if (extra := extra_of(m)) else None,
+        incomplete_reason=m.incomplete_reason,
+        logprobs=None if m.logprobs is None else _json(m.logprobs),
+        provider_reason=m.provider_reason,
     )
-    # the rare fields read at once from where they are kept together (each
-    # read through its own descriptor is a Python call; every message copies)
-    rare = m._rare  # incomplete_reason, logprobs, provider_reason, cancelled
-    if rare is not None:
-        reason, logprobs, provider_reason, cancelled = rare
-        copy._rare = (
-            reason,
-            None if logprobs is None else _json(logprobs),
-            provider_reason,
-            cancelled,
-        )
-    return copy
 
 
 def _call(c: ToolCallRequest) -> ToolCallRequest:
@@ -124,7 +116,8 @@ def _reasoning(r: ReasoningItem) -> ReasoningItem:
 def _message(m: InternalMessage) -> InternalMessage:
     calls = m.tool_calls
     result = m.tool_result
-    copy = InternalMessage(
+    reasoning = m.reasoning
+    return InternalMessage(
         role=m.role,
         content=list(m.content),  # the parts themselves cannot change
         tool_calls=None if calls is None else [_call(c) for c in calls],
@@ -132,16 +125,10 @@ def _message(m: InternalMessage) -> InternalMessage:
         message_type=m.message_type,
         metadata=_metadata(m.metadata),
         thinking=m.thinking,
+        refusal=m.refusal,
+        reasoning=None if reasoning is None else [_reasoning(r) for r in reasoning],
+        phase=m.phase,
     )
-    rare = m._rare  # refusal, reasoning, phase: read at once, as in _metadata
-    if rare is not None:
-        refusal, reasoning, phase = rare
-        copy._rare = (
-            refusal,
-            None if reasoning is None else [_reasoning(r) for r in reasoning],
-            phase,
-        )
-    return copy
 
 
 def _node(n: MessageNode) -> MessageNode:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     ConfigDict,
@@ -264,35 +264,13 @@ normally, and the outcome each gives."""
 
 
 class _ExtraSlot:
-    """Where ``MessageMetadata.extra`` and its four rare fields are kept (see there)."""
+    """Where ``MessageMetadata.extra`` is kept (see there)."""
 
-    __slots__ = ("_extra", "_rare")
+    __slots__ = ("_extra",)
     _extra: dict[str, Any] | None
-    _rare: tuple[str | None, list[Any] | None, str | None, bool] | None
 
 
-_T = TypeVar("_T")
-
-
-def _slots(*stored: str) -> Callable[[type[_T]], type[_T]]:
-    """A dataclass made again with ``stored`` as its own slots: what
-    ``dataclass(slots=True)`` does, but for the fields named only, so that the
-    others (kept elsewhere, read through a descriptor) take no slot."""
-
-    def remake(cls: type[_T]) -> type[_T]:
-        body = dict(cls.__dict__)
-        for name in (*stored, "__dict__", "__weakref__"):
-            body.pop(name, None)
-        body["__slots__"] = stored
-        made: type[_T] = type(cls.__name__, cls.__bases__, body)
-        made.__qualname__ = cls.__qualname__
-        return made
-
-    return remake
-
-
-@_slots("created_at", "model", "usage", "attempt", "iteration", "finish_reason")
-@dataclass(kw_only=True, init=False)
+@dataclass(slots=True, kw_only=True, init=False)
 class MessageMetadata(_ExtraSlot):
     """What is known about a message besides its content.
 
@@ -316,13 +294,9 @@ class MessageMetadata(_ExtraSlot):
     # conversation kept in memory held an empty dict per message. Until then
     # ``_extra`` holds ``None`` (``extra=None`` to the constructor, or
     # assigned, means the same); the engine reads it with :func:`extra_of`,
-    # which makes nothing. ``incomplete_reason``, ``logprobs``,
-    # ``provider_reason`` and ``cancelled``, which few messages have, are kept
-    # together in ``_rare`` (``None`` when all four are their defaults).
-    # Neither ``extra`` nor those four take a slot of their own (``_slots``):
-    # with a slot per field the record was two size classes of the allocator
-    # larger, for every message an engine or a store keeps (docs/benchmarks.md).
-    # ``__getstate__`` gives what the record pickled as with one slot per field.
+    # which makes nothing. ``_extra`` is a slot of its own, not the field's
+    # (which stays unused: the object's size class is the same with it), so
+    # that the constructor and ``extra_of`` use it as plain attribute.
 
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     created_at: datetime
@@ -358,31 +332,11 @@ class MessageMetadata(_ExtraSlot):
         self.attempt = attempt
         self.iteration = iteration
         self.finish_reason = finish_reason
-        self._extra = extra
-        self._rare = (
-            None
-            if incomplete_reason is None
-            and logprobs is None
-            and provider_reason is None
-            and cancelled is False
-            else (incomplete_reason, logprobs, provider_reason, cancelled)
-        )
-
-    def __getstate__(self) -> tuple[None, dict[str, Any]]:
-        return None, {
-            "created_at": self.created_at,
-            "model": self.model,
-            "usage": self.usage,
-            "attempt": self.attempt,
-            "iteration": self.iteration,
-            "finish_reason": self.finish_reason,
-            "cancelled": self.cancelled,
-            "extra": self.extra,
-            "incomplete_reason": self.incomplete_reason,
-            "logprobs": self.logprobs,
-            "provider_reason": self.provider_reason,
-            "_extra": self._extra,
-        }
+        self.cancelled = cancelled
+        self._extra = extra  # type: ignore[misc]  # mypy does not see _ExtraSlot's slot
+        self.incomplete_reason = incomplete_reason
+        self.logprobs = logprobs
+        self.provider_reason = provider_reason
 
 
 class _ExtraMadeOnRead:
@@ -402,39 +356,7 @@ class _ExtraMadeOnRead:
         obj._extra = value
 
 
-class _Rare:
-    """One of the fields a record keeps together in its ``_rare``: item
-    ``index``, where ``defaults`` are the fields' defaults (``_rare`` is
-    ``None`` while all of them are)."""
-
-    __slots__ = ("_default", "_defaults", "_index")
-
-    def __init__(self, index: int, defaults: tuple[Any, ...]) -> None:
-        self._index = index
-        self._defaults = defaults
-        self._default = defaults[index]
-
-    def __get__(self, obj: _ExtraSlot | _RareSlot | None, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        rare = getattr(obj, "_rare", None)  # unset in a record being unpickled or validated
-        return self._default if rare is None else rare[self._index]
-
-    def __set__(self, obj: _ExtraSlot | _RareSlot, value: Any) -> None:
-        defaults = self._defaults
-        rare = getattr(obj, "_rare", None)
-        values = list(defaults if rare is None else rare)
-        values[self._index] = value
-        kept = all(v is d for v, d in zip(values, defaults, strict=True))
-        obj._rare = None if kept else tuple(values)
-
-
-_METADATA_RARE = (None, None, None, False)
-MessageMetadata.extra = _ExtraMadeOnRead()  # type: ignore[assignment]  # it has no slot
-MessageMetadata.incomplete_reason = _Rare(0, _METADATA_RARE)  # type: ignore[assignment]
-MessageMetadata.logprobs = _Rare(1, _METADATA_RARE)  # type: ignore[assignment]
-MessageMetadata.provider_reason = _Rare(2, _METADATA_RARE)  # type: ignore[assignment]
-MessageMetadata.cancelled = _Rare(3, _METADATA_RARE)  # type: ignore[assignment]
+MessageMetadata.extra = _ExtraMadeOnRead()  # type: ignore[assignment,misc]  # its slot unused
 _NO_EXTRA: Mapping[str, Any] = {}
 """What :func:`extra_of` gives for a message without ``extra``: a plain dict
 (its ``get`` is faster than a read-only proxy's), never changed."""
@@ -482,28 +404,9 @@ class ReasoningItem:
     position: Annotated[int, Field(ge=0, exclude_if=_is_zero)] = 0
 
 
-class _RareSlot:
-    """Where ``InternalMessage``'s three rare fields are kept (see there)."""
-
-    __slots__ = ("_rare",)
-    _rare: tuple[str | None, list[ReasoningItem] | None, str | None] | None
-
-
-_NEW_LIST: Any = object()
-"""``InternalMessage(content=...)`` not given: a new empty list."""
-
-
-@_slots("role", "content", "tool_calls", "tool_result", "message_type", "metadata", "thinking")
-@dataclass(kw_only=True, init=False)
-class InternalMessage(_RareSlot):
+@dataclass(slots=True, kw_only=True)
+class InternalMessage:
     """The one message shape every provider format is converted to and from."""
-
-    # ``refusal``, ``reasoning`` and ``phase``, which few answers have, are
-    # kept together in ``_rare`` (``None`` when all three are), as
-    # ``MessageMetadata`` keeps its rare fields: with a slot per field a
-    # message was a size class of the allocator larger.
-    # Readers on a request's path (the chat format, ``outcome``) read
-    # ``_rare`` once.
 
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
     role: Role
@@ -521,47 +424,6 @@ class InternalMessage(_RareSlot):
     phase: Annotated[str | None, Field(exclude_if=_is_none)] = None
     """The Responses API's ``phase`` of the answer's message (``commentary``,
     ``final_answer``), sent back as it came."""
-
-    def __init__(
-        self,
-        *,
-        role: Role,
-        content: list[ContentPart] = _NEW_LIST,
-        tool_calls: list[ToolCallRequest] | None = None,
-        tool_result: ToolCallResult | None = None,
-        message_type: MessageType = MessageType.TEXT,
-        metadata: MessageMetadata,
-        thinking: str | None = None,
-        refusal: str | None = None,
-        reasoning: list[ReasoningItem] | None = None,
-        phase: str | None = None,
-    ) -> None:
-        self.role = role
-        self.content = [] if content is _NEW_LIST else content
-        self.tool_calls = tool_calls
-        self.tool_result = tool_result
-        self.message_type = message_type
-        self.metadata = metadata
-        self.thinking = thinking
-        self._rare = (
-            None
-            if refusal is None and reasoning is None and phase is None
-            else (refusal, reasoning, phase)
-        )
-
-    def __getstate__(self) -> tuple[None, dict[str, Any]]:
-        return None, {
-            "role": self.role,
-            "content": self.content,
-            "tool_calls": self.tool_calls,
-            "tool_result": self.tool_result,
-            "message_type": self.message_type,
-            "metadata": self.metadata,
-            "thinking": self.thinking,
-            "refusal": self.refusal,
-            "reasoning": self.reasoning,
-            "phase": self.phase,
-        }
 
     @property
     def text(self) -> str:
@@ -586,28 +448,17 @@ class InternalMessage(_RareSlot):
         ``"incomplete"`` (an answer marked incomplete for another reason: a
         Responses ``incomplete_details.reason``, Claude's ``pause_turn``).
         ``None`` for a normal answer and for any other message."""
-        if self.role is not _ASSISTANT:
+        if self.role is not _ASSISTANT or self.metadata.cancelled:
             return None
-        meta = self.metadata
-        # the rare fields read at once (every answer's decision reads this)
-        kept = meta._rare  # incomplete_reason, logprobs, provider_reason, cancelled
-        if kept is not None and kept[3]:
-            return None
-        rare = self._rare  # refusal, reasoning, phase
-        if rare is not None and rare[0] is not None:
+        if self.refusal is not None:
             return "refusal"
+        meta = self.metadata
         found = ABNORMAL_FINISH.get(meta.finish_reason or "")
         if found is not None:
             return found
-        if kept is not None and kept[0] is not None:
+        if meta.incomplete_reason is not None:
             return "incomplete"
         return None
-
-
-_NO_RARE = (None, None, None)
-InternalMessage.refusal = _Rare(0, _NO_RARE)  # type: ignore[assignment]
-InternalMessage.reasoning = _Rare(1, _NO_RARE)  # type: ignore[assignment]
-InternalMessage.phase = _Rare(2, _NO_RARE)  # type: ignore[assignment]
 
 
 @dataclass(slots=True, kw_only=True)
