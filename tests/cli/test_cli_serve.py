@@ -75,7 +75,9 @@ def test_serve_names_the_llm_given_lists_its_tools_and_exits_130_on_ctrl_c(
         listed = httpx.get(f"{url}/api/contexts/{every['id']}/tools")
         empty = httpx.get(f"{url}/api/contexts/{none['id']}/tools").json()
         missing = httpx.get(f"{url}/api/contexts/no-such-id/tools")
-        schema = httpx.get(f"{url}/openapi.json").json()
+        # the document is built on its first request, a fraction of a second of
+        # CPU: more than httpx's default 5 s on a loaded machine
+        schema = httpx.get(f"{url}/openapi.json", timeout=60).json()
         proc.send_signal(signal.SIGINT)
         _, rest = proc.communicate(timeout=60)
     finally:
