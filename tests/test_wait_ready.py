@@ -85,6 +85,10 @@ def test_a_server_that_died_is_reported_with_its_log(tmp_path: Path) -> None:
 
 
 def test_a_server_that_never_gets_ready_fails_at_the_bound(stub: Stub) -> None:
+    """It fails at its bound with the last answer it got. The bound is seconds,
+    not a fraction of one: on a loaded machine the stub's first answer alone
+    can take longer than that, and the failure then names the timeout."""
     stub.codes[:] = [503] * 1000
-    with pytest.raises(AssertionError, match=r"/readyz not ready in 0\.3 s \(503"):
-        wait_ready(stub.url, within=0.3)
+    with pytest.raises(AssertionError, match=r"/readyz not ready in 3 s \(503"):
+        wait_ready(stub.url, within=3)
+    assert stub.asked > 1
