@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +25,13 @@ from turnfsm.model import (
     has_lone_surrogate,
     id_problem,
 )
-from turnfsm.model._json import MAX_INT_DIGITS, _check_size, _walk
+from turnfsm.model._json import (
+    MAX_INT_DIGITS,
+    MAX_TITLE_LENGTH,
+    _check_size,
+    _walk,
+    title_problem,
+)
 
 
 def nested(levels: int) -> Any:
@@ -295,3 +302,19 @@ def test_clean_json_fast_pass_gives_what_the_walk_gives(value: Any) -> None:
     assert repr(got) == repr(expected)
     if got[0] == "ok":
         assert json.dumps(got[1], allow_nan=False) is not None  # storable as it is
+
+
+@pytest.mark.parametrize(
+    ("check", "limit", "note"),
+    [(id_problem, MAX_ID_LENGTH, ""), (title_problem, MAX_TITLE_LENGTH, " (a title is one line)")],
+)
+def test_ids_and_titles_are_one_line_of_bounded_text(
+    check: Callable[[object], str | None], limit: int, note: str
+) -> None:
+    assert check("a" * limit) is None
+    assert check(None) == "must be a string, not None"
+    assert check(7) == "must be a string, not int"
+    assert check("") == "must not be empty"
+    assert check("a" * (limit + 1)) == f"is {limit + 1} characters long; at most {limit}"
+    assert check("ab\ncd") == f"holds the control character U+000A at offset 2{note}"
+    assert check("ab\ud800") == "lone surrogate U+D800 at offset 2 (not valid Unicode)"

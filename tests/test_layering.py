@@ -41,6 +41,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 LAYER: dict[str, int] = {
     "errors": 0,
     "_numbers": 0,
+    "_lazy": 0,
     "model": 0,
     "events": 0,
     "records": 0,
@@ -72,6 +73,7 @@ L4 = {c for c, n in LAYER.items() if n == 4}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_numbers": {"errors"},
+    "_lazy": set(),
     "model": {"errors"},
     "events": {"model", "errors"},
     "records": {"model"},

@@ -217,10 +217,13 @@ def test_a_requests_traceparent_parents_the_turn(
 def test_serve_without_the_metrics_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
+    import turnfsm.observability
     from turnfsm.server import ServerConfig, create_app
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # not installed
     monkeypatch.delitem(sys.modules, "turnfsm.observability._metrics", raising=False)
+    # and the name an earlier import kept in the package, as in a fresh process
+    monkeypatch.delitem(vars(turnfsm.observability), "EngineMetrics", raising=False)
     db = tmp_path / "plain.db"
     app = create_app(
         lambda: Engine(llm=ScriptedLLM([{"text": "hi"}]), store=f"sqlite:///{db}"),

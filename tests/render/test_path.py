@@ -281,3 +281,13 @@ def test_sequence_rows_are_the_diagram_as_data(golden_runs: dict[str, Run]) -> N
     assert [int(r.text.split(" ")[0]) for r in steps] == list(
         range(drawn.first_seq, drawn.last_seq + 1)
     )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0, "0 ms"), (0.2504, "250 ms"), (1.0, "1.0 s"), (119.94, "119.9 s"), (120.0, "2.0 min")],
+)
+def test_time_spent_is_labelled_in_ms_s_or_min(seconds: float, text: str) -> None:
+    from turnfsm.render._path import spent_text
+
+    assert spent_text(seconds) == text

@@ -27,8 +27,10 @@ _PREFIXED = re.compile(r"^\s*([A-Za-z0-9_-]{1,40})=(.+)$", re.DOTALL)
 _HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+)\s*:\s*(.*)$")
 
 
-class _Server(argparse.Action):
-    """Appends ``{"kind": ..., "spec": ...}`` to ``mcp_servers``, in order."""
+class _ServerOption(argparse.Action):
+    """``--mcp`` and ``--mcp-url`` append ``{"kind": ..., "spec": ...,
+    "headers": {}}`` to ``mcp_servers``, in order; ``--mcp-header`` adds to
+    the headers of the last one, which must be a ``--mcp-url``."""
 
     def __call__(
         self,
@@ -38,20 +40,11 @@ class _Server(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         servers = list(getattr(namespace, "mcp_servers", None) or [])
-        kind = "url" if option_string == "--mcp-url" else "command"
-        servers.append({"kind": kind, "spec": str(values), "headers": {}})
-        namespace.mcp_servers = servers
-
-
-class _Header(argparse.Action):
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        servers = getattr(namespace, "mcp_servers", None) or []
+        if option_string != "--mcp-header":
+            kind = "url" if option_string == "--mcp-url" else "command"
+            servers.append({"kind": kind, "spec": str(values), "headers": {}})
+            namespace.mcp_servers = servers
+            return
         if not servers or servers[-1]["kind"] != "url":
             parser.error(f"--mcp-header {values!r}: give it after the --mcp-url it is for")
         match = _HEADER.match(str(values))
@@ -65,20 +58,20 @@ def add_mcp_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(mcp_servers=[])
     p.add_argument(
         "--mcp",
-        action=_Server,
+        action=_ServerOption,
         metavar='"[NAME=]COMMAND ARGS"',
         help="tools of an MCP server run as a process over stdio (repeatable; NAME= "
         "prefixes its tools NAME__)",
     )
     p.add_argument(
         "--mcp-url",
-        action=_Server,
+        action=_ServerOption,
         metavar="[NAME=]URL",
         help="tools of an MCP server over Streamable HTTP (repeatable)",
     )
     p.add_argument(
         "--mcp-header",
-        action=_Header,
+        action=_ServerOption,
         metavar='"NAME: VALUE"',
         help="a header for the --mcp-url before it, e.g. 'Authorization: Bearer ...'",
     )

@@ -1,7 +1,8 @@
 """L3: the driver. The only place that orchestrates async I/O."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ._client_tools import check_client_tools, check_tool_choice
 from ._client_view import client_calls
 from ._clock import Clock, FakeClock, SequentialIds, SystemClock
@@ -68,15 +69,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # tenacity's wait strategies are imported when first asked for (see _retry)
-    if name not in _WAITS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import _retry
-
-    value = getattr(_retry, name)
-    globals()[name] = value
-    return value
+# tenacity's wait strategies are imported when first asked for (see _retry)
+__getattr__ = lazy_names(__name__, dict.fromkeys(_WAITS, "._retry"))
 
 
 def __dir__() -> list[str]:

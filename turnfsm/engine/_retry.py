@@ -13,8 +13,9 @@ error make no engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ..errors import InvalidInput, LLMError
 
 if TYPE_CHECKING:
@@ -27,14 +28,7 @@ WAITS = ("wait_exponential", "wait_fixed", "wait_random_exponential")
 """tenacity's wait strategies named here (and in :mod:`turnfsm.engine`)."""
 
 
-def __getattr__(name: str) -> Any:
-    if name not in WAITS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import tenacity
-
-    value = getattr(tenacity, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, dict.fromkeys(WAITS, "tenacity"))
 
 
 def _default_wait() -> wait_base:

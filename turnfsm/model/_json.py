@@ -201,36 +201,30 @@ def check_text(text: str, path: str = "$") -> None:
 
 def id_problem(value: object) -> str | None:
     """Why ``value`` is not a usable id or branch name, or None if it is."""
-    if not isinstance(value, str):
-        return f"must be a string, not {'None' if value is None else type(value).__name__}"
-    if not value:
-        return "must not be empty"
-    if len(value) > MAX_ID_LENGTH:
-        return f"is {len(value)} characters long; at most {MAX_ID_LENGTH}"
-    m = _CONTROL.search(value)
-    if m is not None:
-        return f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
-    m = _SURROGATE.search(value)
-    if m is not None:
-        return f"lone surrogate U+{ord(m.group()):04X} at offset {m.start()} (not valid Unicode)"
-    return None
+    return _line_problem(value, MAX_ID_LENGTH, "")
 
 
 def title_problem(value: object) -> str | None:
     """Why ``value`` is not a usable title (one line of 1 to
     :data:`MAX_TITLE_LENGTH` characters, no control character, no lone
     surrogate), or None if it is."""
+    return _line_problem(value, MAX_TITLE_LENGTH, " (a title is one line)")
+
+
+def _line_problem(value: object, limit: int, control_note: str) -> str | None:
+    """Why ``value`` is not a string of 1 to ``limit`` characters with no
+    control character and no lone surrogate, or None if it is."""
     if not isinstance(value, str):
         return f"must be a string, not {'None' if value is None else type(value).__name__}"
     if not value:
         return "must not be empty"
-    if len(value) > MAX_TITLE_LENGTH:
-        return f"is {len(value)} characters long; at most {MAX_TITLE_LENGTH}"
+    if len(value) > limit:
+        return f"is {len(value)} characters long; at most {limit}"
     m = _CONTROL.search(value)
     if m is not None:
         return (
-            f"holds the control character U+{ord(m.group()):04X} at offset {m.start()} "
-            "(a title is one line)"
+            f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
+            + control_note
         )
     m = _SURROGATE.search(value)
     if m is not None:

@@ -10,8 +10,9 @@ parent the spans of the engine calls it makes. Each name imports its module
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._asgi import TraceContextMiddleware
@@ -28,8 +29,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home, __name__), name)
+__getattr__ = lazy_names(__name__, _HOMES)

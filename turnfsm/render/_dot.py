@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 
 from ._graph import Edge, EdgeKind, Node, declared_edges, declared_nodes
-from ._path import RunPath
+from ._path import RunPath, spent_text
 
 __all__ = ["dot_digest", "dot_source", "svg_digest"]
 
@@ -69,14 +69,6 @@ def _attrs(pairs: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{k}={v}" for k, v in pairs)
 
 
-def _seconds(value: float) -> str:
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.1f} min"
-
-
 def _node_line(
     node: Node,
     *,
@@ -98,7 +90,7 @@ def _node_line(
         if visits:
             detail = f"visited {visits}x"
             if spent is not None:
-                detail += f", {_seconds(spent)}"
+                detail += f", {spent_text(spent)}"
             small.append(detail)
         else:
             fill, line, font = "white", _NOT_TAKEN, _NOT_TAKEN_TEXT

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._graph import EdgeKind, Node, declared_edges, declared_nodes
-from ._path import RunPath
+from ._path import RunPath, spent_text
 
 __all__ = ["mermaid_state_diagram"]
 
@@ -55,14 +55,6 @@ def _declared_class(node: Node) -> str | None:
     if node.resting:
         return "resting"
     return None
-
-
-def _seconds(value: float) -> str:
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.1f} min"
 
 
 def mermaid_state_diagram(
@@ -125,7 +117,7 @@ def _visited(
     if n:
         label += f" · visited {n}x"
         if name in spent:
-            label += f", {_seconds(spent[name])}"
+            label += f", {spent_text(spent[name])}"
     if name == path.current:
         return label + " · ◉ current", "current"
     if n and node.failure:

@@ -28,6 +28,7 @@ __all__ = [
     "path_from_audit_lines",
     "path_from_steps",
     "path_from_trace_out",
+    "spent_text",
 ]
 
 
@@ -112,6 +113,15 @@ class RunPath:
                 spent[state] = spent.get(state, 0.0) + (step.at - entered).total_seconds()
             entered = step.at
         return spent
+
+
+def spent_text(seconds: float) -> str:
+    """Time spent in a state, as the diagrams label it: ms, s or min."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
 
 
 def path_from_steps(steps: Iterable[StepLike], *, start: datetime | None = None) -> RunPath:

@@ -13,6 +13,7 @@ loads ``sqlite3``, ``asyncio``'s thread pools or the files store's modules.
 
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ._base import (
     ChildSummaries,
     Commit,
@@ -72,12 +73,4 @@ _LAZY = {
 imported when first asked for, and their module."""
 
 
-def __getattr__(name: str) -> object:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

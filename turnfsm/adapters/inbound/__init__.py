@@ -7,6 +7,7 @@ engine needs only the request bodies."""
 
 from typing import TYPE_CHECKING
 
+from ..._lazy import lazy_names
 from ._request import (
     InboundFormat,
     InboundMessage,
@@ -88,11 +89,4 @@ _IMPORTERS = frozenset(
 )
 
 
-def __getattr__(name: str) -> object:
-    if name not in _IMPORTERS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import importers
-
-    value = getattr(importers, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, dict.fromkeys(_IMPORTERS, ".importers"))
