@@ -510,6 +510,34 @@ async def test_cancel_from_another_task_while_llm_blocks() -> None:
         assert [n.message.role for n in ctx.history()] == [Role.USER]
 
 
+async def test_a_later_call_is_cancelled_as_the_first_was() -> None:
+    """The calls after the first make asyncio's scope class directly (the
+    first asks anyio which library runs): the cancel reaches them all the same."""
+    entered = anyio.Event()
+    never = anyio.Event()
+    answers = iter([{"text": "first"}])
+
+    async def handler(request: LLMRequest) -> dict[str, Any]:
+        for answer in answers:
+            return answer
+        entered.set()
+        await never.wait()
+        return {"text": "too late"}  # pragma: no cover
+
+    engine, _, _ = make_engine(handler)
+    async with engine:
+        cid = await engine.create_context()
+        assert (await engine.send(cid, "Hi")).stop_reason == StopReason.COMPLETED
+        driver = engine._d
+        scope = driver.new_scope()
+        assert isinstance(scope, anyio.CancelScope) and not scope.cancel_called
+        assert driver.new_scope.known is not None
+        assert type(scope) is driver.new_scope.known[0]
+        turn, sent = await cancel_while_running(engine, cid, "Again", entered)
+        assert turn.stop_reason == StopReason.CANCELLED and sent == [turn]
+        assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, IDLE, PUM, ALR, IDLE]
+
+
 async def test_cancel_during_backoff() -> None:
     class GatedClock(FakeClock):
         def __init__(self) -> None:

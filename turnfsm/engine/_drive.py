@@ -48,6 +48,7 @@ from ._loaded import Loaded
 from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
+from ._scopes import CallScopes
 from ._settings import Settings
 from ._steps import build_commit, commit_nowait_of, commit_recorded_of, committed, fire, publish
 from ._subscribers import yield_to_readers
@@ -125,6 +126,8 @@ class Driver:
         """What ``Engine.observe`` added: asked at the start of every call."""
         self.tracing = _tracing.Tracing()
         """OpenTelemetry: the provider (None: the process's) and the content opt-in."""
+        self.new_scope = CallScopes()
+        """Makes the cancel scope each call runs in."""
 
     @property
     def busy(self) -> set[str]:
@@ -264,7 +267,7 @@ class Driver:
             rt.watch = watch
             watch.entered(rt)
         try:
-            with anyio.CancelScope() as scope:
+            with self.new_scope() as scope:
                 rt.scope = scope
                 if rt.cancel_requested:
                     scope.cancel()
