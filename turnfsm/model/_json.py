@@ -187,11 +187,15 @@ class JSONProblem(ValueError):
 
 def has_lone_surrogate(text: str) -> bool:
     """True if ``text`` holds a code point that UTF-8 cannot encode."""
+    if text.isascii():  # a flag of the string: no search over ASCII text
+        return False
     return _SURROGATE.search(text) is not None
 
 
 def check_text(text: str, path: str = "$") -> None:
     """Refuse a text with a lone surrogate (input from a caller)."""
+    if text.isascii():  # a flag of the string: no search over ASCII text
+        return
     m = _SURROGATE.search(text)
     if m is not None:
         raise JSONProblem(
@@ -207,6 +211,10 @@ def id_problem(value: object) -> str | None:
         return "must not be empty"
     if len(value) > MAX_ID_LENGTH:
         return f"is {len(value)} characters long; at most {MAX_ID_LENGTH}"
+    if value.isascii() and value.isprintable():
+        # printable ASCII (U+0020 to U+007E) holds neither a control character
+        # nor a surrogate: every call's ids, checked without the two searches
+        return None
     m = _CONTROL.search(value)
     if m is not None:
         return f"holds the control character U+{ord(m.group()):04X} at offset {m.start()}"
