@@ -230,13 +230,15 @@ class Driver:
             self.loaded.unload(context_id)
         return await self._call(await held.enter(context_id), held, start, hand_off, watch)
 
-    def _leave(self, rt: Runtime) -> None:
+    def _leave(self, rt: Runtime, turn: Turn) -> None:
         loaded, settings = self.loaded, self.settings
         loaded.busy.discard(rt.ctx.id)
         rt.scope = None
-        end = rt.done
+        rt.running = False
+        end = rt.done  # made by a cancel that waits, maybe after ``turn`` was
         if end is not None:
             rt.done = None
+            end.turn = turn
             end.set()
         count = len(rt.ctx.message_pool)  # with what the call added (Loaded.recount)
         loaded.messages += count - rt.held
@@ -303,15 +305,13 @@ class Driver:
             raise
         finally:
             turn = self._turn(rt)
-            if rt.done is not None:
-                rt.done.turn = turn
             if rt.hand_back and rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
             release = held.let_go(rt)
             if release is not None:
                 await _leases.release(self.settings, release)
             rt.watch = None
-            self._leave(rt)
+            self._leave(rt, turn)
         return turn
 
     def _turn(self, rt: Runtime) -> Turn:
@@ -321,9 +321,8 @@ class Driver:
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
         if state is _AWAITING_TOOL_APPROVAL:
-            # the open calls read once, in one loop: the pending ones
-            # (``ctx.pending_tool_calls()``) and the client's, each copied as
-            # it is found (``detached`` of a tuple adds two calls per call)
+            # the open calls read once, in one loop: the pending ones and the
+            # client's, each copied as found (not through ``detached`` of a tuple)
             waiting: list[ToolCallRequest] = []
             copies: list[ToolCallRequest] = []
             clients: list[ToolCallRequest] = []
