@@ -51,7 +51,7 @@ def _inner(side: str, workload: str, turns: int, checks: bool) -> None:
 
         if hasattr(module, "check"):
             module.check = lambda *_, **__: None
-        for name in ("_check_history", "_check_stored"):
+        for name in ("_check_history", "_check_stored", "_check_approved"):
             if hasattr(module, name):
                 setattr(module, name, _nothing)
         for name in ("expected_w1_history", "expected_w2_history"):

@@ -178,6 +178,20 @@ async def _check_history(engine: Engine, cid: str, expected: list[dict[str, Any]
     )
 
 
+async def _check_approved(engine: Engine, cid: str) -> None:
+    """Every call of the history was approved by the human (W6). A check of
+    the harness: the history's copy it reads grows with the turns run, and
+    ``bench/instructions.py --no-checks`` leaves it out as it does the
+    other checks, as the floor reads nothing back here."""
+    ctx = await engine.get_context(cid)
+    for node in ctx.history():
+        for c in node.message.tool_calls or ():
+            check(
+                c.approval_status is ApprovalStatus.APPROVED and c.decided_by == "human",
+                f"call {c.id}: {c.approval_status} by {c.decided_by}",
+            )
+
+
 # --------------------------------------------------------------------- workloads
 
 
@@ -299,13 +313,7 @@ async def w6() -> dict[str, Any]:
         peak = peak_rss_mib()
         check(handler.calls == 2 * W6_TURNS, f"{handler.calls} LLM calls")
         await _check_history(engine, cid, expected_w1_history(W6_TURNS))
-        ctx = await engine.get_context(cid)
-        for node in ctx.history():
-            for c in node.message.tool_calls or ():
-                check(
-                    c.approval_status is ApprovalStatus.APPROVED and c.decided_by == "human",
-                    f"call {c.id}: {c.approval_status} by {c.decided_by}",
-                )
+        await _check_approved(engine, cid)
     return figure(tm, wall, W6_TURNS, "us/turn", peak, rss0)
 
 

@@ -212,6 +212,8 @@ def test_clean_json_does_not_change_its_input() -> None:
 def test_text_helpers() -> None:
     assert has_lone_surrogate("a\ud83db")
     assert not has_lone_surrogate("a😀b")
+    assert not has_lone_surrogate("plain ASCII\x00")
+    check_text("plain ASCII")
     assert clean_text("\ud800x\udc00") == ("\ufffdx\ufffd", 2)
     assert clean_text("fine") == ("fine", 0)
     check_text("fine")
@@ -243,12 +245,26 @@ def test_id_rule_accepts(value: str) -> None:
         ("a\nb", "control character U+000A"),
         ("a\x00", "control character U+0000"),
         ("a\x85", "control character U+0085"),
+        ("a\x7f", "control character U+007F"),
+        ("id\x1f", "control character U+001F at offset 2"),
         ("a\ud800", "lone surrogate U+D800"),
     ],
 )
 def test_id_rule_refuses(value: Any, words: str) -> None:
     reason = id_problem(value)
     assert reason is not None and words in reason
+
+
+def test_the_id_rule_reads_every_code_point_alike() -> None:
+    """Printable ASCII is passed without the searches: every code point
+    below U+00A0 is refused or accepted as the searches alone would."""
+    for n in range(0xA0):
+        value = f"id{chr(n)}x"
+        control = n < 0x20 or 0x7F <= n <= 0x9F
+        reason = id_problem(value)
+        assert (reason is not None) is control, (n, reason)
+        if control:
+            assert reason == f"holds the control character U+{n:04X} at offset 2"
 
 
 # clean_json tries a pass without path strings first (``_plain``) and walks

@@ -35,6 +35,7 @@ from turnfsm import (
 from turnfsm.adapters.llm import LLMRequest
 from turnfsm.errors import BranchError
 from turnfsm.records import FilePart, ImagePart, TextPart
+from turnfsm.storage import Lease, MemoryStore
 from turnfsm.testing import FakeClock, ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -508,6 +509,90 @@ async def test_cancel_from_another_task_while_llm_blocks() -> None:
         assert await engine.trace(cid) == [IDLE, PUM, ALR, IDLE]
         ctx = await engine.get_context(cid)
         assert [n.message.role for n in ctx.history()] == [Role.USER]
+
+
+async def test_a_later_call_is_cancelled_as_the_first_was() -> None:
+    """The calls after the first make asyncio's scope class directly (the
+    first asks anyio which library runs): the cancel reaches them all the same."""
+    entered = anyio.Event()
+    never = anyio.Event()
+    answers = iter([{"text": "first"}])
+
+    async def handler(request: LLMRequest) -> dict[str, Any]:
+        for answer in answers:
+            return answer
+        entered.set()
+        await never.wait()
+        return {"text": "too late"}  # pragma: no cover
+
+    engine, _, _ = make_engine(handler)
+    async with engine:
+        cid = await engine.create_context()
+        assert (await engine.send(cid, "Hi")).stop_reason == StopReason.COMPLETED
+        driver = engine._d
+        scope = driver.new_scope()
+        assert isinstance(scope, anyio.CancelScope) and not scope.cancel_called
+        assert driver.new_scope.known is not None
+        assert type(scope) is driver.new_scope.known[0]
+        turn, sent = await cancel_while_running(engine, cid, "Again", entered)
+        assert turn.stop_reason == StopReason.CANCELLED and sent == [turn]
+        assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, IDLE, PUM, ALR, IDLE]
+
+
+async def test_a_call_nobody_waits_for_makes_no_end_to_wait_on() -> None:
+    seen: list[tuple[bool, object]] = []
+    engine: Any = None
+    cid = ""
+
+    async def handler(request: LLMRequest) -> dict[str, Any]:
+        rt = engine._d.loaded.get(cid)
+        seen.append((rt.running, rt.done))
+        return {"text": "hi"}
+
+    engine, _, _ = make_engine(handler)
+    async with engine:
+        cid = await engine.create_context()
+        assert (await engine.send(cid, "Hi")).text == "hi"
+        assert seen == [(True, None)]  # running, and no end made for a cancel
+        rt = engine._d.loaded.get(cid)
+        assert not rt.running and rt.done is None
+
+
+async def test_a_cancel_while_the_call_gives_up_its_lease_gets_the_turn() -> None:
+    """A cancel that comes after the call's ``Turn`` was made, while it gives
+    its lease up, waits for the call to leave and returns that turn."""
+    releasing = anyio.Event()
+    go_on = anyio.Event()
+
+    class SlowRelease(MemoryStore):
+        leases_in_commits = False  # the call gives its lease up after its last commit
+
+        async def release_lease(self, lease: Lease) -> None:
+            releasing.set()
+            await go_on.wait()
+            await super().release_lease(lease)
+
+    engine, _, _ = make_engine([{"text": "hi"}], store=SlowRelease())
+    async with engine:
+        cid = await engine.create_context()
+        sent: list[Turn] = []
+
+        async def run() -> None:
+            sent.append(await engine.send(cid, "Hi"))
+
+        async def cancel() -> None:
+            await releasing.wait()
+            go_on.set()  # the cancel below runs before the release goes on
+            sent.append(await engine.cancel(cid))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                tg.start_soon(cancel)
+        by_send = next(t for t in sent if t.text == "hi")
+        assert sent.count(by_send) == 2  # the cancel returned the call's own turn
+        assert by_send.stop_reason == StopReason.COMPLETED
+        assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, IDLE]
 
 
 async def test_cancel_during_backoff() -> None:

@@ -255,6 +255,21 @@ def test_an_answer_that_only_asks_is_a_question() -> None:
     assert out[0].message_type is MessageType.QUESTION
 
 
+def test_a_registry_without_a_question_tool_asks_nothing() -> None:
+    plain = ToolRegistry([weather, delete_file])
+    assert TOOLS.asks and not plain.asks and not ToolRegistry().asks
+    calls = [call("q", "ask_user", question="Which?"), call("d", "delete_file", path="x")]
+    assert [q.call_id for q in _approval.questions_of(TOOLS, calls)] == ["q"]
+    # the same call to an unregistered tool is no question
+    assert _approval.questions_of(plain, calls) == ()
+    pending = {c.id: c for c in calls}
+    denied = {"q": (ApprovalStatus.DENIED, None)}
+    assert _approval.checked_decisions("c", TOOLS, pending, denied) == {
+        "q": (ApprovalStatus.DENIED, _approval.DECLINED)
+    }
+    assert _approval.checked_decisions("c", plain, pending, denied) == denied
+
+
 def test_a_stream_without_a_response_is_an_invalid_answer_with_its_partial_text() -> None:
     out = _conclude(None, partial=["Hel", "lo"])
     assert isinstance(out, PermanentLLMError)

@@ -29,6 +29,7 @@ from turnfsm import (
 )
 from turnfsm.audit import audit_jsonl, audit_records, verify_audit_log
 from turnfsm.engine import DEFAULT_SUMMARY_PROMPT, context_tree
+from turnfsm.engine._subcontexts._approvals import no_child_waits
 from turnfsm.engine._subcontexts._records import start_child_finished
 from turnfsm.errors import SubContextError
 from turnfsm.model import SUMMARY_KEY
@@ -694,6 +695,9 @@ async def test_a_waiting_child_surfaces_its_calls_on_the_parent(store_url: str |
         assert (await engine.steps(parent))[-1].trigger == "subtask_waits"
         # the parent's resume keeps showing the child's calls
         assert [c.id for c in (await engine.resume(parent)).pending_tool_calls] == ["p1"]
+        # a decision on the parent goes through the routing, one on the child does not
+        assert not no_child_waits(engine._d, parent)
+        assert no_child_waits(engine._d, info.context_id)
 
         turn = await engine.approve(parent, "p1")
         assert turn.state is State.IDLE and turn.text == "All done."

@@ -82,6 +82,8 @@ def asked(tools: ToolRegistry, call: ToolCallRequest) -> AskedQuestion | None:
 
 def questions_of(tools: ToolRegistry, calls: Sequence[ToolCallRequest]) -> tuple[Question, ...]:
     """The questions among ``calls``, in order."""
+    if not tools.asks:  # no question tool: every rest for a human asks this
+        return ()
     out: list[Question] = []
     for c in calls:
         q = asked(tools, c)
@@ -111,6 +113,8 @@ def checked_decisions(
     """A human's ``decisions`` on ``pending`` calls, checked for questions: approving
     one raises :class:`~turnfsm.errors.QuestionNeedsAnswer` (nothing is changed);
     denying one without a reason gives it the reason :data:`DECLINED`."""
+    if not tools.asks:  # no question tool: the decisions stand as they are
+        return dict(decisions)
     out = dict(decisions)
     for cid, (status, reason) in decisions.items():
         call = pending[cid]

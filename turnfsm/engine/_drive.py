@@ -48,6 +48,7 @@ from ._loaded import Loaded
 from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
+from ._scopes import CallScopes
 from ._settings import Settings
 from ._steps import build_commit, commit_nowait_of, commit_recorded_of, committed, fire, publish
 from ._subscribers import yield_to_readers
@@ -125,6 +126,8 @@ class Driver:
         """What ``Engine.observe`` added: asked at the start of every call."""
         self.tracing = _tracing.Tracing()
         """OpenTelemetry: the provider (None: the process's) and the content opt-in."""
+        self.new_scope = CallScopes()
+        """Makes the cancel scope each call runs in."""
 
     @property
     def busy(self) -> set[str]:
@@ -227,13 +230,15 @@ class Driver:
             self.loaded.unload(context_id)
         return await self._call(await held.enter(context_id), held, start, hand_off, watch)
 
-    def _leave(self, rt: Runtime) -> None:
+    def _leave(self, rt: Runtime, turn: Turn) -> None:
         loaded, settings = self.loaded, self.settings
         loaded.busy.discard(rt.ctx.id)
         rt.scope = None
-        end = rt.done
+        rt.running = False
+        end = rt.done  # made by a cancel that waits, maybe after ``turn`` was
         if end is not None:
             rt.done = None
+            end.turn = turn
             end.set()
         count = len(rt.ctx.message_pool)  # with what the call added (Loaded.recount)
         loaded.messages += count - rt.held
@@ -264,7 +269,7 @@ class Driver:
             rt.watch = watch
             watch.entered(rt)
         try:
-            with anyio.CancelScope() as scope:
+            with self.new_scope() as scope:
                 rt.scope = scope
                 if rt.cancel_requested:
                     scope.cancel()
@@ -300,15 +305,13 @@ class Driver:
             raise
         finally:
             turn = self._turn(rt)
-            if rt.done is not None:
-                rt.done.turn = turn
             if rt.hand_back and rt.holder.current() not in RESTING:
                 self.loaded.unload(rt.ctx.id)  # the next owner changes it
             release = held.let_go(rt)
             if release is not None:
                 await _leases.release(self.settings, release)
             rt.watch = None
-            self._leave(rt)
+            self._leave(rt, turn)
         return turn
 
     def _turn(self, rt: Runtime) -> Turn:
@@ -318,9 +321,8 @@ class Driver:
         questions: tuple[Question, ...] = ()
         client: tuple[ToolCallRequest, ...] = ()
         if state is _AWAITING_TOOL_APPROVAL:
-            # the open calls read once, in one loop: the pending ones
-            # (``ctx.pending_tool_calls()``) and the client's, each copied as
-            # it is found (``detached`` of a tuple adds two calls per call)
+            # the open calls read once, in one loop: the pending ones and the
+            # client's, each copied as found (not through ``detached`` of a tuple)
             waiting: list[ToolCallRequest] = []
             copies: list[ToolCallRequest] = []
             clients: list[ToolCallRequest] = []

@@ -20,7 +20,7 @@ from ..storage import Lease
 from ..storage._base import new_lease
 from . import _leases
 from ._loaded import Loaded
-from ._runtime import CLAIM, HELD, RELEASED, CallEnd, Runtime
+from ._runtime import CLAIM, HELD, RELEASED, Runtime
 from ._settings import Settings
 
 __all__ = ["CallLease", "StaleCopy"]
@@ -199,5 +199,5 @@ def _begin(rt: Runtime, settings: Settings) -> Runtime:
     rt.output = rt.output_error = None
     rt.cancel_requested = False
     rt.hand_back = False
-    rt.done = CallEnd()
+    rt.running = True  # its end (``rt.done``) is made by a cancel that waits for it
     return rt

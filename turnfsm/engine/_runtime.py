@@ -125,9 +125,13 @@ class Runtime:
     """The last seq that went out (stored, or a ContentDelta sent between commits)."""
     scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
+    running: bool = False
+    """A call runs on it (from the lease protocol's ``_begin`` to the drive
+    loop's ``_leave``): a ``cancel`` may wait for the call's end."""
     done: CallEnd | None = None
-    """The running call's end, for a caller that waits for it (``cancel``);
-    None between calls, so that a loaded context keeps no ``Turn``."""
+    """The running call's end, made by the first caller that waits for it
+    (``cancel``): most calls end with nobody waiting. None between calls, so
+    that a loaded context keeps no ``Turn``."""
     # Changes not yet committed, and below the running call's lists: each is
     # the empty tuple (or None) until its first item, which makes the list. A
     # resting context keeps none of them: an engine holds thousands of loaded

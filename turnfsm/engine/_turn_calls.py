@@ -28,6 +28,7 @@ from ._drive import Driver, Start
 from ._inputs import UNSET, check_call_ids, check_content, check_id, check_text
 from ._manage import ContextManager
 from ._recovery import Recovery
+from ._runtime import CallEnd
 from ._subcontexts._approvals import route_decisions, surface
 from ._subcontexts._engine_calls import EngineCalls
 from ._subcontexts._lifecycle import SubContexts
@@ -259,8 +260,10 @@ class TurnCalls:
         d = self.driver
         if context_id in d.busy:
             rt = d.loaded.get(context_id)
-            if rt is not None and rt.done is not None:
+            if rt is not None and rt.running:
                 end = rt.done
+                if end is None:  # the first caller to wait for the call's end makes it
+                    end = rt.done = CallEnd()
                 d.request_cancel(context_id)
                 await end.wait()
                 assert end.turn is not None

@@ -187,11 +187,15 @@ class JSONProblem(ValueError):
 
 def has_lone_surrogate(text: str) -> bool:
     """True if ``text`` holds a code point that UTF-8 cannot encode."""
+    if text.isascii():  # a flag of the string: no search over ASCII text
+        return False
     return _SURROGATE.search(text) is not None
 
 
 def check_text(text: str, path: str = "$") -> None:
     """Refuse a text with a lone surrogate (input from a caller)."""
+    if text.isascii():  # a flag of the string: no search over ASCII text
+        return
     m = _SURROGATE.search(text)
     if m is not None:
         raise JSONProblem(
@@ -201,6 +205,9 @@ def check_text(text: str, path: str = "$") -> None:
 
 def id_problem(value: object) -> str | None:
     """Why ``value`` is not a usable id or branch name, or None if it is."""
+    if type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii():
+        # every call's ids: printable ASCII is a usable id (see _line_problem)
+        return None if value.isprintable() else _line_problem(value, MAX_ID_LENGTH, "")
     return _line_problem(value, MAX_ID_LENGTH, "")
 
 
@@ -220,6 +227,10 @@ def _line_problem(value: object, limit: int, control_note: str) -> str | None:
         return "must not be empty"
     if len(value) > limit:
         return f"is {len(value)} characters long; at most {limit}"
+    if value.isascii() and value.isprintable():
+        # printable ASCII (U+0020 to U+007E) holds neither a control character
+        # nor a surrogate: passed without the two searches
+        return None
     m = _CONTROL.search(value)
     if m is not None:
         return (

@@ -7,6 +7,7 @@ from typing import Any
 
 from turnfsm.errors import ToolDefinitionError
 
+from ._question import QuestionTool
 from ._spec import Tool
 
 __all__ = ["ToolRegistry"]
@@ -19,7 +20,7 @@ class ToolRegistry:
     list on every call.
     """
 
-    __slots__ = ("_by_name", "_definitions", "_names")
+    __slots__ = ("_by_name", "_definitions", "_names", "asks")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         """Raises :class:`~turnfsm.errors.ToolDefinitionError` on a duplicate name."""
@@ -38,6 +39,9 @@ class ToolRegistry:
         self._by_name = by_name
         self._names = tuple(by_name)
         self._definitions = [item.definition() for item in by_name.values()]
+        self.asks = any(isinstance(item, QuestionTool) for item in by_name.values())
+        """Some tool is a question tool: without one, no call is a question,
+        and every pending call's approval need not ask which tool it calls."""
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None``."""

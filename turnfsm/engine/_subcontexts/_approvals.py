@@ -22,7 +22,7 @@ from .._drive import Driver
 from .._turn import Turn
 from ._records import waiting_child
 
-__all__ = ["peek", "route_decisions", "surface", "surfaced_pending"]
+__all__ = ["no_child_waits", "peek", "route_decisions", "surface", "surfaced_pending"]
 
 # read once: every rest for a human and every decision compare with it, and
 # on Python 3.11 a member read off its enum class goes through
@@ -79,6 +79,25 @@ async def surfaced_pending(
         # call itself is what is left to approve, and it runs again
         out.extend(below or (call,))
     return tuple(out)
+
+
+def no_child_waits(driver: Driver, context_id: str) -> bool:
+    """The context is loaded, no call runs on it, and none of its pending
+    calls waits for a sub-task's child: :func:`route_decisions` would give
+    None, read here on the loaded copy without an await (every decision on
+    a context this engine ran asks it first). False: ask
+    :func:`route_decisions`."""
+    loaded = driver.loaded
+    rt = loaded.runtimes.get(context_id)
+    if rt is None or context_id in loaded.busy:
+        return False
+    # a loop rather than ``all`` over a generator: every decision asks it (see ``surface``)
+    for c in rt.ctx.open_tool_calls():
+        if waiting_child(c) is not None:
+            break
+    else:
+        return True
+    return False
 
 
 async def route_decisions(

@@ -24,7 +24,7 @@ from .._inputs import check_content, check_id, check_name, check_text, check_tit
 from .._manage import ContextManager
 from .._turn import Child, ChildInfo, Finished, Turn
 from . import _records
-from ._approvals import route_decisions, surface, surfaced_pending
+from ._approvals import no_child_waits, route_decisions, surface, surfaced_pending
 from ._engine_calls import EngineCalls
 from ._summarizers import Summarizer, as_summarizer, summarize, summarizer_name
 from ._tree import children_of, delete_tree
@@ -164,7 +164,10 @@ class SubContexts:
         """Decisions on pending calls: the context's own, and those of the
         sub-task children it waits for (routed to them first)."""
         driver = self.driver
-        routed = await route_decisions(driver, context_id, ids)
+        if no_child_waits(driver, context_id):
+            routed = None
+        else:
+            routed = await route_decisions(driver, context_id, ids)
         if routed is None:  # no child involved: the plain path (and its errors)
             decisions = dict.fromkeys(ids, (status, reason))
             start = functools.partial(_calls.start_decide, driver, decisions)
