@@ -152,3 +152,38 @@ async def test_the_steps_given_as_recorded_are_those_a_commit_would_carry() -> N
     assert any(s.detail for s in recorded) and len(recorded) > 4
     assert recorded == carried
     assert pickle.dumps(recorded) == pickle.dumps(carried)
+
+
+@pytest.mark.anyio
+async def test_the_engines_steps_are_kept_as_the_machines_own_tuples() -> None:
+    """Given the steps as the machine recorded them, the store keeps per
+    commit its version and time, then each step's tuple itself (one pointer):
+    two contexts' same transitions are the same objects, and ``steps`` makes
+    the records again from them."""
+    from datetime import datetime
+
+    from kit import make_engine
+
+    store = MemoryStore()
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}], store=store)
+    async with engine:
+        a = await engine.create_context()
+        b = await engine.create_context()
+        await engine.send(a, "first")
+        await engine.send(b, "first")
+    kept_a, kept_b = store._records[a].steps, store._records[b].steps
+    tuples_a = [x for x in kept_a if type(x) is tuple]
+    tuples_b = [x for x in kept_b if type(x) is tuple]
+    assert len(tuples_a) >= 3 and len(tuples_a) == len(tuples_b)
+    assert all(x is y for x, y in zip(tuples_a, tuples_b, strict=True))
+    steps = await store.steps(a)
+    assert [(s.from_state, s.trigger, s.to_state) for s in steps] == tuples_a
+    # per commit a head (version, time), then its steps: nothing else
+    heads = [x for x in kept_a if type(x) is not tuple]
+    assert len(kept_a) == len(tuples_a) + len(heads)
+    pairs = zip(heads[::2], heads[1::2], strict=True)
+    assert all(type(v) is int and type(t) is datetime for v, t in pairs)
+    versions = [s.version for s in steps]
+    assert versions == sorted(versions) and len(set(versions)) == len(heads) // 2
+    for s in steps:
+        assert s.at in heads[1::2]

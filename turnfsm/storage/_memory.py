@@ -48,11 +48,13 @@ class _Record:
     branches: dict[str, Branch]
     steps: list[Any] = field(default_factory=list)
     """The committed step records, kept flat: a conversation in memory held
-    a ``StepLog`` of 96 bytes for each, seven a turn, where five pointers
-    hold what it has. Per step its ``version``, ``from_state``, ``trigger``,
-    ``to_state`` and ``at``, or ``_AS_IS`` and the record itself when it has
-    more to it (a detail, a lease). :func:`_made_again` makes the records
-    again."""
+    a ``StepLog`` of 96 bytes for each, seven a turn. Per commit its
+    ``version`` and ``at``, then each of its transitions as a
+    ``(from_state, trigger, to_state)`` tuple: the machine records each step
+    as its table's tuple for the edge, shared by every context and never
+    changed, so a step costs one pointer. A record with more to it (a
+    detail, a lease) follows ``_AS_IS``, as it came. :func:`_made_again`
+    makes the records again."""
 
 
 _AS_IS = object()
@@ -62,23 +64,35 @@ _AS_IS = object()
 def _made_again(kept: list[Any]) -> list[StepLog]:
     """The records kept in ``_Record.steps``, in order, as they were committed."""
     out: list[StepLog] = []
-    items = iter(kept)
-    for item in items:
+    i, n = 0, len(kept)
+    while i < n:
+        item = kept[i]
         if item is _AS_IS:
-            out.append(next(items))
-        else:
-            a, t, b, at = next(items), next(items), next(items), next(items)
-            out.append(step_log(item, a, t, b, at))
+            out.append(kept[i + 1])
+            i += 2
+            continue
+        version, at = item, kept[i + 1]  # a commit's: its transitions follow
+        i += 2
+        while i < n and type(kept[i]) is tuple:
+            a, t, b = kept[i]
+            out.append(step_log(version, a, t, b, at))
+            i += 1
     return out
 
 
 def _keep_logs(kept: list[Any], steps: list[StepLog]) -> None:
-    """Add a commit's ``steps`` to ``kept`` (``_Record.steps``)."""
+    """Add a commit's ``steps`` to ``kept`` (``_Record.steps``): each run of
+    plain records with one version and time under one head."""
+    head: tuple[int, Any] | None = None
     for s in steps:
         if s.detail is None and s.lease_token is None and s.lease_owner is None:
-            kept += (s.version, s.from_state, s.trigger, s.to_state, s.at)
+            if head is None or head[0] != s.version or head[1] is not s.at:
+                head = (s.version, s.at)
+                kept += head
+            kept.append((s.from_state, s.trigger, s.to_state))
         else:
             kept += (_AS_IS, s)
+            head = None
 
 
 def _keep_changes(
@@ -158,10 +172,11 @@ class MemoryStore(Store):
     ) -> None:
         """:meth:`commit_nowait` of a commit whose steps come as the engine's
         machine recorded them rather than as ``commit.steps``: each transition
-        a ``(from_state, trigger, to_state)``, then each change with its
-        detail at ``commit.state``, all at the commit's version and time. The
-        store keeps them as rows (see ``_Record.steps``), so the engine makes
-        no ``StepLog`` for it to take apart again. ``commit.steps`` (none,
+        a ``(from_state, trigger, to_state)`` tuple, kept as it is (a tuple
+        cannot change), then each change with its detail at
+        ``commit.state``, all at the commit's version and time. The store
+        keeps them flat (see ``_Record.steps``), so the engine makes no
+        ``StepLog`` for it to take apart again. ``commit.steps`` (none,
         from the engine) come first. ``None`` on a subclass that overrides
         ``commit`` or ``commit_nowait``: the engine then goes through those."""
         cid = commit.context_id
@@ -200,11 +215,9 @@ class MemoryStore(Store):
         kept = rec.steps
         if commit.steps:
             _keep_logs(kept, commit.steps)
-        # the engine's every step: written out here, not called
-        version = commit.version
-        at = commit.updated_at
-        for source, trigger, dest in recorded:
-            kept += (version, source, trigger, dest, at)
+        if recorded:  # the engine's every step: the machine's tuples, under the commit's head
+            kept += (commit.version, commit.updated_at)
+            kept += recorded
         if changes:
             _keep_changes(kept, commit, changes)
         # plain field writes on the store's own copy
