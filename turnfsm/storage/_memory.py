@@ -40,12 +40,46 @@ def _branch_copy(branch: Branch) -> Branch:
     return dataclasses.replace(branch, message_ids=list(branch.message_ids))
 
 
+_IN_POOL_ORDER: Any = ()
+"""The ``message_ids`` of a ``_Record``'s one branch (see ``_Record.branches``):
+the pool's keys, in order."""
+
+
+def _kept_branches(pool: dict[str, MessageNode], branches: dict[str, Branch]) -> _Branches:
+    """What a ``_Record`` keeps of ``branches`` (copies): the one branch alone
+    when it holds every message of ``pool`` in the pool's order."""
+    if len(branches) == 1:
+        ((name, only),) = branches.items()
+        if only.name == name and only.message_ids == list(pool):
+            return dataclasses.replace(only, message_ids=_IN_POOL_ORDER)
+    return {n: _branch_copy(b) for n, b in branches.items()}
+
+
+def _all_branches(rec: _Record) -> dict[str, Branch]:
+    """``rec.branches`` as a dict of them (the one branch's ids made from the pool)."""
+    kept = rec.branches
+    if type(kept) is Branch:
+        return {kept.name: dataclasses.replace(kept, message_ids=list(rec.pool))}
+    return kept  # type: ignore[return-value]
+
+
+_Branches = dict[str, Branch] | Branch
+"""``_Record.branches``."""
+
+
 @dataclass(slots=True)
 class _Record:
     context: ChatContext
     """Small fields only; ``message_pool`` and ``branches`` live beside it."""
     pool: dict[str, MessageNode]
-    branches: dict[str, Branch]
+    branches: _Branches
+    """By name; or, while the context has one branch holding every message of
+    the pool in the pool's order (nearly every context: a new one, and one
+    that only ever appends), that branch alone, its ``message_ids`` left out
+    (``_IN_POOL_ORDER``): a conversation kept its ids twice, as the pool's
+    keys and as the branch's list, and a dict for the one branch. A commit
+    that adds a branch, appends elsewhere or appends an id the pool holds
+    turns it into the dict first (:func:`_all_branches`)."""
     steps: list[Any] = field(default_factory=list)
     """The committed step records, kept flat: a conversation in memory held
     a ``StepLog`` of 96 bytes for each, seven a turn. Per commit its
@@ -59,6 +93,44 @@ class _Record:
 
 _AS_IS = object()
 """In ``_Record.steps``: a record kept as it came follows."""
+
+
+def _appended_to_one(rec: _Record, one: Branch, commit: Commit) -> bool:
+    """Put ``commit``'s appended messages in the pool of ``rec``, whose
+    branches are ``one`` in the pool's order (see ``_Record.branches``), when
+    the commit keeps it so: it adds no branch, and appends to ``one`` only
+    messages the pool does not hold. False (nothing done) otherwise."""
+    if commit.branches:
+        return False
+    pool = rec.pool
+    name = one.name
+    appended = commit.appended
+    for to, node in appended:
+        if to != name or node.id in pool:
+            return False
+    if len(appended) > 1 and len({node.id for _, node in appended}) < len(appended):
+        return False
+    for _, node in appended:
+        pool[node.id] = node
+    return True
+
+
+def _appended_by_name(rec: _Record, commit: Commit) -> None:
+    """Put ``commit``'s branches and appended messages in ``rec``, its
+    branches kept by name from now on; :class:`StoreError` (nothing done)
+    for an append to a branch neither kept nor in the commit."""
+    appended = commit.appended
+    branches = _all_branches(rec)
+    for name, _ in appended:
+        if name not in branches and not any(b.name == name for b in commit.branches):
+            raise StoreError(f"commit appends to unknown branch {name!r}")
+    rec.branches = branches
+    pool = rec.pool
+    for b in commit.branches:
+        branches[b.name] = _branch_copy(b)
+    for name, node in appended:
+        pool[node.id] = node
+        branches[name].message_ids.append(node.id)
 
 
 def _made_again(kept: list[Any]) -> list[StepLog]:
@@ -125,10 +197,9 @@ class MemoryStore(Store):
         if context.id in self._records:
             raise StoreError(f"context {context.id!r} already exists")
         head = dataclasses.replace(context, message_pool=_UNUSED, branches=_UNUSED)
+        pool = dict(context.message_pool)
         self._records[context.id] = _Record(
-            context=head,
-            pool=dict(context.message_pool),
-            branches={n: _branch_copy(b) for n, b in context.branches.items()},
+            context=head, pool=pool, branches=_kept_branches(pool, context.branches)
         )
 
     def _get(self, context_id: str) -> _Record:
@@ -141,7 +212,7 @@ class MemoryStore(Store):
         rec = self._get(context_id)
         # shares nothing that can change with what is stored, as a real store
         return detached(
-            dataclasses.replace(rec.context, message_pool=rec.pool, branches=rec.branches)
+            dataclasses.replace(rec.context, message_pool=rec.pool, branches=_all_branches(rec))
         )
 
     async def commit(self, commit: Commit) -> None:
@@ -196,20 +267,13 @@ class MemoryStore(Store):
         if head.version != commit.expected_version:
             raise VersionConflict(cid, commit.expected_version, head.version)
         pool = rec.pool
-        branches = rec.branches
         replaced = commit.replaced
         for node in replaced:
             if node.id not in pool:
                 raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
-        for name, _ in commit.appended:
-            if name not in branches and not any(b.name == name for b in commit.branches):
-                raise StoreError(f"commit appends to unknown branch {name!r}")
-        # checks passed: apply everything
-        for b in commit.branches:
-            branches[b.name] = _branch_copy(b)
-        for name, node in commit.appended:
-            pool[node.id] = node
-            branches[name].message_ids.append(node.id)
+        one = rec.branches
+        if type(one) is not Branch or not _appended_to_one(rec, one, commit):
+            _appended_by_name(rec, commit)  # checked before anything is applied
         for node in replaced:
             pool[node.id] = node
         kept = rec.steps
