@@ -261,19 +261,36 @@ print(sorted(n for n in ("EVENT_ADAPTER",) if n in vars(events)), len(records._A
     assert out.stdout.split() == ["[]", "0", "False", "False", "False", "False"]
 
 
-def test_an_engine_imports_tenacity_for_its_retry_policy(fresh: Fresh) -> None:
+def test_an_engine_imports_tenacity_for_its_first_retry(fresh: Fresh) -> None:
+    """An engine made without a retry policy runs turns without ``tenacity``:
+    the default policy is made, and ``tenacity`` imported, by the first retry
+    (or the first read of ``Engine.retry_policy``); one policy for every engine."""
     code = """
-import sys
+import asyncio, sys
 from turnfsm import Engine, RetryPolicy
-before = "tenacity" in sys.modules
-engine = Engine()
-import tenacity
-from turnfsm import engine as module
-print(before, type(engine.retry_policy.wait) is tenacity.wait_random_exponential,
-      module.wait_exponential is tenacity.wait_exponential, "wait_fixed" in dir(module))
+from turnfsm.testing import FakeClock, ScriptedLLM
+
+async def main():
+    answers = [{"text": "one"}, {"llm_error": {"status": 503}}, {"text": "two"}]
+    clock = FakeClock()
+    async with Engine(llm=ScriptedLLM(answers), clock=clock) as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "first")
+        print("tenacity" in sys.modules)
+        turn = await engine.send(cid, "second")
+        print("tenacity" in sys.modules, turn.text, len(clock.sleeps))
+        import tenacity
+        from turnfsm import engine as module
+        policy = engine.retry_policy
+        print(policy == RetryPolicy(max_attempts=3, wait=policy.wait),
+              type(policy.wait) is tenacity.wait_random_exponential,
+              Engine().retry_policy is policy,
+              module.wait_exponential is tenacity.wait_exponential, "wait_fixed" in dir(module))
+
+asyncio.run(main())
 """
     out = fresh.run(code)
-    assert out.stdout.split() == ["False", "True", "True", "True"]
+    assert out.stdout.split() == ["False", "True", "two", "1", *["True"] * 5]
 
 
 def test_lazily_built_names_work_when_first_used(fresh: Fresh) -> None:

@@ -152,3 +152,119 @@ async def test_the_steps_given_as_recorded_are_those_a_commit_would_carry() -> N
     assert any(s.detail for s in recorded) and len(recorded) > 4
     assert recorded == carried
     assert pickle.dumps(recorded) == pickle.dumps(carried)
+
+
+@pytest.mark.anyio
+async def test_the_engines_steps_are_kept_as_the_machines_own_tuples() -> None:
+    """Given the steps as the machine recorded them, the store keeps per
+    commit its version and time, then each step's tuple itself (one pointer):
+    two contexts' same transitions are the same objects, and ``steps`` makes
+    the records again from them."""
+    from datetime import datetime
+
+    from kit import make_engine
+
+    store = MemoryStore()
+    engine, _, _ = make_engine([{"text": "one"}, {"text": "two"}], store=store)
+    async with engine:
+        a = await engine.create_context()
+        b = await engine.create_context()
+        await engine.send(a, "first")
+        await engine.send(b, "first")
+    kept_a, kept_b = store._records[a].steps, store._records[b].steps
+    tuples_a = [x for x in kept_a if type(x) is tuple]
+    tuples_b = [x for x in kept_b if type(x) is tuple]
+    assert len(tuples_a) >= 3 and len(tuples_a) == len(tuples_b)
+    assert all(x is y for x, y in zip(tuples_a, tuples_b, strict=True))
+    steps = await store.steps(a)
+    assert [(s.from_state, s.trigger, s.to_state) for s in steps] == tuples_a
+    # per commit a head (version, time), then its steps: nothing else
+    heads = [x for x in kept_a if type(x) is not tuple]
+    assert len(kept_a) == len(tuples_a) + len(heads)
+    pairs = zip(heads[::2], heads[1::2], strict=True)
+    assert all(type(v) is int and type(t) is datetime for v, t in pairs)
+    versions = [s.version for s in steps]
+    assert versions == sorted(versions) and len(set(versions)) == len(heads) // 2
+    for s in steps:
+        assert s.at in heads[1::2]
+
+
+@pytest.mark.anyio
+async def test_one_branch_in_the_pools_order_is_kept_without_its_ids() -> None:
+    """A context whose one branch holds every message of the pool, in the
+    pool's order, keeps that branch alone (its ids are the pool's keys); a
+    commit that adds a branch, appends elsewhere or again appends an id the
+    pool holds turns it into branches by name first. What ``load`` gives is
+    the same either way."""
+    from turnfsm.errors import StoreError
+    from turnfsm.model import Branch
+
+    from .contract import empty_context, make_commit, msg
+
+    store = MemoryStore()
+    await store.create(empty_context("c"))
+    assert type(store._records["c"].branches) is Branch
+    await store.commit(make_commit("c", 0, appended=[("main", msg("m1")), ("main", msg("m2"))]))
+    await store.commit(make_commit("c", 1, replaced=[msg("m1", text="edited")]))
+    await store.commit(make_commit("c", 2, appended=[("main", msg("m3", parent="m2"))]))
+    kept = store._records["c"].branches
+    assert type(kept) is Branch and kept.message_ids == ()
+    ctx = await store.load("c")
+    assert list(ctx.branches) == ["main"]
+    assert ctx.branches["main"] == Branch(name="main", message_ids=["m1", "m2", "m3"])
+    assert ctx.message_pool["m1"].message.text == "edited"
+    ctx.branches["main"].message_ids.append("mine")  # the load's own list
+    assert (await store.load("c")).branches["main"].message_ids == ["m1", "m2", "m3"]
+
+    # a refused commit leaves the branch as it was
+    with pytest.raises(StoreError, match="unknown branch"):
+        await store.commit(make_commit("c", 3, appended=[("other", msg("m4"))]))
+    assert (await store.load("c")).branches == {
+        "main": Branch(name="main", message_ids=["m1", "m2", "m3"])
+    }
+
+    # a fork: branches by name from then on
+    fork = Branch(name="alt", message_ids=["m1", "m4"], parent_message_id="m1", forked_from="main")
+    await store.commit(
+        make_commit("c", 3, appended=[("alt", msg("m4", parent="m1"))], branches=[fork])
+    )
+    assert type(store._records["c"].branches) is dict
+    await store.commit(make_commit("c", 4, appended=[("main", msg("m5", parent="m3"))]))
+    after = await store.load("c")
+    assert after.branches["main"].message_ids == ["m1", "m2", "m3", "m5"]
+    assert after.branches["alt"].message_ids == ["m1", "m4", "m4"]  # the fork's, then the append
+
+
+@pytest.mark.anyio
+async def test_an_append_of_an_id_the_pool_holds_keeps_the_branch_as_it_always_did() -> None:
+    """Appending an id the pool already holds (which the engine never does)
+    lists it twice in the branch and once in the pool, as before."""
+    from turnfsm.model import Branch
+
+    from .contract import empty_context, make_commit, msg
+
+    for twice in (
+        [[("main", msg("m1"))], [("main", msg("m1", text="again"))]],
+        [[("main", msg("m1")), ("main", msg("m1", text="again"))]],
+    ):
+        store = MemoryStore()
+        await store.create(empty_context("c"))
+        for version, appended in enumerate(twice):
+            await store.commit(make_commit("c", version, appended=appended))
+        assert type(store._records["c"].branches) is dict
+        ctx = await store.load("c")
+        assert ctx.branches["main"].message_ids == ["m1", "m1"]
+        assert list(ctx.message_pool) == ["m1"]
+        assert ctx.message_pool["m1"].message.text == "again"
+
+    # created with a pool its one branch does not hold in order: by name
+    store = MemoryStore()
+    await store.create(
+        empty_context(
+            "d",
+            message_pool={"a": msg("a"), "b": msg("b")},
+            branches={"main": Branch(name="main", message_ids=["b", "a"])},
+        )
+    )
+    assert type(store._records["d"].branches) is dict
+    assert (await store.load("d")).branches["main"].message_ids == ["b", "a"]

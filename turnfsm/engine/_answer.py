@@ -67,6 +67,7 @@ from ..model import (
     clean_json,
     clean_text,
 )
+from ..model._message import NO_CONTENT
 from ..tools import ToolRegistry
 from ._approval import as_question
 
@@ -521,7 +522,7 @@ def build_answer(
     InternalMessage.__init__(
         message,
         role=_ASSISTANT,
-        content=[TextPart(text=text)] if text else [],
+        content=[TextPart(text=text)] if text else NO_CONTENT,  # a tool call's answer: none
         tool_calls=calls or None,
         message_type=_TOOL_CALL if calls else answer_type,
         metadata=metadata,

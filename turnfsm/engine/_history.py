@@ -29,7 +29,7 @@ from ..model import (
     to_chat_message,
 )
 from ..model._context import newest_tool_batch, turn_progress
-from ..model._message import extra_of
+from ..model._message import NO_CONTENT, extra_of
 from ..tools import ToolOutcome
 from ._runtime import Runtime
 
@@ -338,6 +338,7 @@ def add_results(
         InternalMessage.__init__(
             message,
             role=_TOOL,
+            content=NO_CONTENT,
             tool_result=result,
             message_type=_TOOL_RESULT,
             metadata=metadata,

@@ -12,6 +12,7 @@ error make no engine.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,13 @@ if TYPE_CHECKING:
     from tenacity import wait_exponential, wait_fixed, wait_random_exponential
     from tenacity.wait import wait_base
 
-__all__ = ["RetryPolicy", "wait_exponential", "wait_fixed", "wait_random_exponential"]
+__all__ = [
+    "RetryPolicy",
+    "default_retry",
+    "wait_exponential",
+    "wait_fixed",
+    "wait_random_exponential",
+]
 
 WAITS = ("wait_exponential", "wait_fixed", "wait_random_exponential")
 """tenacity's wait strategies named here (and in :mod:`turnfsm.engine`)."""
@@ -70,3 +77,11 @@ class RetryPolicy:
         state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
         state.attempt_number = attempt
         return float(self.wait(state))
+
+
+@functools.cache
+def default_retry() -> RetryPolicy:
+    """``RetryPolicy()``, made on first use and shared (it is frozen): an
+    engine made without a policy asks for it at its first retry, so that one
+    whose LLM never fails never imports ``tenacity``."""
+    return RetryPolicy()

@@ -45,7 +45,7 @@ from ._loaded import MAX_LOADED_MESSAGES
 from ._modes import Mode, Modes
 from ._output import DEFAULT_OUTPUT_RETRIES, Outputs
 from ._output import output_type as _output_type
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, default_retry
 
 __all__ = ["Settings", "View", "ViewPlan", "make_settings"]
 
@@ -101,7 +101,9 @@ class Settings:
     caller's, then the token budget."""
     builtin_count: int
     modes: Modes
-    retry_policy: RetryPolicy
+    retry: RetryPolicy | None
+    """The policy the engine was made with; ``None`` for the default (see
+    :attr:`retry_policy`)."""
     max_iterations: int
     limit_notice: bool
     """Whether a turn stopped by ``max_iterations`` stores a notice saying so."""
@@ -213,6 +215,13 @@ class Settings:
 
     def now(self) -> datetime:
         return from_timestamp(self.clock.time(), UTC)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The policy the engine was made with, or the default, which is made
+        on first use (:func:`~turnfsm.engine._retry.default_retry`)."""
+        retry = self.retry
+        return retry if retry is not None else default_retry()
 
     def check_mode(self, where: str, mode: object) -> str:
         """A mode name given to a public call: one of the engine's modes
@@ -371,7 +380,7 @@ def make_settings(
         enhancers=chain,
         builtin_count=len(builtin),
         modes=known_modes,
-        retry_policy=retry or RetryPolicy(),
+        retry=retry,
         max_iterations=max_iterations,
         limit_notice=limit_notice,
         clock=clock or SystemClock(),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, NoReturn
 
 from pydantic import (
     ConfigDict,
@@ -131,6 +131,47 @@ class FilePart:
 
 
 ContentPart = Annotated[TextPart | ImagePart | FilePart, Field(discriminator="type")]
+
+
+class _NoContent(list):  # type: ignore[type-arg]
+    """The content of a message the engine makes without any (a tool call's
+    answer, a tool's result): one empty list shared by all of them, which
+    refuses every change, as an engine keeps thousands of such messages and
+    an empty list of their own for each. A copy of a message
+    (:func:`~turnfsm.model.detached`, which is what the engine hands out)
+    gets a list of its own; a copy or pickle of the list itself is the same
+    one list."""
+
+    __slots__ = ()
+
+    def __new__(cls, *items: Iterable[Any]) -> Any:
+        if items:  # a copy made through the type (``dataclasses.asdict``): a list of its own
+            return list(*items)
+        return super().__new__(cls)
+
+    def __init__(self, *items: Iterable[Any]) -> None:
+        super().__init__()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a message's shared empty content cannot change: give it a list of its own")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __copy__(self) -> _NoContent:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _NoContent:
+        return self
+
+    def __reduce__(self) -> str:
+        return "NO_CONTENT"
+
+
+NO_CONTENT: list[ContentPart] = _NoContent()
+"""The shared empty content of the messages the engine makes without any
+(see :class:`_NoContent`); not exported: a message made elsewhere gets a
+list of its own."""
 
 
 @dataclass(slots=True, kw_only=True)

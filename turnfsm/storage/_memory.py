@@ -40,45 +40,131 @@ def _branch_copy(branch: Branch) -> Branch:
     return dataclasses.replace(branch, message_ids=list(branch.message_ids))
 
 
+_IN_POOL_ORDER: Any = ()
+"""The ``message_ids`` of a ``_Record``'s one branch (see ``_Record.branches``):
+the pool's keys, in order."""
+
+
+def _kept_branches(pool: dict[str, MessageNode], branches: dict[str, Branch]) -> _Branches:
+    """What a ``_Record`` keeps of ``branches`` (copies): the one branch alone
+    when it holds every message of ``pool`` in the pool's order."""
+    if len(branches) == 1:
+        ((name, only),) = branches.items()
+        if only.name == name and only.message_ids == list(pool):
+            return dataclasses.replace(only, message_ids=_IN_POOL_ORDER)
+    return {n: _branch_copy(b) for n, b in branches.items()}
+
+
+def _all_branches(rec: _Record) -> dict[str, Branch]:
+    """``rec.branches`` as a dict of them (the one branch's ids made from the pool)."""
+    kept = rec.branches
+    if type(kept) is Branch:
+        return {kept.name: dataclasses.replace(kept, message_ids=list(rec.pool))}
+    return kept  # type: ignore[return-value]
+
+
+_Branches = dict[str, Branch] | Branch
+"""``_Record.branches``."""
+
+
 @dataclass(slots=True)
 class _Record:
     context: ChatContext
     """Small fields only; ``message_pool`` and ``branches`` live beside it."""
     pool: dict[str, MessageNode]
-    branches: dict[str, Branch]
+    branches: _Branches
+    """By name; or, while the context has one branch holding every message of
+    the pool in the pool's order (nearly every context: a new one, and one
+    that only ever appends), that branch alone, its ``message_ids`` left out
+    (``_IN_POOL_ORDER``): a conversation kept its ids twice, as the pool's
+    keys and as the branch's list, and a dict for the one branch. A commit
+    that adds a branch, appends elsewhere or appends an id the pool holds
+    turns it into the dict first (:func:`_all_branches`)."""
     steps: list[Any] = field(default_factory=list)
     """The committed step records, kept flat: a conversation in memory held
-    a ``StepLog`` of 96 bytes for each, seven a turn, where five pointers
-    hold what it has. Per step its ``version``, ``from_state``, ``trigger``,
-    ``to_state`` and ``at``, or ``_AS_IS`` and the record itself when it has
-    more to it (a detail, a lease). :func:`_made_again` makes the records
-    again."""
+    a ``StepLog`` of 96 bytes for each, seven a turn. Per commit its
+    ``version`` and ``at``, then each of its transitions as a
+    ``(from_state, trigger, to_state)`` tuple: the machine records each step
+    as its table's tuple for the edge, shared by every context and never
+    changed, so a step costs one pointer. A record with more to it (a
+    detail, a lease) follows ``_AS_IS``, as it came. :func:`_made_again`
+    makes the records again."""
 
 
 _AS_IS = object()
 """In ``_Record.steps``: a record kept as it came follows."""
 
 
+def _appended_to_one(rec: _Record, one: Branch, commit: Commit) -> bool:
+    """Put ``commit``'s appended messages in the pool of ``rec``, whose
+    branches are ``one`` in the pool's order (see ``_Record.branches``), when
+    the commit keeps it so: it adds no branch, and appends to ``one`` only
+    messages the pool does not hold. False (nothing done) otherwise."""
+    if commit.branches:
+        return False
+    pool = rec.pool
+    name = one.name
+    appended = commit.appended
+    for to, node in appended:
+        if to != name or node.id in pool:
+            return False
+    if len(appended) > 1 and len({node.id for _, node in appended}) < len(appended):
+        return False
+    for _, node in appended:
+        pool[node.id] = node
+    return True
+
+
+def _appended_by_name(rec: _Record, commit: Commit) -> None:
+    """Put ``commit``'s branches and appended messages in ``rec``, its
+    branches kept by name from now on; :class:`StoreError` (nothing done)
+    for an append to a branch neither kept nor in the commit."""
+    appended = commit.appended
+    branches = _all_branches(rec)
+    for name, _ in appended:
+        if name not in branches and not any(b.name == name for b in commit.branches):
+            raise StoreError(f"commit appends to unknown branch {name!r}")
+    rec.branches = branches
+    pool = rec.pool
+    for b in commit.branches:
+        branches[b.name] = _branch_copy(b)
+    for name, node in appended:
+        pool[node.id] = node
+        branches[name].message_ids.append(node.id)
+
+
 def _made_again(kept: list[Any]) -> list[StepLog]:
     """The records kept in ``_Record.steps``, in order, as they were committed."""
     out: list[StepLog] = []
-    items = iter(kept)
-    for item in items:
+    i, n = 0, len(kept)
+    while i < n:
+        item = kept[i]
         if item is _AS_IS:
-            out.append(next(items))
-        else:
-            a, t, b, at = next(items), next(items), next(items), next(items)
-            out.append(step_log(item, a, t, b, at))
+            out.append(kept[i + 1])
+            i += 2
+            continue
+        version, at = item, kept[i + 1]  # a commit's: its transitions follow
+        i += 2
+        while i < n and type(kept[i]) is tuple:
+            a, t, b = kept[i]
+            out.append(step_log(version, a, t, b, at))
+            i += 1
     return out
 
 
 def _keep_logs(kept: list[Any], steps: list[StepLog]) -> None:
-    """Add a commit's ``steps`` to ``kept`` (``_Record.steps``)."""
+    """Add a commit's ``steps`` to ``kept`` (``_Record.steps``): each run of
+    plain records with one version and time under one head."""
+    head: tuple[int, Any] | None = None
     for s in steps:
         if s.detail is None and s.lease_token is None and s.lease_owner is None:
-            kept += (s.version, s.from_state, s.trigger, s.to_state, s.at)
+            if head is None or head[0] != s.version or head[1] is not s.at:
+                head = (s.version, s.at)
+                kept += head
+            kept.append((s.from_state, s.trigger, s.to_state))
         else:
             kept += (_AS_IS, s)
+            head = None
 
 
 def _keep_changes(
@@ -111,10 +197,9 @@ class MemoryStore(Store):
         if context.id in self._records:
             raise StoreError(f"context {context.id!r} already exists")
         head = dataclasses.replace(context, message_pool=_UNUSED, branches=_UNUSED)
+        pool = dict(context.message_pool)
         self._records[context.id] = _Record(
-            context=head,
-            pool=dict(context.message_pool),
-            branches={n: _branch_copy(b) for n, b in context.branches.items()},
+            context=head, pool=pool, branches=_kept_branches(pool, context.branches)
         )
 
     def _get(self, context_id: str) -> _Record:
@@ -127,7 +212,7 @@ class MemoryStore(Store):
         rec = self._get(context_id)
         # shares nothing that can change with what is stored, as a real store
         return detached(
-            dataclasses.replace(rec.context, message_pool=rec.pool, branches=rec.branches)
+            dataclasses.replace(rec.context, message_pool=rec.pool, branches=_all_branches(rec))
         )
 
     async def commit(self, commit: Commit) -> None:
@@ -158,10 +243,11 @@ class MemoryStore(Store):
     ) -> None:
         """:meth:`commit_nowait` of a commit whose steps come as the engine's
         machine recorded them rather than as ``commit.steps``: each transition
-        a ``(from_state, trigger, to_state)``, then each change with its
-        detail at ``commit.state``, all at the commit's version and time. The
-        store keeps them as rows (see ``_Record.steps``), so the engine makes
-        no ``StepLog`` for it to take apart again. ``commit.steps`` (none,
+        a ``(from_state, trigger, to_state)`` tuple, kept as it is (a tuple
+        cannot change), then each change with its detail at
+        ``commit.state``, all at the commit's version and time. The store
+        keeps them flat (see ``_Record.steps``), so the engine makes no
+        ``StepLog`` for it to take apart again. ``commit.steps`` (none,
         from the engine) come first. ``None`` on a subclass that overrides
         ``commit`` or ``commit_nowait``: the engine then goes through those."""
         cid = commit.context_id
@@ -181,30 +267,21 @@ class MemoryStore(Store):
         if head.version != commit.expected_version:
             raise VersionConflict(cid, commit.expected_version, head.version)
         pool = rec.pool
-        branches = rec.branches
         replaced = commit.replaced
         for node in replaced:
             if node.id not in pool:
                 raise StoreError(f"commit replaces message {node.id!r}, which is not stored")
-        for name, _ in commit.appended:
-            if name not in branches and not any(b.name == name for b in commit.branches):
-                raise StoreError(f"commit appends to unknown branch {name!r}")
-        # checks passed: apply everything
-        for b in commit.branches:
-            branches[b.name] = _branch_copy(b)
-        for name, node in commit.appended:
-            pool[node.id] = node
-            branches[name].message_ids.append(node.id)
+        one = rec.branches
+        if type(one) is not Branch or not _appended_to_one(rec, one, commit):
+            _appended_by_name(rec, commit)  # checked before anything is applied
         for node in replaced:
             pool[node.id] = node
         kept = rec.steps
         if commit.steps:
             _keep_logs(kept, commit.steps)
-        # the engine's every step: written out here, not called
-        version = commit.version
-        at = commit.updated_at
-        for source, trigger, dest in recorded:
-            kept += (version, source, trigger, dest, at)
+        if recorded:  # the engine's every step: the machine's tuples, under the commit's head
+            kept += (commit.version, commit.updated_at)
+            kept += recorded
         if changes:
             _keep_changes(kept, commit, changes)
         # plain field writes on the store's own copy
