@@ -75,10 +75,6 @@ try:
 except ImportError:  # an older turnfsm (W8's comparison with an earlier commit)
     from turnfsm import LLMRequest, LLMResponse, TextDelta, ToolCallData  # type: ignore[attr-defined,no-redef]
 from turnfsm import storage  # noqa: E402  (SQLiteStore: imported by the workloads that open one)
-# tenacity is imported by the first Engine made (its default retry policy's wait),
-# not by import turnfsm: imported here, so that W5, which makes its engine inside
-# the clock, keeps that import outside it, as every other import is
-import tenacity  # noqa: E402, F401
 from turnfsm.model import to_chat_messages  # noqa: E402
 from turnfsm.testing import ScriptedLLM  # noqa: E402
 
