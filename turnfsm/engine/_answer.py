@@ -48,6 +48,7 @@ from pydantic import ValidationError
 from .. import records
 from ..errors import LLMError, PermanentLLMError
 from ..model import (
+    ApprovalStatus,
     InternalMessage,
     JSONProblem,
     LLMRequest,
@@ -120,12 +121,16 @@ CHUNK_KINDS: dict[type, ChunkKind] = {
 # metaclass defines one), which costs several times a module global.
 _ASSISTANT: Final = Role.ASSISTANT
 _TOOL_CALL: Final = MessageType.TOOL_CALL
+_PENDING: Final = ApprovalStatus.PENDING
 
 _new = object.__new__
-"""The records made for every answer are made as ``X.__init__(_new(X), ...)``
-rather than ``X(...)``: CPython (3.11) packs the keywords of a class call
-into a dict for ``__init__`` to take apart again, and ``__init__`` called as
-a function takes them as they are, with the same defaults and checks."""
+"""The records made for every answer are made on ``_new(X)`` rather than as
+``X(...)``: CPython (3.11) packs the keywords of a class call into a dict for
+``__init__`` to take apart again. The commonest (an answer's message, its
+metadata, its tool calls) have each slot written in place, every field with
+its value or its default, as their ``__init__`` would (which has no checks):
+that spares the call's frame and its keywords matched by name; the rarer
+ones are made as ``X.__init__(_new(X), ...)``."""
 
 
 def chunk_kind(chunk: object) -> ChunkKind:
@@ -366,15 +371,16 @@ def _calls(
             notes.append(f"{where}.id: {said}; the call is {new!r}")
         arguments, raw, error = _arguments(c.arguments, f"{where}.arguments", notes)
         call = _new(ToolCallRequest)
-        ToolCallRequest.__init__(
-            call,
-            id=new,
-            tool_name=name,
-            arguments=arguments,
-            raw_arguments=raw,
-            arguments_error=error,
-            provider_id=provider_id,
-        )
+        call.id = new
+        call.tool_name = name
+        call.arguments = arguments
+        call.approval_status = _PENDING
+        call.decided_by = None
+        call.reason = None
+        call.outcome_unknown = False
+        call.raw_arguments = raw
+        call.arguments_error = error
+        call.provider_id = provider_id
         calls.append(call)
     return calls
 
@@ -503,33 +509,31 @@ def build_answer(
     usage = None if response.usage is None else _usage(response.usage, notes)
     asked = response.tool_calls
     calls = [] if type(asked) is tuple and not asked else _calls(asked, taken_ids, notes)
+    # both records written slot by slot, every field (see _new):
+    # tests/engine/test_answer_records.py holds them to the classes' own
     metadata = _new(MessageMetadata)
-    MessageMetadata.__init__(
-        metadata,
-        created_at=created_at,
-        model=model_name or model,
-        usage=usage,
-        attempt=attempt,
-        iteration=iteration,
-        finish_reason=finish_reason,
-        extra={"conversions": notes} if notes else None,
-        incomplete_reason=incomplete_reason,
-        logprobs=logprobs,
-        provider_reason=provider_reason,
-    )
+    metadata.created_at = created_at
+    metadata.model = model_name or model
+    metadata.usage = usage
+    metadata.attempt = attempt
+    metadata.iteration = iteration
+    metadata.finish_reason = finish_reason
+    metadata.cancelled = False
+    metadata._extra = {"conversions": notes} if notes else None  # type: ignore[misc]  # the slot behind ``extra``
+    metadata.incomplete_reason = incomplete_reason
+    metadata.logprobs = logprobs
+    metadata.provider_reason = provider_reason
     message = _new(InternalMessage)
-    InternalMessage.__init__(
-        message,
-        role=_ASSISTANT,
-        content=[TextPart(text=text)] if text else [],
-        tool_calls=calls or None,
-        message_type=_TOOL_CALL if calls else answer_type,
-        metadata=metadata,
-        thinking=thinking,
-        refusal=refusal,
-        reasoning=reasoning,
-        phase=phase,
-    )
+    message.role = _ASSISTANT
+    message.content = [TextPart(text=text)] if text else []
+    message.tool_calls = calls or None
+    message.tool_result = None
+    message.message_type = _TOOL_CALL if calls else answer_type
+    message.metadata = metadata
+    message.thinking = thinking
+    message.refusal = refusal
+    message.reasoning = reasoning
+    message.phase = phase
     return message, calls
 
 
