@@ -16,6 +16,7 @@ from turnfsm import tool
 from turnfsm.model import (
     ApprovalStatus,
     InternalMessage,
+    LLMRequest,
     MessageMetadata,
     MessageType,
     Role,
@@ -158,3 +159,29 @@ async def test_a_tool_result_with_conversions_keeps_its_notes() -> None:
         result.metadata,
         MessageMetadata(created_at=result.metadata.created_at, extra={"conversions": notes}),
     )
+
+
+async def test_a_turns_requests_are_the_classes_own() -> None:
+    answers = [
+        {"tool_calls": [{"id": "call_1", "name": "get_weather", "arguments": {"city": "L"}}]},
+        {"text": "Done."},
+    ]
+    made = make_engine(answers, tools=[get_weather])
+    async with made.engine as engine:
+        cid = await engine.create_context()
+        await engine.send(cid, "turn 1")
+    requests = made.llm.requests
+    assert len(requests) == 2
+    for iteration, request in enumerate(requests, start=1):
+        want = LLMRequest(
+            context_id=cid,
+            model=request.model,
+            messages=request.messages,
+            tools=request.tools,
+            parameters=request.parameters,
+            attempt=1,
+            iteration=iteration,
+            request_cancel=request.request_cancel,
+        )
+        _same(request, want)
+        assert request.tools and request.metadata == {} and request.output is None
