@@ -48,6 +48,7 @@ from ._loaded import Loaded
 from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
+from ._scope import call_scope
 from ._settings import Settings
 from ._steps import build_commit, commit_nowait_of, commit_recorded_of, committed, fire, publish
 from ._subscribers import yield_to_readers
@@ -264,7 +265,7 @@ class Driver:
             rt.watch = watch
             watch.entered(rt)
         try:
-            with anyio.CancelScope() as scope:
+            with call_scope() as scope:
                 rt.scope = scope
                 if rt.cancel_requested:
                     scope.cancel()
