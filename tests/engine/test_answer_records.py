@@ -13,6 +13,7 @@ import pytest
 from kit import make_engine
 
 from turnfsm import tool
+from turnfsm.engine._call_llm import StreamRead
 from turnfsm.model import (
     ApprovalStatus,
     InternalMessage,
@@ -185,3 +186,21 @@ async def test_a_turns_requests_are_the_classes_own() -> None:
         )
         _same(request, want)
         assert request.tools and request.metadata == {} and request.output is None
+
+
+def test_a_stream_read_has_the_fields_call_llm_writes() -> None:
+    # call_llm writes each of these on a new StreamRead: a field added to the
+    # class and not there would be missing on every attempt's read
+    assert [f.name for f in dataclasses.fields(StreamRead)] == [
+        "partial",
+        "response",
+        "failure",
+        "streaming",
+        "thinking",
+        "thinking_fixed",
+    ]
+    assert [(f.name, f.default) for f in dataclasses.fields(StreamRead)][1:4] == [
+        ("response", None),
+        ("failure", None),
+        ("streaming", False),
+    ]

@@ -284,7 +284,8 @@ def _arguments(
             error = "$: nested too deeply to read (the arguments were not used)"
             notes.append(f"{where}: nested too deeply to read; kept as text")
             return {}, "(too deeply nested to show)", error
-        notes.extend(f"{where}{note[1:]}" for note in found)
+        for note in found:  # mostly none: a loop makes no generator for them
+            notes.append(f"{where}{note[1:]}")
         return cleaned, None, None
     notes.append(f"{where}: a {_type(value)}, not a JSON object; kept as text")
     return {}, _cut(clean_text(_as_text(value))[0]), f"a {_type(value)} is not a JSON object"

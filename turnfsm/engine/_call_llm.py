@@ -96,7 +96,15 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     progress = rt.ctx.progress
     s = d.settings
     message_id = s.ids()
-    read = StreamRead([])  # the partial text: a class call's keywords cost a dict
+    # written slot by slot, every field: a class call runs ``__init__`` in a
+    # frame of its own, twice a tool-loop turn
+    read = _new(StreamRead)
+    read.partial = []
+    read.response = None
+    read.failure = None
+    read.streaming = False
+    read.thinking = []
+    read.thinking_fixed = 0
     rt.partial = read.partial
     rt.partial_id = message_id
     llm = s.llm
