@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Final, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
@@ -42,6 +43,7 @@ from ._answer import (
 )
 from ._backoff import failure_edge
 from ._call_pieces import CallPieces
+from ._clock import from_timestamp
 from ._host import Host
 from ._prepare import build_request, compact, compaction_of, prefetch
 from ._runtime import Runtime
@@ -126,7 +128,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         taken_ids=functools.partial(_history.call_ids, rt),
         streamed_thinking="".join(read.thinking) if read.thinking else None,
         thinking_fixed=read.thinking_fixed,
-        created_at=d.now(),
+        created_at=from_timestamp(s.clock.time(), UTC),  # ``d.now()``, without its frame
         request=request,
         attempt=progress.attempt,
         iteration=progress.iteration,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from ..errors import (
@@ -42,6 +43,7 @@ from ..tools import QuestionTool, ToolOutcome
 from . import _history, _steps
 from ._approval import checked_decisions
 from ._call_llm import fail_llm
+from ._clock import from_timestamp
 from ._decide import mark_started
 from ._host import Host
 from ._inputs import UNSET, Unset
@@ -98,7 +100,7 @@ async def start_send(
     # written slot by slot, every field: see _answer._new
     # (tests/engine/test_answer_records.py holds them to the classes' own)
     metadata = _new(MessageMetadata)
-    metadata.created_at = d.now()
+    metadata.created_at = from_timestamp(d.settings.clock.time(), UTC)  # ``d.now()``, no frame
     metadata.model = metadata.usage = metadata.attempt = metadata.iteration = None
     metadata.finish_reason = None
     metadata.cancelled = False

@@ -151,13 +151,20 @@ class ContextHolder:
 class LeanState(_State):
     """A State whose enter/exit run their callbacks without the log calls."""
 
+    machine_fields: dict[str, Any] | None = None
+    """Its machine's ``vars`` when the machine that made it gave them (see
+    ``LeanEvent.machine_fields``; :class:`TurnMachine` does); else the
+    machine's attribute is read."""
+
     def enter(self, event_data: EventData) -> None:
         on_enter = self.on_enter
         if on_enter:
             machine = event_data.machine
+            fields = self.machine_fields
+            send_event = machine.send_event if fields is None else fields["send_event"]
             # the commonest case, the one callback the table names (a method of
             # the holder), called here as ``callbacks`` would call it, without its frame
-            if len(on_enter) == 1 and type(on_enter[0]) is str and machine.send_event:
+            if len(on_enter) == 1 and type(on_enter[0]) is str and send_event:
                 method = getattr(event_data.model, on_enter[0], None)
                 if method is not None and callable(method):
                     method(event_data)
@@ -392,6 +399,10 @@ class TurnMachine:
         )
 
         assert not self._machine.has_queue  # fire calls the events' _trigger directly
+        fields = vars(self._machine)
+        for state in self._machine.states.values():  # made by this machine, for it alone
+            if type(state) is LeanState:
+                state.machine_fields = fields
         events = {t: self._machine.events[t.value] for t in Trigger}
         # the table's edges by the holder's state name (what the machine sets),
         # each with its destination and the Event that takes it
