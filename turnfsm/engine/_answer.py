@@ -59,7 +59,6 @@ from ..model import (
     ReasoningItem,
     Role,
     TextDelta,
-    TextPart,
     ThinkingDelta,
     TokenUsage,
     ToolCallData,
@@ -68,6 +67,7 @@ from ..model import (
     clean_json,
     clean_text,
 )
+from ..model._message import text_part
 from ..tools import ToolRegistry
 from ._approval import as_question
 
@@ -526,7 +526,7 @@ def build_answer(
     metadata.provider_reason = provider_reason
     message = _new(InternalMessage)
     message.role = _ASSISTANT
-    message.content = [TextPart(text=text)] if text else []
+    message.content = [text_part(text)] if text else []
     message.tool_calls = calls or None
     message.tool_result = None
     message.message_type = _TOOL_CALL if calls else answer_type
