@@ -124,13 +124,11 @@ _TOOL_CALL: Final = MessageType.TOOL_CALL
 _PENDING: Final = ApprovalStatus.PENDING
 
 _new = object.__new__
-"""The records made for every answer are made on ``_new(X)`` rather than as
-``X(...)``: CPython (3.11) packs the keywords of a class call into a dict for
-``__init__`` to take apart again. The commonest (an answer's message, its
-metadata, its tool calls) have each slot written in place, every field with
-its value or its default, as their ``__init__`` would (which has no checks):
-that spares the call's frame and its keywords matched by name; the rarer
-ones are made as ``X.__init__(_new(X), ...)``."""
+"""Records made for every answer are made on ``_new(X)``, not as ``X(...)``
+(CPython 3.11 packs a class call's keywords into a dict for ``__init__``): the
+commonest (an answer's message, its metadata and calls) have every slot
+written in place, with its value or default, as ``__init__`` (which checks
+nothing) would, sparing its frame; the rarer: ``X.__init__(_new(X), ...)``."""
 
 
 def chunk_kind(chunk: object) -> ChunkKind:
@@ -376,8 +374,7 @@ def _calls(
         call.tool_name = name
         call.arguments = arguments
         call.approval_status = _PENDING
-        call.decided_by = None
-        call.reason = None
+        call.decided_by = call.reason = None
         call.outcome_unknown = False
         call.raw_arguments = raw
         call.arguments_error = error
