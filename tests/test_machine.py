@@ -17,6 +17,7 @@ from turnfsm.states import (
     TurnMachine,
     next_state,
 )
+from turnfsm.states._machine import LeanState
 
 EDGES: list[tuple[State, Trigger, State]] = [
     (src, t.trigger, t.dest) for t in TRANSITIONS for src in t.sources
@@ -283,3 +284,13 @@ def test_reattach_after_detach_resumes_from_the_stored_state(machine: TurnMachin
         assert h.state == State.AWAITING_LLM_RESPONSE.value
     finally:
         machine.detach(h)
+
+
+def test_the_states_read_their_machines_settings_from_its_attribute_dict() -> None:
+    tm = TurnMachine()
+    machine = tm._machine
+    for state in machine.states.values():
+        assert isinstance(state, LeanState)
+        assert state.machine_fields is vars(machine)
+    # a LeanState its machine gave nothing reads the machine itself
+    assert LeanState("x").machine_fields is None

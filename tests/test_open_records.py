@@ -28,6 +28,7 @@ from turnfsm.model import (
     TurnProgress,
 )
 from turnfsm.model._context import _OpenTurnProgress, turn_progress
+from turnfsm.model._message import _OpenTextPart, text_part
 from turnfsm.states import Trigger
 from turnfsm.tools import ToolOutcome
 from turnfsm.tools._outcome import _OpenToolOutcome
@@ -186,3 +187,21 @@ def test_a_subclass_of_tool_outcome_is_made_by_its_own_class() -> None:
 
     made = Mine.of(True, "x")
     assert type(made) is Mine and made == Mine(True, "x")
+
+
+@pytest.mark.parametrize("text", ["hi", "", "Zürich \u00e9t\u00e9"])
+def test_text_part_makes_the_part_the_class_makes(text: str) -> None:
+    made = text_part(text)
+    plain = TextPart(text=text)
+    assert type(made) is TextPart
+    assert sorted(_OpenTextPart.__slots__) == _fields(TextPart)
+    for name in _fields(TextPart):
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain) and hash(made) == hash(plain)
+    assert dataclasses.asdict(made) == dataclasses.asdict(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, text="x") == dataclasses.replace(plain, text="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = "changed"  # type: ignore[misc]
+    assert made.text == text

@@ -16,7 +16,7 @@ import pytest
 import transitions
 from transitions import EventData, Machine, MachineError
 
-from turnfsm.states._machine import LeanMachine
+from turnfsm.states._machine import LeanMachine, LeanTransition
 
 STATES = ["Idle", "Busy", "Done"]
 EDGES = [
@@ -442,3 +442,46 @@ def test_the_lean_classes_read_the_attributes_behind_the_properties() -> None:
     assert m._finalize_event is m.finalize_event == ["f"]
     state = m.get_state("b")
     assert state._name == state.name == state.value == "b"
+
+
+def test_callbacks_set_after_the_machine_is_built_run_on_the_next_trigger(
+    machine_kind: str,
+) -> None:
+    # the lean classes read the machine's settings from its live attribute
+    # dict: what the property setters put there later is what a step runs
+    m = safe_machine()
+    r = Recorder()
+    m.add_model(r)
+    m.prepare_event = "cb_prepare_event"
+    m.before_state_change = "cb_before_state_change"
+    m.after_state_change = ["cb_after_state_change"]
+    m.finalize_event = "cb_finalize_event"
+    assert r.trigger("go") is True
+    assert r.log == [
+        "cb_prepare_event",
+        "cb_before_state_change",
+        "cb_after_state_change",
+        "cb_finalize_event",
+    ]
+    assert r.state == "Busy"
+    r.log.clear()
+    m.after_state_change = []
+    m.finalize_event = []
+    assert r.trigger("finish") is True
+    assert r.log == ["cb_prepare_event", "cb_before_state_change"]
+    assert r.state == "Done"
+
+
+def test_a_lean_transition_made_outside_an_event_reads_its_machine(machine_kind: str) -> None:
+    if machine_kind != "lean":
+        pytest.skip("a lean class's own fallback")
+    m = safe_machine(after_state_change="cb_after_state_change")
+    r = Recorder()
+    m.add_model(r)
+    loose = LeanTransition("Idle", "Busy")
+    assert loose.machine_fields is None
+    event = m.events["go"]
+    data = EventData(m.get_state("Idle"), event, m, r, (), {})
+    assert loose.execute(data) is True
+    assert r.state == "Busy"
+    assert r.log == ["cb_after_state_change"]

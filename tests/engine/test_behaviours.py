@@ -33,6 +33,8 @@ from turnfsm import (
     tool,
 )
 from turnfsm.adapters.llm import LLMRequest
+from turnfsm.engine import _scope
+from turnfsm.engine._scope import call_scope
 from turnfsm.errors import BranchError
 from turnfsm.records import FilePart, ImagePart, TextPart
 from turnfsm.storage import Lease, MemoryStore
@@ -529,11 +531,9 @@ async def test_a_later_call_is_cancelled_as_the_first_was() -> None:
     async with engine:
         cid = await engine.create_context()
         assert (await engine.send(cid, "Hi")).stop_reason == StopReason.COMPLETED
-        driver = engine._d
-        scope = driver.new_scope()
+        scope = call_scope()
         assert isinstance(scope, anyio.CancelScope) and not scope.cancel_called
-        assert driver.new_scope.known is not None
-        assert type(scope) is driver.new_scope.known[0]
+        assert _scope._known is not None and type(scope) is _scope._known[1]
         turn, sent = await cancel_while_running(engine, cid, "Again", entered)
         assert turn.stop_reason == StopReason.CANCELLED and sent == [turn]
         assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, IDLE, PUM, ALR, IDLE]

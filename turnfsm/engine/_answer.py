@@ -48,6 +48,7 @@ from pydantic import ValidationError
 from .. import records
 from ..errors import LLMError, PermanentLLMError
 from ..model import (
+    ApprovalStatus,
     InternalMessage,
     JSONProblem,
     LLMRequest,
@@ -58,7 +59,6 @@ from ..model import (
     ReasoningItem,
     Role,
     TextDelta,
-    TextPart,
     ThinkingDelta,
     TokenUsage,
     ToolCallData,
@@ -67,7 +67,7 @@ from ..model import (
     clean_json,
     clean_text,
 )
-from ..model._message import NO_CONTENT
+from ..model._message import NO_CONTENT, text_part
 from ..tools import ToolRegistry
 from ._approval import as_question
 
@@ -121,12 +121,14 @@ CHUNK_KINDS: dict[type, ChunkKind] = {
 # metaclass defines one), which costs several times a module global.
 _ASSISTANT: Final = Role.ASSISTANT
 _TOOL_CALL: Final = MessageType.TOOL_CALL
+_PENDING: Final = ApprovalStatus.PENDING
 
 _new = object.__new__
-"""The records made for every answer are made as ``X.__init__(_new(X), ...)``
-rather than ``X(...)``: CPython (3.11) packs the keywords of a class call
-into a dict for ``__init__`` to take apart again, and ``__init__`` called as
-a function takes them as they are, with the same defaults and checks."""
+"""Records made for every answer are made on ``_new(X)``, not as ``X(...)``
+(CPython 3.11 packs a class call's keywords into a dict for ``__init__``): the
+commonest (an answer's message, its metadata and calls) have every slot
+written in place, with its value or default, as ``__init__`` (which checks
+nothing) would, sparing its frame; the rarer: ``X.__init__(_new(X), ...)``."""
 
 
 def chunk_kind(chunk: object) -> ChunkKind:
@@ -280,7 +282,8 @@ def _arguments(
             error = "$: nested too deeply to read (the arguments were not used)"
             notes.append(f"{where}: nested too deeply to read; kept as text")
             return {}, "(too deeply nested to show)", error
-        notes.extend(f"{where}{note[1:]}" for note in found)
+        for note in found:  # mostly none: a loop makes no generator for them
+            notes.append(f"{where}{note[1:]}")
         return cleaned, None, None
     notes.append(f"{where}: a {_type(value)}, not a JSON object; kept as text")
     return {}, _cut(clean_text(_as_text(value))[0]), f"a {_type(value)} is not a JSON object"
@@ -367,15 +370,15 @@ def _calls(
             notes.append(f"{where}.id: {said}; the call is {new!r}")
         arguments, raw, error = _arguments(c.arguments, f"{where}.arguments", notes)
         call = _new(ToolCallRequest)
-        ToolCallRequest.__init__(
-            call,
-            id=new,
-            tool_name=name,
-            arguments=arguments,
-            raw_arguments=raw,
-            arguments_error=error,
-            provider_id=provider_id,
-        )
+        call.id = new
+        call.tool_name = name
+        call.arguments = arguments
+        call.approval_status = _PENDING
+        call.decided_by = call.reason = None
+        call.outcome_unknown = False
+        call.raw_arguments = raw
+        call.arguments_error = error
+        call.provider_id = provider_id
         calls.append(call)
     return calls
 
@@ -504,33 +507,31 @@ def build_answer(
     usage = None if response.usage is None else _usage(response.usage, notes)
     asked = response.tool_calls
     calls = [] if type(asked) is tuple and not asked else _calls(asked, taken_ids, notes)
+    # both records written slot by slot, every field (see _new):
+    # tests/engine/test_answer_records.py holds them to the classes' own
     metadata = _new(MessageMetadata)
-    MessageMetadata.__init__(
-        metadata,
-        created_at=created_at,
-        model=model_name or model,
-        usage=usage,
-        attempt=attempt,
-        iteration=iteration,
-        finish_reason=finish_reason,
-        extra={"conversions": notes} if notes else None,
-        incomplete_reason=incomplete_reason,
-        logprobs=logprobs,
-        provider_reason=provider_reason,
-    )
+    metadata.created_at = created_at
+    metadata.model = model_name or model
+    metadata.usage = usage
+    metadata.attempt = attempt
+    metadata.iteration = iteration
+    metadata.finish_reason = finish_reason
+    metadata.cancelled = False
+    metadata._extra = {"conversions": notes} if notes else None  # type: ignore[misc]  # the slot behind ``extra``
+    metadata.incomplete_reason = incomplete_reason
+    metadata.logprobs = logprobs
+    metadata.provider_reason = provider_reason
     message = _new(InternalMessage)
-    InternalMessage.__init__(
-        message,
-        role=_ASSISTANT,
-        content=[TextPart(text=text)] if text else NO_CONTENT,  # a tool call's answer: none
-        tool_calls=calls or None,
-        message_type=_TOOL_CALL if calls else answer_type,
-        metadata=metadata,
-        thinking=thinking,
-        refusal=refusal,
-        reasoning=reasoning,
-        phase=phase,
-    )
+    message.role = _ASSISTANT
+    message.content = [text_part(text)] if text else NO_CONTENT  # a tool call's answer: none
+    message.tool_calls = calls or None
+    message.tool_result = None
+    message.message_type = _TOOL_CALL if calls else answer_type
+    message.metadata = metadata
+    message.thinking = thinking
+    message.refusal = refusal
+    message.reasoning = reasoning
+    message.phase = phase
     return message, calls
 
 

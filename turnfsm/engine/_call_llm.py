@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Final, Literal
 
 from ..errors import EnhancerError, LLMError, PermanentLLMError
@@ -42,6 +43,7 @@ from ._answer import (
 )
 from ._backoff import failure_edge
 from ._call_pieces import CallPieces
+from ._clock import from_timestamp
 from ._host import Host
 from ._prepare import build_request, compact, compaction_of, prefetch
 from ._runtime import Runtime
@@ -96,7 +98,15 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     progress = rt.ctx.progress
     s = d.settings
     message_id = s.ids()
-    read = StreamRead([])  # the partial text: a class call's keywords cost a dict
+    # written slot by slot, every field: a class call runs ``__init__`` in a
+    # frame of its own, twice a tool-loop turn
+    read = _new(StreamRead)
+    read.partial = []
+    read.response = None
+    read.failure = None
+    read.streaming = False
+    read.thinking = []
+    read.thinking_fixed = 0
     rt.partial = read.partial
     rt.partial_id = message_id
     llm = s.llm
@@ -118,7 +128,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         taken_ids=functools.partial(_history.call_ids, rt),
         streamed_thinking="".join(read.thinking) if read.thinking else None,
         thinking_fixed=read.thinking_fixed,
-        created_at=d.now(),
+        created_at=from_timestamp(s.clock.time(), UTC),  # ``d.now()``, without its frame
         request=request,
         attempt=progress.attempt,
         iteration=progress.iteration,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from ..errors import (
@@ -26,6 +27,7 @@ from ..model import (
     ContentPart,
     InternalMessage,
     MessageMetadata,
+    MessageType,
     Role,
     SystemPrompt,
     TextPart,
@@ -41,6 +43,7 @@ from ..tools import QuestionTool, ToolOutcome
 from . import _history, _steps
 from ._approval import checked_decisions
 from ._call_llm import fail_llm
+from ._clock import from_timestamp
 from ._decide import mark_started
 from ._host import Host
 from ._inputs import UNSET, Unset
@@ -72,6 +75,7 @@ _AWAITING_TOOL_APPROVAL = S.AWAITING_TOOL_APPROVAL
 # and for start_decide (every approval or denial)
 _APPROVALS_RESOLVED = T.APPROVALS_RESOLVED
 _PENDING = ApprovalStatus.PENDING
+_TEXT = MessageType.TEXT
 
 
 async def start_send(
@@ -93,11 +97,22 @@ async def start_send(
         )
     if state is _AWAITING_TOOL_APPROVAL:
         _steps.close_open_calls(rt, "superseded", lambda _: "superseded by a new user message")
-    # made as ``X.__init__(_new(X), ...)``: see _answer._new
+    # written slot by slot, every field: see _answer._new
+    # (tests/engine/test_answer_records.py holds them to the classes' own)
     metadata = _new(MessageMetadata)
-    MessageMetadata.__init__(metadata, created_at=d.now())
+    metadata.created_at = from_timestamp(d.settings.clock.time(), UTC)  # ``d.now()``, no frame
+    metadata.model = metadata.usage = metadata.attempt = metadata.iteration = None
+    metadata.finish_reason = None
+    metadata.cancelled = False
+    metadata._extra = None  # type: ignore[misc]  # the slot behind ``extra``
+    metadata.incomplete_reason = metadata.logprobs = metadata.provider_reason = None
     message = _new(InternalMessage)
-    InternalMessage.__init__(message, role=role, content=parts, metadata=metadata)
+    message.role = role
+    message.content = parts
+    message.tool_calls = message.tool_result = None
+    message.message_type = _TEXT
+    message.metadata = metadata
+    message.thinking = message.refusal = message.reasoning = message.phase = None
     _history.append(rt, message, d.settings.ids() if message_id is None else message_id)
     rt.ctx.progress = turn_progress(iteration=1, attempt=1, output=output, client=client)
     _steps.fire(rt, _USER_MESSAGE)

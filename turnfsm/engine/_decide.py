@@ -313,7 +313,8 @@ def mark_started(rt: Runtime, open_calls: Sequence[ToolCallRequest]) -> None:
     between that commit and the run sends non-idempotent calls to a human,
     which is the safe side.)"""
     ctx = rt.ctx
-    ids = tuple(
-        [c.id for c in open_calls if c.approval_status is _APPROVED and not is_client_call(c)]
-    )
-    ctx.progress = _history.started(ctx.progress, ids)
+    ids: list[str] = []  # a loop, not a comprehension: no call of its own
+    for c in open_calls:
+        if c.approval_status is _APPROVED and not is_client_call(c):
+            ids.append(c.id)
+    ctx.progress = _history.started(ctx.progress, tuple(ids))

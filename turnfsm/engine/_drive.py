@@ -48,7 +48,7 @@ from ._loaded import Loaded
 from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
 from ._runtime import CLAIM, RELEASED, Runtime, dirty
-from ._scopes import CallScopes
+from ._scope import call_scope
 from ._settings import Settings
 from ._steps import build_commit, commit_nowait_of, commit_recorded_of, committed, fire, publish
 from ._subscribers import yield_to_readers
@@ -126,7 +126,6 @@ class Driver:
         """What ``Engine.observe`` added: asked at the start of every call."""
         self.tracing = _tracing.Tracing()
         """OpenTelemetry: the provider (None: the process's) and the content opt-in."""
-        self.new_scope = CallScopes()
         """Makes the cancel scope each call runs in."""
 
     @property
@@ -269,7 +268,7 @@ class Driver:
             rt.watch = watch
             watch.entered(rt)
         try:
-            with self.new_scope() as scope:
+            with call_scope() as scope:
                 rt.scope = scope
                 if rt.cancel_requested:
                     scope.cancel()

@@ -98,7 +98,9 @@ def append(rt: Runtime, message: InternalMessage, node_id: str) -> MessageNode:
     branch = ctx.branches[ctx.active_branch_name]  # ``active_branch``, without its frame
     ids = branch.message_ids
     node = _new(MessageNode)
-    MessageNode.__init__(node, id=node_id, message=message, parent_id=ids[-1] if ids else None)
+    node.id = node_id
+    node.message = message
+    node.parent_id = ids[-1] if ids else None
     ctx.message_pool[node_id] = node
     ids.append(node_id)
     appended = rt.appended
@@ -242,9 +244,9 @@ def set_decisions(
         if new.id not in answered:
             open_calls.append(new)
     new_node = _new(MessageNode)
-    MessageNode.__init__(
-        new_node, id=node.id, message=with_calls(message, new_calls), parent_id=node.parent_id
-    )
+    new_node.id = node.id
+    new_node.message = with_calls(message, new_calls)
+    new_node.parent_id = node.parent_id
     replace(rt, new_node)
     return open_calls
 
@@ -252,11 +254,12 @@ def set_decisions(
 # The four copies below build each record once with every field, where
 # ``dataclasses.replace`` reads the fields, builds a dict and calls the
 # constructor (a decision on a one-call batch took three of them, and
-# recording the started calls one more each tool-loop turn); each runs the
-# class's ``__init__`` on ``_new(cls)`` itself, as every record made here on
-# a turn's path does (a class call would pack its keywords into a dict for
-# ``__init__`` to take apart again), but for the progress record, which
-# ``turn_progress`` makes with plain slot writes. A test
+# recording the started calls one more each tool-loop turn); each writes the
+# slots of ``_new(cls)`` itself, as the records made here on a turn's path
+# are (a class call would pack its keywords into a dict for ``__init__`` to
+# take apart again, and even ``__init__`` called on its own matches each
+# keyword by name in a frame of its own), but for the progress record, which
+# ``turn_progress`` makes. A test
 # (tests/engine/test_history_copies.py) holds them to ``dataclasses.replace``
 # for every field of each class, so a field added later is not dropped.
 
@@ -280,38 +283,32 @@ def decided(
     """``c`` with a decision: ``dataclasses.replace(c, approval_status=status,
     decided_by=by, reason=reason)``."""
     copy = _new(ToolCallRequest)
-    ToolCallRequest.__init__(
-        copy,
-        id=c.id,
-        tool_name=c.tool_name,
-        arguments=c.arguments,
-        approval_status=status,
-        decided_by=by,  # type: ignore[arg-type]  # one of the three, by its callers
-        reason=reason,
-        outcome_unknown=c.outcome_unknown,
-        raw_arguments=c.raw_arguments,
-        arguments_error=c.arguments_error,
-        provider_id=c.provider_id,
-    )
+    copy.id = c.id
+    copy.tool_name = c.tool_name
+    copy.arguments = c.arguments
+    copy.approval_status = status
+    copy.decided_by = by  # type: ignore[assignment]  # one of the three, by its callers
+    copy.reason = reason
+    copy.outcome_unknown = c.outcome_unknown
+    copy.raw_arguments = c.raw_arguments
+    copy.arguments_error = c.arguments_error
+    copy.provider_id = c.provider_id
     return copy
 
 
 def with_calls(m: InternalMessage, calls: list[ToolCallRequest]) -> InternalMessage:
     """``dataclasses.replace(m, tool_calls=calls)``."""
     copy = _new(InternalMessage)
-    InternalMessage.__init__(
-        copy,
-        role=m.role,
-        content=m.content,
-        tool_calls=calls,
-        tool_result=m.tool_result,
-        message_type=m.message_type,
-        metadata=m.metadata,
-        thinking=m.thinking,
-        refusal=m.refusal,
-        reasoning=m.reasoning,
-        phase=m.phase,
-    )
+    copy.role = m.role
+    copy.content = m.content
+    copy.tool_calls = calls
+    copy.tool_result = m.tool_result
+    copy.message_type = m.message_type
+    copy.metadata = m.metadata
+    copy.thinking = m.thinking
+    copy.refusal = m.refusal
+    copy.reasoning = m.reasoning
+    copy.phase = m.phase
     return copy
 
 
@@ -325,24 +322,27 @@ def add_results(
     """Append one tool result message per call, in the order given."""
     added: list[Result] = []
     for call, outcome in zip(calls, outcomes, strict=True):
+        # written slot by slot, every field: see _answer._new
+        # (tests/engine/test_answer_records.py holds them to the classes' own)
         result = _new(ToolCallResult)
-        ToolCallResult.__init__(
-            result, request_id=call.id, result=outcome.result, success=outcome.success
-        )
+        result.request_id = call.id
+        result.result = outcome.result
+        result.success = outcome.success
         metadata = _new(MessageMetadata)
-        if outcome.notes:
-            MessageMetadata.__init__(metadata, created_at=now, extra=_conversions(outcome))
-        else:
-            MessageMetadata.__init__(metadata, created_at=now)
+        metadata.created_at = now
+        metadata.model = metadata.usage = metadata.attempt = metadata.iteration = None
+        metadata.finish_reason = None
+        metadata.cancelled = False
+        metadata._extra = _conversions(outcome) if outcome.notes else None  # type: ignore[misc]  # the slot behind ``extra``
+        metadata.incomplete_reason = metadata.logprobs = metadata.provider_reason = None
         message = _new(InternalMessage)
-        InternalMessage.__init__(
-            message,
-            role=_TOOL,
-            content=NO_CONTENT,
-            tool_result=result,
-            message_type=_TOOL_RESULT,
-            metadata=metadata,
-        )
+        message.role = _TOOL
+        message.content = NO_CONTENT
+        message.tool_calls = None
+        message.tool_result = result
+        message.message_type = _TOOL_RESULT
+        message.metadata = metadata
+        message.thinking = message.refusal = message.reasoning = message.phase = None
         added.append((call, outcome, append(rt, message, new_id())))
     return added
 

@@ -42,6 +42,7 @@ from ..model import (
     id_problem,
     title_problem,
 )
+from ..model._message import text_part
 from ..tools import ToolRegistry, Toolset
 
 __all__ = [
@@ -194,7 +195,7 @@ def check_content(where: str, content: Any) -> list[Any]:
         check_text(where, content, empty=False)
         if content.isspace():
             raise InvalidInput(where, "a message needs some text, not only white space")
-        return [TextPart(text=content)]
+        return [text_part(content)]
     if not isinstance(content, Iterable) or isinstance(content, bytes | bytearray | Mapping):
         raise InvalidInput(
             where, f"must be a text or a list of content parts, not {_kind(content)}"

@@ -69,17 +69,19 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
         start = cut - head
         if start:
             messages = [*messages[:head], *messages[cut:]] if head else messages[cut:]
-    request = _new(LLMRequest)  # see _answer._new
-    LLMRequest.__init__(
-        request,
-        context_id=ctx.id,
-        model=ctx.config.model_id,
-        messages=messages,
-        parameters=turn_parameters(ctx),
-        attempt=p.attempt,
-        iteration=p.iteration,
-        request_cancel=rt.request_cancel,
-    )
+    # written slot by slot, every field (see _answer._new;
+    # tests/engine/test_answer_records.py holds it to the class's own)
+    request = _new(LLMRequest)
+    request.context_id = ctx.id
+    request.model = ctx.config.model_id
+    request.messages = messages
+    request.tools = []
+    request.parameters = turn_parameters(ctx)
+    request.attempt = p.attempt
+    request.iteration = p.iteration
+    request.request_cancel = rt.request_cancel
+    request.metadata = {}
+    request.output = None
     if compacted is not None:
         request.metadata["compaction"] = compacted
     if start:

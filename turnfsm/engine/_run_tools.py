@@ -32,21 +32,29 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     asked. Calls of the client's tools are not run: once the others have their
     results, they wait for the client (``client_calls``)."""
     ctx = rt.ctx
-    calls = ctx.open_tool_calls()
-    for_client = any(is_client_call(c) for c in calls)
-    if for_client:
-        calls = [c for c in calls if not is_client_call(c)]
-    to_run = [c for c in calls if c.approval_status is _APPROVED]
-    ids = tuple(c.id for c in to_run)
+    # plain loops, not comprehensions: each of those is a call of its own
+    # (Python 3.11), and every tool-loop turn runs them
+    open_calls = ctx.open_tool_calls()
+    calls: list[ToolCallRequest] = []  # the engine's, not the client's
+    to_run: list[ToolCallRequest] = []
+    started: list[str] = []
+    for c in open_calls:
+        if is_client_call(c):
+            continue
+        calls.append(c)
+        if c.approval_status is _APPROVED:
+            to_run.append(c)
+            started.append(c.id)
+    for_client = len(calls) != len(open_calls)
+    ids = tuple(started)
     if ids != ctx.progress.started_call_ids:  # resumed: record the attempt first
         ctx.progress = dataclasses.replace(ctx.progress, started_call_ids=ids)
         await d.commit(rt)
     offered = d.settings.offered(ctx)
-    refused = {
-        c.id: _not_offered(d, rt, offered, c)
-        for c in to_run
-        if c.tool_name not in offered and c.tool_name in d.settings.tools
-    }
+    refused: dict[str, ToolOutcome] = {}
+    for c in to_run:
+        if c.tool_name not in offered and c.tool_name in d.settings.tools:
+            refused[c.id] = _not_offered(d, rt, offered, c)
     if refused:
         to_run = [c for c in to_run if c.id not in refused]
     ran: Iterator[ToolOutcome] = iter(())
@@ -58,20 +66,15 @@ async def run_tools(d: Host, rt: Runtime) -> None:
                 if rt.watch is None
                 else await _observers.run_calls(rt, offered, to_run)
             )
-    outcomes = [
-        refused[c.id]
-        if c.id in refused
-        else next(ran)
-        if c.approval_status is _APPROVED
-        else ToolOutcome(
-            False,
-            {
-                "error": f"denied: {c.reason}" if c.reason else "denied",
-                "status": "denied",
-            },
-        )
-        for c in calls
-    ]
+    outcomes: list[ToolOutcome] = []
+    for c in calls:
+        if c.id in refused:
+            outcomes.append(refused[c.id])
+        elif c.approval_status is _APPROVED:
+            outcomes.append(next(ran))
+        else:
+            denied = {"error": f"denied: {c.reason}" if c.reason else "denied", "status": "denied"}
+            outcomes.append(ToolOutcome(False, denied))
     waiting = d.subtask_host.take_waiting(ctx.id) if d.subtask_host is not None else {}
     if waiting:  # sub-task calls whose children wait for a human
         wait_for_subtasks(d, rt, calls, outcomes, waiting)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
-from ..model import ToolCallRequest
+from ..model import MessageNode, ToolCallRequest
 from ..model._detach import detached_fields
 from ..states import Change, State, Trigger
 from ..storage import Commit, CommitsWithoutWaiting, MemoryStore, Store
@@ -229,12 +229,19 @@ def build_commit(rt: Runtime, release: bool, recorded: bool = False) -> Commit:
     replaced = list(rt.replaced.values()) if rt.replaced else []
     if replaced and appended:
         # a message added and then changed (decided) in this same commit is
-        # stored once, as it is now
-        new = {node.id: i for i, (_, node) in enumerate(appended)}
-        for node in [n for n in replaced if n.id in new]:
-            i = new[node.id]
-            appended[i] = (appended[i][0], node)
-        replaced = [n for n in replaced if n.id not in new]
+        # stored once, as it is now (loops, not comprehensions: a decided
+        # tool call's commit runs this, and each of those is a call of its own)
+        new: dict[str, int] = {}
+        for i, (_, node) in enumerate(appended):
+            new[node.id] = i
+        still: list[MessageNode] = []
+        for node in replaced:
+            i = new.get(node.id, -1)
+            if i < 0:
+                still.append(node)
+            else:
+                appended[i] = (appended[i][0], node)
+        replaced = still
     lease = rt.lease
     # each field written on the slots, as ``step_log`` makes its records: a
     # dataclass made by a class call runs ``type.__call__`` and a generated

@@ -109,6 +109,32 @@ class TextPart:
     text: str
 
 
+class _OpenTextPart:
+    """TextPart's slots, without its frozen ``__setattr__``
+    (see :func:`text_part`)."""
+
+    __slots__ = ("text", "type")
+    type: str
+    text: str
+
+
+_new = object.__new__
+
+
+def text_part(text: str) -> TextPart:
+    """``TextPart(text=text)``, the same record, made with plain slot writes:
+    a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, several times the cost, and a turn makes one for
+    its message and one for its answer (as ``_context.turn_progress`` does;
+    ``tests/test_open_records.py`` holds the two to the same record)."""
+    part = _new(_OpenTextPart)
+    part.type = "text"
+    part.text = text
+    # laid out as a TextPart (the same slots), it becomes one
+    part.__class__ = TextPart  # type: ignore[assignment]
+    return part  # type: ignore[return-value]
+
+
 @dataclass(slots=True, kw_only=True, frozen=True)
 class ImagePart:
     """An image, by URL (``https://…`` or a ``data:`` URL)."""

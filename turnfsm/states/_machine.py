@@ -151,13 +151,20 @@ class ContextHolder:
 class LeanState(_State):
     """A State whose enter/exit run their callbacks without the log calls."""
 
+    machine_fields: dict[str, Any] | None = None
+    """Its machine's ``vars`` when the machine that made it gave them (see
+    ``LeanEvent.machine_fields``; :class:`TurnMachine` does); else the
+    machine's attribute is read."""
+
     def enter(self, event_data: EventData) -> None:
         on_enter = self.on_enter
         if on_enter:
             machine = event_data.machine
+            fields = self.machine_fields
+            send_event = machine.send_event if fields is None else fields["send_event"]
             # the commonest case, the one callback the table names (a method of
             # the holder), called here as ``callbacks`` would call it, without its frame
-            if len(on_enter) == 1 and type(on_enter[0]) is str and machine.send_event:
+            if len(on_enter) == 1 and type(on_enter[0]) is str and send_event:
                 method = getattr(event_data.model, on_enter[0], None)
                 if method is not None and callable(method):
                     method(event_data)
@@ -179,6 +186,9 @@ class LeanTransition(Transition):
         self.step: StepRecord | None = None
         """What ``ContextHolder.after_step`` records for this transition: set when
         its event adds it, if its states and trigger are the table's."""
+        self.machine_fields: dict[str, Any] | None = None
+        """Its machine's ``vars``, set when a :class:`LeanEvent` adds it (see
+        ``LeanEvent.machine_fields``)."""
 
     def execute(self, event_data: EventData) -> bool:
         # transitions' own order: prepare, conditions, before, exit, set the
@@ -188,11 +198,14 @@ class LeanTransition(Transition):
         # attributes behind transitions' properties ``before_state_change``
         # and ``after_state_change``, which return the same lists)
         machine = event_data.machine
+        fields = self.machine_fields
+        if fields is None:  # not added by a LeanEvent: read through the machine
+            fields = vars(machine)
         if self.prepare:
             machine.callbacks(self.prepare, event_data)
         if self.conditions and not self._eval_conditions(event_data):
             return False
-        before = machine._before_state_change
+        before = fields["_before_state_change"]
         if before or self.before:
             machine.callbacks([*before, *self.before], event_data)
         if self.dest:  # None: an internal transition, no change of state
@@ -202,17 +215,17 @@ class LeanTransition(Transition):
                 dest = self.dest_state = machine.get_state(self.dest)
             if source.on_exit:
                 source.exit(event_data)
-            setattr(event_data.model, machine.model_attribute, dest._name)
+            setattr(event_data.model, fields["model_attribute"], dest._name)
             event_data.state = dest
             dest.enter(event_data)
             if dest.final:
                 machine.callbacks(machine.on_final, event_data)
         if self.after:
             machine.callbacks(self.after, event_data)
-        after = machine._after_state_change
+        after = fields["_after_state_change"]
         if after:
             # as in ``LeanState.enter``: the holder's one declared method at once
-            if len(after) == 1 and type(after[0]) is str and machine.send_event:
+            if len(after) == 1 and type(after[0]) is str and fields["send_event"]:
                 method = getattr(event_data.model, after[0], None)
                 if method is not None and callable(method):
                     method(event_data)
@@ -239,8 +252,19 @@ class LeanTransition(Transition):
 class LeanEvent(Event):
     """An Event whose trigger runs at once (the machine has no queue)."""
 
+    def __init__(self, name: str, machine: Machine) -> None:
+        super().__init__(name, machine)
+        self.machine_fields: dict[str, Any] = vars(machine)
+        """The machine's instance attributes, the live dict behind them: a step
+        reads its settings and callback lists here, as every attribute read
+        on a ``Machine`` goes through the ``__getattr__`` hook its class
+        defines (a lookup of the type's ``__getattr__`` first), which the
+        interpreter cannot specialise."""
+
     def add_transition(self, transition: Transition) -> None:
         super().add_transition(transition)
+        if type(transition) is LeanTransition:
+            transition.machine_fields = self.machine_fields
         if type(transition) is LeanTransition and transition.dest is not None:
             source = _STATES.get(transition.source)
             trigger = _TRIGGERS.get(self.name)
@@ -260,14 +284,15 @@ class LeanEvent(Event):
         # named by strings: ``State.name`` is its value), and the machine's
         # callback lists are read behind transitions' properties
         machine = self.machine
-        name = getattr(event_data.model, machine.model_attribute)
-        state = machine.states[name]
+        fields = self.machine_fields
+        name = getattr(event_data.model, fields["model_attribute"])
+        state = fields["states"][name]
         event_data.state = state
         try:
             # ``_is_valid_source`` (which raises or logs) only for a refused event,
             # and ``_process`` written out, as every step runs through here
             if name in self.transitions or self._is_valid_source(state):
-                prepare = machine._prepare_event
+                prepare = fields["_prepare_event"]
                 if prepare:
                     machine.callbacks(prepare, event_data)
                 for trans in self.transitions[name]:
@@ -281,7 +306,7 @@ class LeanEvent(Event):
                 raise
             machine.callbacks(machine.on_exception, event_data)
         finally:
-            finalize = machine._finalize_event
+            finalize = fields["_finalize_event"]
             if finalize:
                 try:
                     machine.callbacks(finalize, event_data)
@@ -374,6 +399,10 @@ class TurnMachine:
         )
 
         assert not self._machine.has_queue  # fire calls the events' _trigger directly
+        fields = vars(self._machine)
+        for state in self._machine.states.values():  # made by this machine, for it alone
+            if type(state) is LeanState:
+                state.machine_fields = fields
         events = {t: self._machine.events[t.value] for t in Trigger}
         # the table's edges by the holder's state name (what the machine sets),
         # each with its destination and the Event that takes it
