@@ -38,10 +38,8 @@ from kit import (  # noqa: E402
     SWEEP,
     Served,
     first_by_default,
-    listening_on_pipe,
     refusing_port,
     serve_in_process,
-    wait_ready,
 )
 from openai_loopback import LoopbackServer as OpenAILoopback  # noqa: E402
 from openai_loopback import Reply as OpenAIReply  # noqa: E402
@@ -142,15 +140,6 @@ def _start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subproce
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def _wait_ready(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """The URL of a ``serve --port 0`` process, once it is ready, and what
-    it said on standard error until it listened (which ``_stop`` no longer
-    returns)."""
-    url, said = listening_on_pipe(proc)
-    wait_ready(url, process=proc, log=lambda: said)
-    return url, said
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:
