@@ -5,8 +5,10 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,45 @@ import pytest
 # again. This conftest is imported before any test module is collected.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+MEMORY_TEMP = Path("/dev/shm")
+"""Linux's memory-backed file system, where the run keeps its temporary files
+when it may (``_memory_temp_root``)."""
+
+MEMORY_TEMP_FREE = 2 << 30
+"""The free space it must have: a container's default ``/dev/shm`` is far
+smaller, and a full one would fail tests that have nothing to do with it."""
+
+
+def _memory_temp_root() -> Path | None:
+    """``MEMORY_TEMP`` when the run's temporary files should go there: it is a
+    writable tmpfs with ``MEMORY_TEMP_FREE`` to spare, and neither ``TMPDIR``
+    nor ``PYTEST_DEBUG_TEMPROOT`` names a place of the user's choosing."""
+    if os.environ.get("TMPDIR") or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        return None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            kinds = {f[1]: f[2] for f in (line.split() for line in mounts) if len(f) > 2}
+        space = os.statvfs(MEMORY_TEMP)
+    except OSError:
+        return None
+    if kinds.get(str(MEMORY_TEMP)) != "tmpfs" or not os.access(MEMORY_TEMP, os.W_OK | os.X_OK):
+        return None
+    return MEMORY_TEMP if space.f_bavail * space.f_frsize >= MEMORY_TEMP_FREE else None
+
+
+# The tests' files (each tmp_path, the stores, databases and servers the tests
+# make) go to memory where it can hold them: they are thrown away after the
+# run, and on a disk every store commit's fsync, every SQLite transaction and
+# every folder removed costs system time and waits on the device, while no test
+# can tell a disk's durability from the page cache's (their crashes kill
+# processes, not the machine). TMPDIR carries it to each xdist worker and each
+# process a test starts; tempfile's cached choice is dropped so that this
+# process reads it too.
+_memory = _memory_temp_root()
+if _memory is not None:
+    os.environ["TMPDIR"] = str(_memory)
+    tempfile.tempdir = None
 
 # A run started in the background by a shell without job control (``pytest &``
 # in a script) inherits SIGINT ignored, and so would every process a test

@@ -1,8 +1,8 @@
 """The OpenAI settings an application reads from its environment
 (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``), as each command
 that picks a model honours them: the command line's entry in this process
-(``serve`` and ``worker`` as ``turnfsm`` processes) against a loopback Chat
-Completions server, the model asserted in the body it received.
+(``serve`` in a thread of it, ``worker`` as a ``turnfsm`` process) against a
+loopback Chat Completions server, the model asserted in the body it received.
 Precedence: ``--model`` > ``OPENAI_MODEL`` > the provider's default."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kit import SWEEP, first_by_default, serve_in_process  # noqa: E402
 from openai_loopback import LoopbackServer, Reply  # noqa: E402
 from openai_samples import text_stream  # noqa: E402
 
-from .test_cli_providers import _start, _stop, _wait_ready, run  # noqa: E402
+from .test_cli_providers import _serving, _start, _stop, run  # noqa: E402
 
 DEFAULT = PROVIDERS["openai"].default_model
 KEY = "sk-env-test-0123456789"
@@ -102,26 +102,23 @@ def test_record_records_and_sends_the_model_the_variable_names(tmp_path: Path) -
 def test_serve_gives_new_contexts_the_model_the_variable_names(tmp_path: Path) -> None:
     with LoopbackServer() as server:
         server.script(_answer())
-        proc = _start(
-            tmp_path, "serve", "--port", "0", "--store", "sqlite:///serve.db",
+        with _serving(
+            "--store", f"sqlite:///{tmp_path / 'serve.db'}",
             env={"OPENAI_BASE_URL": server.url, "OPENAI_MODEL": "gpt-env-serve"},
-        )  # fmt: skip
-        said = ""
-        try:
-            url, said = _wait_ready(proc)
-            created = httpx.post(f"{url}/api/contexts", json={})
+        ) as served:  # fmt: skip
+            created = httpx.post(f"{served.url}/api/contexts", json={})
             cid = created.json()["id"]
             turn = httpx.post(
-                f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi"}, timeout=60
+                f"{served.url}/api/contexts/{cid}/messages?wait=true",
+                json={"content": "Hi"},
+                timeout=60,
             )
-        finally:
-            err = said + _stop(proc)
         (request,) = server.requests
     assert created.status_code == 201, created.text
     assert created.json()["model"] == "gpt-env-serve"
     assert turn.status_code == 200, turn.text
     assert request.body["model"] == "gpt-env-serve"
-    assert f"model gpt-env-serve (openai at {server.url}" in err
+    assert f"model gpt-env-serve (openai at {server.url}" in served.said()
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """``--provider`` as a user meets it: the command line's entry
 (``turnfsm.cli.main``, in this process, with the environment a fresh process
-would get; ``serve``, ``worker`` and a missing extra as ``turnfsm`` processes of
-their own) against a loopback server speaking the provider's streaming format (the bodies of
-``tests/anthropic``'s corpus, byte for byte), the setup problems said in one
+would get; ``serve`` in a thread of this process; ``worker`` and a missing
+extra as ``turnfsm`` processes of their own) against a loopback server
+speaking the provider's streaming format (the bodies of ``tests/anthropic``'s
+corpus, byte for byte), the setup problems said in one
 line (exit 2), ``--responses`` as the alias it now is."""
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from anthropic_corpus import lines  # noqa: E402
 from anthropic_loopback import LoopbackServer, Reply, error_body  # noqa: E402
 from kit import (  # noqa: E402
     SWEEP,
+    Served,
     first_by_default,
-    listening_on_pipe,
     refusing_port,
-    wait_ready,
+    serve_in_process,
 )
 from openai_loopback import LoopbackServer as OpenAILoopback  # noqa: E402
 from openai_loopback import Reply as OpenAIReply  # noqa: E402
@@ -88,12 +89,13 @@ not whatever tree the package is installed from, and nothing else of the
 test's own path."""
 
 
+PROVIDER_VARS = ("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
+"""The prefixes of the variables a test's ``turnfsm`` does not inherit: it
+gets those the test gives it, as a user's shell would set them."""
+
+
 def _inherited(environ: dict[str, str]) -> dict[str, str]:
-    kept = {
-        k: v
-        for k, v in environ.items()
-        if not k.startswith(("TURNFSM_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))
-    }
+    kept = {k: v for k, v in environ.items() if not k.startswith(PROVIDER_VARS)}
     return {**kept, "PYTHONPATH": PACKAGE_ROOT}
 
 
@@ -140,15 +142,6 @@ def _start(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subproce
     )
 
 
-def _wait_ready(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """The URL of a ``serve --port 0`` process, once it is ready, and what
-    it said on standard error until it listened (which ``_stop`` no longer
-    returns)."""
-    url, said = listening_on_pipe(proc)
-    wait_ready(url, process=proc, log=lambda: said)
-    return url, said
-
-
 def _stop(proc: subprocess.Popen[str]) -> str:
     """Stop the process (SIGINT, then kill); its standard error."""
     if proc.poll() is None:
@@ -158,6 +151,22 @@ def _stop(proc: subprocess.Popen[str]) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.communicate()[1]
+
+
+@contextlib.contextmanager
+def _serving(*argv: str, env: dict[str, str]) -> Iterator[Served]:
+    """``turnfsm serve --port 0 ARGV`` run by ``turnfsm.cli.main`` in this
+    process (``serve_in_process``), with the provider variables a fresh
+    process would get (``ENV``'s filter over this one's, plus ``env``): what
+    is checked is the command's banner and answers, not its process, so it
+    costs no interpreter of its own. On leaving it is stopped as SIGTERM
+    stops it and must exit 0."""
+    dropped = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PROVIDER_VARS)}
+    try:
+        with serve_in_process("--port", "0", *argv, env=env) as served:
+            yield served
+    finally:
+        os.environ.update(dropped)
 
 
 def _auth(headers: dict[str, str]) -> str:
@@ -241,21 +250,18 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
 @SWEEP  # serve: test_serve_with_gemini_answers_a_posted_turn
 def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
-    proc = _start(
-        tmp_path, "serve", "--port", "0", "--provider", "anthropic",
-        "--base-url", claude.url, "--store", "sqlite:///serve.db",
-        env={"ANTHROPIC_API_KEY": KEY},
-    )  # fmt: skip
-    said = ""
-    try:
-        url, said = _wait_ready(proc)
-        created = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."})
+    with _serving(
+        "--provider", "anthropic", "--base-url", claude.url,
+        "--store", f"sqlite:///{tmp_path / 'serve.db'}", env={"ANTHROPIC_API_KEY": KEY},
+    ) as served:  # fmt: skip
+        created = httpx.post(f"{served.url}/api/contexts", json={"system_prompt": "Be brief."})
         cid = created.json()["id"]
         turn = httpx.post(
-            f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
+            f"{served.url}/api/contexts/{cid}/messages?wait=true",
+            json={"content": "Hi!"},
+            timeout=60,
         )
-    finally:
-        err = said + _stop(proc)
+    err = served.said()
     assert created.status_code == 201, created.text
     assert created.json()["model"] == CLAUDE  # a new context's model: the provider's default
     assert turn.status_code == 200, turn.text
@@ -263,7 +269,7 @@ def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: Loopbac
     assert err.startswith(
         f"turnfsm serve: http://127.0.0.1:0, model {CLAUDE} (anthropic at {claude.url}), store "
     ), err
-    assert f"turnfsm serve: listening on {url}\n" in err, err
+    assert f"turnfsm serve: listening on {served.url}\n" in err, err
     (request,) = claude.requests
     assert request.body["model"] == CLAUDE
     assert [b["text"] for b in request.body["system"]] == ["Be brief."]
@@ -619,24 +625,22 @@ def test_chat_with_gemini_answers_with_the_replayed_text(
 
 def test_serve_with_gemini_answers_a_posted_turn(tmp_path: Path, gemini: LoopbackServer) -> None:
     gemini.script(Reply(chunks=_gemini_answer(["Hello", " from Gemini!"])))
-    proc = _start(
-        tmp_path, "serve", "--port", "0", "--provider", "google",
-        "--base-url", gemini.url, "--store", "sqlite:///serve.db",
-        env={"GOOGLE_API_KEY": GEMINI_KEY},
-    )  # fmt: skip
-    said = ""
-    try:
-        url, said = _wait_ready(proc)
-        cid = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."}).json()["id"]
+    with _serving(
+        "--provider", "google", "--base-url", gemini.url,
+        "--store", f"sqlite:///{tmp_path / 'serve.db'}", env={"GOOGLE_API_KEY": GEMINI_KEY},
+    ) as served:  # fmt: skip
+        created = httpx.post(f"{served.url}/api/contexts", json={"system_prompt": "Be brief."})
+        cid = created.json()["id"]
         turn = httpx.post(
-            f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
+            f"{served.url}/api/contexts/{cid}/messages?wait=true",
+            json={"content": "Hi!"},
+            timeout=60,
         )
-    finally:
-        err = said + _stop(proc)
+    err = served.said()
     assert turn.status_code == 200, turn.text
     assert turn.json()["text"] == "Hello from Gemini!"
     assert err.startswith(f"turnfsm serve: http://127.0.0.1:0, model {GEMINI} (google"), err
-    assert f"turnfsm serve: listening on {url}\n" in err, err
+    assert f"turnfsm serve: listening on {served.url}\n" in err, err
     (request,) = gemini.requests
     assert f"models/{GEMINI}:streamGenerateContent" in request.path
     assert request.headers.get("x-goog-api-key") == GEMINI_KEY
