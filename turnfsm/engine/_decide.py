@@ -253,7 +253,11 @@ def decide(d: Host, rt: Runtime) -> None:
     rt.stop_reason = decision.stop_reason
     _steps.fire(rt, trigger)
     if trigger is _NEEDS_APPROVAL:
-        _announce(d, rt, [c for c in decided if c.approval_status is _PENDING])
+        pending: list[ToolCallRequest] = []  # a loop: no call of its own
+        for c in decided:
+            if c.approval_status is _PENDING:
+                pending.append(c)
+        _announce(d, rt, pending)
     _steps.end_turn(rt)
 
 
