@@ -38,6 +38,7 @@ from . import (
     _leases,
     _prepare,
     _run_tools,
+    _steps,
 )
 from ._approval import questions_of
 from ._client_view import is_client_call
@@ -290,7 +291,7 @@ class Driver:
                     last = (
                         rt.holder.current() in RESTING or rt.hand_back
                     ) and not rt.cancel_requested
-                    if not self.commit_at_once(rt, last):
+                    if not _steps.commit_at_once(self, rt, last):
                         await self.commit(rt, release=last)
             rt.scope = None
             if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
@@ -401,7 +402,7 @@ class Driver:
                     if rt.hand_back and effect in _HAND_BACK_BEFORE:
                         return  # handed back: the call's last commit releases the lease
                     # durable before the engine waits on the outside world
-                    if dirty(rt) and not self.commit_at_once(rt):
+                    if dirty(rt) and not _steps.commit_at_once(self, rt, False):
                         await self.commit(rt)
                 watch = rt.watch
                 # only the LLM attempt has hooks around it: the other effects
@@ -419,36 +420,6 @@ class Driver:
         dest = fire(rt, trigger)
         await self.commit(rt)
         return dest
-
-    def commit_at_once(self, rt: Runtime, release: bool = False) -> bool:
-        """:meth:`commit`, done without an await where it needs none: a store
-        that never waits, and no event to send (sending one may yield to its
-        readers). False, with nothing done, otherwise: the caller awaits
-        :meth:`commit`. The commits of a turn take this path, each without a
-        coroutine of its own."""
-        if rt.outbox:
-            return False
-        recorded = self.commit_recorded
-        nowait = self.commit_nowait
-        if recorded is None and nowait is None:
-            return False
-        status = rt.lease_status
-        commit = build_commit(
-            rt,
-            release and self.leases_in_commits and rt.lease is not None and status is not RELEASED,
-            recorded is not None,
-        )
-        try:
-            if recorded is not None:
-                recorded(commit, rt.holder.steps, rt.changes)
-            elif nowait is not None:
-                nowait(commit)
-        except BaseException as exc:
-            if status is CLAIM:
-                CallLease.commit_failed(rt, exc)
-            raise
-        committed(rt, commit)  # no event: nothing to send
-        return True
 
     async def commit(self, rt: Runtime, *, release: bool = False) -> None:
         """Commit what changed since the last commit, then send its events.
