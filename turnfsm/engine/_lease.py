@@ -80,11 +80,36 @@ class CallLease:
         rt.lease_status = HELD
         return _begin(rt, s)
 
+    def enter_loaded(self, context_id: str) -> Runtime | None:
+        """``enter(context_id, claim=True)`` where it needs no await: the
+        context, not busy, is still loaded from this engine's last call on it,
+        and its lease is left to the call's first commit. None, with nothing
+        done, otherwise (a busy context is refused by :meth:`enter`)."""
+        loaded = self.loaded
+        runtimes = loaded.runtimes
+        rt = runtimes.get(context_id) if self.in_commits else None
+        if rt is None or rt.lease is None or rt.lease_status is HELD:
+            return None
+        busy = loaded.busy
+        if context_id in busy:
+            return None
+        busy.add(context_id)
+        s = self.settings
+        del runtimes[context_id]
+        runtimes[context_id] = rt  # most recently used last
+        rt.lease = new_lease(context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl)
+        rt.lease_status = CLAIM
+        return _begin(rt, s)
+
     async def enter(self, context_id: str, *, claim: bool = False) -> Runtime:
         """Mark the context busy and return it loaded; raise ContextBusy if it is busy.
 
         ``claim``: when the context is still loaded from this engine's last
         call on it, its lease is left to the call's first commit."""
+        if claim:
+            rt = self.enter_loaded(context_id)
+            if rt is not None:
+                return rt
         loaded = self.loaded
         busy = loaded.busy
         if context_id in busy:
@@ -92,16 +117,6 @@ class CallLease:
         busy.add(context_id)
         s = self.settings
         lease: Lease | None = None
-        runtimes = loaded.runtimes
-        rt = runtimes.get(context_id) if claim and self.in_commits else None
-        if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
-            del runtimes[context_id]
-            runtimes[context_id] = rt  # most recently used last
-            rt.lease = new_lease(
-                context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl
-            )
-            rt.lease_status = CLAIM
-            return _begin(rt, s)
         try:
             lease = await _leases.acquire(s, context_id)
             rt = loaded.take(context_id)
