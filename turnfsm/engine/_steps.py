@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from ..events import ContextChanged, Event, Failed, StateChanged, ToolResult, TurnCompleted
 from ..model import MessageNode, ToolCallRequest
@@ -27,7 +27,6 @@ from . import _history
 from ._clock import from_timestamp
 from ._defaults import ignore
 from ._history import Result
-from ._lease import CallLease
 from ._runtime import CLAIM, HELD, RELEASED, Runtime
 
 _new = object.__new__
@@ -267,42 +266,6 @@ def build_commit(rt: Runtime, release: bool, recorded: bool = False) -> Commit:
     commit.lease_owner = lease.owner if lease is not None else None
     commit.release_lease = release
     return commit
-
-
-class Commits(Protocol):
-    """What :func:`commit_at_once` reads of the engine's driver."""
-
-    commit_recorded: Recorded | None
-    commit_nowait: Callable[[Commit], None] | None
-    leases_in_commits: bool
-
-
-def commit_at_once(d: Commits, rt: Runtime, release: bool) -> bool:
-    """``Driver.commit`` done without an await where it needs none: a store
-    that never waits (``d.commit_recorded``, else ``d.commit_nowait``: see
-    :func:`commit_recorded_of` and :func:`commit_nowait_of`), and no event
-    to send (sending one may yield to its readers). ``release``: the call's
-    last commit (the store ends the lease with it, when it can). False, with
-    nothing done, otherwise: the caller awaits ``Driver.commit``. Each commit
-    of a turn takes this path, without a coroutine of its own."""
-    recorded = d.commit_recorded
-    nowait = d.commit_nowait
-    if rt.outbox or (recorded is None and nowait is None):
-        return False
-    status = rt.lease_status
-    release = release and d.leases_in_commits and rt.lease is not None and status is not RELEASED
-    commit = build_commit(rt, release, recorded is not None)
-    try:
-        if recorded is not None:
-            recorded(commit, rt.holder.steps, rt.changes)
-        elif nowait is not None:
-            nowait(commit)
-    except BaseException as exc:
-        if status is CLAIM:
-            CallLease.commit_failed(rt, exc)
-        raise
-    committed(rt, commit)  # no event: nothing to send
-    return True
 
 
 _NONE: tuple[Event, ...] = ()
