@@ -165,7 +165,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     rt.answer = node
     _steps.fire(rt, _STREAM_ENDED if read.streaming else _RESPONSE_RECEIVED)
     if not rt.subscribers:  # their seqs only (see ``_steps.later``)
-        _steps.unheard(rt, 2 if calls else 1)
+        rt.seq += 2 if calls else 1  # ``_steps.unheard``, without its frame
         return
     _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     if calls:

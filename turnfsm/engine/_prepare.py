@@ -154,8 +154,12 @@ async def prepare(d: Host, rt: Runtime) -> None:
 def compaction_of(d: Host, rt: Runtime) -> Compaction | None:
     """The compaction of the context's view (the engine's, or its own
     setting's); None when it has none."""
+    s = d.settings
+    config = rt.ctx.config
+    if config.tool_history is None and config.token_budget is None and config.compaction is None:
+        return s.plain.plan.compaction  # ``s.view``'s usual case, without its frame
     try:
-        return d.settings.view(rt.ctx.config).plan.compaction
+        return s.view(config).plan.compaction
     except InvalidInput:  # a stored setting refused: building the request says so
         return None
 
