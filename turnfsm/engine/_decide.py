@@ -293,7 +293,8 @@ def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
     questions = questions_of(d.settings.tools, pending)
     if not rt.subscribers:  # their seqs only (see ``_steps.later``)
         # each question is one of the pending calls: the others are approvals
-        _steps.unheard(rt, len(questions) + (1 if len(pending) > len(questions) else 0))
+        # ``_steps.unheard`` in place, without its frame
+        rt.seq += len(questions) + (1 if len(pending) > len(questions) else 0)
         return
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]
