@@ -262,7 +262,7 @@ class Modes:
         return definitions
 
     def offered(self, name: str, allowed: Sequence[str] | None) -> ToolRegistry:
-        """``tools_for(get(name), allowed)`` in one frame: a turn asks three
+        """``tools_for(get(name), allowed)`` in one frame: a turn asks several
         times. With no allow-list, kept by the mode's name (``tools_for``
         would build its key each time)."""
         if allowed is None:

@@ -9,7 +9,6 @@ from turnfsm.errors import ToolDefinitionError
 
 from ._question import QuestionTool
 from ._spec import Tool
-from ._subtask import SubtaskTool
 
 __all__ = ["ToolRegistry"]
 
@@ -43,7 +42,7 @@ class ToolRegistry:
         self.asks = any(isinstance(item, QuestionTool) for item in by_name.values())
         """Some tool is a question tool: without one, no call is a question,
         and every pending call's approval need not ask which tool it calls."""
-        self.hosts = any(isinstance(item, SubtaskTool) for item in by_name.values())
+        self.hosts = any(item._runs_children for item in by_name.values())
         """Some tool is a sub-task tool (:func:`~turnfsm.tools.subtask`): only
         those run children, so a run of the others needs no host for them."""
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
 
 import anyio
 
 from turnfsm.model import ToolCallRequest
 
 from ._outcome import ToolOutcome
-
-if TYPE_CHECKING:  # the registry module imports the sub-task tools, which import this
-    from ._registry import ToolRegistry
+from ._registry import ToolRegistry
 
 __all__ = ["current_call", "run_calls"]
 
