@@ -25,7 +25,7 @@ from turnfsm.model import (
     ToolCallRequest,
 )
 from turnfsm.states import Trigger
-from turnfsm.tools import Approval, ToolRegistry, question_tool, tool
+from turnfsm.tools import Approval, ToolRegistry, question_tool, subtask, tool
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -268,6 +268,13 @@ def test_a_registry_without_a_question_tool_asks_nothing() -> None:
         "q": (ApprovalStatus.DENIED, _approval.DECLINED)
     }
     assert _approval.checked_decisions("c", plain, pending, denied) == denied
+
+
+def test_only_a_registry_with_a_subtask_tool_hosts_children() -> None:
+    helper = subtask("helper", "Does a part of the task.", system_prompt="Help.")
+    assert ToolRegistry([weather, helper]).hosts
+    assert not ToolRegistry([weather, delete_file]).hosts and not ToolRegistry().hosts
+    assert not TOOLS.hosts
 
 
 def test_a_stream_without_a_response_is_an_invalid_answer_with_its_partial_text() -> None:

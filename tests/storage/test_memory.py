@@ -268,3 +268,40 @@ async def test_an_append_of_an_id_the_pool_holds_keeps_the_branch_as_it_always_d
     )
     assert type(store._records["d"].branches) is dict
     assert (await store.load("d")).branches["main"].message_ids == ["b", "a"]
+
+
+@pytest.mark.anyio
+async def test_a_commits_head_is_the_one_apply_head_writes() -> None:
+    """The store writes a commit's head on its copy field by field (as
+    ``Commit.apply_head`` does, without its call): every field of the head
+    as that method leaves it, for a commit that sets each."""
+    import copy
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from turnfsm.model import Branch, ChatConfig, ChatContext, TurnProgress
+
+    from .contract import make_commit
+
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    store = MemoryStore()
+    ctx = ChatContext(id="a", created_at=at, updated_at=at)
+    await store.create(ctx)
+    commit = make_commit(
+        "a",
+        0,
+        state="AwaitingToolApproval",
+        branches=[Branch(name="side", message_ids=[])],
+        active_branch="side",
+        config=ChatConfig(title="t"),
+        progress=TurnProgress(iteration=2, attempt=1),
+        event_seq=7,
+    )
+    want = copy.deepcopy(ctx)
+    commit.apply_head(want)
+    await store.commit(commit)
+    got = await store.load("a")
+    for f in dataclasses.fields(ChatContext):
+        if f.name not in ("message_pool", "branches"):
+            assert getattr(got, f.name) == getattr(want, f.name), f.name
+    assert got.config is not commit.config

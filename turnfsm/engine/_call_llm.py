@@ -90,9 +90,13 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     ``BaseException`` propagate. Only the adapter's own code runs under the
     ``except`` clauses: an error of the store still propagates.
     """
-    request = await _request(d, rt)
-    if request is None:
-        return
+    request = rt.request
+    if request is not None and compaction_of(d, rt) is None:
+        rt.request = None  # ``_request``'s common case, without its coroutine
+    else:
+        request = await _request(d, rt)
+        if request is None:
+            return
     if rt.watch is not None:  # traced: the attempt's own request
         rt.watch.llm_request(rt, request)
     progress = rt.ctx.progress
@@ -118,7 +122,14 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         await fail_llm(d, rt, adapter_failure(exc))
         return
     await read_stream(d, rt, chunks, read, message_id, progress.attempt)
-    closed = await close_stream(chunks)
+    # ``close_stream`` written out (an adapter's stream is closed on every call)
+    closed: Exception | None = None
+    try:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    except Exception as exc:
+        closed = exc
     if read.failure is None and closed is not None:
         read.failure = adapter_failure(closed, "".join(read.partial))
     answer = conclude(
@@ -154,7 +165,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
     rt.answer = node
     _steps.fire(rt, _STREAM_ENDED if read.streaming else _RESPONSE_RECEIVED)
     if not rt.subscribers:  # their seqs only (see ``_steps.later``)
-        _steps.unheard(rt, 2 if calls else 1)
+        rt.seq += 2 if calls else 1  # ``_steps.unheard``, without its frame
         return
     _steps.later(rt, MessageCompleted, message_id=node.id, message=message)
     if calls:

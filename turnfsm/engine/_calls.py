@@ -78,7 +78,7 @@ _PENDING = ApprovalStatus.PENDING
 _TEXT = MessageType.TEXT
 
 
-async def start_send(
+def start_send(
     d: Host,
     parts: list[ContentPart],
     role: Role,
@@ -118,7 +118,7 @@ async def start_send(
     _steps.fire(rt, _USER_MESSAGE)
 
 
-async def start_decide(
+def start_decide(
     d: Host, decisions: Mapping[str, tuple[ApprovalStatus, str | None]], rt: Runtime
 ) -> None:
     ctx = rt.ctx

@@ -253,7 +253,11 @@ def decide(d: Host, rt: Runtime) -> None:
     rt.stop_reason = decision.stop_reason
     _steps.fire(rt, trigger)
     if trigger is _NEEDS_APPROVAL:
-        _announce(d, rt, [c for c in decided if c.approval_status is _PENDING])
+        pending: list[ToolCallRequest] = []  # a loop: no call of its own
+        for c in decided:
+            if c.approval_status is _PENDING:
+                pending.append(c)
+        _announce(d, rt, pending)
     _steps.end_turn(rt)
 
 
@@ -289,7 +293,8 @@ def _announce(d: Host, rt: Runtime, pending: list[ToolCallRequest]) -> None:
     questions = questions_of(d.settings.tools, pending)
     if not rt.subscribers:  # their seqs only (see ``_steps.later``)
         # each question is one of the pending calls: the others are approvals
-        _steps.unheard(rt, len(questions) + (1 if len(pending) > len(questions) else 0))
+        # ``_steps.unheard`` in place, without its frame
+        rt.seq += len(questions) + (1 if len(pending) > len(questions) else 0)
         return
     asked = {q.call_id for q in questions}
     approvals = [c for c in pending if c.id not in asked]

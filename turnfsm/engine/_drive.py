@@ -43,7 +43,7 @@ from ._approval import questions_of
 from ._client_view import is_client_call
 from ._clock import from_timestamp
 from ._host import Host, SubtaskRunnerHost
-from ._lease import CallLease, StaleCopy
+from ._lease import CallLease, StaleCopy, commit_at_once
 from ._loaded import Loaded
 from ._observing import _observers as _observe
 from ._observing import _otel_spans as _tracing
@@ -79,7 +79,7 @@ that the next owner starts afresh. Not before ``run_tools``: the calls about
 to run are recorded as started by then, and a tool that is not idempotent,
 started and not run, would come back as ``outcome_unknown``."""
 
-Start = Callable[[Runtime], Awaitable[None]]
+Start = Callable[[Runtime], Awaitable[None] | None]
 """What a public call does first: check against the loaded context, take its trigger."""
 
 
@@ -223,7 +223,7 @@ class Driver:
             rt = await held.enter_claimed(context_id, lease)
             return await self._call(rt, held, start, hand_off, watch)
         try:
-            rt = await held.enter(context_id, claim=True)
+            rt = held.enter_loaded(context_id) or await held.enter(context_id, claim=True)
             return await self._call(rt, held, start, hand_off, watch)
         except StaleCopy:
             self.loaded.unload(context_id)
@@ -273,7 +273,8 @@ class Driver:
                 if rt.cancel_requested:
                     scope.cancel()
                 try:
-                    await start(rt)
+                    if (started := start(rt)) is not None:  # a plain function's: none
+                        await started
                 except Exception:
                     if rt.lease_status is CLAIM:  # was the loaded copy current?
                         await held.confirm_claim(rt)
@@ -290,7 +291,8 @@ class Driver:
                     last = (
                         rt.holder.current() in RESTING or rt.hand_back
                     ) and not rt.cancel_requested
-                    await self.commit(rt, release=last)
+                    if not commit_at_once(self, rt, last):
+                        await self.commit(rt, release=last)
             rt.scope = None
             if rt.lease_status is CLAIM:  # nothing committed: was the loaded copy current?
                 await held.confirm_claim(rt)
@@ -399,8 +401,8 @@ class Driver:
                 if effect in _WAITS:
                     if rt.hand_back and effect in _HAND_BACK_BEFORE:
                         return  # handed back: the call's last commit releases the lease
-                    if dirty(rt):
-                        # durable before the engine waits on the outside world
+                    # durable before the engine waits on the outside world
+                    if dirty(rt) and not commit_at_once(self, rt, False):
                         await self.commit(rt)
                 watch = rt.watch
                 # only the LLM attempt has hooks around it: the other effects

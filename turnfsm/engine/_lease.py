@@ -13,15 +13,18 @@ returns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from ..errors import ContextBusy, InvalidInput, LeaseLost
-from ..storage import Lease
+from ..storage import Commit, Lease
 from ..storage._base import new_lease
 from . import _leases
 from ._loaded import Loaded
 from ._runtime import CLAIM, HELD, RELEASED, Runtime
 from ._settings import Settings
+from ._steps import Recorded, build_commit, committed
 
 __all__ = ["CallLease", "StaleCopy"]
 
@@ -80,11 +83,36 @@ class CallLease:
         rt.lease_status = HELD
         return _begin(rt, s)
 
+    def enter_loaded(self, context_id: str) -> Runtime | None:
+        """``enter(context_id, claim=True)`` where it needs no await: the
+        context, not busy, is still loaded from this engine's last call on it,
+        and its lease is left to the call's first commit. None, with nothing
+        done, otherwise (a busy context is refused by :meth:`enter`)."""
+        loaded = self.loaded
+        runtimes = loaded.runtimes
+        rt = runtimes.get(context_id) if self.in_commits else None
+        if rt is None or rt.lease is None or rt.lease_status is HELD:
+            return None
+        busy = loaded.busy
+        if context_id in busy:
+            return None
+        busy.add(context_id)
+        s = self.settings
+        del runtimes[context_id]
+        runtimes[context_id] = rt  # most recently used last
+        rt.lease = new_lease(context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl)
+        rt.lease_status = CLAIM
+        return _begin(rt, s)
+
     async def enter(self, context_id: str, *, claim: bool = False) -> Runtime:
         """Mark the context busy and return it loaded; raise ContextBusy if it is busy.
 
         ``claim``: when the context is still loaded from this engine's last
         call on it, its lease is left to the call's first commit."""
+        if claim:
+            rt = self.enter_loaded(context_id)
+            if rt is not None:
+                return rt
         loaded = self.loaded
         busy = loaded.busy
         if context_id in busy:
@@ -92,16 +120,6 @@ class CallLease:
         busy.add(context_id)
         s = self.settings
         lease: Lease | None = None
-        runtimes = loaded.runtimes
-        rt = runtimes.get(context_id) if claim and self.in_commits else None
-        if rt is not None and rt.lease is not None and rt.lease_status is not HELD:
-            del runtimes[context_id]
-            runtimes[context_id] = rt  # most recently used last
-            rt.lease = new_lease(
-                context_id, s.owner, rt.lease.token + 1, s.clock.time() + s.lease_ttl
-            )
-            rt.lease_status = CLAIM
-            return _begin(rt, s)
         try:
             lease = await _leases.acquire(s, context_id)
             rt = loaded.take(context_id)
@@ -201,3 +219,39 @@ def _begin(rt: Runtime, settings: Settings) -> Runtime:
     rt.hand_back = False
     rt.running = True  # its end (``rt.done``) is made by a cancel that waits for it
     return rt
+
+
+class Commits(Protocol):
+    """What :func:`commit_at_once` reads of the engine's driver."""
+
+    commit_recorded: Recorded | None
+    commit_nowait: Callable[[Commit], None] | None
+    leases_in_commits: bool
+
+
+def commit_at_once(d: Commits, rt: Runtime, release: bool) -> bool:
+    """``Driver.commit`` done without an await where it needs none: a store
+    that never waits (``d.commit_recorded``, else ``d.commit_nowait``: see
+    ``_steps.commit_recorded_of`` and ``_steps.commit_nowait_of``), and no event
+    to send (sending one may yield to its readers). ``release``: the call's
+    last commit (the store ends the lease with it, when it can). False, with
+    nothing done, otherwise: the caller awaits ``Driver.commit``. Each commit
+    of a turn takes this path, without a coroutine of its own."""
+    recorded = d.commit_recorded
+    nowait = d.commit_nowait
+    if rt.outbox or (recorded is None and nowait is None):
+        return False
+    status = rt.lease_status
+    release = release and d.leases_in_commits and rt.lease is not None and status is not RELEASED
+    commit = build_commit(rt, release, recorded is not None)
+    try:
+        if recorded is not None:
+            recorded(commit, rt.holder.steps, rt.changes)
+        elif nowait is not None:
+            nowait(commit)
+    except BaseException as exc:
+        if status is CLAIM:
+            CallLease.commit_failed(rt, exc)
+        raise
+    committed(rt, commit)  # no event: nothing to send
+    return True

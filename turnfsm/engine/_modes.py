@@ -171,7 +171,7 @@ class Modes:
     """The engine's modes by name, checked against its tools once, and the
     view of the tools each one offers."""
 
-    __slots__ = ("_by_name", "_definitions", "_tools", "_views", "names")
+    __slots__ = ("_by_name", "_definitions", "_offered", "_tools", "_views", "names")
 
     def __init__(self, modes: Iterable[Mode], tools: ToolRegistry) -> None:
         if isinstance(modes, str | bytes | Mode) or not isinstance(modes, Iterable):
@@ -214,6 +214,8 @@ class Modes:
         self._views: dict[tuple[str, tuple[str, ...] | None], ToolRegistry] = {}
         self._definitions: dict[str, list[dict[str, Any]]] = {}
         """``definitions`` of a context with no allow-list, by its mode's name."""
+        self._offered: dict[str, ToolRegistry] = {}
+        """``offered`` of a context with no allow-list, by its mode's name."""
         self.names: tuple[str, ...] = tuple(by_name)
 
     def __iter__(self) -> Iterator[Mode]:
@@ -258,6 +260,21 @@ class Modes:
                 self._definitions.clear()
             self._definitions[config.mode] = definitions
         return definitions
+
+    def offered(self, name: str, allowed: Sequence[str] | None) -> ToolRegistry:
+        """``tools_for(get(name), allowed)`` in one frame: a turn asks several
+        times. With no allow-list, kept by the mode's name (``tools_for``
+        would build its key each time)."""
+        if allowed is None:
+            found = self._offered.get(name)
+            if found is not None:
+                return found
+        view = self.tools_for(self._by_name.get(name), allowed)
+        if allowed is None:
+            if len(self._offered) >= _CACHE_LIMIT:
+                self._offered.clear()
+            self._offered[name] = view
+        return view
 
     def require(self, ctx: ChatContext) -> Mode:
         """The context's mode, or :class:`UnknownMode`."""

@@ -224,7 +224,7 @@ def send_start(
     context: Sequence[InboundMessage] | None,
     output: TurnOutput | None = None,
     client: ClientTools | None = None,
-) -> Callable[[Runtime], Awaitable[None]]:
+) -> Callable[[Runtime], Awaitable[None] | None]:
     """The start of ``engine.send`` (its arguments checked): a plain send, or,
     with the client's ``context`` (checked here, before anything is loaded),
     :func:`start_send_after`. ``output`` is the turn's output type."""
@@ -268,4 +268,4 @@ async def start_send_after(
         now = d.now()
         for m in fresh:
             _history.append(rt, m.to_message(now, {"request_context": True}), d.settings.ids())
-    await _calls.start_send(d, parts, role, message_id, rt, output=output, client=client)
+    _calls.start_send(d, parts, role, message_id, rt, output=output, client=client)

@@ -59,7 +59,9 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         to_run = [c for c in to_run if c.id not in refused]
     ran: Iterator[ToolOutcome] = iter(())
     if to_run:
-        host = d.subtask_host  # sub-task tools run their children through it
+        # sub-task tools run their children through the host; a batch run
+        # where no tool is one sets none (the context variable's set and reset)
+        host = d.subtask_host if offered.hosts else None
         with hosting(host, ctx.id) if host is not None else nullcontext():
             ran = iter(
                 await run_calls(offered, to_run)

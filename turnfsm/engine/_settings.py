@@ -244,7 +244,8 @@ class Settings:
         (``config.tools``): the one view the tool definitions, the approval
         policy and the tool runs use. A context whose mode is unknown is
         offered none."""
-        return self.modes.tools_for(self.modes.get(ctx.config.mode), ctx.config.tools)
+        config = ctx.config
+        return self.modes.offered(config.mode, config.tools)
 
     def with_tools(self, tools: Iterable[Tool]) -> Settings:
         """These settings with another set of tools (a toolset's list changed):

@@ -133,7 +133,7 @@ def end_turn(rt: Runtime) -> None:
     if rt.subscribers:
         later(rt, TurnCompleted, stop_reason=str(rt.stop_reason), state=rt.holder.state)
     else:
-        unheard(rt)
+        rt.seq += 1  # ``unheard``, without its frame: every turn ends here
 
 
 def failed(rt: Runtime, error: str, partial_text: str) -> None:
@@ -156,7 +156,7 @@ def close_open_calls(rt: Runtime, why: str, error: Callable[[ToolCallRequest], s
 
 def _results_out(rt: Runtime, results: list[Result]) -> None:
     if not rt.subscribers:
-        unheard(rt, len(results))
+        rt.seq += len(results)  # ``unheard``, without its frame
         return
     for call, outcome, node in results:
         later(

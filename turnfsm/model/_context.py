@@ -380,4 +380,10 @@ def open_calls(batch: tuple[MessageNode, list[str]] | None) -> list[ToolCallRequ
     node, answered = batch
     assert node.message.tool_calls is not None
     done = set(answered)
-    return [c for c in node.message.tool_calls if c.id not in done]
+    # a loop, not a comprehension (a call of its own before Python 3.12):
+    # every decision on a batch reads it
+    calls: list[ToolCallRequest] = []
+    for c in node.message.tool_calls:
+        if c.id not in done:
+            calls.append(c)
+    return calls

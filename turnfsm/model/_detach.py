@@ -79,22 +79,21 @@ def _metadata(m: MessageMetadata) -> MessageMetadata:
 
 
 def _call(c: ToolCallRequest) -> ToolCallRequest:
-    # ``__init__`` called itself (see turnfsm.engine._answer._new): every rest
-    # waiting for a human copies its pending calls
+    # every field written on the slots (as ``_history.decided`` makes its
+    # copy): every rest waiting for a human copies its pending calls, and
+    # ``__init__`` matches its ten keywords by name in a frame of its own
+    # (tests/test_detach_copies.py holds the copy to the class's fields)
     copy = _new(ToolCallRequest)
-    ToolCallRequest.__init__(
-        copy,
-        id=c.id,
-        tool_name=c.tool_name,
-        arguments=_json(c.arguments),
-        approval_status=c.approval_status,
-        decided_by=c.decided_by,
-        reason=c.reason,
-        outcome_unknown=c.outcome_unknown,
-        raw_arguments=c.raw_arguments,
-        arguments_error=c.arguments_error,
-        provider_id=c.provider_id,
-    )
+    copy.id = c.id
+    copy.tool_name = c.tool_name
+    copy.arguments = _json(c.arguments)
+    copy.approval_status = c.approval_status
+    copy.decided_by = c.decided_by
+    copy.reason = c.reason
+    copy.outcome_unknown = c.outcome_unknown
+    copy.raw_arguments = c.raw_arguments
+    copy.arguments_error = c.arguments_error
+    copy.provider_id = c.provider_id
     return copy
 
 

@@ -372,7 +372,13 @@ def _plain(value: Any, depth: int, size: list[int]) -> Any:
             if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
                 raise _NOT_PLAIN
             size[0] += 6 * len(key) + 4
-            out[key] = _plain(item, depth + 1, size)
+            # a string value checked here, as ``_plain`` would: most are, and
+            # each call is a frame of its own
+            if type(item) is str and item.isascii():
+                size[0] += 6 * len(item) + 3
+                out[key] = item
+            else:
+                out[key] = _plain(item, depth + 1, size)
         return out
     if kind is list or kind is tuple:
         return [_plain(item, depth + 1, size) for item in value]

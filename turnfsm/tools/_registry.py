@@ -20,7 +20,7 @@ class ToolRegistry:
     list on every call.
     """
 
-    __slots__ = ("_by_name", "_definitions", "_names", "asks")
+    __slots__ = ("_by_name", "_definitions", "_names", "asks", "hosts")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         """Raises :class:`~turnfsm.errors.ToolDefinitionError` on a duplicate name."""
@@ -42,6 +42,9 @@ class ToolRegistry:
         self.asks = any(isinstance(item, QuestionTool) for item in by_name.values())
         """Some tool is a question tool: without one, no call is a question,
         and every pending call's approval need not ask which tool it calls."""
+        self.hosts = any(item._runs_children for item in by_name.values())
+        """Some tool is a sub-task tool (:func:`~turnfsm.tools.subtask`): only
+        those run children, so a run of the others needs no host for them."""
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None``."""

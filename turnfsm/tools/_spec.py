@@ -22,7 +22,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, ClassVar, Literal, TypeAlias, overload
 
 import anyio
 
@@ -97,6 +97,10 @@ class Tool:
             is abandoned, not stopped: it finishes in the background and its result
             is dropped.
     """
+
+    _runs_children: ClassVar[bool] = False
+    """Whether its calls run child contexts through the engine's sub-task host
+    (the sub-task tools: see ``ToolRegistry.hosts``)."""
 
     __slots__ = (
         "_bind",

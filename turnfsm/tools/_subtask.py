@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from turnfsm.errors import ToolDefinitionError
 
@@ -42,6 +42,7 @@ class SubtaskTool(Tool):
 
     __slots__ = ("spec",)
     spec: SubtaskSpec
+    _runs_children: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return f"SubtaskTool(name={self.name!r})"
