@@ -118,9 +118,9 @@ class Runtime:
     """The engine's settings as of the running call (the steps read its clock and ids)."""
     request_cancel: Callable[[], None] = lambda: None
     seq: int = 0
+    """The last seq reserved."""
     held: int = 0
     """Its messages as ``Loaded.messages`` counts them (``_loaded.py``)."""
-    """The last seq reserved."""
     sent_seq: int = 0
     """The last seq that went out (stored, or a ContentDelta sent between commits)."""
     scope: anyio.CancelScope | None = None
