@@ -16,9 +16,13 @@ the worker from outside, at a random moment of its conversation: each kill
 comes a delay drawn from ``--window LO:HI`` times the measured turn (0.75:2.75
 by default: the three turns of a conversation take about three) after the
 worker is ready. A turn is measured on this machine and store as the cases
-run: the median of the last :data:`RECENT` turns' seconds, from a clean run
-first, then from every case's runs (so that the window follows the machine's
-load). The timed cases must make progress: the
+run, as a killed run meets it: each run that finishes (the clean run first,
+then every case's resumed run) gives its turns' mean seconds, its first turn
+in a fresh process included, and the turn is the median of the last
+:data:`RECENT` of those (so that the window follows the machine's load). A
+single warm turn would not do: the first turn of a fresh process also builds
+what the process builds once, and a killed run must finish that one to make
+progress. The timed cases must make progress: the
 killed runs together must have acknowledged at least :data:`PROGRESS_FLOOR`
 turns per timed case, else the run fails naming the floor (a window too short
 for any turn to finish would kill and resume forever and prove nothing).
@@ -49,7 +53,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +77,7 @@ within its first turn."""
 WINDOW = (0.75, 2.75)
 """The default ``--window``: kill delays, in measured turns after the worker is ready."""
 RECENT = 9
-"""Turns the measured turn is the median of (the latest ones)."""
+"""Runs whose mean turn the measured turn is the median of (the latest ones)."""
 WORKER_SECONDS = 120.0
 """How long one worker run may take (a hang, not a speed)."""
 
@@ -221,8 +225,8 @@ class Timed:
     acked: int = 0
     """Turns the killed run acknowledged as finished."""
     killed: bool = False
-    turns: list[float] = field(default_factory=list)
-    """The seconds of every turn both runs finished."""
+    turn: float | None = None
+    """The resumed run's mean turn in seconds (see ``mean_turn``)."""
 
 
 def run_timed_case(kind: str, delay: float, keep: bool) -> Timed:
@@ -251,29 +255,39 @@ def run_timed_case(kind: str, delay: float, keep: bool) -> Timed:
             problems = [f"resumed worker failed ({second.returncode}): {second.stderr[-2000:]}"]
             return Timed(problems, acked, killed)
         problems = anyio.run(verify, kind, workdir)
-        return Timed(problems, acked, killed, _turns_acked(workdir))
+        return Timed(problems, acked, killed, mean_turn(_turns_acked(workdir)[acked:]))
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def mean_turn(seconds: list[float]) -> float | None:
+    """The mean of one run's turns (seconds), its first in a fresh process
+    among them; None for a run that finished none."""
+    return statistics.fmean(seconds) if seconds else None
 
 
 def run_timed(
     kind: str, cases: int, window: tuple[float, float], turns: list[float], seed: int, keep: bool
 ) -> int:
     """``cases`` timed kills (see the module docstring), the window in multiples
-    of the turn ``turns`` (seconds, a clean run's) and each case measure; the
-    number of failures, the progress floor's included."""
+    of the turn measured from ``turns`` (seconds, a clean run's) and each
+    case's resumed run; the number of failures, the progress floor's included."""
     rng = random.Random(seed)
     failures = acked = killed = 0
     low, high = window
-    measured = list(turns)
+    first = mean_turn(turns)
+    if first is None:
+        raise SystemExit("the clean run finished no turn")
+    measured = [first]
     for n in range(1, cases + 1):
         turn = statistics.median(measured[-RECENT:])
         delay = rng.uniform(low, high) * turn
         case = run_timed_case(kind, delay, keep)
         acked += case.acked
         killed += case.killed
-        measured += case.turns
+        if case.turn is not None:
+            measured.append(case.turn)
         if case.problems:
             failures += 1
             print(f"FAIL {kind} timed kill {n} at {delay:.3f}s (a turn: {turn:.3f}s):")
