@@ -122,14 +122,7 @@ async def call_llm(d: Host, rt: Runtime) -> None:
         await fail_llm(d, rt, adapter_failure(exc))
         return
     await read_stream(d, rt, chunks, read, message_id, progress.attempt)
-    # ``close_stream`` written out (an adapter's stream is closed on every call)
-    closed: Exception | None = None
-    try:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    except Exception as exc:
-        closed = exc
+    closed = await close_stream(chunks)
     if read.failure is None and closed is not None:
         read.failure = adapter_failure(closed, "".join(read.partial))
     answer = conclude(

@@ -126,7 +126,6 @@ class Driver:
         """What ``Engine.observe`` added: asked at the start of every call."""
         self.tracing = _tracing.Tracing()
         """OpenTelemetry: the provider (None: the process's) and the content opt-in."""
-        """Makes the cancel scope each call runs in."""
 
     @property
     def busy(self) -> set[str]:

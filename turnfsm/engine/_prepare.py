@@ -47,14 +47,10 @@ def build_request(d: Host, rt: Runtime) -> LLMRequest:
     s.modes.require(ctx)
     p = ctx.progress
     messages = rt.chat
-    config = ctx.config
-    if config.tool_history is None and config.token_budget is None and config.compaction is None:
-        view = s.plain  # ``s.view``'s usual case, without its frame
-    else:
-        try:  # the context's own history settings
-            view = s.view(config)
-        except InvalidInput as exc:  # a stored setting the enhancers refuse
-            raise EnhancerError("history settings", exc) from exc
+    try:  # the context's own history settings, if it has any
+        view = s.view(ctx.config)
+    except InvalidInput as exc:  # a stored setting the enhancers refuse
+        raise EnhancerError("history settings", exc) from exc
     plan = view.plan
     start = 0
     compacted = None
@@ -159,12 +155,8 @@ async def prepare(d: Host, rt: Runtime) -> None:
 def compaction_of(d: Host, rt: Runtime) -> Compaction | None:
     """The compaction of the context's view (the engine's, or its own
     setting's); None when it has none."""
-    s = d.settings
-    config = rt.ctx.config
-    if config.tool_history is None and config.token_budget is None and config.compaction is None:
-        return s.plain.plan.compaction  # ``s.view``'s usual case, without its frame
     try:
-        return s.view(config).plan.compaction
+        return d.settings.view(rt.ctx.config).plan.compaction
     except InvalidInput:  # a stored setting refused: building the request says so
         return None
 
