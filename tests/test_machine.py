@@ -294,3 +294,45 @@ def test_the_states_read_their_machines_settings_from_its_attribute_dict() -> No
         assert state.machine_fields is vars(machine)
     # a LeanState its machine gave nothing reads the machine itself
     assert LeanState("x").machine_fields is None
+
+
+def _bound_names(machine: TurnMachine) -> list[tuple[str, list[str], list[str]]]:
+    return [(s.name, list(s.on_enter), list(s.on_exit)) for s in machine._machine.states.values()]
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_attaching_a_holder_ends_as_transitions_add_model_would(state: State) -> None:
+    # the machine's add_model skips the bindings it would not make for a holder;
+    # transitions' own add_model, on another machine, is the reference
+    ours, reference = TurnMachine(), TurnMachine()
+    callbacks_before = _bound_names(ours)
+    mine, theirs = ContextHolder("a"), ContextHolder("a")
+    ours.attach(mine, state)
+    Machine = type(reference._machine).__mro__[1]
+    Machine.add_model(reference._machine, theirs, initial=state.value)
+    assert mine.state == theirs.state == state.value
+    assert ours._machine.models == [mine]
+    assert reference._machine.models == [theirs]
+    assert _bound_names(ours) == _bound_names(reference) == callbacks_before
+    ours.attach(mine, state)  # attached already: added once, as transitions does
+    assert ours._machine.models == [mine]
+    if state is State.IDLE:  # and the holder takes its triggers through the machine
+        assert ours.fire(mine, Trigger.USER_MESSAGE) is State.PROCESSING_USER_MESSAGE
+        assert mine.steps == [(State.IDLE, Trigger.USER_MESSAGE, State.PROCESSING_USER_MESSAGE)]
+
+
+def test_a_holder_class_that_declares_a_bound_name_takes_the_full_path() -> None:
+    machine = TurnMachine()
+    lean = machine._machine
+    assert lean._binds_to_holder() is False
+    ContextHolder.may_user_message = lambda self: True  # type: ignore[attr-defined]
+    try:
+        lean._holder_binds = None
+        assert lean._binds_to_holder() is True
+        h = ContextHolder("b")
+        with pytest.raises(AttributeError):  # the full path binds it, and a slotted holder refuses
+            machine.attach(h, State.IDLE)
+    finally:
+        del ContextHolder.may_user_message  # type: ignore[attr-defined]
+        lean._holder_binds = None
+    assert lean._binds_to_holder() is False

@@ -339,6 +339,43 @@ class LeanMachine(Machine):
     transition_cls = LeanTransition
     event_cls = LeanEvent
 
+    _holder_binds: tuple[int, int, bool] | None = None
+    """Whether ``add_model`` binds anything to a :class:`ContextHolder`, for
+    the machine's count of states and of events when it was found out."""
+
+    def add_model(self, model: Any, initial: Any = None) -> None:
+        # transitions' add_model makes a partial for each name it could bind
+        # (a trigger, its ``may_``, each state's ``is_``) and, under the model
+        # override policy, binds only those the model already has, then looks
+        # for each state's ``on_enter_``/``on_exit_`` methods. A holder is
+        # slotted and declares none of them, so for a holder all of it binds
+        # nothing: what remains is the state set and the model added.
+        if type(model) is ContextHolder and initial is not None and not self._binds_to_holder():
+            if not (model.attached and model.machine is self):  # transitions: not in models
+                # set_state for one model
+                state = initial if isinstance(initial, _State) else self.get_state(initial)
+                setattr(model, self.model_attribute, state.value)
+                self.models.append(model)
+            return
+        super().add_model(model, initial=initial)
+
+    def _binds_to_holder(self) -> bool:
+        known = self._holder_binds
+        if known is not None and known[:2] == (len(self.states), len(self.events)):
+            return known[2]
+        names = ["may_trigger"]  # ``trigger``: the holder's own (_checked_assignment)
+        for trigger in self.events:
+            names += (trigger, f"may_{trigger}")
+        for state in self.states.values():
+            names.append(f"is_{state.name}")
+            names += (f"{cb}_{state.name}" for cb in self.state_cls.dynamic_methods)
+        # an instance without a __dict__ has only what its class has
+        binds = ContextHolder.__dictoffset__ != 0 or any(
+            getattr(ContextHolder, name, None) is not None for name in names
+        )
+        self._holder_binds = (len(self.states), len(self.events), binds)
+        return binds
+
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
         if name == "trigger" and type(model) is ContextHolder:
             return  # the holder's own method does what the partial would
