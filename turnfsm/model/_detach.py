@@ -12,7 +12,7 @@ and gives the same guarantee: changing the copy cannot change the original.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ._context import Branch, ChatConfig, ChatContext, SystemPrompt, TurnProgress
@@ -30,7 +30,7 @@ from ._message import (
     extra_of,
 )
 
-__all__ = ["detached", "detached_fields"]
+__all__ = ["detached", "detached_context", "detached_fields"]
 
 T = TypeVar("T")
 _new = object.__new__
@@ -165,13 +165,22 @@ def _config(c: ChatConfig) -> ChatConfig:
 
 
 def _context(c: ChatContext) -> ChatContext:
+    return detached_context(c, c.message_pool, c.branches)
+
+
+def detached_context(
+    c: ChatContext, message_pool: Mapping[str, MessageNode], branches: Mapping[str, Branch]
+) -> ChatContext:
+    """``detached(c)`` with ``message_pool`` and ``branches`` (copied) in place
+    of its own: a store that keeps them beside the context's other fields
+    makes its copy without putting them together first."""
     return ChatContext(
         schema_version=c.schema_version,
         id=c.id,
         parent_id=c.parent_id,
         config=_config(c.config),
-        message_pool={k: _node(n) for k, n in c.message_pool.items()},
-        branches={k: _branch(b) for k, b in c.branches.items()},
+        message_pool={k: _node(n) for k, n in message_pool.items()},
+        branches={k: _branch(b) for k, b in branches.items()},
         active_branch_name=c.active_branch_name,
         current_state=c.current_state,
         created_at=c.created_at,

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ContextNotFound, LeaseLost, StoreError, VersionConflict
 from ..model import Branch, ChatContext, MessageNode, detached
+from ..model._detach import detached_context
 from ._base import (
     Commit,
     ContextSummary,
@@ -212,9 +213,12 @@ class MemoryStore(Store):
     async def load(self, context_id: str) -> ChatContext:
         rec = self._get(context_id)
         # shares nothing that can change with what is stored, as a real store
-        return detached(
-            dataclasses.replace(rec.context, message_pool=rec.pool, branches=_all_branches(rec))
-        )
+        kept = rec.branches
+        if not isinstance(kept, Branch):
+            return detached_context(rec.context, rec.pool, kept)
+        ctx = detached_context(rec.context, rec.pool, {kept.name: kept})
+        ctx.branches[kept.name].message_ids = list(rec.pool)  # the copy's own list
+        return ctx
 
     async def commit(self, commit: Commit) -> None:
         MemoryStore._commit_recorded(self, commit, (), ())  # also where a subclass set it to None
