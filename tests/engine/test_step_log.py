@@ -52,3 +52,23 @@ async def test_the_default_logger_writes_steps_at_debug_only() -> None:
         await engine.send(cid, "hello")
     assert out.getvalue().count("event='transition'") == 4
     assert out.getvalue().count(f"context_id='{cid}'") == 4  # what the engine bound
+
+
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.WARNING])
+def test_the_default_logger_binds_as_a_dict_merge(level: int) -> None:
+    # new keys go after the bound ones; a key bound again keeps its place
+    out = io.StringIO()
+    log = default_logger(level)
+    log._file = out
+    first = log.bind(a=1).bind(b=2, c=3)
+    again = first.bind(a=4, d=5)
+    assert first._values() == {"a": 1, "b": 2, "c": 3}
+    assert again._values() == {"a": 4, "b": 2, "c": 3, "d": 5}
+    assert (first.debug is ignore) is (level > logging.DEBUG)
+    first.debug("step")
+    again.warning("seen")
+    lines = out.getvalue().splitlines()
+    if level <= logging.DEBUG:
+        assert lines[0].endswith("event='step' a=1 b=2 c=3")
+    assert lines[-1].endswith("event='seen' a=4 b=2 c=3 d=5")
+    assert len(lines) == (2 if level <= logging.DEBUG else 1)

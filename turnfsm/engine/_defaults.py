@@ -73,6 +73,9 @@ def _structlog_logger(level: int, file: Any) -> Any:
     )
 
 
+_new_logger = object.__new__
+
+
 class _LazyLogger:
     """Stands for the filtering structlog logger of :func:`default_logger`: the
     same methods and output, the structlog logger built on the first message
@@ -92,7 +95,19 @@ class _LazyLogger:
         self.debug: Callable[..., Any] = self._debug if level <= logging.DEBUG else ignore
 
     def bind(self, **values: Any) -> _LazyLogger:
-        return _LazyLogger(self._level, self._file, {**self._values(), **values})
+        flat = self._context
+        keys = flat[::2]
+        for key in values:
+            if key in keys:  # a value bound again replaces the old one, in its place
+                return _LazyLogger(self._level, self._file, {**self._values(), **values})
+        # new keys only (the engine binds a context's id once per loaded
+        # context): the bound values are the old ones with these after them
+        new = _new_logger(_LazyLogger)
+        new._level = self._level
+        new._file = self._file
+        new._context = flat + tuple([x for pair in values.items() for x in pair])
+        new.debug = self.debug if self.debug is ignore else new._debug
+        return new
 
     def new(self, **values: Any) -> _LazyLogger:
         return _LazyLogger(self._level, self._file, dict(values))
