@@ -69,6 +69,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest -p no:xdist has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` starts three workers per core: the tests
     spend much of their time waiting (on the ``turnfsm`` processes, servers and

@@ -216,9 +216,9 @@ def test_postgres_rows_are_written_byte_for_byte(pg_url: str) -> None:
 # ---------------------------------------------------------------------- exports
 
 
-def test_exports_documents_and_events_are_unchanged() -> None:
+def test_exports_documents_and_events_are_unchanged(tmp_path: Path) -> None:
     want = _fixture_json("exports.json")
-    loaded = _load_all(SQLiteStore(_copy_sqlite()))
+    loaded = _load_all(SQLiteStore(_copy_sqlite(tmp_path)))
     contexts = [loaded[cid] for cid in IDS]
     documents = {ctx.id: records.to_json(ctx).decode() for ctx in contexts}
     assert documents == want["documents"]
@@ -230,10 +230,7 @@ def test_exports_documents_and_events_are_unchanged() -> None:
         assert back == ctx
 
 
-def _copy_sqlite() -> Path:
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="turnfsm-records-"))
+def _copy_sqlite(folder: Path) -> Path:
     shutil.copy(FIXTURES / "store.sqlite", folder / "store.sqlite")
     return folder / "store.sqlite"
 
