@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,13 @@ from turnfsm.model import (
     TurnProgress,
 )
 from turnfsm.model._context import _OpenTurnProgress, turn_progress
+from turnfsm.model._llm import (
+    LLMResponse,
+    ReasoningData,
+    ToolCallData,
+    _OpenLLMResponse,
+    _OpenToolCallData,
+)
 from turnfsm.model._message import _OpenTextPart, text_part
 from turnfsm.states import Trigger
 from turnfsm.tools import ToolOutcome
@@ -205,3 +213,111 @@ def test_text_part_makes_the_part_the_class_makes(text: str) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.text = "changed"  # type: ignore[misc]
     assert made.text == text
+
+
+# ---------------------------------------------------------------------- the adapters' records
+
+
+def _frozen_reference(cls: Any, values: dict[str, Any]) -> Any:
+    """What a frozen dataclass's own ``__init__`` makes: each field through
+    ``object.__setattr__``, the defaults for the rest."""
+    made = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            value = values[f.name]
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        else:
+            value = f.default_factory()  # type: ignore[misc]
+        object.__setattr__(made, f.name, value)
+    return made
+
+
+def _generated_signature(cls: Any) -> inspect.Signature:
+    """The ``__init__`` signature ``@dataclass`` would write for ``cls``'s fields."""
+    spec = [
+        (f.name, f.type, dataclasses.field(default=f.default))
+        if f.default is not dataclasses.MISSING
+        else (f.name, f.type)
+        for f in dataclasses.fields(cls)
+    ]
+    return inspect.signature(dataclasses.make_dataclass(cls.__name__, spec, frozen=True).__init__)
+
+
+_CALL = ToolCallData("call_1", "get_weather", {"city": "London"})
+_RESPONSES: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    ((), {}),
+    ((), {"text": "The weather in London is 15 C.", "finish_reason": "stop"}),
+    ((), {"tool_calls": (_CALL,), "finish_reason": "tool_calls", "usage": {"total_tokens": 3}}),
+    (
+        ("hi", (), "thought", None, "length", "m", "no", "max_output_tokens"),
+        {
+            "reasoning": (ReasoningData(id="r", summary=("s",)),),
+            "phase": "final_answer",
+            "logprobs": [{"token": "hi"}],
+            "provider_reason": "max_tokens",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), _RESPONSES)
+def test_llm_response_makes_what_a_frozen_dataclass_makes(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    assert sorted(_OpenLLMResponse.__slots__) == _fields(LLMResponse)
+    assert sorted(LLMResponse.__slots__) == _fields(LLMResponse)  # type: ignore[attr-defined]
+    names = [f.name for f in dataclasses.fields(LLMResponse)]
+    made = LLMResponse(*args, **kwargs)
+    plain = _frozen_reference(LLMResponse, {**dict(zip(names, args, strict=False)), **kwargs})
+    assert type(made) is LLMResponse
+    for name in names:
+        assert getattr(made, name) == getattr(plain, name), name
+    assert made == plain and repr(made) == repr(plain)
+    if made.usage is None and made.logprobs is None:
+        assert hash(made) == hash(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    assert copy.deepcopy(made) == plain
+    assert dataclasses.replace(made, text="x") == dataclasses.replace(plain, text="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = "changed"  # type: ignore[misc]
+    assert made.text == plain.text
+
+
+def test_tool_call_data_makes_what_a_frozen_dataclass_makes() -> None:
+    assert sorted(_OpenToolCallData.__slots__) == _fields(ToolCallData)
+    made = ToolCallData("c", "f", '{"a": 1')
+    by_name = ToolCallData(id="c", name="f", arguments='{"a": 1')
+    plain = _frozen_reference(ToolCallData, {"id": "c", "name": "f", "arguments": '{"a": 1'})
+    assert type(made) is ToolCallData
+    assert made == by_name == plain and repr(made) == repr(plain) and hash(made) == hash(plain)
+    assert pickle.loads(pickle.dumps(made)) == plain
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.id = "d"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ToolCallData("c", "f")  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("cls", [LLMResponse, ToolCallData])
+def test_the_adapters_records_take_the_arguments_a_dataclass_takes(cls: Any) -> None:
+    # the parameters: names, kinds, defaults and annotations (the return's is
+    # written ``None`` by one and ``'None'`` by the other)
+    assert inspect.signature(cls.__init__).parameters == _generated_signature(cls).parameters
+    assert cls.__match_args__ == tuple(f.name for f in dataclasses.fields(cls))
+
+
+def test_a_subclass_of_an_adapters_record_is_made_by_its_own_class() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Mine(LLMResponse):
+        source: str = "here"
+
+    made = Mine(text="hi", source="there")
+    assert type(made) is Mine and (made.text, made.source) == ("hi", "there")
+    assert made.finish_reason is None
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class MyCall(ToolCallData):
+        pass
+
+    call = MyCall("c", "f", {})
+    assert type(call) is MyCall and call == MyCall(id="c", name="f", arguments={})

@@ -13,7 +13,7 @@ do not have the types written here fails the call permanently (kind
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
@@ -104,7 +104,28 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+_object_setattr = object.__setattr__
+"""How a frozen record's ``__init__`` below writes to itself: its own
+``__setattr__`` refuses every name."""
+
+
+def _init_fields(record: object, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    """A frozen dataclass's own ``__init__``, for a subclass of a record below
+    (whose slots its open twin does not have)."""
+    for name, value in zip(names, values, strict=True):
+        _object_setattr(record, name, value)
+
+
+class _OpenToolCallData:
+    """ToolCallData's slots, without its frozen ``__setattr__``."""
+
+    __slots__ = ("arguments", "id", "name")
+    id: str
+    name: str
+    arguments: dict[str, Any] | str
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ToolCallData:
     """A tool call as the model sent it. ``arguments`` is the decoded JSON object, or
     the raw text when it did not decode to an object.
@@ -116,6 +137,21 @@ class ToolCallData:
     id: str
     name: str
     arguments: dict[str, Any] | str
+
+    def __init__(self, id: str, name: str, arguments: dict[str, Any] | str) -> None:
+        # what the frozen dataclass's own __init__ does (a field, an
+        # ``object.__setattr__`` call) with plain slot writes, on the open twin
+        # (the same slots) for their span: every tool call an adapter reads
+        # is made here (tests/test_open_records.py holds the two to the same record)
+        if type(self) is not ToolCallData:
+            _init_fields(self, ("id", "name", "arguments"), (id, name, arguments))
+            return
+        _object_setattr(self, "__class__", _OpenToolCallData)
+        open_: _OpenToolCallData = self  # type: ignore[assignment]
+        open_.id = id
+        open_.name = name
+        open_.arguments = arguments
+        open_.__class__ = ToolCallData  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +176,38 @@ class ReasoningData:
     position: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+class _OpenLLMResponse:
+    """LLMResponse's slots, without its frozen ``__setattr__``."""
+
+    __slots__ = (
+        "finish_reason",
+        "incomplete_reason",
+        "logprobs",
+        "model",
+        "phase",
+        "provider_reason",
+        "reasoning",
+        "refusal",
+        "text",
+        "thinking",
+        "tool_calls",
+        "usage",
+    )
+    text: str
+    tool_calls: tuple[ToolCallData, ...]
+    thinking: str | None
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    model: str | None
+    refusal: str | None
+    incomplete_reason: str | None
+    reasoning: tuple[ReasoningData, ...]
+    phase: str | None
+    logprobs: list[Any] | None
+    provider_reason: str | None
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class LLMResponse:
     """The whole answer of one call.
 
@@ -173,6 +240,59 @@ class LLMResponse:
     phase: str | None = None
     logprobs: list[Any] | None = None
     provider_reason: str | None = None
+
+    def __init__(
+        self,
+        text: str = "",
+        tool_calls: tuple[ToolCallData, ...] = (),
+        thinking: str | None = None,
+        usage: dict[str, Any] | None = None,
+        finish_reason: str | None = None,
+        model: str | None = None,
+        refusal: str | None = None,
+        incomplete_reason: str | None = None,
+        reasoning: tuple[ReasoningData, ...] = (),
+        phase: str | None = None,
+        logprobs: list[Any] | None = None,
+        provider_reason: str | None = None,
+    ) -> None:
+        # as ToolCallData's: every answer of every adapter is made here, and
+        # the frozen dataclass's own __init__ made twelve calls
+        if type(self) is not LLMResponse:
+            _init_fields(
+                self,
+                _RESPONSE_FIELDS,
+                (
+                    text,
+                    tool_calls,
+                    thinking,
+                    usage,
+                    finish_reason,
+                    model,
+                    refusal,
+                    incomplete_reason,
+                    reasoning,
+                    phase,
+                    logprobs,
+                    provider_reason,
+                ),
+            )
+            return
+        _object_setattr(self, "__class__", _OpenLLMResponse)
+        open_: _OpenLLMResponse = self  # type: ignore[assignment]
+        open_.text = text
+        open_.tool_calls = tool_calls
+        open_.thinking = thinking
+        open_.usage = usage
+        open_.finish_reason = finish_reason
+        open_.model = model
+        open_.refusal = refusal
+        open_.incomplete_reason = incomplete_reason
+        open_.reasoning = reasoning
+        open_.phase = phase
+        open_.logprobs = logprobs
+        open_.provider_reason = provider_reason
+        open_.__class__ = LLMResponse  # type: ignore[assignment]
 
 
 def provider_usage(
@@ -211,6 +331,9 @@ def provider_usage(
     if reasoning_tokens is not None:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return out
+
+
+_RESPONSE_FIELDS = tuple(f.name for f in fields(LLMResponse))
 
 
 LLMChunk = TextDelta | ThinkingDelta | ToolCallDelta | LLMResponse
