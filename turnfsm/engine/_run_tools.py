@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 
 from ..events import ToolApprovalRequested
 from ..model import SUBTASK_WAITING, ApprovalStatus, ToolCallRequest
@@ -58,16 +57,23 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     if refused:
         to_run = [c for c in to_run if c.id not in refused]
     ran: Iterator[ToolOutcome] = iter(())
+    # sub-task tools run their children through the host; a batch run where no
+    # tool is one sets none (the context variable's set and reset, and no
+    # context manager at all), and leaves no child waiting
+    host = d.subtask_host if offered.hosts else None
     if to_run:
-        # sub-task tools run their children through the host; a batch run
-        # where no tool is one sets none (the context variable's set and reset)
-        host = d.subtask_host if offered.hosts else None
-        with hosting(host, ctx.id) if host is not None else nullcontext():
-            ran = iter(
-                await run_calls(offered, to_run)
-                if rt.watch is None
-                else await _observers.run_calls(rt, offered, to_run)
-            )
+        watch = rt.watch
+        if host is not None:
+            with hosting(host, ctx.id):
+                ran = iter(
+                    await run_calls(offered, to_run)
+                    if watch is None
+                    else await _observers.run_calls(rt, offered, to_run)
+                )
+        elif watch is None:
+            ran = iter(await run_calls(offered, to_run))
+        else:
+            ran = iter(await _observers.run_calls(rt, offered, to_run))
     outcomes: list[ToolOutcome] = []
     for c in calls:
         if c.id in refused:
@@ -77,7 +83,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         else:
             denied = {"error": f"denied: {c.reason}" if c.reason else "denied", "status": "denied"}
             outcomes.append(ToolOutcome(False, denied))
-    waiting = d.subtask_host.take_waiting(ctx.id) if d.subtask_host is not None else {}
+    waiting = host.take_waiting(ctx.id) if host is not None else None
     if waiting:  # sub-task calls whose children wait for a human
         wait_for_subtasks(d, rt, calls, outcomes, waiting)
         return
