@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 from ..errors import OutputValidationError
 from ..model import InternalMessage, Role, ToolCallRequest, detached
@@ -145,7 +145,8 @@ def _read(turn: Turn) -> Sequence[InternalMessage]:
     """The turn's messages, as records or copies, without copying them: for
     reading strings (which cannot change) out of them."""
     value = _SLOT.__get__(turn, Turn)
-    return cast(Sequence[InternalMessage], value.records if type(value) is _Uncopied else value)
+    read: Sequence[InternalMessage] = value.records if type(value) is _Uncopied else value
+    return read  # typed by the annotation: ``cast`` is a call
 
 
 def _messages(turn: Turn) -> tuple[InternalMessage, ...]:
@@ -153,7 +154,8 @@ def _messages(turn: Turn) -> tuple[InternalMessage, ...]:
     if type(value) is _Uncopied:
         value = tuple(detached(m) for m in value.records)
         _SLOT.__set__(turn, value)
-    return cast(tuple[InternalMessage, ...], value)
+    messages: tuple[InternalMessage, ...] = value
+    return messages
 
 
 def _set_messages(turn: Turn, value: tuple[InternalMessage, ...]) -> None:
