@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from turnfsm import ApprovalStatus, State, StopReason, Turn
+from turnfsm import ApprovalStatus, State, StopReason, Turn, records
 from turnfsm.engine._decide import Decision, _decision, _OpenDecision
 from turnfsm.engine._turn import _OpenTurn, new_turn
 from turnfsm.model import (
@@ -279,6 +279,10 @@ def test_llm_response_makes_what_a_frozen_dataclass_makes(
     assert pickle.loads(pickle.dumps(made)) == plain
     assert copy.deepcopy(made) == plain
     assert dataclasses.replace(made, text="x") == dataclasses.replace(plain, text="x")
+    # what a Temporal activity sends back: the record's adapter, both ways
+    assert records.to_python(made) == records.to_python(plain)
+    back = records.from_python(LLMResponse, records.to_python(made))
+    assert type(back) is LLMResponse and back == plain
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.text = "changed"  # type: ignore[misc]
     assert made.text == plain.text
