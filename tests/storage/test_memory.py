@@ -272,9 +272,9 @@ async def test_an_append_of_an_id_the_pool_holds_keeps_the_branch_as_it_always_d
 
 @pytest.mark.anyio
 async def test_a_commits_head_is_the_one_apply_head_writes() -> None:
-    """The store writes a commit's head on its copy field by field (as
-    ``Commit.apply_head`` does, without its call): every field of the head
-    as that method leaves it, for a commit that sets each."""
+    """The store writes a commit's head on its own copy: every field of the
+    head as ``Commit.apply_head`` leaves it, for a commit that sets each, and
+    a config of its own."""
     import copy
     import dataclasses
     from datetime import UTC, datetime

@@ -9,7 +9,6 @@ after its version check, so a refused commit leaves nothing behind.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -289,17 +288,7 @@ class MemoryStore(Store):
             kept += recorded
         if changes:
             _keep_changes(kept, commit, changes)
-        # ``commit.apply_head(head)`` written out, as every commit runs it:
-        # plain field writes on the store's own copy
-        head.version = commit.version
-        head.current_state = commit.state
-        head.updated_at = commit.updated_at
-        head.progress = commit.progress
-        head.event_seq = commit.event_seq
-        if commit.active_branch is not None:
-            head.active_branch_name = commit.active_branch
-        if commit.config is not None:
-            head.config = copy.deepcopy(commit.config)
+        commit.apply_head(head)  # on the store's own copy
         if take is not None:
             self._leases[cid] = take
             if commit.release_lease:
