@@ -79,9 +79,7 @@ class CallLease:
             await _leases.release(s, lease)
             loaded.busy.discard(context_id)
             raise
-        rt.lease = lease
-        rt.lease_status = HELD
-        return _begin(rt, s)
+        return _begin_holding(rt, lease, s)
 
     def enter_loaded(self, context_id: str) -> Runtime | None:
         """``enter(context_id, claim=True)`` where it needs no await: the
@@ -138,9 +136,7 @@ class CallLease:
                 await _leases.release(s, lease)
             loaded.busy.discard(context_id)
             raise
-        rt.lease = lease
-        rt.lease_status = HELD
-        return _begin(rt, s)
+        return _begin_holding(rt, lease, s)
 
     async def confirm_claim(self, rt: Runtime) -> None:
         """A call that left its lease to its first commit ends without one (it
@@ -206,6 +202,13 @@ class CallLease:
             rt.lease = replace(lease, token=lease.token - 1)
             return None
         return lease
+
+
+def _begin_holding(rt: Runtime, lease: Lease, settings: Settings) -> Runtime:
+    """:func:`_begin` for a call that holds ``lease``."""
+    rt.lease = lease
+    rt.lease_status = HELD
+    return _begin(rt, settings)
 
 
 def _begin(rt: Runtime, settings: Settings) -> Runtime:
