@@ -34,7 +34,6 @@ from turnfsm.model._llm import (
     ReasoningData,
     ToolCallData,
     _OpenLLMResponse,
-    _OpenToolCallData,
 )
 from turnfsm.model._message import _OpenTextPart, text_part
 from turnfsm.states import Trigger
@@ -288,29 +287,15 @@ def test_llm_response_makes_what_a_frozen_dataclass_makes(
     assert made.text == plain.text
 
 
-def test_tool_call_data_makes_what_a_frozen_dataclass_makes() -> None:
-    assert sorted(_OpenToolCallData.__slots__) == _fields(ToolCallData)
-    made = ToolCallData("c", "f", '{"a": 1')
-    by_name = ToolCallData(id="c", name="f", arguments='{"a": 1')
-    plain = _frozen_reference(ToolCallData, {"id": "c", "name": "f", "arguments": '{"a": 1'})
-    assert type(made) is ToolCallData
-    assert made == by_name == plain and repr(made) == repr(plain) and hash(made) == hash(plain)
-    assert pickle.loads(pickle.dumps(made)) == plain
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.id = "d"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        ToolCallData("c", "f")  # type: ignore[call-arg]
-
-
-@pytest.mark.parametrize("cls", [LLMResponse, ToolCallData])
-def test_the_adapters_records_take_the_arguments_a_dataclass_takes(cls: Any) -> None:
+def test_llm_response_takes_the_arguments_a_dataclass_takes() -> None:
+    cls: Any = LLMResponse
     # the parameters: names, kinds, defaults and annotations (the return's is
     # written ``None`` by one and ``'None'`` by the other)
     assert inspect.signature(cls.__init__).parameters == _generated_signature(cls).parameters
     assert cls.__match_args__ == tuple(f.name for f in dataclasses.fields(cls))
 
 
-def test_a_subclass_of_an_adapters_record_is_made_by_its_own_class() -> None:
+def test_a_subclass_of_llm_response_is_made_by_its_own_class() -> None:
     @dataclasses.dataclass(frozen=True, slots=True)
     class Mine(LLMResponse):
         source: str = "here"
@@ -318,10 +303,3 @@ def test_a_subclass_of_an_adapters_record_is_made_by_its_own_class() -> None:
     made = Mine(text="hi", source="there")
     assert type(made) is Mine and (made.text, made.source) == ("hi", "there")
     assert made.finish_reason is None
-
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class MyCall(ToolCallData):
-        pass
-
-    call = MyCall("c", "f", {})
-    assert type(call) is MyCall and call == MyCall(id="c", name="f", arguments={})

@@ -104,28 +104,7 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-_object_setattr = object.__setattr__
-"""How a frozen record's ``__init__`` below writes to itself: its own
-``__setattr__`` refuses every name."""
-
-
-def _init_fields(record: object, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
-    """A frozen dataclass's own ``__init__``, for a subclass of a record below
-    (whose slots its open twin does not have)."""
-    for name, value in zip(names, values, strict=True):
-        _object_setattr(record, name, value)
-
-
-class _OpenToolCallData:
-    """ToolCallData's slots, without its frozen ``__setattr__``."""
-
-    __slots__ = ("arguments", "id", "name")
-    id: str
-    name: str
-    arguments: dict[str, Any] | str
-
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class ToolCallData:
     """A tool call as the model sent it. ``arguments`` is the decoded JSON object, or
     the raw text when it did not decode to an object.
@@ -137,21 +116,6 @@ class ToolCallData:
     id: str
     name: str
     arguments: dict[str, Any] | str
-
-    def __init__(self, id: str, name: str, arguments: dict[str, Any] | str) -> None:
-        # what the frozen dataclass's own __init__ does (a field, an
-        # ``object.__setattr__`` call) with plain slot writes, on the open twin
-        # (the same slots) for their span: every tool call an adapter reads
-        # is made here (tests/test_open_records.py holds the two to the same record)
-        if type(self) is not ToolCallData:
-            _init_fields(self, ("id", "name", "arguments"), (id, name, arguments))
-            return
-        _object_setattr(self, "__class__", _OpenToolCallData)
-        open_: _OpenToolCallData = self  # type: ignore[assignment]
-        open_.id = id
-        open_.name = name
-        open_.arguments = arguments
-        open_.__class__ = ToolCallData  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +138,18 @@ class ReasoningData:
     provider: str = "openai"
     data: dict[str, Any] | None = None
     position: int = 0
+
+
+_object_setattr = object.__setattr__
+"""How ``LLMResponse.__init__`` writes to itself: its own ``__setattr__``
+refuses every name."""
+
+
+def _init_fields(record: object, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    """A frozen dataclass's own ``__init__``, for a subclass of
+    :class:`LLMResponse` (whose slots its open twin does not have)."""
+    for name, value in zip(names, values, strict=True):
+        _object_setattr(record, name, value)
 
 
 class _OpenLLMResponse:
@@ -256,8 +232,11 @@ class LLMResponse:
         logprobs: list[Any] | None = None,
         provider_reason: str | None = None,
     ) -> None:
-        # as ToolCallData's: every answer of every adapter is made here, and
-        # the frozen dataclass's own __init__ made twelve calls
+        # what the frozen dataclass's own __init__ does (a field, an
+        # ``object.__setattr__`` call) with plain slot writes, on the open twin
+        # (the same slots) for their span, then the record's class back:
+        # every answer of every adapter is made here (tests/test_open_records.py
+        # holds the two to the same record)
         if type(self) is not LLMResponse:
             _init_fields(
                 self,
@@ -280,18 +259,13 @@ class LLMResponse:
             return
         _object_setattr(self, "__class__", _OpenLLMResponse)
         open_: _OpenLLMResponse = self  # type: ignore[assignment]
-        open_.text = text
-        open_.tool_calls = tool_calls
-        open_.thinking = thinking
-        open_.usage = usage
-        open_.finish_reason = finish_reason
-        open_.model = model
-        open_.refusal = refusal
-        open_.incomplete_reason = incomplete_reason
-        open_.reasoning = reasoning
-        open_.phase = phase
-        open_.logprobs = logprobs
-        open_.provider_reason = provider_reason
+        # (two or three targets to an assignment: compiled to plain slot
+        # writes, with no tuple made)
+        open_.text, open_.tool_calls, open_.thinking = text, tool_calls, thinking
+        open_.usage, open_.finish_reason, open_.model = usage, finish_reason, model
+        open_.refusal, open_.incomplete_reason = refusal, incomplete_reason
+        open_.reasoning, open_.phase = reasoning, phase
+        open_.logprobs, open_.provider_reason = logprobs, provider_reason
         open_.__class__ = LLMResponse  # type: ignore[assignment]
 
 
