@@ -222,7 +222,7 @@ class Driver:
             rt = await held.enter_claimed(context_id, lease)
             return await self._call(rt, held, start, hand_off, watch)
         try:
-            rt = held.enter_loaded(context_id) or await held.enter(context_id, claim=True)
+            rt = held.enter_loaded(context_id) or await held.enter(context_id)
             return await self._call(rt, held, start, hand_off, watch)
         except StaleCopy:
             self.loaded.unload(context_id)

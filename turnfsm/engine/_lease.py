@@ -82,10 +82,10 @@ class CallLease:
         return _begin_holding(rt, lease, s)
 
     def enter_loaded(self, context_id: str) -> Runtime | None:
-        """``enter(context_id, claim=True)`` where it needs no await: the
-        context, not busy, is still loaded from this engine's last call on it,
-        and its lease is left to the call's first commit. None, with nothing
-        done, otherwise (a busy context is refused by :meth:`enter`)."""
+        """Enter a context without an await, when it can: not busy, and still
+        loaded from this engine's last call on it; its lease is then left to
+        the call's first commit (a claim). None, with nothing done, otherwise:
+        :meth:`enter` takes the lease (and refuses a busy context)."""
         loaded = self.loaded
         runtimes = loaded.runtimes
         rt = runtimes.get(context_id) if self.in_commits else None
@@ -102,15 +102,9 @@ class CallLease:
         rt.lease_status = CLAIM
         return _begin(rt, s)
 
-    async def enter(self, context_id: str, *, claim: bool = False) -> Runtime:
-        """Mark the context busy and return it loaded; raise ContextBusy if it is busy.
-
-        ``claim``: when the context is still loaded from this engine's last
-        call on it, its lease is left to the call's first commit."""
-        if claim:
-            rt = self.enter_loaded(context_id)
-            if rt is not None:
-                return rt
+    async def enter(self, context_id: str) -> Runtime:
+        """Mark the context busy and return it loaded, under a lease taken from
+        the store; raise ContextBusy if it is busy."""
         loaded = self.loaded
         busy = loaded.busy
         if context_id in busy:

@@ -205,9 +205,13 @@ def check_text(text: str, path: str = "$") -> None:
 
 def id_problem(value: object) -> str | None:
     """Why ``value`` is not a usable id or branch name, or None if it is."""
-    if type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii():
-        # every call's ids: printable ASCII is a usable id (see _line_problem)
-        return None if value.isprintable() else _line_problem(value, MAX_ID_LENGTH, "")
+    if (
+        type(value) is str
+        and 0 < len(value) <= MAX_ID_LENGTH
+        and value.isascii()
+        and value.isprintable()
+    ):
+        return None  # every call's ids: _line_problem's own fast path, without its frame
     return _line_problem(value, MAX_ID_LENGTH, "")
 
 

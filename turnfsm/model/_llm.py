@@ -145,13 +145,6 @@ _object_setattr = object.__setattr__
 refuses every name."""
 
 
-def _init_fields(record: object, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
-    """A frozen dataclass's own ``__init__``, for a subclass of
-    :class:`LLMResponse` (whose slots its open twin does not have)."""
-    for name, value in zip(names, values, strict=True):
-        _object_setattr(record, name, value)
-
-
 class _OpenLLMResponse:
     """LLMResponse's slots, without its frozen ``__setattr__``."""
 
@@ -237,25 +230,24 @@ class LLMResponse:
         # (the same slots) for their span, then the record's class back:
         # every answer of every adapter is made here (tests/test_open_records.py
         # holds the two to the same record)
-        if type(self) is not LLMResponse:
-            _init_fields(
-                self,
-                _RESPONSE_FIELDS,
-                (
-                    text,
-                    tool_calls,
-                    thinking,
-                    usage,
-                    finish_reason,
-                    model,
-                    refusal,
-                    incomplete_reason,
-                    reasoning,
-                    phase,
-                    logprobs,
-                    provider_reason,
-                ),
+        if type(self) is not LLMResponse:  # a subclass (its slots are not the twin's):
+            # the frozen dataclass's own writes
+            values = (
+                text,
+                tool_calls,
+                thinking,
+                usage,
+                finish_reason,
+                model,
+                refusal,
+                incomplete_reason,
+                reasoning,
+                phase,
+                logprobs,
+                provider_reason,
             )
+            for name, value in zip(_RESPONSE_FIELDS, values, strict=True):
+                _object_setattr(self, name, value)
             return
         _object_setattr(self, "__class__", _OpenLLMResponse)
         open_: _OpenLLMResponse = self  # type: ignore[assignment]
