@@ -36,6 +36,12 @@ not installed, without importing it as ``pytest.importorskip`` would: the
 server's stack is a second of CPU, which every xdist worker would pay at
 collection whether or not it runs a test that needs it.
 
+``weather_turn()`` runs one tool-loop turn (the user asks, the model calls
+``weather``, the tool answers, the model says "15 C.") on a fresh engine, and
+gives the engine, the context id, the turn and the engine's own records of
+the turn's four messages (not the copies the turn hands out), for a test of
+what the engine keeps.
+
 ``examples(n)`` is how many examples a property test draws: a fifth of ``n``
 (at least ten) in the README's test command, where each property shows it
 holds on a sample, and all ``n`` with ``TURNFSM_EXAMPLES=full``, which CI sets
@@ -60,14 +66,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
 import pytest
 
-from turnfsm import Engine
+from turnfsm import Engine, Turn, tool
+from turnfsm.engine._turn import _SLOT
+from turnfsm.model import InternalMessage
 from turnfsm.testing import FakeClock, ScriptedLLM, SequentialIds
 
 __all__ = [
@@ -83,6 +91,7 @@ __all__ = [
     "serve_in_process",
     "skip_without",
     "wait_ready",
+    "weather_turn",
 ]
 
 READY_WITHIN = 300.0
@@ -140,6 +149,33 @@ def make_engine(
     clock = clock or FakeClock()
     engine = Engine(llm=llm, tools=tools, clock=clock, ids=SequentialIds(), **kwargs)
     return Made(engine, llm, clock)
+
+
+def _weather(city: str) -> dict[str, Any]:
+    """The weather in a city."""
+    return {"city": city, "temp_c": 15}
+
+
+class WeatherTurn(NamedTuple):
+    engine: Engine
+    context_id: str
+    turn: Turn
+    held: tuple[InternalMessage, ...]
+    """The engine's own records of the turn's messages."""
+
+
+@contextlib.asynccontextmanager
+async def weather_turn() -> AsyncIterator[WeatherTurn]:
+    answers: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}]},
+        {"text": "15 C."},
+    ]
+    # the tool made here, not when the module is imported (every suite imports it)
+    engine, _, _ = make_engine(answers, tools=[tool(_weather, name="weather")])
+    async with engine:
+        cid = await engine.create_context()
+        turn = await engine.send(cid, "weather in Oslo?")
+        yield WeatherTurn(engine, cid, turn, _SLOT.__get__(turn, Turn).records)
 
 
 @functools.cache

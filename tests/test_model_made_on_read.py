@@ -12,14 +12,12 @@ import dataclasses
 import gc
 import pickle
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-from kit import make_engine
+from kit import weather_turn
 
-from turnfsm import Turn, records, tool
-from turnfsm.engine._turn import _SLOT
-from turnfsm.model import InternalMessage, MessageMetadata, Role
+from turnfsm import records
+from turnfsm.model import MessageMetadata, Role
 from turnfsm.model._message import extra_of
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -64,24 +62,10 @@ def test_extra_compares_copies_and_dumps_as_before() -> None:
     assert props["extra"] == {"additionalProperties": True, "title": "Extra", "type": "object"}
 
 
-@tool
-def weather(city: str) -> dict[str, Any]:
-    """The weather in a city."""
-    return {"city": city, "temp_c": 15}
-
-
 @pytest.mark.anyio
 async def test_a_tool_loop_turn_keeps_no_empty_extra_per_message() -> None:
-    answers: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}]},
-        {"text": "15 C."},
-    ]
-    engine, _, _ = make_engine(answers, tools=[weather])
-    async with engine:
-        cid = await engine.create_context()
-        turn = await engine.send(cid, "weather in Oslo?")
+    async with weather_turn() as (engine, cid, turn, held):
         assert turn.text == "15 C."
-        held: tuple[InternalMessage, ...] = _SLOT.__get__(turn, Turn).records  # the engine's own
         assert [m.role for m in held] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
         for message in held:
             assert _empty_dicts(message.metadata) == []

@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kit import make_engine
+from kit import weather_turn
 
-from turnfsm import Turn, records, tool
-from turnfsm.engine._turn import _SLOT
+from turnfsm import records
 from turnfsm.model import InternalMessage, MessageMetadata, Role, TextPart
 from turnfsm.model._message import NO_CONTENT
 
@@ -67,23 +66,9 @@ def test_a_message_with_the_shared_content_dumps_copies_and_pickles_as_before() 
     assert NO_CONTENT == []
 
 
-@tool
-def weather(city: str) -> dict[str, Any]:
-    """The weather."""
-    return {"city": city, "temp_c": 15}
-
-
 @pytest.mark.anyio
 async def test_a_tool_loop_turn_shares_the_empty_content_and_hands_out_lists_of_their_own() -> None:
-    answers: list[dict[str, Any]] = [
-        {"tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}]},
-        {"text": "15 C."},
-    ]
-    engine, _, _ = make_engine(answers, tools=[weather])
-    async with engine:
-        cid = await engine.create_context()
-        turn = await engine.send(cid, "weather in Oslo?")
-        held: tuple[InternalMessage, ...] = _SLOT.__get__(turn, Turn).records  # the engine's own
+    async with weather_turn() as (engine, cid, turn, held):
         assert [m.role for m in held] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
         assert [m.content is NO_CONTENT for m in held] == [False, True, True, False]
         # what a user reads has lists of its own, which it can change
