@@ -247,6 +247,17 @@ def test_the_base_url_variable_and_the_flag_that_wins_over_it(
     assert all("not-needed" in _auth(r.headers) for r in claude.requests)  # the placeholder
 
 
+def _posted_turn(url: str) -> tuple[httpx.Response, httpx.Response]:
+    """A context made with a system prompt on the server at ``url``, and a
+    turn posted to it and waited for: the two responses."""
+    created = httpx.post(f"{url}/api/contexts", json={"system_prompt": "Be brief."})
+    cid = created.json()["id"]
+    turn = httpx.post(
+        f"{url}/api/contexts/{cid}/messages?wait=true", json={"content": "Hi!"}, timeout=60
+    )
+    return created, turn
+
+
 @SWEEP  # serve: test_serve_with_gemini_answers_a_posted_turn
 def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: LoopbackServer) -> None:
     claude.script(Reply(chunks=lines("basic_response.txt")))
@@ -254,13 +265,7 @@ def test_serve_with_claude_answers_a_posted_turn(tmp_path: Path, claude: Loopbac
         "--provider", "anthropic", "--base-url", claude.url,
         "--store", f"sqlite:///{tmp_path / 'serve.db'}", env={"ANTHROPIC_API_KEY": KEY},
     ) as served:  # fmt: skip
-        created = httpx.post(f"{served.url}/api/contexts", json={"system_prompt": "Be brief."})
-        cid = created.json()["id"]
-        turn = httpx.post(
-            f"{served.url}/api/contexts/{cid}/messages?wait=true",
-            json={"content": "Hi!"},
-            timeout=60,
-        )
+        created, turn = _posted_turn(served.url)
     err = served.said()
     assert created.status_code == 201, created.text
     assert created.json()["model"] == CLAUDE  # a new context's model: the provider's default
@@ -629,13 +634,7 @@ def test_serve_with_gemini_answers_a_posted_turn(tmp_path: Path, gemini: Loopbac
         "--provider", "google", "--base-url", gemini.url,
         "--store", f"sqlite:///{tmp_path / 'serve.db'}", env={"GOOGLE_API_KEY": GEMINI_KEY},
     ) as served:  # fmt: skip
-        created = httpx.post(f"{served.url}/api/contexts", json={"system_prompt": "Be brief."})
-        cid = created.json()["id"]
-        turn = httpx.post(
-            f"{served.url}/api/contexts/{cid}/messages?wait=true",
-            json={"content": "Hi!"},
-            timeout=60,
-        )
+        _, turn = _posted_turn(served.url)
     err = served.said()
     assert turn.status_code == 200, turn.text
     assert turn.json()["text"] == "Hello from Gemini!"
