@@ -1,5 +1,6 @@
-"""Instructions per turn of W1, W2, W4 or W6, turnfsm and the floor, counted by
-valgrind's cachegrind: the figure the machine's load does not move.
+"""Instructions per turn of W1, W2, W4 or W6, and of W5's resume, turnfsm and
+the floor, counted by valgrind's cachegrind: the figure the machine's load does
+not move.
 
 Each side runs the workload in a process of its own under
 ``valgrind --tool=cachegrind --cache-sim=no`` twice, with ``LONG`` and with
@@ -9,6 +10,12 @@ set-up cancel out. ``PYTHONHASHSEED=0`` keeps the runs alike. With
 ``--no-checks`` the harness's own result checks (the stored history read back
 and compared) are left out of both runs, so that the figure is the turns'.
 
+W5 has one resume, not a number of turns: its figure is the run that stops
+when the clock stops (``Timed.stop``) minus the run that stops when it starts
+(``Timed.start``), the same process up to there. That is exactly W5's timed
+part: opening the store, loading the 5,000 messages and the turn; not the
+prepared file's copy before it, nor the checks and the closing after it.
+
 The bytecode of turnfsm and of the harness is compiled before the runs, so
 that neither run pays for compiling what changed since the last.
 
@@ -17,6 +24,7 @@ that neither run pays for compiling what changed since the last.
     python bench/instructions.py W1                      # both sides, 120 and 20 turns
     python bench/instructions.py W6 --turns 60 10 --no-checks
     python bench/instructions.py W1 --side turnfsm
+    python bench/instructions.py W5                      # the timed part of a resume
 """
 
 from __future__ import annotations
@@ -32,14 +40,39 @@ import tempfile
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ("W1", "W2", "W4", "W6")
+WORKLOADS = ("W1", "W2", "W4", "W5", "W6")
 _TURNS = ("W1_TURNS", "W2_TURNS", "W4_TURNS", "W6_TURNS")
 _SUMMARY = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
+
+
+def _stop_at_clock(at_start: bool) -> None:
+    """W5's bounds: end the process (valgrind then writes its count) when the
+    harness's clock starts (``at_start``) or when it stops."""
+    import _common
+
+    timed: Any = _common.Timed
+    begin, end = timed.start.__func__, timed.stop
+
+    def start(cls: Any) -> Any:
+        tm = begin(cls)
+        if at_start:
+            os._exit(0)
+        return tm
+
+    def stop(self: Any) -> float:
+        wall = end(self)
+        os._exit(0)
+        return wall  # pragma: no cover
+
+    timed.start = classmethod(start)
+    timed.stop = stop
 
 
 def _inner(side: str, workload: str, turns: int, checks: bool) -> None:
     """Run one workload in this process (what valgrind runs)."""
     sys.path.insert(0, HERE)
+    if workload == "W5":
+        _stop_at_clock(at_start=turns == 0)
     module: Any = __import__("turnfsm_side" if side == "turnfsm" else "floor")
     for name in _TURNS:
         if hasattr(module, name):
@@ -121,11 +154,19 @@ def main(argv: list[str] | None = None) -> int:
     for folder in (os.path.dirname(turnfsm.__file__), HERE):
         compileall.compile_dir(folder, quiet=1)
     sides = ("turnfsm", "floor") if args.side == "both" else (args.side,)
+    unit = "a turn"
+    if args.workload == "W5":  # one resume: the runs end at the clock's stop and start
+        long, short, unit = 1, 0, "the resume (load and turn)"
+        sys.path.insert(0, HERE)
+        from _common import ensure_prepared
+
+        for side in sides:  # built here, not under valgrind
+            ensure_prepared(side, "W5")
     figures = {
         side: per_turn(side, args.workload, long, short, not args.no_checks) for side in sides
     }
     for side, figure in figures.items():
-        print(f"{side} {args.workload}: {figure:,} instructions a turn")
+        print(f"{side} {args.workload}: {figure:,} instructions {unit}")
     if len(figures) == 2:
         print(f"ratio to the floor: {figures['turnfsm'] / figures['floor']:.2f}x")
     return 0
