@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import kit
 import pytest
 
@@ -23,6 +24,7 @@ from turnfsm import (
     Role,
     SQLiteStore,
     State,
+    Turn,
     ask_user,
     subtask,
     tool,
@@ -732,6 +734,61 @@ async def test_a_denied_child_call_lets_the_child_and_parent_go_on() -> None:
             if n.message.tool_result and n.message.tool_result.request_id == "r1"
         ]
         assert r1 is not None and r1.result == "Not published."
+        await verify(engine, parent)
+
+
+async def test_a_batch_cancelled_after_its_child_waits_leaves_no_wait_behind() -> None:
+    """A sub-task call whose child waits, in a batch cancelled before it ends:
+    the next batch of the parent is not taken for one that waits for it."""
+    child_waits, stalled = anyio.Event(), anyio.Event()
+
+    class Noted(dict[str, Any]):
+        """The host's waits, telling when the first is noted."""
+
+        def setdefault(self, key: str, default: Any = None) -> Any:
+            child_waits.set()
+            return super().setdefault(key, default)
+
+    @tool
+    async def stall() -> str:
+        """Run until cancelled, once the batch's child waits."""
+        await child_waits.wait()
+        stalled.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    llm = scripted(
+        {
+            "tool_calls": [
+                {"id": "r1", "name": "research", "arguments": {"task": "Publish the note"}},
+                {"id": "s1", "name": "stall", "arguments": {}},
+            ]
+        },
+        CHILD_CALL,
+        {"tool_calls": [{"id": "l2", "name": "lookup", "arguments": {"key": "k"}}]},
+        {"text": "k has a value."},
+    )
+    async with Engine(
+        llm=llm, tools=[*approval_tools(), stall], clock=FakeClock(), ids=SequentialIds()
+    ) as engine:
+        host: Any = engine._d.subtask_host
+        host.waiting = Noted()
+        parent = await engine.create_context()
+        sent: list[Turn] = []
+
+        async def send() -> None:
+            sent.append(await engine.send(parent, "Publish"))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send)
+                await stalled.wait()
+                cancelled = await engine.cancel(parent)
+        assert cancelled.state is State.IDLE and sent[0].state is State.IDLE
+        assert parent not in host.waiting
+        turn = await engine.send(parent, "Look k up")
+        assert turn.state is State.IDLE and turn.text == "k has a value."
+        assert [s.trigger for s in await engine.steps(parent)].count("subtask_waits") == 0
         await verify(engine, parent)
 
 

@@ -57,6 +57,7 @@ async def run_tools(d: Host, rt: Runtime) -> None:
     if refused:
         to_run = [c for c in to_run if c.id not in refused]
     ran: Iterator[ToolOutcome] = iter(())
+    waiting = None
     # sub-task tools run their children through the host; a batch run where no
     # tool is one sets none (the context variable's set and reset, and no
     # context manager at all), and leaves no child waiting
@@ -65,11 +66,16 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         watch = rt.watch
         if host is not None:
             with hosting(host, ctx.id):
-                ran = iter(
-                    await run_calls(offered, to_run)
-                    if watch is None
-                    else await _observers.run_calls(rt, offered, to_run)
-                )
+                try:
+                    ran = iter(
+                        await run_calls(offered, to_run)
+                        if watch is None
+                        else await _observers.run_calls(rt, offered, to_run)
+                    )
+                finally:
+                    # taken also when the batch is cancelled or fails: a wait
+                    # left behind would be read by the context's next batch
+                    waiting = host.take_waiting(ctx.id)
         elif watch is None:
             ran = iter(await run_calls(offered, to_run))
         else:
@@ -83,7 +89,6 @@ async def run_tools(d: Host, rt: Runtime) -> None:
         else:
             denied = {"error": f"denied: {c.reason}" if c.reason else "denied", "status": "denied"}
             outcomes.append(ToolOutcome(False, denied))
-    waiting = host.take_waiting(ctx.id) if host is not None else None
     if waiting:  # sub-task calls whose children wait for a human
         wait_for_subtasks(d, rt, calls, outcomes, waiting)
         return
