@@ -381,8 +381,22 @@ def _process_state_kept() -> Iterator[None]:
         sys.path[:] = path
         for name in set(sys.modules) - modules:
             where = getattr(sys.modules[name], "__file__", None) or ""
-            if where.startswith(here + os.sep):
+            if _from_working_folder(name, where, here):
                 del sys.modules[name]
+
+
+def _from_working_folder(name: str, where: str, here: str) -> bool:
+    """Whether the module ``name`` (its file ``where``) is one of the user's,
+    imported from the working folder ``here``. Not a module of an environment
+    that sits in that folder (a ``.venv`` in the checkout), nor one of
+    turnfsm's: such a module imported for the first time during the block
+    stays, since a second import would make new classes where others keep the
+    first ones (httpx, for one, matches httpcore's errors by class)."""
+    if not where.startswith(here + os.sep):
+        return False
+    if where.startswith(sys.prefix + os.sep) or where.startswith(sys.base_prefix + os.sep):
+        return False
+    return name != "turnfsm" and not name.startswith("turnfsm.")
 
 
 class Served:
