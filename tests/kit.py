@@ -70,6 +70,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import anyio
 import httpx
 import pytest
 
@@ -176,6 +177,24 @@ async def weather_turn() -> AsyncIterator[WeatherTurn]:
         cid = await engine.create_context()
         turn = await engine.send(cid, "weather in Oslo?")
         yield WeatherTurn(engine, cid, turn, _SLOT.__get__(turn, Turn).records)
+
+
+async def cancel_while_running(
+    engine: Engine, cid: str, text: str, ready: anyio.Event
+) -> tuple[Turn, list[Turn]]:
+    """Send ``text`` in a task, wait for ``ready``, cancel from this task;
+    return the turn ``cancel`` gave and what the interrupted ``send`` returned."""
+    sent: list[Turn] = []
+
+    async def run() -> None:
+        sent.append(await engine.send(cid, text))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await ready.wait()
+            turn = await engine.cancel(cid)
+    return turn, sent
 
 
 @functools.cache

@@ -49,22 +49,7 @@ pytestmark = pytest.mark.anyio
 make_engine = kit.make_engine
 
 
-async def cancel_while_running(
-    engine: Engine, cid: str, text: str, ready: anyio.Event
-) -> tuple[Turn, list[Turn]]:
-    """Send ``text`` in a task, wait for ``ready``, cancel from this task; return
-    the turn ``cancel`` gave and what the interrupted ``send`` returned."""
-    sent: list[Turn] = []
-
-    async def run() -> None:
-        sent.append(await engine.send(cid, text))
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            await ready.wait()
-            turn = await engine.cancel(cid)
-    return turn, sent
+cancel_while_running = kit.cancel_while_running
 
 
 def call(cid: str, name: str, **arguments: Any) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from turnfsm import (
     Role,
     SQLiteStore,
     State,
-    Turn,
     ask_user,
     subtask,
     tool,
@@ -774,16 +773,7 @@ async def test_a_batch_cancelled_after_its_child_waits_leaves_no_wait_behind() -
         host: Any = engine._d.subtask_host
         host.waiting = Noted()
         parent = await engine.create_context()
-        sent: list[Turn] = []
-
-        async def send() -> None:
-            sent.append(await engine.send(parent, "Publish"))
-
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(send)
-                await stalled.wait()
-                cancelled = await engine.cancel(parent)
+        cancelled, sent = await kit.cancel_while_running(engine, parent, "Publish", stalled)
         assert cancelled.state is State.IDLE and sent[0].state is State.IDLE
         assert parent not in host.waiting
         turn = await engine.send(parent, "Look k up")
