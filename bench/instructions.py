@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = ("turnfsm", "floor") if args.side == "both" else (args.side,)
     unit = "a turn"
     if args.workload == "W5":  # one resume: the runs end at the clock's stop and start
-        long, short, unit = 1, 0, "the resume (load and turn)"
+        long, short, unit = 1, 0, "for the resume (load and turn)"
         sys.path.insert(0, HERE)
         from _common import ensure_prepared
 
