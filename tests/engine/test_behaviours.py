@@ -49,9 +49,6 @@ pytestmark = pytest.mark.anyio
 make_engine = kit.make_engine
 
 
-cancel_while_running = kit.cancel_while_running
-
-
 def call(cid: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": cid, "name": name, "arguments": arguments}
 
@@ -487,7 +484,7 @@ async def test_cancel_from_another_task_while_llm_blocks() -> None:
     engine, _, _ = make_engine(handler)
     async with engine:
         cid = await engine.create_context()
-        turn, sent = await cancel_while_running(engine, cid, "Hi", entered)
+        turn, sent = await kit.cancel_while_running(engine, cid, "Hi", entered)
         assert turn.stop_reason == StopReason.CANCELLED
         assert turn.state == State.IDLE
         assert list(turn.states) == [PUM, ALR, IDLE]
@@ -519,7 +516,7 @@ async def test_a_later_call_is_cancelled_as_the_first_was() -> None:
         scope = call_scope()
         assert isinstance(scope, anyio.CancelScope) and not scope.cancel_called
         assert _scope._known is not None and type(scope) is _scope._known[1]
-        turn, sent = await cancel_while_running(engine, cid, "Again", entered)
+        turn, sent = await kit.cancel_while_running(engine, cid, "Again", entered)
         assert turn.stop_reason == StopReason.CANCELLED and sent == [turn]
         assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, IDLE, PUM, ALR, IDLE]
 
@@ -595,7 +592,7 @@ async def test_cancel_during_backoff() -> None:
     engine, llm, _ = make_engine([{"llm_error": {"status": 503}}, {"text": "never"}], clock=clock)
     async with engine:
         cid = await engine.create_context()
-        turn, _sent = await cancel_while_running(engine, cid, "Hi", clock.sleeping)
+        turn, _sent = await kit.cancel_while_running(engine, cid, "Hi", clock.sleeping)
         assert turn.stop_reason == StopReason.CANCELLED
         assert await engine.trace(cid) == [IDLE, PUM, ALR, TF, IDLE]
         assert len(llm.requests) == 1
@@ -626,7 +623,7 @@ async def test_cancel_while_tools_run() -> None:
     )
     async with engine:
         cid = await engine.create_context()
-        turn, sent = await cancel_while_running(engine, cid, "start the job", started)
+        turn, sent = await kit.cancel_while_running(engine, cid, "start the job", started)
         assert sent == [turn]
         assert turn.stop_reason == StopReason.CANCELLED
         assert await engine.trace(cid) == [IDLE, PUM, ALR, PLR, EXT, IDLE]
